@@ -1,0 +1,22 @@
+//! The core of lens: everything a rank needs to decide *what* to record and
+//! *whether* to export, with no OpenTelemetry dependency.
+//!
+//! - [`config`]: the configuration model, read from the environment (with a
+//!   prefix and a fallback prefix), overridden from the command line, and
+//!   validated as a whole before anything is installed.
+//! - [`groups`]: span groups, presets, the spec parser and the hot-path gate.
+//! - [`strategies`]: rank strategies (which ranks export) and sampling
+//!   strategies (which ranks record spans), each with a registry.
+//! - [`identity`]: the rank context, run id and resource detection.
+//! - [`env`]: where variables are read from (the process or a map, for tests).
+//! - [`semconv`]: attribute keys shared by every consumer.
+//!
+//! With the `otel` feature the crate also holds the OpenTelemetry runtime.
+
+pub mod config;
+pub mod env;
+pub mod groups;
+pub mod identity;
+pub mod semconv;
+pub mod strategies;
+mod suggest;

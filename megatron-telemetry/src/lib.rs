@@ -1,0 +1,6 @@
+//! Megatron's telemetry layer, built on the `lens-fallbacks` facade.
+//!
+//! It will hold `MegatronSpanGroup` and its presets, the span-name taxonomy as
+//! data, the `megatron.training.*` metrics, resource attributes derived from
+//! training arguments, and the lifecycle (startup trace, interval re-rooting,
+//! signals, shutdown).
