@@ -8,15 +8,20 @@
 //! - [`strategies`]: rank strategies (which ranks export) and sampling
 //!   strategies (which ranks record spans), each with a registry.
 //! - [`identity`]: the rank context, run id and resource detection.
+//! - [`diag`]: lens's own rate-limited warnings.
 //! - [`env`]: where variables are read from (the process or a map, for tests).
 //! - [`semconv`]: attribute keys shared by every consumer.
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime.
 
 pub mod config;
+pub mod diag;
 pub mod env;
 pub mod groups;
 pub mod identity;
 pub mod semconv;
 pub mod strategies;
 mod suggest;
+
+#[cfg(feature = "otel")]
+pub mod otel;

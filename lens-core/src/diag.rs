@@ -1,0 +1,61 @@
+//! Lens's own diagnostics: one-line warnings on standard error.
+//!
+//! Telemetry must never flood the job's output, so repeated warnings go
+//! through a [`RateLimit`] that lets one message through per period and
+//! counts the ones it held back.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Writes `lens: warning: {message}` on standard error.
+///
+/// Lens never writes secrets through here: callers pass redacted values.
+#[cold]
+pub fn warn(message: impl std::fmt::Display) {
+    #[expect(clippy::print_stderr, reason = "lens's warnings go to standard error, as Python's logging does")]
+    {
+        eprintln!("lens: warning: {message}");
+    }
+}
+
+/// Lets at most one event through per period, counting the ones held back.
+///
+/// ```
+/// use std::time::Duration;
+/// use lens_core::diag::RateLimit;
+///
+/// let limit = RateLimit::new(Duration::from_secs(60));
+/// assert_eq!(limit.check(), Some(0)); // first event passes, none held back
+/// assert_eq!(limit.check(), None); // within the period: held back
+/// ```
+#[derive(Debug)]
+pub struct RateLimit {
+    period_ms: u64,
+    /// Milliseconds since the epoch when the last event passed, plus one
+    /// (zero means "never").
+    last: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl RateLimit {
+    /// A limit of one event per `period`.
+    pub const fn new(period: Duration) -> RateLimit {
+        RateLimit { period_ms: period.as_millis() as u64, last: AtomicU64::new(0), suppressed: AtomicU64::new(0) }
+    }
+
+    /// `Some(n)` when this event may pass (`n` events were held back since
+    /// the last one that passed), `None` when it is held back.
+    pub fn check(&self) -> Option<u64> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64) + 1;
+        let last = self.last.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < self.period_ms {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if self.last.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.suppressed.swap(0, Ordering::Relaxed))
+    }
+}

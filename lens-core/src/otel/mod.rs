@@ -1,0 +1,3 @@
+//! The OpenTelemetry runtime (feature `otel`): setup and shutdown, providers,
+//! exporters, samplers, the ID generator, the open-span closer, span helpers
+//! and propagation.
