@@ -1,6 +1,7 @@
 //! The core of lens: everything a rank needs to decide *what* to record and
 //! *whether* to export, with no OpenTelemetry dependency.
 //!
+//! - [`attr`]: attribute values in lens's own types.
 //! - [`config`]: the configuration model, read from the environment (with a
 //!   prefix and a fallback prefix), overridden from the command line, and
 //!   validated as a whole before anything is installed.
@@ -14,6 +15,7 @@
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime.
 
+pub mod attr;
 pub mod config;
 pub mod diag;
 pub mod env;

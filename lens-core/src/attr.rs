@@ -1,0 +1,169 @@
+//! Attribute values in lens's own types, so that the pure part of lens-core,
+//! the resource detectors and the compiled-out facade never name an
+//! OpenTelemetry type.
+//!
+//! The accepted types follow the original's `safe_set_span_attributes`:
+//! booleans, integers, floats, strings and homogeneous lists of those.
+//! `None` means "do not set". With the `otel` feature these convert into
+//! `opentelemetry::Value`.
+//!
+//! ```
+//! use lens_core::attr::{AttrValue, KeyValue};
+//!
+//! let kv = KeyValue::new("megatron.iteration", 42_i64);
+//! assert_eq!(kv.value, AttrValue::I64(42));
+//! assert_eq!(KeyValue::new("dl.loss", 0.5).value, AttrValue::F64(0.5));
+//! assert_eq!(KeyValue::new("host.name", "node-1").value.to_string(), "node-1");
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// A typed attribute value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    /// A boolean.
+    Bool(bool),
+    /// A signed integer (unsigned values are converted, saturating).
+    I64(i64),
+    /// A float.
+    F64(f64),
+    /// A string.
+    Str(Cow<'static, str>),
+    /// A list of booleans.
+    BoolArray(Vec<bool>),
+    /// A list of integers.
+    I64Array(Vec<i64>),
+    /// A list of floats.
+    F64Array(Vec<f64>),
+    /// A list of strings.
+    StrArray(Vec<Cow<'static, str>>),
+}
+
+impl fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn list<T: fmt::Display>(f: &mut fmt::Formatter<'_>, items: &[T]) -> fmt::Result {
+            f.write_str("[")?;
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(",")?;
+                }
+                write!(f, "{item}")?;
+            }
+            f.write_str("]")
+        }
+        match self {
+            AttrValue::Bool(v) => write!(f, "{v}"),
+            AttrValue::I64(v) => write!(f, "{v}"),
+            AttrValue::F64(v) => write!(f, "{v}"),
+            AttrValue::Str(v) => f.write_str(v),
+            AttrValue::BoolArray(v) => list(f, v),
+            AttrValue::I64Array(v) => list(f, v),
+            AttrValue::F64Array(v) => list(f, v),
+            AttrValue::StrArray(v) => list(f, v),
+        }
+    }
+}
+
+macro_rules! from_scalar {
+    ($variant:ident: $($ty:ty),*) => {$(
+        impl From<$ty> for AttrValue {
+            #[inline]
+            fn from(value: $ty) -> AttrValue {
+                AttrValue::$variant(value.into())
+            }
+        }
+    )*};
+}
+
+from_scalar!(Bool: bool);
+from_scalar!(I64: i64, i32, i16, i8, u32, u16, u8);
+from_scalar!(F64: f64, f32);
+from_scalar!(Str: &'static str, String, Cow<'static, str>);
+
+macro_rules! from_saturating {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for AttrValue {
+            #[inline]
+            fn from(value: $ty) -> AttrValue {
+                AttrValue::I64(i64::try_from(value).unwrap_or(i64::MAX))
+            }
+        }
+    )*};
+}
+
+from_saturating!(u64, usize, isize, u128, i128);
+
+impl From<Vec<bool>> for AttrValue {
+    fn from(value: Vec<bool>) -> AttrValue {
+        AttrValue::BoolArray(value)
+    }
+}
+
+impl From<Vec<i64>> for AttrValue {
+    fn from(value: Vec<i64>) -> AttrValue {
+        AttrValue::I64Array(value)
+    }
+}
+
+impl From<Vec<f64>> for AttrValue {
+    fn from(value: Vec<f64>) -> AttrValue {
+        AttrValue::F64Array(value)
+    }
+}
+
+impl From<Vec<String>> for AttrValue {
+    fn from(value: Vec<String>) -> AttrValue {
+        AttrValue::StrArray(value.into_iter().map(Cow::Owned).collect())
+    }
+}
+
+impl From<Vec<&'static str>> for AttrValue {
+    fn from(value: Vec<&'static str>) -> AttrValue {
+        AttrValue::StrArray(value.into_iter().map(Cow::Borrowed).collect())
+    }
+}
+
+/// A key and its value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyValue {
+    /// The attribute key, such as `megatron.iteration`.
+    pub key: Cow<'static, str>,
+    /// The value.
+    pub value: AttrValue,
+}
+
+impl KeyValue {
+    /// A key-value pair from anything that converts.
+    #[inline]
+    pub fn new(key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) -> KeyValue {
+        KeyValue { key: key.into(), value: value.into() }
+    }
+}
+
+#[cfg(feature = "otel")]
+mod otel_conversions {
+    use super::{AttrValue, KeyValue};
+    use opentelemetry::{Array, StringValue, Value};
+
+    impl From<AttrValue> for Value {
+        fn from(value: AttrValue) -> Value {
+            match value {
+                AttrValue::Bool(v) => Value::Bool(v),
+                AttrValue::I64(v) => Value::I64(v),
+                AttrValue::F64(v) => Value::F64(v),
+                AttrValue::Str(v) => Value::String(StringValue::from(v)),
+                AttrValue::BoolArray(v) => Value::Array(Array::Bool(v)),
+                AttrValue::I64Array(v) => Value::Array(Array::I64(v)),
+                AttrValue::F64Array(v) => Value::Array(Array::F64(v)),
+                AttrValue::StrArray(v) => Value::Array(Array::String(v.into_iter().map(StringValue::from).collect())),
+            }
+        }
+    }
+
+    impl From<KeyValue> for opentelemetry::KeyValue {
+        fn from(kv: KeyValue) -> opentelemetry::KeyValue {
+            opentelemetry::KeyValue::new(kv.key, Value::from(kv.value))
+        }
+    }
+}
