@@ -12,7 +12,7 @@
 //! cannot drift.
 //!
 //! Each key carries its [`Stability`], and [`ALL`] lists every key once
-//! (the docs table is generated from it):
+//! (for docs tables and drift tests):
 //!
 //! - **stable** OpenTelemetry conventions: `service.*`, `k8s.*`;
 //! - **experimental** or **deprecated** OpenTelemetry conventions:
