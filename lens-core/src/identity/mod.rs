@@ -14,11 +14,14 @@
 //!   ([`detect_host`], [`detect_slurm`], [`detect_kubernetes`]) and the
 //!   precedence rule between identity, caller and detected attributes.
 //! - [`lens_job_uuid`], [`lens_run_uuid`]: the original's uuid5 recipes.
+//!
+//! The submodules hold the details (precedence tables, recipes); their
+//! items are re-exported here.
 
-mod rank;
-mod resource;
-mod run_id;
-mod uuids;
+pub mod rank;
+pub mod resource;
+pub mod run_id;
+pub mod uuids;
 
 pub use rank::{RankContext, RankContextError};
 pub use resource::{
