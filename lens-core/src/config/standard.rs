@@ -1,0 +1,552 @@
+//! The standard `OTEL_*` variables, typed (SPEC A2, A8, A14).
+//!
+//! The OpenTelemetry SDK reads no environment on its own in lens (A14): the
+//! runtime builds every provider and exporter from these settings, so each
+//! variable is read exactly once, validated with the rest of the
+//! configuration, and can be injected in tests.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::headers::Headers;
+
+/// One OpenTelemetry signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    /// Spans.
+    Traces,
+    /// Metric points.
+    Metrics,
+    /// Log records.
+    Logs,
+}
+
+impl Signal {
+    /// The three signals, in this order.
+    pub const ALL: [Signal; 3] = [Signal::Traces, Signal::Metrics, Signal::Logs];
+
+    /// `traces`, `metrics` or `logs` (as in `/v1/traces`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces",
+            Signal::Metrics => "metrics",
+            Signal::Logs => "logs",
+        }
+    }
+
+    /// `TRACES`, `METRICS` or `LOGS` (as in `OTEL_TRACES_EXPORTER`).
+    pub const fn env_name(self) -> &'static str {
+        match self {
+            Signal::Traces => "TRACES",
+            Signal::Metrics => "METRICS",
+            Signal::Logs => "LOGS",
+        }
+    }
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a signal goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExporterKind {
+    /// OTLP to a collector or backend (`otlp`).
+    Otlp,
+    /// Compact JSON lines on standard output (`console`).
+    Console,
+    /// OTLP/JSON lines per signal and rank under the file directory (`file`).
+    File,
+    /// A pull endpoint for Prometheus (`prometheus`, metrics only).
+    Prometheus,
+    /// Nothing (`none`, per-signal variables only).
+    None,
+}
+
+impl ExporterKind {
+    /// The names `<PREFIX>_EXPORTER` accepts (it sets every signal).
+    pub const ALL_SIGNALS_NAMES: &'static [&'static str] = &["otlp", "console", "file"];
+    /// The names `OTEL_TRACES_EXPORTER` and `OTEL_LOGS_EXPORTER` accept.
+    pub const TRACES_LOGS_NAMES: &'static [&'static str] = &["otlp", "console", "file", "none"];
+    /// The names `OTEL_METRICS_EXPORTER` accepts.
+    pub const METRICS_NAMES: &'static [&'static str] = &["otlp", "console", "file", "prometheus", "none"];
+
+    /// The exporter's name in the variables.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ExporterKind::Otlp => "otlp",
+            ExporterKind::Console => "console",
+            ExporterKind::File => "file",
+            ExporterKind::Prometheus => "prometheus",
+            ExporterKind::None => "none",
+        }
+    }
+
+    /// The exporter named `name` (case-insensitive), if any.
+    pub fn from_name(name: &str) -> Option<ExporterKind> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "otlp" => Some(ExporterKind::Otlp),
+            "console" => Some(ExporterKind::Console),
+            "file" => Some(ExporterKind::File),
+            "prometheus" => Some(ExporterKind::Prometheus),
+            "none" => Some(ExporterKind::None),
+            _ => None,
+        }
+    }
+
+    /// The names accepted for `signal` in its `OTEL_<SIGNAL>_EXPORTER`.
+    pub const fn names_for(signal: Signal) -> &'static [&'static str] {
+        match signal {
+            Signal::Metrics => Self::METRICS_NAMES,
+            Signal::Traces | Signal::Logs => Self::TRACES_LOGS_NAMES,
+        }
+    }
+}
+
+impl fmt::Display for ExporterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The OTLP wire protocol.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OtlpProtocol {
+    /// gRPC (`grpc`, the default, port 4317).
+    #[default]
+    Grpc,
+    /// Protobuf over HTTP (`http/protobuf`, port 4318).
+    HttpProtobuf,
+    /// JSON over HTTP (`http/json`, port 4318).
+    HttpJson,
+}
+
+impl OtlpProtocol {
+    /// Every accepted name.
+    pub const NAMES: &'static [&'static str] = &["grpc", "http/protobuf", "http/json"];
+
+    /// The protocol's name in `OTEL_EXPORTER_OTLP_PROTOCOL`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OtlpProtocol::Grpc => "grpc",
+            OtlpProtocol::HttpProtobuf => "http/protobuf",
+            OtlpProtocol::HttpJson => "http/json",
+        }
+    }
+
+    /// The protocol named `name` (case-insensitive), if any.
+    pub fn from_name(name: &str) -> Option<OtlpProtocol> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "grpc" => Some(OtlpProtocol::Grpc),
+            "http/protobuf" => Some(OtlpProtocol::HttpProtobuf),
+            "http/json" => Some(OtlpProtocol::HttpJson),
+            _ => None,
+        }
+    }
+
+    /// Whether this is one of the HTTP protocols.
+    pub const fn is_http(self) -> bool {
+        !matches!(self, OtlpProtocol::Grpc)
+    }
+}
+
+impl fmt::Display for OtlpProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Payload compression for OTLP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Compression {
+    /// No compression (`none`, the default).
+    #[default]
+    None,
+    /// gzip (`gzip`).
+    Gzip,
+}
+
+impl Compression {
+    /// Every accepted name.
+    pub const NAMES: &'static [&'static str] = &["gzip", "none"];
+
+    /// The name in `OTEL_EXPORTER_OTLP_COMPRESSION`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+        }
+    }
+
+    /// The compression named `name` (case-insensitive), if any.
+    pub fn from_name(name: &str) -> Option<Compression> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "none" => Some(Compression::None),
+            "gzip" => Some(Compression::Gzip),
+            _ => None,
+        }
+    }
+}
+
+/// The trace sampler of `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`.
+///
+/// The `rank_aware` sampling strategy delegates to this one on ranks that
+/// record spans (A4).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum TracesSampler {
+    /// Record every span (`always_on`).
+    AlwaysOn,
+    /// Record nothing (`always_off`).
+    AlwaysOff,
+    /// Keep the given share of traces by trace id (`traceidratio`).
+    TraceIdRatio(f64),
+    /// Follow the parent, else always on (`parentbased_always_on`, the default).
+    #[default]
+    ParentBasedAlwaysOn,
+    /// Follow the parent, else always off (`parentbased_always_off`).
+    ParentBasedAlwaysOff,
+    /// Follow the parent, else a trace-id ratio (`parentbased_traceidratio`).
+    ParentBasedTraceIdRatio(f64),
+}
+
+impl TracesSampler {
+    /// Every accepted name.
+    pub const NAMES: &'static [&'static str] = &[
+        "always_on",
+        "always_off",
+        "traceidratio",
+        "parentbased_always_on",
+        "parentbased_always_off",
+        "parentbased_traceidratio",
+    ];
+
+    /// The sampler's name in `OTEL_TRACES_SAMPLER`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TracesSampler::AlwaysOn => "always_on",
+            TracesSampler::AlwaysOff => "always_off",
+            TracesSampler::TraceIdRatio(_) => "traceidratio",
+            TracesSampler::ParentBasedAlwaysOn => "parentbased_always_on",
+            TracesSampler::ParentBasedAlwaysOff => "parentbased_always_off",
+            TracesSampler::ParentBasedTraceIdRatio(_) => "parentbased_traceidratio",
+        }
+    }
+
+    /// The sampler named `name` (case-insensitive) with `ratio` for the
+    /// ratio samplers (the standard's default is 1.0), if the name is known.
+    pub fn from_name(name: &str, ratio: f64) -> Option<TracesSampler> {
+        Some(match name.trim().to_ascii_lowercase().as_str() {
+            "always_on" => TracesSampler::AlwaysOn,
+            "always_off" => TracesSampler::AlwaysOff,
+            "traceidratio" => TracesSampler::TraceIdRatio(ratio),
+            "parentbased_always_on" => TracesSampler::ParentBasedAlwaysOn,
+            "parentbased_always_off" => TracesSampler::ParentBasedAlwaysOff,
+            "parentbased_traceidratio" => TracesSampler::ParentBasedTraceIdRatio(ratio),
+            _ => return None,
+        })
+    }
+
+    /// The ratio of a ratio sampler.
+    pub const fn ratio(self) -> Option<f64> {
+        match self {
+            TracesSampler::TraceIdRatio(r) | TracesSampler::ParentBasedTraceIdRatio(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for TracesSampler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ratio() {
+            Some(r) => write!(f, "{}({r})", self.as_str()),
+            None => f.write_str(self.as_str()),
+        }
+    }
+}
+
+/// A context propagator of `OTEL_PROPAGATORS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Propagator {
+    /// W3C `traceparent` / `tracestate` (`tracecontext`).
+    TraceContext,
+    /// W3C `baggage` (`baggage`).
+    Baggage,
+}
+
+impl Propagator {
+    /// Every accepted name (`none` means "no propagator").
+    pub const NAMES: &'static [&'static str] = &["tracecontext", "baggage", "none"];
+
+    /// The propagator's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Propagator::TraceContext => "tracecontext",
+            Propagator::Baggage => "baggage",
+        }
+    }
+}
+
+/// An OTLP endpoint as given, and which variable form gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtlpEndpoint {
+    /// The URL as written (trimmed).
+    pub url: String,
+    /// True when it came from a per-signal variable
+    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), which HTTP uses as-is; false
+    /// for the general `OTEL_EXPORTER_OTLP_ENDPOINT`, to which HTTP appends
+    /// `/v1/<signal>`.
+    pub signal_specific: bool,
+}
+
+/// The OTLP settings of one signal, after per-signal variables have
+/// overridden the general ones.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtlpSettings {
+    /// The endpoint, when one was given; see [`OtlpSettings::endpoint_url`].
+    pub endpoint: Option<OtlpEndpoint>,
+    /// The wire protocol (default `grpc`).
+    pub protocol: OtlpProtocol,
+    /// Headers: the general list merged with the per-signal list (which
+    /// wins per key). Values are never shown.
+    pub headers: Headers,
+    /// Timeout of one export (default 10 s).
+    pub timeout: Duration,
+    /// Payload compression (default none).
+    pub compression: Compression,
+    /// PEM file of a private CA for `https` endpoints.
+    pub certificate: Option<PathBuf>,
+}
+
+impl Default for OtlpSettings {
+    fn default() -> OtlpSettings {
+        OtlpSettings {
+            endpoint: None,
+            protocol: OtlpProtocol::Grpc,
+            headers: Headers::new(),
+            timeout: Duration::from_millis(10_000),
+            compression: Compression::None,
+            certificate: None,
+        }
+    }
+}
+
+impl OtlpSettings {
+    /// The URL the exporter of `signal` sends to, following the standard:
+    /// with no endpoint, `http://localhost:4317` for gRPC and
+    /// `http://localhost:4318/v1/<signal>` for HTTP; a per-signal endpoint
+    /// as-is; the general endpoint as-is for gRPC and with `/v1/<signal>`
+    /// appended for HTTP.
+    ///
+    /// ```
+    /// use lens_core::config::{OtlpEndpoint, OtlpProtocol, OtlpSettings, Signal};
+    ///
+    /// let mut s = OtlpSettings::default();
+    /// assert_eq!(s.endpoint_url(Signal::Traces), "http://localhost:4317");
+    /// s.protocol = OtlpProtocol::HttpProtobuf;
+    /// s.endpoint = Some(OtlpEndpoint { url: "http://collector:4318/".into(), signal_specific: false });
+    /// assert_eq!(s.endpoint_url(Signal::Metrics), "http://collector:4318/v1/metrics");
+    /// ```
+    pub fn endpoint_url(&self, signal: Signal) -> String {
+        match &self.endpoint {
+            None if self.protocol.is_http() => format!("http://localhost:4318/v1/{signal}"),
+            None => "http://localhost:4317".to_string(),
+            Some(e) if e.signal_specific || !self.protocol.is_http() => e.url.clone(),
+            Some(e) => format!("{}/v1/{signal}", e.url.trim_end_matches('/')),
+        }
+    }
+}
+
+/// Settings of the batch span processor (`OTEL_BSP_*`).
+///
+/// The defaults are lens's, not the standard's (2048 / 512 / 5000 ms / 1):
+/// they are sized for the throughput target of one million spans per second
+/// per process, so that a burst of per-microbatch spans does not overflow the
+/// queue between two exports. The price is memory: a full queue of 65 536
+/// spans holds roughly 30 to 60 MiB, depending on attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchSettings {
+    /// Spans held before new ones are dropped (`OTEL_BSP_MAX_QUEUE_SIZE`, 65536).
+    pub max_queue_size: usize,
+    /// Spans per export request (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, 4096).
+    pub max_export_batch_size: usize,
+    /// Delay between two exports (`OTEL_BSP_SCHEDULE_DELAY`, 200 ms).
+    pub schedule_delay: Duration,
+    /// Export requests in flight at once (`OTEL_BSP_MAX_CONCURRENT_EXPORTS`, 2).
+    pub max_concurrent_exports: usize,
+}
+
+impl Default for BatchSettings {
+    fn default() -> BatchSettings {
+        BatchSettings {
+            max_queue_size: 65_536,
+            max_export_batch_size: 4096,
+            schedule_delay: Duration::from_millis(200),
+            max_concurrent_exports: 2,
+        }
+    }
+}
+
+/// The standard `OTEL_*` settings that lens honours.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtelSettings {
+    /// `OTEL_SDK_DISABLED=true`: telemetry off, whatever else says (A2).
+    pub sdk_disabled: bool,
+    /// `OTEL_TRACES_EXPORTER`, when set.
+    pub traces_exporter: Option<ExporterKind>,
+    /// `OTEL_METRICS_EXPORTER`, when set.
+    pub metrics_exporter: Option<ExporterKind>,
+    /// `OTEL_LOGS_EXPORTER`, when set.
+    pub logs_exporter: Option<ExporterKind>,
+    /// `OTEL_TRACES_SAMPLER` with `OTEL_TRACES_SAMPLER_ARG`.
+    pub traces_sampler: TracesSampler,
+    /// OTLP settings for traces.
+    pub otlp_traces: OtlpSettings,
+    /// OTLP settings for metrics.
+    pub otlp_metrics: OtlpSettings,
+    /// OTLP settings for logs.
+    pub otlp_logs: OtlpSettings,
+    /// `OTEL_METRIC_EXPORT_INTERVAL` (default 10 s, the original's, not the
+    /// SDK's 60 s).
+    pub metric_export_interval: Duration,
+    /// `OTEL_EXPORTER_PROMETHEUS_HOST` (default `localhost`).
+    pub prometheus_host: String,
+    /// `OTEL_EXPORTER_PROMETHEUS_PORT` (default 9464; 0 picks a free port).
+    pub prometheus_port: u16,
+    /// `OTEL_PROPAGATORS` (default tracecontext, baggage; `none` is empty).
+    pub propagators: Vec<Propagator>,
+    /// `OTEL_BSP_*`.
+    pub batch: BatchSettings,
+}
+
+impl Default for OtelSettings {
+    fn default() -> OtelSettings {
+        OtelSettings {
+            sdk_disabled: false,
+            traces_exporter: None,
+            metrics_exporter: None,
+            logs_exporter: None,
+            traces_sampler: TracesSampler::ParentBasedAlwaysOn,
+            otlp_traces: OtlpSettings::default(),
+            otlp_metrics: OtlpSettings::default(),
+            otlp_logs: OtlpSettings::default(),
+            metric_export_interval: Duration::from_millis(10_000),
+            prometheus_host: "localhost".to_string(),
+            prometheus_port: 9464,
+            propagators: vec![Propagator::TraceContext, Propagator::Baggage],
+            batch: BatchSettings::default(),
+        }
+    }
+}
+
+impl OtelSettings {
+    /// The OTLP settings of `signal`.
+    pub fn otlp(&self, signal: Signal) -> &OtlpSettings {
+        match signal {
+            Signal::Traces => &self.otlp_traces,
+            Signal::Metrics => &self.otlp_metrics,
+            Signal::Logs => &self.otlp_logs,
+        }
+    }
+
+    /// The OTLP settings of `signal`, to change in code.
+    pub fn otlp_mut(&mut self, signal: Signal) -> &mut OtlpSettings {
+        match signal {
+            Signal::Traces => &mut self.otlp_traces,
+            Signal::Metrics => &mut self.otlp_metrics,
+            Signal::Logs => &mut self.otlp_logs,
+        }
+    }
+
+    /// The per-signal exporter override (`OTEL_<SIGNAL>_EXPORTER`), if set.
+    pub fn exporter_override(&self, signal: Signal) -> Option<ExporterKind> {
+        match signal {
+            Signal::Traces => self.traces_exporter,
+            Signal::Metrics => self.metrics_exporter,
+            Signal::Logs => self.logs_exporter,
+        }
+    }
+}
+
+/// Checks the syntax of an OTLP endpoint: `http` or `https`, a host, an
+/// optional numeric port, no whitespace, no user-info (credentials belong in
+/// the headers). Returns what is wrong.
+pub(crate) fn check_endpoint(url: &str) -> Result<(), &'static str> {
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("it contains a space or control character");
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("no scheme: write http:// or https:// first");
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err("the scheme must be http or https");
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err("credentials in the URL are not accepted; put them in OTEL_EXPORTER_OTLP_HEADERS");
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let Some((host, after)) = v6.split_once(']') else {
+            return Err("an IPv6 host lacks its closing ']'");
+        };
+        match after {
+            "" => (host, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return Err("unexpected text after the IPv6 host"),
+            },
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host");
+    }
+    if !host.chars().all(|c| c.is_ascii_alphanumeric() || "-._:%".contains(c)) {
+        return Err("the host holds characters a host name cannot hold");
+    }
+    if let Some(port) = port {
+        if port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()) || port.parse::<u16>().is_err() {
+            return Err("the port must be a number from 0 to 65535");
+        }
+    }
+    Ok(())
+}
+
+/// The endpoint with any user-info part replaced, safe to show in an error.
+pub(crate) fn redact_endpoint(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return match url.rsplit_once('@') {
+            Some((_, host)) => format!("[REDACTED]@{host}"),
+            None => url.to_string(),
+        };
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://[REDACTED]@{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_syntax() {
+        for ok in ["http://localhost:4317", "https://c.example.com", "http://[::1]:4318/v1/traces", "HTTP://h"] {
+            assert_eq!(check_endpoint(ok), Ok(()), "{ok}");
+        }
+        for bad in
+            ["localhost:4317", "ftp://h", "http://", "http://h:x", "http://h:70000", "http://a b", "http://u:p@h"]
+        {
+            assert!(check_endpoint(bad).is_err(), "{bad}");
+        }
+        assert_eq!(redact_endpoint("http://u:s3cr3t@h:1/x"), "http://[REDACTED]@h:1/x");
+    }
+}
