@@ -1,0 +1,81 @@
+//! The active tracer: the one process-global slot that the span helpers read.
+//!
+//! Setup installs the tracer of the providers it built, shutdown removes it;
+//! nothing else writes the slot. The span helpers read it after their group's
+//! gate has passed, so a disabled span never reaches this module.
+//!
+//! The slot is an [`AtomicPtr`] to a leaked `Box<SdkTracer>`: reading it is
+//! one `Acquire` load, with no lock and no `Arc` clone per span, and the
+//! reference it hands out is `&'static`. The price is one leaked tracer (a few
+//! hundred bytes, and the provider it keeps alive) per telemetry lifetime,
+//! because a reader may still hold the reference when shutdown empties the
+//! slot; `tracing`'s global dispatcher makes the same trade. Shutting the
+//! provider down does not depend on dropping it, so the leak never keeps a
+//! provider exporting: a tracer whose provider was shut down starts only
+//! non-recording spans.
+
+use std::fmt;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use opentelemetry_sdk::trace::SdkTracer;
+
+/// The slot: null (no tracer) or a pointer from `Box::into_raw` that is never
+/// freed once published.
+static ACTIVE: AtomicPtr<SdkTracer> = AtomicPtr::new(ptr::null_mut());
+
+/// A tracer is already installed; shut the active telemetry down first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracerAlreadyInstalled;
+
+impl fmt::Display for TracerAlreadyInstalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a lens tracer is already installed in this process: shut the active telemetry down before setting it up again")
+    }
+}
+
+impl std::error::Error for TracerAlreadyInstalled {}
+
+/// The tracer the span helpers use, if telemetry is set up.
+///
+/// One `Acquire` load. `None` before setup, on ranks that record no spans and
+/// after shutdown.
+#[inline]
+pub fn tracer() -> Option<&'static SdkTracer> {
+    let pointer = ACTIVE.load(Ordering::Acquire);
+    // SAFETY: the slot holds either null or a pointer that came from
+    // `Box::into_raw` in `install` and is never freed after it was published
+    // (uninstall leaks it on purpose), so it is valid for `'static`; the
+    // `Acquire` load pairs with the `AcqRel` exchange that published it, so
+    // the tracer's initialisation is visible here.
+    unsafe { pointer.as_ref() }
+}
+
+/// Installs `tracer` as the active tracer.
+///
+/// Only setup calls this (it is public for lens-core's integration tests).
+/// Fails, and drops `tracer`, when a tracer is already installed.
+#[doc(hidden)]
+#[cold]
+pub fn install(tracer: SdkTracer) -> Result<(), TracerAlreadyInstalled> {
+    let pointer = Box::into_raw(Box::new(tracer));
+    match ACTIVE.compare_exchange(ptr::null_mut(), pointer, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Ok(()),
+        Err(_) => {
+            // SAFETY: `pointer` came from `Box::into_raw` just above and was
+            // never published, so this is its only owner.
+            drop(unsafe { Box::from_raw(pointer) });
+            Err(TracerAlreadyInstalled)
+        }
+    }
+}
+
+/// Empties the slot. The tracer that was there is leaked (see the module
+/// docs); new spans are inert from here on.
+///
+/// Only shutdown calls this. Returns whether a tracer was installed.
+#[doc(hidden)]
+#[cold]
+pub fn uninstall() -> bool {
+    !ACTIVE.swap(ptr::null_mut(), Ordering::AcqRel).is_null()
+}

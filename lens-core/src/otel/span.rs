@@ -1,0 +1,676 @@
+//! Span helpers: the one-line ways instrumented code opens a span.
+//!
+//! Every helper but [`span_cm`] is gated by a span group: when the group is
+//! disabled the helper costs the gate (one relaxed load and a mask test) and
+//! returns an inert [`SpanGuard`]; it allocates nothing, takes no lock and
+//! does not even read the active tracer. When the group is enabled the helper
+//! reads the active tracer ([`crate::otel::active`], one load), starts the
+//! span with its attributes set through the span builder (so samplers see
+//! them), and, for the managed forms, makes it the current span until the
+//! guard is dropped.
+//!
+//! # Attributes
+//!
+//! Attributes are lens's own [`KeyValue`]s, so the compiled-out facade has the
+//! same signatures without any OpenTelemetry type. Every helper takes
+//! `impl IntoIterator<Item = KeyValue>`: an array such as
+//! `[KeyValue::new("megatron.iteration", 7)]`, a `Vec`, or `[]`. A disabled
+//! helper never iterates it, and an array of keys that are `&'static str`
+//! with numeric, boolean or `&'static str` values is built on the stack, so it
+//! costs a few moves and no allocation. A value that is costly to compute (a
+//! `format!`, a lookup) goes inside [`lazy_attributes`], which the helper
+//! calls only when the span is recorded.
+//!
+//! # Errors and panics
+//!
+//! A guard's `Drop` ends the span on every path, `?` and panics included;
+//! during a panic it first marks the span `ERROR` with an `exception` event.
+//! The closure forms [`try_in_managed_span`] and [`try_instrument_future`] also
+//! see an `Err` result and mark the span the same way.
+//!
+//! ```
+//! use lens_core::attr::KeyValue;
+//! use lens_core::groups::SpanGroup;
+//! use lens_core::otel::span::{in_managed_span, managed_span};
+//!
+//! // Before setup every group is disabled: the body runs, nothing is recorded.
+//! let span = managed_span(SpanGroup::STEP, "megatron.train_step", [KeyValue::new("megatron.iteration", 7)]);
+//! assert!(!span.is_recording());
+//! span.set_attribute("megatron.loss", 2.5); // does nothing on an inert guard
+//! drop(span);
+//!
+//! let sum = in_managed_span(SpanGroup::STEP, "megatron.sum", [], |_span| 2 + 2);
+//! assert_eq!(sum, 4);
+//! ```
+
+use std::borrow::Cow;
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::time::SystemTime;
+
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::trace::{Link, SpanBuilder, SpanRef, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, ContextGuard};
+use opentelemetry_sdk::trace::SdkTracer;
+use opentelemetry_semantic_conventions::attribute::{EXCEPTION_MESSAGE, EXCEPTION_TYPE};
+
+use crate::attr::{AttrValue, KeyValue};
+use crate::groups::{SpanGroup, is_span_group_enabled};
+use crate::otel::active;
+use crate::otel::propagation::RemoteContext;
+
+/// The keys whose string values [`safe_set_span_attributes`] replaces with
+/// [`REDACTED`], as in the original: exact, case-sensitive matches.
+pub const DEFAULT_REDACT_KEYS: &[&str] =
+    &["prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"];
+
+/// What a redacted value is replaced with.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// The name of the event that records an error or a panic on a span.
+pub const EXCEPTION_EVENT: &str = "exception";
+
+/// The `exception.type` recorded when a span ends during a panic.
+pub const PANIC_EXCEPTION_TYPE: &str = "panic";
+
+/// Attributes computed only when the span is recorded; see [`lazy_attributes`].
+#[derive(Clone, Copy)]
+pub struct LazyAttributes<F>(F);
+
+/// Defers computing attributes until a span is actually recorded.
+///
+/// ```
+/// use lens_core::attr::KeyValue;
+/// use lens_core::groups::SpanGroup;
+/// use lens_core::otel::span::{lazy_attributes, managed_span};
+///
+/// let shape = vec![8, 1024];
+/// let _span = managed_span(
+///     SpanGroup::FORWARD_BACKWARD,
+///     "megatron.forward",
+///     lazy_attributes(|| [KeyValue::new("megatron.shape", format!("{shape:?}"))]),
+/// );
+/// ```
+#[inline]
+pub fn lazy_attributes<F, I>(compute: F) -> LazyAttributes<F>
+where
+    F: FnOnce() -> I,
+    I: IntoIterator<Item = KeyValue>,
+{
+    LazyAttributes(compute)
+}
+
+impl<F, I> IntoIterator for LazyAttributes<F>
+where
+    F: FnOnce() -> I,
+    I: IntoIterator<Item = KeyValue>,
+{
+    type Item = KeyValue;
+    type IntoIter = I::IntoIter;
+
+    fn into_iter(self) -> I::IntoIter {
+        (self.0)().into_iter()
+    }
+}
+
+impl<F> fmt::Debug for LazyAttributes<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LazyAttributes")
+    }
+}
+
+/// A link from a span to another span, usually one in another trace or
+/// another process.
+///
+/// Built from a [`RemoteContext`]; a link to an invalid context ("no
+/// context") is skipped when the span starts.
+#[derive(Clone, Debug)]
+pub struct SpanLink {
+    link: Option<Link>,
+}
+
+impl SpanLink {
+    /// A link to the span of `remote` (skipped if `remote` is not valid).
+    pub fn new(remote: &RemoteContext) -> SpanLink {
+        let span_context = remote.otel_context().span().span_context().clone();
+        let link = span_context.is_valid().then(|| Link::with_context(span_context));
+        SpanLink { link }
+    }
+
+    /// The same link with attributes describing it.
+    #[must_use]
+    pub fn with_attributes(mut self, attributes: impl IntoIterator<Item = KeyValue>) -> SpanLink {
+        if let Some(link) = &mut self.link {
+            link.attributes.extend(attributes.into_iter().map(opentelemetry::KeyValue::from));
+        }
+        self
+    }
+
+    /// Whether the link points at a valid span (and will be recorded).
+    pub fn is_valid(&self) -> bool {
+        self.link.is_some()
+    }
+
+    pub(crate) fn into_link(self) -> Option<Link> {
+        self.link
+    }
+}
+
+/// An open span, with no tie to the thread that opened it (so it is `Send`).
+/// Dropping it ends the span, after marking it `ERROR` when the thread is
+/// panicking.
+struct OpenSpan {
+    cx: Context,
+    end_time: Option<SystemTime>,
+}
+
+impl OpenSpan {
+    fn span(&self) -> SpanRef<'_> {
+        self.cx.span()
+    }
+}
+
+impl Drop for OpenSpan {
+    fn drop(&mut self) {
+        let span = self.cx.span();
+        if std::thread::panicking() {
+            record_exception(&span, PANIC_EXCEPTION_TYPE, "the thread panicked while the span was open".into());
+        }
+        match self.end_time {
+            Some(end_time) => span.end_with_timestamp(end_time),
+            None => span.end(),
+        }
+    }
+}
+
+fn record_exception(span: &SpanRef<'_>, exception_type: &str, message: String) {
+    if !span.is_recording() {
+        return;
+    }
+    span.add_event(
+        EXCEPTION_EVENT,
+        vec![
+            opentelemetry::KeyValue::new(EXCEPTION_TYPE, exception_type.to_owned()),
+            opentelemetry::KeyValue::new(EXCEPTION_MESSAGE, message.clone()),
+        ],
+    );
+    span.set_status(Status::error(message));
+}
+
+/// A span that stays open while the guard lives: the RAII form of every
+/// span helper.
+///
+/// Dropping the guard ends the span (also on `?` and on panic, which marks it
+/// `ERROR` with an `exception` event first) and, for the managed forms, makes
+/// the previous span current again. A guard for a disabled group, or made
+/// before setup, is inert: every method does nothing and
+/// [`is_recording`](SpanGuard::is_recording) is false.
+///
+/// The guard is neither `Send` nor `Sync`, in both facade modes: the current
+/// span is thread-local, so the guard must be dropped on the thread that made
+/// it. To keep a span across `.await` points use [`instrument_future`].
+#[must_use = "the span ends when the guard is dropped: bind it with `let _span = ...`"]
+pub struct SpanGuard {
+    // Dropped before `open` (see `Drop`), so the previous context is current
+    // again before the span ends.
+    attached: Option<ContextGuard>,
+    open: Option<OpenSpan>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl SpanGuard {
+    /// An inert guard: what a disabled group gets.
+    #[inline]
+    pub const fn noop() -> SpanGuard {
+        SpanGuard { attached: None, open: None, _not_send: PhantomData }
+    }
+
+    fn span(&self) -> Option<SpanRef<'_>> {
+        self.open.as_ref().map(OpenSpan::span)
+    }
+
+    /// Whether the span is recorded (false for an inert guard and for a span
+    /// the sampler dropped).
+    #[inline]
+    pub fn is_recording(&self) -> bool {
+        self.span().is_some_and(|span| span.is_recording())
+    }
+
+    /// Sets one attribute. Values have lens's types ([`AttrValue`]); use
+    /// [`safe_set_span_attributes`] for values that may need redaction.
+    pub fn set_attribute(&self, key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) {
+        if let Some(span) = self.span() {
+            span.set_attribute(KeyValue::new(key, value).into());
+        }
+    }
+
+    /// Sets several attributes.
+    pub fn set_attributes(&self, attributes: impl IntoIterator<Item = KeyValue>) {
+        if let Some(span) = self.span() {
+            span.set_attributes(attributes.into_iter().map(opentelemetry::KeyValue::from));
+        }
+    }
+
+    /// Adds an event with attributes, timestamped now.
+    pub fn add_event(&self, name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) {
+        if let Some(span) = self.span() {
+            span.add_event(name, to_otel(attributes));
+        }
+    }
+
+    /// Records `error` as an `exception` event (`exception.type` is `error`,
+    /// since a `dyn Error` has no type name; `exception.message` is its
+    /// `Display`) and marks the span `ERROR` with the message.
+    pub fn record_error(&self, error: &dyn Error) {
+        if let Some(span) = self.span() {
+            record_exception(&span, "error", error.to_string());
+        }
+    }
+
+    /// Marks the span `ERROR` with `description`, without an event.
+    pub fn set_status_error(&self, description: impl Into<Cow<'static, str>>) {
+        if let Some(span) = self.span() {
+            span.set_status(Status::error(description));
+        }
+    }
+
+    /// The span's context, to link to it or to propagate it to another thread,
+    /// process or rank; "no context" for an inert guard.
+    pub fn remote_context(&self) -> RemoteContext {
+        match self.span() {
+            Some(span) if span.span_context().is_valid() => {
+                RemoteContext::from_otel(Context::new().with_remote_span_context(span.span_context().clone()))
+            }
+            _ => RemoteContext::none(),
+        }
+    }
+
+    /// Ends the span now (the same as dropping the guard).
+    #[inline]
+    pub fn end(self) {}
+
+    /// Ends the span with an explicit end time (for spans measured after the
+    /// fact; see also [`backdated_span`]).
+    pub fn end_at(mut self, end_time: SystemTime) {
+        drop(self.attached.take());
+        if let Some(open) = &mut self.open {
+            open.end_time = Some(end_time);
+        }
+    }
+}
+
+impl Drop for SpanGuard {
+    fn drop(&mut self) {
+        drop(self.attached.take());
+        drop(self.open.take());
+    }
+}
+
+impl fmt::Debug for SpanGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.span() {
+            None => f.write_str("SpanGuard(inert)"),
+            Some(span) => f
+                .debug_struct("SpanGuard")
+                .field("trace_id", &span.span_context().trace_id())
+                .field("span_id", &span.span_context().span_id())
+                .field("recording", &span.is_recording())
+                .field("current", &self.attached.is_some())
+                .finish(),
+        }
+    }
+}
+
+/// Where a new span takes its parent from.
+pub(crate) enum Parent<'a> {
+    /// The current context (the usual case).
+    Current,
+    /// No parent: the span starts a new trace (the current context's other
+    /// entries, such as baggage, are kept when it is made current).
+    NewTrace,
+    /// An explicit context.
+    #[expect(dead_code, reason = "the hook for the lifecycle code, which starts spans under an explicit parent")]
+    Context(&'a Context),
+}
+
+/// How to start a span; the lifecycle code can start spans with an explicit
+/// parent or start time through [`start_span`].
+pub(crate) struct StartOptions<'a> {
+    pub(crate) parent: Parent<'a>,
+    pub(crate) start_time: Option<SystemTime>,
+    pub(crate) links: Vec<Link>,
+    pub(crate) make_current: bool,
+}
+
+impl StartOptions<'_> {
+    pub(crate) fn current() -> StartOptions<'static> {
+        StartOptions { parent: Parent::Current, start_time: None, links: Vec::new(), make_current: true }
+    }
+}
+
+fn to_otel(attributes: impl IntoIterator<Item = KeyValue>) -> Vec<opentelemetry::KeyValue> {
+    attributes.into_iter().map(opentelemetry::KeyValue::from).collect()
+}
+
+/// Starts a span on `tracer` (the enabled path of every helper).
+pub(crate) fn start_span(
+    tracer: &SdkTracer,
+    name: Cow<'static, str>,
+    attributes: Vec<opentelemetry::KeyValue>,
+    options: StartOptions<'_>,
+) -> SpanGuard {
+    let mut builder = SpanBuilder::from_name(name);
+    builder.start_time = options.start_time;
+    if !attributes.is_empty() {
+        builder.attributes = Some(attributes);
+    }
+    if !options.links.is_empty() {
+        builder.links = Some(options.links);
+    }
+    let cx = match options.parent {
+        Parent::Current => Context::map_current(|current| {
+            let span = tracer.build_with_context(builder, current);
+            current.with_span(span)
+        }),
+        Parent::NewTrace => {
+            let span = tracer.build_with_context(builder, &Context::new());
+            Context::current_with_span(span)
+        }
+        Parent::Context(parent) => {
+            let span = tracer.build_with_context(builder, parent);
+            parent.with_span(span)
+        }
+    };
+    let attached = options.make_current.then(|| cx.clone().attach());
+    SpanGuard { attached, open: Some(OpenSpan { cx, end_time: None }), _not_send: PhantomData }
+}
+
+fn start_current(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValue>) -> SpanGuard {
+    match active::tracer() {
+        Some(tracer) => start_span(tracer, name, attributes, StartOptions::current()),
+        None => SpanGuard::noop(),
+    }
+}
+
+/// Opens a span that is always recorded while telemetry is set up (no group
+/// gate), current until the guard drops: for cold paths.
+///
+/// Before setup, and after shutdown, the guard is inert.
+pub fn span_cm(name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
+    start_current(name.into(), to_otel(attributes))
+}
+
+/// Opens a span of `group`, current until the guard drops.
+///
+/// A disabled group costs one relaxed load and a test and yields an inert
+/// guard; `attributes` is then dropped without being iterated.
+#[inline]
+pub fn managed_span(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    if !is_span_group_enabled(group) {
+        return SpanGuard::noop();
+    }
+    start_current(name.into(), to_otel(attributes))
+}
+
+/// Like [`managed_span`], with the span's start time set explicitly (it began
+/// before the code could open it). End it at a known time with
+/// [`SpanGuard::end_at`].
+#[inline]
+pub fn managed_span_since(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    start_time: SystemTime,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    if !is_span_group_enabled(group) {
+        return SpanGuard::noop();
+    }
+    match active::tracer() {
+        Some(tracer) => start_span(
+            tracer,
+            name.into(),
+            to_otel(attributes),
+            StartOptions { start_time: Some(start_time), ..StartOptions::current() },
+        ),
+        None => SpanGuard::noop(),
+    }
+}
+
+/// Records a span of `group` that already happened, from `start_time` to
+/// `end_time`, as a child of the current span; returns its context (to link
+/// to it), or "no context" when the group is disabled.
+#[inline]
+pub fn backdated_span(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    start_time: SystemTime,
+    end_time: SystemTime,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> RemoteContext {
+    if !is_span_group_enabled(group) {
+        return RemoteContext::none();
+    }
+    let Some(tracer) = active::tracer() else {
+        return RemoteContext::none();
+    };
+    let guard = start_span(
+        tracer,
+        name.into(),
+        to_otel(attributes),
+        StartOptions { start_time: Some(start_time), make_current: false, ..StartOptions::current() },
+    );
+    let context = guard.remote_context();
+    guard.end_at(end_time);
+    context
+}
+
+/// Opens a span of `group` that starts a new trace (no parent) and links to
+/// `links`, current until the guard drops: for the segmented traces of a long
+/// job, where each segment links to the one before.
+#[inline]
+pub fn new_trace_linked(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    links: impl IntoIterator<Item = SpanLink>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    if !is_span_group_enabled(group) {
+        return SpanGuard::noop();
+    }
+    let Some(tracer) = active::tracer() else {
+        return SpanGuard::noop();
+    };
+    let links = links.into_iter().filter_map(SpanLink::into_link).collect();
+    start_span(
+        tracer,
+        name.into(),
+        to_otel(attributes),
+        StartOptions { parent: Parent::NewTrace, links, ..StartOptions::current() },
+    )
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "the thread panicked while the span was open".to_owned()
+    }
+}
+
+/// Runs `body` in a span of `group` (the closure form of [`managed_span`]).
+///
+/// The body always runs, with the guard (inert when the group is disabled).
+/// A panic in the body marks the span `ERROR` with an `exception` event
+/// holding the panic message, ends it, and goes on unwinding.
+#[inline]
+pub fn in_managed_span<R>(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+    body: impl FnOnce(&SpanGuard) -> R,
+) -> R {
+    if !is_span_group_enabled(group) {
+        return body(&SpanGuard::noop());
+    }
+    run_in_span(start_current(name.into(), to_otel(attributes)), body)
+}
+
+fn run_in_span<R>(guard: SpanGuard, body: impl FnOnce(&SpanGuard) -> R) -> R {
+    if guard.open.is_none() {
+        return body(&guard);
+    }
+    match catch_unwind(AssertUnwindSafe(|| body(&guard))) {
+        Ok(result) => result,
+        Err(payload) => {
+            if let Some(span) = guard.span() {
+                record_exception(&span, PANIC_EXCEPTION_TYPE, panic_message(payload.as_ref()));
+            }
+            // End the span while not panicking, so it is not marked twice.
+            drop(guard);
+            resume_unwind(payload)
+        }
+    }
+}
+
+fn record_err<E: fmt::Display>(span: &SpanRef<'_>, error: &E) {
+    record_exception(span, std::any::type_name::<E>(), error.to_string());
+}
+
+/// Runs `body` in a span of `group`; an `Err` result marks the span `ERROR`
+/// with an `exception` event (`exception.type` is the error's type name,
+/// `exception.message` its `Display`) and is returned unchanged.
+#[inline]
+pub fn try_in_managed_span<T, E: fmt::Display>(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+    body: impl FnOnce(&SpanGuard) -> Result<T, E>,
+) -> Result<T, E> {
+    if !is_span_group_enabled(group) {
+        return body(&SpanGuard::noop());
+    }
+    run_in_span(start_current(name.into(), to_otel(attributes)), |guard| {
+        let result = body(guard);
+        if let (Err(error), Some(span)) = (&result, guard.span()) {
+            record_err(&span, error);
+        }
+        result
+    })
+}
+
+/// Starts a span for a future: a child of the current span, not made current
+/// here but attached on each poll of `future`.
+fn start_for_future(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValue>) -> Option<OpenSpan> {
+    let mut guard = start_span(
+        active::tracer()?,
+        name,
+        attributes,
+        StartOptions { make_current: false, ..StartOptions::current() },
+    );
+    guard.open.take()
+}
+
+/// Runs `future` in a span of `group` that stays current across `.await`
+/// points: the span starts now (a child of the current span), its context is
+/// made current on every poll of `future`, and it ends when the future
+/// completes, or when it is dropped unfinished (cancelled).
+///
+/// The returned future is `Send` when `future` is. A disabled group returns a
+/// future that only polls `future`.
+pub fn instrument_future<F: Future>(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+    future: F,
+) -> impl Future<Output = F::Output> {
+    let open = if is_span_group_enabled(group) { start_for_future(name.into(), to_otel(attributes)) } else { None };
+    async move {
+        match open {
+            None => future.await,
+            Some(open) => {
+                let output = future.with_context(open.cx.clone()).await;
+                drop(open);
+                output
+            }
+        }
+    }
+}
+
+/// Like [`instrument_future`], for a future that returns a `Result`: an
+/// `Err` marks the span `ERROR` with an `exception` event.
+pub fn try_instrument_future<T, E: fmt::Display, F: Future<Output = Result<T, E>>>(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+    future: F,
+) -> impl Future<Output = Result<T, E>> {
+    let open = if is_span_group_enabled(group) { start_for_future(name.into(), to_otel(attributes)) } else { None };
+    async move {
+        match open {
+            None => future.await,
+            Some(open) => {
+                let output = future.with_context(open.cx.clone()).await;
+                if let Err(error) = &output {
+                    record_err(&open.span(), error);
+                }
+                drop(open);
+                output
+            }
+        }
+    }
+}
+
+/// `value`, or [`REDACTED`] when `key` is one of `redact_keys` (an exact,
+/// case-sensitive match).
+///
+/// ```
+/// use lens_core::attr::AttrValue;
+/// use lens_core::otel::span::{DEFAULT_REDACT_KEYS, redact_value};
+///
+/// assert_eq!(redact_value("password", "hunter2".into(), DEFAULT_REDACT_KEYS), AttrValue::from("[REDACTED]"));
+/// assert_eq!(redact_value("Password", "hunter2".into(), DEFAULT_REDACT_KEYS), AttrValue::from("hunter2"));
+/// ```
+pub fn redact_value(key: &str, value: AttrValue, redact_keys: &[&str]) -> AttrValue {
+    if redact_keys.contains(&key) { AttrValue::Str(Cow::Borrowed(REDACTED)) } else { value }
+}
+
+/// Sets attributes on `span` with the original's rules: `None` entries are
+/// skipped, string values whose key is in `redact_keys` become
+/// [`REDACTED`], lists are set as they are (never redacted). Does nothing on
+/// a span that is not recording.
+///
+/// ```
+/// use lens_core::attr::KeyValue;
+/// use lens_core::otel::span::{DEFAULT_REDACT_KEYS, SpanGuard, safe_set_span_attributes};
+///
+/// let span = SpanGuard::noop();
+/// let maybe_model: Option<KeyValue> = None;
+/// safe_set_span_attributes(&span, [Some(KeyValue::new("prompt", "secret text")), maybe_model], DEFAULT_REDACT_KEYS);
+/// ```
+pub fn safe_set_span_attributes(
+    span: &SpanGuard,
+    attributes: impl IntoIterator<Item = impl Into<Option<KeyValue>>>,
+    redact_keys: &[&str],
+) {
+    if !span.is_recording() {
+        return;
+    }
+    span.set_attributes(attributes.into_iter().filter_map(Into::into).map(|kv| redact(kv, redact_keys)));
+}
+
+/// Redacts a string value under a redacted key (lists are left alone).
+pub(crate) fn redact(kv: KeyValue, redact_keys: &[&str]) -> KeyValue {
+    match kv.value {
+        AttrValue::Str(_) => KeyValue { value: redact_value(&kv.key, kv.value, redact_keys), key: kv.key },
+        _ => kv,
+    }
+}
