@@ -36,6 +36,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::marker::PhantomData;
 
 use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
@@ -130,6 +131,32 @@ impl RemoteContext {
     pub fn to_bytes(&self) -> Vec<u8> {
         encode_carrier(&self.to_carrier())
     }
+
+    /// Makes this context current on this thread until the guard drops, so
+    /// that spans opened meanwhile join the remote trace as children of the
+    /// remote span (an inference server handling a request that carries a
+    /// `traceparent`, a worker continuing its launcher's trace). "No
+    /// context" attaches nothing. Dropping the guard restores the previous
+    /// context on every path, so the remote context never leaks into the
+    /// next request on the same thread.
+    pub fn attach(&self) -> AttachedContext {
+        AttachedContext { guard: self.is_valid().then(|| self.cx.clone().attach()), _not_send: PhantomData }
+    }
+}
+
+/// Keeps a [`RemoteContext`] current until dropped (see
+/// [`RemoteContext::attach`]). Neither `Send` nor `Sync`: drop it on the
+/// thread that made it.
+#[must_use = "the context is current only while the guard lives: bind it with `let _context = ...`"]
+pub struct AttachedContext {
+    guard: Option<opentelemetry::ContextGuard>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for AttachedContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttachedContext").field("attached", &self.guard.is_some()).finish()
+    }
 }
 
 impl fmt::Debug for RemoteContext {
@@ -167,9 +194,37 @@ impl Injector for PairInjector {
 struct FieldExtractor(Vec<(&'static str, String)>);
 
 impl FieldExtractor {
+    /// Looks the fields up; a `traceparent` that is not well formed is
+    /// dropped (the SDK's parser accepts ids shorter than the W3C lengths).
     fn from_fields(lookup: impl Fn(&str) -> Option<String>) -> FieldExtractor {
         let fields = [TRACEPARENT, TRACESTATE, BAGGAGE];
-        FieldExtractor(fields.into_iter().filter_map(|field| lookup(field).map(|value| (field, value))).collect())
+        FieldExtractor(
+            fields
+                .into_iter()
+                .filter_map(|field| lookup(field).map(|value| (field, value)))
+                .filter(|(field, value)| *field != TRACEPARENT || is_well_formed_traceparent(value))
+                .collect(),
+        )
+    }
+}
+
+/// Whether `value` has the W3C shape: `vv-<32 hex>-<16 hex>-ff`, lower case,
+/// exactly four parts for version `00`, and a version other than `ff`.
+fn is_well_formed_traceparent(value: &str) -> bool {
+    fn lower_hex(part: &str, len: usize) -> bool {
+        part.len() == len && part.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
+    let parts: Vec<&str> = value.trim().split('-').collect();
+    match parts.as_slice() {
+        [version, trace_id, span_id, flags, rest @ ..] => {
+            lower_hex(version, 2)
+                && *version != "ff"
+                && (rest.is_empty() || *version != "00")
+                && lower_hex(trace_id, 32)
+                && lower_hex(span_id, 16)
+                && lower_hex(flags, 2)
+        }
+        _ => false,
     }
 }
 
