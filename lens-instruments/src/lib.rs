@@ -2,7 +2,54 @@
 //! inference (`gen_ai.*`, following the OpenTelemetry GenAI semantic
 //! conventions), RL training (`rl.*`) and Gym servers (`gym.*`).
 //!
-//! Each module creates its instruments once from a `Meter` into a handle and
-//! records only the values that are present. This crate is built on
-//! OpenTelemetry meters, so it is only part of the build when the `otel`
-//! feature of `lens-fallbacks` is on.
+//! Each module follows one pattern, the Rust form of the original's per-meter
+//! instrument cache: a handle created once from a
+//! [`Meter`](opentelemetry::metrics::Meter) holds the module's instruments
+//! (so recording looks nothing up), and its `record` method takes a values
+//! struct of `Option` fields and records only the values that are present.
+//! Dropping the handle drops the instruments; nothing is cached globally.
+//!
+//! - [`inference`]: [`InferenceMetrics`], [`InferenceValues`],
+//!   [`record_inference_metrics`] (all three also re-exported here);
+//! - [`rl`]: `RlMetrics`, `RlValues`, `record_rl_metrics` (from the module
+//!   only);
+//! - [`gym`]: `GymMetrics`, `GymValues`, `record_gym_metrics` (from the
+//!   module only);
+//! - [`buckets`]: the explicit histogram bucket boundaries;
+//! - [`semconv`]: the attribute keys, mirroring lens-core's;
+//! - [`InstrumentDescriptor`]: each instrument as data (name, kind, unit,
+//!   description, attributes, boundaries), which the modules build from and
+//!   the docs tables are checked against.
+//!
+//! Nothing here panics or returns an error: the OpenTelemetry API gives no
+//! failure signal from instrument creation, and a meter that cannot create an
+//! instrument (a no-op meter, or an SDK rejecting it after logging why) yields
+//! an instrument that records nothing.
+//!
+//! This crate depends on the OpenTelemetry metrics API only, so it is only in
+//! the build when the `otel` feature of `lens-fallbacks` is on. The user guide
+//! is `docs/metrics-lens.md`.
+//!
+//! ```
+//! use lens_instruments::{InferenceMetrics, InferenceValues};
+//! use opentelemetry::metrics::MeterProvider as _;
+//!
+//! let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
+//! let metrics = InferenceMetrics::new(&provider.meter("nemo.lens"));
+//! metrics.record(&InferenceValues { request_duration_s: Some(0.42), ..Default::default() });
+//! ```
+
+pub mod buckets;
+mod descriptor;
+pub mod gym;
+pub mod inference;
+pub mod rl;
+pub mod semconv;
+
+pub use descriptor::{InstrumentDescriptor, InstrumentKind};
+pub use inference::{InferenceMetrics, InferenceValues, record_inference_metrics};
+
+/// The examples of `docs/metrics-lens.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/metrics-lens.md")]
+pub struct MetricsLensDocExamples;

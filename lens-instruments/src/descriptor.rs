@@ -1,0 +1,93 @@
+//! What an instrument is, as data: name, kind, unit, description, attribute
+//! keys and bucket boundaries.
+//!
+//! Each module of this crate declares its instruments as
+//! [`InstrumentDescriptor`] constants and builds them from those constants,
+//! so the code, the tests and the docs tables read one source (the docs test
+//! fails when `docs/metrics-lens.md` drifts from them).
+
+use opentelemetry::metrics::{Gauge, Histogram, Meter};
+
+/// The kind of an instrument, as exporters and dashboards see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InstrumentKind {
+    /// A distribution of values (durations, sizes): percentiles are available.
+    Histogram,
+    /// A point-in-time value: the last reported value wins.
+    Gauge,
+    /// A monotonic cumulative count: dashboards show its rate.
+    Counter,
+}
+
+impl InstrumentKind {
+    /// The kind as written in the docs tables: `Histogram`, `Gauge` or
+    /// `Counter`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Histogram => "Histogram",
+            Self::Gauge => "Gauge",
+            Self::Counter => "Counter",
+        }
+    }
+}
+
+/// One metric instrument, as data.
+///
+/// ```
+/// use lens_instruments::{InstrumentKind, inference};
+///
+/// let duration = inference::REQUEST_DURATION;
+/// assert_eq!(duration.name, "gen_ai.server.request.duration");
+/// assert_eq!(duration.kind, InstrumentKind::Histogram);
+/// assert_eq!(duration.unit, "s");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InstrumentDescriptor {
+    /// The metric name, such as `rl.reward.mean`.
+    pub name: &'static str,
+    /// Histogram, gauge or counter.
+    pub kind: InstrumentKind,
+    /// The UCUM unit (`s`, `ms`, `{token}`, `{token}/s`), or `""` for none.
+    pub unit: &'static str,
+    /// The description exporters carry (`# HELP` in Prometheus).
+    pub description: &'static str,
+    /// The attribute keys a data point can carry; empty for none.
+    pub attributes: &'static [&'static str],
+    /// Explicit histogram bucket boundaries; empty for other kinds.
+    pub boundaries: &'static [f64],
+}
+
+impl InstrumentDescriptor {
+    pub(crate) fn f64_histogram(&self, meter: &Meter) -> Histogram<f64> {
+        debug_assert_eq!(self.kind, InstrumentKind::Histogram, "{}", self.name);
+        let builder =
+            meter.f64_histogram(self.name).with_description(self.description).with_boundaries(self.boundaries.to_vec());
+        if self.unit.is_empty() { builder.build() } else { builder.with_unit(self.unit).build() }
+    }
+
+    pub(crate) fn u64_histogram(&self, meter: &Meter) -> Histogram<u64> {
+        debug_assert_eq!(self.kind, InstrumentKind::Histogram, "{}", self.name);
+        let builder =
+            meter.u64_histogram(self.name).with_description(self.description).with_boundaries(self.boundaries.to_vec());
+        if self.unit.is_empty() { builder.build() } else { builder.with_unit(self.unit).build() }
+    }
+
+    pub(crate) fn f64_gauge(&self, meter: &Meter) -> Gauge<f64> {
+        debug_assert_eq!(self.kind, InstrumentKind::Gauge, "{}", self.name);
+        let builder = meter.f64_gauge(self.name).with_description(self.description);
+        if self.unit.is_empty() { builder.build() } else { builder.with_unit(self.unit).build() }
+    }
+
+    pub(crate) fn u64_gauge(&self, meter: &Meter) -> Gauge<u64> {
+        debug_assert_eq!(self.kind, InstrumentKind::Gauge, "{}", self.name);
+        let builder = meter.u64_gauge(self.name).with_description(self.description);
+        if self.unit.is_empty() { builder.build() } else { builder.with_unit(self.unit).build() }
+    }
+}
+
+/// A meter whose instruments record nothing, for the handles' `noop()`.
+pub(crate) fn noop_meter() -> Meter {
+    use opentelemetry::metrics::MeterProvider as _;
+    opentelemetry::metrics::NoopMeterProvider::new().meter("lens-instruments")
+}

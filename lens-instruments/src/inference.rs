@@ -1,0 +1,186 @@
+//! GenAI inference metrics, following the OpenTelemetry GenAI semantic
+//! conventions: request duration in seconds and token usage per token type.
+//!
+//! [`InferenceMetrics::new`] creates both histograms once from a
+//! [`Meter`]; [`InferenceMetrics::record`] (or the free function
+//! [`record_inference_metrics`], the original's name) records whichever of
+//! the values are present. Every data point carries
+//! `gen_ai.operation.name` (default [`DEFAULT_OPERATION_NAME`]) and
+//! `gen_ai.provider.name` (default [`DEFAULT_PROVIDER_NAME`]), plus
+//! `gen_ai.request.model` when a model is given; token usage is recorded once
+//! per token type, labelled `gen_ai.token.type` = `input` or `output`.
+//!
+//! ```
+//! use lens_instruments::{InferenceMetrics, InferenceValues, record_inference_metrics};
+//! use opentelemetry::metrics::MeterProvider as _;
+//!
+//! let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
+//! let metrics = InferenceMetrics::new(&provider.meter("nemo.lens"));
+//!
+//! record_inference_metrics(
+//!     &metrics,
+//!     &InferenceValues {
+//!         request_duration_s: Some(0.42),
+//!         model: Some("llama-3-8b"),
+//!         input_tokens: Some(128),
+//!         output_tokens: Some(256),
+//!         ..Default::default()
+//!     },
+//! );
+//! ```
+//!
+//! Cost: nothing is allocated when no value is present. Otherwise the
+//! attributes live in a small array on the stack; the defaults are static
+//! strings, and a model name or an overridden provider or operation name is
+//! copied once per call (the SDK needs owned attribute values).
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Histogram, Meter};
+
+use crate::descriptor::{InstrumentDescriptor, InstrumentKind, noop_meter};
+use crate::{buckets, semconv};
+
+/// `gen_ai.operation.name` when the caller names none.
+pub const DEFAULT_OPERATION_NAME: &str = "text_completion";
+/// `gen_ai.provider.name` when the caller names none.
+pub const DEFAULT_PROVIDER_NAME: &str = "nemo";
+/// `gen_ai.token.type` of the input-token data point.
+pub const TOKEN_TYPE_INPUT: &str = "input";
+/// `gen_ai.token.type` of the output-token data point.
+pub const TOKEN_TYPE_OUTPUT: &str = "output";
+
+/// `gen_ai.server.request.duration`: histogram, seconds.
+pub const REQUEST_DURATION: InstrumentDescriptor = InstrumentDescriptor {
+    name: "gen_ai.server.request.duration",
+    kind: InstrumentKind::Histogram,
+    unit: "s",
+    description: "Generative AI server request duration such as time-to-last byte or last output token.",
+    attributes: &[semconv::GENAI_OPERATION_NAME, semconv::GENAI_PROVIDER_NAME, semconv::GENAI_REQUEST_MODEL],
+    boundaries: buckets::GEN_AI_REQUEST_DURATION_S,
+};
+
+/// `gen_ai.client.token.usage`: histogram, tokens, one data point per token
+/// type.
+pub const TOKEN_USAGE: InstrumentDescriptor = InstrumentDescriptor {
+    name: "gen_ai.client.token.usage",
+    kind: InstrumentKind::Histogram,
+    unit: "{token}",
+    description: "Number of input and output tokens used.",
+    attributes: &[
+        semconv::GENAI_OPERATION_NAME,
+        semconv::GENAI_PROVIDER_NAME,
+        semconv::GENAI_REQUEST_MODEL,
+        semconv::GENAI_TOKEN_TYPE,
+    ],
+    boundaries: buckets::GEN_AI_TOKEN_USAGE,
+};
+
+/// Every instrument of this module, in the docs table's order.
+pub const INSTRUMENTS: &[InstrumentDescriptor] = &[REQUEST_DURATION, TOKEN_USAGE];
+
+/// The values of one inference request; `None` (and, for the names, an
+/// empty string) means "not given".
+///
+/// Build it with struct-update syntax so that new fields never break callers:
+/// `InferenceValues { input_tokens: Some(12), ..Default::default() }`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct InferenceValues<'a> {
+    /// Request duration in seconds (`gen_ai.server.request.duration`).
+    pub request_duration_s: Option<f64>,
+    /// The requested model (`gen_ai.request.model`); no attribute when `None`
+    /// or empty.
+    pub model: Option<&'a str>,
+    /// Input (prompt) tokens (`gen_ai.client.token.usage`, type `input`).
+    pub input_tokens: Option<u64>,
+    /// Output (completion) tokens (`gen_ai.client.token.usage`, type
+    /// `output`).
+    pub output_tokens: Option<u64>,
+    /// `gen_ai.provider.name`; [`DEFAULT_PROVIDER_NAME`] when `None` or empty.
+    pub provider_name: Option<&'a str>,
+    /// `gen_ai.operation.name`; [`DEFAULT_OPERATION_NAME`] when `None` or
+    /// empty.
+    pub operation_name: Option<&'a str>,
+}
+
+/// The GenAI inference instruments of one meter, created once.
+///
+/// Cloning is cheap (the instruments are reference-counted) and clones
+/// record into the same instruments. Creating a second handle on the same
+/// meter is harmless: the SDK hands back the same instruments, so both
+/// handles feed one metric stream.
+#[derive(Clone, Debug)]
+pub struct InferenceMetrics {
+    request_duration: Histogram<f64>,
+    token_usage: Histogram<u64>,
+}
+
+impl InferenceMetrics {
+    /// Creates the two histograms on `meter`.
+    ///
+    /// This never fails and never panics: the OpenTelemetry API reports no
+    /// error from instrument creation. An SDK that rejects an instrument logs
+    /// the reason through its internal logging and hands back a no-op
+    /// instrument, and a no-op meter gives no-op instruments; either way the
+    /// handle then records nothing.
+    #[must_use]
+    pub fn new(meter: &Meter) -> Self {
+        Self { request_duration: REQUEST_DURATION.f64_histogram(meter), token_usage: TOKEN_USAGE.u64_histogram(meter) }
+    }
+
+    /// A handle that records nothing, for code paths where telemetry is off.
+    #[must_use]
+    pub fn noop() -> Self {
+        Self::new(&noop_meter())
+    }
+
+    /// Records the values that are present and skips the others.
+    pub fn record(&self, values: &InferenceValues<'_>) {
+        if values.request_duration_s.is_none() && values.input_tokens.is_none() && values.output_tokens.is_none() {
+            return;
+        }
+        let operation = name_or(values.operation_name, DEFAULT_OPERATION_NAME);
+        let provider = name_or(values.provider_name, DEFAULT_PROVIDER_NAME);
+        // [operation, provider, model?, token type]: the duration uses the
+        // leading `common` entries, token usage one more (the token type).
+        let input_type = KeyValue::new(semconv::GENAI_TOKEN_TYPE, TOKEN_TYPE_INPUT);
+        let mut attributes = [
+            KeyValue::new(semconv::GENAI_OPERATION_NAME, operation),
+            KeyValue::new(semconv::GENAI_PROVIDER_NAME, provider),
+            input_type.clone(),
+            input_type,
+        ];
+        let common = match values.model.filter(|model| !model.is_empty()) {
+            Some(model) => {
+                attributes[2] = KeyValue::new(semconv::GENAI_REQUEST_MODEL, model.to_owned());
+                3
+            }
+            None => 2,
+        };
+        if let Some(duration) = values.request_duration_s {
+            self.request_duration.record(duration, &attributes[..common]);
+        }
+        if let Some(tokens) = values.input_tokens {
+            attributes[common] = KeyValue::new(semconv::GENAI_TOKEN_TYPE, TOKEN_TYPE_INPUT);
+            self.token_usage.record(tokens, &attributes[..=common]);
+        }
+        if let Some(tokens) = values.output_tokens {
+            attributes[common] = KeyValue::new(semconv::GENAI_TOKEN_TYPE, TOKEN_TYPE_OUTPUT);
+            self.token_usage.record(tokens, &attributes[..=common]);
+        }
+    }
+}
+
+/// Records the values that are present on `metrics`; the original's name
+/// for [`InferenceMetrics::record`].
+pub fn record_inference_metrics(metrics: &InferenceMetrics, values: &InferenceValues<'_>) {
+    metrics.record(values);
+}
+
+/// The caller's name when given and non-empty (copied: the SDK needs an
+/// owned value), otherwise the static default (not copied).
+fn name_or(given: Option<&str>, default: &'static str) -> opentelemetry::Value {
+    match given {
+        Some(name) if !name.is_empty() => name.to_owned().into(),
+        _ => default.into(),
+    }
+}
