@@ -1,0 +1,394 @@
+//! The exporters of the lens runtime (SPEC A8, A14): where spans, metrics and
+//! log records go once a rank has decided to export.
+//!
+//! - [`otlp`]: OTLP over gRPC (the default), `http/protobuf` and `http/json`,
+//!   with TLS for `https` endpoints and a private CA from
+//!   `OTEL_EXPORTER_OTLP_CERTIFICATE`. Every option comes from
+//!   [`OtlpExporterSettings`], never from the SDK reading the environment.
+//!   gRPC runs on a small private tokio runtime (thread `lens-otlp`), so the
+//!   caller needs no async runtime of its own.
+//! - [`console`]: compact JSON lines (one per span, per metric batch, per log
+//!   record) on standard output or any writer.
+//! - [`file`]: OTLP/JSON lines, one export request per line, in
+//!   `traces-rank<N>.jsonl`, `metrics-rank<N>.jsonl` and `logs-rank<N>.jsonl`:
+//!   the OpenTelemetry Collector file exporter's format, which its
+//!   `otlpjsonfile` receiver replays.
+//! - [`prometheus`]: a pull endpoint (`GET /metrics`) with the
+//!   OTel-to-Prometheus names of the seed metrics page.
+//! - `testing` (feature `testing`): the SDK's in-memory exporters, in one place.
+//!
+//! The settings structs here are small and independent of the configuration
+//! model: the runtime glue maps the validated configuration onto them. The
+//! enums [`LensSpanExporter`], [`LensMetricExporter`] and [`LensLogExporter`]
+//! let the glue pick an exporter at run time while the processors stay
+//! generic (the SDK's exporter traits are not object safe).
+//!
+//! Exports are plain futures that any executor can poll on an ordinary
+//! thread (for example [`block_on`]); gRPC exports enter the `lens-otlp`
+//! runtime by themselves. Do not poll an HTTP export on a tokio worker
+//! thread: it uses a blocking HTTP client.
+
+pub mod console;
+pub mod file;
+pub mod otlp;
+pub mod prometheus;
+mod runtime;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::logs::{LogBatch, LogExporter};
+use opentelemetry_sdk::metrics::Temporality;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+
+pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter};
+pub use file::{FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
+pub use otlp::{
+    Compression, OtlpExporterSettings, OtlpLogExporter, OtlpMetricExporter, OtlpProtocol, OtlpSpanExporter,
+    ResolvedEndpoint, build_otlp_log_exporter, build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,
+};
+pub use prometheus::{PrometheusExporter, PrometheusMetricKind, PrometheusSettings, prometheus_metric_name};
+pub use runtime::OtlpRuntime;
+
+/// One of the three OpenTelemetry signals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    /// Spans.
+    Traces,
+    /// Metric points.
+    Metrics,
+    /// Log records.
+    Logs,
+}
+
+impl Signal {
+    /// Every signal, in the order traces, metrics, logs.
+    pub const ALL: [Signal; 3] = [Signal::Traces, Signal::Metrics, Signal::Logs];
+
+    /// `traces`, `metrics` or `logs`: the word used in variable names
+    /// (upper-cased), file names and OTLP/HTTP paths.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces",
+            Signal::Metrics => "metrics",
+            Signal::Logs => "logs",
+        }
+    }
+
+    /// The OTLP/HTTP path appended to a generic endpoint: `/v1/traces`,
+    /// `/v1/metrics` or `/v1/logs`.
+    pub const fn http_path(self) -> &'static str {
+        match self {
+            Signal::Traces => "/v1/traces",
+            Signal::Metrics => "/v1/metrics",
+            Signal::Logs => "/v1/logs",
+        }
+    }
+
+    /// The signal-specific endpoint variable, e.g.
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`.
+    pub const fn endpoint_variable(self) -> &'static str {
+        match self {
+            Signal::Traces => "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            Signal::Metrics => "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            Signal::Logs => "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+        }
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A setup error of an exporter. Its `Display` names the variable to fix and
+/// what is accepted; it never contains a header value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExporterError {
+    /// The OTLP endpoint is not an `http://` or `https://` URL.
+    #[error(
+        "{variable}={value:?} is not a valid OTLP endpoint ({reason}); expected an http:// or https:// URL such as http://localhost:4317 (gRPC) or http://localhost:4318 (HTTP)"
+    )]
+    InvalidEndpoint {
+        /// The variable the endpoint came from.
+        variable: &'static str,
+        /// The endpoint.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A header name or value cannot be sent. Only the name is reported.
+    #[error(
+        "OTEL_EXPORTER_OTLP_HEADERS: the header {name:?} cannot be sent ({reason}); expected comma-separated key=value pairs of visible ASCII characters"
+    )]
+    InvalidHeader {
+        /// The header name (never its value).
+        name: String,
+        /// What is wrong: with the name or with the value.
+        reason: &'static str,
+    },
+    /// The private CA file cannot be read or holds no PEM certificate.
+    #[error(
+        "OTEL_EXPORTER_OTLP_CERTIFICATE={path}: {reason}; expected a readable PEM file with the certificate of the CA that signed the collector's certificate"
+    )]
+    Certificate {
+        /// The file named by the variable.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The OTLP exporter could not be built.
+    #[error("cannot build the OTLP {signal} exporter for {endpoint}: {reason}")]
+    Build {
+        /// The signal.
+        signal: Signal,
+        /// The resolved endpoint.
+        endpoint: String,
+        /// The reason given by the transport.
+        reason: String,
+    },
+    /// The private runtime of the gRPC exporters could not start.
+    #[error("cannot start the lens-otlp runtime thread for the gRPC exporter: {reason}")]
+    Runtime {
+        /// The reason.
+        reason: String,
+    },
+    /// A telemetry file cannot be created or opened.
+    #[error(
+        "MEGATRON_OTEL_FILE_DIR: cannot open {path} for appending: {source}; choose a writable directory with MEGATRON_OTEL_FILE_DIR"
+    )]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Prometheus host does not resolve to an address.
+    #[error(
+        "OTEL_EXPORTER_PROMETHEUS_HOST={host:?} does not resolve to an address to listen on ({reason}); expected a host name or IP address such as localhost or 0.0.0.0"
+    )]
+    PrometheusHost {
+        /// The host.
+        host: String,
+        /// The resolver's reason.
+        reason: String,
+    },
+    /// The Prometheus port cannot be bound.
+    #[error(
+        "OTEL_EXPORTER_PROMETHEUS_PORT: cannot serve Prometheus metrics on {address}: {source}; choose a free port with OTEL_EXPORTER_PROMETHEUS_PORT (each exporting rank of a host uses the port plus its local rank)"
+    )]
+    PrometheusBind {
+        /// The address that could not be bound.
+        address: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs a future to completion on the current thread, parking between polls.
+///
+/// A minimal executor for exports (the SDK's own processors do the same with
+/// `futures_executor::block_on`). Call it on an ordinary thread, never on a
+/// tokio worker thread.
+///
+/// ```
+/// assert_eq!(lens_core::otel::exporters::block_on(async { 1 + 1 }), 2);
+/// ```
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+/// Like [`block_on`], but gives up at `deadline` and returns `None` (the
+/// future is dropped, which cancels an export in flight).
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// let never = std::future::pending::<()>();
+/// let deadline = Instant::now() + Duration::from_millis(10);
+/// assert_eq!(lens_core::otel::exporters::block_on_until(never, deadline), None);
+/// ```
+pub fn block_on_until<F: Future>(future: F, deadline: Instant) -> Option<F::Output> {
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return Some(output);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::park_timeout(deadline - now);
+    }
+}
+
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A span exporter chosen at run time (`OTEL_TRACES_EXPORTER`).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LensSpanExporter {
+    /// OTLP over gRPC or HTTP.
+    Otlp(OtlpSpanExporter),
+    /// Compact JSON lines.
+    Console(ConsoleSpanExporter),
+    /// OTLP/JSON lines in a per-rank file.
+    File(FileSpanExporter),
+}
+
+impl SpanExporter for LensSpanExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        match self {
+            LensSpanExporter::Otlp(exporter) => exporter.export(batch).await,
+            LensSpanExporter::Console(exporter) => exporter.export(batch).await,
+            LensSpanExporter::File(exporter) => exporter.export(batch).await,
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        match self {
+            LensSpanExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
+            LensSpanExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),
+            LensSpanExporter::File(exporter) => exporter.shutdown_with_timeout(timeout),
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        match self {
+            LensSpanExporter::Otlp(exporter) => exporter.force_flush(),
+            LensSpanExporter::Console(exporter) => exporter.force_flush(),
+            LensSpanExporter::File(exporter) => exporter.force_flush(),
+        }
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        match self {
+            LensSpanExporter::Otlp(exporter) => exporter.set_resource(resource),
+            LensSpanExporter::Console(exporter) => exporter.set_resource(resource),
+            LensSpanExporter::File(exporter) => exporter.set_resource(resource),
+        }
+    }
+}
+
+/// A push metric exporter chosen at run time (`OTEL_METRICS_EXPORTER`);
+/// give it to a periodic reader.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LensMetricExporter {
+    /// OTLP over gRPC or HTTP.
+    Otlp(OtlpMetricExporter),
+    /// One compact JSON line per batch.
+    Console(ConsoleMetricExporter),
+    /// OTLP/JSON lines in a per-rank file.
+    File(FileMetricExporter),
+    /// The Prometheus pull endpoint (serves the latest batch).
+    Prometheus(PrometheusExporter),
+}
+
+impl PushMetricExporter for LensMetricExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        match self {
+            LensMetricExporter::Otlp(exporter) => exporter.export(metrics).await,
+            LensMetricExporter::Console(exporter) => exporter.export(metrics).await,
+            LensMetricExporter::File(exporter) => exporter.export(metrics).await,
+            LensMetricExporter::Prometheus(exporter) => exporter.export(metrics).await,
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        match self {
+            LensMetricExporter::Otlp(exporter) => exporter.force_flush(),
+            LensMetricExporter::Console(exporter) => exporter.force_flush(),
+            LensMetricExporter::File(exporter) => exporter.force_flush(),
+            LensMetricExporter::Prometheus(exporter) => exporter.force_flush(),
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        match self {
+            LensMetricExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
+            LensMetricExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),
+            LensMetricExporter::File(exporter) => exporter.shutdown_with_timeout(timeout),
+            LensMetricExporter::Prometheus(exporter) => exporter.shutdown_with_timeout(timeout),
+        }
+    }
+
+    fn temporality(&self) -> Temporality {
+        match self {
+            LensMetricExporter::Otlp(exporter) => exporter.temporality(),
+            LensMetricExporter::Console(exporter) => exporter.temporality(),
+            LensMetricExporter::File(exporter) => exporter.temporality(),
+            LensMetricExporter::Prometheus(exporter) => exporter.temporality(),
+        }
+    }
+}
+
+/// A log exporter chosen at run time (`OTEL_LOGS_EXPORTER`).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LensLogExporter {
+    /// OTLP over gRPC or HTTP.
+    Otlp(OtlpLogExporter),
+    /// One compact JSON line per record.
+    Console(ConsoleLogExporter),
+    /// OTLP/JSON lines in a per-rank file.
+    File(FileLogExporter),
+}
+
+impl LogExporter for LensLogExporter {
+    async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+        match self {
+            LensLogExporter::Otlp(exporter) => exporter.export(batch).await,
+            LensLogExporter::Console(exporter) => exporter.export(batch).await,
+            LensLogExporter::File(exporter) => exporter.export(batch).await,
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        match self {
+            LensLogExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
+            LensLogExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),
+            LensLogExporter::File(exporter) => exporter.shutdown_with_timeout(timeout),
+        }
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        match self {
+            LensLogExporter::Otlp(exporter) => exporter.set_resource(resource),
+            LensLogExporter::Console(exporter) => exporter.set_resource(resource),
+            LensLogExporter::File(exporter) => exporter.set_resource(resource),
+        }
+    }
+}
