@@ -4,3 +4,4 @@
 pub mod active;
 pub mod propagation;
 pub mod span;
+pub mod exporters;
