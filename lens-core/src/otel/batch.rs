@@ -69,7 +69,9 @@ pub const WORKER_THREAD_NAME: &str = "lens-span-export";
 /// rank with fine-grained span groups can reach; the larger batches and two
 /// concurrent exports here keep up with several times that, and the queue
 /// rides out a collector that is down for the retry window at moderate
-/// rates. Lower `max_queue_size` to bound memory more tightly.
+/// rates. Lower `max_queue_size` to bound memory more tightly. Beyond the
+/// queue, each export in flight holds its batch and a copy kept for retries
+/// (at most `2 × max_concurrent_exports × max_export_batch_size` spans).
 ///
 /// Values of zero are raised to one, and the batch size is capped at the
 /// queue size.
@@ -454,6 +456,7 @@ impl Drop for Owner {
 /// the same processor (one worker, one queue, one set of counters).
 ///
 /// ```
+/// # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`
 /// use lens_core::otel::batch::{BatchConfig, LensBatchSpanProcessor};
 /// use opentelemetry::trace::{Tracer, TracerProvider};
 /// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
@@ -466,6 +469,7 @@ impl Drop for Owner {
 /// batch.force_flush_with_timeout(std::time::Duration::from_secs(5)).unwrap();
 /// assert_eq!(exporter.get_finished_spans().unwrap().len(), 1);
 /// assert_eq!(counters.snapshot().exported, 1);
+/// # }
 /// ```
 #[derive(Clone)]
 pub struct LensBatchSpanProcessor {
