@@ -157,8 +157,16 @@ pub struct ConfigError {
 
 impl ConfigError {
     /// An error holding `problems` (callers never build an empty one).
+    /// A problem listed twice (a bad general OTLP endpoint shared by three
+    /// signals) is kept once.
     pub fn new(problems: Vec<ConfigProblem>) -> ConfigError {
-        ConfigError { problems }
+        let mut unique: Vec<ConfigProblem> = Vec::with_capacity(problems.len());
+        for problem in problems {
+            if !unique.contains(&problem) {
+                unique.push(problem);
+            }
+        }
+        ConfigError { problems: unique }
     }
 
     /// The problems, in the order they were found.

@@ -858,15 +858,27 @@ impl LensConfig {
             }
         }
         if o.batch.max_export_batch_size > o.batch.max_queue_size && o.batch.max_queue_size > 0 {
-            problems.push(ConfigProblem::InvalidValue {
-                variable: self.source_name("otel.batch.max_export_batch_size"),
-                value: o.batch.max_export_batch_size.to_string(),
-                expected: format!(
-                    "a batch size no larger than the queue ({} = {})",
-                    self.variable_for("otel.batch.max_queue_size").unwrap_or("OTEL_BSP_MAX_QUEUE_SIZE"),
-                    o.batch.max_queue_size
-                ),
-            });
+            // Name the setting that was changed: the batch size if it was,
+            // else the queue size that became too small for the default batch.
+            let problem = if self.variable_for("otel.batch.max_export_batch_size").is_some()
+                || self.variable_for("otel.batch.max_queue_size").is_none()
+            {
+                ConfigProblem::InvalidValue {
+                    variable: self.source_name("otel.batch.max_export_batch_size"),
+                    value: o.batch.max_export_batch_size.to_string(),
+                    expected: format!("a batch size no larger than the queue size ({})", o.batch.max_queue_size),
+                }
+            } else {
+                ConfigProblem::InvalidValue {
+                    variable: self.source_name("otel.batch.max_queue_size"),
+                    value: o.batch.max_queue_size.to_string(),
+                    expected: format!(
+                        "a queue size at least the export batch size (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, {})",
+                        o.batch.max_export_batch_size
+                    ),
+                }
+            };
+            problems.push(problem);
         }
         if self.prometheus_resource_labels.iter().any(|l| l.trim().is_empty()) {
             problems.push(ConfigProblem::InvalidValue {
