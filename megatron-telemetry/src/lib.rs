@@ -4,3 +4,7 @@
 //! data, the `megatron.training.*` metrics, resource attributes derived from
 //! training arguments, and the lifecycle (startup trace, interval re-rooting,
 //! signals, shutdown).
+
+pub mod groups;
+pub mod metrics;
+pub mod taxonomy;

@@ -6,7 +6,7 @@
 
 use anyhow::Result;
 
-use crate::{cargo, run_cmd, say, tidy};
+use crate::{cargo, codegen, run_cmd, say, tidy};
 
 /// The crates with an `otel` feature, tested with it off.
 pub(crate) const OTEL_OFF_CRATES: &[&str] =
@@ -15,6 +15,7 @@ pub(crate) const OTEL_OFF_CRATES: &[&str] =
 pub(crate) fn run() -> Result<()> {
     run_cmd(cargo(&["fmt", "--all", "--check"]))?;
     tidy::run()?;
+    codegen::run(true)?;
     run_cmd(cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"]))?;
     for krate in OTEL_OFF_CRATES {
         run_cmd(cargo(&["clippy", "-p", krate, "--all-targets", "--no-default-features", "--", "-D", "warnings"]))?;

@@ -4,8 +4,11 @@
 //! - `ci`: everything CI checks (format, clippy, tests in every supported
 //!   feature set, doc tests, docs, tidy checks).
 //! - `tidy`: the architecture invariants and doc-drift checks alone.
+//! - `codegen`: regenerates the docs tables that come from code (`--check`
+//!   only compares, and fails when a file is out of date).
 
 mod ci;
+mod codegen;
 mod tidy;
 
 use std::process::Command;
@@ -17,13 +20,20 @@ usage: cargo xtask <task>
 
 tasks:
   ci      format check, clippy, tests in every feature set, docs, tidy
-  tidy    architecture invariants and doc-drift checks only";
+  tidy    architecture invariants and doc-drift checks only
+  codegen [--check]
+          regenerate the docs tables from code (--check: fail if stale)";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
         Some("tidy") => tidy::run(),
+        Some("codegen") => match args.get(1).map(String::as_str) {
+            None => codegen::run(false),
+            Some("--check") => codegen::run(true),
+            Some(other) => bail!("unknown option '{other}' for codegen\n\n{USAGE}"),
+        },
         Some("-h" | "--help") | None => {
             say(USAGE);
             Ok(())

@@ -1,0 +1,33 @@
+//! Prints one generated docs fragment on standard output, for
+//! `cargo xtask codegen` (which must not depend on workspace crates, so it
+//! runs this example instead).
+//!
+//! Usage: `cargo run -p megatron-telemetry --example render-docs -- <fragment>`,
+//! where `<fragment>` is `taxonomy` (the whole of `docs/span-taxonomy.md`),
+//! `metrics` (the table of `docs/metrics-megatron.md`) or `groups` (the
+//! reference part of `docs/span-groups.md`).
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use megatron_telemetry::{groups, metrics, taxonomy};
+
+fn main() -> ExitCode {
+    let fragment = std::env::args().nth(1).unwrap_or_default();
+    let text = match fragment.as_str() {
+        "taxonomy" => taxonomy::markdown_table(),
+        "metrics" => metrics::markdown_table(),
+        "groups" => groups::markdown_reference(),
+        other => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "render-docs: unknown fragment '{other}'; expected taxonomy, metrics or groups"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}

@@ -1,0 +1,884 @@
+//! The span taxonomy as data: every span Megatron emits, with its group,
+//! goodput flag, usual parent, frequency and attribute keys (SPEC B 11.1,
+//! B 11.2, and the pipeline-parallel linked spans of A9).
+//!
+//! The original's docs drifted from its code (SPEC B 11.3): they described
+//! span names that were renamed long before. Here the names are `pub const`
+//! items collected in one table, [`SPANS`]; the lifecycle and the call sites
+//! use these constants, `docs/span-taxonomy.md` is generated from the table
+//! (`cargo xtask codegen`, checked in CI with `--check`), and tests check that
+//! the names form a tree: every name but the literal `pre_startup` starts with
+//! `megatron.`, names are unique, and every parent named is in the table, so
+//! that a name prefix selects a subtree in a trace viewer.
+//!
+//! The structure of a run, in brief: `pre_startup` (optional, backdated) and
+//! `megatron.startup` each root a trace of their own; every checkpoint
+//! interval roots a fresh `megatron.train` trace, linked to the one before;
+//! the per-iteration spans are children of the current `megatron.train`.
+//!
+//! ```
+//! use megatron_telemetry::taxonomy::{self, SPANS};
+//! use megatron_telemetry::groups::MegatronSpanGroup;
+//!
+//! let iteration = taxonomy::find("megatron.train.iteration").unwrap();
+//! assert_eq!(iteration.group, MegatronSpanGroup::STEP);
+//! assert_eq!(iteration.parent, Some(taxonomy::TRAIN.name));
+//! assert!(iteration.attributes.contains(&taxonomy::attr::ITERATION));
+//! assert!(SPANS.iter().all(|s| s.name == "pre_startup" || s.name.starts_with("megatron.")));
+//! ```
+
+use std::fmt::Write as _;
+
+use lens_core::groups::SpanGroup;
+
+use crate::groups::MegatronSpanGroup as G;
+use Frequency::*;
+use attr::*;
+
+/// Span attribute keys that Megatron's spans carry.
+///
+/// Iteration numbers and tags are span attributes, never metric attributes
+/// (a metric attribute per iteration is an unbounded number of series).
+pub mod attr {
+    /// `megatron.iteration` (int): the training iteration a span belongs to.
+    pub const ITERATION: &str = "megatron.iteration";
+    /// `megatron.skipped` (bool): the iteration's optimizer step was skipped
+    /// (NaN or inf in the gradients). Set after the step.
+    pub const SKIPPED: &str = "megatron.skipped";
+    /// `num_microbatches` (int): the microbatches in one forward-backward
+    /// schedule. A bare key, without a `megatron.` prefix, as the original
+    /// emits it (its docs said `megatron.num_microbatches`; SPEC B 11.2).
+    pub const NUM_MICROBATCHES: &str = "num_microbatches";
+    /// `megatron.update_successful` (bool): the optimizer applied its update.
+    pub const UPDATE_SUCCESSFUL: &str = "megatron.update_successful";
+    /// `megatron.layer_number` (int): the layer's number in the model.
+    pub const LAYER_NUMBER: &str = "megatron.layer_number";
+    /// `megatron.eval_iteration` (int): the step within an evaluation run.
+    pub const EVAL_ITERATION: &str = "megatron.eval_iteration";
+    /// `megatron.eval_iters` (int): the steps an evaluation run took.
+    pub const EVAL_ITERS: &str = "megatron.eval_iters";
+    /// `megatron.sniff_test.tag` (string): `before training`, or
+    /// `iteration` and the iteration number right-aligned in seven columns.
+    pub const SNIFF_TEST_TAG: &str = "megatron.sniff_test.tag";
+    /// `megatron.model_type` (string): the model type, on the startup span.
+    pub const MODEL_TYPE: &str = "megatron.model_type";
+    /// `nvrx.call_idx` (int, or a list of ints at finalisation): the async
+    /// checkpoint call(s), matching the NVRx worker's `nvrx.checkpoint.*` spans.
+    pub const NVRX_CALL_IDX: &str = "nvrx.call_idx";
+    /// `is_goodput_span` (bool, always `true` when present): the span is a
+    /// goodput span (see [`super::SpanDef::goodput`]); collectors route on it.
+    pub const IS_GOODPUT_SPAN: &str = "is_goodput_span";
+    /// `dl.pipeline_parallel.rank` (int): the pipeline stage of the rank that
+    /// sent the message a linked receive span stands for.
+    pub const PIPELINE_PARALLEL_RANK: &str = "dl.pipeline_parallel.rank";
+    /// `dl.microbatch_id` (int): the microbatch a linked receive span carries.
+    pub const MICROBATCH_ID: &str = "dl.microbatch_id";
+
+    /// Every key above.
+    pub const ALL: &[&str] = &[
+        ITERATION,
+        SKIPPED,
+        NUM_MICROBATCHES,
+        UPDATE_SUCCESSFUL,
+        LAYER_NUMBER,
+        EVAL_ITERATION,
+        EVAL_ITERS,
+        SNIFF_TEST_TAG,
+        MODEL_TYPE,
+        NVRX_CALL_IDX,
+        IS_GOODPUT_SPAN,
+        PIPELINE_PARALLEL_RANK,
+        MICROBATCH_ID,
+    ];
+}
+
+/// How often a span typically occurs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Frequency {
+    /// Once per process lifetime (startup).
+    OncePerRun,
+    /// Once per checkpoint interval (`megatron.train`).
+    OncePerInterval,
+    /// Once per training loop (warm-up, first iteration, loop exit).
+    OncePerLoop,
+    /// Every training iteration.
+    EveryIteration,
+    /// Once or a few times per microbatch.
+    PerMicrobatch,
+    /// Once per layer per microbatch.
+    PerLayer,
+    /// Once per checkpoint save.
+    PerCheckpoint,
+    /// Once per evaluation run (every evaluation interval).
+    PerEvaluation,
+    /// Once per evaluation step.
+    PerEvalStep,
+    /// At an interval set by a command-line flag (sniff tests, manual GC).
+    Periodic,
+}
+
+impl Frequency {
+    /// The frequency in words, as the docs print it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Frequency::OncePerRun => "once per run",
+            Frequency::OncePerInterval => "once per checkpoint interval",
+            Frequency::OncePerLoop => "once per training loop",
+            Frequency::EveryIteration => "every iteration",
+            Frequency::PerMicrobatch => "per microbatch",
+            Frequency::PerLayer => "per layer per microbatch",
+            Frequency::PerCheckpoint => "per checkpoint save",
+            Frequency::PerEvaluation => "per evaluation",
+            Frequency::PerEvalStep => "per evaluation step",
+            Frequency::Periodic => "periodic (flag interval)",
+        }
+    }
+}
+
+/// One span of the taxonomy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanDef {
+    /// The span name, a tree path (`megatron.train.iteration.optimizer`).
+    pub name: &'static str,
+    /// The span group that gates it.
+    pub group: SpanGroup,
+    /// Whether the span carries `is_goodput_span = true`: spans that count
+    /// in a goodput report (startup, training, checkpointing). Evaluation,
+    /// the per-microbatch, per-layer and communication spans and the two
+    /// step sub-spans do not.
+    pub goodput: bool,
+    /// The name of its usual parent span, or `None` for a trace root.
+    pub parent: Option<&'static str>,
+    /// How often it typically occurs.
+    pub frequency: Frequency,
+    /// How and when it is emitted ("backdated", "only with ...", what it wraps).
+    pub kind_note: &'static str,
+    /// The attribute keys it carries (besides `is_goodput_span`).
+    pub attributes: &'static [&'static str],
+}
+
+const fn span(
+    name: &'static str,
+    group: SpanGroup,
+    goodput: bool,
+    parent: Option<&'static SpanDef>,
+    frequency: Frequency,
+    kind_note: &'static str,
+    attributes: &'static [&'static str],
+) -> SpanDef {
+    let parent = match parent {
+        Some(p) => Some(p.name),
+        None => None,
+    };
+    SpanDef { name, group, goodput, parent, frequency, kind_note, attributes }
+}
+
+// ---- Trace A and B: startup -------------------------------------------------
+
+/// `pre_startup`: the wait between the SLURM job start and the launch script.
+pub const PRE_STARTUP: SpanDef = span(
+    "pre_startup",
+    G::JOB,
+    true,
+    None,
+    OncePerRun,
+    "backdated, own root trace: [SLURM job start, launch-script start]; only when both stamps exist and are ordered (first cycle, not under NVRx)",
+    &[],
+);
+/// `megatron.startup`: the root of the startup trace.
+pub const STARTUP: SpanDef = span(
+    "megatron.startup",
+    G::JOB,
+    true,
+    None,
+    OncePerRun,
+    "root of the startup trace (a child of the incoming TRACEPARENT context when there is one); starts at launch-script start when the launch phases fold, else at program start; ends just before the training loop",
+    &[MODEL_TYPE],
+);
+/// `megatron.startup.launch_script`.
+pub const STARTUP_LAUNCH_SCRIPT: SpanDef = span(
+    "megatron.startup.launch_script",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "backdated: [launch-script start, pre-srun]; only when the launch phases fold",
+    &[],
+);
+/// `megatron.startup.container_load`.
+pub const STARTUP_CONTAINER_LOAD: SpanDef = span(
+    "megatron.startup.container_load",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "backdated: [pre-srun, program start]; only when the launch phases fold",
+    &[],
+);
+/// `megatron.startup.imports`.
+pub const STARTUP_IMPORTS: SpanDef = span(
+    "megatron.startup.imports",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "backdated: [program start, main entry]",
+    &[],
+);
+/// `megatron.startup.arg_parse`.
+pub const STARTUP_ARG_PARSE: SpanDef = span(
+    "megatron.startup.arg_parse",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "backdated: [main entry, pretrain entry]",
+    &[],
+);
+/// `megatron.startup.inprocess_setup`.
+pub const STARTUP_INPROCESS_SETUP: SpanDef = span(
+    "megatron.startup.inprocess_setup",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "backdated: [pretrain entry, in-process restart setup done]",
+    &[],
+);
+/// `megatron.startup.in_job_setup`.
+pub const STARTUP_IN_JOB_SETUP: SpanDef = span(
+    "megatron.startup.in_job_setup",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "backdated: [in-process setup done, fault-tolerance setup done]",
+    &[],
+);
+/// `megatron.startup.initialize_megatron`.
+pub const STARTUP_INITIALIZE_MEGATRON: SpanDef = span(
+    "megatron.startup.initialize_megatron",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "backdated: [fault-tolerance setup done, distributed initialisation done]",
+    &[],
+);
+/// `megatron.startup.jit_fusion_options`.
+pub const STARTUP_JIT_FUSION_OPTIONS: SpanDef = span(
+    "megatron.startup.jit_fusion_options",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "backdated: [distributed initialisation done, JIT fusion options set]",
+    &[],
+);
+/// `megatron.startup.model_init`.
+pub const STARTUP_MODEL_INIT: SpanDef = span(
+    "megatron.startup.model_init",
+    G::MODEL_INIT,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "live: wraps model and optimizer construction",
+    &[],
+);
+/// `megatron.checkpoint.load`.
+pub const CHECKPOINT_LOAD: SpanDef = span(
+    "megatron.checkpoint.load",
+    G::LOAD_CHECKPOINT,
+    true,
+    Some(&STARTUP_MODEL_INIT),
+    OncePerRun,
+    "live: loading a checkpoint inside model and optimizer construction (resume or pretrained weights)",
+    &[],
+);
+/// `megatron.checkpoint.load.io_read`.
+pub const CHECKPOINT_LOAD_IO_READ: SpanDef = span(
+    "megatron.checkpoint.load.io_read",
+    G::LOAD_CHECKPOINT,
+    true,
+    Some(&CHECKPOINT_LOAD),
+    OncePerRun,
+    "live: the storage read of the base checkpoint",
+    &[],
+);
+/// `megatron.startup.dataloader`.
+pub const STARTUP_DATALOADER: SpanDef = span(
+    "megatron.startup.dataloader",
+    G::DATA_LOADING,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "live: builds the train, validation and test data iterators",
+    &[],
+);
+/// `megatron.startup.sniff_test`.
+pub const STARTUP_SNIFF_TEST: SpanDef = span(
+    "megatron.startup.sniff_test",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "live: GPU sniff test before training; only with a sniff-test interval (tag `before training`)",
+    &[SNIFF_TEST_TAG],
+);
+/// `megatron.startup.weight_hash_check`.
+pub const STARTUP_WEIGHT_HASH_CHECK: SpanDef = span(
+    "megatron.startup.weight_hash_check",
+    G::JOB,
+    true,
+    Some(&STARTUP),
+    OncePerRun,
+    "live: cross-replica weight-hash check; only with its interval flag",
+    &[],
+);
+
+// ---- Trace C_n: one per checkpoint interval ---------------------------------
+
+/// `megatron.train`: the root of one checkpoint interval's trace.
+pub const TRAIN: SpanDef = span(
+    "megatron.train",
+    G::JOB,
+    true,
+    None,
+    OncePerInterval,
+    "root of a fresh trace per checkpoint interval (one for the whole loop without a save interval), linked to the previous interval, the first to startup",
+    &[],
+);
+/// `megatron.checkpoint.ft_heartbeat`.
+pub const CHECKPOINT_FT_HEARTBEAT: SpanDef = span(
+    "megatron.checkpoint.ft_heartbeat",
+    G::CHECKPOINT,
+    true,
+    Some(&TRAIN),
+    EveryIteration,
+    "wraps the fault-tolerance checkpointing-start hook; follows the iteration's sampling decision",
+    &[],
+);
+/// `megatron.checkpoint.save.finalize`.
+pub const CHECKPOINT_SAVE_FINALIZE: SpanDef = span(
+    "megatron.checkpoint.save.finalize",
+    G::CHECKPOINT,
+    true,
+    Some(&TRAIN),
+    EveryIteration,
+    "non-blocking finalisation of async saves; `nvrx.call_idx` when something was finalised; follows the iteration's sampling decision",
+    &[NVRX_CALL_IDX],
+);
+/// `megatron.train.cuda_graph_capture`.
+pub const TRAIN_CUDA_GRAPH_CAPTURE: SpanDef = span(
+    "megatron.train.cuda_graph_capture",
+    G::JOB,
+    true,
+    Some(&TRAIN),
+    OncePerLoop,
+    "CUDA-graph capture at the warm-up boundary",
+    &[ITERATION],
+);
+/// `megatron.train.first_iteration`.
+pub const TRAIN_FIRST_ITERATION: SpanDef = span(
+    "megatron.train.first_iteration",
+    G::FIRST_ITERATION,
+    true,
+    Some(&TRAIN),
+    OncePerLoop,
+    "wraps the first iteration this process executes (after a resume or skip)",
+    &[ITERATION],
+);
+/// `megatron.train.iteration`.
+pub const TRAIN_ITERATION: SpanDef = span(
+    "megatron.train.iteration",
+    G::STEP,
+    true,
+    Some(&TRAIN),
+    EveryIteration,
+    "one training step (a child of `megatron.train.first_iteration` the first time); carries the per-iteration sampling key; `megatron.skipped` set after the step",
+    &[ITERATION, SKIPPED],
+);
+/// `megatron.train.iteration.forward_backward`.
+pub const TRAIN_ITERATION_FORWARD_BACKWARD: SpanDef = span(
+    "megatron.train.iteration.forward_backward",
+    G::FORWARD_BACKWARD,
+    false,
+    Some(&TRAIN_ITERATION),
+    EveryIteration,
+    "the forward-backward schedule over all microbatches",
+    &[NUM_MICROBATCHES],
+);
+/// `megatron.microbatch.forward`.
+pub const MICROBATCH_FORWARD: SpanDef = span(
+    "megatron.microbatch.forward",
+    G::MICROBATCH,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    PerMicrobatch,
+    "forward step of one microbatch",
+    &[],
+);
+/// `megatron.microbatch.backward`.
+pub const MICROBATCH_BACKWARD: SpanDef = span(
+    "megatron.microbatch.backward",
+    G::MICROBATCH,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    PerMicrobatch,
+    "backward step of one microbatch",
+    &[],
+);
+/// `megatron.layer.forward`.
+pub const LAYER_FORWARD: SpanDef = span(
+    "megatron.layer.forward",
+    G::LAYER,
+    false,
+    Some(&MICROBATCH_FORWARD),
+    PerLayer,
+    "forward pass of one transformer or Mamba layer",
+    &[LAYER_NUMBER],
+);
+/// `megatron.layer.self_attention`.
+pub const LAYER_SELF_ATTENTION: SpanDef = span(
+    "megatron.layer.self_attention",
+    G::LAYER,
+    false,
+    Some(&LAYER_FORWARD),
+    PerLayer,
+    "self-attention of a transformer layer",
+    &[],
+);
+/// `megatron.layer.mlp`.
+pub const LAYER_MLP: SpanDef =
+    span("megatron.layer.mlp", G::LAYER, false, Some(&LAYER_FORWARD), PerLayer, "MLP of a transformer layer", &[]);
+/// `megatron.layer.mamba`.
+pub const LAYER_MAMBA: SpanDef =
+    span("megatron.layer.mamba", G::LAYER, false, Some(&LAYER_FORWARD), PerLayer, "mixer of a Mamba layer", &[]);
+/// `megatron.p2p.recv_forward`.
+pub const P2P_RECV_FORWARD: SpanDef = span(
+    "megatron.p2p.recv_forward",
+    G::COMMUNICATION,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    PerMicrobatch,
+    "pipeline-parallel receive of activations from the previous stage",
+    &[],
+);
+/// `megatron.p2p.recv_backward`.
+pub const P2P_RECV_BACKWARD: SpanDef = span(
+    "megatron.p2p.recv_backward",
+    G::COMMUNICATION,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    PerMicrobatch,
+    "pipeline-parallel receive of gradients from the next stage",
+    &[],
+);
+/// `megatron.p2p.send_forward`.
+pub const P2P_SEND_FORWARD: SpanDef = span(
+    "megatron.p2p.send_forward",
+    G::COMMUNICATION,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    PerMicrobatch,
+    "pipeline-parallel send of activations to the next stage; its context travels with the message",
+    &[],
+);
+/// `megatron.p2p.send_backward`.
+pub const P2P_SEND_BACKWARD: SpanDef = span(
+    "megatron.p2p.send_backward",
+    G::COMMUNICATION,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    PerMicrobatch,
+    "pipeline-parallel send of gradients to the previous stage; its context travels with the message",
+    &[],
+);
+/// `megatron.pp.recv_forward.linked` (SPEC A9; documented but never
+/// implemented by the original).
+pub const PP_RECV_FORWARD_LINKED: SpanDef = span(
+    "megatron.pp.recv_forward.linked",
+    G::COMMUNICATION,
+    false,
+    Some(&P2P_RECV_FORWARD),
+    PerMicrobatch,
+    "linked to the sending rank's `megatron.p2p.send_forward` span, whose context travels inside the point-to-point message",
+    &[PIPELINE_PARALLEL_RANK, MICROBATCH_ID],
+);
+/// `megatron.pp.recv_backward.linked` (SPEC A9).
+pub const PP_RECV_BACKWARD_LINKED: SpanDef = span(
+    "megatron.pp.recv_backward.linked",
+    G::COMMUNICATION,
+    false,
+    Some(&P2P_RECV_BACKWARD),
+    PerMicrobatch,
+    "linked to the sending rank's `megatron.p2p.send_backward` span, whose context travels inside the point-to-point message",
+    &[PIPELINE_PARALLEL_RANK, MICROBATCH_ID],
+);
+/// `megatron.grad_sync.start`.
+pub const GRAD_SYNC_START: SpanDef = span(
+    "megatron.grad_sync.start",
+    G::COMMUNICATION,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    EveryIteration,
+    "starts the data-parallel gradient reduction",
+    &[],
+);
+/// `megatron.grad_sync.finish`.
+pub const GRAD_SYNC_FINISH: SpanDef = span(
+    "megatron.grad_sync.finish",
+    G::COMMUNICATION,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    EveryIteration,
+    "waits for the data-parallel gradient reduction",
+    &[],
+);
+/// `megatron.activation.offload`.
+pub const ACTIVATION_OFFLOAD: SpanDef = span(
+    "megatron.activation.offload",
+    G::ACTIVATION_OFFLOAD,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    PerMicrobatch,
+    "fine-grained activation offload to host memory",
+    &[],
+);
+/// `megatron.activation.reload`.
+pub const ACTIVATION_RELOAD: SpanDef = span(
+    "megatron.activation.reload",
+    G::ACTIVATION_OFFLOAD,
+    false,
+    Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
+    PerMicrobatch,
+    "reload of offloaded activations",
+    &[],
+);
+/// `megatron.train.iteration.optimizer`.
+pub const TRAIN_ITERATION_OPTIMIZER: SpanDef = span(
+    "megatron.train.iteration.optimizer",
+    G::OPTIMIZER,
+    false,
+    Some(&TRAIN_ITERATION),
+    EveryIteration,
+    "the optimizer step",
+    &[UPDATE_SUCCESSFUL],
+);
+/// `megatron.train.forward_pre_hook`.
+pub const TRAIN_FORWARD_PRE_HOOK: SpanDef = span(
+    "megatron.train.forward_pre_hook",
+    G::FIRST_ITERATION,
+    true,
+    Some(&TRAIN),
+    OncePerLoop,
+    "re-enables the parameter-gather pre-hook after the first step",
+    &[],
+);
+/// `megatron.train.iteration_report`.
+pub const TRAIN_ITERATION_REPORT: SpanDef = span(
+    "megatron.train.iteration_report",
+    G::STEP,
+    true,
+    Some(&TRAIN),
+    EveryIteration,
+    "super-span over the per-iteration reporting",
+    &[],
+);
+/// `megatron.train.params_norm`.
+pub const TRAIN_PARAMS_NORM: SpanDef = span(
+    "megatron.train.params_norm",
+    G::STEP,
+    true,
+    Some(&TRAIN_ITERATION_REPORT),
+    EveryIteration,
+    "parameter-norm computation; only with `--log-params-norm`",
+    &[],
+);
+/// `megatron.train.log`.
+pub const TRAIN_LOG: SpanDef = span(
+    "megatron.train.log",
+    G::STEP,
+    true,
+    Some(&TRAIN_ITERATION_REPORT),
+    EveryIteration,
+    "wraps the training log, where the `megatron.training.*` metrics are recorded",
+    &[],
+);
+/// `megatron.evaluate`.
+pub const EVALUATE: SpanDef = span(
+    "megatron.evaluate",
+    G::EVALUATE,
+    false,
+    Some(&TRAIN),
+    PerEvaluation,
+    "one evaluation run; post-loop validation and test runs root their own traces",
+    &[EVAL_ITERS],
+);
+/// `megatron.evaluate.step`.
+pub const EVALUATE_STEP: SpanDef = span(
+    "megatron.evaluate.step",
+    G::EVALUATE,
+    false,
+    Some(&EVALUATE),
+    PerEvalStep,
+    "one evaluation step",
+    &[EVAL_ITERATION],
+);
+/// `megatron.train.sniff_test`.
+pub const TRAIN_SNIFF_TEST: SpanDef = span(
+    "megatron.train.sniff_test",
+    G::JOB,
+    true,
+    Some(&TRAIN),
+    Periodic,
+    "GPU sniff test at its interval (tag `iteration` and the number)",
+    &[SNIFF_TEST_TAG],
+);
+/// `megatron.train.gc_collect`.
+pub const TRAIN_GC_COLLECT: SpanDef = span(
+    "megatron.train.gc_collect",
+    G::STEP,
+    true,
+    Some(&TRAIN),
+    Periodic,
+    "manual garbage collection at the `--manual-gc` interval",
+    &[],
+);
+/// `megatron.checkpoint.exposed_save`.
+pub const CHECKPOINT_EXPOSED_SAVE: SpanDef = span(
+    "megatron.checkpoint.exposed_save",
+    G::CHECKPOINT,
+    true,
+    Some(&TRAIN),
+    PerCheckpoint,
+    "the save as the training loop sees it; parents the save spans",
+    &[ITERATION],
+);
+/// `megatron.checkpoint.reclaim_memory`.
+pub const CHECKPOINT_RECLAIM_MEMORY: SpanDef = span(
+    "megatron.checkpoint.reclaim_memory",
+    G::CHECKPOINT,
+    true,
+    Some(&CHECKPOINT_EXPOSED_SAVE),
+    PerCheckpoint,
+    "frees overlap buffers before saving",
+    &[],
+);
+/// `megatron.checkpoint.save`.
+pub const CHECKPOINT_SAVE: SpanDef = span(
+    "megatron.checkpoint.save",
+    G::CHECKPOINT,
+    true,
+    Some(&CHECKPOINT_EXPOSED_SAVE),
+    PerCheckpoint,
+    "the checkpoint save; `nvrx.call_idx` when an async save was scheduled",
+    &[ITERATION, NVRX_CALL_IDX],
+);
+/// `megatron.checkpoint.save.state_dict`.
+pub const CHECKPOINT_SAVE_STATE_DICT: SpanDef = span(
+    "megatron.checkpoint.save.state_dict",
+    G::CHECKPOINT,
+    true,
+    Some(&CHECKPOINT_SAVE),
+    PerCheckpoint,
+    "builds the state dict",
+    &[],
+);
+/// `megatron.checkpoint.save.io_write`.
+pub const CHECKPOINT_SAVE_IO_WRITE: SpanDef = span(
+    "megatron.checkpoint.save.io_write",
+    G::CHECKPOINT,
+    true,
+    Some(&CHECKPOINT_SAVE),
+    PerCheckpoint,
+    "the distributed-checkpoint write (or its scheduling, for async saves)",
+    &[],
+);
+/// `megatron.checkpoint.report_memory`.
+pub const CHECKPOINT_REPORT_MEMORY: SpanDef = span(
+    "megatron.checkpoint.report_memory",
+    G::CHECKPOINT,
+    true,
+    Some(&CHECKPOINT_EXPOSED_SAVE),
+    PerCheckpoint,
+    "memory report; first few checkpoints only",
+    &[],
+);
+/// `megatron.checkpoint.gc_collect`.
+pub const CHECKPOINT_GC_COLLECT: SpanDef = span(
+    "megatron.checkpoint.gc_collect",
+    G::CHECKPOINT,
+    true,
+    Some(&CHECKPOINT_EXPOSED_SAVE),
+    PerCheckpoint,
+    "garbage collection after saving; fp8 only",
+    &[],
+);
+/// `megatron.checkpoint.timers_log` (group `step` despite its name, as in
+/// the original).
+pub const CHECKPOINT_TIMERS_LOG: SpanDef = span(
+    "megatron.checkpoint.timers_log",
+    G::STEP,
+    true,
+    Some(&CHECKPOINT_EXPOSED_SAVE),
+    PerCheckpoint,
+    "waits for cross-rank timer skew; group `step` despite its name",
+    &[],
+);
+/// `megatron.checkpoint.exit_finalize`.
+pub const CHECKPOINT_EXIT_FINALIZE: SpanDef = span(
+    "megatron.checkpoint.exit_finalize",
+    G::CHECKPOINT,
+    true,
+    Some(&TRAIN),
+    OncePerLoop,
+    "blocking finalisation of async saves and worker shutdown at loop exit",
+    &[NVRX_CALL_IDX],
+);
+
+/// Every span, in tree order (a parent before its children).
+pub const SPANS: &[SpanDef] = &[
+    PRE_STARTUP,
+    STARTUP,
+    STARTUP_LAUNCH_SCRIPT,
+    STARTUP_CONTAINER_LOAD,
+    STARTUP_IMPORTS,
+    STARTUP_ARG_PARSE,
+    STARTUP_INPROCESS_SETUP,
+    STARTUP_IN_JOB_SETUP,
+    STARTUP_INITIALIZE_MEGATRON,
+    STARTUP_JIT_FUSION_OPTIONS,
+    STARTUP_MODEL_INIT,
+    CHECKPOINT_LOAD,
+    CHECKPOINT_LOAD_IO_READ,
+    STARTUP_DATALOADER,
+    STARTUP_SNIFF_TEST,
+    STARTUP_WEIGHT_HASH_CHECK,
+    TRAIN,
+    CHECKPOINT_FT_HEARTBEAT,
+    CHECKPOINT_SAVE_FINALIZE,
+    TRAIN_CUDA_GRAPH_CAPTURE,
+    TRAIN_FIRST_ITERATION,
+    TRAIN_ITERATION,
+    TRAIN_ITERATION_FORWARD_BACKWARD,
+    MICROBATCH_FORWARD,
+    LAYER_FORWARD,
+    LAYER_SELF_ATTENTION,
+    LAYER_MLP,
+    LAYER_MAMBA,
+    MICROBATCH_BACKWARD,
+    P2P_RECV_FORWARD,
+    PP_RECV_FORWARD_LINKED,
+    P2P_RECV_BACKWARD,
+    PP_RECV_BACKWARD_LINKED,
+    P2P_SEND_FORWARD,
+    P2P_SEND_BACKWARD,
+    GRAD_SYNC_START,
+    GRAD_SYNC_FINISH,
+    ACTIVATION_OFFLOAD,
+    ACTIVATION_RELOAD,
+    TRAIN_ITERATION_OPTIMIZER,
+    TRAIN_FORWARD_PRE_HOOK,
+    TRAIN_ITERATION_REPORT,
+    TRAIN_PARAMS_NORM,
+    TRAIN_LOG,
+    EVALUATE,
+    EVALUATE_STEP,
+    TRAIN_SNIFF_TEST,
+    TRAIN_GC_COLLECT,
+    CHECKPOINT_EXPOSED_SAVE,
+    CHECKPOINT_RECLAIM_MEMORY,
+    CHECKPOINT_SAVE,
+    CHECKPOINT_SAVE_STATE_DICT,
+    CHECKPOINT_SAVE_IO_WRITE,
+    CHECKPOINT_REPORT_MEMORY,
+    CHECKPOINT_GC_COLLECT,
+    CHECKPOINT_TIMERS_LOG,
+    CHECKPOINT_EXIT_FINALIZE,
+];
+
+/// The span named `name`, if the taxonomy has it.
+pub fn find(name: &str) -> Option<&'static SpanDef> {
+    SPANS.iter().find(|s| s.name == name)
+}
+
+/// The spans that `group` gates, in table order.
+pub fn spans_in(group: SpanGroup) -> impl Iterator<Item = &'static SpanDef> {
+    SPANS.iter().filter(move |s| s.group == group)
+}
+
+/// The spans whose usual parent is `name`, in table order.
+pub fn children_of(name: &str) -> impl Iterator<Item = &'static SpanDef> + '_ {
+    SPANS.iter().filter(move |s| s.parent == Some(name))
+}
+
+/// The whole of `docs/span-taxonomy.md`: the trace roots, one table row per
+/// span in tree order, and the attribute keys. `cargo xtask codegen` writes
+/// it; `cargo xtask codegen --check` fails when the file differs.
+pub fn markdown_table() -> String {
+    let mut out = String::new();
+    out.push_str(
+        "<!-- Generated by `cargo xtask codegen` from megatron-telemetry/src/taxonomy.rs. Do not edit. -->\n\n\
+         # Span taxonomy\n\n\
+         Every span that Megatron emits, generated from the table `megatron_telemetry::taxonomy::SPANS`, so that \
+         these docs cannot drift from the code. Names are tree paths: a prefix such as `megatron.checkpoint.` \
+         selects a subtree. A span is recorded only when its group is enabled (see [span groups](span-groups.md)), \
+         and only on a rank that records spans.\n\n\
+         Trace roots (each starts a trace of its own; SPEC A15 derives the ids of the structural traces so that \
+         every rank's spans of one interval share a trace):\n\n",
+    );
+    for root in SPANS.iter().filter(|s| s.parent.is_none()) {
+        let _ = writeln!(out, "- `{}` ({}): {}", root.name, root.frequency.as_str(), root.kind_note);
+    }
+    out.push_str(
+        "\n\"Goodput\" means the span carries `is_goodput_span = true`. The parent is the usual one; \
+         spans outside any trace (for example when their parent's group is off) become roots.\n\n\
+         | Span | Group | Parent | Frequency | Goodput | Attributes | How and when |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for span in SPANS {
+        let depth = depth(span);
+        let indent = "&nbsp;&nbsp;".repeat(depth);
+        let parent = span.parent.map_or_else(|| "(root)".to_string(), |p| format!("`{p}`"));
+        let attributes = if span.attributes.is_empty() {
+            "—".to_string()
+        } else {
+            span.attributes.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "| {indent}`{}` | `{}` | {parent} | {} | {} | {attributes} | {} |",
+            span.name,
+            span.group.name(),
+            span.frequency.as_str(),
+            if span.goodput { "yes" } else { "no" },
+            span.kind_note
+        );
+    }
+    out.push_str("\n## Attribute keys\n\n| Key | On spans |\n|---|---|\n");
+    for key in attr::ALL {
+        let on: Vec<String> = if *key == attr::IS_GOODPUT_SPAN {
+            vec!["every goodput span".to_string()]
+        } else {
+            SPANS.iter().filter(|s| s.attributes.contains(key)).map(|s| format!("`{}`", s.name)).collect()
+        };
+        let _ = writeln!(out, "| `{key}` | {} |", on.join(", "));
+    }
+    out
+}
+
+/// The number of ancestors of `span` in the table (0 for a root). Bounded by
+/// the table's length, so a cycle cannot loop forever.
+fn depth(span: &SpanDef) -> usize {
+    let mut depth = 0;
+    let mut parent = span.parent;
+    while let Some(name) = parent {
+        if depth >= SPANS.len() {
+            break;
+        }
+        depth += 1;
+        parent = find(name).and_then(|p| p.parent);
+    }
+    depth
+}

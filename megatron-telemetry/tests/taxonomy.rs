@@ -1,0 +1,177 @@
+//! The span taxonomy table: names form a tree, the groups, goodput flags and
+//! attributes are the original's (SPEC B 11), and the generated docs page
+//! matches the table.
+
+use std::collections::HashSet;
+
+use megatron_telemetry::groups::{MEGATRON_CATALOG, MegatronSpanGroup as G};
+use megatron_telemetry::taxonomy::{self, Frequency, SPANS, attr};
+
+#[test]
+fn names_are_megatron_tree_paths_except_pre_startup() {
+    for span in SPANS {
+        assert!(span.name == "pre_startup" || span.name.starts_with("megatron."), "{}", span.name);
+        assert!(!span.name.ends_with('.') && !span.name.contains(".."), "{}", span.name);
+    }
+}
+
+#[test]
+fn names_are_unique() {
+    let mut seen = HashSet::new();
+    for span in SPANS {
+        assert!(seen.insert(span.name), "duplicate span name {}", span.name);
+    }
+}
+
+#[test]
+fn every_parent_is_in_the_table_and_comes_before_its_children() {
+    for (i, span) in SPANS.iter().enumerate() {
+        if let Some(parent) = span.parent {
+            let at = SPANS.iter().position(|s| s.name == parent);
+            assert!(at.is_some(), "{}: parent {parent} is not in the table", span.name);
+            assert!(at < Some(i), "{}: parent {parent} comes after it", span.name);
+        }
+    }
+}
+
+#[test]
+fn the_trace_roots_are_pre_startup_startup_and_train() {
+    let roots: Vec<_> = SPANS.iter().filter(|s| s.parent.is_none()).map(|s| s.name).collect();
+    assert_eq!(roots, ["pre_startup", "megatron.startup", "megatron.train"]);
+    assert!(SPANS.iter().filter(|s| s.parent.is_none()).all(|s| s.group == G::JOB), "roots are structural");
+}
+
+#[test]
+fn counts_match_the_original() {
+    // PR #6385: `megatron.startup.*` 12, `megatron.checkpoint.*` 13,
+    // `megatron.train.*` 9 (not counting the iteration's two sub-spans).
+    let count = |prefix: &str| SPANS.iter().filter(|s| s.name.starts_with(prefix)).count();
+    assert_eq!(count("megatron.startup."), 12);
+    assert_eq!(count("megatron.checkpoint."), 13);
+    assert_eq!(count("megatron.train.") - count("megatron.train.iteration."), 9);
+    assert_eq!(SPANS.len(), 57);
+}
+
+#[test]
+fn every_group_is_in_the_megatron_catalog() {
+    for span in SPANS {
+        assert_eq!(MEGATRON_CATALOG.group(span.group.name()), Some(span.group), "{}", span.name);
+    }
+    // Reserved groups with no emitter yet.
+    assert_eq!(taxonomy::spans_in(G::TRACE_REGION).count(), 0);
+    assert_eq!(taxonomy::spans_in(G::INFERENCE).count(), 0);
+    for group in MEGATRON_CATALOG.groups() {
+        if *group != G::TRACE_REGION && *group != G::INFERENCE {
+            assert!(taxonomy::spans_in(*group).count() > 0, "{group} has no span");
+        }
+    }
+}
+
+#[test]
+fn groups_follow_the_original() {
+    let group = |name: &str| taxonomy::find(name).unwrap().group;
+    assert_eq!(group("megatron.startup.model_init"), G::MODEL_INIT);
+    assert_eq!(group("megatron.checkpoint.load.io_read"), G::LOAD_CHECKPOINT);
+    assert_eq!(group("megatron.startup.dataloader"), G::DATA_LOADING);
+    assert_eq!(group("megatron.train.first_iteration"), G::FIRST_ITERATION);
+    assert_eq!(group("megatron.train.forward_pre_hook"), G::FIRST_ITERATION);
+    assert_eq!(group("megatron.checkpoint.timers_log"), G::STEP, "group `step` despite its name");
+    assert_eq!(group("megatron.grad_sync.finish"), G::COMMUNICATION);
+    assert_eq!(group("megatron.activation.reload"), G::ACTIVATION_OFFLOAD);
+    assert_eq!(group("megatron.layer.mamba"), G::LAYER);
+}
+
+#[test]
+fn default_preset_still_has_two_per_iteration_spans() {
+    let default = MEGATRON_CATALOG.preset("default").unwrap();
+    let mut per_iteration: Vec<_> = SPANS
+        .iter()
+        .filter(|s| default.contains(s.group) && s.frequency == Frequency::EveryIteration)
+        .map(|s| s.name)
+        .collect();
+    per_iteration.sort_unstable();
+    assert_eq!(per_iteration, ["megatron.checkpoint.ft_heartbeat", "megatron.checkpoint.save.finalize"]);
+}
+
+#[test]
+fn goodput_flags_follow_the_original() {
+    let not_goodput = [
+        "megatron.train.iteration.forward_backward",
+        "megatron.train.iteration.optimizer",
+        "megatron.microbatch.forward",
+        "megatron.layer.forward",
+        "megatron.p2p.send_forward",
+        "megatron.grad_sync.start",
+        "megatron.activation.offload",
+        "megatron.evaluate",
+        "megatron.evaluate.step",
+        "megatron.pp.recv_forward.linked",
+    ];
+    for name in not_goodput {
+        assert!(!taxonomy::find(name).unwrap().goodput, "{name}");
+    }
+    let goodput = ["megatron.startup", "megatron.train", "megatron.train.iteration", "megatron.checkpoint.save"];
+    for name in goodput {
+        assert!(taxonomy::find(name).unwrap().goodput, "{name}");
+    }
+    assert!(SPANS.iter().filter(|s| s.group == G::EVALUATE).all(|s| !s.goodput), "evaluation is not goodput");
+}
+
+#[test]
+fn pipeline_parallel_linked_spans_are_communication_with_rank_and_microbatch() {
+    for (name, parent) in [
+        ("megatron.pp.recv_forward.linked", "megatron.p2p.recv_forward"),
+        ("megatron.pp.recv_backward.linked", "megatron.p2p.recv_backward"),
+    ] {
+        let span = taxonomy::find(name).unwrap();
+        assert_eq!(span.group, G::COMMUNICATION);
+        assert_eq!(span.parent, Some(parent));
+        assert_eq!(span.attributes, ["dl.pipeline_parallel.rank", "dl.microbatch_id"]);
+    }
+}
+
+#[test]
+fn attributes_are_known_keys_on_the_right_spans() {
+    let known: HashSet<_> = attr::ALL.iter().copied().collect();
+    assert_eq!(known.len(), attr::ALL.len(), "attribute keys are unique");
+    for span in SPANS {
+        for key in span.attributes {
+            assert!(known.contains(key), "{}: unknown attribute {key}", span.name);
+        }
+    }
+    for key in attr::ALL.iter().filter(|k| **k != attr::IS_GOODPUT_SPAN) {
+        assert!(SPANS.iter().any(|s| s.attributes.contains(key)), "{key} is on no span");
+    }
+    let attrs = |name: &str| taxonomy::find(name).unwrap().attributes;
+    assert_eq!(attrs("megatron.train.iteration.forward_backward"), ["num_microbatches"], "the bare key");
+    assert_eq!(attrs("megatron.train.iteration"), ["megatron.iteration", "megatron.skipped"]);
+    assert_eq!(attrs("megatron.train.iteration.optimizer"), ["megatron.update_successful"]);
+    assert_eq!(attrs("megatron.layer.forward"), ["megatron.layer_number"]);
+    assert_eq!(attrs("megatron.evaluate.step"), ["megatron.eval_iteration"]);
+    assert_eq!(attrs("megatron.startup"), ["megatron.model_type"]);
+    assert!(attrs("megatron.checkpoint.save.finalize").contains(&"nvrx.call_idx"));
+}
+
+#[test]
+fn lookup_helpers_agree_with_the_table() {
+    assert_eq!(taxonomy::find("megatron.train"), Some(&taxonomy::TRAIN));
+    assert_eq!(taxonomy::find("megatron.pretrain"), None, "stale names are not in the table");
+    let children: Vec<_> = taxonomy::children_of("megatron.train.iteration").map(|s| s.name).collect();
+    assert_eq!(children, ["megatron.train.iteration.forward_backward", "megatron.train.iteration.optimizer"]);
+}
+
+#[test]
+fn markdown_lists_every_span_once() {
+    let text = taxonomy::markdown_table();
+    for span in SPANS {
+        let row = format!("`{}` | `{}` |", span.name, span.group.name());
+        assert_eq!(text.matches(&row).count(), 1, "{}", span.name);
+    }
+}
+
+#[test]
+fn span_taxonomy_docs_are_up_to_date() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/span-taxonomy.md");
+    let text = std::fs::read_to_string(path).expect("docs/span-taxonomy.md exists");
+    assert!(text == taxonomy::markdown_table(), "docs/span-taxonomy.md is out of date: run `cargo xtask codegen`");
+}
