@@ -225,7 +225,7 @@ fn builtins_are_protected_unless_allow_override() {
     )
     .unwrap();
     let c = LensConfig { export_sample_rate: 0.5, ..config("sampled") };
-    assert_eq!(should_export(&c, &ctx(3, 8)).unwrap(), true);
+    assert!(should_export(&c, &ctx(3, 8)).unwrap(), "rank 3 passes at 0.5");
     assert!(calls.load(Ordering::Relaxed) >= 1, "the replacement ran");
     register_rank_strategy("sampled", move |c, x| original(c, x), true).unwrap();
     // Replaced or not, a built-in cannot be unregistered.

@@ -428,8 +428,10 @@ struct OtlpBlock {
 }
 
 fn read_otlp_block<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, base: &str) -> OtlpBlock {
-    let mut block = OtlpBlock::default();
-    block.endpoint = r.bare(&format!("{base}_ENDPOINT")).map(|f| (f.variable, f.value));
+    let mut block = OtlpBlock {
+        endpoint: r.bare(&format!("{base}_ENDPOINT")).map(|f| (f.variable, f.value)),
+        ..OtlpBlock::default()
+    };
     let found = r.bare(&format!("{base}_PROTOCOL"));
     let variable = found.as_ref().map(|f| f.variable.clone());
     block.protocol = r
@@ -482,15 +484,15 @@ fn read_otel<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, o: &mut OtelSettings)
     let found = r.bare("OTEL_TRACES_SAMPLER_ARG");
     let arg_variable = found.as_ref().map(|f| f.variable.clone());
     let mut ratio = r.float("otel.traces_sampler_arg", found);
-    if let (Some(x), Some(variable)) = (ratio, arg_variable) {
-        if !(0.0..=1.0).contains(&x) {
-            r.push(ConfigProblem::InvalidValue {
-                variable,
-                value: py_float(x),
-                expected: "a number from 0.0 to 1.0".into(),
-            });
-            ratio = None;
-        }
+    if let (Some(x), Some(variable)) = (ratio, arg_variable)
+        && !(0.0..=1.0).contains(&x)
+    {
+        r.push(ConfigProblem::InvalidValue {
+            variable,
+            value: py_float(x),
+            expected: "a number from 0.0 to 1.0".into(),
+        });
+        ratio = None;
     }
     let found = r.bare("OTEL_TRACES_SAMPLER");
     if let Some(sampler) = r.name("otel.traces_sampler", found, "trace sampler", TracesSampler::NAMES, |name| {
@@ -777,11 +779,10 @@ impl LensConfig {
         if let Err(source) = crate::strategies::rank_strategy(&self.rank_strategy) {
             problems.push(ConfigProblem::UnknownStrategy { variable: self.source_name("rank_strategy"), source });
         }
-        if !self.sampling_strategy.is_empty() {
-            if let Err(source) = crate::strategies::sampling_strategy(&self.sampling_strategy) {
-                problems
-                    .push(ConfigProblem::UnknownStrategy { variable: self.source_name("sampling_strategy"), source });
-            }
+        if !self.sampling_strategy.is_empty()
+            && let Err(source) = crate::strategies::sampling_strategy(&self.sampling_strategy)
+        {
+            problems.push(ConfigProblem::UnknownStrategy { variable: self.source_name("sampling_strategy"), source });
         }
         if let Err(source) = self.resolved_span_groups() {
             problems.push(ConfigProblem::UnknownSpanGroup {
@@ -818,14 +819,14 @@ impl LensConfig {
         for signal in Signal::ALL {
             let fields = otlp_fields(signal);
             let s = o.otlp(signal);
-            if let Some(endpoint) = &s.endpoint {
-                if let Err(reason) = standard::check_endpoint(&endpoint.url) {
-                    problems.push(ConfigProblem::InvalidEndpoint {
-                        variable: self.source_name(fields.endpoint),
-                        value: standard::redact_endpoint(&endpoint.url),
-                        reason: reason.into(),
-                    });
-                }
+            if let Some(endpoint) = &s.endpoint
+                && let Err(reason) = standard::check_endpoint(&endpoint.url)
+            {
+                problems.push(ConfigProblem::InvalidEndpoint {
+                    variable: self.source_name(fields.endpoint),
+                    value: standard::redact_endpoint(&endpoint.url),
+                    reason: reason.into(),
+                });
             }
             if s.timeout.is_zero() {
                 problems.push(self.positive_millis(fields.timeout, s.timeout));

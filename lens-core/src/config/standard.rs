@@ -510,10 +510,10 @@ pub(crate) fn check_endpoint(url: &str) -> Result<(), &'static str> {
     if !host.chars().all(|c| c.is_ascii_alphanumeric() || "-._:%".contains(c)) {
         return Err("the host holds characters a host name cannot hold");
     }
-    if let Some(port) = port {
-        if port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()) || port.parse::<u16>().is_err() {
-            return Err("the port must be a number from 0 to 65535");
-        }
+    if let Some(port) = port
+        && (port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()) || port.parse::<u16>().is_err())
+    {
+        return Err("the port must be a number from 0 to 65535");
     }
     Ok(())
 }
