@@ -261,13 +261,13 @@ pub fn inject_context(carrier: &mut impl Extend<(String, String)>) {
 /// Reads a context from a string carrier (lower-case `traceparent`,
 /// `tracestate`, `baggage` keys; any [`EnvSource`], such as a `HashMap` or a
 /// slice of pairs). An empty or invalid carrier gives "no context".
-pub fn extract_context(carrier: &impl EnvSource) -> RemoteContext {
+pub fn extract_context(carrier: &(impl EnvSource + ?Sized)) -> RemoteContext {
     extract(&FieldExtractor::from_fields(|field| carrier.var(field)))
 }
 
 /// Reads the environment carrier `TRACEPARENT` / `TRACESTATE` / `BAGGAGE`
 /// (SPEC A12); `None` when `TRACEPARENT` is unset or invalid.
-pub fn context_from_env(env: &impl EnvSource) -> Option<RemoteContext> {
+pub fn context_from_env(env: &(impl EnvSource + ?Sized)) -> Option<RemoteContext> {
     let extractor = FieldExtractor::from_fields(|field| {
         let variable = match field {
             TRACEPARENT => TRACEPARENT_ENV,
@@ -437,7 +437,7 @@ impl WorkerBootstrap {
     /// [`to_env_vars`](WorkerBootstrap::to_env_vars)). An unset
     /// `<prefix>_ENABLED` means disabled; the context is kept only when
     /// enabled.
-    pub fn from_env(env: &impl EnvSource, prefix: &str) -> Result<WorkerBootstrap, InvalidBootstrap> {
+    pub fn from_env(env: &(impl EnvSource + ?Sized), prefix: &str) -> Result<WorkerBootstrap, InvalidBootstrap> {
         let variable = format!("{prefix}_ENABLED");
         let enabled = match env.non_empty(&variable) {
             None => false,

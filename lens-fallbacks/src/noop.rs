@@ -1,0 +1,478 @@
+//! The `otel`-off side of the seam: the runtime's items with identical names,
+//! arguments and types, doing nothing.
+//!
+//! Every function is `#[inline(always)]`, so a call compiles to the
+//! evaluation of its arguments (which the optimiser drops when they have no
+//! side effects) and, for the closure forms, to the body itself. Nothing here
+//! names an OpenTelemetry type, and the build has no OpenTelemetry crate.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::time::SystemTime;
+
+use lens_core::attr::{AttrValue, KeyValue};
+use lens_core::env::EnvSource;
+use lens_core::groups::SpanGroup;
+
+/// Always false: with `otel` off no span is ever recorded.
+#[inline(always)]
+pub fn is_span_group_enabled(group: SpanGroup) -> bool {
+    let _ = group;
+    false
+}
+
+/// The keys whose string values are redacted (the same list as with `otel`).
+pub const DEFAULT_REDACT_KEYS: &[&str] =
+    &["prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"];
+
+/// What a redacted value is replaced with.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Attributes computed only when a span is recorded: never, here.
+#[derive(Clone, Copy)]
+pub struct LazyAttributes<F>(F);
+
+/// Defers computing attributes; with `otel` off they are never computed.
+#[inline(always)]
+pub fn lazy_attributes<F, I>(compute: F) -> LazyAttributes<F>
+where
+    F: FnOnce() -> I,
+    I: IntoIterator<Item = KeyValue>,
+{
+    LazyAttributes(compute)
+}
+
+impl<F, I> IntoIterator for LazyAttributes<F>
+where
+    F: FnOnce() -> I,
+    I: IntoIterator<Item = KeyValue>,
+{
+    type Item = KeyValue;
+    type IntoIter = I::IntoIter;
+
+    fn into_iter(self) -> I::IntoIter {
+        (self.0)().into_iter()
+    }
+}
+
+impl<F> fmt::Debug for LazyAttributes<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LazyAttributes")
+    }
+}
+
+/// "No context": with `otel` off there is never a context to carry.
+#[derive(Clone, Default)]
+pub struct RemoteContext;
+
+impl RemoteContext {
+    /// "No context".
+    #[inline(always)]
+    pub fn none() -> RemoteContext {
+        RemoteContext
+    }
+
+    /// Always false.
+    #[inline(always)]
+    pub fn is_valid(&self) -> bool {
+        false
+    }
+
+    /// Always `None`.
+    #[inline(always)]
+    pub fn trace_id_hex(&self) -> Option<String> {
+        None
+    }
+
+    /// Always `None`.
+    #[inline(always)]
+    pub fn span_id_hex(&self) -> Option<String> {
+        None
+    }
+
+    /// Writes nothing.
+    #[inline(always)]
+    pub fn inject(&self, carrier: &mut impl Extend<(String, String)>) {
+        let _ = carrier;
+    }
+
+    /// An empty carrier.
+    #[inline(always)]
+    pub fn to_carrier(&self) -> HashMap<String, String> {
+        HashMap::new()
+    }
+
+    /// No bytes (which decode to "no context" with either mode).
+    #[inline(always)]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Attaches nothing.
+    #[inline(always)]
+    pub fn attach(&self) -> AttachedContext {
+        AttachedContext { _not_send: PhantomData }
+    }
+}
+
+impl fmt::Debug for RemoteContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RemoteContext(none)")
+    }
+}
+
+/// The guard of [`RemoteContext::attach`]: nothing to detach.
+#[must_use = "the context is current only while the guard lives: bind it with `let _context = ...`"]
+pub struct AttachedContext {
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for AttachedContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttachedContext").field("attached", &false).finish()
+    }
+}
+
+/// A link to another span: never recorded.
+#[derive(Clone, Debug)]
+pub struct SpanLink;
+
+impl SpanLink {
+    /// A link that is skipped.
+    #[inline(always)]
+    pub fn new(remote: &RemoteContext) -> SpanLink {
+        let _ = remote;
+        SpanLink
+    }
+
+    /// The same link; the attributes are dropped.
+    #[inline(always)]
+    #[must_use]
+    pub fn with_attributes(self, attributes: impl IntoIterator<Item = KeyValue>) -> SpanLink {
+        let _ = attributes;
+        self
+    }
+
+    /// Always false.
+    #[inline(always)]
+    pub fn is_valid(&self) -> bool {
+        false
+    }
+}
+
+/// An inert span guard, zero-sized. Like the real guard it is neither `Send`
+/// nor `Sync`, so code that compiles in one mode compiles in the other.
+#[must_use = "the span ends when the guard is dropped: bind it with `let _span = ...`"]
+pub struct SpanGuard {
+    _not_send: PhantomData<*const ()>,
+}
+
+impl SpanGuard {
+    /// An inert guard.
+    #[inline(always)]
+    pub const fn noop() -> SpanGuard {
+        SpanGuard { _not_send: PhantomData }
+    }
+
+    /// Always false.
+    #[inline(always)]
+    pub fn is_recording(&self) -> bool {
+        false
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn set_attribute(&self, key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) {
+        let _ = (key, value);
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn set_attributes(&self, attributes: impl IntoIterator<Item = KeyValue>) {
+        let _ = attributes;
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn add_event(&self, name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) {
+        let _ = (name, attributes);
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn record_error(&self, error: &dyn Error) {
+        let _ = error;
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn set_status_error(&self, description: impl Into<Cow<'static, str>>) {
+        let _ = description;
+    }
+
+    /// "No context".
+    #[inline(always)]
+    pub fn remote_context(&self) -> RemoteContext {
+        RemoteContext
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn end(self) {}
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn end_at(self, end_time: SystemTime) {
+        let _ = end_time;
+    }
+}
+
+impl fmt::Debug for SpanGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SpanGuard(inert)")
+    }
+}
+
+/// An inert guard.
+#[inline(always)]
+pub fn span_cm(name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
+    let _ = (name, attributes);
+    SpanGuard::noop()
+}
+
+/// An inert guard.
+#[inline(always)]
+pub fn managed_span(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    let _ = (group, name, attributes);
+    SpanGuard::noop()
+}
+
+/// An inert guard.
+#[inline(always)]
+pub fn managed_span_since(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    start_time: SystemTime,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    let _ = (group, name, start_time, attributes);
+    SpanGuard::noop()
+}
+
+/// Records nothing; "no context".
+#[inline(always)]
+pub fn backdated_span(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    start_time: SystemTime,
+    end_time: SystemTime,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> RemoteContext {
+    let _ = (group, name, start_time, end_time, attributes);
+    RemoteContext
+}
+
+/// An inert guard.
+#[inline(always)]
+pub fn new_trace_linked(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    links: impl IntoIterator<Item = SpanLink>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    let _ = (group, name, links, attributes);
+    SpanGuard::noop()
+}
+
+/// Runs `body` with an inert guard.
+#[inline(always)]
+pub fn in_managed_span<R>(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+    body: impl FnOnce(&SpanGuard) -> R,
+) -> R {
+    let _ = (group, name, attributes);
+    body(&SpanGuard::noop())
+}
+
+/// Runs `body` with an inert guard; an `Err` is returned unchanged.
+#[inline(always)]
+pub fn try_in_managed_span<T, E: fmt::Display>(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+    body: impl FnOnce(&SpanGuard) -> Result<T, E>,
+) -> Result<T, E> {
+    let _ = (group, name, attributes);
+    body(&SpanGuard::noop())
+}
+
+/// `future` itself.
+#[inline(always)]
+pub fn instrument_future<F: Future>(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+    future: F,
+) -> impl Future<Output = F::Output> {
+    let _ = (group, name, attributes);
+    future
+}
+
+/// `future` itself.
+#[inline(always)]
+pub fn try_instrument_future<T, E: fmt::Display, F: Future<Output = Result<T, E>>>(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+    future: F,
+) -> impl Future<Output = Result<T, E>> {
+    let _ = (group, name, attributes);
+    future
+}
+
+/// `value`, or [`REDACTED`] when `key` is one of `redact_keys`: pure, so it
+/// behaves as with `otel`.
+#[inline(always)]
+pub fn redact_value(key: &str, value: AttrValue, redact_keys: &[&str]) -> AttrValue {
+    if redact_keys.contains(&key) { AttrValue::Str(Cow::Borrowed(REDACTED)) } else { value }
+}
+
+/// Does nothing.
+#[inline(always)]
+pub fn safe_set_span_attributes(
+    span: &SpanGuard,
+    attributes: impl IntoIterator<Item = impl Into<Option<KeyValue>>>,
+    redact_keys: &[&str],
+) {
+    let _ = (span, attributes, redact_keys);
+}
+
+/// "No context".
+#[inline(always)]
+pub fn current_context() -> RemoteContext {
+    RemoteContext
+}
+
+/// Writes nothing.
+#[inline(always)]
+pub fn inject_context(carrier: &mut impl Extend<(String, String)>) {
+    let _ = carrier;
+}
+
+/// "No context".
+#[inline(always)]
+pub fn extract_context(carrier: &(impl EnvSource + ?Sized)) -> RemoteContext {
+    let _ = carrier;
+    RemoteContext
+}
+
+/// Always `None`.
+#[inline(always)]
+pub fn context_from_env(env: &(impl EnvSource + ?Sized)) -> Option<RemoteContext> {
+    let _ = env;
+    None
+}
+
+/// No bytes.
+#[inline(always)]
+pub fn encode_context() -> Vec<u8> {
+    Vec::new()
+}
+
+/// Always `None`.
+#[inline(always)]
+pub fn decode_context(bytes: &[u8]) -> Option<RemoteContext> {
+    let _ = bytes;
+    None
+}
+
+/// An inert guard.
+#[inline(always)]
+pub fn create_linked_span(
+    group: Option<SpanGroup>,
+    name: impl Into<Cow<'static, str>>,
+    remote: &RemoteContext,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    let _ = (group, name, remote, attributes);
+    SpanGuard::noop()
+}
+
+/// A worker bootstrap has a variable with a value it cannot read (never
+/// produced with `otel` off).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidBootstrap {
+    /// The variable read.
+    pub variable: String,
+    /// Its value.
+    pub value: String,
+}
+
+impl fmt::Display for InvalidBootstrap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid boolean for {}: {:?}; expected '1'/'0', 'true'/'false', 'yes'/'no' or 'on'/'off'",
+            self.variable, self.value
+        )
+    }
+}
+
+impl Error for InvalidBootstrap {}
+
+/// The worker bootstrap, always disabled: a worker built without `otel`
+/// stays off.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerBootstrap {
+    /// Whether the worker sets telemetry up: always false here.
+    pub enabled: bool,
+    /// The service name, when the parent chose one.
+    pub service_name: Option<String>,
+    /// The span-group spec, when the parent chose one.
+    pub span_groups: Option<String>,
+    /// The parent's `traceparent`.
+    pub traceparent: Option<String>,
+    /// The parent's `tracestate`.
+    pub tracestate: Option<String>,
+    /// The parent's `baggage`.
+    pub baggage: Option<String>,
+}
+
+impl WorkerBootstrap {
+    /// An inert bootstrap.
+    pub fn disabled() -> WorkerBootstrap {
+        WorkerBootstrap::default()
+    }
+
+    /// An inert bootstrap, whatever the arguments.
+    pub fn capture(enabled: bool, service_name: Option<String>, span_groups: Option<String>) -> WorkerBootstrap {
+        let _ = (enabled, service_name, span_groups);
+        WorkerBootstrap::disabled()
+    }
+
+    /// `<prefix>_ENABLED=0`, as a disabled bootstrap gives with `otel`.
+    pub fn to_env_vars(&self, prefix: &str) -> Vec<(String, String)> {
+        vec![(format!("{prefix}_ENABLED"), "0".to_owned())]
+    }
+
+    /// An inert bootstrap, whatever the environment.
+    pub fn from_env(env: &(impl EnvSource + ?Sized), prefix: &str) -> Result<WorkerBootstrap, InvalidBootstrap> {
+        let _ = (env, prefix);
+        Ok(WorkerBootstrap::disabled())
+    }
+
+    /// Always `None`.
+    pub fn remote_context(&self) -> Option<RemoteContext> {
+        None
+    }
+}

@@ -1,0 +1,19 @@
+//! The `otel` side of the seam: lens-core's runtime, re-exported.
+
+pub use lens_core::groups::is_span_group_enabled;
+pub use lens_core::otel::propagation::{
+    AttachedContext, InvalidBootstrap, RemoteContext, WorkerBootstrap, context_from_env, create_linked_span,
+    current_context, decode_context, encode_context, extract_context, inject_context,
+};
+pub use lens_core::otel::span::{
+    DEFAULT_REDACT_KEYS, LazyAttributes, REDACTED, SpanGuard, SpanLink, backdated_span, in_managed_span,
+    instrument_future, lazy_attributes, managed_span, managed_span_since, new_trace_linked, redact_value,
+    safe_set_span_attributes, span_cm, try_in_managed_span, try_instrument_future,
+};
+
+// ---------------------------------------------------------------------------
+// To be added by the setup and instruments work (issue 3 items 1 and 7):
+// - the setup API: `setup_telemetry`, the handle, its options and report;
+// - the metric recording of `lens-instruments` (`pub use lens_instruments::...`),
+//   each with its no-op twin in `noop.rs` and a line in `tests/api_parity.rs`.
+// ---------------------------------------------------------------------------

@@ -1,0 +1,197 @@
+//! Pins the facade's API: this file is compiled and run in both modes
+//! (`cargo test -p lens-fallbacks` and `cargo test -p lens-fallbacks
+//! --no-default-features`), calling every item with the same arguments and
+//! types. A signature that drifts between `real` and `noop` breaks one of the
+//! two builds.
+//!
+//! No telemetry is set up here, so in both modes every span is inert; the
+//! assertions are the behaviour both modes share (bodies run, results and
+//! errors come back unchanged, redaction is the same pure function). Facade
+//! behaviour that needs an SDK is in `tests/trace_fn.rs` (`--features testing`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::error::Error;
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, SystemTime};
+
+use lens_fallbacks::{
+    AttachedContext, AttrValue, DEFAULT_REDACT_KEYS, GroupSet, InvalidBootstrap, KeyValue, LazyAttributes, REDACTED,
+    RemoteContext, SpanGroup, SpanGuard, SpanLink, WorkerBootstrap, backdated_span, context_from_env,
+    create_linked_span, current_context, decode_context, encode_context, extract_context, in_managed_span,
+    inject_context, instrument_future, is_span_group_enabled, lazy_attributes, managed_span, managed_span_since,
+    new_trace_linked, redact_value, safe_set_span_attributes, set_enabled_span_groups, span_cm, trace_fn,
+    try_in_managed_span, try_instrument_future,
+};
+
+fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..100 {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+    }
+    panic!("the future did not complete in 100 polls");
+}
+
+#[trace_fn(group = SpanGroup::STEP, name = "parity.step")]
+fn traced_step(x: u32) -> u32 {
+    x * 2
+}
+
+#[trace_fn(group = SpanGroup::CHECKPOINT, name = "parity.save")]
+fn traced_save(fail: bool) -> Result<&'static str, std::io::Error> {
+    if fail {
+        return Err(std::io::Error::other("disk full"));
+    }
+    let n: u32 = "7".parse().map_err(std::io::Error::other)?;
+    Ok(if n == 7 { "saved" } else { "odd" })
+}
+
+#[trace_fn(group = SpanGroup::EVALUATE, name = "parity.async")]
+async fn traced_async(x: u32) -> u32 {
+    x + 1
+}
+
+struct Model {
+    steps: u32,
+}
+
+impl Model {
+    #[trace_fn(group = SpanGroup::STEP, name = "parity.method", err = false)]
+    fn step(&mut self) -> u32 {
+        self.steps += 1;
+        self.steps
+    }
+}
+
+#[test]
+fn the_gate_and_the_guards() {
+    let groups: GroupSet = GroupSet::EMPTY;
+    set_enabled_span_groups(groups);
+    let enabled: bool = is_span_group_enabled(SpanGroup::STEP);
+    assert!(!enabled);
+
+    let guard: SpanGuard = managed_span(SpanGroup::STEP, "parity.guard", [KeyValue::new("k", 1)]);
+    let recording: bool = guard.is_recording();
+    assert!(!recording);
+    guard.set_attribute("k", 2.5);
+    guard.set_attribute(String::from("owned"), String::from("value"));
+    guard.set_attributes([KeyValue::new("a", true)]);
+    guard.set_attributes(vec![KeyValue::new("b", "c")]);
+    guard.add_event("event", [KeyValue::new("n", 3_u64)]);
+    guard.add_event(String::from("owned event"), []);
+    let error: &dyn Error = &std::io::Error::other("e");
+    guard.record_error(error);
+    guard.set_status_error("bad");
+    guard.set_status_error(String::from("bad"));
+    let context: RemoteContext = guard.remote_context();
+    assert!(!context.is_valid());
+    let _debug = format!("{guard:?}");
+    guard.end();
+
+    let now = SystemTime::now();
+    span_cm("parity.cm", []).end_at(now);
+    drop(span_cm(String::from("parity.cm"), vec![KeyValue::new("x", 1)]));
+    drop(managed_span_since(SpanGroup::JOB, "parity.since", now, []));
+    let done: RemoteContext =
+        backdated_span(SpanGroup::JOB, "parity.backdated", now, now + Duration::from_millis(1), []);
+    assert!(!done.is_valid());
+    let link: SpanLink = SpanLink::new(&done).with_attributes([KeyValue::new("l", 1)]);
+    let _valid: bool = link.is_valid();
+    drop(new_trace_linked(SpanGroup::JOB, "parity.linked", [link.clone()], []));
+    drop(new_trace_linked(SpanGroup::JOB, "parity.linked", Vec::<SpanLink>::new(), []));
+    const INERT: SpanGuard = SpanGuard::noop();
+    drop(INERT);
+}
+
+#[test]
+fn closures_run_and_errors_come_back() {
+    let value: u32 = in_managed_span(SpanGroup::STEP, "parity.closure", [], |span: &SpanGuard| {
+        span.set_attribute("inside", 1);
+        41 + 1
+    });
+    assert_eq!(value, 42);
+    let ok: Result<u32, String> = try_in_managed_span(SpanGroup::STEP, "parity.try", [], |_| Ok(1));
+    assert_eq!(ok, Ok(1));
+    let err: Result<u32, String> = try_in_managed_span(SpanGroup::STEP, "parity.try", [], |_| Err("no".into()));
+    assert_eq!(err, Err("no".to_string()));
+
+    assert_eq!(traced_step(21), 42);
+    assert_eq!(traced_save(false).expect("saved"), "saved");
+    assert_eq!(traced_save(true).unwrap_err().to_string(), "disk full");
+    let mut model = Model { steps: 0 };
+    assert_eq!((model.step(), model.step()), (1, 2));
+
+    assert_eq!(block_on(instrument_future(SpanGroup::EVALUATE, "parity.future", [], async { 5 })), 5);
+    let failed: Result<(), String> =
+        block_on(try_instrument_future(SpanGroup::EVALUATE, "parity.future", [], async { Err("x".to_string()) }));
+    assert!(failed.is_err());
+    assert_eq!(block_on(traced_async(1)), 2);
+}
+
+#[test]
+fn lazy_attributes_are_never_computed_before_setup() {
+    let lazy: LazyAttributes<_> = lazy_attributes(|| -> [KeyValue; 1] { panic!("computed without a span") });
+    drop(managed_span(SpanGroup::FORWARD_BACKWARD, "parity.lazy", lazy));
+}
+
+#[test]
+fn redaction_is_the_same_pure_function() {
+    assert_eq!(redact_value("password", AttrValue::from("x"), DEFAULT_REDACT_KEYS), AttrValue::from(REDACTED));
+    assert_eq!(redact_value("model", AttrValue::from("x"), DEFAULT_REDACT_KEYS), AttrValue::from("x"));
+    assert_eq!(DEFAULT_REDACT_KEYS.len(), 8);
+    let span = SpanGuard::noop();
+    let none: Option<KeyValue> = None;
+    safe_set_span_attributes(&span, [Some(KeyValue::new("token", "t")), none], DEFAULT_REDACT_KEYS);
+    safe_set_span_attributes(&span, [KeyValue::new("k", 1)], &["k"]);
+}
+
+#[test]
+fn propagation_without_a_span_carries_nothing() {
+    let mut map: HashMap<String, String> = HashMap::new();
+    inject_context(&mut map);
+    assert!(!map.contains_key("traceparent"));
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    current_context().inject(&mut pairs);
+    let _carrier: HashMap<String, String> = current_context().to_carrier();
+    assert!(!extract_context(&map).is_valid());
+    assert!(!extract_context(&BTreeMap::<String, String>::new()).is_valid());
+    let from_pairs: RemoteContext = extract_context(&[("traceparent", "garbage")]);
+    assert!(!from_pairs.is_valid());
+    assert_eq!((from_pairs.trace_id_hex(), from_pairs.span_id_hex()), (None, None));
+    let bytes: Vec<u8> = encode_context();
+    assert!(decode_context(&bytes).is_none());
+    assert!(decode_context(b"\xff").is_none());
+    let _bytes: Vec<u8> = RemoteContext::none().to_bytes();
+    assert!(context_from_env(&[("TRACEPARENT", "garbage")]).is_none());
+    let attached: AttachedContext = RemoteContext::none().attach();
+    drop(attached);
+    let linked: SpanGuard = create_linked_span(Some(SpanGroup::STEP), "parity.linked", &RemoteContext::none(), []);
+    assert!(!linked.is_recording());
+    drop(create_linked_span(None, String::from("parity.linked"), &from_pairs, [KeyValue::new("prompt", "p")]));
+}
+
+#[test]
+fn a_disabled_worker_bootstrap_is_inert() {
+    let bootstrap: WorkerBootstrap = WorkerBootstrap::capture(false, None, Some("default".into()));
+    assert_eq!(bootstrap, WorkerBootstrap::disabled());
+    assert_eq!(bootstrap.to_env_vars("LENS"), vec![("LENS_ENABLED".to_string(), "0".to_string())]);
+    let read: Result<WorkerBootstrap, InvalidBootstrap> = WorkerBootstrap::from_env(&[("LENS_ENABLED", "0")], "LENS");
+    assert_eq!(read, Ok(WorkerBootstrap::disabled()));
+    assert!(bootstrap.remote_context().is_none());
+    let WorkerBootstrap { enabled, service_name, span_groups, traceparent, tracestate, baggage } = bootstrap;
+    assert!(!enabled);
+    assert_eq!((service_name, span_groups, traceparent, tracestate, baggage), (None, None, None, None, None));
+}
+
+/// With `otel` off the guard and the context cost nothing to hold.
+#[cfg(not(feature = "otel"))]
+#[test]
+fn compiled_out_types_are_zero_sized() {
+    assert_eq!(std::mem::size_of::<SpanGuard>(), 0);
+    assert_eq!(std::mem::size_of::<RemoteContext>(), 0);
+    assert_eq!(std::mem::size_of::<SpanLink>(), 0);
+}
