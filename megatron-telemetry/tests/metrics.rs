@@ -277,6 +277,18 @@ fn peak_tracker_keeps_the_running_peak_in_gib() {
     assert_eq!(metrics::bytes_to_gib(1 << 30), 1.0);
 }
 
+#[test]
+fn handles_can_be_shared_and_live_in_statics() {
+    fn shared<T: Send + Sync>(_: &T) {}
+    static METRICS_SLOT: TrainingMetrics = TrainingMetrics::noop();
+    static PEAK: PeakTracker = PeakTracker::new();
+    shared(&METRICS_SLOT);
+    shared(&PEAK);
+    METRICS_SLOT.record(&all_values());
+    assert!(METRICS_SLOT.is_noop());
+    assert_eq!(PEAK.observe_bytes(1 << 30), 1.0);
+}
+
 // ---- Recording (with `otel`) ------------------------------------------------
 
 #[cfg(feature = "otel")]
