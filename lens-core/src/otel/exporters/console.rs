@@ -7,7 +7,7 @@
 //! hex ids, times in Unix nanoseconds); use the [`file`](super::file)
 //! exporter for the standard OTLP/JSON encoding.
 //!
-//! Span lines: `name`, `trace_id`, `span_id`, `parent_span_id` (empty for a
+//! Keys are written in alphabetical order. Span lines: `name`, `trace_id`, `span_id`, `parent_span_id` (empty for a
 //! root), `kind`, `start_time_unix_nano`, `end_time_unix_nano`, `status`
 //! (`code`, `description`), `attributes`, `events`, `links`, `scope`,
 //! `resource` (the resource's attributes). Metric lines: `resource`, and
@@ -197,7 +197,8 @@ pub(crate) fn span_json(span: &SpanData) -> Map<String, Json> {
 /// provider.tracer("demo").in_span("step", |_| {});
 /// let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
 /// assert_eq!(text.lines().count(), 1);
-/// assert!(text.starts_with(r#"{"name":"step""#));
+/// let line: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+/// assert_eq!(line["name"], "step");
 /// ```
 pub struct ConsoleSpanExporter {
     output: Output,

@@ -17,9 +17,10 @@
 //! lowerCamelCase field names, trace and span ids as hex strings, 64-bit
 //! integers (`startTimeUnixNano`, `intValue`, counts) as decimal strings,
 //! enums (`kind`, status `code`, `aggregationTemporality`) as integers, as
-//! the OTLP JSON specification requires. One deviation from protojson:
-//! non-finite doubles are written as the strings `"NaN"`, `"Infinity"`,
-//! `"-Infinity"` (which protojson also accepts).
+//! the OTLP JSON specification requires. Deviations from protobuf's
+//! canonical JSON (checked against 0.33.1, see docs/exporters.md): default
+//! values are written rather than omitted, and a non-finite double outside
+//! number data points (histogram sum/min/max, attributes) becomes `null`.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};

@@ -261,7 +261,7 @@ impl Wake for ThreadWaker {
 #[non_exhaustive]
 pub enum LensSpanExporter {
     /// OTLP over gRPC or HTTP.
-    Otlp(OtlpSpanExporter),
+    Otlp(Box<OtlpSpanExporter>),
     /// Compact JSON lines.
     Console(ConsoleSpanExporter),
     /// OTLP/JSON lines in a per-rank file.
@@ -308,7 +308,7 @@ impl SpanExporter for LensSpanExporter {
 #[non_exhaustive]
 pub enum LensMetricExporter {
     /// OTLP over gRPC or HTTP.
-    Otlp(OtlpMetricExporter),
+    Otlp(Box<OtlpMetricExporter>),
     /// One compact JSON line per batch.
     Console(ConsoleMetricExporter),
     /// OTLP/JSON lines in a per-rank file.
@@ -360,7 +360,7 @@ impl PushMetricExporter for LensMetricExporter {
 #[non_exhaustive]
 pub enum LensLogExporter {
     /// OTLP over gRPC or HTTP.
-    Otlp(OtlpLogExporter),
+    Otlp(Box<OtlpLogExporter>),
     /// One compact JSON line per record.
     Console(ConsoleLogExporter),
     /// OTLP/JSON lines in a per-rank file.
