@@ -602,7 +602,8 @@ impl LensConfig {
     /// and semantic) is reported at once.
     ///
     /// Megatron calls `from_env(env, "MEGATRON_OTEL", Some("NEMO_LENS"),
-    /// &MEGATRON_CATALOG)`. For a framework default service name use
+    /// &MEGATRON_CATALOG)`. Custom rank and sampling strategies must be
+    /// registered before: their names are checked against the registries. For a framework default service name use
     /// [`ConfigLoader`] or [`LensConfig::with_default_service_name`].
     pub fn from_env(
         env: &(impl EnvSource + ?Sized),
@@ -1026,7 +1027,7 @@ impl fmt::Display for LensConfig {
                         "  {:<26} {} {}, headers: {}, timeout {} ms, compression {}",
                         format!("otlp {signal}"),
                         s.protocol,
-                        s.endpoint_url(signal),
+                        standard::redact_endpoint(&s.endpoint_url(signal)),
                         s.headers,
                         s.timeout.as_millis(),
                         s.compression.as_str()
