@@ -997,3 +997,51 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------------- docs and code agree
+
+/// The variable names in backticks in the first column of the tables of
+/// docs/configuration.md.
+fn documented_variables() -> Vec<String> {
+    let page = include_str!("../../docs/configuration.md");
+    let mut names = Vec::new();
+    for line in page.lines().filter(|l| l.starts_with("| `")) {
+        let first_cell = line[1..].split(" |").next().unwrap_or("");
+        for token in first_cell.split('`').skip(1).step_by(2) {
+            if token.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && token.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                names.push(token.to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn every_documented_variable_is_read() {
+    let documented = documented_variables();
+    assert!(documented.len() > 40, "{documented:?}");
+    for variable in &documented {
+        // A junk value is either rejected under the variable's name or
+        // recorded as the origin of some field.
+        match megatron(&[(variable.as_str(), "zz-9")]) {
+            Ok(config) => {
+                assert!(format!("{:?}", config.origins).contains(&format!("\"{variable}\"")), "{variable} not read")
+            }
+            Err(err) => assert!(err.mentions(variable), "{variable}: {err}"),
+        }
+    }
+}
+
+#[test]
+fn every_variable_read_is_documented() {
+    let documented = documented_variables();
+    for variable in VARIABLES.iter().filter(|v| !v.starts_with("NEMO_LENS_")) {
+        let canonical =
+            variable.replace("_EXPORT_STRATEGY", "_RANK_STRATEGY").replace("_SAMPLER_ENABLED", "_SAMPLING_STRATEGY");
+        assert!(documented.contains(&canonical), "{variable} is read but not in docs/configuration.md");
+    }
+}
