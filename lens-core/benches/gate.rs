@@ -1,6 +1,8 @@
 //! The cost of the span-group gate, disabled and enabled, against an empty
 //! baseline. Budgets are checked by `cargo xtask bench`.
 
+#![expect(missing_docs, reason = "criterion_group! and criterion_main! generate undocumented items")]
+
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};

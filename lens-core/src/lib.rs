@@ -10,7 +10,7 @@
 //!   strategies (which ranks record spans), each with a registry.
 //! - [`identity`]: the rank context, run id and resource detection.
 //! - [`diag`]: lens's own rate-limited warnings.
-//! - [`env`]: where variables are read from (the process or a map, for tests).
+//! - [`env`](mod@env): where variables are read from (the process or a map, for tests).
 //! - [`semconv`]: attribute keys shared by every consumer.
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime.
