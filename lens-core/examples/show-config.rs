@@ -54,13 +54,11 @@ fn show(args: &Args) -> Result<String, String> {
     let run_id = resolve_run_id(&config.run_id, &env);
     let exports = config.telemetry_enabled() && strategies::should_export(&config, &rank).map_err(|e| e.to_string())?;
     let records_spans = exports && strategies::records_spans(&config, &rank).map_err(|e| e.to_string())?;
-    let groups = if records_spans { config.resolved_span_groups().map_err(|e| e.to_string())? } else { Default::default() };
+    let groups =
+        if records_spans { config.resolved_span_groups().map_err(|e| e.to_string())? } else { Default::default() };
 
     let mut out = format!("{config}\n");
-    out += &format!(
-        "rank:            {} of {} (local rank {})\n",
-        rank.rank, rank.world_size, rank.local_rank
-    );
+    out += &format!("rank:            {} of {} (local rank {})\n", rank.rank, rank.world_size, rank.local_rank);
     out += &format!("run id:          {} (from {})\n", run_id.value, run_id.source);
     out += &format!("exports:         {exports}\n");
     out += &format!("records spans:   {records_spans}\n");
