@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use lens_core::config::{Headers, OtlpEndpoint, OtlpProtocol, OtlpSettings, Signal};
 use lens_core::otel::exporters::{
-    ConsoleMetricExporter, ConsoleSpanExporter, FileMetricExporter, FileSpanExporter, OtlpExporterSettings,
-    OtlpProtocol, PrometheusExporter, PrometheusSettings, Signal, block_on, build_otlp_metric_exporter,
-    build_otlp_span_exporter, file_path,
+    ConsoleMetricExporter, ConsoleSpanExporter, FileMetricExporter, FileSpanExporter, PrometheusExporter,
+    PrometheusSettings, block_on, build_otlp_metric_exporter, build_otlp_span_exporter, file_path,
 };
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::{
@@ -228,13 +228,17 @@ fn silent_listener(hold: Duration) -> (u16, Arc<AtomicBool>) {
     (port, done)
 }
 
-fn secret_settings(port: u16, protocol: OtlpProtocol) -> OtlpExporterSettings {
-    OtlpExporterSettings {
-        endpoint: Some(format!("http://127.0.0.1:{port}")),
+fn generic_endpoint(url: impl Into<String>) -> Option<OtlpEndpoint> {
+    Some(OtlpEndpoint { url: url.into(), signal_specific: false })
+}
+
+fn secret_settings(port: u16, protocol: OtlpProtocol) -> OtlpSettings {
+    OtlpSettings {
+        endpoint: generic_endpoint(format!("http://127.0.0.1:{port}")),
         protocol,
-        headers: vec![("authorization".into(), format!("Bearer {TOKEN}")), ("x-team".into(), TOKEN.into())],
+        headers: Headers::parse(&format!("authorization=Bearer%20{TOKEN},x-team={TOKEN}")).unwrap(),
         timeout: Duration::from_millis(300),
-        ..OtlpExporterSettings::default()
+        ..OtlpSettings::default()
     }
 }
 
@@ -300,10 +304,10 @@ fn a_bad_certificate_file_is_a_setup_error_naming_the_variable() {
     let not_pem = temp_dir("not-pem.pem");
     std::fs::write(&not_pem, b"hello").unwrap();
     for path in [&missing, &not_pem] {
-        let settings = OtlpExporterSettings {
-            endpoint: Some("https://collector.example:4317".into()),
+        let settings = OtlpSettings {
+            endpoint: generic_endpoint("https://collector.example:4317"),
             certificate: Some(path.clone()),
-            ..OtlpExporterSettings::default()
+            ..OtlpSettings::default()
         };
         let error = build_otlp_span_exporter(&settings).unwrap_err().to_string();
         assert!(error.starts_with("OTEL_EXPORTER_OTLP_CERTIFICATE="), "{error}");
@@ -313,15 +317,20 @@ fn a_bad_certificate_file_is_a_setup_error_naming_the_variable() {
 }
 
 #[test]
-fn an_invalid_header_value_is_reported_by_name_only() {
-    let settings = OtlpExporterSettings {
-        headers: vec![("x-api-key".into(), format!("{TOKEN}\u{7}"))],
-        protocol: OtlpProtocol::HttpJson,
-        ..OtlpExporterSettings::default()
-    };
-    let error = build_otlp_span_exporter(&settings).unwrap_err();
+fn an_invalid_header_is_reported_by_name_only() {
+    // A value that no transport can send never gets into the settings.
+    let error = Headers::new().insert("x-api-key", &format!("{TOKEN}\u{7}")).unwrap_err();
     let text = format!("{error} {error:?}");
     assert!(text.contains("x-api-key") && !text.contains(TOKEN), "{text}");
+
+    // A `-bin` key is a valid HTTP header but not ASCII gRPC metadata.
+    let mut headers = Headers::new();
+    headers.insert("x-api-key-bin", TOKEN).unwrap();
+    let settings = OtlpSettings { headers, ..OtlpSettings::default() };
+    let error = build_otlp_span_exporter(&settings).unwrap_err();
+    let text = format!("{error} {error:?}");
+    assert!(text.starts_with("OTEL_EXPORTER_OTLP_HEADERS"), "{text}");
+    assert!(text.contains("x-api-key-bin") && !text.contains(TOKEN), "{text}");
 }
 
 fn scrape(port: u16, path: &str) -> String {

@@ -43,6 +43,26 @@ impl Signal {
             Signal::Logs => "LOGS",
         }
     }
+
+    /// The OTLP/HTTP path appended to the general endpoint: `/v1/traces`,
+    /// `/v1/metrics` or `/v1/logs`.
+    pub const fn http_path(self) -> &'static str {
+        match self {
+            Signal::Traces => "/v1/traces",
+            Signal::Metrics => "/v1/metrics",
+            Signal::Logs => "/v1/logs",
+        }
+    }
+
+    /// The per-signal endpoint variable, e.g.
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`.
+    pub const fn endpoint_variable(self) -> &'static str {
+        match self {
+            Signal::Traces => "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            Signal::Metrics => "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            Signal::Logs => "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+        }
+    }
 }
 
 impl fmt::Display for Signal {
@@ -128,6 +148,9 @@ impl OtlpProtocol {
     /// Every accepted name.
     pub const NAMES: &'static [&'static str] = &["grpc", "http/protobuf", "http/json"];
 
+    /// Every protocol, in the order of [`OtlpProtocol::NAMES`].
+    pub const ALL: [OtlpProtocol; 3] = [OtlpProtocol::Grpc, OtlpProtocol::HttpProtobuf, OtlpProtocol::HttpJson];
+
     /// The protocol's name in `OTEL_EXPORTER_OTLP_PROTOCOL`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -150,6 +173,15 @@ impl OtlpProtocol {
     /// Whether this is one of the HTTP protocols.
     pub const fn is_http(self) -> bool {
         !matches!(self, OtlpProtocol::Grpc)
+    }
+
+    /// The endpoint used when none is configured: `http://localhost:4317`
+    /// for gRPC, `http://localhost:4318` for HTTP (before the signal path).
+    pub const fn default_endpoint(self) -> &'static str {
+        match self {
+            OtlpProtocol::Grpc => "http://localhost:4317",
+            OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => "http://localhost:4318",
+        }
     }
 }
 
@@ -350,11 +382,31 @@ impl OtlpSettings {
     /// assert_eq!(s.endpoint_url(Signal::Metrics), "http://collector:4318/v1/metrics");
     /// ```
     pub fn endpoint_url(&self, signal: Signal) -> String {
+        let protocol = self.protocol;
         match &self.endpoint {
-            None if self.protocol.is_http() => format!("http://localhost:4318/v1/{signal}"),
-            None => "http://localhost:4317".to_string(),
-            Some(e) if e.signal_specific || !self.protocol.is_http() => e.url.clone(),
-            Some(e) => format!("{}/v1/{signal}", e.url.trim_end_matches('/')),
+            None if protocol.is_http() => format!("{}{}", protocol.default_endpoint(), signal.http_path()),
+            None => protocol.default_endpoint().to_string(),
+            Some(e) if e.signal_specific || !protocol.is_http() => e.url.clone(),
+            Some(e) => format!("{}{}", e.url.trim_end_matches('/'), signal.http_path()),
+        }
+    }
+
+    /// The variable that sets the endpoint of `signal`'s exporter, for
+    /// messages: the per-signal one when the endpoint came from it, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (also when no endpoint is set).
+    ///
+    /// ```
+    /// use lens_core::config::{OtlpEndpoint, OtlpSettings, Signal};
+    ///
+    /// let mut s = OtlpSettings::default();
+    /// assert_eq!(s.endpoint_variable(Signal::Logs), "OTEL_EXPORTER_OTLP_ENDPOINT");
+    /// s.endpoint = Some(OtlpEndpoint { url: "http://logs:4317".into(), signal_specific: true });
+    /// assert_eq!(s.endpoint_variable(Signal::Logs), "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT");
+    /// ```
+    pub const fn endpoint_variable(&self, signal: Signal) -> &'static str {
+        match &self.endpoint {
+            Some(OtlpEndpoint { signal_specific: true, .. }) => signal.endpoint_variable(),
+            _ => "OTEL_EXPORTER_OTLP_ENDPOINT",
         }
     }
 }

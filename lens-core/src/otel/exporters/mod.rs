@@ -3,13 +3,14 @@
 //!
 //! - [`otlp`]: OTLP over gRPC (the default), `http/protobuf` and `http/json`,
 //!   with TLS for `https` endpoints and a private CA from
-//!   `OTEL_EXPORTER_OTLP_CERTIFICATE`. Every option comes from
-//!   [`OtlpExporterSettings`], never from the SDK reading the environment.
+//!   `OTEL_EXPORTER_OTLP_CERTIFICATE`. Every option comes from the
+//!   configuration's per-signal [`OtlpSettings`] (`config.otel.otlp(signal)`),
+//!   never from the SDK reading the environment.
 //!   gRPC runs on a small private tokio runtime (thread `lens-otlp`), so the
 //!   caller needs no async runtime of its own.
 //! - [`console`]: compact JSON lines (one per span, per metric batch, per log
 //!   record) on standard output or any writer.
-//! - [`file`]: OTLP/JSON lines, one export request per line, in
+//! - [`file`](mod@file): OTLP/JSON lines, one export request per line, in
 //!   `traces-rank<N>.jsonl`, `metrics-rank<N>.jsonl` and `logs-rank<N>.jsonl`:
 //!   the OpenTelemetry Collector file exporter's format, which its
 //!   `otlpjsonfile` receiver replays.
@@ -17,11 +18,15 @@
 //!   OTel-to-Prometheus names of the seed metrics page.
 //! - `testing` (feature `testing`): the SDK's in-memory exporters, in one place.
 //!
-//! The settings structs here are small and independent of the configuration
-//! model: the runtime glue maps the validated configuration onto them. The
-//! enums [`LensSpanExporter`], [`LensMetricExporter`] and [`LensLogExporter`]
-//! let the glue pick an exporter at run time while the processors stay
-//! generic (the SDK's exporter traits are not object safe).
+//! The OTLP exporters take the configuration's types as they are
+//! ([`Signal`], [`OtlpProtocol`], [`Compression`], [`OtlpSettings`], all
+//! re-exported here from [`crate::config`]), so the endpoint rules live in one
+//! place ([`OtlpSettings::endpoint_url`]). The Prometheus exporter takes a
+//! small [`PrometheusSettings`] of its own, which the runtime glue fills from
+//! the configuration and the rank. The enums [`LensSpanExporter`],
+//! [`LensMetricExporter`] and [`LensLogExporter`] let the glue pick an
+//! exporter at run time while the processors stay generic (the SDK's
+//! exporter traits are not object safe).
 //!
 //! Exports are plain futures that any executor can poll on an ordinary
 //! thread (for example [`block_on`]); gRPC exports enter the `lens-otlp`
@@ -50,66 +55,15 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
+pub use crate::config::{Compression, OtlpProtocol, OtlpSettings, Signal};
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter};
 pub use file::{FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
 pub use otlp::{
-    Compression, OtlpExporterSettings, OtlpLogExporter, OtlpMetricExporter, OtlpProtocol, OtlpSpanExporter,
-    ResolvedEndpoint, build_otlp_log_exporter, build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,
+    OtlpLogExporter, OtlpMetricExporter, OtlpSpanExporter, ResolvedEndpoint, build_otlp_log_exporter,
+    build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,
 };
 pub use prometheus::{PrometheusExporter, PrometheusMetricKind, PrometheusSettings, prometheus_metric_name};
 pub use runtime::OtlpRuntime;
-
-/// One of the three OpenTelemetry signals.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Signal {
-    /// Spans.
-    Traces,
-    /// Metric points.
-    Metrics,
-    /// Log records.
-    Logs,
-}
-
-impl Signal {
-    /// Every signal, in the order traces, metrics, logs.
-    pub const ALL: [Signal; 3] = [Signal::Traces, Signal::Metrics, Signal::Logs];
-
-    /// `traces`, `metrics` or `logs`: the word used in variable names
-    /// (upper-cased), file names and OTLP/HTTP paths.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Signal::Traces => "traces",
-            Signal::Metrics => "metrics",
-            Signal::Logs => "logs",
-        }
-    }
-
-    /// The OTLP/HTTP path appended to a generic endpoint: `/v1/traces`,
-    /// `/v1/metrics` or `/v1/logs`.
-    pub const fn http_path(self) -> &'static str {
-        match self {
-            Signal::Traces => "/v1/traces",
-            Signal::Metrics => "/v1/metrics",
-            Signal::Logs => "/v1/logs",
-        }
-    }
-
-    /// The signal-specific endpoint variable, e.g.
-    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`.
-    pub const fn endpoint_variable(self) -> &'static str {
-        match self {
-            Signal::Traces => "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            Signal::Metrics => "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-            Signal::Logs => "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
-        }
-    }
-}
-
-impl std::fmt::Display for Signal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A setup error of an exporter. Its `Display` names the variable to fix and
 /// what is accepted; it never contains a header value.

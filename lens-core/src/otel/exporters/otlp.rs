@@ -5,7 +5,8 @@
 //! option is left unset (endpoint, protocol, timeout, compression,
 //! temporality, `*_INSECURE` for endpoints without a scheme) and *always*
 //! merges `OTEL_EXPORTER_OTLP_[SIGNAL_]HEADERS` into its requests. So every
-//! option is set here from [`OtlpExporterSettings`]:
+//! option is set here from the configuration's per-signal
+//! [`OtlpSettings`] (`config.otel.otlp(signal)`):
 //!
 //! - gRPC: lens builds the tonic `Channel` itself (endpoint, TLS with the
 //!   private CA or the webpki roots, request and connect timeouts) and hands
@@ -18,13 +19,13 @@
 //!   only the content headers, the user agent and lens's headers.
 //! - Protocol, timeout, temporality and the retry policy (disabled: retries
 //!   belong to lens's batch processor, SPEC A7) are set explicitly.
-//! - One residue: with `compression: None` the SDK still consults
+//! - One residue: with [`Compression::None`] the SDK still consults
 //!   `OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION` (it has no "none" setter). The
 //!   configuration reads the same variables, so the two agree in a real
 //!   process.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,168 +41,13 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 
+use super::ExporterError;
 use super::runtime::{InRuntime, OtlpRuntime};
-use super::{ExporterError, Signal};
+use crate::config::{Compression, Headers, OtlpProtocol, OtlpSettings, Signal};
 
-/// The generic endpoint variable.
-const GENERIC_ENDPOINT_VARIABLE: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 /// Response bodies larger than this are refused (as the SDK's clients do).
 const MAX_RESPONSE_BODY_BYTES: u64 = 4 * 1024 * 1024;
 const USER_AGENT: &str = concat!("lens/", env!("CARGO_PKG_VERSION"));
-
-/// The OTLP transport and encoding (`OTEL_EXPORTER_OTLP_PROTOCOL`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum OtlpProtocol {
-    /// `grpc`: OTLP/gRPC (the default), port 4317.
-    #[default]
-    Grpc,
-    /// `http/protobuf`: OTLP/HTTP with protobuf bodies, port 4318.
-    HttpProtobuf,
-    /// `http/json`: OTLP/HTTP with JSON bodies, port 4318.
-    HttpJson,
-}
-
-impl OtlpProtocol {
-    /// Every protocol, in the order of the accepted values.
-    pub const ALL: [OtlpProtocol; 3] = [OtlpProtocol::Grpc, OtlpProtocol::HttpProtobuf, OtlpProtocol::HttpJson];
-
-    /// The value of `OTEL_EXPORTER_OTLP_PROTOCOL`: `grpc`, `http/protobuf`
-    /// or `http/json`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            OtlpProtocol::Grpc => "grpc",
-            OtlpProtocol::HttpProtobuf => "http/protobuf",
-            OtlpProtocol::HttpJson => "http/json",
-        }
-    }
-
-    /// Parses a value of `OTEL_EXPORTER_OTLP_PROTOCOL` (case-insensitive,
-    /// surrounding blanks ignored).
-    ///
-    /// ```
-    /// use lens_core::otel::exporters::OtlpProtocol;
-    /// assert_eq!(OtlpProtocol::parse(" HTTP/Protobuf "), Some(OtlpProtocol::HttpProtobuf));
-    /// assert_eq!(OtlpProtocol::parse("http"), None);
-    /// ```
-    pub fn parse(value: &str) -> Option<OtlpProtocol> {
-        let value = value.trim();
-        OtlpProtocol::ALL.into_iter().find(|protocol| protocol.as_str().eq_ignore_ascii_case(value))
-    }
-
-    /// Whether this is one of the two HTTP protocols.
-    pub const fn is_http(self) -> bool {
-        !matches!(self, OtlpProtocol::Grpc)
-    }
-
-    /// The endpoint used when none is configured: `http://localhost:4317`
-    /// for gRPC, `http://localhost:4318` for HTTP.
-    pub const fn default_endpoint(self) -> &'static str {
-        match self {
-            OtlpProtocol::Grpc => "http://localhost:4317",
-            OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => "http://localhost:4318",
-        }
-    }
-}
-
-impl fmt::Display for OtlpProtocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Payload compression (`OTEL_EXPORTER_OTLP_COMPRESSION`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Compression {
-    /// `gzip`.
-    Gzip,
-}
-
-impl Compression {
-    /// The variable's value: `gzip`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Compression::Gzip => "gzip",
-        }
-    }
-
-    fn to_sdk(self) -> opentelemetry_otlp::Compression {
-        match self {
-            Compression::Gzip => opentelemetry_otlp::Compression::Gzip,
-        }
-    }
-}
-
-/// Everything an OTLP exporter of one signal needs. The runtime glue fills
-/// it from the validated configuration (the per-signal variables already
-/// resolved); nothing here is read from the environment.
-///
-/// Header values are secrets: `Debug` shows the header names only, and no
-/// error of this module contains a value.
-///
-/// ```
-/// use lens_core::otel::exporters::OtlpExporterSettings;
-/// let settings = OtlpExporterSettings {
-///     headers: vec![("authorization".into(), "Bearer s3cr3t".into())],
-///     ..OtlpExporterSettings::default()
-/// };
-/// assert!(!format!("{settings:?}").contains("s3cr3t"));
-/// ```
-#[derive(Clone)]
-pub struct OtlpExporterSettings {
-    /// The endpoint URL; `None` for the protocol's default.
-    pub endpoint: Option<String>,
-    /// Whether `endpoint` came from a signal-specific variable
-    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, ...), which is used as-is; a
-    /// generic endpoint gets `/v1/<signal>` appended for HTTP.
-    pub endpoint_is_signal_specific: bool,
-    /// The protocol.
-    pub protocol: OtlpProtocol,
-    /// Request headers (already percent-decoded). Never printed.
-    pub headers: Vec<(String, String)>,
-    /// The time one export may take, connection included (default 10 s).
-    pub timeout: Duration,
-    /// Payload compression.
-    pub compression: Option<Compression>,
-    /// A PEM file with the private CA that signed the collector's
-    /// certificate (`OTEL_EXPORTER_OTLP_CERTIFICATE`); `None` trusts the
-    /// webpki (Mozilla) roots.
-    pub certificate: Option<PathBuf>,
-}
-
-impl Default for OtlpExporterSettings {
-    fn default() -> Self {
-        OtlpExporterSettings {
-            endpoint: None,
-            endpoint_is_signal_specific: false,
-            protocol: OtlpProtocol::Grpc,
-            headers: Vec::new(),
-            timeout: Duration::from_secs(10),
-            compression: None,
-            certificate: None,
-        }
-    }
-}
-
-impl fmt::Debug for OtlpExporterSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        struct RedactedHeaders<'a>(&'a [(String, String)]);
-        impl fmt::Debug for RedactedHeaders<'_> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_map().entries(self.0.iter().map(|(name, _)| (name, "<redacted>"))).finish()
-            }
-        }
-        f.debug_struct("OtlpExporterSettings")
-            .field("endpoint", &self.endpoint)
-            .field("endpoint_is_signal_specific", &self.endpoint_is_signal_specific)
-            .field("protocol", &self.protocol)
-            .field("headers", &RedactedHeaders(&self.headers))
-            .field("timeout", &self.timeout)
-            .field("compression", &self.compression)
-            .field("certificate", &self.certificate)
-            .finish()
-    }
-}
 
 /// Where an exporter of one signal sends, and how.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,33 +65,34 @@ pub struct ResolvedEndpoint {
 
 /// Resolves the URL, protocol and TLS of `signal`'s exporter.
 ///
-/// A generic endpoint (or the default) gets `/v1/traces`, `/v1/metrics` or
-/// `/v1/logs` appended for the HTTP protocols; a signal-specific one is used
-/// as-is; gRPC endpoints are always used as-is.
+/// The URL is [`OtlpSettings::endpoint_url`]: a general endpoint (or the
+/// default) gets `/v1/traces`, `/v1/metrics` or `/v1/logs` appended for the
+/// HTTP protocols; a per-signal one is used as-is; gRPC endpoints are always
+/// used as-is. It must be an `http://` (plain) or `https://` (TLS) URL with a
+/// host; otherwise the error names the variable the endpoint came from.
 ///
 /// ```
-/// use lens_core::otel::exporters::{OtlpExporterSettings, OtlpProtocol, Signal, resolve_endpoint};
-/// let settings = OtlpExporterSettings {
-///     endpoint: Some("http://collector:4318/".into()),
+/// use lens_core::config::{OtlpEndpoint, OtlpProtocol, OtlpSettings, Signal};
+/// use lens_core::otel::exporters::resolve_endpoint;
+///
+/// let settings = OtlpSettings {
+///     endpoint: Some(OtlpEndpoint { url: "http://collector:4318/".into(), signal_specific: false }),
 ///     protocol: OtlpProtocol::HttpProtobuf,
-///     ..OtlpExporterSettings::default()
+///     ..OtlpSettings::default()
 /// };
 /// let resolved = resolve_endpoint(&settings, Signal::Metrics)?;
 /// assert_eq!(resolved.url, "http://collector:4318/v1/metrics");
 /// assert!(!resolved.tls);
 /// # Ok::<(), lens_core::otel::exporters::ExporterError>(())
 /// ```
-pub fn resolve_endpoint(settings: &OtlpExporterSettings, signal: Signal) -> Result<ResolvedEndpoint, ExporterError> {
-    let protocol = settings.protocol;
-    let configured = settings.endpoint.as_deref().map(str::trim).filter(|endpoint| !endpoint.is_empty());
-    let (endpoint, source, signal_specific) = match configured {
-        Some(endpoint) if settings.endpoint_is_signal_specific => (endpoint, signal.endpoint_variable(), true),
-        Some(endpoint) => (endpoint, GENERIC_ENDPOINT_VARIABLE, false),
-        None => (protocol.default_endpoint(), "default", false),
-    };
-    let variable = if source == "default" { GENERIC_ENDPOINT_VARIABLE } else { source };
-    let invalid = |reason: String| ExporterError::InvalidEndpoint { variable, value: endpoint.to_owned(), reason };
-    let uri: http::Uri = endpoint.parse().map_err(|error: http::uri::InvalidUri| invalid(error.to_string()))?;
+pub fn resolve_endpoint(settings: &OtlpSettings, signal: Signal) -> Result<ResolvedEndpoint, ExporterError> {
+    let url = settings.endpoint_url(signal);
+    let variable = settings.endpoint_variable(signal);
+    let source = if settings.endpoint.is_some() { variable } else { "default" };
+    // Errors show the endpoint as the user wrote it, not the derived URL.
+    let written = settings.endpoint.as_ref().map_or(url.as_str(), |endpoint| endpoint.url.as_str());
+    let invalid = |reason: String| ExporterError::InvalidEndpoint { variable, value: written.to_owned(), reason };
+    let uri: http::Uri = url.parse().map_err(|error: http::uri::InvalidUri| invalid(error.to_string()))?;
     let tls = match uri.scheme_str() {
         Some("http") => false,
         Some("https") => true,
@@ -255,24 +102,18 @@ pub fn resolve_endpoint(settings: &OtlpExporterSettings, signal: Signal) -> Resu
     if uri.host().is_none_or(str::is_empty) {
         return Err(invalid("no host".into()));
     }
-    let url = if protocol.is_http() && !signal_specific {
-        format!("{}{}", endpoint.trim_end_matches('/'), signal.http_path())
-    } else {
-        endpoint.to_owned()
-    };
-    Ok(ResolvedEndpoint { url, protocol, tls, source })
+    Ok(ResolvedEndpoint { url, protocol: settings.protocol, tls, source })
 }
 
 /// The headers, checked; values are marked sensitive.
-fn checked_headers(settings: &OtlpExporterSettings) -> Result<Vec<(HeaderName, HeaderValue)>, ExporterError> {
-    settings
-        .headers
+fn checked_headers(headers: &Headers) -> Result<Vec<(HeaderName, HeaderValue)>, ExporterError> {
+    headers
         .iter()
         .map(|(name, value)| {
-            let header = HeaderName::from_bytes(name.trim().as_bytes())
-                .map_err(|_| ExporterError::InvalidHeader { name: name.clone(), reason: "invalid header name" })?;
-            let mut value = HeaderValue::from_str(value.trim()).map_err(|_| ExporterError::InvalidHeader {
-                name: name.clone(),
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| ExporterError::InvalidHeader { name: name.to_owned(), reason: "invalid header name" })?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| ExporterError::InvalidHeader {
+                name: name.to_owned(),
                 reason: "invalid characters in the value",
             })?;
             value.set_sensitive(true);
@@ -341,7 +182,7 @@ impl fmt::Debug for LensHttpClient {
 
 impl LensHttpClient {
     fn build(
-        settings: &OtlpExporterSettings,
+        settings: &OtlpSettings,
         certificates: Option<Vec<rustls::pki_types::CertificateDer<'static>>>,
         headers: Vec<(HeaderName, HeaderValue)>,
     ) -> Result<LensHttpClient, ExporterError> {
@@ -453,9 +294,9 @@ struct Prepared {
     certificate: Option<(Vec<u8>, Vec<rustls::pki_types::CertificateDer<'static>>)>,
 }
 
-fn prepare(settings: &OtlpExporterSettings, signal: Signal) -> Result<Prepared, ExporterError> {
+fn prepare(settings: &OtlpSettings, signal: Signal) -> Result<Prepared, ExporterError> {
     let endpoint = resolve_endpoint(settings, signal)?;
-    let headers = checked_headers(settings)?;
+    let headers = checked_headers(&settings.headers)?;
     // A bad file is an error even for an `http` endpoint, where it is unused:
     // the user asked for it and should learn that it is wrong.
     let certificate = settings.certificate.as_deref().map(read_certificate).transpose()?;
@@ -469,7 +310,7 @@ fn build_error(signal: Signal, endpoint: &ResolvedEndpoint, reason: impl fmt::Di
 /// The tonic channel to the endpoint, created lazily in the runtime.
 fn grpc_channel(
     prepared: &Prepared,
-    settings: &OtlpExporterSettings,
+    settings: &OtlpSettings,
     signal: Signal,
     runtime: &OtlpRuntime,
 ) -> Result<tonic::transport::Channel, ExporterError> {
@@ -494,6 +335,15 @@ fn grpc_channel(
     Ok(channel.connect_lazy())
 }
 
+/// The SDK's compression; `None` for [`Compression::None`] (the SDK has no
+/// "none" setter: see the module documentation).
+fn sdk_compression(compression: Compression) -> Option<opentelemetry_otlp::Compression> {
+    match compression {
+        Compression::None => None,
+        Compression::Gzip => Some(opentelemetry_otlp::Compression::Gzip),
+    }
+}
+
 fn sdk_protocol(protocol: OtlpProtocol) -> Protocol {
     match protocol {
         OtlpProtocol::Grpc => Protocol::Grpc,
@@ -514,8 +364,8 @@ macro_rules! configure_grpc {
             .with_channel(channel)
             .with_interceptor(HeaderInterceptor::new(&$prepared.headers)?)
             .with_retry_policy(RetryPolicy::disabled());
-        if let Some(compression) = $settings.compression {
-            builder = builder.with_compression(compression.to_sdk());
+        if let Some(compression) = sdk_compression($settings.compression) {
+            builder = builder.with_compression(compression);
         }
         let _entered = $runtime.handle().enter();
         builder.build().map_err(|error| build_error($signal, &$prepared.endpoint, error))?
@@ -533,26 +383,29 @@ macro_rules! configure_http {
             .with_timeout($settings.timeout)
             .with_http_client(client)
             .with_retry_policy(RetryPolicy::disabled());
-        if let Some(compression) = $settings.compression {
-            builder = builder.with_compression(compression.to_sdk());
+        if let Some(compression) = sdk_compression($settings.compression) {
+            builder = builder.with_compression(compression);
         }
         builder.build().map_err(|error| build_error($signal, &$prepared.endpoint, error))?
     }};
 }
 
-/// Builds the OTLP span exporter for `settings`.
+/// Builds the OTLP span exporter for `settings`, the traces settings of the
+/// configuration (`config.otel.otlp(Signal::Traces)`).
 ///
 /// For gRPC this starts (or shares) the `lens-otlp` runtime; nothing
 /// connects until the first export.
 ///
 /// ```
-/// use lens_core::otel::exporters::{OtlpExporterSettings, OtlpProtocol, build_otlp_span_exporter};
-/// let settings = OtlpExporterSettings { protocol: OtlpProtocol::HttpJson, ..OtlpExporterSettings::default() };
+/// use lens_core::config::{OtlpProtocol, OtlpSettings};
+/// use lens_core::otel::exporters::build_otlp_span_exporter;
+///
+/// let settings = OtlpSettings { protocol: OtlpProtocol::HttpJson, ..OtlpSettings::default() };
 /// let exporter = build_otlp_span_exporter(&settings)?;
 /// assert_eq!(exporter.endpoint().url, "http://localhost:4318/v1/traces");
 /// # Ok::<(), lens_core::otel::exporters::ExporterError>(())
 /// ```
-pub fn build_otlp_span_exporter(settings: &OtlpExporterSettings) -> Result<OtlpSpanExporter, ExporterError> {
+pub fn build_otlp_span_exporter(settings: &OtlpSettings) -> Result<OtlpSpanExporter, ExporterError> {
     let signal = Signal::Traces;
     let prepared = prepare(settings, signal)?;
     let builder = opentelemetry_otlp::SpanExporter::builder();
@@ -565,10 +418,11 @@ pub fn build_otlp_span_exporter(settings: &OtlpExporterSettings) -> Result<OtlpS
     Ok(OtlpSpanExporter { inner, runtime, endpoint: prepared.endpoint })
 }
 
-/// Builds the OTLP metric exporter for `settings`, with the given
+/// Builds the OTLP metric exporter for `settings`, the metrics settings of
+/// the configuration (`config.otel.otlp(Signal::Metrics)`), with the given
 /// temporality (lens uses cumulative, the OTLP default).
 pub fn build_otlp_metric_exporter(
-    settings: &OtlpExporterSettings,
+    settings: &OtlpSettings,
     temporality: Temporality,
 ) -> Result<OtlpMetricExporter, ExporterError> {
     let signal = Signal::Metrics;
@@ -583,8 +437,9 @@ pub fn build_otlp_metric_exporter(
     Ok(OtlpMetricExporter { inner, runtime, endpoint: prepared.endpoint })
 }
 
-/// Builds the OTLP log exporter for `settings`.
-pub fn build_otlp_log_exporter(settings: &OtlpExporterSettings) -> Result<OtlpLogExporter, ExporterError> {
+/// Builds the OTLP log exporter for `settings`, the logs settings of the
+/// configuration (`config.otel.otlp(Signal::Logs)`).
+pub fn build_otlp_log_exporter(settings: &OtlpSettings) -> Result<OtlpLogExporter, ExporterError> {
     let signal = Signal::Logs;
     let prepared = prepare(settings, signal)?;
     let builder = opentelemetry_otlp::LogExporter::builder();
@@ -701,20 +556,21 @@ impl LogExporter for OtlpLogExporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::OtlpEndpoint;
 
-    fn settings(endpoint: Option<&str>, specific: bool, protocol: OtlpProtocol) -> OtlpExporterSettings {
-        OtlpExporterSettings {
-            endpoint: endpoint.map(str::to_owned),
-            endpoint_is_signal_specific: specific,
+    fn settings(endpoint: Option<&str>, signal_specific: bool, protocol: OtlpProtocol) -> OtlpSettings {
+        OtlpSettings {
+            endpoint: endpoint.map(|url| OtlpEndpoint { url: url.to_owned(), signal_specific }),
             protocol,
-            ..OtlpExporterSettings::default()
+            ..OtlpSettings::default()
         }
     }
 
     #[test]
     fn defaults_follow_the_protocol() {
-        let grpc = resolve_endpoint(&OtlpExporterSettings::default(), Signal::Traces).unwrap();
+        let grpc = resolve_endpoint(&OtlpSettings::default(), Signal::Traces).unwrap();
         assert_eq!((grpc.url.as_str(), grpc.protocol), ("http://localhost:4317", OtlpProtocol::Grpc));
+        assert_eq!(grpc.source, "default");
         let http = resolve_endpoint(&settings(None, false, OtlpProtocol::HttpProtobuf), Signal::Logs).unwrap();
         assert_eq!(http.url, "http://localhost:4318/v1/logs");
     }
@@ -735,26 +591,48 @@ mod tests {
     }
 
     #[test]
+    fn resolved_urls_are_the_configuration_s() {
+        for protocol in OtlpProtocol::ALL {
+            for endpoint in [None, Some("https://otel.example:4318/base/")] {
+                for signal_specific in [false, true] {
+                    let settings = settings(endpoint, signal_specific, protocol);
+                    for signal in Signal::ALL {
+                        let resolved = resolve_endpoint(&settings, signal).unwrap();
+                        assert_eq!(resolved.url, settings.endpoint_url(signal), "{settings:?} {signal}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn bad_endpoints_name_the_variable() {
-        for (endpoint, specific, variable) in [
-            ("otel:4317", false, "OTEL_EXPORTER_OTLP_ENDPOINT"),
-            ("ftp://otel:21", true, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-            ("http://", false, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        for (endpoint, specific, protocol, variable) in [
+            ("otel:4317", false, OtlpProtocol::Grpc, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            ("ftp://otel:21", true, OtlpProtocol::Grpc, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            ("http://", false, OtlpProtocol::Grpc, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            ("http://", false, OtlpProtocol::HttpJson, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            ("collector:4318", true, OtlpProtocol::HttpProtobuf, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
         ] {
-            let error = resolve_endpoint(&settings(Some(endpoint), specific, OtlpProtocol::Grpc), Signal::Traces)
+            let error = resolve_endpoint(&settings(Some(endpoint), specific, protocol), Signal::Traces)
                 .expect_err(endpoint)
                 .to_string();
-            assert!(error.starts_with(variable), "{error}");
-            assert!(error.contains(endpoint), "{error}");
+            assert!(error.starts_with(&format!("{variable}={endpoint:?} ")), "{error}");
         }
     }
 
     #[test]
     fn protocols_parse_and_print() {
         for protocol in OtlpProtocol::ALL {
-            assert_eq!(OtlpProtocol::parse(protocol.as_str()), Some(protocol));
+            assert_eq!(OtlpProtocol::from_name(protocol.as_str()), Some(protocol));
         }
         assert_eq!(OtlpProtocol::default(), OtlpProtocol::Grpc);
-        assert_eq!(OtlpProtocol::parse("http/xml"), None);
+        assert_eq!(OtlpProtocol::from_name("http/xml"), None);
+    }
+
+    #[test]
+    fn only_gzip_asks_the_sdk_to_compress() {
+        assert_eq!(sdk_compression(Compression::None), None);
+        assert_eq!(sdk_compression(Compression::Gzip), Some(opentelemetry_otlp::Compression::Gzip));
     }
 }
