@@ -18,6 +18,28 @@ pub fn warn(message: impl std::fmt::Display) {
     }
 }
 
+/// `message` with every secret in `secrets` replaced by `<redacted>` and
+/// cut to 300 bytes, for quoting an exporter's error in a warning.
+///
+/// ```
+/// assert_eq!(lens_core::diag::redact("401: token s3cr3t refused", &["s3cr3t".into()]), "401: token <redacted> refused");
+/// ```
+pub fn redact(message: &str, secrets: &[String]) -> String {
+    let mut message = message.to_string();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        message = message.replace(secret.as_str(), "<redacted>");
+    }
+    if message.len() > 300 {
+        let mut cut = 300;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
+}
+
 /// Lets at most one event through per period, counting the ones held back.
 ///
 /// ```

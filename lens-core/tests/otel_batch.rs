@@ -1,4 +1,3 @@
-#![cfg(feature = "otel")]
 //! The batch span processor as a provider uses it: spans reach the exporter,
 //! every span is accounted for, failed exports are retried within the window,
 //! and neither a training thread nor shutdown waits on a hung exporter.

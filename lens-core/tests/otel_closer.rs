@@ -1,4 +1,3 @@
-#![cfg(feature = "otel")]
 //! The open-span closer as the provider uses it: spans still open at
 //! shutdown are exported once, innermost first, marked truncated; nothing
 //! else changes. Run with `--features testing` (the in-memory exporter).

@@ -1,4 +1,3 @@
-#![cfg(feature = "otel")]
 //! The exporters as a user sees them: console lines, OTLP/JSON files that a
 //! Collector can replay, OTLP transports that give up within their timeout
 //! and never leak a header value, and the Prometheus page a scraper reads.

@@ -1,4 +1,3 @@
-#![cfg(feature = "otel")]
 //! Span and trace IDs differ across processes and across a real `fork`
 //! (SPEC B 6.4). Own test binary: it forks and re-executes itself.
 

@@ -3,7 +3,6 @@
 //!
 //! This binary owns the process's `log` logger, so every check runs in one
 //! test function, in order.
-#![cfg(feature = "testing")]
 
 use lens_core::otel::logs::{LogBridgeError, install_log_bridge, uninstall_log_bridge};
 use opentelemetry::Context;

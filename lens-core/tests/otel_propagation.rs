@@ -4,7 +4,6 @@
 //! The active tracer and the group gate are process-global, so this file is
 //! its own test binary and its tests take a lock. Run with
 //! `cargo test -p lens-core --features testing --test otel_propagation`.
-#![cfg(feature = "testing")]
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};

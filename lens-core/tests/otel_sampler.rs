@@ -1,7 +1,6 @@
 //! The lens sampler as a user sees it: the rank decision of the sampling
 //! strategy, its composition with `OTEL_TRACES_SAMPLER`, structural spans and
 //! per-iteration sampling keys (SPEC A4, A5; B 12.2 sampling_integration).
-#![cfg(feature = "otel")]
 
 use lens_core::otel::sampler::{
     DelegateSampler, LensSampler, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, delegate_from, ratio_keeps_key,

@@ -5,7 +5,6 @@
 //! The active tracer and the group gate are process-global, so this file is
 //! its own test binary and its tests take a lock. Run with
 //! `cargo test -p lens-core --features testing --test otel_span`.
-#![cfg(feature = "testing")]
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -3,7 +3,6 @@
 //! keys that crate has only as experimental or deprecated are compared too
 //! (the `otel` feature enables its experimental set), with the reason we
 //! keep our own copy beside each.
-#![cfg(feature = "otel")]
 
 use lens_core::semconv::{self, Stability};
 use opentelemetry_semantic_conventions::{attribute, resource};

@@ -414,18 +414,7 @@ impl Inner {
 
     fn record_error(&self, error: &OTelSdkError) {
         self.counters.export_errors.fetch_add(1, Ordering::Relaxed);
-        let mut message = error.to_string();
-        for secret in &self.config.redact {
-            message = message.replace(secret.as_str(), "<redacted>");
-        }
-        if message.len() > 300 {
-            let mut cut = 300;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push('…');
-        }
+        let message = crate::diag::redact(&error.to_string(), &self.config.redact);
         *lock(&self.last_error) = Some(message);
     }
 }

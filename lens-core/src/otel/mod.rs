@@ -17,6 +17,7 @@
 //! - [`propagation`]: W3C trace context and baggage, the byte encoding, the
 //!   worker bootstrap.
 
+pub mod accounting;
 pub mod active;
 pub mod batch;
 pub mod closer;
@@ -25,4 +26,5 @@ pub mod ids;
 pub mod logs;
 pub mod propagation;
 pub mod sampler;
+pub mod setup;
 pub mod span;

@@ -39,6 +39,8 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use opentelemetry::Context;
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
@@ -115,8 +117,12 @@ impl RemoteContext {
     pub fn inject(&self, carrier: &mut impl Extend<(String, String)>) {
         let mut pairs = PairInjector(Vec::with_capacity(3));
         let (trace_context, baggage) = propagators();
-        trace_context.inject_context(&self.cx, &mut pairs);
-        baggage.inject_context(&self.cx, &mut pairs);
+        if let Some(trace_context) = trace_context {
+            trace_context.inject_context(&self.cx, &mut pairs);
+        }
+        if let Some(baggage) = baggage {
+            baggage.inject_context(&self.cx, &mut pairs);
+        }
         carrier.extend(pairs.0);
     }
 
@@ -174,12 +180,29 @@ impl fmt::Debug for RemoteContext {
     }
 }
 
-/// The propagators in use: W3C Trace Context, then W3C Baggage.
-///
-/// The selection of `OTEL_PROPAGATORS` is to be honoured here once setup
-/// records it.
-fn propagators() -> (TraceContextPropagator, BaggagePropagator) {
-    (TraceContextPropagator::new(), BaggagePropagator::new())
+/// Bit of W3C Trace Context in [`PROPAGATORS`].
+const TRACE_CONTEXT_BIT: u8 = 1;
+/// Bit of W3C Baggage in [`PROPAGATORS`].
+const BAGGAGE_BIT: u8 = 2;
+/// The propagators `OTEL_PROPAGATORS` selected (both until setup says
+/// otherwise, and again after shutdown).
+static PROPAGATORS: AtomicU8 = AtomicU8::new(TRACE_CONTEXT_BIT | BAGGAGE_BIT);
+
+/// Selects the propagators (`OTEL_PROPAGATORS`): setup calls this with the
+/// configured list; `none` selects neither.
+pub(crate) fn set_propagators(trace_context: bool, baggage: bool) {
+    let bits = if trace_context { TRACE_CONTEXT_BIT } else { 0 } | if baggage { BAGGAGE_BIT } else { 0 };
+    PROPAGATORS.store(bits, Ordering::Relaxed);
+}
+
+/// The propagators in use: W3C Trace Context, then W3C Baggage, each only
+/// when `OTEL_PROPAGATORS` selected it.
+fn propagators() -> (Option<TraceContextPropagator>, Option<BaggagePropagator>) {
+    let bits = PROPAGATORS.load(Ordering::Relaxed);
+    (
+        (bits & TRACE_CONTEXT_BIT != 0).then(TraceContextPropagator::new),
+        (bits & BAGGAGE_BIT != 0).then(BaggagePropagator::new),
+    )
 }
 
 struct PairInjector(Vec<(String, String)>);
@@ -240,8 +263,14 @@ impl Extractor for FieldExtractor {
 
 fn extract(extractor: &FieldExtractor) -> RemoteContext {
     let (trace_context, baggage) = propagators();
-    let cx = trace_context.extract_with_context(&Context::new(), extractor);
-    RemoteContext { cx: baggage.extract_with_context(&cx, extractor) }
+    let mut cx = Context::new();
+    if let Some(trace_context) = trace_context {
+        cx = trace_context.extract_with_context(&cx, extractor);
+    }
+    if let Some(baggage) = baggage {
+        cx = baggage.extract_with_context(&cx, extractor);
+    }
+    RemoteContext { cx }
 }
 
 /// The current context (the current span and baggage), to send elsewhere or

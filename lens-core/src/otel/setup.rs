@@ -1,0 +1,921 @@
+//! Setting telemetry up for one rank, and shutting it down again.
+//!
+//! [`setup_telemetry`] is the one call a framework makes per process. It
+//! validates the whole configuration first (SPEC A3, on every rank, before
+//! anything is installed), then asks the rank strategy whether this rank
+//! exports, and only then builds providers. A disabled configuration or a
+//! rank that does not export gets a [`Telemetry`] with no-op tracer and meter
+//! and an empty span-group set, and touches nothing else: no thread, no file,
+//! no socket, no lazy resource attribute (so no NVML).
+//!
+//! On an exporting rank it builds, from the validated configuration only
+//! (A14: every exporter and provider option is set explicitly):
+//!
+//! - a tracer provider with the seed-independent ID generator, the lens
+//!   sampler (rank-aware or registered strategy, structural spans, sampling
+//!   keys) around the `OTEL_TRACES_SAMPLER` delegate, the open-span closer and
+//!   the bounded batch span processor, and installs its tracer in the active
+//!   slot that the span helpers read;
+//! - a meter provider with a periodic reader at `OTEL_METRIC_EXPORT_INTERVAL`
+//!   (default 10 s) around a counting exporter;
+//! - with `LOGS_ENABLED`, a logger provider and the `log` bridge;
+//! - the span-group gate.
+//!
+//! # Lifetimes
+//!
+//! One telemetry lifetime is active per process at a time: a second enabled
+//! setup while one is active is [`SetupError::AlreadyActive`]. After
+//! [`Telemetry::shutdown`], setup works again and the new lifetime exports
+//! (A6). Shutdown is idempotent and bounded by its timeout even against a
+//! hung collector: flush and shutdown run on a helper thread against one
+//! deadline, and the [`ShutdownReport`] says what did not finish.
+//!
+//! Dropping the handle shuts it down with the configured timeout
+//! (`<PREFIX>_SHUTDOWN_TIMEOUT_MS`), as tracing-appender's `WorkerGuard`
+//! flushes on drop: keep the handle alive for the whole run (a process-global
+//! that is never dropped must call `shutdown` itself, for example from an
+//! exit hook).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use opentelemetry::InstrumentationScope;
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::metrics::{Meter, MeterProvider as _};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::logs::SdkLoggerProvider;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::resource::{ResourceDetector, TelemetryResourceDetector};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter, SpanLimits};
+
+use crate::attr::KeyValue;
+use crate::config::{ConfigError, ExporterKind, LensConfig, Propagator, Signal, TracesSampler};
+use crate::env::{EnvSource, ProcessEnv};
+use crate::groups::{GroupSet, set_enabled_span_groups};
+use crate::identity::{
+    OsProbe, RankContext, ResourceInputs, RunIdSource, build_resource, resolve_run_id, restart_attempt,
+};
+use crate::otel::accounting::{CountingMetricExporter, MetricExportCounters, MetricExportSnapshot};
+use crate::otel::batch::{BatchConfig, LensBatchSpanProcessor, SpanExportCounters, SpanExportSnapshot};
+use crate::otel::closer::OpenSpanCloser;
+use crate::otel::exporters::{
+    self, ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLogExporter,
+    FileMetricExporter, FileSpanExporter, LensLogExporter, LensMetricExporter, LensSpanExporter, PrometheusExporter,
+    PrometheusSettings,
+};
+use crate::otel::ids::SeedIndependentIdGenerator;
+use crate::otel::propagation::{RemoteContext, context_from_env};
+use crate::otel::sampler::{DelegateSampler, LensSampler, delegate_from};
+use crate::otel::{active, logs, propagation};
+use crate::strategies::{self, RankStrategy, StrategyError};
+
+/// The instrumentation scope of lens's own tracer and meter.
+pub const DEFAULT_SCOPE: &str = "nemo.lens";
+
+/// Whether an enabled lifetime is active in this process.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// How many enabled lifetimes this process has started (A15 derives the
+/// structural trace ids from it).
+static LIFETIMES: AtomicU32 = AtomicU32::new(0);
+/// The multi-rank "traces will not join" warning is given once per process.
+static WARNED_RANDOM_RUN_ID: AtomicBool = AtomicBool::new(false);
+
+/// Why setup refused to start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The configuration has problems; every one is listed.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// The rank strategy could not decide.
+    #[error("{0}")]
+    Strategy(#[from] StrategyError),
+    /// An exporter could not be built (bad certificate, unbindable port, ...).
+    #[error("{0}")]
+    Exporter(#[from] ExporterError),
+    /// Telemetry is already set up in this process.
+    #[error(
+        "setup_telemetry() has already been initialised for this process. Call it once at startup, or call \
+         shutdown() on the active handle before setting telemetry up again."
+    )]
+    AlreadyActive,
+}
+
+type SpanExporterFactory = Box<dyn FnOnce(BatchConfig) -> LensBatchSpanProcessor + Send>;
+type MetricReaderFactory =
+    Box<dyn FnOnce(MeterProviderBuilder, Duration, Arc<MetricExportCounters>) -> MeterProviderBuilder + Send>;
+type LazyAttributes = Box<dyn FnOnce() -> Vec<KeyValue> + Send>;
+
+/// What a caller can add to setup beyond the configuration.
+///
+/// ```
+/// use lens_core::attr::KeyValue;
+/// use lens_core::otel::setup::SetupOptions;
+///
+/// let options = SetupOptions::new()
+///     .with_rank_strategy(|_config, rank| rank.rank % 2 == 0)
+///     .with_lazy_resource(|| vec![KeyValue::new("dl.gpu.name", "probed only on exporting ranks")]);
+/// # drop(options);
+/// ```
+pub struct SetupOptions {
+    span_exporter: Option<SpanExporterFactory>,
+    metric_exporter: Option<MetricReaderFactory>,
+    rank_strategy: Option<RankStrategy>,
+    lazy_resource: Vec<LazyAttributes>,
+    scope: Cow<'static, str>,
+    env: Option<Box<dyn EnvSource + Send + Sync>>,
+}
+
+impl Default for SetupOptions {
+    fn default() -> Self {
+        SetupOptions::new()
+    }
+}
+
+impl fmt::Debug for SetupOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetupOptions")
+            .field("custom_span_exporter", &self.span_exporter.is_some())
+            .field("custom_metric_exporter", &self.metric_exporter.is_some())
+            .field("custom_rank_strategy", &self.rank_strategy.is_some())
+            .field("lazy_resource", &self.lazy_resource.len())
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SetupOptions {
+    /// No additions: exporters from the configuration, the configured rank
+    /// strategy, the process environment, scope `nemo.lens`.
+    pub fn new() -> Self {
+        SetupOptions {
+            span_exporter: None,
+            metric_exporter: None,
+            rank_strategy: None,
+            lazy_resource: Vec::new(),
+            scope: Cow::Borrowed(DEFAULT_SCOPE),
+            env: None,
+        }
+    }
+
+    /// Export spans to `exporter` instead of the configured one (still
+    /// through lens's batch processor, so the counters and limits hold).
+    #[must_use]
+    pub fn with_span_exporter<E: SpanExporter + 'static>(mut self, exporter: E) -> Self {
+        self.span_exporter = Some(Box::new(move |config| LensBatchSpanProcessor::new(exporter, config)));
+        self
+    }
+
+    /// Export metrics to `exporter` instead of the configured one, read
+    /// periodically at the configured interval.
+    #[must_use]
+    pub fn with_metric_exporter<E: PushMetricExporter>(mut self, exporter: E) -> Self {
+        self.metric_exporter = Some(Box::new(move |builder, interval, counters| {
+            let counting = CountingMetricExporter::new(exporter, counters, Vec::new());
+            builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
+        }));
+        self
+    }
+
+    /// Decide whether this rank exports with `strategy` instead of the
+    /// configured rank strategy (the original's per-call `export_strategy=`).
+    #[must_use]
+    pub fn with_rank_strategy(
+        mut self,
+        strategy: impl Fn(&LensConfig, &RankContext) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.rank_strategy = Some(Arc::new(strategy));
+        self
+    }
+
+    /// Resource attributes that are costly to detect (GPU identity through
+    /// NVML): evaluated only on exporting ranks, after the export decision.
+    /// Caller-supplied attributes, lazy ones included, win over detected ones.
+    #[must_use]
+    pub fn with_lazy_resource(mut self, attributes: impl FnOnce() -> Vec<KeyValue> + Send + 'static) -> Self {
+        self.lazy_resource.push(Box::new(attributes));
+        self
+    }
+
+    /// The instrumentation scope of the handle's tracer and meter (default
+    /// `nemo.lens`).
+    #[must_use]
+    pub fn with_scope(mut self, scope: impl Into<Cow<'static, str>>) -> Self {
+        self.scope = scope.into();
+        self
+    }
+
+    /// Read the run id, resource detectors and the incoming `TRACEPARENT`
+    /// from `env` instead of the process environment (for tests).
+    #[must_use]
+    pub fn with_env(mut self, env: impl EnvSource + Send + Sync + 'static) -> Self {
+        self.env = Some(Box::new(env));
+        self
+    }
+}
+
+/// What shutdown (or a flush) achieved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Span accounting of the batch processor (exported, dropped, errors).
+    pub spans: SpanExportSnapshot,
+    /// Metric accounting of the periodic reader's exporter.
+    pub metrics: MetricExportSnapshot,
+    /// Spans still open at shutdown, ended and marked `nemo.span.truncated`.
+    pub truncated_spans: usize,
+    /// The steps that did not finish before the deadline (empty when all did).
+    pub unfinished: Vec<&'static str>,
+    /// Errors reported by the providers, secrets removed.
+    pub errors: Vec<String>,
+    /// Whether this call did the work (false on a second shutdown, or for a
+    /// handle that never exported).
+    pub performed: bool,
+}
+
+impl ShutdownReport {
+    /// Whether everything finished within the deadline.
+    pub fn completed(&self) -> bool {
+        self.unfinished.is_empty()
+    }
+}
+
+impl fmt::Display for ShutdownReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.spans;
+        let m = &self.metrics;
+        write!(
+            f,
+            "spans: {} exported, {} dropped ({} queue full, {} export failed, {} at shutdown), {} export errors; \
+             metric points: {} exported, {} in failed exports",
+            s.exported,
+            s.dropped(),
+            s.dropped_queue_full,
+            s.dropped_export_failed,
+            s.dropped_at_shutdown,
+            s.export_errors,
+            m.points_exported,
+            m.points_failed,
+        )?;
+        if self.truncated_spans > 0 {
+            write!(f, "; {} open spans truncated", self.truncated_spans)?;
+        }
+        if !self.unfinished.is_empty() {
+            write!(f, "; did not finish in time: {}", self.unfinished.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// The parts of an exporting lifetime that shutdown takes down.
+struct Parts {
+    tracer_provider: Option<SdkTracerProvider>,
+    closer: Option<OpenSpanCloser>,
+    meter_provider: Option<SdkMeterProvider>,
+    logger_provider: Option<SdkLoggerProvider>,
+    prometheus: Option<PrometheusExporter>,
+}
+
+/// The handle of one telemetry lifetime.
+///
+/// It exposes the tracer and meter, whether this rank exports, the enabled
+/// span groups, live export counters, [`force_flush`](Telemetry::force_flush)
+/// and [`shutdown`](Telemetry::shutdown). Dropping it shuts down.
+pub struct Telemetry {
+    tracer: BoxedTracer,
+    meter: Meter,
+    enabled: bool,
+    exporting: bool,
+    records_spans: bool,
+    groups: GroupSet,
+    rank: RankContext,
+    run_id: String,
+    run_id_source: Option<RunIdSource>,
+    restart_attempt: u32,
+    lifetime: u32,
+    incoming: Option<RemoteContext>,
+    destinations: Vec<String>,
+    shutdown_timeout: Duration,
+    linger: Duration,
+    span_counters: Option<Arc<SpanExportCounters>>,
+    metric_counters: Option<Arc<MetricExportCounters>>,
+    parts: Mutex<Option<Parts>>,
+    holds_slot: AtomicBool,
+}
+
+impl fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("enabled", &self.enabled)
+            .field("exporting", &self.exporting)
+            .field("records_spans", &self.records_spans)
+            .field("groups", &self.groups)
+            .field("rank", &self.rank)
+            .field("run_id", &self.run_id)
+            .field("lifetime", &self.lifetime)
+            .field("destinations", &self.destinations)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// A handle that records and exports nothing (telemetry off, or a rank
+    /// that does not export).
+    fn inert(enabled: bool, rank: RankContext, run_id: String, shutdown_timeout: Duration) -> Telemetry {
+        Telemetry {
+            tracer: BoxedTracer::new(Box::new(opentelemetry::trace::noop::NoopTracer::new())),
+            meter: opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE),
+            enabled,
+            exporting: false,
+            records_spans: false,
+            groups: GroupSet::EMPTY,
+            rank,
+            run_id,
+            run_id_source: None,
+            restart_attempt: 0,
+            lifetime: 0,
+            incoming: None,
+            destinations: Vec::new(),
+            shutdown_timeout,
+            linger: Duration::ZERO,
+            span_counters: None,
+            metric_counters: None,
+            parts: Mutex::new(None),
+            holds_slot: AtomicBool::new(enabled),
+        }
+    }
+
+    /// The tracer (a no-op tracer when this rank does not export).
+    pub fn tracer(&self) -> &BoxedTracer {
+        &self.tracer
+    }
+
+    /// The meter (a no-op meter when this rank does not export, so that
+    /// instruments created from it record nothing).
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// Whether telemetry is enabled in this process (exporting or not).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Whether this rank exports.
+    pub fn is_exporting(&self) -> bool {
+        self.exporting
+    }
+
+    /// Whether this rank records spans (it exports and the sampling strategy
+    /// keeps it).
+    pub fn records_spans(&self) -> bool {
+        self.records_spans
+    }
+
+    /// The span groups enabled by this lifetime (empty when not exporting).
+    pub fn enabled_groups(&self) -> GroupSet {
+        self.groups
+    }
+
+    /// This process's rank context.
+    pub fn rank(&self) -> RankContext {
+        self.rank
+    }
+
+    /// The run id (`nemo.run.id`); empty on ranks that do not export.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Where the run id came from (`None` on ranks that do not export).
+    pub fn run_id_source(&self) -> Option<RunIdSource> {
+        self.run_id_source
+    }
+
+    /// The restart attempt (`SLURM_RESTART_COUNT`, `TORCHELASTIC_RESTART_COUNT`).
+    pub fn restart_attempt(&self) -> u32 {
+        self.restart_attempt
+    }
+
+    /// This lifetime's index within the process (1 for the first enabled
+    /// setup; 0 when telemetry is off).
+    pub fn lifetime_index(&self) -> u32 {
+        self.lifetime
+    }
+
+    /// The context handed in by whatever launched the job (`TRACEPARENT`,
+    /// `TRACESTATE`, `BAGGAGE`), when there is a valid one (A12).
+    pub fn incoming_context(&self) -> Option<&RemoteContext> {
+        self.incoming.as_ref()
+    }
+
+    /// Where each signal goes, in words (for a run summary).
+    pub fn destinations(&self) -> &[String] {
+        &self.destinations
+    }
+
+    /// The export accounting so far, without flushing.
+    pub fn report(&self) -> ShutdownReport {
+        ShutdownReport {
+            spans: self.span_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
+            metrics: self.metric_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
+            ..ShutdownReport::default()
+        }
+    }
+
+    /// Exports everything recorded so far (spans queued, a metric
+    /// collection), waiting at most `timeout`. Open spans stay open.
+    pub fn force_flush(&self, timeout: Duration) -> ShutdownReport {
+        let (tracer_provider, meter_provider) = {
+            let parts = lock(&self.parts);
+            match parts.as_ref() {
+                Some(p) => (p.tracer_provider.clone(), p.meter_provider.clone()),
+                None => return self.report(),
+            }
+        };
+        let mut steps: Vec<Step> = Vec::new();
+        if let Some(provider) = tracer_provider {
+            steps.push(("flush spans", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
+        }
+        if let Some(provider) = meter_provider {
+            steps.push(("flush metrics", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
+        }
+        let mut report = run_steps(steps, Instant::now() + timeout);
+        report.spans = self.report().spans;
+        report.metrics = self.report().metrics;
+        report
+    }
+
+    /// Ends spans still open (innermost first, marked truncated), flushes and
+    /// shuts down the providers this handle built, within `timeout` even when
+    /// the collector hangs. Idempotent: a second call does nothing and
+    /// reports `performed: false`.
+    pub fn shutdown(&self, timeout: Duration) -> ShutdownReport {
+        let parts = lock(&self.parts).take();
+        let Some(parts) = parts else {
+            self.release_slot();
+            return ShutdownReport { performed: false, ..self.report() };
+        };
+        // No new spans from here on.
+        set_enabled_span_groups(GroupSet::EMPTY);
+        active::uninstall();
+        propagation::set_propagators(true, true);
+
+        let deadline = Instant::now() + timeout;
+        let truncated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut steps: Vec<Step> = Vec::new();
+        let Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus } = parts;
+        if let Some(provider) = tracer_provider {
+            let open = closer.map_or(0, |c| c.open_count());
+            truncated.store(open, Ordering::Relaxed);
+            steps.push((
+                "shut down spans",
+                Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
+            ));
+        }
+        if let Some(provider) = meter_provider {
+            steps.push((
+                "flush and shut down metrics",
+                Box::new(move |remaining| {
+                    let flushed = provider.force_flush().map_err(|e| e.to_string());
+                    let shut = provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string());
+                    flushed.and(shut)
+                }),
+            ));
+        }
+        if let Some(provider) = logger_provider {
+            logs::uninstall_log_bridge();
+            steps.push((
+                "shut down logs",
+                Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
+            ));
+        }
+        let mut report = run_steps(steps, deadline);
+        report.performed = true;
+        report.truncated_spans = truncated.load(Ordering::Relaxed);
+        report.spans = self.report().spans;
+        report.metrics = self.report().metrics;
+        if let Some(prometheus) = prometheus {
+            if !self.linger.is_zero() {
+                prometheus.wait_linger();
+            }
+            prometheus.stop_server();
+        }
+        self.release_slot();
+        report
+    }
+
+    fn release_slot(&self) {
+        if self.holds_slot.swap(false, Ordering::AcqRel) {
+            ACTIVE.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.shutdown(self.shutdown_timeout);
+    }
+}
+
+type Step = (&'static str, Box<dyn FnOnce(Duration) -> Result<(), String> + Send>);
+
+/// Runs `steps` in order on a helper thread and waits for them until
+/// `deadline`. A step still running at the deadline is left to finish in
+/// the background; it and the steps after it are reported unfinished.
+fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
+    let names: Vec<&'static str> = steps.iter().map(|(name, _)| *name).collect();
+    let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
+    let spawned = std::thread::Builder::new().name("lens-shutdown".into()).spawn(move || {
+        for (index, (_, step)) in steps.into_iter().enumerate() {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(remaining)))
+                .unwrap_or_else(|_| Err("panicked".to_string()));
+            if done_tx.send((index, result)).is_err() {
+                return;
+            }
+        }
+    });
+    let mut report = ShutdownReport::default();
+    if let Err(error) = spawned {
+        report.errors.push(format!("could not start the shutdown thread: {error}"));
+        report.unfinished = names;
+        return report;
+    }
+    let mut finished = 0;
+    while finished < names.len() {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(remaining) {
+            Ok((index, result)) => {
+                finished = index + 1;
+                if let Err(error) = result {
+                    report.errors.push(format!("{}: {error}", names[index]));
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    report.unfinished = names[finished..].to_vec();
+    report
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sets telemetry up for this rank.
+///
+/// `resource_attributes` are the caller's (for Megatron: the training
+/// arguments); they win over detected attributes, and the identity keys
+/// (`service.name`, `nemo.run.id`, `service.instance.id`, `dl.rank`,
+/// `dl.world_size`) win over both. See the module docs for what is built.
+///
+/// ```
+/// use lens_core::config::LensConfig;
+/// use lens_core::identity::RankContext;
+/// use lens_core::otel::setup::{SetupOptions, setup_telemetry};
+///
+/// // Telemetry off: an inert handle, nothing installed.
+/// let telemetry = setup_telemetry(&LensConfig::default(), &RankContext::SINGLE, Vec::new(), SetupOptions::new())?;
+/// assert!(!telemetry.is_exporting());
+/// assert!(telemetry.enabled_groups().is_empty());
+/// # Ok::<(), lens_core::otel::setup::SetupError>(())
+/// ```
+pub fn setup_telemetry(
+    config: &LensConfig,
+    rank: &RankContext,
+    resource_attributes: Vec<KeyValue>,
+    options: SetupOptions,
+) -> Result<Telemetry, SetupError> {
+    config.validate()?;
+    let rank = *rank;
+    let enabled = config.telemetry_enabled();
+    let exports = enabled
+        && match &options.rank_strategy {
+            Some(strategy) => strategy(config, &rank),
+            None => strategies::should_export(config, &rank)?,
+        };
+    let records_spans = exports && config.traces_enabled && strategies::records_spans(config, &rank)?;
+    // `validate` has checked the spec, so resolving it cannot fail here.
+    let groups = if records_spans { config.resolved_span_groups().unwrap_or_default() } else { GroupSet::EMPTY };
+
+    if enabled && ACTIVE.swap(true, Ordering::AcqRel) {
+        return Err(SetupError::AlreadyActive);
+    }
+    if !exports {
+        if enabled {
+            // This lifetime owns the gate: nothing is recorded on this rank.
+            set_enabled_span_groups(GroupSet::EMPTY);
+        }
+        return Ok(Telemetry::inert(enabled, rank, String::new(), config.shutdown_timeout));
+    }
+    match build(config, rank, resource_attributes, options, records_spans, groups) {
+        Ok(telemetry) => Ok(telemetry),
+        Err(error) => {
+            ACTIVE.store(false, Ordering::Release);
+            Err(error)
+        }
+    }
+}
+
+/// Builds the providers of an exporting rank.
+fn build(
+    config: &LensConfig,
+    rank: RankContext,
+    resource_attributes: Vec<KeyValue>,
+    mut options: SetupOptions,
+    records_spans: bool,
+    groups: GroupSet,
+) -> Result<Telemetry, SetupError> {
+    let env: Box<dyn EnvSource + Send + Sync> = options.env.take().unwrap_or_else(|| Box::new(ProcessEnv));
+    let env = &*env;
+    let run_id = resolve_run_id(&config.run_id, env);
+    if rank.world_size > 1 && !run_id.source.is_shared() && !WARNED_RANDOM_RUN_ID.swap(true, Ordering::Relaxed) {
+        crate::diag::warn(format_args!(
+            "no run id is shared by the {} ranks of this job (set MEGATRON_OTEL_RUN_ID or NEMO_LENS_RUN_ID, or \
+             launch under SLURM or torchrun): each rank drew its own, so their traces will not join",
+            rank.world_size
+        ));
+    }
+
+    let mut caller = resource_attributes;
+    for lazy in options.lazy_resource.drain(..) {
+        caller.extend(lazy());
+    }
+    let mut inputs = ResourceInputs::new(config.service_name.clone(), run_id.value.clone(), rank);
+    inputs.user_id = config.user.clone();
+    inputs.wandb_entity = config.wandb_entity.clone();
+    inputs.wandb_project = config.wandb_project.clone();
+    inputs.caller_attributes = caller;
+    let attributes = build_resource(&inputs, env, &OsProbe);
+    let resource = Resource::builder_empty()
+        .with_attributes(
+            TelemetryResourceDetector.detect().iter().map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())),
+        )
+        .with_attributes(attributes.into_iter().map(opentelemetry::KeyValue::from))
+        .build();
+    let scope = InstrumentationScope::builder(options.scope.clone()).with_version(env!("CARGO_PKG_VERSION")).build();
+    let mut destinations = Vec::new();
+
+    // Traces.
+    let mut tracer_provider = None;
+    let mut closer = None;
+    let mut span_counters = None;
+    if config.traces_enabled && records_spans {
+        let batch_config = batch_config(config);
+        let batch = match options.span_exporter.take() {
+            Some(factory) => {
+                destinations.push("traces: custom exporter".to_string());
+                Some(factory(batch_config))
+            }
+            None => span_exporter(config, rank, &run_id.value, &mut destinations)?
+                .map(|exporter| LensBatchSpanProcessor::new(exporter, batch_config)),
+        };
+        if let Some(batch) = batch {
+            span_counters = Some(batch.counters());
+            let span_closer = OpenSpanCloser::with_target(batch.clone());
+            let provider = SdkTracerProvider::builder()
+                .with_id_generator(SeedIndependentIdGenerator::new())
+                .with_sampler(sampler(config, rank))
+                .with_span_limits(SpanLimits::default())
+                .with_resource(resource.clone())
+                .with_span_processor(span_closer.clone())
+                .with_span_processor(batch)
+                .build();
+            closer = Some(span_closer);
+            tracer_provider = Some(provider);
+        }
+    }
+
+    // Metrics.
+    let mut meter_provider = None;
+    let mut prometheus = None;
+    let mut metric_counters = None;
+    if config.metrics_enabled {
+        let counters = Arc::new(MetricExportCounters::default());
+        let interval = config.otel.metric_export_interval;
+        let builder = SdkMeterProvider::builder().with_resource(resource.clone());
+        let builder = match options.metric_exporter.take() {
+            Some(factory) => {
+                destinations.push("metrics: custom exporter".to_string());
+                Some(factory(builder, interval, Arc::clone(&counters)))
+            }
+            None => metric_exporter(config, rank, &run_id.value, &mut destinations, &mut prometheus)?.map(|exporter| {
+                let counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
+                builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
+            }),
+        };
+        if let Some(builder) = builder {
+            meter_provider = Some(builder.build());
+            metric_counters = Some(counters);
+        }
+    }
+
+    // Logs.
+    let mut logger_provider = None;
+    if config.logs_enabled
+        && let Some(exporter) = log_exporter(config, rank, &run_id.value, &mut destinations)?
+    {
+        let provider =
+            SdkLoggerProvider::builder().with_resource(resource.clone()).with_batch_exporter(exporter).build();
+        if let Err(error) = logs::install_log_bridge(&provider, log::LevelFilter::Info) {
+            crate::diag::warn(error);
+        }
+        logger_provider = Some(provider);
+    }
+
+    let tracer: BoxedTracer = match &tracer_provider {
+        Some(provider) => {
+            let tracer = provider.tracer_with_scope(scope.clone());
+            // The slot is empty: shutdown of the previous lifetime emptied it,
+            // and ACTIVE guarantees no other lifetime is running.
+            let _ = active::install(tracer.clone());
+            BoxedTracer::new(Box::new(tracer))
+        }
+        None => BoxedTracer::new(Box::new(opentelemetry::trace::noop::NoopTracer::new())),
+    };
+    let meter = match &meter_provider {
+        Some(provider) => provider.meter_with_scope(scope),
+        None => opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE),
+    };
+    let groups = if tracer_provider.is_some() { groups } else { GroupSet::EMPTY };
+    set_enabled_span_groups(groups);
+    let propagators = &config.otel.propagators;
+    propagation::set_propagators(
+        propagators.contains(&Propagator::TraceContext),
+        propagators.contains(&Propagator::Baggage),
+    );
+
+    Ok(Telemetry {
+        tracer,
+        meter,
+        enabled: true,
+        exporting: true,
+        records_spans: tracer_provider.is_some(),
+        groups,
+        rank,
+        run_id: run_id.value,
+        run_id_source: Some(run_id.source),
+        restart_attempt: restart_attempt(env),
+        lifetime: LIFETIMES.fetch_add(1, Ordering::Relaxed) + 1,
+        incoming: context_from_env(env),
+        destinations,
+        shutdown_timeout: config.shutdown_timeout,
+        linger: config.prometheus_linger,
+        span_counters,
+        metric_counters,
+        parts: Mutex::new(Some(Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus })),
+        holds_slot: AtomicBool::new(true),
+    })
+}
+
+/// Header values of every signal: never quoted in a warning.
+fn secrets(config: &LensConfig) -> Vec<String> {
+    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).headers.iter().map(|(_, v)| v.to_string())).collect()
+}
+
+fn batch_config(config: &LensConfig) -> BatchConfig {
+    let b = &config.otel.batch;
+    BatchConfig {
+        max_queue_size: b.max_queue_size,
+        max_export_batch_size: b.max_export_batch_size,
+        scheduled_delay: b.schedule_delay,
+        max_concurrent_exports: b.max_concurrent_exports,
+        export_timeout: config.otel.otlp(Signal::Traces).timeout,
+        retry_window: config.export_retry_window,
+        redact: secrets(config),
+        ..BatchConfig::default()
+    }
+}
+
+fn sampler(config: &LensConfig, rank: RankContext) -> LensSampler {
+    let (kind, ratio) = match config.otel.traces_sampler {
+        TracesSampler::AlwaysOn => (DelegateSampler::AlwaysOn, None),
+        TracesSampler::AlwaysOff => (DelegateSampler::AlwaysOff, None),
+        TracesSampler::TraceIdRatio(r) => (DelegateSampler::TraceIdRatio, Some(r)),
+        TracesSampler::ParentBasedAlwaysOn => (DelegateSampler::ParentBasedAlwaysOn, None),
+        TracesSampler::ParentBasedAlwaysOff => (DelegateSampler::ParentBasedAlwaysOff, None),
+        TracesSampler::ParentBasedTraceIdRatio(r) => (DelegateSampler::ParentBasedTraceIdRatio, Some(r)),
+    };
+    let delegate = delegate_from(kind, ratio);
+    // Only a rank that records spans gets a tracer provider, so the
+    // strategy's decision is `true` here.
+    match config.sampling_strategy.as_str() {
+        "" => LensSampler::new(delegate),
+        "rank_aware" => LensSampler::rank_aware(delegate, rank.rank, config.export_sample_rate, true),
+        name => LensSampler::registered(delegate, name, true),
+    }
+}
+
+fn dir(config: &LensConfig, run_id: &str) -> std::path::PathBuf {
+    config.file_dir_for(run_id)
+}
+
+fn span_exporter(
+    config: &LensConfig,
+    rank: RankContext,
+    run_id: &str,
+    destinations: &mut Vec<String>,
+) -> Result<Option<LensSpanExporter>, ExporterError> {
+    let exporter = match config.exporter_for(Signal::Traces) {
+        ExporterKind::Otlp => {
+            let exporter = exporters::build_otlp_span_exporter(config.otel.otlp(Signal::Traces))?;
+            destinations.push(format!(
+                "traces: OTLP {} {}",
+                exporter.endpoint().protocol.as_str(),
+                exporter.endpoint().url
+            ));
+            LensSpanExporter::Otlp(Box::new(exporter))
+        }
+        ExporterKind::Console => {
+            destinations.push("traces: console (standard output)".into());
+            LensSpanExporter::Console(ConsoleSpanExporter::stdout())
+        }
+        ExporterKind::File => {
+            let exporter = FileSpanExporter::create(&dir(config, run_id), rank.rank)?;
+            destinations.push(format!("traces: file {}", exporter.path().display()));
+            LensSpanExporter::File(exporter)
+        }
+        ExporterKind::Prometheus | ExporterKind::None => return Ok(None),
+    };
+    Ok(Some(exporter))
+}
+
+fn metric_exporter(
+    config: &LensConfig,
+    rank: RankContext,
+    run_id: &str,
+    destinations: &mut Vec<String>,
+    prometheus: &mut Option<PrometheusExporter>,
+) -> Result<Option<LensMetricExporter>, ExporterError> {
+    let exporter = match config.exporter_for(Signal::Metrics) {
+        ExporterKind::Otlp => {
+            let exporter =
+                exporters::build_otlp_metric_exporter(config.otel.otlp(Signal::Metrics), Temporality::Cumulative)?;
+            destinations.push(format!(
+                "metrics: OTLP {} {}",
+                exporter.endpoint().protocol.as_str(),
+                exporter.endpoint().url
+            ));
+            LensMetricExporter::Otlp(Box::new(exporter))
+        }
+        ExporterKind::Console => {
+            destinations.push("metrics: console (standard output)".into());
+            LensMetricExporter::Console(ConsoleMetricExporter::stdout())
+        }
+        ExporterKind::File => {
+            let exporter = FileMetricExporter::create(&dir(config, run_id), rank.rank)?;
+            destinations.push(format!("metrics: file {}", exporter.path().display()));
+            LensMetricExporter::File(exporter)
+        }
+        ExporterKind::Prometheus => {
+            let settings = PrometheusSettings {
+                host: config.otel.prometheus_host.clone(),
+                port: config.otel.prometheus_port,
+                local_rank_offset: rank.local_rank,
+                resource_labels: config.prometheus_resource_labels.clone(),
+                linger: config.prometheus_linger,
+            };
+            let exporter = PrometheusExporter::start(&settings)?;
+            destinations.push(format!("metrics: Prometheus http://{}/metrics", exporter.local_addr()));
+            *prometheus = Some(exporter.clone());
+            LensMetricExporter::Prometheus(exporter)
+        }
+        ExporterKind::None => return Ok(None),
+    };
+    Ok(Some(exporter))
+}
+
+fn log_exporter(
+    config: &LensConfig,
+    rank: RankContext,
+    run_id: &str,
+    destinations: &mut Vec<String>,
+) -> Result<Option<LensLogExporter>, ExporterError> {
+    let exporter = match config.exporter_for(Signal::Logs) {
+        ExporterKind::Otlp => {
+            let exporter = exporters::build_otlp_log_exporter(config.otel.otlp(Signal::Logs))?;
+            destinations.push(format!(
+                "logs: OTLP {} {}",
+                exporter.endpoint().protocol.as_str(),
+                exporter.endpoint().url
+            ));
+            LensLogExporter::Otlp(Box::new(exporter))
+        }
+        ExporterKind::Console => {
+            destinations.push("logs: console (standard output)".into());
+            LensLogExporter::Console(ConsoleLogExporter::stdout())
+        }
+        ExporterKind::File => {
+            let exporter = FileLogExporter::create(&dir(config, run_id), rank.rank)?;
+            destinations.push(format!("logs: file {}", exporter.path().display()));
+            LensLogExporter::File(exporter)
+        }
+        ExporterKind::Prometheus | ExporterKind::None => return Ok(None),
+    };
+    Ok(Some(exporter))
+}
