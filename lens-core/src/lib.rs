@@ -11,6 +11,7 @@
 //! - [`identity`]: the rank context, run id and resource detection.
 //! - [`diag`]: lens's own rate-limited warnings.
 //! - [`env`](mod@env): where variables are read from (the process or a map, for tests).
+//! - [`report`]: what telemetry exported and lost (shutdown reports).
 //! - [`semconv`]: attribute keys shared by every consumer.
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime.
@@ -21,6 +22,7 @@ pub mod diag;
 pub mod env;
 pub mod groups;
 pub mod identity;
+pub mod report;
 pub mod semconv;
 pub mod strategies;
 mod suggest;

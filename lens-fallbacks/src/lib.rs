@@ -35,6 +35,8 @@ pub use lens_core::attr::{AttrValue, KeyValue};
 pub use lens_core::config;
 pub use lens_core::env::EnvSource;
 pub use lens_core::groups::{GroupSet, SpanGroup, set_enabled_span_groups};
+pub use lens_core::identity::RankContext;
+pub use lens_core::report::{MetricExportSnapshot, ShutdownReport, SpanExportSnapshot};
 pub use lens_macros::trace_fn;
 
 #[cfg(feature = "otel")]

@@ -476,3 +476,193 @@ impl WorkerBootstrap {
         None
     }
 }
+
+/// A meter that creates nothing: with `otel` off there is no OpenTelemetry
+/// meter, and instrument handles built from this one record nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Meter;
+
+/// Why setup refused to start. With `otel` off only bad configuration can
+/// fail: the same validation runs in both modes, so a typo in a variable is
+/// an error whether or not telemetry is compiled in.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The configuration has problems; every one is listed.
+    Config(lens_core::config::ConfigError),
+    /// The rank strategy could not decide.
+    Strategy(lens_core::strategies::StrategyError),
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetupError::Config(error) => error.fmt(f),
+            SetupError::Strategy(error) => error.fmt(f),
+        }
+    }
+}
+
+impl Error for SetupError {}
+
+impl From<lens_core::config::ConfigError> for SetupError {
+    fn from(error: lens_core::config::ConfigError) -> SetupError {
+        SetupError::Config(error)
+    }
+}
+
+/// What a caller can add to setup. With `otel` off the additions are
+/// accepted and unused (lazy resource attributes are never evaluated).
+#[derive(Debug, Default)]
+pub struct SetupOptions;
+
+impl SetupOptions {
+    /// No additions.
+    #[inline(always)]
+    pub fn new() -> SetupOptions {
+        SetupOptions
+    }
+
+    /// Accepted and unused.
+    #[inline(always)]
+    #[must_use]
+    pub fn with_rank_strategy(
+        self,
+        strategy: impl Fn(&lens_core::config::LensConfig, &lens_core::identity::RankContext) -> bool + Send + Sync + 'static,
+    ) -> SetupOptions {
+        let _ = strategy;
+        self
+    }
+
+    /// Accepted and never evaluated.
+    #[inline(always)]
+    #[must_use]
+    pub fn with_lazy_resource(self, attributes: impl FnOnce() -> Vec<KeyValue> + Send + 'static) -> SetupOptions {
+        let _ = attributes;
+        self
+    }
+
+    /// Accepted and unused.
+    #[inline(always)]
+    #[must_use]
+    pub fn with_scope(self, scope: impl Into<Cow<'static, str>>) -> SetupOptions {
+        let _ = scope;
+        self
+    }
+
+    /// Accepted and unused.
+    #[inline(always)]
+    #[must_use]
+    pub fn with_env(self, env: impl EnvSource + Send + Sync + 'static) -> SetupOptions {
+        let _ = env;
+        self
+    }
+}
+
+/// The handle of a telemetry lifetime that records and exports nothing.
+#[derive(Debug)]
+pub struct Telemetry {
+    enabled: bool,
+    rank: lens_core::identity::RankContext,
+    meter: Meter,
+}
+
+impl Telemetry {
+    /// A no-op meter.
+    #[inline(always)]
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// Whether the configuration asked for telemetry (it is compiled out).
+    #[inline(always)]
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Always false.
+    #[inline(always)]
+    pub fn is_exporting(&self) -> bool {
+        false
+    }
+
+    /// Always false.
+    #[inline(always)]
+    pub fn records_spans(&self) -> bool {
+        false
+    }
+
+    /// Always empty.
+    #[inline(always)]
+    pub fn enabled_groups(&self) -> lens_core::groups::GroupSet {
+        lens_core::groups::GroupSet::EMPTY
+    }
+
+    /// This process's rank context.
+    #[inline(always)]
+    pub fn rank(&self) -> lens_core::identity::RankContext {
+        self.rank
+    }
+
+    /// Always empty.
+    #[inline(always)]
+    pub fn run_id(&self) -> &str {
+        ""
+    }
+
+    /// Always 0.
+    #[inline(always)]
+    pub fn restart_attempt(&self) -> u32 {
+        0
+    }
+
+    /// Always 0.
+    #[inline(always)]
+    pub fn lifetime_index(&self) -> u32 {
+        0
+    }
+
+    /// Always `None`.
+    #[inline(always)]
+    pub fn incoming_context(&self) -> Option<&RemoteContext> {
+        None
+    }
+
+    /// Always empty.
+    #[inline(always)]
+    pub fn destinations(&self) -> &[String] {
+        &[]
+    }
+
+    /// An empty report.
+    #[inline(always)]
+    pub fn report(&self) -> crate::ShutdownReport {
+        crate::ShutdownReport::default()
+    }
+
+    /// An empty report.
+    #[inline(always)]
+    pub fn force_flush(&self, timeout: std::time::Duration) -> crate::ShutdownReport {
+        let _ = timeout;
+        crate::ShutdownReport::default()
+    }
+
+    /// An empty report (`performed: false`).
+    #[inline(always)]
+    pub fn shutdown(&self, timeout: std::time::Duration) -> crate::ShutdownReport {
+        let _ = timeout;
+        crate::ShutdownReport::default()
+    }
+}
+
+/// Validates `config` as the real setup does, then returns an inert handle.
+pub fn setup_telemetry(
+    config: &lens_core::config::LensConfig,
+    rank: &lens_core::identity::RankContext,
+    resource_attributes: Vec<KeyValue>,
+    options: SetupOptions,
+) -> Result<Telemetry, SetupError> {
+    let _ = (resource_attributes, options);
+    config.validate()?;
+    Ok(Telemetry { enabled: config.telemetry_enabled(), rank: *rank, meter: Meter })
+}

@@ -11,9 +11,5 @@ pub use lens_core::otel::span::{
     safe_set_span_attributes, span_cm, try_in_managed_span, try_instrument_future,
 };
 
-// ---------------------------------------------------------------------------
-// To be added by the setup and instruments work (issue 3 items 1 and 7):
-// - the setup API: `setup_telemetry`, the handle, its options and report;
-// - the metric recording of `lens-instruments` (`pub use lens_instruments::...`),
-//   each with its no-op twin in `noop.rs` and a line in `tests/api_parity.rs`.
-// ---------------------------------------------------------------------------
+pub use lens_core::otel::opentelemetry::metrics::Meter;
+pub use lens_core::otel::setup::{SetupError, SetupOptions, Telemetry, setup_telemetry};

@@ -195,3 +195,34 @@ fn compiled_out_types_are_zero_sized() {
     assert_eq!(std::mem::size_of::<RemoteContext>(), 0);
     assert_eq!(std::mem::size_of::<SpanLink>(), 0);
 }
+
+/// The setup API compiles and behaves the same at these call sites in both
+/// modes: a disabled configuration gives a handle that exports nothing, and
+/// a bad configuration is an error naming the variable in both modes.
+#[test]
+fn setup_api_is_the_same_in_both_modes() {
+    use lens_fallbacks::config::LensConfig;
+    use lens_fallbacks::{Meter, RankContext, SetupError, SetupOptions, ShutdownReport, Telemetry, setup_telemetry};
+
+    let options = SetupOptions::new()
+        .with_rank_strategy(|_config, rank| rank.rank == 0)
+        .with_lazy_resource(|| vec![KeyValue::new("dl.gpu.name", "never probed when disabled")])
+        .with_scope("parity")
+        .with_env(HashMap::<String, String>::new());
+    let telemetry: Telemetry = setup_telemetry(&LensConfig::default(), &RankContext::SINGLE, Vec::new(), options)
+        .expect("a disabled configuration sets up");
+    let _meter: &Meter = telemetry.meter();
+    assert!(!telemetry.is_enabled());
+    assert!(!telemetry.is_exporting());
+    assert!(!telemetry.records_spans());
+    assert_eq!(telemetry.enabled_groups(), GroupSet::EMPTY);
+    assert_eq!(telemetry.rank(), RankContext::SINGLE);
+    assert!(telemetry.incoming_context().is_none());
+    let report: ShutdownReport = telemetry.shutdown(Duration::from_secs(1));
+    assert!(!report.performed);
+    assert_eq!(report.spans.exported, 0);
+
+    let bad = LensConfig { export_sample_rate: 1.5, ..LensConfig::default() };
+    let error: SetupError = setup_telemetry(&bad, &RankContext::SINGLE, Vec::new(), SetupOptions::new()).unwrap_err();
+    assert!(error.to_string().contains("export_sample_rate must be in [0.0, 1.0], got 1.5"), "{error}");
+}

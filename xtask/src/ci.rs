@@ -12,6 +12,11 @@ use crate::{cargo, codegen, run_cmd, say, tidy};
 pub(crate) const OTEL_OFF_CRATES: &[&str] =
     &["lens-core", "lens-fallbacks", "megatron-telemetry", "megatron-train-sim"];
 
+/// The README's main command (after `cargo`); `tidy` checks that the README
+/// states exactly this.
+pub(crate) const MAIN_COMMAND: &[&str] =
+    &["run", "-p", "lens-core", "--features", "clap", "--example", "show-config", "--", "--otel-enabled"];
+
 pub(crate) fn run() -> Result<()> {
     run_cmd(cargo(&["fmt", "--all", "--check"]))?;
     tidy::run()?;
@@ -24,6 +29,11 @@ pub(crate) fn run() -> Result<()> {
     for krate in OTEL_OFF_CRATES {
         run_cmd(cargo(&["test", "-p", krate, "--no-default-features"]))?;
     }
+    // The same instrumented program builds and runs in both modes, and the
+    // README's main command runs.
+    run_cmd(cargo(&["run", "-p", "lens-fallbacks", "--example", "instrumented"]))?;
+    run_cmd(cargo(&["run", "-p", "lens-fallbacks", "--no-default-features", "--example", "instrumented"]))?;
+    run_cmd(cargo(MAIN_COMMAND))?;
     let mut doc = cargo(&["doc", "--workspace", "--all-features", "--no-deps"]);
     doc.env("RUSTDOCFLAGS", "-D warnings");
     run_cmd(doc)?;

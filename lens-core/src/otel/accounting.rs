@@ -17,6 +17,7 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMe
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 
 use crate::diag::{RateLimit, redact, warn};
+pub use crate::report::MetricExportSnapshot;
 
 /// How often a failing metric exporter may warn.
 const WARNING_PERIOD: Duration = Duration::from_secs(30);
@@ -28,20 +29,6 @@ pub struct MetricExportCounters {
     points_exported: AtomicU64,
     failed_exports: AtomicU64,
     points_failed: AtomicU64,
-}
-
-/// A copy of [`MetricExportCounters`] at one moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MetricExportSnapshot {
-    /// Export calls that succeeded.
-    pub exports: u64,
-    /// Data points in those exports.
-    pub points_exported: u64,
-    /// Export calls that failed.
-    pub failed_exports: u64,
-    /// Data points in the failed exports (a later cumulative export may
-    /// carry their series again).
-    pub points_failed: u64,
 }
 
 impl MetricExportCounters {

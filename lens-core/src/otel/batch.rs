@@ -45,6 +45,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 
 use crate::diag::{RateLimit, warn};
+pub use crate::report::SpanExportSnapshot;
 
 /// The first wait before retrying a failed export.
 pub const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -164,50 +165,6 @@ pub struct SpanExportCounters {
     in_flight_spans: AtomicU64,
     in_flight_exports: AtomicU64,
     rejected_after_shutdown: AtomicU64,
-}
-
-/// The values of [`SpanExportCounters`] at one moment.
-///
-/// Every sampled span handed to the processor is counted once, in
-/// `accepted`, `dropped_queue_full` or `rejected_after_shutdown`; every
-/// accepted span ends in `exported`, `dropped_export_failed` or
-/// `dropped_at_shutdown`, and until then it is [`pending`](Self::pending).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SpanExportSnapshot {
-    /// Spans that entered the queue.
-    pub accepted: u64,
-    /// Spans the exporter acknowledged.
-    pub exported: u64,
-    /// Spans dropped because the queue was full.
-    pub dropped_queue_full: u64,
-    /// Spans dropped because their batch still failed after the retry window.
-    pub dropped_export_failed: u64,
-    /// Spans still queued when shutdown's deadline passed.
-    pub dropped_at_shutdown: u64,
-    /// Export attempts that failed (each retry that fails counts again).
-    pub export_errors: u64,
-    /// Export attempts that were retries.
-    pub retries: u64,
-    /// Spans in batches being exported now.
-    pub in_flight_spans: u64,
-    /// Export requests in flight now.
-    pub in_flight_exports: u64,
-    /// Spans that ended after shutdown began (not queued, not dropped: after
-    /// shutdown the open-span closer has already exported their truncated
-    /// copies).
-    pub rejected_after_shutdown: u64,
-}
-
-impl SpanExportSnapshot {
-    /// All spans dropped, for whatever reason.
-    pub fn dropped(&self) -> u64 {
-        self.dropped_queue_full + self.dropped_export_failed + self.dropped_at_shutdown
-    }
-
-    /// Accepted spans neither exported nor dropped yet (queued or in flight).
-    pub fn pending(&self) -> u64 {
-        self.accepted.saturating_sub(self.exported + self.dropped_export_failed + self.dropped_at_shutdown)
-    }
 }
 
 impl SpanExportCounters {

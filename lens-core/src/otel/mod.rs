@@ -28,3 +28,7 @@ pub mod propagation;
 pub mod sampler;
 pub mod setup;
 pub mod span;
+
+/// The OpenTelemetry API crate lens is built on, for callers that need its
+/// types (`Meter`, `Tracer`) at exactly lens's version.
+pub use opentelemetry;

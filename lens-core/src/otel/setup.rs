@@ -60,8 +60,8 @@ use crate::groups::{GroupSet, set_enabled_span_groups};
 use crate::identity::{
     OsProbe, RankContext, ResourceInputs, RunIdSource, build_resource, resolve_run_id, restart_attempt,
 };
-use crate::otel::accounting::{CountingMetricExporter, MetricExportCounters, MetricExportSnapshot};
-use crate::otel::batch::{BatchConfig, LensBatchSpanProcessor, SpanExportCounters, SpanExportSnapshot};
+use crate::otel::accounting::{CountingMetricExporter, MetricExportCounters};
+use crate::otel::batch::{BatchConfig, LensBatchSpanProcessor, SpanExportCounters};
 use crate::otel::closer::OpenSpanCloser;
 use crate::otel::exporters::{
     self, ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLogExporter,
@@ -72,6 +72,7 @@ use crate::otel::ids::SeedIndependentIdGenerator;
 use crate::otel::propagation::{RemoteContext, context_from_env};
 use crate::otel::sampler::{DelegateSampler, LensSampler, delegate_from};
 use crate::otel::{active, logs, propagation};
+pub use crate::report::ShutdownReport;
 use crate::strategies::{self, RankStrategy, StrategyError};
 
 /// The instrumentation scope of lens's own tracer and meter.
@@ -216,58 +217,6 @@ impl SetupOptions {
     pub fn with_env(mut self, env: impl EnvSource + Send + Sync + 'static) -> Self {
         self.env = Some(Box::new(env));
         self
-    }
-}
-
-/// What shutdown (or a flush) achieved.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShutdownReport {
-    /// Span accounting of the batch processor (exported, dropped, errors).
-    pub spans: SpanExportSnapshot,
-    /// Metric accounting of the periodic reader's exporter.
-    pub metrics: MetricExportSnapshot,
-    /// Spans still open at shutdown, ended and marked `nemo.span.truncated`.
-    pub truncated_spans: usize,
-    /// The steps that did not finish before the deadline (empty when all did).
-    pub unfinished: Vec<&'static str>,
-    /// Errors reported by the providers, secrets removed.
-    pub errors: Vec<String>,
-    /// Whether this call did the work (false on a second shutdown, or for a
-    /// handle that never exported).
-    pub performed: bool,
-}
-
-impl ShutdownReport {
-    /// Whether everything finished within the deadline.
-    pub fn completed(&self) -> bool {
-        self.unfinished.is_empty()
-    }
-}
-
-impl fmt::Display for ShutdownReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.spans;
-        let m = &self.metrics;
-        write!(
-            f,
-            "spans: {} exported, {} dropped ({} queue full, {} export failed, {} at shutdown), {} export errors; \
-             metric points: {} exported, {} in failed exports",
-            s.exported,
-            s.dropped(),
-            s.dropped_queue_full,
-            s.dropped_export_failed,
-            s.dropped_at_shutdown,
-            s.export_errors,
-            m.points_exported,
-            m.points_failed,
-        )?;
-        if self.truncated_spans > 0 {
-            write!(f, "; {} open spans truncated", self.truncated_spans)?;
-        }
-        if !self.unfinished.is_empty() {
-            write!(f, "; did not finish in time: {}", self.unfinished.join(", "))?;
-        }
-        Ok(())
     }
 }
 

@@ -1,0 +1,119 @@
+//! What telemetry exported and lost, as plain data.
+//!
+//! These types are pure (no OpenTelemetry type in them) so that the
+//! compiled-out facade returns the same reports as the real runtime: a call
+//! site that prints or inspects a [`ShutdownReport`] compiles in both modes.
+//! The runtime fills them from the batch span processor's and the metric
+//! exporter's counters.
+
+use std::fmt;
+
+/// The values of [`SpanExportCounters`] at one moment.
+///
+/// Every sampled span handed to the processor is counted once, in
+/// `accepted`, `dropped_queue_full` or `rejected_after_shutdown`; every
+/// accepted span ends in `exported`, `dropped_export_failed` or
+/// `dropped_at_shutdown`, and until then it is [`pending`](Self::pending).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpanExportSnapshot {
+    /// Spans that entered the queue.
+    pub accepted: u64,
+    /// Spans the exporter acknowledged.
+    pub exported: u64,
+    /// Spans dropped because the queue was full.
+    pub dropped_queue_full: u64,
+    /// Spans dropped because their batch still failed after the retry window.
+    pub dropped_export_failed: u64,
+    /// Spans still queued when shutdown's deadline passed.
+    pub dropped_at_shutdown: u64,
+    /// Export attempts that failed (each retry that fails counts again).
+    pub export_errors: u64,
+    /// Export attempts that were retries.
+    pub retries: u64,
+    /// Spans in batches being exported now.
+    pub in_flight_spans: u64,
+    /// Export requests in flight now.
+    pub in_flight_exports: u64,
+    /// Spans that ended after shutdown began (not queued, not dropped: after
+    /// shutdown the open-span closer has already exported their truncated
+    /// copies).
+    pub rejected_after_shutdown: u64,
+}
+
+impl SpanExportSnapshot {
+    /// All spans dropped, for whatever reason.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_queue_full + self.dropped_export_failed + self.dropped_at_shutdown
+    }
+
+    /// Accepted spans neither exported nor dropped yet (queued or in flight).
+    pub fn pending(&self) -> u64 {
+        self.accepted.saturating_sub(self.exported + self.dropped_export_failed + self.dropped_at_shutdown)
+    }
+}
+
+/// A copy of [`MetricExportCounters`] at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetricExportSnapshot {
+    /// Export calls that succeeded.
+    pub exports: u64,
+    /// Data points in those exports.
+    pub points_exported: u64,
+    /// Export calls that failed.
+    pub failed_exports: u64,
+    /// Data points in the failed exports (a later cumulative export may
+    /// carry their series again).
+    pub points_failed: u64,
+}
+
+/// What shutdown (or a flush) achieved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Span accounting of the batch processor (exported, dropped, errors).
+    pub spans: SpanExportSnapshot,
+    /// Metric accounting of the periodic reader's exporter.
+    pub metrics: MetricExportSnapshot,
+    /// Spans still open at shutdown, ended and marked `nemo.span.truncated`.
+    pub truncated_spans: usize,
+    /// The steps that did not finish before the deadline (empty when all did).
+    pub unfinished: Vec<&'static str>,
+    /// Errors reported by the providers, secrets removed.
+    pub errors: Vec<String>,
+    /// Whether this call did the work (false on a second shutdown, or for a
+    /// handle that never exported).
+    pub performed: bool,
+}
+
+impl ShutdownReport {
+    /// Whether everything finished within the deadline.
+    pub fn completed(&self) -> bool {
+        self.unfinished.is_empty()
+    }
+}
+
+impl fmt::Display for ShutdownReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.spans;
+        let m = &self.metrics;
+        write!(
+            f,
+            "spans: {} exported, {} dropped ({} queue full, {} export failed, {} at shutdown), {} export errors; \
+             metric points: {} exported, {} in failed exports",
+            s.exported,
+            s.dropped(),
+            s.dropped_queue_full,
+            s.dropped_export_failed,
+            s.dropped_at_shutdown,
+            s.export_errors,
+            m.points_exported,
+            m.points_failed,
+        )?;
+        if self.truncated_spans > 0 {
+            write!(f, "; {} open spans truncated", self.truncated_spans)?;
+        }
+        if !self.unfinished.is_empty() {
+            write!(f, "; did not finish in time: {}", self.unfinished.join(", "))?;
+        }
+        Ok(())
+    }
+}
