@@ -7,4 +7,6 @@
 
 pub mod groups;
 pub mod metrics;
+pub mod nvml;
+pub mod resource;
 pub mod taxonomy;
