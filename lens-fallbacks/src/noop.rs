@@ -292,6 +292,36 @@ pub fn new_trace_linked(
     SpanGuard::noop()
 }
 
+/// An inert guard.
+#[inline(always)]
+pub fn root_span_with_trace_id(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    trace_id: [u8; 16],
+    start_time: Option<SystemTime>,
+    links: impl IntoIterator<Item = SpanLink>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    let _ = (group, name, trace_id, start_time, links, attributes);
+    SpanGuard::noop()
+}
+
+/// Start attribute that marks a span as structural (the same key as with
+/// `otel`; nothing reads it here).
+pub const STRUCTURAL_ATTRIBUTE: &str = "lens.sampling.structural";
+
+/// Start attribute that carries a span's sampling key (the same key as with
+/// `otel`; nothing reads it here).
+pub const SAMPLING_KEY_ATTRIBUTE: &str = "lens.sampling.key";
+
+/// Always 0: with `otel` off no span is recorded, so no span needs a key
+/// (callers compute keys only for spans that are recorded).
+#[inline(always)]
+pub fn sampling_key(run_id: &str, restart_attempt: u32, iteration: u64) -> i64 {
+    let _ = (run_id, restart_attempt, iteration);
+    0
+}
+
 /// Runs `body` with an inert guard.
 #[inline(always)]
 pub fn in_managed_span<R>(

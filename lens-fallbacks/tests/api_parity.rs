@@ -18,11 +18,12 @@ use std::time::{Duration, SystemTime};
 
 use lens_fallbacks::{
     AttachedContext, AttrValue, DEFAULT_REDACT_KEYS, GroupSet, InvalidBootstrap, KeyValue, LazyAttributes, REDACTED,
-    RemoteContext, SpanGroup, SpanGuard, SpanLink, WorkerBootstrap, backdated_span, context_from_env,
-    create_linked_span, current_context, decode_context, encode_context, extract_context, in_managed_span,
-    inject_context, instrument_future, is_span_group_enabled, lazy_attributes, managed_span, managed_span_since,
-    new_trace_linked, redact_value, safe_set_span_attributes, set_enabled_span_groups, span_cm, trace_fn,
-    try_in_managed_span, try_instrument_future,
+    RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanGroup, SpanGuard, SpanLink, WorkerBootstrap,
+    backdated_span, context_from_env, create_linked_span, current_context, decode_context, encode_context,
+    extract_context, in_managed_span, inject_context, instrument_future, is_span_group_enabled, lazy_attributes,
+    managed_span, managed_span_since, new_trace_linked, redact_value, root_span_with_trace_id,
+    safe_set_span_attributes, sampling_key, set_enabled_span_groups, span_cm, trace_fn, try_in_managed_span,
+    try_instrument_future,
 };
 
 fn block_on<F: Future>(future: F) -> F::Output {
@@ -103,6 +104,17 @@ fn the_gate_and_the_guards() {
     let _valid: bool = link.is_valid();
     drop(new_trace_linked(SpanGroup::JOB, "parity.linked", [link.clone()], []));
     drop(new_trace_linked(SpanGroup::JOB, "parity.linked", Vec::<SpanLink>::new(), []));
+    let root: SpanGuard = root_span_with_trace_id(
+        SpanGroup::JOB,
+        "parity.root",
+        [7; 16],
+        Some(SystemTime::now()),
+        [link.clone()],
+        [KeyValue::new(STRUCTURAL_ATTRIBUTE, true)],
+    );
+    assert!(!root.is_recording());
+    let _key: i64 = sampling_key("run", 0, 7);
+    assert_eq!((STRUCTURAL_ATTRIBUTE, SAMPLING_KEY_ATTRIBUTE), ("lens.sampling.structural", "lens.sampling.key"));
     const INERT: SpanGuard = SpanGuard::noop();
     drop(INERT);
 }

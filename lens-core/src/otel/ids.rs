@@ -16,7 +16,7 @@
 //! here, a tenth of a span). If the handler cannot be registered, the process
 //! id is compared after all. Other platforms have no `fork`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::IdGenerator;
@@ -57,12 +57,39 @@ impl SeedIndependentIdGenerator {
 
 impl IdGenerator for SeedIndependentIdGenerator {
     fn new_trace_id(&self) -> TraceId {
+        // A trace id chosen by the caller for the next root span started on
+        // this thread (see `with_next_trace_id`); one thread-local read.
+        if let Ok(Some(chosen)) = NEXT_TRACE_ID.try_with(Cell::take) {
+            return TraceId::from(chosen);
+        }
         TraceId::from(with_rng(|rng| nonzero_u128(rng.random::<u128>())))
     }
 
     fn new_span_id(&self) -> SpanId {
         SpanId::from(with_rng(|rng| nonzero_u64(rng.random::<u64>())))
     }
+}
+
+thread_local! {
+    /// The trace id the next `new_trace_id` call on this thread returns
+    /// instead of a random one; taken (reset) by that call.
+    static NEXT_TRACE_ID: Cell<Option<u128>> = const { Cell::new(None) };
+}
+
+/// Runs `start` with `trace_id` as the trace id that the generator hands to
+/// the next root span started on this thread (SPEC A15: the structural traces
+/// have derived ids, so that every rank's spans of one interval share a
+/// trace). The override is cleared afterwards whether or not `start` used it,
+/// so it never leaks into a later span. A zero `trace_id` is invalid and is
+/// ignored (the span gets a random id).
+pub(crate) fn with_next_trace_id<T>(trace_id: u128, start: impl FnOnce() -> T) -> T {
+    if trace_id == 0 {
+        return start();
+    }
+    let _ = NEXT_TRACE_ID.try_with(|next| next.set(Some(trace_id)));
+    let result = start();
+    let _ = NEXT_TRACE_ID.try_with(|next| next.set(None));
+    result
 }
 
 /// A random number from the same per-thread generator (for retry jitter).
@@ -191,6 +218,19 @@ mod tests {
         assert_eq!(theirs.len(), 64);
         let all: HashSet<SpanId> = mine.iter().chain(&theirs).copied().collect();
         assert_eq!(all.len(), 128, "two threads drew a common span id");
+    }
+
+    #[test]
+    fn a_chosen_trace_id_is_used_once() {
+        let ids = SeedIndependentIdGenerator::new();
+        let chosen = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef_u128;
+        let (first, second) = with_next_trace_id(chosen, || (ids.new_trace_id(), ids.new_trace_id()));
+        assert_eq!(first, TraceId::from(chosen));
+        assert_ne!(second, TraceId::from(chosen));
+        // Cleared even when unused; zero is ignored.
+        with_next_trace_id(chosen, || ());
+        assert_ne!(ids.new_trace_id(), TraceId::from(chosen));
+        assert_ne!(with_next_trace_id(0, || ids.new_trace_id()), TraceId::INVALID);
     }
 
     #[test]

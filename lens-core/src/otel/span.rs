@@ -496,6 +496,48 @@ pub fn new_trace_linked(
     )
 }
 
+/// Opens a span of `group` that starts a new trace whose trace id is
+/// `trace_id` (not a random one), linked to `links`, current until the guard
+/// drops; `start_time` backdates its start when given.
+///
+/// For the structural traces of SPEC A15: every rank derives the same id for
+/// the same interval (from the run id, the restart attempt, the lifetime and
+/// the interval's first iteration), so their interval spans land in one trace
+/// without any communication; span ids stay random. An all-zero `trace_id` is
+/// invalid and gets a random id instead. A disabled group costs the gate and
+/// yields an inert guard.
+///
+/// ```
+/// use lens_core::groups::SpanGroup;
+/// use lens_core::otel::span::root_span_with_trace_id;
+///
+/// // Before setup the guard is inert.
+/// let span = root_span_with_trace_id(SpanGroup::JOB, "megatron.train", [7; 16], None, [], []);
+/// assert!(!span.is_recording());
+/// ```
+#[inline]
+pub fn root_span_with_trace_id(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    trace_id: [u8; 16],
+    start_time: Option<SystemTime>,
+    links: impl IntoIterator<Item = SpanLink>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    if !is_span_group_enabled(group) {
+        return SpanGuard::noop();
+    }
+    let Some(tracer) = active::tracer() else {
+        return SpanGuard::noop();
+    };
+    let links = links.into_iter().filter_map(SpanLink::into_link).collect();
+    let options = StartOptions { parent: Parent::NewTrace, start_time, links, ..StartOptions::current() };
+    let (name, attributes) = (name.into(), to_otel(attributes));
+    crate::otel::ids::with_next_trace_id(u128::from_be_bytes(trace_id), || {
+        start_span(tracer, name, attributes, options)
+    })
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(message) = payload.downcast_ref::<&str>() {
         (*message).to_owned()

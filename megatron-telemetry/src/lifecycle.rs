@@ -1,0 +1,896 @@
+//! The lifecycle of Megatron's telemetry: one module, not helpers scattered
+//! through the training loop (issue 4 item 6; SPEC A4, A6, A9, A12, A15,
+//! B 1.4, B 6.7, B 10.5, B 11).
+//!
+//! [`MegatronTelemetry`] is one telemetry lifetime. It owns the facade's
+//! [`Telemetry`] handle and everything the training loop needs around it:
+//!
+//! - **setup** as Megatron does it (B 1.4): configuration from
+//!   `MEGATRON_OTEL_*`, falling back to `NEMO_LENS_*`, resolved against
+//!   [`MEGATRON_CATALOG`], service name `megatron-lm` unless
+//!   `OTEL_SERVICE_NAME` says otherwise, then the command-line flags;
+//!   resource attributes are computed only when telemetry is enabled, and
+//!   the GPU identity (NVML) only on an exporting rank;
+//! - **the startup trace** (B 11.1): `pre_startup` when the SLURM job start
+//!   and the launch-script start are both known and ordered, then
+//!   `megatron.startup`, open until the training loop starts, with backdated
+//!   children for the phases whose [`StartupTimestamps`] are known. Its trace
+//!   id is derived ([`derived_trace_id`]), or, when the job was launched with
+//!   a `TRACEPARENT` (A12), it is a child of that context in the launcher's
+//!   trace;
+//! - **interval re-rooting**: a `megatron.train` span per checkpoint
+//!   interval, each the root of a fresh trace whose id every rank derives
+//!   alike (A15), linked to the previous interval, the first to startup; one
+//!   interval for the whole loop without a save interval (A9);
+//! - **the per-iteration spans** with the sampling key of A4, the
+//!   first-iteration wrapper, checkpoint and evaluation spans;
+//! - **training metrics**, recorded only on the exporting rank;
+//! - **SIGTERM and SIGINT** ([`crate::signals`]), only on exporting ranks;
+//! - **shutdown**, explicit or on drop, idempotent; all state is per
+//!   lifetime, so a second setup in one process works and exports (A6);
+//! - the **async-checkpoint worker bootstrap** (B 10.5 with A9's fix).
+//!
+//! Structural spans (group `job`: the startup trace and the intervals) carry
+//! `lens.sampling.structural = true`, so a ratio sampler never drops them;
+//! the iteration span and the per-iteration spans outside it
+//! (`megatron.checkpoint.ft_heartbeat`, `megatron.checkpoint.save.finalize`)
+//! carry the iteration's sampling key, so every rank keeps or drops the same
+//! iterations. Every span name, group and attribute key comes from
+//! [`crate::taxonomy`]. `docs/integrating.md` walks through a training loop.
+//!
+//! The handle holds span guards, which are tied to the thread that opened
+//! them: keep it on the training loop's thread.
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//!
+//! use lens_core::config::CliOverrides;
+//! use lens_core::identity::RankContext;
+//! use megatron_telemetry::lifecycle::{LifecycleOptions, MegatronTelemetry, StartupTimestamps};
+//! use megatron_telemetry::metrics::TrainingValues;
+//! use megatron_telemetry::taxonomy;
+//!
+//! // Captured as early as possible in `main`.
+//! let stamps = StartupTimestamps { program_start: Some(SystemTime::now()), ..StartupTimestamps::default() };
+//!
+//! // The environment would be `lens_core::env::ProcessEnv`; a map keeps the
+//! // example self-contained (and telemetry off, so nothing is exported).
+//! let env = std::collections::HashMap::<String, String>::new();
+//! let options = LifecycleOptions::new().with_startup(stamps).with_model_type("GPT");
+//! let mut telemetry = MegatronTelemetry::setup(&CliOverrides::default(), &RankContext::SINGLE, env, options)?;
+//!
+//! {
+//!     let _model = telemetry.span(&taxonomy::STARTUP_MODEL_INIT, []);
+//!     // build the model and optimizer
+//! }
+//! telemetry.begin_training_loop(Some(2)); // --save-interval 2; ends startup
+//! for iteration in 0..4_u64 {
+//!     telemetry.loop_pass(iteration); // opens a new interval every 2 passes
+//!     drop(telemetry.ft_heartbeat(iteration));
+//!     let step = telemetry.iteration(iteration);
+//!     // forward, backward, optimizer
+//!     step.set_skipped(false);
+//!     drop(step);
+//!     telemetry.record_training(&TrainingValues { loss: Some(2.5), ..TrainingValues::default() });
+//!     if (iteration + 1) % 2 == 0 {
+//!         let _save = telemetry.exposed_save(iteration + 1);
+//!         let _inner = telemetry.checkpoint_save(iteration + 1);
+//!     }
+//! }
+//! telemetry.end_training_loop();
+//! let report = telemetry.shutdown(Duration::from_secs(5));
+//! assert!(!report.performed); // telemetry was off
+//! # Ok::<(), lens_fallbacks::SetupError>(())
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lens_core::config::{CliOverrides, ConfigLoader, LensConfig};
+use lens_core::env::EnvSource;
+use lens_core::identity::RankContext;
+use lens_fallbacks::{
+    AttachedContext, KeyValue, RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SetupError, SetupOptions,
+    ShutdownReport, SpanGuard, SpanLink, Telemetry, WorkerBootstrap, backdated_span, is_span_group_enabled,
+    lazy_attributes, managed_span, managed_span_since, root_span_with_trace_id, sampling_key, setup_telemetry,
+};
+use md5::{Digest as _, Md5};
+
+use crate::groups::MEGATRON_CATALOG;
+use crate::metrics::{TrainingMetrics, TrainingValues};
+use crate::signals::{self, ExitMode, SignalGuard};
+use crate::taxonomy::{self, SpanDef, attr};
+
+/// The prefix of Megatron's variables (`MEGATRON_OTEL_*`).
+pub const ENV_PREFIX: &str = "MEGATRON_OTEL";
+/// The prefix read where `MEGATRON_OTEL_*` is unset (`NEMO_LENS_*`).
+pub const FALLBACK_ENV_PREFIX: &str = "NEMO_LENS";
+/// The service name when neither `OTEL_SERVICE_NAME` nor
+/// `--otel-service-name` sets one.
+pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
+
+/// Launch-script start, in seconds since the epoch (a float, as Python's
+/// `time.time()` prints it).
+pub const LAUNCH_SCRIPT_START_ENV: &str = "LENS_LAUNCH_SCRIPT_START_TIME";
+/// Launch-script time just before `srun`, in seconds since the epoch.
+pub const LAUNCH_SCRIPT_PRESRUN_ENV: &str = "LENS_LAUNCH_SCRIPT_PRESRUN_TIME";
+/// The SLURM job's start, in seconds since the epoch (set by SLURM).
+pub const SLURM_JOB_START_ENV: &str = "SLURM_JOB_START_TIME";
+
+/// The `first_iteration` that [`derived_trace_id`] reads as "the startup
+/// trace" rather than an interval.
+pub const STARTUP_TRACE: u64 = u64::MAX;
+
+/// The trace id of a structural trace (SPEC A15): the 16 bytes of the MD5
+/// digest of the UTF-8 text
+/// `"megatron.train/{run_id}/{restart_attempt}/{lifetime}/{first_iteration}"`
+/// for an interval, or `"megatron.startup/{run_id}/{restart_attempt}/{lifetime}"`
+/// when `first_iteration` is [`STARTUP_TRACE`].
+///
+/// Every rank computes the same id for the same interval with no
+/// communication, on every platform (Python:
+/// `hashlib.md5(text.encode()).digest()`). The first iteration is the
+/// absolute one, so a resumed run does not reuse an earlier trace; the
+/// restart attempt and the lifetime index keep restarts and a second lifetime
+/// in one process apart. An all-zero digest (invalid as a trace id) has its
+/// last byte set to 1.
+///
+/// ```
+/// use megatron_telemetry::lifecycle::{STARTUP_TRACE, derived_trace_id};
+///
+/// let a = derived_trace_id("run-1", 0, 1, 100);
+/// assert_eq!(a, derived_trace_id("run-1", 0, 1, 100));
+/// assert_ne!(a, derived_trace_id("run-1", 0, 1, 200)); // next interval
+/// assert_ne!(a, derived_trace_id("run-1", 1, 1, 100)); // restart attempt
+/// assert_ne!(a, derived_trace_id("run-1", 0, 2, 100)); // second lifetime
+/// assert_ne!(a, derived_trace_id("run-1", 0, 1, STARTUP_TRACE));
+/// ```
+pub fn derived_trace_id(run_id: &str, restart_attempt: u32, lifetime: u32, first_iteration: u64) -> [u8; 16] {
+    let text = if first_iteration == STARTUP_TRACE {
+        format!("{}/{run_id}/{restart_attempt}/{lifetime}", taxonomy::STARTUP.name)
+    } else {
+        format!("{}/{run_id}/{restart_attempt}/{lifetime}/{first_iteration}", taxonomy::TRAIN.name)
+    };
+    trace_id_of(&text)
+}
+
+fn trace_id_of(text: &str) -> [u8; 16] {
+    let mut id: [u8; 16] = Md5::digest(text.as_bytes()).into();
+    if id == [0; 16] {
+        id[15] = 1;
+    }
+    id
+}
+
+/// Whether the loop pass numbered `loop_counter` (0 for the first pass of
+/// each training loop, independent of the iteration a resumed run starts
+/// at) opens a new `megatron.train` interval.
+///
+/// With a save interval `n > 0`: every `n` passes, starting with the first.
+/// Without one (`None` or 0): only the first pass, so the whole loop is one
+/// interval (SPEC A9; the original opened none).
+///
+/// ```
+/// use megatron_telemetry::lifecycle::should_reroot;
+///
+/// assert!(should_reroot(0, Some(100)));
+/// assert!(!should_reroot(99, Some(100)));
+/// assert!(should_reroot(100, Some(100)));
+/// assert!(should_reroot(0, None) && !should_reroot(1, None));
+/// assert!(should_reroot(0, Some(0)) && !should_reroot(5, Some(0)));
+/// ```
+pub const fn should_reroot(loop_counter: u64, save_interval: Option<u64>) -> bool {
+    match save_interval {
+        Some(n) if n > 0 => loop_counter.is_multiple_of(n),
+        _ => loop_counter == 0,
+    }
+}
+
+/// Moments of the startup, captured as early as possible (before telemetry
+/// is set up) and turned into backdated spans (SPEC B 11.1). Missing stamps
+/// skip the spans that need them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StartupTimestamps {
+    /// The SLURM job's start (`SLURM_JOB_START_TIME`).
+    pub slurm_job_start: Option<SystemTime>,
+    /// The launch script's start (`LENS_LAUNCH_SCRIPT_START_TIME`).
+    pub launch_script_start: Option<SystemTime>,
+    /// The launch script, just before `srun` (`LENS_LAUNCH_SCRIPT_PRESRUN_TIME`).
+    pub launch_script_presrun: Option<SystemTime>,
+    /// The program's first line.
+    pub program_start: Option<SystemTime>,
+    /// `main` entered (imports done).
+    pub main_entry: Option<SystemTime>,
+    /// `pretrain` entered (arguments parsed).
+    pub pretrain_entry: Option<SystemTime>,
+    /// In-process restart setup done.
+    pub after_inprocess: Option<SystemTime>,
+    /// Fault-tolerance setup done.
+    pub after_ft_setup: Option<SystemTime>,
+    /// Distributed initialisation done.
+    pub after_initialize_megatron: Option<SystemTime>,
+    /// JIT fusion options set.
+    pub after_jit_fusion: Option<SystemTime>,
+}
+
+/// The backdated startup phases, in order: the span, its start, its end,
+/// and whether it exists only when the launch phases fold.
+type Phase = (&'static SpanDef, Option<SystemTime>, Option<SystemTime>, bool);
+
+impl StartupTimestamps {
+    /// Fills the three launcher stamps that are still `None` from `env`
+    /// ([`LAUNCH_SCRIPT_START_ENV`], [`LAUNCH_SCRIPT_PRESRUN_ENV`],
+    /// [`SLURM_JOB_START_ENV`]: seconds since the epoch, integer or
+    /// fractional). A value that is not a finite, non-negative number is
+    /// ignored; all such values are named in one warning.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use megatron_telemetry::lifecycle::StartupTimestamps;
+    ///
+    /// let env = [("LENS_LAUNCH_SCRIPT_START_TIME", "1700000000.5"), ("SLURM_JOB_START_TIME", "soon")];
+    /// let stamps = StartupTimestamps::default().with_env(&env);
+    /// assert_eq!(stamps.launch_script_start, Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_500)));
+    /// assert_eq!(stamps.slurm_job_start, None); // ignored, with a warning
+    /// ```
+    #[must_use]
+    pub fn with_env(mut self, env: &(impl EnvSource + ?Sized)) -> StartupTimestamps {
+        let mut bad = Vec::new();
+        let mut read = |slot: &mut Option<SystemTime>, variable: &'static str| {
+            if slot.is_some() {
+                return;
+            }
+            if let Some(value) = env.non_empty(variable) {
+                match parse_epoch_seconds(&value) {
+                    Some(time) => *slot = Some(time),
+                    None => bad.push(format!("{variable}={value:?}")),
+                }
+            }
+        };
+        read(&mut self.launch_script_start, LAUNCH_SCRIPT_START_ENV);
+        read(&mut self.launch_script_presrun, LAUNCH_SCRIPT_PRESRUN_ENV);
+        read(&mut self.slurm_job_start, SLURM_JOB_START_ENV);
+        if !bad.is_empty() {
+            lens_core::diag::warn(format_args!(
+                "ignoring startup timestamps that are not seconds since the epoch: {}",
+                bad.join(", ")
+            ));
+        }
+        self
+    }
+
+    /// Whether the launch phases fold into the startup trace: launch-script
+    /// start ≤ pre-srun ≤ program start, all known. The startup span then
+    /// starts at the launch-script start, else at the program start.
+    pub fn launch_folds(&self) -> bool {
+        matches!(
+            (self.launch_script_start, self.launch_script_presrun, self.program_start),
+            (Some(a), Some(b), Some(c)) if a <= b && b <= c
+        )
+    }
+
+    fn phases(&self) -> [Phase; 8] {
+        [
+            (&taxonomy::STARTUP_LAUNCH_SCRIPT, self.launch_script_start, self.launch_script_presrun, true),
+            (&taxonomy::STARTUP_CONTAINER_LOAD, self.launch_script_presrun, self.program_start, true),
+            (&taxonomy::STARTUP_IMPORTS, self.program_start, self.main_entry, false),
+            (&taxonomy::STARTUP_ARG_PARSE, self.main_entry, self.pretrain_entry, false),
+            (&taxonomy::STARTUP_INPROCESS_SETUP, self.pretrain_entry, self.after_inprocess, false),
+            (&taxonomy::STARTUP_IN_JOB_SETUP, self.after_inprocess, self.after_ft_setup, false),
+            (&taxonomy::STARTUP_INITIALIZE_MEGATRON, self.after_ft_setup, self.after_initialize_megatron, false),
+            (&taxonomy::STARTUP_JIT_FUSION_OPTIONS, self.after_initialize_megatron, self.after_jit_fusion, false),
+        ]
+    }
+}
+
+fn parse_epoch_seconds(value: &str) -> Option<SystemTime> {
+    let seconds: f64 = value.trim().parse().ok()?;
+    if !seconds.is_finite() || seconds < 0.0 {
+        return None;
+    }
+    let duration = Duration::try_from_secs_f64(seconds).ok()?;
+    UNIX_EPOCH.checked_add(duration)
+}
+
+type LazyResource = Box<dyn FnOnce() -> Vec<KeyValue> + Send + 'static>;
+
+/// What setup takes besides the command line, the rank and the environment.
+///
+/// ```
+/// use megatron_telemetry::lifecycle::LifecycleOptions;
+///
+/// let options = LifecycleOptions::new()
+///     .with_resource(Vec::new) // from megatron_telemetry::resource, computed only when enabled
+///     .with_gpu_identity(Vec::new) // NVML, probed only on an exporting rank
+///     .with_exit_signal_handler(true); // --exit-signal-handler: signals only flush
+/// # drop(options);
+/// ```
+#[must_use]
+pub struct LifecycleOptions {
+    resource: Option<LazyResource>,
+    gpu_identity: Option<LazyResource>,
+    startup: StartupTimestamps,
+    model_type: Option<String>,
+    exit_signal_handler: bool,
+    signal_handlers: bool,
+    setup: SetupOptions,
+}
+
+impl Default for LifecycleOptions {
+    fn default() -> Self {
+        LifecycleOptions::new()
+    }
+}
+
+impl std::fmt::Debug for LifecycleOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LifecycleOptions")
+            .field("resource", &self.resource.is_some())
+            .field("gpu_identity", &self.gpu_identity.is_some())
+            .field("startup", &self.startup)
+            .field("model_type", &self.model_type)
+            .field("exit_signal_handler", &self.exit_signal_handler)
+            .field("signal_handlers", &self.signal_handlers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LifecycleOptions {
+    /// No resource attributes, no startup stamps (the launcher's are still
+    /// read from the environment), signal handlers that terminate.
+    pub fn new() -> LifecycleOptions {
+        LifecycleOptions {
+            resource: None,
+            gpu_identity: None,
+            startup: StartupTimestamps::default(),
+            model_type: None,
+            exit_signal_handler: false,
+            signal_handlers: true,
+            setup: SetupOptions::new(),
+        }
+    }
+
+    /// Resource attributes from the training arguments
+    /// ([`crate::resource`]); `compute` runs only when telemetry is enabled.
+    pub fn with_resource(mut self, compute: impl FnOnce() -> Vec<KeyValue> + Send + 'static) -> LifecycleOptions {
+        self.resource = Some(Box::new(compute));
+        self
+    }
+
+    /// The GPU identity attributes (NVML); `probe` runs only on an exporting
+    /// rank, after the export decision.
+    pub fn with_gpu_identity(mut self, probe: impl FnOnce() -> Vec<KeyValue> + Send + 'static) -> LifecycleOptions {
+        self.gpu_identity = Some(Box::new(probe));
+        self
+    }
+
+    /// The startup stamps captured so far.
+    pub fn with_startup(mut self, stamps: StartupTimestamps) -> LifecycleOptions {
+        self.startup = stamps;
+        self
+    }
+
+    /// The model type, set as `megatron.model_type` on the startup span.
+    pub fn with_model_type(mut self, model_type: impl Into<String>) -> LifecycleOptions {
+        self.model_type = Some(model_type.into());
+        self
+    }
+
+    /// `--exit-signal-handler`: the training loop drains on SIGTERM by
+    /// itself, so the handlers only flush ([`ExitMode::Graceful`]).
+    pub fn with_exit_signal_handler(mut self, graceful: bool) -> LifecycleOptions {
+        self.exit_signal_handler = graceful;
+        self
+    }
+
+    /// Whether to install SIGTERM/SIGINT handlers at all on an exporting rank
+    /// (default true; embedders that own signal handling turn it off).
+    pub fn with_signal_handlers(mut self, install: bool) -> LifecycleOptions {
+        self.signal_handlers = install;
+        self
+    }
+
+    /// The facade's setup options (custom exporters in tests, a rank
+    /// strategy). Their environment is replaced by the one given to setup.
+    pub fn with_setup_options(mut self, options: SetupOptions) -> LifecycleOptions {
+        self.setup = options;
+        self
+    }
+}
+
+/// The spans of one iteration: `megatron.train.iteration` and, around the
+/// first iteration this process executes, `megatron.train.first_iteration`.
+/// Dropping it ends both, the iteration first.
+#[must_use = "the iteration span ends when this is dropped: bind it with `let _step = ...`"]
+#[derive(Debug)]
+pub struct IterationSpans {
+    // Declaration order is drop order: the iteration before its wrapper.
+    span: SpanGuard,
+    first: Option<SpanGuard>,
+}
+
+impl IterationSpans {
+    /// The iteration span, for attributes of the caller's own.
+    pub fn span(&self) -> &SpanGuard {
+        &self.span
+    }
+
+    /// Whether this is the first iteration executed by this lifetime (it has
+    /// the `megatron.train.first_iteration` wrapper).
+    pub fn is_first(&self) -> bool {
+        self.first.is_some()
+    }
+
+    /// Sets `megatron.skipped` after the step: the optimizer skipped its
+    /// update (NaN or inf in the gradients).
+    pub fn set_skipped(&self, skipped: bool) {
+        self.span.set_attribute(attr::SKIPPED, skipped);
+    }
+}
+
+/// One span of the taxonomy, gated by its group, current until the guard
+/// drops, with `is_goodput_span = true` when the table says so (structural
+/// group-`job` spans are also marked structural). For the spans that need
+/// nothing more: live startup phases, `megatron.checkpoint.save.state_dict`,
+/// `megatron.train.log`, ...
+///
+/// ```
+/// use megatron_telemetry::{lifecycle, taxonomy};
+///
+/// let _write = lifecycle::span(&taxonomy::CHECKPOINT_SAVE_IO_WRITE, []);
+/// ```
+#[inline]
+pub fn span(def: &'static SpanDef, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
+    if !is_span_group_enabled(def.group) {
+        return SpanGuard::noop();
+    }
+    managed_span(def.group, def.name, marks(def).into_iter().flatten().chain(attributes))
+}
+
+/// The attributes that the table implies for `def`: the goodput flag, and
+/// the structural marker for group `job`.
+fn marks(def: &SpanDef) -> [Option<KeyValue>; 2] {
+    [
+        def.goodput.then(|| KeyValue::new(attr::IS_GOODPUT_SPAN, true)),
+        (def.group == taxonomy::STARTUP.group).then(|| KeyValue::new(STRUCTURAL_ATTRIBUTE, true)),
+    ]
+}
+
+/// One telemetry lifetime of a Megatron training process; see the module
+/// documentation.
+pub struct MegatronTelemetry {
+    // Field order matters for `Drop`'s fallbacks: spans before the handle.
+    interval: Option<SpanGuard>,
+    startup: Option<SpanGuard>,
+    incoming: Option<AttachedContext>,
+    signals: Option<SignalGuard>,
+    telemetry: Arc<Telemetry>,
+    metrics: TrainingMetrics,
+    startup_context: RemoteContext,
+    previous_interval: RemoteContext,
+    stamps: StartupTimestamps,
+    recorded_phases: u16,
+    loop_counter: u64,
+    save_interval: Option<u64>,
+    first_iteration_done: bool,
+    shutdown_timeout: Duration,
+    enabled: bool,
+    service_name: String,
+    span_groups: String,
+}
+
+impl std::fmt::Debug for MegatronTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MegatronTelemetry")
+            .field("telemetry", &self.telemetry)
+            .field("startup_open", &self.startup.is_some())
+            .field("interval_open", &self.interval.is_some())
+            .field("signal_handlers", &self.signals.is_some())
+            .field("loop_counter", &self.loop_counter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MegatronTelemetry {
+    /// Sets telemetry up for this rank and opens the startup trace.
+    ///
+    /// Reads the configuration from `env` (`MEGATRON_OTEL_*`, then
+    /// `NEMO_LENS_*`, then the defaults; service name `megatron-lm`), applies
+    /// `cli` (which wins), validates everything on every rank (SPEC A3), and
+    /// only then builds anything. `env` also feeds the run id, the restart
+    /// attempt, the incoming `TRACEPARENT` and the launcher's startup stamps;
+    /// pass `lens_core::env::ProcessEnv` in a real job.
+    ///
+    /// On an exporting rank it creates the training metrics, installs the
+    /// SIGTERM/SIGINT handlers (unless turned off) and opens
+    /// `pre_startup`/`megatron.startup` with the backdated phases known so
+    /// far. Errors are the facade's: bad configuration, an exporter that
+    /// cannot be built, a lifetime already active.
+    pub fn setup(
+        cli: &CliOverrides,
+        rank: &RankContext,
+        env: impl EnvSource + Clone + Send + Sync + 'static,
+        options: LifecycleOptions,
+    ) -> Result<MegatronTelemetry, SetupError> {
+        let config = load_config(cli, &env)?;
+        let enabled = config.telemetry_enabled();
+        let LifecycleOptions {
+            resource,
+            gpu_identity,
+            startup,
+            model_type,
+            exit_signal_handler,
+            signal_handlers,
+            setup,
+        } = options;
+        let resource = match resource {
+            Some(compute) if enabled => compute(),
+            _ => Vec::new(),
+        };
+        let mut setup = setup.with_env(env.clone());
+        if let Some(probe) = gpu_identity {
+            setup = setup.with_lazy_resource(probe);
+        }
+        let telemetry = Arc::new(setup_telemetry(&config, rank, resource, setup)?);
+        let exporting = telemetry.is_exporting();
+        let metrics = if exporting { TrainingMetrics::new(telemetry.meter()) } else { TrainingMetrics::noop() };
+        let signals = (exporting && signal_handlers)
+            .then(|| {
+                let mode = if exit_signal_handler { ExitMode::Graceful } else { ExitMode::Terminate };
+                signals::install(Arc::downgrade(&telemetry), mode, config.shutdown_timeout)
+            })
+            .flatten();
+        let mut lifetime = MegatronTelemetry {
+            interval: None,
+            startup: None,
+            incoming: None,
+            signals,
+            telemetry,
+            metrics,
+            startup_context: RemoteContext::none(),
+            previous_interval: RemoteContext::none(),
+            stamps: startup.with_env(&env),
+            recorded_phases: 0,
+            loop_counter: 0,
+            save_interval: None,
+            first_iteration_done: false,
+            shutdown_timeout: config.shutdown_timeout,
+            enabled,
+            service_name: config.service_name.clone(),
+            span_groups: resolved_spec(&config),
+        };
+        lifetime.open_startup(model_type);
+        Ok(lifetime)
+    }
+
+    /// The facade handle (tracer, meter, rank, run id, export counters).
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
+    /// Whether this rank exports.
+    pub fn is_exporting(&self) -> bool {
+        self.telemetry.is_exporting()
+    }
+
+    /// The training metrics (a no-op handle on other ranks), for
+    /// [`TrainingMetrics::loss_from`].
+    pub fn metrics(&self) -> &TrainingMetrics {
+        &self.metrics
+    }
+
+    /// The startup span's context ("no context" when it was not recorded).
+    pub fn startup_context(&self) -> RemoteContext {
+        self.startup_context.clone()
+    }
+
+    /// The context of the latest `megatron.train` interval ("no context"
+    /// before the first, or when it was not recorded).
+    pub fn interval_context(&self) -> RemoteContext {
+        self.previous_interval.clone()
+    }
+
+    /// Whether the startup span is still open.
+    pub fn startup_open(&self) -> bool {
+        self.startup.is_some()
+    }
+
+    fn open_startup(&mut self, model_type: Option<String>) {
+        if !is_span_group_enabled(taxonomy::STARTUP.group) {
+            return;
+        }
+        let telemetry = Arc::clone(&self.telemetry);
+        let (run_id, restart, lifetime) = (telemetry.run_id(), telemetry.restart_attempt(), telemetry.lifetime_index());
+        let stamps = self.stamps;
+
+        // Trace A: the wait for the allocation, its own trace.
+        if let (Some(job_start), Some(launch)) = (stamps.slurm_job_start, stamps.launch_script_start)
+            && job_start < launch
+        {
+            let id = trace_id_of(&format!("{}/{run_id}/{restart}/{lifetime}", taxonomy::PRE_STARTUP.name));
+            let def = &taxonomy::PRE_STARTUP;
+            let span =
+                root_span_with_trace_id(def.group, def.name, id, Some(job_start), [], marks(def).into_iter().flatten());
+            span.end_at(launch);
+        }
+
+        // Trace B: startup, open until the loop starts.
+        let def = &taxonomy::STARTUP;
+        let start = if stamps.launch_folds() { stamps.launch_script_start } else { stamps.program_start };
+        let model = model_type.map(|m| KeyValue::new(attr::MODEL_TYPE, m));
+        let attributes: Vec<KeyValue> = marks(def).into_iter().flatten().chain(model).collect();
+        let span = match telemetry.incoming_context() {
+            Some(incoming) => {
+                self.incoming = Some(incoming.attach());
+                match start {
+                    Some(start) => managed_span_since(def.group, def.name, start, attributes),
+                    None => managed_span(def.group, def.name, attributes),
+                }
+            }
+            None => {
+                let id = derived_trace_id(run_id, restart, lifetime, STARTUP_TRACE);
+                root_span_with_trace_id(def.group, def.name, id, start, [], attributes)
+            }
+        };
+        self.startup_context = span.remote_context();
+        self.startup = Some(span);
+        self.record_startup_phases(&stamps);
+    }
+
+    /// Records the backdated startup phases whose two stamps are now known
+    /// and that were not recorded yet, as children of the open startup span
+    /// (for stamps taken after setup, such as the JIT fusion options). Does
+    /// nothing once startup has ended.
+    pub fn record_startup_phases(&mut self, stamps: &StartupTimestamps) {
+        if self.startup.is_none() {
+            return;
+        }
+        let merged = merge(self.stamps, stamps);
+        self.stamps = merged;
+        let folds = merged.launch_folds();
+        for (index, (def, start, end, needs_fold)) in merged.phases().into_iter().enumerate() {
+            let bit = 1_u16 << index;
+            if self.recorded_phases & bit != 0 || (needs_fold && !folds) {
+                continue;
+            }
+            if let (Some(start), Some(end)) = (start, end) {
+                self.recorded_phases |= bit;
+                let _ = backdated_span(def.group, def.name, start, end, marks(def).into_iter().flatten());
+            }
+        }
+    }
+
+    /// Ends the startup span (idempotent). [`begin_training_loop`]
+    /// (MegatronTelemetry::begin_training_loop) calls it.
+    pub fn end_startup(&mut self) {
+        self.startup = None;
+        self.incoming = None;
+    }
+
+    /// The training loop starts (once per `train()` call): ends startup,
+    /// resets the loop-pass counter and remembers the save interval (`None`
+    /// or 0: one interval for the whole loop).
+    pub fn begin_training_loop(&mut self, save_interval: Option<u64>) {
+        self.end_startup();
+        self.loop_counter = 0;
+        self.save_interval = save_interval;
+    }
+
+    /// Call at the top of every loop pass, before the pass's spans, with the
+    /// iteration the pass runs (absolute, so a resumed run starts at its
+    /// checkpoint's iteration). Opens a new `megatron.train` interval when
+    /// [`should_reroot`] says so, ending the previous one; returns whether
+    /// it did.
+    pub fn loop_pass(&mut self, iteration: u64) -> bool {
+        let reroot = should_reroot(self.loop_counter, self.save_interval);
+        self.loop_counter = self.loop_counter.saturating_add(1);
+        if reroot {
+            self.open_interval(iteration);
+        }
+        reroot
+    }
+
+    fn open_interval(&mut self, first_iteration: u64) {
+        self.interval = None;
+        let def = &taxonomy::TRAIN;
+        if !is_span_group_enabled(def.group) {
+            return;
+        }
+        let previous = if self.previous_interval.is_valid() { &self.previous_interval } else { &self.startup_context };
+        let link = SpanLink::new(previous);
+        let telemetry = &self.telemetry;
+        let id = derived_trace_id(
+            telemetry.run_id(),
+            telemetry.restart_attempt(),
+            telemetry.lifetime_index(),
+            first_iteration,
+        );
+        let span = root_span_with_trace_id(def.group, def.name, id, None, [link], marks(def).into_iter().flatten());
+        self.previous_interval = span.remote_context();
+        self.interval = Some(span);
+    }
+
+    /// The training loop exited: ends the current interval (idempotent).
+    pub fn end_training_loop(&mut self) {
+        self.interval = None;
+    }
+
+    /// Whether a `megatron.train` interval is open.
+    pub fn interval_open(&self) -> bool {
+        self.interval.is_some()
+    }
+
+    /// The attributes of a per-iteration span: the iteration, the sampling
+    /// key (computed only when the span is recorded) and the goodput flag.
+    fn keyed(
+        &self,
+        def: &'static SpanDef,
+        iteration: u64,
+        with_iteration: bool,
+    ) -> impl IntoIterator<Item = KeyValue> + use<'_> {
+        lazy_attributes(move || {
+            let telemetry = &self.telemetry;
+            let key = sampling_key(telemetry.run_id(), telemetry.restart_attempt(), iteration);
+            let iteration = with_iteration.then(|| KeyValue::new(attr::ITERATION, iteration_value(iteration)));
+            [Some(KeyValue::new(SAMPLING_KEY_ATTRIBUTE, key)), iteration, marks(def)[0].clone()].into_iter().flatten()
+        })
+    }
+
+    /// The spans of one training iteration: `megatron.train.iteration`
+    /// (group `step`) with `megatron.iteration` and the iteration's sampling
+    /// key, wrapped, for the first iteration this lifetime executes, in
+    /// `megatron.train.first_iteration` (group `first_iteration`, same key).
+    /// Set `megatron.skipped` after the step with
+    /// [`IterationSpans::set_skipped`].
+    pub fn iteration(&mut self, iteration: u64) -> IterationSpans {
+        let first = !std::mem::replace(&mut self.first_iteration_done, true);
+        let first = first.then(|| {
+            let def = &taxonomy::TRAIN_FIRST_ITERATION;
+            managed_span(def.group, def.name, self.keyed(def, iteration, true))
+        });
+        let def = &taxonomy::TRAIN_ITERATION;
+        let span = managed_span(def.group, def.name, self.keyed(def, iteration, true));
+        IterationSpans { span, first }
+    }
+
+    /// `megatron.checkpoint.ft_heartbeat` (every iteration, outside the
+    /// iteration span), with the iteration's sampling key.
+    pub fn ft_heartbeat(&self, iteration: u64) -> SpanGuard {
+        let def = &taxonomy::CHECKPOINT_FT_HEARTBEAT;
+        managed_span(def.group, def.name, self.keyed(def, iteration, false))
+    }
+
+    /// `megatron.checkpoint.save.finalize` (every iteration, outside the
+    /// iteration span), with the iteration's sampling key. Set
+    /// `nvrx.call_idx` on it when something was finalised.
+    pub fn save_finalize(&self, iteration: u64) -> SpanGuard {
+        let def = &taxonomy::CHECKPOINT_SAVE_FINALIZE;
+        managed_span(def.group, def.name, self.keyed(def, iteration, false))
+    }
+
+    /// `megatron.checkpoint.exposed_save`: the save as the loop sees it; the
+    /// other save spans ([`checkpoint_save`](MegatronTelemetry::checkpoint_save),
+    /// and through [`span`] `megatron.checkpoint.reclaim_memory`,
+    /// `.report_memory`, `.gc_collect`, `.timers_log`) go inside it.
+    pub fn exposed_save(&self, iteration: u64) -> SpanGuard {
+        span(&taxonomy::CHECKPOINT_EXPOSED_SAVE, [KeyValue::new(attr::ITERATION, iteration_value(iteration))])
+    }
+
+    /// `megatron.checkpoint.save`; `megatron.checkpoint.save.state_dict` and
+    /// `.io_write` go inside it (through [`span`]).
+    pub fn checkpoint_save(&self, iteration: u64) -> SpanGuard {
+        span(&taxonomy::CHECKPOINT_SAVE, [KeyValue::new(attr::ITERATION, iteration_value(iteration))])
+    }
+
+    /// `megatron.evaluate`; set `megatron.eval_iters` on it at the end.
+    pub fn evaluate(&self) -> SpanGuard {
+        span(&taxonomy::EVALUATE, [])
+    }
+
+    /// `megatron.evaluate.step`, with `megatron.eval_iteration`.
+    pub fn evaluate_step(&self, eval_iteration: u64) -> SpanGuard {
+        span(&taxonomy::EVALUATE_STEP, [KeyValue::new(attr::EVAL_ITERATION, iteration_value(eval_iteration))])
+    }
+
+    /// A span of the taxonomy (see the free function [`span`]).
+    pub fn span(&self, def: &'static SpanDef, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
+        span(def, attributes)
+    }
+
+    /// Records one log interval's training metrics, only on the exporting
+    /// rank (other ranks do nothing at all).
+    pub fn record_training(&self, values: &TrainingValues) {
+        if self.telemetry.is_exporting() {
+            self.metrics.record(values);
+        }
+    }
+
+    /// The bootstrap for the async-checkpoint worker process (SPEC B 10.5):
+    /// enabled exactly when this process's telemetry is (environment or
+    /// command line; A9 fixes the original, which forwarded only the flag),
+    /// with the service name and the resolved span groups as a
+    /// comma-separated list, and the current context. Inert when telemetry
+    /// is off (and always without the `otel` feature). Pass
+    /// [`WorkerBootstrap::to_env_vars`] with [`ENV_PREFIX`] to the worker.
+    pub fn worker_bootstrap(&self) -> WorkerBootstrap {
+        WorkerBootstrap::capture(self.enabled, Some(self.service_name.clone()), Some(self.span_groups.clone()))
+    }
+
+    /// Ends the interval and the startup span, removes the signal handlers,
+    /// then shuts the handle down (flush, bounded by `timeout`; spans still
+    /// open are ended and marked truncated). Idempotent: later calls report
+    /// `performed: false`.
+    pub fn shutdown(&mut self, timeout: Duration) -> ShutdownReport {
+        if let Some(guard) = self.signals.take() {
+            guard.uninstall();
+        }
+        self.end_training_loop();
+        self.end_startup();
+        self.telemetry.shutdown(timeout)
+    }
+}
+
+impl Drop for MegatronTelemetry {
+    fn drop(&mut self) {
+        self.shutdown(self.shutdown_timeout);
+    }
+}
+
+/// `megatron.iteration` is an `i64` attribute; an iteration beyond it is
+/// clamped (never reached in practice).
+fn iteration_value(iteration: u64) -> i64 {
+    i64::try_from(iteration).unwrap_or(i64::MAX)
+}
+
+fn merge(mut known: StartupTimestamps, new: &StartupTimestamps) -> StartupTimestamps {
+    let pairs = [
+        (&mut known.slurm_job_start, new.slurm_job_start),
+        (&mut known.launch_script_start, new.launch_script_start),
+        (&mut known.launch_script_presrun, new.launch_script_presrun),
+        (&mut known.program_start, new.program_start),
+        (&mut known.main_entry, new.main_entry),
+        (&mut known.pretrain_entry, new.pretrain_entry),
+        (&mut known.after_inprocess, new.after_inprocess),
+        (&mut known.after_ft_setup, new.after_ft_setup),
+        (&mut known.after_initialize_megatron, new.after_initialize_megatron),
+        (&mut known.after_jit_fusion, new.after_jit_fusion),
+    ];
+    for (slot, value) in pairs {
+        if slot.is_none() {
+            *slot = value;
+        }
+    }
+    known
+}
+
+/// Megatron's configuration (SPEC B 1.4): the loader with Megatron's
+/// prefixes, catalog and service name, then the command line, validated.
+///
+/// ```
+/// use lens_core::config::CliOverrides;
+/// use megatron_telemetry::lifecycle::load_config;
+///
+/// let env = [("NEMO_LENS_SPAN_GROUPS", "per_step")];
+/// let cli = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
+/// let config = load_config(&cli, &env).unwrap();
+/// assert!(config.enabled);
+/// assert_eq!(config.service_name, "megatron-lm");
+/// assert_eq!(config.span_groups, "per_step");
+/// ```
+pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Result<LensConfig, SetupError> {
+    let mut config = ConfigLoader::new(ENV_PREFIX)
+        .fallback_prefix(FALLBACK_ENV_PREFIX)
+        .catalog(&MEGATRON_CATALOG)
+        .default_service_name(DEFAULT_SERVICE_NAME)
+        .load(env)?;
+    config.apply_cli(cli);
+    config.validate()?;
+    Ok(config)
+}
+
+/// The resolved span groups as a comma-separated list of names (the spec
+/// itself if it resolves to nothing).
+fn resolved_spec(config: &LensConfig) -> String {
+    let names = config.resolved_span_groups().map(|groups| MEGATRON_CATALOG.names(groups)).unwrap_or_default();
+    if names.is_empty() { config.span_groups.clone() } else { names.join(",") }
+}
