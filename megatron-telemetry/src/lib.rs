@@ -6,7 +6,9 @@
 //! signals, shutdown).
 
 pub mod groups;
+pub mod lifecycle;
 pub mod metrics;
 pub mod nvml;
 pub mod resource;
+pub mod signals;
 pub mod taxonomy;
