@@ -54,3 +54,16 @@ pub use noop::*;
 pub mod __private {
     pub use crate::{in_managed_span, instrument_future, try_in_managed_span, try_instrument_future};
 }
+
+/// The Rust examples of `docs/instrumenting.md`, compiled and run as doc
+/// tests so that the page cannot drift from the API.
+///
+/// The page is included in every mode, so its facade examples run against the
+/// real runtime (`cargo test -p lens-fallbacks --doc`) and against the no-ops
+/// (`--no-default-features`). The one example that needs the in-memory
+/// exporter (the test of a new span) gates its own body on the `testing`
+/// feature in hidden lines: it runs under `--features testing` (and CI's
+/// `cargo test --workspace --all-features`) and is an empty program otherwise.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/instrumenting.md")]
+pub struct InstrumentingDocExamples;
