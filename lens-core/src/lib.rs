@@ -29,3 +29,10 @@ mod suggest;
 
 #[cfg(feature = "otel")]
 pub mod otel;
+
+/// The Rust examples of `docs/configuration.md`, compiled and run as doc
+/// tests so that the page cannot drift from the API. They need no feature,
+/// so every `cargo test -p lens-core --doc` runs them.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/configuration.md")]
+pub struct ConfigurationDocExamples;
