@@ -1,2 +1,230 @@
-//! Placeholder.
-fn main() {}
+//! `megatron-train-sim`: a Megatron-style training run that is small enough
+//! for a laptop and real enough to exercise the whole telemetry stack.
+//!
+//! One binary, two roles:
+//!
+//! - with `--nproc-per-node N` (and not started by itself) it is a launcher
+//!   ([`launcher`]) that starts N ranks;
+//! - otherwise it is one rank, reading `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//!   `MASTER_ADDR` and `MASTER_PORT` like any torchrun or srun program (none
+//!   set: a single-rank job).
+//!
+//! Module map: [`cli`] (flags, layout, consistency checks), [`launcher`],
+//! [`comm`] (rendezvous, TCP mesh, collectives), [`device`] (matrix
+//! products), [`model`] (layers, data, optimizer, schedule), [`train`] (the
+//! loop), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
+//! and [`telemetry`], the only module that calls the telemetry API.
+//!
+//! Exit status: 0 on success, 2 for bad arguments or configuration (before
+//! anything starts), 1 for a failure during the run, `128 + signal` when a
+//! signal ended it without `--exit-signal-handler`.
+
+mod checkpoint;
+mod cli;
+mod comm;
+mod device;
+mod launcher;
+mod model;
+mod output;
+mod signals;
+mod telemetry;
+mod train;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser as _;
+use lens_core::env::{EnvSource, ProcessEnv};
+use lens_core::identity::RankContext;
+
+use crate::cli::{Args, Layout};
+use crate::comm::{Comm, Rendezvous};
+use crate::telemetry::Telemetry;
+use crate::train::Trainer;
+
+/// The process environment, plus `MEGATRON_OTEL_EXPORTER=file` when no
+/// exporter is configured (the zero-setup default of the simulator).
+#[derive(Clone, Copy, Debug)]
+struct SimEnv {
+    default_file_exporter: bool,
+}
+
+impl EnvSource for SimEnv {
+    fn var(&self, key: &str) -> Option<String> {
+        if self.default_file_exporter && key == telemetry::DEFAULT_EXPORTER_VARIABLE {
+            return Some("file".to_string());
+        }
+        ProcessEnv.var(key)
+    }
+}
+
+fn usage_error(message: &dyn std::fmt::Display) -> ExitCode {
+    output::error(None, message);
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let is_rank = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_some();
+    match (args.nproc_per_node, is_rank) {
+        (Some(nproc), false) => run_launcher(&args, nproc),
+        _ => run_rank(args),
+    }
+}
+
+fn run_launcher(args: &Args, nproc: u32) -> ExitCode {
+    if let Err(error) = args.validate(nproc, "--nproc-per-node") {
+        return usage_error(&error);
+    }
+    if let Err(error) = device::select(args.device) {
+        return usage_error(&error);
+    }
+    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
+    let config = match telemetry::load_config(&env, &args.otel) {
+        Ok(config) => config,
+        Err(error) => return usage_error(&error),
+    };
+    let mut extra = launcher::LaunchEnv::default();
+    if telemetry::RUN_ID_VARIABLES.iter().all(|v| ProcessEnv.non_empty(v).is_none()) {
+        extra.variables.push((telemetry::RUN_ID_VARIABLE.to_string(), telemetry::random_run_id()));
+    }
+    if env.default_file_exporter {
+        extra.variables.push((telemetry::DEFAULT_EXPORTER_VARIABLE.to_string(), "file".to_string()));
+    }
+    if telemetry::enabled(&config) {
+        let run_id = extra
+            .variables
+            .iter()
+            .find(|(k, _)| k == telemetry::RUN_ID_VARIABLE)
+            .map_or_else(|| telemetry::resolve_run_id(&config, &ProcessEnv), |(_, v)| v.clone());
+        if env.default_file_exporter {
+            output::note(&format!(
+                "no exporter configured: telemetry goes to files under {}/",
+                telemetry::file_dir(&config, &run_id).display()
+            ));
+        }
+        output::note(&format!("launching {nproc} ranks, run id {run_id}"));
+    } else {
+        output::note(&format!("launching {nproc} ranks"));
+    }
+    let code = launcher::launch(nproc, &extra, args.rank_pids_file.as_deref());
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+fn run_rank(args: Args) -> ExitCode {
+    let rank = match RankContext::detect(&ProcessEnv) {
+        Ok(rank) => rank,
+        Err(error) => return usage_error(&error),
+    };
+    let world_source = if rank.world_size > 1 { "WORLD_SIZE" } else { "a single process (no WORLD_SIZE)" };
+    let layout = match args.validate(rank.world_size, world_source) {
+        Ok(layout) => layout,
+        Err(error) => return usage_error(&error),
+    };
+    let device = match device::select(args.device) {
+        Ok(device) => device,
+        Err(error) => return usage_error(&error),
+    };
+    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
+    let config = match telemetry::load_config(&env, &args.otel) {
+        Ok(config) => config,
+        Err(error) => return usage_error(&error),
+    };
+    let run_id = telemetry::resolve_run_id(&config, &ProcessEnv);
+    let standalone = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_none();
+    if rank.rank == 0 && standalone && telemetry::enabled(&config) && env.default_file_exporter {
+        output::note(&format!(
+            "no exporter configured: telemetry goes to files under {}/",
+            telemetry::file_dir(&config, &run_id).display()
+        ));
+    }
+
+    let resource = telemetry::ResourceArgs {
+        local_rank: Some(rank.local_rank),
+        tensor_model_parallel_size: Some(layout.tp),
+        pipeline_model_parallel_size: Some(layout.pp),
+        data_parallel_size: Some(layout.dp),
+        global_batch_size: Some(args.global_batch_size),
+        seq_length: Some(args.seq_length),
+        num_layers: Some(args.num_layers),
+        hidden_size: Some(args.hidden_size),
+        num_attention_heads: Some(args.num_attention_heads),
+        train_iters: Some(args.train_iters),
+        micro_batch_size: Some(args.micro_batch_size),
+        ckpt_format: Some(args.ckpt_format.clone()),
+        fp16: args.fp16,
+        bf16: args.bf16,
+    };
+    let precision = resource.precision().as_str();
+    let telemetry = match Telemetry::setup(&config, &rank, &resource, env) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            output::error(Some(rank.rank), &format!("telemetry setup failed: {error}"));
+            return ExitCode::from(2);
+        }
+    };
+    let stop = match signals::install(args.exit_signal_handler, telemetry.shutdown_handle()) {
+        Ok(stop) => stop,
+        Err(error) => {
+            output::error(Some(rank.rank), &format!("could not install the signal handlers: {error}"));
+            return ExitCode::from(1);
+        }
+    };
+
+    let rendezvous = Rendezvous {
+        master_addr: ProcessEnv.non_empty("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".to_string()),
+        master_port: match ProcessEnv.non_empty("MASTER_PORT").map(|p| p.parse::<u16>()) {
+            None => 29500,
+            Some(Ok(port)) => port,
+            Some(Err(_)) => {
+                return usage_error(&format!(
+                    "MASTER_PORT={:?} is not a port number (0-65535)",
+                    ProcessEnv.var("MASTER_PORT").unwrap_or_default()
+                ));
+            }
+        },
+        deadline: Duration::from_secs(args.comm_timeout.max(10)),
+    };
+    let comm = match Comm::connect(rank.rank, rank.world_size, &rendezvous, Duration::from_secs(args.comm_timeout)) {
+        Ok(comm) => comm,
+        Err(error) => return fail(rank.rank, &error),
+    };
+
+    let summary_path = args.summary_json.clone();
+    let mut trainer = Trainer::new(args, layout, comm, device, telemetry, stop);
+    let result = trainer.run();
+    let summary = output::TelemetrySummary {
+        enabled: trainer.telemetry().is_enabled(),
+        exporting: trainer.telemetry().is_exporting(),
+        destinations: trainer.telemetry().destinations(),
+        report: trainer.shutdown_telemetry(),
+    };
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(error) => return fail(rank.rank, &error),
+    };
+    if rank.rank == 0 {
+        output::print_summary(&outcome, layout, &summary);
+        if let Some(path) = summary_path {
+            let value = output::summary_json(&outcome, layout, &run_id, precision, &summary);
+            if let Err(error) = output::write_json(&path, &value) {
+                output::error(Some(0), &format!("--summary-json {}: {error}", path.display()));
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        output::print_telemetry(rank.rank, &summary);
+    }
+    let _: Layout = layout;
+    ExitCode::SUCCESS
+}
+
+/// Reports a failure of this rank and exits 1, unless the rank is dying of
+/// a signal (then the signal thread decides the status).
+fn fail(rank: u32, error: &dyn std::fmt::Display) -> ExitCode {
+    if signals::is_dying() {
+        std::thread::sleep(Duration::from_secs(10));
+    }
+    output::error(Some(rank), error);
+    ExitCode::from(1)
+}

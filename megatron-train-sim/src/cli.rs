@@ -1,0 +1,404 @@
+//! The command line: Megatron's flag names for what the simulator supports,
+//! the local launcher's flags, and the checks that turn inconsistent
+//! arguments into one clear error before any process or socket exists.
+//!
+//! Flags keep Megatron's spelling and meaning (`--train-iters`,
+//! `--micro-batch-size`, `--tensor-model-parallel-size`, ...), so a command
+//! line moves between the two. The telemetry flags are lens-core's
+//! [`CliOverrides`], flattened in, so that `--otel-enabled`,
+//! `--otel-service-name` and `--otel-span-groups` mean exactly what they mean
+//! to every lens program.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use lens_core::config::CliOverrides;
+
+/// A reference Megatron-style training loop: real ranks (one process each),
+/// real communication over TCP, a small MLP trained on synthetic data, real
+/// checkpoints, and Megatron's telemetry.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "megatron-train-sim", version, about, long_about = None)]
+pub(crate) struct Args {
+    /// Iterations to train (absolute: a resumed run continues up to this number).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub(crate) train_iters: u64,
+    /// Print progress and record the training metrics every N iterations.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub(crate) log_interval: u64,
+    /// Save a checkpoint every N iterations (needs --save); each interval is one `megatron.train` trace.
+    #[arg(long, value_name = "N")]
+    pub(crate) save_interval: Option<u64>,
+    /// Directory to save checkpoints to (`DIR/iter_XXXXXXX/rank_XXXXX.ckpt`).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) save: Option<PathBuf>,
+    /// Directory to resume from (reads `DIR/latest_checkpointed_iteration.txt`).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) load: Option<PathBuf>,
+    /// Evaluate every N iterations.
+    #[arg(long, value_name = "N")]
+    pub(crate) eval_interval: Option<u64>,
+    /// Forward-only steps per evaluation.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub(crate) eval_iters: u64,
+    /// Samples per microbatch on one data-parallel rank.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub(crate) micro_batch_size: u64,
+    /// Samples per iteration over all data-parallel ranks.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub(crate) global_batch_size: u64,
+    /// Tokens per sample.
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub(crate) seq_length: u64,
+    /// Dense layers of the model, split evenly over the pipeline stages.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub(crate) num_layers: u32,
+    /// Width of every layer; each layer's columns are split over the tensor-parallel ranks.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub(crate) hidden_size: u64,
+    /// Recorded and checked as Megatron checks it (the model has no attention).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub(crate) num_attention_heads: u32,
+    /// Tensor-parallel size (TP).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub(crate) tensor_model_parallel_size: u32,
+    /// Pipeline-parallel size (PP).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub(crate) pipeline_model_parallel_size: u32,
+    /// Checkpoint format name, recorded as `megatron.ckpt_format` (the files are the simulator's own).
+    #[arg(long, default_value = "torch_dist", value_parser = ["torch_dist", "torch", "fsdp_dtensor"])]
+    pub(crate) ckpt_format: String,
+    /// Train "in bf16" (recorded as the precision; compute stays f32).
+    #[arg(long)]
+    pub(crate) bf16: bool,
+    /// Train "in fp16" (recorded as the precision; compute stays f32).
+    #[arg(long)]
+    pub(crate) fp16: bool,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 0.01, value_name = "LR")]
+    pub(crate) lr: f64,
+    /// Learning rate at the end of the decay.
+    #[arg(long, default_value_t = 0.0, value_name = "LR")]
+    pub(crate) min_lr: f64,
+    /// Iterations of linear warm-up from 0 to --lr.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub(crate) lr_warmup_iters: u64,
+    /// Decay after the warm-up.
+    #[arg(long, value_enum, default_value_t = DecayStyle::Cosine)]
+    pub(crate) lr_decay_style: DecayStyle,
+    /// Iterations over which the learning rate decays (default: --train-iters).
+    #[arg(long, value_name = "N")]
+    pub(crate) lr_decay_iters: Option<u64>,
+    /// Optimizer.
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Adam)]
+    pub(crate) optimizer: OptimizerKind,
+    /// Clip the global gradient norm to this value (0 turns clipping off).
+    #[arg(long, default_value_t = 1.0, value_name = "NORM")]
+    pub(crate) clip_grad: f64,
+    /// Seed of the synthetic data and of the initial parameters.
+    #[arg(long, default_value_t = 1234)]
+    pub(crate) seed: u64,
+    /// Compute the parameter norm at every log interval.
+    #[arg(long)]
+    pub(crate) log_params_norm: bool,
+    /// Run the "gc" phase by hand every --manual-gc-interval iterations.
+    #[arg(long)]
+    pub(crate) manual_gc: bool,
+    /// Iterations between manual gc phases (0: only the automatic ones, which the simulator has none of).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub(crate) manual_gc_interval: u64,
+    /// Run a small device self-check before training and every N iterations.
+    #[arg(long, value_name = "N")]
+    pub(crate) gpu_sniff_test_interval: Option<u64>,
+    /// On SIGTERM/SIGINT, finish the iteration, save (with --save) and exit 0.
+    #[arg(long)]
+    pub(crate) exit_signal_handler: bool,
+    /// Write checkpoints on a worker thread; finalize them at a later iteration.
+    #[arg(long)]
+    pub(crate) async_save: bool,
+    /// Where the matrix products run. `auto` picks a GPU when GPU support is compiled in and a GPU is present.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub(crate) device: DeviceChoice,
+    /// Launch N local ranks (one process each), like `torchrun --standalone --nproc-per-node N`.
+    #[arg(long, value_name = "N")]
+    pub(crate) nproc_per_node: Option<u32>,
+    /// Make the loss NaN at this iteration (test aid: the iteration is skipped).
+    #[arg(long, value_name = "ITER")]
+    pub(crate) inject_nan_at: Option<u64>,
+    /// Sleep this long in every step, on every rank (to simulate a slower step in benchmarks).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub(crate) step_sleep_ms: u64,
+    /// Write a machine-readable summary (JSON) to this file at the end (written by rank 0).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) summary_json: Option<PathBuf>,
+    /// Seconds a rank waits for a message from another rank before it gives up.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub(crate) comm_timeout: u64,
+    /// Launcher: write "RANK PID" lines to this file once the ranks are started (test aid).
+    #[arg(long, hide = true, value_name = "PATH")]
+    pub(crate) rank_pids_file: Option<PathBuf>,
+    /// Telemetry overrides (they win over every environment variable).
+    #[command(flatten)]
+    pub(crate) otel: CliOverrides,
+}
+
+/// The learning-rate decay after the warm-up (Megatron's `--lr-decay-style`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DecayStyle {
+    /// Stay at --lr.
+    Constant,
+    /// Straight line from --lr to --min-lr.
+    Linear,
+    /// Half a cosine from --lr to --min-lr.
+    Cosine,
+}
+
+/// The optimizer (Megatron's `--optimizer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OptimizerKind {
+    /// Adam (beta1 0.9, beta2 0.999, eps 1e-8), no weight decay.
+    Adam,
+    /// Plain stochastic gradient descent.
+    Sgd,
+}
+
+/// Where the matrix products run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DeviceChoice {
+    /// The CPU.
+    Cpu,
+    /// An NVIDIA GPU (needs the `cuda` cargo feature).
+    Cuda,
+    /// A GPU when one is usable, else the CPU.
+    Auto,
+}
+
+/// The parallel layout: world = TP × PP × DP.
+///
+/// Ranks are numbered as Megatron numbers them with its default order
+/// `tp-cp-ep-dp-pp` (context and expert parallelism are 1 here): the
+/// tensor-parallel rank varies fastest, then the data-parallel rank, then the
+/// pipeline stage: `rank = tp + TP·dp + TP·DP·pp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Tensor-parallel size.
+    pub(crate) tp: u32,
+    /// Pipeline-parallel size.
+    pub(crate) pp: u32,
+    /// Data-parallel size.
+    pub(crate) dp: u32,
+}
+
+/// One rank's coordinates in a [`Layout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Coords {
+    /// Tensor-parallel rank.
+    pub(crate) tp: u32,
+    /// Data-parallel rank.
+    pub(crate) dp: u32,
+    /// Pipeline stage.
+    pub(crate) pp: u32,
+}
+
+impl Layout {
+    /// The number of ranks.
+    pub(crate) fn world(self) -> u32 {
+        self.tp * self.pp * self.dp
+    }
+
+    /// The coordinates of `rank`.
+    pub(crate) fn coords(self, rank: u32) -> Coords {
+        Coords { tp: rank % self.tp, dp: (rank / self.tp) % self.dp, pp: rank / (self.tp * self.dp) }
+    }
+
+    /// The rank at `coords`.
+    pub(crate) fn rank(self, coords: Coords) -> u32 {
+        coords.tp + self.tp * coords.dp + self.tp * self.dp * coords.pp
+    }
+}
+
+/// Arguments that cannot work together. Its `Display` names the flags and
+/// their values; the binary prints it and exits with status 2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UsageError(pub(crate) Vec<String>);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_slice() {
+            [one] => write!(f, "{one}"),
+            many => {
+                write!(f, "{} problems with the arguments:", many.len())?;
+                for problem in many {
+                    write!(f, "\n  - {problem}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+impl Args {
+    /// Checks the arguments against each other and a world size (from
+    /// `--nproc-per-node` or the launcher's `WORLD_SIZE`), and derives the
+    /// layout. Every problem is reported at once.
+    pub(crate) fn validate(&self, world_size: u32, world_source: &str) -> Result<Layout, UsageError> {
+        let mut problems = Vec::new();
+        let tp = self.tensor_model_parallel_size;
+        let pp = self.pipeline_model_parallel_size;
+        let positive: [(&str, u64); 8] = [
+            ("--train-iters", self.train_iters),
+            ("--log-interval", self.log_interval),
+            ("--micro-batch-size", self.micro_batch_size),
+            ("--global-batch-size", self.global_batch_size),
+            ("--seq-length", self.seq_length),
+            ("--num-layers", u64::from(self.num_layers)),
+            ("--hidden-size", self.hidden_size),
+            ("--num-attention-heads", u64::from(self.num_attention_heads)),
+        ];
+        for (flag, value) in positive {
+            if value == 0 {
+                problems.push(format!("{flag} must be at least 1, got 0"));
+            }
+        }
+        for (flag, value) in [
+            ("--tensor-model-parallel-size", tp),
+            ("--pipeline-model-parallel-size", pp),
+            ("--nproc-per-node", self.nproc_per_node.unwrap_or(1)),
+        ] {
+            if value == 0 {
+                problems.push(format!("{flag} must be at least 1, got 0"));
+            }
+        }
+        for (flag, value) in [
+            ("--save-interval", self.save_interval),
+            ("--eval-interval", self.eval_interval),
+            ("--gpu-sniff-test-interval", self.gpu_sniff_test_interval),
+        ] {
+            if value == Some(0) {
+                problems.push(format!("{flag} must be at least 1, got 0"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(UsageError(problems));
+        }
+
+        let model_parallel = tp * pp;
+        let dp = if world_size % model_parallel != 0 {
+            problems.push(format!(
+                "the world size ({world_size}, from {world_source}) is not divisible by \
+                 --tensor-model-parallel-size ({tp}) × --pipeline-model-parallel-size ({pp}) = {model_parallel}"
+            ));
+            1
+        } else {
+            world_size / model_parallel
+        };
+        if self.num_layers % pp != 0 {
+            problems.push(format!(
+                "--num-layers ({}) is not divisible by --pipeline-model-parallel-size ({pp})",
+                self.num_layers
+            ));
+        }
+        if self.hidden_size % u64::from(tp) != 0 {
+            problems.push(format!(
+                "--hidden-size ({}) is not divisible by --tensor-model-parallel-size ({tp})",
+                self.hidden_size
+            ));
+        }
+        if self.hidden_size % u64::from(self.num_attention_heads) != 0 {
+            problems.push(format!(
+                "--hidden-size ({}) is not divisible by --num-attention-heads ({})",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if self.num_attention_heads % tp != 0 {
+            problems.push(format!(
+                "--num-attention-heads ({}) is not divisible by --tensor-model-parallel-size ({tp})",
+                self.num_attention_heads
+            ));
+        }
+        let per_step = self.micro_batch_size * u64::from(dp);
+        if self.global_batch_size % per_step != 0 {
+            problems.push(format!(
+                "--global-batch-size ({}) is not divisible by --micro-batch-size ({}) × data-parallel size ({dp} = \
+                 world size {world_size} / (TP {tp} × PP {pp})) = {per_step}",
+                self.global_batch_size, self.micro_batch_size
+            ));
+        }
+        if self.bf16 && self.fp16 {
+            problems.push("--bf16 and --fp16 cannot both be given".to_string());
+        }
+        if self.save_interval.is_some() && self.save.is_none() {
+            problems.push(format!("--save-interval ({}) needs --save DIR", self.save_interval.unwrap_or_default()));
+        }
+        if self.manual_gc_interval > 0 && !self.manual_gc {
+            problems.push(format!("--manual-gc-interval ({}) needs --manual-gc", self.manual_gc_interval));
+        }
+        if self.async_save && self.save.is_none() {
+            problems.push("--async-save needs --save DIR".to_string());
+        }
+        if !(self.lr.is_finite() && self.lr >= 0.0) {
+            problems.push(format!("--lr must be a non-negative number, got {}", self.lr));
+        }
+        if !(self.min_lr.is_finite() && self.min_lr >= 0.0 && self.min_lr <= self.lr) {
+            problems.push(format!("--min-lr ({}) must be between 0 and --lr ({})", self.min_lr, self.lr));
+        }
+        if !(self.clip_grad.is_finite() && self.clip_grad >= 0.0) {
+            problems.push(format!("--clip-grad must be a non-negative number, got {}", self.clip_grad));
+        }
+        if self.comm_timeout == 0 {
+            problems.push("--comm-timeout must be at least 1 second, got 0".to_string());
+        }
+        if problems.is_empty() { Ok(Layout { tp, pp, dp }) } else { Err(UsageError(problems)) }
+    }
+
+    /// Microbatches per iteration on one data-parallel rank.
+    pub(crate) fn num_microbatches(&self, layout: Layout) -> u64 {
+        self.global_batch_size / (self.micro_batch_size * u64::from(layout.dp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Args {
+        let mut argv = vec!["megatron-train-sim"];
+        argv.extend_from_slice(extra);
+        Args::parse_from(argv)
+    }
+
+    #[test]
+    fn megatron_rank_order_puts_tensor_parallel_fastest_then_data_then_pipeline() {
+        let layout = Layout { tp: 2, pp: 2, dp: 2 };
+        assert_eq!(layout.coords(1), Coords { tp: 1, dp: 0, pp: 0 });
+        assert_eq!(layout.coords(2), Coords { tp: 0, dp: 1, pp: 0 });
+        assert_eq!(layout.coords(4), Coords { tp: 0, dp: 0, pp: 1 });
+        for rank in 0..8 {
+            assert_eq!(layout.rank(layout.coords(rank)), rank);
+        }
+    }
+
+    #[test]
+    fn defaults_are_consistent_on_one_and_four_ranks() {
+        let args = parse(&[]);
+        assert_eq!(args.validate(1, "test").unwrap(), Layout { tp: 1, pp: 1, dp: 1 });
+        let args = parse(&["--pipeline-model-parallel-size", "2"]);
+        assert_eq!(args.validate(4, "test").unwrap(), Layout { tp: 1, pp: 2, dp: 2 });
+        assert_eq!(args.num_microbatches(Layout { tp: 1, pp: 2, dp: 2 }), 2);
+    }
+
+    #[test]
+    fn every_inconsistency_is_named_with_its_flags_and_values() {
+        let args = parse(&["--global-batch-size", "6", "--num-layers", "3", "--pipeline-model-parallel-size", "2"]);
+        let message = args.validate(4, "--nproc-per-node").unwrap_err().to_string();
+        assert!(message.contains("--global-batch-size (6)"), "{message}");
+        assert!(message.contains("--num-layers (3)"), "{message}");
+        let message = parse(&["--tensor-model-parallel-size", "3"]).validate(4, "--nproc-per-node").unwrap_err();
+        assert!(message.to_string().contains("world size (4, from --nproc-per-node)"), "{message}");
+        let message = parse(&["--bf16", "--fp16"]).validate(1, "x").unwrap_err().to_string();
+        assert!(message.contains("--bf16 and --fp16"), "{message}");
+    }
+}

@@ -1,0 +1,233 @@
+//! What people and programs read: the progress line (rank 0 only, to
+//! stderr, at most ten lines a second), the summary at the end, and the
+//! machine-readable summary of `--summary-json`.
+//!
+//! Rank 0 prints because, after each iteration's world all-reduce, it knows
+//! the global loss like every rank, and it is the rank that exports under
+//! the default rank strategy, so its summary can say where telemetry went.
+//! All printing of the simulator is in this module.
+#![expect(clippy::print_stderr, reason = "the simulator's progress, summary and errors go to stderr")]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::train::Outcome;
+
+/// One log interval, as printed.
+#[derive(Debug)]
+pub(crate) struct LogLine {
+    /// The iteration just completed (1-based).
+    pub(crate) iteration: u64,
+    /// Mean loss over the interval's non-skipped iterations.
+    pub(crate) loss: Option<f64>,
+    /// Mean step time over the interval.
+    pub(crate) step_ms: f64,
+    /// Tokens per second at that step time.
+    pub(crate) tokens_per_sec: f64,
+    /// The learning rate of the last iteration.
+    pub(crate) learning_rate: f64,
+    /// The gradient norm of the last iteration.
+    pub(crate) grad_norm: f64,
+    /// Skipped iterations in the interval.
+    pub(crate) skipped: u64,
+    /// The parameter norm, with `--log-params-norm`.
+    pub(crate) params_norm: Option<f64>,
+}
+
+/// The progress printer; silent except on rank 0.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    enabled: bool,
+    total: u64,
+    last: Option<Instant>,
+}
+
+impl Progress {
+    /// A printer for a run of `total` iterations.
+    pub(crate) fn new(enabled: bool, total: u64) -> Progress {
+        Progress { enabled, total, last: None }
+    }
+
+    /// Prints `line` unless a line went out less than 100 ms ago (the last
+    /// iteration and lines with skipped iterations always print).
+    pub(crate) fn log(&mut self, line: &LogLine) {
+        if !self.enabled {
+            return;
+        }
+        let recent = self.last.is_some_and(|t| t.elapsed() < Duration::from_millis(100));
+        if recent && line.iteration != self.total && line.skipped == 0 {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let loss = line.loss.map_or_else(|| "n/a".to_string(), |l| format!("{l:.4}"));
+        let mut text = format!(
+            "iter {}/{} | loss {loss} | step {:.1} ms | {} tok/s | lr {:.3e} | grad norm {:.3}",
+            line.iteration,
+            self.total,
+            line.step_ms,
+            human(line.tokens_per_sec),
+            line.learning_rate,
+            line.grad_norm
+        );
+        if let Some(norm) = line.params_norm {
+            text.push_str(&format!(" | params norm {norm:.3}"));
+        }
+        if line.skipped > 0 {
+            text.push_str(&format!(" | skipped {}", line.skipped));
+        }
+        eprintln!("{text}");
+    }
+
+    /// Prints an evaluation result.
+    pub(crate) fn eval(&mut self, iteration: u64, loss: f64) {
+        if self.enabled {
+            eprintln!("validation at iter {iteration} | loss {loss:.4}");
+        }
+    }
+}
+
+fn human(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{:.1}M", value / 1e6)
+    } else if value >= 1e3 {
+        format!("{:.1}k", value / 1e3)
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+/// Prints an error of this process (prefixed with the rank when known).
+pub(crate) fn error(rank: Option<u32>, message: &dyn std::fmt::Display) {
+    match rank {
+        Some(rank) => eprintln!("megatron-train-sim: rank {rank}: error: {message}"),
+        None => eprintln!("megatron-train-sim: error: {message}"),
+    }
+}
+
+/// Prints an informational line of the launcher or of rank 0.
+pub(crate) fn note(message: &dyn std::fmt::Display) {
+    eprintln!("megatron-train-sim: {message}");
+}
+
+/// What the summary says about telemetry.
+#[derive(Debug)]
+pub(crate) struct TelemetrySummary {
+    /// Whether telemetry was on.
+    pub(crate) enabled: bool,
+    /// Whether this rank exported.
+    pub(crate) exporting: bool,
+    /// The destinations (`file:telemetry/<run id>/`, an endpoint, ...).
+    pub(crate) destinations: Vec<String>,
+    /// The shutdown report.
+    pub(crate) report: lens_fallbacks::ShutdownReport,
+}
+
+/// The machine-readable summary (schema in docs/simulator.md).
+pub(crate) fn summary_json(
+    outcome: &Outcome,
+    layout: crate::cli::Layout,
+    run_id: &str,
+    precision: &str,
+    telemetry: &TelemetrySummary,
+) -> Value {
+    let step_times: Vec<f64> = outcome.iterations.iter().map(|(_, ms, _)| *ms).collect();
+    let mean_ms = mean(&step_times);
+    let tokens_per_sec = mean_ms.map(|ms| outcome.tokens_per_iteration as f64 / (ms / 1e3));
+    let tflops = mean_ms.map(|ms| outcome.flops_per_iteration / (ms / 1e3) / 1e12 / f64::from(layout.world()));
+    let report = &telemetry.report;
+    json!({
+        "schema": "megatron-train-sim.summary/1",
+        "run_id": run_id,
+        "world_size": layout.world(),
+        "layout": {"tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp, "data_parallel_size": layout.dp},
+        "device": outcome.device,
+        "precision": precision,
+        "exit_reason": outcome.exit_reason.as_str(),
+        "start_iteration": outcome.start_iteration,
+        "final_iteration": outcome.final_iteration,
+        "iterations_run": outcome.iterations.len(),
+        "skipped_iterations": outcome.skipped_iterations,
+        "iteration_losses": outcome.iterations.iter().map(|(i, _, loss)| json!({"iteration": i, "loss": loss})).collect::<Vec<_>>(),
+        "losses": outcome.log_losses.iter().map(|(i, loss)| json!({"iteration": i, "loss": loss})).collect::<Vec<_>>(),
+        "eval_losses": outcome.eval_losses.iter().map(|(i, loss)| json!({"iteration": i, "loss": loss})).collect::<Vec<_>>(),
+        "step_times_ms": step_times,
+        "mean_step_time_ms": mean_ms,
+        "tokens_per_iteration": outcome.tokens_per_iteration,
+        "tokens_per_sec": tokens_per_sec,
+        "flops_per_iteration": outcome.flops_per_iteration,
+        "throughput_tflops_per_rank": tflops,
+        "peak_memory_bytes": outcome.peak_memory_bytes,
+        "checkpoints": outcome.checkpoints.iter().map(|(i, path)| json!({"iteration": i, "path": path.display().to_string()})).collect::<Vec<_>>(),
+        "telemetry": {
+            "enabled": telemetry.enabled,
+            "exporting": telemetry.exporting,
+            "destinations": telemetry.destinations,
+            "spans_exported": report.spans.exported,
+            "spans_dropped": report.spans.dropped(),
+            "metric_points_exported": report.metrics.points_exported,
+            "truncated_spans": report.truncated_spans,
+            "report": report.to_string(),
+        },
+    })
+}
+
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// Prints the end-of-run summary (rank 0).
+pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telemetry: &TelemetrySummary) {
+    let step_times: Vec<f64> = outcome.iterations.iter().map(|(_, ms, _)| *ms).collect();
+    let mean_ms = mean(&step_times).unwrap_or(0.0);
+    let tokens_per_sec = if mean_ms > 0.0 { outcome.tokens_per_iteration as f64 / (mean_ms / 1e3) } else { 0.0 };
+    let last_loss = outcome.iterations.iter().rev().find_map(|(_, _, loss)| *loss);
+    eprintln!(
+        "done: {} ({}) | iterations {} -> {} ({} run, {} skipped) | mean step {mean_ms:.1} ms | {} tok/s | \
+         final loss {} | {} rank(s): TP {} × PP {} × DP {} on {}",
+        outcome.exit_reason.as_str(),
+        if outcome.exit_reason == crate::train::ExitReason::Signal {
+            "drained after a signal"
+        } else {
+            "all iterations"
+        },
+        outcome.start_iteration,
+        outcome.final_iteration,
+        outcome.iterations.len(),
+        outcome.skipped_iterations,
+        human(tokens_per_sec),
+        last_loss.map_or_else(|| "n/a".to_string(), |l| format!("{l:.4}")),
+        layout.world(),
+        layout.tp,
+        layout.pp,
+        layout.dp,
+        outcome.device,
+    );
+    if let Some((iteration, path)) = outcome.checkpoints.last() {
+        eprintln!("checkpoint: iteration {iteration} in {}", path.parent().unwrap_or(path).display());
+    }
+    print_telemetry(0, telemetry);
+}
+
+/// Prints where a rank's telemetry went (rank 0 in its summary; other
+/// exporting ranks on their own line).
+pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary) {
+    if !telemetry.enabled {
+        if rank == 0 {
+            eprintln!("telemetry: off (enable it with --otel-enabled or MEGATRON_OTEL_ENABLED=1)");
+        }
+        return;
+    }
+    if !telemetry.exporting {
+        return;
+    }
+    let to = if telemetry.destinations.is_empty() { "nowhere".to_string() } else { telemetry.destinations.join(", ") };
+    eprintln!("telemetry (rank {rank}) -> {to}: {}", telemetry.report);
+}
+
+/// Writes the summary JSON to `path`.
+pub(crate) fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    std::fs::write(path, text + "\n")
+}

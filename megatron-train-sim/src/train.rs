@@ -1,0 +1,755 @@
+//! One rank's training run: startup, the training loop with its optional
+//! phases (evaluation, sniff tests, manual gc, checkpoints), and the result
+//! that the summary reports.
+//!
+//! # Schedule
+//!
+//! Each iteration runs the pipeline schedule "all forward, then all
+//! backward" (GPipe): every microbatch goes forward through the stages, then
+//! every microbatch comes back. It is simpler than Megatron's 1F1B and
+//! computes the same gradients. Activations travel to the next stage and
+//! gradients to the previous one in point-to-point messages that carry the
+//! sender's span context. Then the data-parallel ranks all-reduce their
+//! gradients, and one small all-reduce over the whole world combines the
+//! loss, the squared gradient norm, the "stop" requests of graceful signal
+//! handling and the "async save done" flags, so that every rank takes the
+//! same decisions (skip the step, stop, finalize a save) without further
+//! communication. A step whose loss or gradient norm is not finite is
+//! skipped: no update, counted in `skipped_iterations`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use megatron_telemetry::taxonomy as tx;
+
+use crate::checkpoint::{self, PendingSave, RankState};
+use crate::cli::{Args, Coords, Layout, OptimizerKind};
+use crate::comm::{Comm, CommError, tag};
+use crate::device::{self, Device};
+use crate::model::{Data, Optimizer, Saved, Split, Stage, learning_rate, mse};
+use crate::output;
+use crate::telemetry::{MetricValues, Telemetry};
+
+/// Why a rank stopped with an error.
+#[derive(Debug)]
+pub(crate) struct RankError(pub(crate) String);
+
+impl std::fmt::Display for RankError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<CommError> for RankError {
+    fn from(error: CommError) -> RankError {
+        RankError(error.to_string())
+    }
+}
+
+/// How the loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ExitReason {
+    /// All `--train-iters` iterations ran.
+    Completed,
+    /// A signal with `--exit-signal-handler`: the loop drained.
+    Signal,
+}
+
+impl ExitReason {
+    /// The name the summary uses.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ExitReason::Completed => "completed",
+            ExitReason::Signal => "signal",
+        }
+    }
+}
+
+/// What a rank's run produced (rank 0's is the summary).
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// The iteration the run started from (0, or the loaded checkpoint's).
+    pub(crate) start_iteration: u64,
+    /// The iterations completed at the end.
+    pub(crate) final_iteration: u64,
+    /// Each executed iteration: its number (1-based), step time in ms and loss (`None` when skipped).
+    pub(crate) iterations: Vec<(u64, f64, Option<f64>)>,
+    /// The mean loss of each log interval (`None` when every iteration of it was skipped).
+    pub(crate) log_losses: Vec<(u64, Option<f64>)>,
+    /// Evaluation losses.
+    pub(crate) eval_losses: Vec<(u64, f64)>,
+    /// Skipped iterations in total (including before a resume).
+    pub(crate) skipped_iterations: u64,
+    /// Checkpoints written: iteration and this rank's file.
+    pub(crate) checkpoints: Vec<(u64, PathBuf)>,
+    /// How the loop ended.
+    pub(crate) exit_reason: ExitReason,
+    /// `6 × parameters × tokens` per iteration.
+    pub(crate) flops_per_iteration: f64,
+    /// Tokens per iteration (global batch × sequence length).
+    pub(crate) tokens_per_iteration: u64,
+    /// Peak memory of this rank, bytes.
+    pub(crate) peak_memory_bytes: Option<u64>,
+    /// The device's name.
+    pub(crate) device: String,
+}
+
+struct Groups {
+    world: Vec<u32>,
+    tensor: Vec<u32>,
+    data: Vec<u32>,
+    previous: Option<u32>,
+    next: Option<u32>,
+}
+
+/// The control values all-reduced once per iteration.
+const CONTROL_GRAD_SUMSQ: usize = 0;
+const CONTROL_LOSS: usize = 1;
+const CONTROL_STOP: usize = 2;
+const CONTROL_SAVE_DONE: usize = 3;
+
+/// One rank's training run.
+pub(crate) struct Trainer {
+    args: Args,
+    layout: Layout,
+    coords: Coords,
+    comm: Comm,
+    device: Box<dyn Device>,
+    telemetry: Telemetry,
+    stop_requested: Arc<AtomicBool>,
+    groups: Groups,
+    stage: Stage,
+    optimizer: Optimizer,
+    data: Data,
+    microbatches: u64,
+    normaliser: f64,
+    iteration: u64,
+    skipped: u64,
+    pending_save: Option<PendingSave>,
+    save_ready: bool,
+    call_index: u64,
+    saves_done: u64,
+    last_saved: Option<u64>,
+    outcome_checkpoints: Vec<(u64, PathBuf)>,
+}
+
+impl Trainer {
+    /// A trainer for this rank; nothing runs until [`Trainer::run`].
+    pub(crate) fn new(
+        args: Args,
+        layout: Layout,
+        comm: Comm,
+        device: Box<dyn Device>,
+        telemetry: Telemetry,
+        stop_requested: Arc<AtomicBool>,
+    ) -> Trainer {
+        let rank = comm.rank();
+        let coords = layout.coords(rank);
+        let at = |c: Coords| layout.rank(c);
+        let groups = Groups {
+            world: (0..layout.world()).collect(),
+            tensor: (0..layout.tp).map(|tp| at(Coords { tp, ..coords })).collect(),
+            data: (0..layout.dp).map(|dp| at(Coords { dp, ..coords })).collect(),
+            previous: (coords.pp > 0).then(|| at(Coords { pp: coords.pp - 1, ..coords })),
+            next: (coords.pp + 1 < layout.pp).then(|| at(Coords { pp: coords.pp + 1, ..coords })),
+        };
+        let hidden = args.hidden_size as usize;
+        let stage = Stage::new(args.seed, args.num_layers, hidden, layout.pp, coords.pp, layout.tp, coords.tp);
+        let optimizer = Optimizer::new(args.optimizer == OptimizerKind::Adam, stage.params.len());
+        let data = Data::new(args.seed, hidden, args.seq_length as usize, groups.next.is_none());
+        let microbatches = args.num_microbatches(layout);
+        let normaliser = (args.global_batch_size * args.seq_length * args.hidden_size) as f64;
+        Trainer {
+            args,
+            layout,
+            coords,
+            comm,
+            device,
+            telemetry,
+            stop_requested,
+            groups,
+            stage,
+            optimizer,
+            data,
+            microbatches,
+            normaliser,
+            iteration: 0,
+            skipped: 0,
+            pending_save: None,
+            save_ready: false,
+            call_index: 0,
+            saves_done: 0,
+            last_saved: None,
+            outcome_checkpoints: Vec::new(),
+        }
+    }
+
+    fn rank(&self) -> u32 {
+        self.comm.rank()
+    }
+
+    fn is_last_stage(&self) -> bool {
+        self.groups.next.is_none()
+    }
+
+    /// Startup (model init, checkpoint load, data loader, sniff test), then
+    /// the training loop. Telemetry is shut down by the caller.
+    pub(crate) fn run(&mut self) -> Result<Outcome, RankError> {
+        self.telemetry.start_startup();
+        self.startup()?;
+        self.telemetry.end_startup();
+        let outcome = self.train_loop();
+        self.telemetry.close_interval();
+        outcome
+    }
+
+    fn startup(&mut self) -> Result<(), RankError> {
+        {
+            let _model_init = self.telemetry.span(&tx::STARTUP_MODEL_INIT, []);
+            if let Some(root) = self.args.load.clone() {
+                let _load = self.telemetry.span(&tx::CHECKPOINT_LOAD, []);
+                let iteration = checkpoint::read_tracker(&root).map_err(RankError)?;
+                let state = {
+                    let _read = self.telemetry.span(&tx::CHECKPOINT_LOAD_IO_READ, []);
+                    checkpoint::read_rank(
+                        &root,
+                        iteration,
+                        self.rank(),
+                        self.layout,
+                        self.args.num_layers,
+                        self.args.hidden_size,
+                    )
+                    .map_err(RankError)?
+                };
+                if state.params.len() != self.stage.params.len() || state.m.len() != self.optimizer.m.len() {
+                    return Err(RankError(format!(
+                        "--load {}: the checkpoint of rank {} has {} parameters and {} moments, this run needs {} and {} \
+                         (was it saved with another --optimizer?)",
+                        root.display(),
+                        self.rank(),
+                        state.params.len(),
+                        state.m.len(),
+                        self.stage.params.len(),
+                        self.optimizer.m.len()
+                    )));
+                }
+                self.stage.params = state.params;
+                self.optimizer.m = state.m;
+                self.optimizer.v = state.v;
+                self.optimizer.steps = state.optimizer_steps;
+                self.iteration = state.iteration;
+                self.skipped = state.skipped_iterations;
+            }
+        }
+        {
+            // The data are generated on demand from the seed: the loader's
+            // work is building the teacher, already done; the span marks the
+            // phase.
+            let _dataloader = self.telemetry.span(&tx::STARTUP_DATALOADER, []);
+        }
+        if self.args.gpu_sniff_test_interval.is_some() {
+            let span = self.telemetry.span(&tx::STARTUP_SNIFF_TEST, []);
+            self.telemetry.mark_sniff_tag(&span, None);
+            device::sniff_test(self.device.as_ref()).map_err(|e| RankError(format!("sniff test failed: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn train_loop(&mut self) -> Result<Outcome, RankError> {
+        let start_iteration = self.iteration;
+        let mut iterations = Vec::new();
+        let mut log_losses = Vec::new();
+        let mut eval_losses = Vec::new();
+        let mut interval_losses: Vec<f64> = Vec::new();
+        let mut interval_step_ms: Vec<f64> = Vec::new();
+        let mut interval_skipped = 0_u64;
+        let mut exit_reason = ExitReason::Completed;
+        let mut loop_counter = 0_u64;
+        let tokens = self.args.global_batch_size * self.args.seq_length;
+        let flops = 6.0 * Stage::model_parameters(self.args.num_layers, self.args.hidden_size) as f64 * tokens as f64;
+        let mut progress = output::Progress::new(self.rank() == 0, self.args.train_iters);
+
+        while self.iteration < self.args.train_iters {
+            let save_interval = self.args.save_interval.unwrap_or(0);
+            if loop_counter == 0 || (save_interval > 0 && loop_counter % save_interval == 0) {
+                self.telemetry.open_interval(self.iteration);
+            }
+            {
+                let _heartbeat = self.telemetry.span(&tx::CHECKPOINT_FT_HEARTBEAT, []);
+            }
+            {
+                let span = self.telemetry.span(&tx::CHECKPOINT_SAVE_FINALIZE, []);
+                if self.save_ready {
+                    let finalized = self.finalize_async_save()?;
+                    self.telemetry.mark_call_indices(&span, &finalized);
+                }
+            }
+
+            let first =
+                (loop_counter == 0).then(|| self.telemetry.iteration_span(&tx::TRAIN_FIRST_ITERATION, self.iteration));
+            let started = Instant::now();
+            let step = {
+                let span = self.telemetry.iteration_span(&tx::TRAIN_ITERATION, self.iteration);
+                let step = self.train_step()?;
+                self.telemetry.mark_skipped(&span, step.skipped);
+                step
+            };
+            let step_ms = started.elapsed().as_secs_f64() * 1e3;
+            drop(first);
+            if loop_counter == 0 {
+                let _hook = self.telemetry.span(&tx::TRAIN_FORWARD_PRE_HOOK, []);
+            }
+            self.iteration += 1;
+            let iteration = self.iteration;
+            let loss = (!step.skipped).then_some(step.loss);
+            iterations.push((iteration, step_ms, loss));
+            interval_step_ms.push(step_ms);
+            match loss {
+                Some(loss) => interval_losses.push(loss),
+                None => {
+                    self.skipped += 1;
+                    interval_skipped += 1;
+                }
+            }
+
+            // Reporting (every iteration, as Megatron's training_log).
+            {
+                let _report = self.telemetry.span(&tx::TRAIN_ITERATION_REPORT, []);
+                let log_now = iteration % self.args.log_interval == 0 || iteration == self.args.train_iters;
+                let params_norm = if self.args.log_params_norm && log_now {
+                    let _norm = self.telemetry.span(&tx::TRAIN_PARAMS_NORM, []);
+                    Some(self.params_norm()?)
+                } else {
+                    None
+                };
+                let _log = self.telemetry.span(&tx::TRAIN_LOG, []);
+                if log_now {
+                    let mean_loss = (!interval_losses.is_empty())
+                        .then(|| interval_losses.iter().sum::<f64>() / interval_losses.len() as f64);
+                    let mean_ms = interval_step_ms.iter().sum::<f64>() / interval_step_ms.len().max(1) as f64;
+                    let tokens_per_sec = tokens as f64 / (mean_ms / 1e3);
+                    let tflops = flops / (mean_ms / 1e3) / 1e12 / f64::from(self.layout.world());
+                    log_losses.push((iteration, mean_loss));
+                    self.telemetry.record(&MetricValues {
+                        step_duration_ms: Some(mean_ms),
+                        loss: mean_loss,
+                        throughput_tflops: Some(tflops),
+                        grad_norm: step.grad_norm.is_finite().then_some(step.grad_norm),
+                        skipped_iters: Some(interval_skipped),
+                        learning_rate: Some(step.learning_rate),
+                        tokens_per_sec: Some(tokens_per_sec),
+                        memory_allocated_gb: self
+                            .device
+                            .peak_memory_bytes()
+                            .map(|b| b as f64 / (1024.0 * 1024.0 * 1024.0)),
+                    });
+                    progress.log(&output::LogLine {
+                        iteration,
+                        loss: mean_loss,
+                        step_ms: mean_ms,
+                        tokens_per_sec,
+                        learning_rate: step.learning_rate,
+                        grad_norm: step.grad_norm,
+                        skipped: interval_skipped,
+                        params_norm,
+                    });
+                    interval_losses.clear();
+                    interval_step_ms.clear();
+                    interval_skipped = 0;
+                }
+            }
+
+            if let Some(every) = self.args.eval_interval
+                && iteration % every == 0
+            {
+                let loss = self.evaluate()?;
+                eval_losses.push((iteration, loss));
+                progress.eval(iteration, loss);
+            }
+            if let Some(every) = self.args.gpu_sniff_test_interval
+                && iteration % every == 0
+            {
+                let span = self.telemetry.span(&tx::TRAIN_SNIFF_TEST, []);
+                self.telemetry.mark_sniff_tag(&span, Some(iteration));
+                device::sniff_test(self.device.as_ref()).map_err(|e| RankError(format!("sniff test failed: {e}")))?;
+            }
+            if self.args.manual_gc && self.args.manual_gc_interval > 0 && iteration % self.args.manual_gc_interval == 0
+            {
+                let _gc = self.telemetry.span(&tx::TRAIN_GC_COLLECT, []);
+                // Nothing to collect in Rust: the phase exists for the span.
+            }
+            if save_interval > 0 && iteration % save_interval == 0 {
+                self.save(iteration)?;
+            }
+            if step.stop {
+                exit_reason = ExitReason::Signal;
+                break;
+            }
+            loop_counter += 1;
+        }
+
+        if self.args.save.is_some() && self.iteration > 0 && self.last_saved != Some(self.iteration) {
+            self.save(self.iteration)?;
+        }
+        {
+            let span = self.telemetry.span(&tx::CHECKPOINT_EXIT_FINALIZE, []);
+            if self.pending_save.is_some() {
+                let finalized = self.finalize_async_save()?;
+                self.telemetry.mark_call_indices(&span, &finalized);
+            }
+        }
+        self.telemetry.close_interval();
+        // Nobody leaves while another rank may still need it.
+        self.comm.barrier(&self.groups.world.clone())?;
+
+        Ok(Outcome {
+            start_iteration,
+            final_iteration: self.iteration,
+            iterations,
+            log_losses,
+            eval_losses,
+            skipped_iterations: self.skipped,
+            checkpoints: std::mem::take(&mut self.outcome_checkpoints),
+            exit_reason,
+            flops_per_iteration: flops,
+            tokens_per_iteration: tokens,
+            peak_memory_bytes: self.device.peak_memory_bytes(),
+            device: self.device.name(),
+        })
+    }
+
+    /// The first sample of microbatch `microbatch` of this data-parallel rank.
+    fn first_sample(&self, step: u64, microbatch: u64) -> u64 {
+        step * self.args.global_batch_size
+            + u64::from(self.coords.dp) * self.microbatches * self.args.micro_batch_size
+            + microbatch * self.args.micro_batch_size
+    }
+
+    fn send_pipeline(&mut self, forward: bool, microbatch: u64, values: &[f32]) -> Result<(), RankError> {
+        let (def, peer, frame_tag) = if forward {
+            (&tx::P2P_SEND_FORWARD, self.groups.next, tag::FORWARD)
+        } else {
+            (&tx::P2P_SEND_BACKWARD, self.groups.previous, tag::BACKWARD)
+        };
+        let Some(peer) = peer else { return Ok(()) };
+        let _span = self.telemetry.span(def, []);
+        let context = self.telemetry.outgoing_context();
+        let mut payload = Vec::with_capacity(12 + context.len() + values.len() * 4);
+        payload.extend_from_slice(&microbatch.to_le_bytes());
+        payload.extend_from_slice(&(context.len() as u32).to_le_bytes());
+        payload.extend_from_slice(&context);
+        payload.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        self.comm.send(peer, frame_tag, &payload)?;
+        Ok(())
+    }
+
+    fn recv_pipeline(&mut self, forward: bool, microbatch: u64) -> Result<Vec<f32>, RankError> {
+        let (def, linked, peer, frame_tag, sender_stage) = if forward {
+            (
+                &tx::P2P_RECV_FORWARD,
+                &tx::PP_RECV_FORWARD_LINKED,
+                self.groups.previous,
+                tag::FORWARD,
+                self.coords.pp.wrapping_sub(1),
+            )
+        } else {
+            (&tx::P2P_RECV_BACKWARD, &tx::PP_RECV_BACKWARD_LINKED, self.groups.next, tag::BACKWARD, self.coords.pp + 1)
+        };
+        let peer = peer.ok_or_else(|| RankError("pipeline receive without a neighbour".into()))?;
+        let _span = self.telemetry.span(def, []);
+        let payload = self.comm.recv(peer, frame_tag)?;
+        let bad = || RankError(format!("rank {}: malformed pipeline message from rank {peer}", self.rank()));
+        let got_microbatch = u64::from_le_bytes(payload.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let context_len =
+            u32::from_le_bytes(payload.get(8..12).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
+        let context = payload.get(12..12 + context_len).ok_or_else(bad)?;
+        if got_microbatch != microbatch {
+            return Err(RankError(format!(
+                "rank {}: expected microbatch {microbatch} from rank {peer}, got {got_microbatch}",
+                self.rank()
+            )));
+        }
+        let _linked = self.telemetry.linked_receive(linked, context, sender_stage, microbatch);
+        Ok(payload[12 + context_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    /// Forward through this stage's layers; the saved activations.
+    fn stage_forward(&mut self, mut activations: Vec<f32>) -> Result<(Vec<f32>, Vec<Saved>), RankError> {
+        let mut saved = Vec::with_capacity(self.stage.layers.len());
+        let Trainer { stage, comm, device, telemetry, groups, .. } = self;
+        for index in 0..stage.layers.len() {
+            let _layer = telemetry.layer_span(stage.layers[index].number);
+            let _mlp = telemetry.span(&tx::LAYER_MLP, []);
+            let (output, keep) = stage
+                .layer_forward(device.as_ref(), index, activations, |mine| comm.all_gather(&groups.tensor, mine))?;
+            saved.push(keep);
+            activations = output;
+        }
+        Ok((activations, saved))
+    }
+
+    fn stage_backward(&mut self, saved: &[Saved], mut grad: Vec<f32>) -> Result<Vec<f32>, RankError> {
+        let Trainer { stage, comm, device, groups, .. } = self;
+        for index in (0..stage.layers.len()).rev() {
+            grad = stage
+                .layer_backward(device.as_ref(), index, &saved[index], grad, |g| comm.all_reduce(&groups.tensor, g))?;
+        }
+        Ok(grad)
+    }
+
+    /// Forward of microbatch `microbatch` of `step` from `split`: the output
+    /// and, on the last stage, the squared-error sum and output gradient.
+    fn microbatch_forward(
+        &mut self,
+        split: Split,
+        step: u64,
+        microbatch: u64,
+    ) -> Result<(Vec<Saved>, Option<(f64, Vec<f32>)>), RankError> {
+        let first = self.first_sample(step, microbatch);
+        let needs_inputs = self.groups.previous.is_none() || self.is_last_stage();
+        let inputs = needs_inputs.then(|| self.data.inputs(split, first, self.args.micro_batch_size));
+        let activations = match (&inputs, self.groups.previous) {
+            (Some(inputs), None) => inputs.clone(),
+            _ => self.recv_pipeline(true, microbatch)?,
+        };
+        let (output, saved) = self.stage_forward(activations)?;
+        if self.is_last_stage() {
+            let targets = self.data.targets(self.device.as_ref(), inputs.as_deref().unwrap_or(&[]));
+            let (mut sum, mut grad) = mse(&output, &targets, self.normaliser);
+            if split == Split::Train && self.args.inject_nan_at == Some(self.iteration + 1) && microbatch == 0 {
+                sum = f64::NAN;
+                grad.iter_mut().for_each(|g| *g = f32::NAN);
+            }
+            Ok((saved, Some((sum, grad))))
+        } else {
+            self.send_pipeline(true, microbatch, &output)?;
+            Ok((saved, None))
+        }
+    }
+
+    fn train_step(&mut self) -> Result<StepResult, RankError> {
+        self.stage.grads.fill(0.0);
+        let step = self.iteration;
+        let mut loss_sum = 0.0_f64;
+        {
+            let span = self.telemetry.span(&tx::TRAIN_ITERATION_FORWARD_BACKWARD, []);
+            self.telemetry.mark_microbatches(&span, self.microbatches);
+            let mut saved_all = Vec::with_capacity(self.microbatches as usize);
+            let mut grads_all = Vec::with_capacity(self.microbatches as usize);
+            for microbatch in 0..self.microbatches {
+                let _forward = self.telemetry.span(&tx::MICROBATCH_FORWARD, []);
+                let (saved, last) = self.microbatch_forward(Split::Train, step, microbatch)?;
+                if let Some((sum, grad)) = last {
+                    loss_sum += sum;
+                    grads_all.push(grad);
+                }
+                saved_all.push(saved);
+            }
+            for (microbatch, saved) in saved_all.iter().enumerate() {
+                let _backward = self.telemetry.span(&tx::MICROBATCH_BACKWARD, []);
+                let grad = if self.is_last_stage() {
+                    std::mem::take(&mut grads_all[microbatch])
+                } else {
+                    self.recv_pipeline(false, microbatch as u64)?
+                };
+                let grad_input = self.stage_backward(saved, grad)?;
+                self.send_pipeline(false, microbatch as u64, &grad_input)?;
+            }
+            if self.args.step_sleep_ms > 0 {
+                std::thread::sleep(Duration::from_millis(self.args.step_sleep_ms));
+            }
+            {
+                // The all-reduce below is synchronous: `start` marks its
+                // dispatch, `finish` holds the reduction.
+                let _start = self.telemetry.span(&tx::GRAD_SYNC_START, []);
+            }
+            {
+                let _finish = self.telemetry.span(&tx::GRAD_SYNC_FINISH, []);
+                let group = self.groups.data.clone();
+                self.comm.all_reduce(&group, &mut self.stage.grads)?;
+            }
+        }
+
+        let mut control = [0.0_f64; 4];
+        if self.coords.dp == 0 {
+            control[CONTROL_GRAD_SUMSQ] = self.stage.grads.iter().map(|g| f64::from(*g) * f64::from(*g)).sum();
+        }
+        if self.is_last_stage() && self.coords.tp == 0 {
+            control[CONTROL_LOSS] = loss_sum;
+        }
+        control[CONTROL_STOP] = f64::from(u8::from(self.stop_requested.load(Ordering::Relaxed)));
+        control[CONTROL_SAVE_DONE] = f64::from(u8::from(self.pending_save.as_ref().is_some_and(PendingSave::is_done)));
+        let world = self.groups.world.clone();
+        self.comm.all_reduce(&world, &mut control)?;
+        let loss = control[CONTROL_LOSS] / self.normaliser;
+        let grad_norm = control[CONTROL_GRAD_SUMSQ].sqrt();
+        let stop = control[CONTROL_STOP] > 0.0;
+        self.save_ready = self.pending_save.is_some() && control[CONTROL_SAVE_DONE] >= f64::from(self.layout.world());
+
+        let learning_rate = learning_rate(
+            step + 1,
+            self.args.lr,
+            self.args.min_lr,
+            self.args.lr_warmup_iters,
+            self.args.lr_decay_iters.unwrap_or(self.args.train_iters),
+            self.args.lr_decay_style,
+        );
+        let skipped = !(loss.is_finite() && grad_norm.is_finite());
+        {
+            let span = self.telemetry.span(&tx::TRAIN_ITERATION_OPTIMIZER, []);
+            if !skipped {
+                let clip = self.args.clip_grad;
+                let scale = if clip > 0.0 && grad_norm > clip { (clip / (grad_norm + 1e-6)) as f32 } else { 1.0 };
+                self.optimizer.step(&mut self.stage.params, &self.stage.grads, learning_rate, scale);
+            }
+            self.telemetry.mark_update(&span, !skipped);
+        }
+        Ok(StepResult { loss, grad_norm, learning_rate, skipped, stop })
+    }
+
+    fn params_norm(&mut self) -> Result<f64, RankError> {
+        let mut sum = [0.0_f64];
+        if self.coords.dp == 0 {
+            sum[0] = self.stage.params.iter().map(|p| f64::from(*p) * f64::from(*p)).sum();
+        }
+        let world = self.groups.world.clone();
+        self.comm.all_reduce(&world, &mut sum)?;
+        Ok(sum[0].sqrt())
+    }
+
+    fn evaluate(&mut self) -> Result<f64, RankError> {
+        let span = self.telemetry.span(&tx::EVALUATE, []);
+        let mut total = [0.0_f64];
+        for step in 0..self.args.eval_iters {
+            let step_span = self.telemetry.span(&tx::EVALUATE_STEP, []);
+            self.telemetry.mark_eval_iteration(&step_span, step);
+            for microbatch in 0..self.microbatches {
+                let (_, last) = self.microbatch_forward(Split::Eval, step, microbatch)?;
+                if let Some((sum, _)) = last
+                    && self.coords.tp == 0
+                {
+                    total[0] += sum;
+                }
+            }
+        }
+        let world = self.groups.world.clone();
+        self.comm.all_reduce(&world, &mut total)?;
+        self.telemetry.mark_eval_iters(&span, self.args.eval_iters);
+        Ok(total[0] / (self.normaliser * self.args.eval_iters.max(1) as f64))
+    }
+
+    fn rank_state(&self, iteration: u64) -> RankState {
+        RankState {
+            iteration,
+            layout: self.layout,
+            rank: self.rank(),
+            num_layers: self.args.num_layers,
+            hidden_size: self.args.hidden_size,
+            optimizer_steps: self.optimizer.steps,
+            skipped_iterations: self.skipped,
+            params: self.stage.params.clone(),
+            m: self.optimizer.m.clone(),
+            v: self.optimizer.v.clone(),
+        }
+    }
+
+    fn save(&mut self, iteration: u64) -> Result<(), RankError> {
+        let root = self.args.save.clone().ok_or_else(|| RankError("save without --save".into()))?;
+        std::fs::create_dir_all(&root).map_err(|e| RankError(format!("--save {}: {e}", root.display())))?;
+        let _exposed = self.telemetry.iteration_span(&tx::CHECKPOINT_EXPOSED_SAVE, iteration);
+        {
+            let _reclaim = self.telemetry.span(&tx::CHECKPOINT_RECLAIM_MEMORY, []);
+            self.stage.grads.shrink_to_fit();
+        }
+        if self.pending_save.is_some() {
+            // One asynchronous save at a time: finish the previous one first.
+            self.finalize_async_save()?;
+        }
+        {
+            let save_span = self.telemetry.iteration_span(&tx::CHECKPOINT_SAVE, iteration);
+            let state = {
+                let _state_dict = self.telemetry.span(&tx::CHECKPOINT_SAVE_STATE_DICT, []);
+                self.rank_state(iteration)
+            };
+            if self.args.async_save {
+                let call_index = self.call_index;
+                self.call_index += 1;
+                let context = self.telemetry.current_context_bytes();
+                let worker_root = root.clone();
+                let pending = PendingSave::dispatch(call_index, iteration, move || {
+                    Telemetry::in_worker_context(&context, &tx::CHECKPOINT_SAVE_IO_WRITE, call_index, || {
+                        checkpoint::write_rank(&worker_root, &state)
+                    })
+                })
+                .map_err(|e| RankError(format!("starting the async save worker: {e}")))?;
+                self.telemetry.mark_call_index(&save_span, call_index);
+                self.pending_save = Some(pending);
+                self.save_ready = false;
+            } else {
+                let path = {
+                    let _write = self.telemetry.span(&tx::CHECKPOINT_SAVE_IO_WRITE, []);
+                    checkpoint::write_rank(&root, &state)
+                        .map_err(|e| RankError(format!("writing the checkpoint of iteration {iteration}: {e}")))?
+                };
+                self.outcome_checkpoints.push((iteration, path));
+            }
+        }
+        if self.saves_done < 3 {
+            let _memory = self.telemetry.span(&tx::CHECKPOINT_REPORT_MEMORY, []);
+        }
+        self.saves_done += 1;
+        self.last_saved = Some(iteration);
+        {
+            // Cross-rank skew: wait for every rank, then point the tracker.
+            let _timers = self.telemetry.span(&tx::CHECKPOINT_TIMERS_LOG, []);
+            if !self.args.async_save {
+                let world = self.groups.world.clone();
+                self.comm.barrier(&world)?;
+                if self.rank() == 0 {
+                    checkpoint::write_tracker(&root, iteration)
+                        .map_err(|e| RankError(format!("writing {}: {e}", checkpoint::TRACKER)))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the pending asynchronous save, waits for every rank's, and
+    /// points the tracker at it. Returns the finalized call indices.
+    fn finalize_async_save(&mut self) -> Result<Vec<u64>, RankError> {
+        let Some(pending) = self.pending_save.take() else { return Ok(Vec::new()) };
+        let (call_index, iteration) = (pending.call_index, pending.iteration);
+        let path = pending.wait().map_err(RankError)?;
+        let world = self.groups.world.clone();
+        self.comm.barrier(&world)?;
+        if self.rank() == 0
+            && let Some(root) = &self.args.save
+        {
+            checkpoint::write_tracker(root, iteration)
+                .map_err(|e| RankError(format!("writing {}: {e}", checkpoint::TRACKER)))?;
+        }
+        self.outcome_checkpoints.push((iteration, path));
+        self.save_ready = false;
+        Ok(vec![call_index])
+    }
+
+    /// Shuts telemetry down (ends open spans, flushes); the report.
+    pub(crate) fn shutdown_telemetry(&mut self) -> lens_fallbacks::ShutdownReport {
+        self.telemetry.shutdown()
+    }
+
+    /// Where this rank's telemetry went.
+    pub(crate) fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+}
+
+struct StepResult {
+    loss: f64,
+    grad_norm: f64,
+    learning_rate: f64,
+    skipped: bool,
+    stop: bool,
+}
