@@ -12,3 +12,17 @@ pub mod nvml;
 pub mod resource;
 pub mod signals;
 pub mod taxonomy;
+
+/// The Rust examples of `docs/resource-attributes.md`, compiled and run as doc
+/// tests so that the page cannot drift from the API (in both modes: they call
+/// the facade, so `--no-default-features` runs them against the no-ops).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/resource-attributes.md")]
+pub struct ResourceAttributesDocExamples;
+
+/// The Rust examples of `docs/metrics-megatron.md`, compiled and run as doc
+/// tests (in both modes: with `otel` they check that the values reach an
+/// in-memory exporter, without it that nothing is recorded).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/metrics-megatron.md")]
+pub struct MetricsMegatronDocExamples;
