@@ -129,7 +129,7 @@ pub(crate) struct Args {
     /// Sleep this long in every step, on every rank (to simulate a slower step in benchmarks).
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub(crate) step_sleep_ms: u64,
-    /// Write a machine-readable summary (JSON) to this file at the end (written by rank 0).
+    /// Write a machine-readable summary (JSON) to this file at the end (written by the last rank).
     #[arg(long, value_name = "PATH")]
     pub(crate) summary_json: Option<PathBuf>,
     /// Seconds a rank waits for a message from another rank before it gives up.

@@ -56,6 +56,9 @@ pub(crate) mod tag {
     pub(crate) const GATHER: u32 = 20;
     /// A collective's result from the group leader.
     pub(crate) const RESULT: u32 = 21;
+    /// The sender has passed the final barrier and will close its
+    /// connections: their end is not a failure.
+    pub(crate) const GOODBYE: u32 = 30;
 }
 
 /// Why communication failed. Every variant names the rank(s) involved.
@@ -132,6 +135,8 @@ pub(crate) struct Comm {
     peers: Vec<Option<TcpStream>>,
     inbox: Receiver<Event>,
     pending: Vec<VecDeque<(u32, Vec<u8>)>>,
+    /// Peers that said goodbye (their connection's end is expected).
+    departed: Vec<bool>,
     timeout: Duration,
     /// Kept alive so that the channel never reports "disconnected" on a
     /// single-rank job.
@@ -300,6 +305,7 @@ impl Comm {
             peers,
             inbox,
             pending: (0..world).map(|_| VecDeque::new()).collect(),
+            departed: vec![false; world as usize],
             timeout,
             _sender: sender,
         })
@@ -415,7 +421,9 @@ impl Comm {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.inbox.recv_timeout(left) {
+                Ok(Event::Frame { from, tag: tag::GOODBYE, .. }) => self.departed[from as usize] = true,
                 Ok(Event::Frame { from, tag, payload }) => self.pending[from as usize].push_back((tag, payload)),
+                Ok(Event::Closed { from, .. }) if self.departed[from as usize] && from != peer => {}
                 Ok(Event::Closed { from, reason }) => return Err(CommError::PeerLost { peer: from, reason }),
                 Err(RecvTimeoutError::Timeout) => return Err(CommError::Timeout { peer, after: self.timeout }),
                 Err(RecvTimeoutError::Disconnected) => {
@@ -481,6 +489,16 @@ impl Comm {
         } else {
             self.send(leader, tag::GATHER, &f32::encode(local))?;
             Ok(f32::decode(&self.recv(leader, tag::RESULT)?))
+        }
+    }
+
+    /// Leaves the job after a final barrier: tells every peer that the end
+    /// of this rank's connections is expected, then closes them.
+    pub(crate) fn finish(self) {
+        for (peer, stream) in self.peers.iter().enumerate() {
+            if stream.is_some() {
+                let _ = self.send(peer as u32, tag::GOODBYE, &[]);
+            }
         }
     }
 

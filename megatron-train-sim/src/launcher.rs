@@ -12,7 +12,9 @@
 //!
 //! Exit status: 0 when every rank exits 0; after a forwarded signal,
 //! `128 + signal` unless every rank drained to 0; otherwise the status of the
-//! first rank that failed (`128 + signal` for a rank killed by a signal).
+//! first rank that failed (`128 + signal` for a rank killed by a signal;
+//! when several end between two looks, every 20 ms, a rank killed by a
+//! signal is preferred, being the likelier cause).
 //! After the first failure the other ranks get [`FAILURE_GRACE`] to notice
 //! (they see the connection end) and are then killed; after a forwarded
 //! signal they get [`SIGNAL_GRACE`] to drain.
@@ -123,6 +125,9 @@ fn supervise(mut children: Vec<Child>, received: &AtomicI32) -> i32 {
     let mut deadline: Option<Instant> = None;
     let mut signal_seen = false;
     loop {
+        // Ranks that ended since the last look; among them a rank killed by
+        // a signal is the likelier cause of the others' failure.
+        let mut ended: Vec<(usize, i32)> = Vec::new();
         for (rank, child) in children.iter_mut().enumerate() {
             if codes[rank].is_some() {
                 continue;
@@ -130,15 +135,20 @@ fn supervise(mut children: Vec<Child>, received: &AtomicI32) -> i32 {
             if let Ok(Some(status)) = child.try_wait() {
                 let code = exit_code(status);
                 codes[rank] = Some(code);
-                if code != 0 && first_failure.is_none() && received.load(Ordering::Acquire) == 0 {
-                    first_failure = Some(code);
-                    output::note(&format!(
-                        "rank {rank} exited with status {code}; the other ranks have {} s to stop",
-                        FAILURE_GRACE.as_secs()
-                    ));
-                    deadline = Some(Instant::now() + FAILURE_GRACE);
-                }
+                ended.push((rank, code));
             }
+        }
+        let failed = ended.iter().find(|(_, code)| *code > 128).or_else(|| ended.iter().find(|(_, code)| *code != 0));
+        if let Some(&(rank, code)) = failed
+            && first_failure.is_none()
+            && received.load(Ordering::Acquire) == 0
+        {
+            first_failure = Some(code);
+            output::note(&format!(
+                "rank {rank} exited with status {code}; the other ranks have {} s to stop",
+                FAILURE_GRACE.as_secs()
+            ));
+            deadline = Some(Instant::now() + FAILURE_GRACE);
         }
         if codes.iter().all(Option::is_some) {
             break;
@@ -181,9 +191,10 @@ fn forward_signals(pids: Arc<Mutex<Vec<u32>>>, received: Arc<AtomicI32>) {
             let list = pids.lock().map(|l| l.clone()).unwrap_or_default();
             for pid in list {
                 let Ok(pid) = libc::pid_t::try_from(pid) else { continue };
-                // SAFETY: `kill` has no memory-safety preconditions; `pid` is
-                // one of our children, which we have not reaped yet or whose
-                // id the kernel keeps until we wait for it.
+                // SAFETY: `kill` has no memory-safety preconditions. `pid`
+                // is one of our children; one already reaped could in
+                // principle have had its id reused, a window of the few
+                // milliseconds between its exit and the end of the run.
                 unsafe {
                     libc::kill(pid, signal);
                 }

@@ -37,7 +37,7 @@ use clap::Parser as _;
 use lens_core::env::{EnvSource, ProcessEnv};
 use lens_core::identity::RankContext;
 
-use crate::cli::{Args, Layout};
+use crate::cli::Args;
 use crate::comm::{Comm, Rendezvous};
 use crate::telemetry::Telemetry;
 use crate::train::Trainer;
@@ -132,7 +132,7 @@ fn run_rank(args: Args) -> ExitCode {
     };
     let run_id = telemetry::resolve_run_id(&config, &ProcessEnv);
     let standalone = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_none();
-    if rank.rank == 0 && standalone && telemetry::enabled(&config) && env.default_file_exporter {
+    if rank.rank + 1 == rank.world_size && standalone && telemetry::enabled(&config) && env.default_file_exporter {
         output::note(&format!(
             "no exporter configured: telemetry goes to files under {}/",
             telemetry::file_dir(&config, &run_id).display()
@@ -203,19 +203,20 @@ fn run_rank(args: Args) -> ExitCode {
         Ok(outcome) => outcome,
         Err(error) => return fail(rank.rank, &error),
     };
-    if rank.rank == 0 {
+    trainer.finish_comm();
+    let last = rank.rank + 1 == rank.world_size;
+    if last {
         output::print_summary(&outcome, layout, &summary);
         if let Some(path) = summary_path {
             let value = output::summary_json(&outcome, layout, &run_id, precision, &summary);
             if let Err(error) = output::write_json(&path, &value) {
-                output::error(Some(0), &format!("--summary-json {}: {error}", path.display()));
+                output::error(Some(rank.rank), &format!("--summary-json {}: {error}", path.display()));
                 return ExitCode::from(1);
             }
         }
     } else {
-        output::print_telemetry(rank.rank, &summary);
+        output::print_telemetry(rank.rank, &summary, false);
     }
-    let _: Layout = layout;
     ExitCode::SUCCESS
 }
 

@@ -1,10 +1,11 @@
-//! What people and programs read: the progress line (rank 0 only, to
-//! stderr, at most ten lines a second), the summary at the end, and the
+//! What people and programs read: the progress line (the last rank only,
+//! to stderr, at most ten lines a second), the summary at the end, and the
 //! machine-readable summary of `--summary-json`.
 //!
-//! Rank 0 prints because, after each iteration's world all-reduce, it knows
-//! the global loss like every rank, and it is the rank that exports under
-//! the default rank strategy, so its summary can say where telemetry went.
+//! The last rank prints: it holds the loss (the last pipeline stage), and it
+//! is the rank that exports under the default rank strategy (`single_rank`,
+//! export rank -1), so its summary can say where telemetry went. Other
+//! exporting ranks add one line each about their own telemetry.
 //! All printing of the simulator is in this module.
 #![expect(clippy::print_stderr, reason = "the simulator's progress, summary and errors go to stderr")]
 
@@ -177,7 +178,7 @@ fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
-/// Prints the end-of-run summary (rank 0).
+/// Prints the end-of-run summary (the last rank).
 pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telemetry: &TelemetrySummary) {
     let step_times: Vec<f64> = outcome.iterations.iter().map(|(_, ms, _)| *ms).collect();
     let mean_ms = mean(&step_times).unwrap_or(0.0);
@@ -207,14 +208,14 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
     if let Some((iteration, path)) = outcome.checkpoints.last() {
         eprintln!("checkpoint: iteration {iteration} in {}", path.parent().unwrap_or(path).display());
     }
-    print_telemetry(0, telemetry);
+    print_telemetry(layout.world() - 1, telemetry, true);
 }
 
-/// Prints where a rank's telemetry went (rank 0 in its summary; other
-/// exporting ranks on their own line).
-pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary) {
+/// Prints where a rank's telemetry went (the last rank in its summary,
+/// `summarising`; other exporting ranks on their own line).
+pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary, summarising: bool) {
     if !telemetry.enabled {
-        if rank == 0 {
+        if summarising {
             eprintln!("telemetry: off (enable it with --otel-enabled or MEGATRON_OTEL_ENABLED=1)");
         }
         return;
@@ -226,7 +227,7 @@ pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary) {
     eprintln!("telemetry (rank {rank}) -> {to}: {}", telemetry.report);
 }
 
-/// Writes the summary JSON to `path`.
+/// Writes the summary JSON to `path` (the last rank).
 pub(crate) fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
     std::fs::write(path, text + "\n")

@@ -67,7 +67,7 @@ impl ExitReason {
     }
 }
 
-/// What a rank's run produced (rank 0's is the summary).
+/// What a rank's run produced (the last rank's is the summary).
 #[derive(Debug)]
 pub(crate) struct Outcome {
     /// The iteration the run started from (0, or the loaded checkpoint's).
@@ -269,7 +269,7 @@ impl Trainer {
         let mut loop_counter = 0_u64;
         let tokens = self.args.global_batch_size * self.args.seq_length;
         let flops = 6.0 * Stage::model_parameters(self.args.num_layers, self.args.hidden_size) as f64 * tokens as f64;
-        let mut progress = output::Progress::new(self.rank() == 0, self.args.train_iters);
+        let mut progress = output::Progress::new(self.rank() + 1 == self.layout.world(), self.args.train_iters);
 
         while self.iteration < self.args.train_iters {
             let save_interval = self.args.save_interval.unwrap_or(0);
@@ -733,6 +733,11 @@ impl Trainer {
         self.outcome_checkpoints.push((iteration, path));
         self.save_ready = false;
         Ok(vec![call_index])
+    }
+
+    /// Closes the connections to the other ranks (after a successful run).
+    pub(crate) fn finish_comm(self) {
+        self.comm.finish();
     }
 
     /// Shuts telemetry down (ends open spans, flushes); the report.

@@ -1,0 +1,356 @@
+//! End-to-end tests of the `megatron-train-sim` binary: each test runs the
+//! built binary as a user would (one rank, or the launcher with several),
+//! in a temporary directory, with every wait bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_megatron-train-sim");
+/// Small and quick: 4 layers of width 32.
+const SMALL: &[&str] = &["--hidden-size", "32", "--seq-length", "16"];
+
+/// Variables of the test runner's environment that would change what the
+/// simulator does; removed from every child.
+const CLEARED: &[&str] = &[
+    "MEGATRON_OTEL_ENABLED",
+    "NEMO_LENS_ENABLED",
+    "OTEL_SDK_DISABLED",
+    "MEGATRON_OTEL_EXPORTER",
+    "NEMO_LENS_EXPORTER",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "MEGATRON_OTEL_RUN_ID",
+    "NEMO_LENS_RUN_ID",
+    "SLURM_JOB_ID",
+    "TORCHELASTIC_RUN_ID",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "MEGATRON_TRAIN_SIM_ROLE",
+    "TRACEPARENT",
+];
+
+fn temp_dir(name: &str) -> PathBuf {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "mtsim-{name}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command.current_dir(dir).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
+    for variable in CLEARED {
+        command.env_remove(variable);
+    }
+    command
+}
+
+/// Waits for `child` at most `limit`; kills it and fails the test after.
+fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the simulator did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    use std::io::Read as _;
+    let mut text = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut text);
+    }
+    text
+}
+
+/// Runs to completion; status, stderr.
+fn run(dir: &Path, args: &[&str]) -> (ExitStatus, String) {
+    let mut child = command(dir, args).spawn().unwrap();
+    // Drain stderr on a thread so a chatty run never blocks on a full pipe.
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        text
+    });
+    let status = wait_bounded(&mut child, Duration::from_secs(120));
+    (status, reader.join().unwrap())
+}
+
+fn summary(dir: &Path, args: &[&str]) -> Value {
+    let path = dir.join("summary.json");
+    let mut all: Vec<&str> = args.to_vec();
+    let path_str = path.to_str().unwrap().to_string();
+    all.extend(["--summary-json", &path_str]);
+    let (status, stderr) = run(dir, &all);
+    assert!(status.success(), "{status}: {stderr}");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn losses(summary: &Value) -> Vec<Option<f64>> {
+    summary["iteration_losses"].as_array().unwrap().iter().map(|e| e["loss"].as_f64()).collect()
+}
+
+fn with(base: &[&'static str], extra: &[&'static str]) -> Vec<&'static str> {
+    base.iter().chain(extra).copied().collect()
+}
+
+#[test]
+fn one_rank_trains_fifty_iterations_and_the_loss_falls() {
+    let dir = temp_dir("single");
+    let s = summary(&dir, &with(SMALL, &["--train-iters", "50", "--log-interval", "10"]));
+    assert_eq!(s["exit_reason"], "completed");
+    assert_eq!(s["final_iteration"], 50);
+    let logged: Vec<f64> = s["losses"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect();
+    assert_eq!(logged.len(), 5);
+    assert!(logged[4] < logged[0] * 0.5, "the loss did not fall: {logged:?}");
+    assert!(s["tokens_per_sec"].as_f64().unwrap() > 0.0);
+    assert_eq!(s["step_times_ms"].as_array().unwrap().len(), 50);
+    assert_eq!(s["telemetry"]["enabled"], false);
+}
+
+#[test]
+fn pipeline_data_and_tensor_parallel_runs_compute_what_one_rank_computes() {
+    let base = with(SMALL, &["--train-iters", "8", "--log-interval", "4", "--seed", "7"]);
+    let reference = losses(&summary(&temp_dir("ref"), &base));
+    let pp_dp = losses(&summary(
+        &temp_dir("ppdp"),
+        &with(&base, &["--nproc-per-node", "4", "--pipeline-model-parallel-size", "2"]),
+    ));
+    let tp = losses(&summary(
+        &temp_dir("tp"),
+        &with(&base, &["--nproc-per-node", "2", "--tensor-model-parallel-size", "2"]),
+    ));
+    assert_eq!(reference.len(), 8);
+    for (name, run) in [("PP=2 × DP=2", &pp_dp), ("TP=2", &tp)] {
+        for (i, (a, b)) in reference.iter().zip(run.iter()).enumerate() {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert!((a - b).abs() <= 1e-4 * a.abs().max(1e-3), "{name}, iteration {}: {a} vs {b}", i + 1);
+        }
+    }
+}
+
+#[test]
+fn a_saved_run_resumes_at_its_iteration_and_continues_as_if_never_stopped() {
+    let dir = temp_dir("ckpt");
+    let base = with(SMALL, &["--log-interval", "2", "--nproc-per-node", "2", "--pipeline-model-parallel-size", "2"]);
+    let full = losses(&summary(&temp_dir("ckpt-full"), &with(&base, &["--train-iters", "8"])));
+    let first = summary(&dir, &with(&base, &["--train-iters", "4", "--save", "ckpt", "--save-interval", "2"]));
+    assert_eq!(first["checkpoints"].as_array().unwrap().len(), 2);
+    assert_eq!(std::fs::read_to_string(dir.join("ckpt/latest_checkpointed_iteration.txt")).unwrap().trim(), "4");
+    assert!(dir.join("ckpt/iter_0000004/rank_00001.ckpt").is_file());
+    let resumed = summary(&dir, &with(&base, &["--train-iters", "8", "--load", "ckpt"]));
+    assert_eq!(resumed["start_iteration"], 4);
+    assert_eq!(resumed["final_iteration"], 8);
+    let tail = losses(&resumed);
+    assert_eq!(tail.len(), 4);
+    for (a, b) in full[4..].iter().zip(&tail) {
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!((a - b).abs() <= 1e-5 * a.abs().max(1e-3), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn async_saves_finalize_and_point_the_tracker_at_the_last_one() {
+    let dir = temp_dir("async");
+    let s = summary(
+        &dir,
+        &with(
+            SMALL,
+            &["--train-iters", "6", "--nproc-per-node", "2", "--save", "ckpt", "--save-interval", "2", "--async-save"],
+        ),
+    );
+    let saved: Vec<u64> =
+        s["checkpoints"].as_array().unwrap().iter().map(|c| c["iteration"].as_u64().unwrap()).collect();
+    assert_eq!(saved, vec![2, 4, 6]);
+    assert_eq!(std::fs::read_to_string(dir.join("ckpt/latest_checkpointed_iteration.txt")).unwrap().trim(), "6");
+}
+
+#[test]
+fn inconsistent_arguments_exit_2_naming_the_flags_before_anything_starts() {
+    let dir = temp_dir("usage");
+    let (status, stderr) = run(
+        &dir,
+        &[
+            "--nproc-per-node",
+            "4",
+            "--pipeline-model-parallel-size",
+            "2",
+            "--global-batch-size",
+            "6",
+            "--num-layers",
+            "3",
+        ],
+    );
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--global-batch-size (6)"), "{stderr}");
+    assert!(stderr.contains("--num-layers (3) is not divisible by --pipeline-model-parallel-size (2)"), "{stderr}");
+    assert!(!stderr.contains("launching"), "ranks were started: {stderr}");
+    let (status, stderr) = run(&dir, &["--device", "cuda"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--device cuda"), "{stderr}");
+}
+
+#[test]
+fn bad_telemetry_configuration_exits_2_naming_the_variable() {
+    let dir = temp_dir("badenv");
+    let mut child = command(&dir, &["--otel-enabled", "--train-iters", "2"])
+        .env("MEGATRON_OTEL_SPAN_GROUPS", "stepz")
+        .spawn()
+        .unwrap();
+    let status = wait_bounded(&mut child, Duration::from_secs(30));
+    let stderr = stderr_of(&mut child);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MEGATRON_OTEL_SPAN_GROUPS"), "{stderr}");
+}
+
+#[test]
+fn a_nan_loss_skips_its_iteration_and_training_goes_on() {
+    let s = summary(
+        &temp_dir("nan"),
+        &with(SMALL, &["--train-iters", "10", "--log-interval", "5", "--inject-nan-at", "3"]),
+    );
+    assert_eq!(s["skipped_iterations"], 1);
+    let all = losses(&s);
+    assert_eq!(all[2], None);
+    assert!(all.iter().enumerate().all(|(i, l)| i == 2 || l.is_some_and(f64::is_finite)), "{all:?}");
+}
+
+fn read_pids(path: &Path, ranks: usize) -> Vec<i32> {
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            let pids: Vec<i32> = text.lines().filter_map(|l| l.split_whitespace().nth(1)?.parse().ok()).collect();
+            if pids.len() == ranks {
+                return pids;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no pids file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A long run of `ranks` ranks (until a signal or a failure ends it).
+fn long_run(dir: &Path, ranks: &'static str, extra: &[&'static str]) -> (Child, Vec<i32>) {
+    let pids = dir.join("pids");
+    let mut args = with(SMALL, &["--train-iters", "1000000", "--step-sleep-ms", "5", "--nproc-per-node", ranks]);
+    args.extend(extra);
+    let pids_str = pids.to_str().unwrap().to_string();
+    let mut all: Vec<&str> = args.clone();
+    all.extend(["--rank-pids-file", &pids_str]);
+    let child = command(dir, &all).spawn().unwrap();
+    let pids = read_pids(&pids, ranks.parse().unwrap());
+    // Let the ranks get past rendezvous and into the loop.
+    std::thread::sleep(Duration::from_millis(1500));
+    (child, pids)
+}
+
+fn kill(pid: i32, signal: i32) {
+    // SAFETY: `kill` has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill({pid}, {signal})");
+}
+
+#[test]
+fn killing_one_rank_makes_the_others_fail_promptly_with_a_clear_error() {
+    let dir = temp_dir("kill");
+    let (mut child, pids) = long_run(&dir, "4", &["--pipeline-model-parallel-size", "2"]);
+    let killed_at = Instant::now();
+    kill(pids[1], libc::SIGKILL);
+    let status = wait_bounded(&mut child, Duration::from_secs(30));
+    let elapsed = killed_at.elapsed();
+    let stderr = stderr_of(&mut child);
+    assert!(!status.success(), "{stderr}");
+    assert!(matches!(status.code(), Some(1 | 137)), "{status}: {stderr}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}: {stderr}");
+    assert!(stderr.contains("lost the connection to rank 1"), "{stderr}");
+}
+
+#[test]
+fn sigterm_ends_the_run_with_143_and_with_exit_signal_handler_drains_to_0() {
+    let dir = temp_dir("term");
+    let (mut child, _) = long_run(&dir, "2", &[]);
+    kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM);
+    let status = wait_bounded(&mut child, Duration::from_secs(30));
+    let stderr = stderr_of(&mut child);
+    assert_eq!(status.code(), Some(143), "{stderr}");
+
+    let dir = temp_dir("drain");
+    let summary_path = dir.join("summary.json");
+    let (mut child, _) =
+        long_run(&dir, "2", &["--exit-signal-handler", "--save", "ckpt", "--summary-json", "summary.json"]);
+    kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM);
+    let status = wait_bounded(&mut child, Duration::from_secs(30));
+    let stderr = stderr_of(&mut child);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(summary_path).unwrap()).unwrap();
+    assert_eq!(s["exit_reason"], "signal");
+    let last = s["final_iteration"].as_u64().unwrap();
+    assert!(last > 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ckpt/latest_checkpointed_iteration.txt")).unwrap().trim(),
+        last.to_string()
+    );
+}
+
+#[test]
+fn without_an_exporter_the_ranks_write_files_under_one_run_id_with_linked_pipeline_spans() {
+    let dir = temp_dir("files");
+    let mut child = command(
+        &dir,
+        &with(
+            SMALL,
+            &[
+                "--otel-enabled",
+                "--otel-span-groups",
+                "all",
+                "--train-iters",
+                "3",
+                "--nproc-per-node",
+                "2",
+                "--pipeline-model-parallel-size",
+                "2",
+                "--summary-json",
+                "summary.json",
+            ],
+        ),
+    )
+    .env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks")
+    .spawn()
+    .unwrap();
+    let status = wait_bounded(&mut child, Duration::from_secs(60));
+    let stderr = stderr_of(&mut child);
+    assert!(status.success(), "{stderr}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let run_id = s["run_id"].as_str().unwrap();
+    assert!(stderr.contains(&format!("telemetry/{run_id}")), "{stderr}");
+    let files = dir.join("telemetry").join(run_id);
+    let rank0 = std::fs::read_to_string(files.join("traces-rank0.jsonl")).unwrap();
+    let rank1 = std::fs::read_to_string(files.join("traces-rank1.jsonl")).unwrap();
+    assert!(rank0.contains("megatron.p2p.send_forward") && rank0.contains("megatron.pp.recv_backward.linked"));
+    assert!(rank1.contains("megatron.pp.recv_forward.linked") && rank1.contains("megatron.train.iteration"));
+    assert!(files.join("metrics-rank1.jsonl").is_file());
+    assert!(s["telemetry"]["spans_exported"].as_u64().unwrap() > 0);
+}
