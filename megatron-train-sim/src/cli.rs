@@ -286,7 +286,7 @@ impl Args {
         }
 
         let model_parallel = tp * pp;
-        let dp = if world_size % model_parallel != 0 {
+        let dp = if !world_size.is_multiple_of(model_parallel) {
             problems.push(format!(
                 "the world size ({world_size}, from {world_source}) is not divisible by \
                  --tensor-model-parallel-size ({tp}) × --pipeline-model-parallel-size ({pp}) = {model_parallel}"
@@ -295,32 +295,32 @@ impl Args {
         } else {
             world_size / model_parallel
         };
-        if self.num_layers % pp != 0 {
+        if !self.num_layers.is_multiple_of(pp) {
             problems.push(format!(
                 "--num-layers ({}) is not divisible by --pipeline-model-parallel-size ({pp})",
                 self.num_layers
             ));
         }
-        if self.hidden_size % u64::from(tp) != 0 {
+        if !self.hidden_size.is_multiple_of(u64::from(tp)) {
             problems.push(format!(
                 "--hidden-size ({}) is not divisible by --tensor-model-parallel-size ({tp})",
                 self.hidden_size
             ));
         }
-        if self.hidden_size % u64::from(self.num_attention_heads) != 0 {
+        if !self.hidden_size.is_multiple_of(u64::from(self.num_attention_heads)) {
             problems.push(format!(
                 "--hidden-size ({}) is not divisible by --num-attention-heads ({})",
                 self.hidden_size, self.num_attention_heads
             ));
         }
-        if self.num_attention_heads % tp != 0 {
+        if !self.num_attention_heads.is_multiple_of(tp) {
             problems.push(format!(
                 "--num-attention-heads ({}) is not divisible by --tensor-model-parallel-size ({tp})",
                 self.num_attention_heads
             ));
         }
         let per_step = self.micro_batch_size * u64::from(dp);
-        if self.global_batch_size % per_step != 0 {
+        if !self.global_batch_size.is_multiple_of(per_step) {
             problems.push(format!(
                 "--global-batch-size ({}) is not divisible by --micro-batch-size ({}) × data-parallel size ({dp} = \
                  world size {world_size} / (TP {tp} × PP {pp})) = {per_step}",

@@ -273,7 +273,7 @@ impl Trainer {
 
         while self.iteration < self.args.train_iters {
             let save_interval = self.args.save_interval.unwrap_or(0);
-            if loop_counter == 0 || (save_interval > 0 && loop_counter % save_interval == 0) {
+            if loop_counter == 0 || (save_interval > 0 && loop_counter.is_multiple_of(save_interval)) {
                 self.telemetry.open_interval(self.iteration);
             }
             {
@@ -287,17 +287,16 @@ impl Trainer {
                 }
             }
 
-            let first =
-                (loop_counter == 0).then(|| self.telemetry.iteration_span(&tx::TRAIN_FIRST_ITERATION, self.iteration));
             let started = Instant::now();
             let step = {
+                let _first = (loop_counter == 0)
+                    .then(|| self.telemetry.iteration_span(&tx::TRAIN_FIRST_ITERATION, self.iteration));
                 let span = self.telemetry.iteration_span(&tx::TRAIN_ITERATION, self.iteration);
                 let step = self.train_step()?;
                 self.telemetry.mark_skipped(&span, step.skipped);
                 step
             };
             let step_ms = started.elapsed().as_secs_f64() * 1e3;
-            drop(first);
             if loop_counter == 0 {
                 let _hook = self.telemetry.span(&tx::TRAIN_FORWARD_PRE_HOOK, []);
             }
@@ -317,7 +316,7 @@ impl Trainer {
             // Reporting (every iteration, as Megatron's training_log).
             {
                 let _report = self.telemetry.span(&tx::TRAIN_ITERATION_REPORT, []);
-                let log_now = iteration % self.args.log_interval == 0 || iteration == self.args.train_iters;
+                let log_now = iteration.is_multiple_of(self.args.log_interval) || iteration == self.args.train_iters;
                 let params_norm = if self.args.log_params_norm && log_now {
                     let _norm = self.telemetry.span(&tx::TRAIN_PARAMS_NORM, []);
                     Some(self.params_norm()?)
@@ -362,25 +361,27 @@ impl Trainer {
             }
 
             if let Some(every) = self.args.eval_interval
-                && iteration % every == 0
+                && iteration.is_multiple_of(every)
             {
                 let loss = self.evaluate()?;
                 eval_losses.push((iteration, loss));
                 progress.eval(iteration, loss);
             }
             if let Some(every) = self.args.gpu_sniff_test_interval
-                && iteration % every == 0
+                && iteration.is_multiple_of(every)
             {
                 let span = self.telemetry.span(&tx::TRAIN_SNIFF_TEST, []);
                 self.telemetry.mark_sniff_tag(&span, Some(iteration));
                 device::sniff_test(self.device.as_ref()).map_err(|e| RankError(format!("sniff test failed: {e}")))?;
             }
-            if self.args.manual_gc && self.args.manual_gc_interval > 0 && iteration % self.args.manual_gc_interval == 0
+            if self.args.manual_gc
+                && self.args.manual_gc_interval > 0
+                && iteration.is_multiple_of(self.args.manual_gc_interval)
             {
                 let _gc = self.telemetry.span(&tx::TRAIN_GC_COLLECT, []);
                 // Nothing to collect in Rust: the phase exists for the span.
             }
-            if save_interval > 0 && iteration % save_interval == 0 {
+            if save_interval > 0 && iteration.is_multiple_of(save_interval) {
                 self.save(iteration)?;
             }
             if step.stop {
@@ -506,7 +507,7 @@ impl Trainer {
         split: Split,
         step: u64,
         microbatch: u64,
-    ) -> Result<(Vec<Saved>, Option<(f64, Vec<f32>)>), RankError> {
+    ) -> Result<(Vec<Saved>, Option<LossPart>), RankError> {
         let first = self.first_sample(step, microbatch);
         let needs_inputs = self.groups.previous.is_none() || self.is_last_stage();
         let inputs = needs_inputs.then(|| self.data.inputs(split, first, self.args.micro_batch_size));
@@ -750,6 +751,10 @@ impl Trainer {
         &self.telemetry
     }
 }
+
+/// The last stage's share of a microbatch's loss: the sum of squared
+/// errors and the output gradient.
+type LossPart = (f64, Vec<f32>);
 
 struct StepResult {
     loss: f64,

@@ -315,6 +315,7 @@ fn sigterm_ends_the_run_with_143_and_with_exit_signal_handler_drains_to_0() {
     );
 }
 
+#[cfg(feature = "otel")]
 #[test]
 fn without_an_exporter_the_ranks_write_files_under_one_run_id_with_linked_pipeline_spans() {
     let dir = temp_dir("files");
