@@ -303,7 +303,22 @@ impl SpanGuard {
 }
 
 impl Drop for SpanGuard {
+    // Inline and trivially empty for an inert guard, so that a disabled
+    // group's guard costs nothing to drop; the real work is out of line.
+    #[inline]
     fn drop(&mut self) {
+        if self.attached.is_some() || self.open.is_some() {
+            self.finish();
+        }
+    }
+}
+
+impl SpanGuard {
+    /// Detaches the context, then ends the span (the previous context is
+    /// current again before the span ends).
+    #[cold]
+    #[inline(never)]
+    fn finish(&mut self) {
         drop(self.attached.take());
         drop(self.open.take());
     }
