@@ -12,6 +12,8 @@
 //! - [`diag`]: lens's own rate-limited warnings.
 //! - [`env`](mod@env): where variables are read from (the process or a map, for tests).
 //! - [`report`]: what telemetry exported and lost (shutdown reports).
+//! - [`instrument_values`]: the values lens-instruments records, as plain
+//!   data shared by both sides of the facade.
 //! - [`semconv`]: attribute keys shared by every consumer.
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime.
@@ -22,6 +24,7 @@ pub mod diag;
 pub mod env;
 pub mod groups;
 pub mod identity;
+pub mod instrument_values;
 pub mod report;
 pub mod semconv;
 pub mod strategies;

@@ -696,3 +696,140 @@ pub fn setup_telemetry(
     config.validate()?;
     Ok(Telemetry { enabled: config.telemetry_enabled(), rank: *rank, meter: Meter })
 }
+
+/// The metric recording of `lens-instruments`, compiled out: handles with the
+/// same names and signatures that record nothing.
+///
+/// The values structs are lens-core's pure ones
+/// (`lens_core::instrument_values`), the very types the `otel` build
+/// records, so building them compiles identically in both modes. The handles
+/// are zero-sized; like the real ones they are `Clone` and `Debug` but not
+/// `Copy` or `Default`, so code written against one mode compiles in the
+/// other. As with `otel`, inference recording is also at this module's root;
+/// RL and Gym recording only in their modules.
+pub mod instruments {
+    pub use self::inference::{InferenceMetrics, InferenceValues, record_inference_metrics};
+
+    /// GenAI inference metrics (`gen_ai.*`), compiled out.
+    pub mod inference {
+        use crate::Meter;
+        pub use lens_core::instrument_values::InferenceValues;
+
+        /// The GenAI inference instruments: none, here.
+        #[derive(Clone, Debug)]
+        pub struct InferenceMetrics {
+            _private: (),
+        }
+
+        impl InferenceMetrics {
+            /// A handle that records nothing.
+            #[inline(always)]
+            #[must_use]
+            pub fn new(meter: &Meter) -> Self {
+                let _ = meter;
+                Self { _private: () }
+            }
+
+            /// A handle that records nothing.
+            #[inline(always)]
+            #[must_use]
+            pub fn noop() -> Self {
+                Self { _private: () }
+            }
+
+            /// Records nothing.
+            #[inline(always)]
+            pub fn record(&self, values: &InferenceValues<'_>) {
+                let _ = values;
+            }
+        }
+
+        /// Records nothing.
+        #[inline(always)]
+        pub fn record_inference_metrics(metrics: &InferenceMetrics, values: &InferenceValues<'_>) {
+            let _ = (metrics, values);
+        }
+    }
+
+    /// NeMo RL metrics (`rl.*`), compiled out.
+    pub mod rl {
+        use crate::Meter;
+        pub use lens_core::instrument_values::RlValues;
+
+        /// The `rl.*` instruments: none, here.
+        #[derive(Clone, Debug)]
+        pub struct RlMetrics {
+            _private: (),
+        }
+
+        impl RlMetrics {
+            /// A handle that records nothing.
+            #[inline(always)]
+            #[must_use]
+            pub fn new(meter: &Meter) -> Self {
+                let _ = meter;
+                Self { _private: () }
+            }
+
+            /// A handle that records nothing.
+            #[inline(always)]
+            #[must_use]
+            pub fn noop() -> Self {
+                Self { _private: () }
+            }
+
+            /// Records nothing.
+            #[inline(always)]
+            pub fn record(&self, values: &RlValues) {
+                let _ = values;
+            }
+        }
+
+        /// Records nothing.
+        #[inline(always)]
+        pub fn record_rl_metrics(metrics: &RlMetrics, values: &RlValues) {
+            let _ = (metrics, values);
+        }
+    }
+
+    /// NeMo Gym server metrics (`gym.*`), compiled out.
+    pub mod gym {
+        use crate::Meter;
+        pub use lens_core::instrument_values::GymValues;
+
+        /// The `gym.*` instruments: none, here.
+        #[derive(Clone, Debug)]
+        pub struct GymMetrics {
+            _private: (),
+        }
+
+        impl GymMetrics {
+            /// A handle that records nothing.
+            #[inline(always)]
+            #[must_use]
+            pub fn new(meter: &Meter) -> Self {
+                let _ = meter;
+                Self { _private: () }
+            }
+
+            /// A handle that records nothing.
+            #[inline(always)]
+            #[must_use]
+            pub fn noop() -> Self {
+                Self { _private: () }
+            }
+
+            /// Records nothing.
+            #[inline(always)]
+            pub fn record(&self, values: &GymValues) {
+                let _ = values;
+            }
+        }
+
+        /// Records nothing.
+        #[inline(always)]
+        pub fn record_gym_metrics(metrics: &GymMetrics, values: &GymValues) {
+            let _ = (metrics, values);
+        }
+    }
+}

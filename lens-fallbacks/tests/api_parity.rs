@@ -238,3 +238,90 @@ fn setup_api_is_the_same_in_both_modes() {
     let error: SetupError = setup_telemetry(&bad, &RankContext::SINGLE, Vec::new(), SetupOptions::new()).unwrap_err();
     assert!(error.to_string().contains("export_sample_rate must be in [0.0, 1.0], got 1.5"), "{error}");
 }
+
+/// The metric recording of lens-instruments has the same paths, handles,
+/// values and functions in both modes: inference at `instruments`' root and
+/// in its module, RL and Gym only in theirs. The values structs are built
+/// with every field named (no `..Default::default()`), so a field that exists,
+/// or has another type, in one mode only breaks this build; and they are
+/// lens-core's pure types in both modes, so a caller can build them without
+/// naming the facade at all.
+#[test]
+fn metric_recording_is_the_same_in_both_modes() {
+    use lens_fallbacks::config::LensConfig;
+    use lens_fallbacks::instruments::gym::{GymMetrics, GymValues, record_gym_metrics};
+    use lens_fallbacks::instruments::rl::{RlMetrics, RlValues, record_rl_metrics};
+    use lens_fallbacks::instruments::{InferenceMetrics, InferenceValues, inference, record_inference_metrics};
+    use lens_fallbacks::{Meter, RankContext, SetupOptions, setup_telemetry};
+
+    let telemetry = setup_telemetry(&LensConfig::default(), &RankContext::SINGLE, Vec::new(), SetupOptions::new())
+        .expect("a disabled configuration sets up");
+    let meter: &Meter = telemetry.meter();
+
+    let model = String::from("llama-3-8b");
+    let inference_values: InferenceValues<'_> = InferenceValues {
+        request_duration_s: Some(0.42_f64),
+        model: Some(model.as_str()),
+        input_tokens: Some(128_u64),
+        output_tokens: Some(256_u64),
+        provider_name: Some("nemo"),
+        operation_name: Some("chat"),
+    };
+    let same_type: lens_core::instrument_values::InferenceValues<'_> = inference_values;
+    let handle: InferenceMetrics = InferenceMetrics::new(meter);
+    handle.record(&inference_values);
+    record_inference_metrics(&handle, &same_type);
+    let from_module: inference::InferenceMetrics = inference::InferenceMetrics::noop();
+    inference::record_inference_metrics(&from_module.clone(), &inference::InferenceValues::default());
+    assert_eq!(InferenceValues::default().input_tokens, None);
+
+    let rl_values: RlValues = RlValues {
+        reward_mean: Some(0.75_f64),
+        kl_divergence: Some(0.01_f64),
+        policy_loss: Some(0.3_f64),
+        value_loss: Some(0.2_f64),
+        entropy: Some(1.5_f64),
+        response_length_mean: Some(512.0_f64),
+        grad_norm: Some(0.9_f64),
+        learning_rate: Some(1e-6_f64),
+        throughput_tokens_per_sec: Some(1.2e4_f64),
+        generation_duration_ms: Some(850.0_f64),
+        rollout_duration_ms: Some(2_000.0_f64),
+    };
+    let _: lens_core::instrument_values::RlValues = rl_values;
+    let rl: RlMetrics = RlMetrics::new(meter);
+    rl.record(&rl_values);
+    record_rl_metrics(&RlMetrics::noop(), &RlValues { kl_divergence: Some(0.02), ..Default::default() });
+
+    let gym_values: GymValues = GymValues {
+        server_request_duration_ms: Some(42.0_f64),
+        rollout_duration_ms: Some(900.0_f64),
+        verify_duration_ms: Some(120.0_f64),
+        verify_success_rate: Some(0.87_f64),
+        active_servers: Some(4_u64),
+    };
+    let _: lens_core::instrument_values::GymValues = gym_values;
+    let gym: GymMetrics = GymMetrics::new(meter);
+    gym.record(&gym_values);
+    record_gym_metrics(&GymMetrics::noop().clone(), &gym_values);
+
+    // Handles are shared across threads in both modes.
+    fn send_sync_clone<T: Send + Sync + Clone + std::fmt::Debug>(_: &T) {}
+    send_sync_clone(&handle);
+    send_sync_clone(&rl);
+    send_sync_clone(&gym);
+
+    // A disabled lifetime exported nothing, whatever was recorded.
+    let report = telemetry.shutdown(Duration::from_secs(1));
+    assert_eq!(report.metrics, lens_fallbacks::MetricExportSnapshot::default(), "{report:?}");
+}
+
+/// With `otel` off the instrument handles cost nothing to hold.
+#[cfg(not(feature = "otel"))]
+#[test]
+fn compiled_out_instrument_handles_are_zero_sized() {
+    use lens_fallbacks::instruments::{InferenceMetrics, gym::GymMetrics, rl::RlMetrics};
+    assert_eq!(std::mem::size_of::<InferenceMetrics>(), 0);
+    assert_eq!(std::mem::size_of::<RlMetrics>(), 0);
+    assert_eq!(std::mem::size_of::<GymMetrics>(), 0);
+}

@@ -79,23 +79,7 @@ pub const SERVERS_ACTIVE: InstrumentDescriptor = InstrumentDescriptor {
 pub const INSTRUMENTS: &[InstrumentDescriptor] =
     &[SERVER_REQUEST_DURATION, ROLLOUT_DURATION, VERIFY_DURATION, VERIFY_SUCCESS_RATE, SERVERS_ACTIVE];
 
-/// The values to record; `None` means "not recorded this time".
-///
-/// Build it with struct-update syntax:
-/// `GymValues { active_servers: Some(4), ..Default::default() }`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct GymValues {
-    /// `gym.server.request_duration_ms` (one histogram sample).
-    pub server_request_duration_ms: Option<f64>,
-    /// `gym.rollout.duration_ms` (one histogram sample).
-    pub rollout_duration_ms: Option<f64>,
-    /// `gym.verify.duration_ms` (one histogram sample).
-    pub verify_duration_ms: Option<f64>,
-    /// `gym.verify.success_rate`, from 0 to 1.
-    pub verify_success_rate: Option<f64>,
-    /// `gym.servers.active`.
-    pub active_servers: Option<u64>,
-}
+pub use lens_core::instrument_values::GymValues;
 
 /// The `gym.*` instruments of one meter, created once.
 ///

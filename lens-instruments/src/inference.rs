@@ -78,29 +78,7 @@ pub const TOKEN_USAGE: InstrumentDescriptor = InstrumentDescriptor {
 /// Every instrument of this module, in the docs table's order.
 pub const INSTRUMENTS: &[InstrumentDescriptor] = &[REQUEST_DURATION, TOKEN_USAGE];
 
-/// The values of one inference request; `None` (and, for the names, an
-/// empty string) means "not given".
-///
-/// Build it with struct-update syntax so that new fields never break callers:
-/// `InferenceValues { input_tokens: Some(12), ..Default::default() }`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct InferenceValues<'a> {
-    /// Request duration in seconds (`gen_ai.server.request.duration`).
-    pub request_duration_s: Option<f64>,
-    /// The requested model (`gen_ai.request.model`); no attribute when `None`
-    /// or empty.
-    pub model: Option<&'a str>,
-    /// Input (prompt) tokens (`gen_ai.client.token.usage`, type `input`).
-    pub input_tokens: Option<u64>,
-    /// Output (completion) tokens (`gen_ai.client.token.usage`, type
-    /// `output`).
-    pub output_tokens: Option<u64>,
-    /// `gen_ai.provider.name`; [`DEFAULT_PROVIDER_NAME`] when `None` or empty.
-    pub provider_name: Option<&'a str>,
-    /// `gen_ai.operation.name`; [`DEFAULT_OPERATION_NAME`] when `None` or
-    /// empty.
-    pub operation_name: Option<&'a str>,
-}
+pub use lens_core::instrument_values::InferenceValues;
 
 /// The GenAI inference instruments of one meter, created once.
 ///

@@ -85,35 +85,7 @@ pub const INSTRUMENTS: &[InstrumentDescriptor] = &[
     ROLLOUT_DURATION,
 ];
 
-/// The values of one RL step; `None` means "not recorded this time".
-///
-/// Build it with struct-update syntax:
-/// `RlValues { reward_mean: Some(0.75), ..Default::default() }`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct RlValues {
-    /// `rl.reward.mean`.
-    pub reward_mean: Option<f64>,
-    /// `rl.kl_divergence`.
-    pub kl_divergence: Option<f64>,
-    /// `rl.policy_loss`.
-    pub policy_loss: Option<f64>,
-    /// `rl.value_loss`.
-    pub value_loss: Option<f64>,
-    /// `rl.entropy`.
-    pub entropy: Option<f64>,
-    /// `rl.response_length.mean`.
-    pub response_length_mean: Option<f64>,
-    /// `rl.grad_norm`.
-    pub grad_norm: Option<f64>,
-    /// `rl.learning_rate`.
-    pub learning_rate: Option<f64>,
-    /// `rl.throughput.tokens_per_sec`.
-    pub throughput_tokens_per_sec: Option<f64>,
-    /// `rl.generation.duration_ms` (one histogram sample).
-    pub generation_duration_ms: Option<f64>,
-    /// `rl.rollout.duration_ms` (one histogram sample).
-    pub rollout_duration_ms: Option<f64>,
-}
+pub use lens_core::instrument_values::RlValues;
 
 /// The `rl.*` instruments of one meter, created once.
 ///
