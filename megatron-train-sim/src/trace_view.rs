@@ -1,0 +1,903 @@
+//! `megatron-train-sim trace-view DIR`: a timeline and a span table from a
+//! `file` export, with no server.
+//!
+//! The zero-setup simulator run writes OTLP/JSON lines (`traces-rank<N>.jsonl`,
+//! one `ExportTraceServiceRequest` a line, see lens-core's `file` exporter
+//! and docs/exporters.md). This module turns such a directory into the
+//! Chrome trace event format, which ui.perfetto.dev and chrome://tracing
+//! open directly, and prints one line per span name (count, total, mean,
+//! p50, p99), so that a newcomer sees what the run did without a Collector,
+//! Jaeger or Tempo. docs/trace-view.md describes what the viewer shows.
+//!
+//! The mapping:
+//!
+//! - one process per rank (`pid` = rank + 1, since viewers treat pid 0 as
+//!   the kernel's idle task), named `rank N`, sorted by rank;
+//! - every span a complete event (`ph: "X"`) whose `args` hold its
+//!   attributes and ids; `ts` is relative to the earliest span of the export
+//!   (its Unix time is in `otherData`), on a grid of 1/8 µs so that the
+//!   viewers' microsecond-to-nanosecond conversion is exact and nesting
+//!   survives it;
+//! - one thread per rank for spans that nest (each span sits inside an
+//!   ancestor of its own trace), plus extra threads ("concurrent spans N")
+//!   only for spans that overlap without being descendants (async work, a
+//!   span that outlives its parent, a root inside another trace's window);
+//! - every span link a flow (`ph: "s"` then `ph: "f"`, one id) from the
+//!   linked span to the linking one, across ranks too, each end placed at a
+//!   moment when the span is the innermost slice of its thread, so that the
+//!   viewers bind the arrow to that very slice.
+//!
+//! Bad input never panics: a line that is not JSON or not a request and a
+//! span without ids or times are skipped and counted. An input that holds
+//! no traces file, or no span at all, is a usage error (exit 2).
+//!
+//! The module is self-contained: the CLI calls [`run`] with the parsed
+//! [`TraceViewArgs`]; tests call [`view`] and [`write_table`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use serde_json::{Map, Value, json};
+
+/// Nanoseconds per tick of the output grid (1/8 µs: exactly representable
+/// in binary floating point, and a whole number of nanoseconds).
+const TICK_NS: u64 = 125;
+/// Ticks per microsecond.
+const TICKS_PER_US: f64 = 8.0;
+/// Parent chains longer than this are treated as broken (a cycle in bad
+/// input must not loop forever).
+const MAX_DEPTH: usize = 256;
+
+/// The binary's subcommands (tools that work on a finished run); with
+/// none, the binary trains.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub(crate) enum Tool {
+    /// Turn a `file` export into a Chrome/Perfetto trace (one process per
+    /// rank, spans as slices, links as flows) and print a per-span table.
+    TraceView(TraceViewArgs),
+}
+
+/// `trace-view`: convert a `file` export into a Chrome/Perfetto trace and
+/// print a per-span-name table.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct TraceViewArgs {
+    /// The `file` exporter's directory (holding `traces-rank<N>.jsonl`; by
+    /// default `telemetry/<run id>/`), or one such file.
+    #[arg(value_name = "DIR")]
+    pub(crate) dir: PathBuf,
+    /// Where to write the trace (default: `DIR/trace.json`).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) out: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Chrome)]
+    pub(crate) format: Format,
+}
+
+/// The output formats of `trace-view`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// Chrome trace event JSON (ui.perfetto.dev, chrome://tracing).
+    Chrome,
+}
+
+/// Why `trace-view` could not produce a trace.
+#[derive(Debug)]
+pub(crate) enum TraceViewError {
+    /// The input path does not exist or cannot be listed.
+    Input {
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The directory holds no `traces-rank<N>.jsonl`.
+    NoTraceFiles {
+        /// The directory given.
+        dir: PathBuf,
+        /// Subdirectories that do hold traces files (a `telemetry/` parent
+        /// of run directories), to suggest.
+        runs: Vec<PathBuf>,
+    },
+    /// The traces files hold no usable span.
+    NoSpans {
+        /// The files read.
+        files: Vec<PathBuf>,
+        /// Lines skipped as malformed.
+        malformed_lines: usize,
+    },
+    /// A traces file could not be read.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The output could not be written.
+    Write {
+        /// The output file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+impl TraceViewError {
+    /// 2 for input that is not a usable export (usage), 1 for I/O failures.
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            TraceViewError::Input { .. } | TraceViewError::NoTraceFiles { .. } | TraceViewError::NoSpans { .. } => 2,
+            TraceViewError::Read { .. } | TraceViewError::Write { .. } => 1,
+        }
+    }
+}
+
+impl fmt::Display for TraceViewError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceViewError::Input { path, source } => write!(
+                f,
+                "trace-view: cannot read {}: {source} (expected the file exporter's directory, \
+                 MEGATRON_OTEL_FILE_DIR, by default telemetry/<run id>/)",
+                path.display()
+            ),
+            TraceViewError::NoTraceFiles { dir, runs } => {
+                write!(f, "trace-view: no traces-rank<N>.jsonl in {}", dir.display())?;
+                match runs.as_slice() {
+                    [] => write!(
+                        f,
+                        " (expected the file exporter's directory, MEGATRON_OTEL_FILE_DIR, by default telemetry/<run id>/)"
+                    ),
+                    [one] => write!(f, "; did you mean {}?", one.display()),
+                    many => {
+                        write!(f, "; runs found:")?;
+                        for run in many {
+                            write!(f, " {}", run.display())?;
+                        }
+                        Ok(())
+                    }
+                }
+            }
+            TraceViewError::NoSpans { files, malformed_lines } => {
+                write!(f, "trace-view: no spans in")?;
+                for file in files {
+                    write!(f, " {}", file.display())?;
+                }
+                if *malformed_lines > 0 {
+                    write!(f, " ({malformed_lines} malformed line(s) skipped)")?;
+                }
+                Ok(())
+            }
+            TraceViewError::Read { path, source } => write!(f, "trace-view: cannot read {}: {source}", path.display()),
+            TraceViewError::Write { path, source } => {
+                write!(f, "trace-view: cannot write {}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for TraceViewError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TraceViewError::Input { source, .. }
+            | TraceViewError::Read { source, .. }
+            | TraceViewError::Write { source, .. } => Some(source),
+            TraceViewError::NoTraceFiles { .. } | TraceViewError::NoSpans { .. } => None,
+        }
+    }
+}
+
+/// The subcommand: read `args.dir`, write the trace, print the table and
+/// where the trace went to stdout; errors to stderr.
+pub(crate) fn run(args: &TraceViewArgs) -> ExitCode {
+    let out = args.out.clone().unwrap_or_else(|| default_output(&args.dir));
+    let result = view(&args.dir).and_then(|view| {
+        write_trace(&out, &view.trace)?;
+        Ok(view)
+    });
+    let view = match result {
+        Ok(view) => view,
+        Err(error) => {
+            crate::output::error(None, &error);
+            return ExitCode::from(error.exit_code());
+        }
+    };
+    let mut stdout = io::stdout().lock();
+    let printed = write_table(&mut stdout, &view.table).and_then(|()| write_footer(&mut stdout, &view, &out));
+    match printed {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`| head`) is not worth a message.
+        Err(_) => ExitCode::from(1),
+    }
+}
+
+/// `DIR/trace.json`, or `trace.json` next to a single input file.
+fn default_output(input: &Path) -> PathBuf {
+    if input.is_file() { input.with_file_name("trace.json") } else { input.join("trace.json") }
+}
+
+fn write_trace(path: &Path, trace: &Value) -> Result<(), TraceViewError> {
+    let failure = |source| TraceViewError::Write { path: path.to_path_buf(), source };
+    let mut writer = BufWriter::new(File::create(path).map_err(failure)?);
+    serde_json::to_writer(&mut writer, trace).map_err(|error| failure(io::Error::other(error)))?;
+    writer.write_all(b"\n").and_then(|()| writer.flush()).map_err(failure)
+}
+
+/// One span as read from the export.
+#[derive(Clone, Debug)]
+struct Span {
+    rank: u32,
+    trace_id: String,
+    span_id: String,
+    parent_span_id: Option<String>,
+    name: String,
+    scope: String,
+    start_ns: u64,
+    end_ns: u64,
+    attributes: Map<String, Value>,
+    status: Option<(i64, String)>,
+    links: Vec<(String, String)>,
+}
+
+/// What was read from an export.
+#[derive(Debug, Default)]
+struct Export {
+    spans: Vec<Span>,
+    files: Vec<PathBuf>,
+    malformed_lines: usize,
+    malformed_spans: usize,
+}
+
+/// Statistics of one span name, over every rank.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct NameStats {
+    /// The span name.
+    pub(crate) name: String,
+    /// How many spans have it.
+    pub(crate) count: usize,
+    /// Sum of their durations, in nanoseconds.
+    pub(crate) total_ns: u64,
+    /// Mean duration, in nanoseconds.
+    pub(crate) mean_ns: f64,
+    /// Median (nearest-rank), in nanoseconds.
+    pub(crate) p50_ns: u64,
+    /// 99th percentile (nearest-rank), in nanoseconds.
+    pub(crate) p99_ns: u64,
+}
+
+/// The converted export.
+#[derive(Debug)]
+pub(crate) struct View {
+    /// The Chrome trace (`{"traceEvents": [...], ...}`).
+    pub(crate) trace: Value,
+    /// One row per span name, by total duration, largest first.
+    pub(crate) table: Vec<NameStats>,
+    /// The traces files read.
+    pub(crate) files: Vec<PathBuf>,
+    /// Spans converted.
+    pub(crate) spans: usize,
+    /// Ranks seen.
+    pub(crate) ranks: usize,
+    /// Links drawn as flows.
+    pub(crate) flows: usize,
+    /// Links whose linked span is not in the export (a rank that did not
+    /// export, a span from another job).
+    pub(crate) unresolved_links: usize,
+    /// Lines that were not an OTLP/JSON traces request.
+    pub(crate) malformed_lines: usize,
+    /// Spans without ids or times.
+    pub(crate) malformed_spans: usize,
+}
+
+/// Reads the export at `input` (a directory or one traces file) and
+/// converts it.
+pub(crate) fn view(input: &Path) -> Result<View, TraceViewError> {
+    let export = read_export(input)?;
+    if export.spans.is_empty() {
+        return Err(TraceViewError::NoSpans { files: export.files, malformed_lines: export.malformed_lines });
+    }
+    Ok(convert(export))
+}
+
+/// The rank in a `traces-rank<N>.jsonl` file name.
+fn file_rank(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix("traces-rank")?.strip_suffix(".jsonl")?.parse().ok()
+}
+
+/// The traces files directly under `dir`, by rank.
+fn traces_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files: Vec<(u32, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if let Some(rank) = file_rank(&path)
+            && path.is_file()
+        {
+            files.push((rank, path));
+        }
+    }
+    files.sort();
+    Ok(files.into_iter().map(|(_, path)| path).collect())
+}
+
+fn read_export(input: &Path) -> Result<Export, TraceViewError> {
+    let metadata =
+        std::fs::metadata(input).map_err(|source| TraceViewError::Input { path: input.to_path_buf(), source })?;
+    let files = if metadata.is_file() {
+        vec![input.to_path_buf()]
+    } else {
+        let files =
+            traces_files(input).map_err(|source| TraceViewError::Input { path: input.to_path_buf(), source })?;
+        if files.is_empty() {
+            return Err(TraceViewError::NoTraceFiles { dir: input.to_path_buf(), runs: runs_below(input) });
+        }
+        files
+    };
+    let mut export = Export::default();
+    for path in files {
+        read_file(&path, &mut export)?;
+        export.files.push(path);
+    }
+    Ok(export)
+}
+
+/// Subdirectories of `dir` that hold traces files (at most 8).
+fn runs_below(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut runs: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.is_dir() && traces_files(path).is_ok_and(|files| !files.is_empty()))
+        .collect();
+    runs.sort();
+    runs.truncate(8);
+    runs
+}
+
+fn read_file(path: &Path, export: &mut Export) -> Result<(), TraceViewError> {
+    let failure = |source| TraceViewError::Read { path: path.to_path_buf(), source };
+    let mut reader = BufReader::new(File::open(path).map_err(failure)?);
+    let fallback_rank = file_rank(path).unwrap_or(0);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line).map_err(failure)? == 0 {
+            return Ok(());
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Value>(&line) {
+            Ok(request) if request.get("resourceSpans").is_some_and(Value::is_array) => {
+                read_request(&request, fallback_rank, export);
+            }
+            _ => export.malformed_lines += 1,
+        }
+    }
+}
+
+fn array<'a>(value: &'a Value, key: &str) -> &'a [Value] {
+    value.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+}
+
+fn read_request(request: &Value, fallback_rank: u32, export: &mut Export) {
+    for resource_spans in array(request, "resourceSpans") {
+        let resource = attributes(resource_spans.get("resource").map_or(&[], |r| array(r, "attributes")));
+        let rank = resource
+            .get("dl.rank")
+            .and_then(Value::as_i64)
+            .and_then(|rank| u32::try_from(rank).ok())
+            .unwrap_or(fallback_rank);
+        for scope_spans in array(resource_spans, "scopeSpans") {
+            let scope = scope_spans.get("scope").and_then(|s| s.get("name")).and_then(Value::as_str).unwrap_or("");
+            for span in array(scope_spans, "spans") {
+                match read_span(span, rank, scope) {
+                    Some(span) => export.spans.push(span),
+                    None => export.malformed_spans += 1,
+                }
+            }
+        }
+    }
+}
+
+fn read_span(span: &Value, rank: u32, scope: &str) -> Option<Span> {
+    let id = |key: &str| span.get(key).and_then(Value::as_str).filter(|id| !id.is_empty()).map(str::to_ascii_lowercase);
+    let start_ns = nanos(span.get("startTimeUnixNano")?)?;
+    let end_ns = nanos(span.get("endTimeUnixNano")?)?.max(start_ns);
+    let status = span.get("status").and_then(|status| {
+        let code = status.get("code").and_then(integer).unwrap_or(0);
+        let message = status.get("message").and_then(Value::as_str).unwrap_or("");
+        (code != 0 || !message.is_empty()).then(|| (code, message.to_string()))
+    });
+    let links = array(span, "links")
+        .iter()
+        .filter_map(|link| {
+            let trace_id = link.get("traceId")?.as_str()?.to_ascii_lowercase();
+            let span_id = link.get("spanId")?.as_str()?.to_ascii_lowercase();
+            Some((trace_id, span_id))
+        })
+        .collect();
+    Some(Span {
+        rank,
+        trace_id: id("traceId")?,
+        span_id: id("spanId")?,
+        parent_span_id: id("parentSpanId"),
+        name: span.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+        scope: scope.to_string(),
+        start_ns,
+        end_ns,
+        attributes: attributes(array(span, "attributes")),
+        status,
+        links,
+    })
+}
+
+/// A 64-bit integer as OTLP/JSON writes it: a decimal string or a number.
+fn integer(value: &Value) -> Option<i64> {
+    match value {
+        Value::String(text) => text.trim().parse().ok(),
+        Value::Number(number) => number.as_i64(),
+        _ => None,
+    }
+}
+
+/// A Unix time in nanoseconds: a decimal string or a number.
+fn nanos(value: &Value) -> Option<u64> {
+    match value {
+        Value::String(text) => text.trim().parse().ok(),
+        Value::Number(number) => number.as_u64().or_else(|| {
+            let float = number.as_f64()?;
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "checked finite and non-negative"
+            )]
+            (float.is_finite() && float >= 0.0).then_some(float as u64)
+        }),
+        _ => None,
+    }
+}
+
+/// OTLP `KeyValue`s as a JSON object of plain values.
+fn attributes(list: &[Value]) -> Map<String, Value> {
+    list.iter()
+        .filter_map(|kv| Some((kv.get("key")?.as_str()?.to_string(), kv.get("value").map_or(Value::Null, any_value))))
+        .collect()
+}
+
+/// An OTLP `AnyValue` (`{"stringValue": ...}`, `{"intValue": "5"}`, ...) as
+/// a plain JSON value.
+fn any_value(value: &Value) -> Value {
+    let Some(object) = value.as_object() else { return Value::Null };
+    if let Some(int) = object.get("intValue") {
+        return integer(int).map_or_else(|| int.clone(), Value::from);
+    }
+    if let Some(array) = object.get("arrayValue") {
+        return Value::Array(
+            array.get("values").and_then(Value::as_array).map_or_else(Vec::new, |v| v.iter().map(any_value).collect()),
+        );
+    }
+    if let Some(list) = object.get("kvlistValue") {
+        return Value::Object(attributes(list.get("values").and_then(Value::as_array).map_or(&[], Vec::as_slice)));
+    }
+    ["stringValue", "doubleValue", "boolValue", "bytesValue"]
+        .iter()
+        .find_map(|key| object.get(*key).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Where a span landed: its thread (lane) and its interval in ticks.
+#[derive(Clone, Copy, Debug, Default)]
+struct Placement {
+    lane: usize,
+    start: u64,
+    end: u64,
+}
+
+/// Assigns every span of one rank to a lane so that, in each lane, a span
+/// lies inside the span below it on the stack only when that span is one of
+/// its ancestors. Returns the lane count and, per span, the spans directly
+/// inside it on its lane (in time order).
+fn assign_lanes(
+    spans: &[Span],
+    members: &[usize],
+    placements: &mut [Placement],
+) -> (usize, HashMap<usize, Vec<usize>>) {
+    let by_id: HashMap<(&str, &str), usize> =
+        members.iter().map(|&i| ((spans[i].trace_id.as_str(), spans[i].span_id.as_str()), i)).collect();
+    let parent = |i: usize| -> Option<usize> {
+        let span = &spans[i];
+        by_id.get(&(span.trace_id.as_str(), span.parent_span_id.as_deref()?)).copied().filter(|&p| p != i)
+    };
+    let depth = |i: usize| -> usize {
+        let mut depth = 0;
+        let mut current = i;
+        while let Some(p) = parent(current)
+            && depth < MAX_DEPTH
+        {
+            depth += 1;
+            current = p;
+        }
+        depth
+    };
+    let is_ancestor = |candidate: usize, i: usize| -> bool {
+        let mut current = i;
+        for _ in 0..MAX_DEPTH {
+            match parent(current) {
+                Some(p) if p == candidate => return true,
+                Some(p) => current = p,
+                None => return false,
+            }
+        }
+        false
+    };
+    let mut order: Vec<(u64, std::cmp::Reverse<u64>, usize, usize)> =
+        members.iter().map(|&i| (placements[i].start, std::cmp::Reverse(placements[i].end), depth(i), i)).collect();
+    order.sort_unstable();
+
+    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (start, std::cmp::Reverse(end), _, i) in order {
+        for stack in &mut lanes {
+            while stack.last().is_some_and(|&top| placements[top].end <= start) {
+                stack.pop();
+            }
+        }
+        let fits = |stack: &Vec<usize>| match stack.last() {
+            None => true,
+            Some(&top) => placements[top].end >= end && is_ancestor(top, i),
+        };
+        let preferred = parent(i).map(|p| placements[p].lane).filter(|&lane| lanes.get(lane).is_some_and(fits));
+        let lane = preferred.or_else(|| lanes.iter().position(fits)).unwrap_or_else(|| {
+            lanes.push(Vec::new());
+            lanes.len() - 1
+        });
+        if let Some(&top) = lanes[lane].last() {
+            children.entry(top).or_default().push(i);
+        }
+        lanes[lane].push(i);
+        placements[i].lane = lane;
+    }
+    (lanes.len(), children)
+}
+
+/// A moment (ns after the trace start) strictly inside span `i` where no
+/// deeper slice of its lane is open: the earliest such moment (`first`, for
+/// the start of a flow) or the latest (for its end), so that an arrow
+/// between two overlapping spans still runs forward in time. Half a tick
+/// from a slice boundary keeps the viewers from having to order a flow
+/// event and a slice edge at the same timestamp.
+fn free_point(i: usize, placements: &[Placement], children: &HashMap<usize, Vec<usize>>, first: bool) -> u64 {
+    let span = placements[i];
+    let mut gaps = Vec::new();
+    let mut cursor = span.start;
+    for &child in children.get(&i).map_or(&[][..], Vec::as_slice) {
+        let child = placements[child];
+        if child.start > cursor {
+            gaps.push((cursor, child.start));
+        }
+        cursor = cursor.max(child.end);
+    }
+    if span.end > cursor {
+        gaps.push((cursor, span.end));
+    }
+    let gap = if first { gaps.first() } else { gaps.last() };
+    // With no free moment (children cover the span), the arrow binds to
+    // the innermost slice at the span's first or last moment instead.
+    let (from, to) = gap.copied().unwrap_or((span.start, span.end));
+    match (to > from, first) {
+        (false, _) => from * TICK_NS,
+        (true, true) => from * TICK_NS + TICK_NS / 2,
+        (true, false) => to * TICK_NS - TICK_NS / 2,
+    }
+}
+
+fn micros(ticks: u64) -> Value {
+    #[expect(clippy::cast_precision_loss, reason = "ticks after the trace start stay far below 2^53")]
+    let micros = ticks as f64 / TICKS_PER_US;
+    json!(micros)
+}
+
+fn convert(export: Export) -> View {
+    let Export { spans, files, malformed_lines, malformed_spans } = export;
+    let origin = spans.iter().map(|span| span.start_ns).min().unwrap_or(0);
+    let tick = |ns: u64| (ns.saturating_sub(origin) + TICK_NS / 2) / TICK_NS;
+    let mut placements: Vec<Placement> =
+        spans.iter().map(|span| Placement { lane: 0, start: tick(span.start_ns), end: tick(span.end_ns) }).collect();
+
+    let mut by_rank: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, span) in spans.iter().enumerate() {
+        by_rank.entry(span.rank).or_default().push(i);
+    }
+    let mut events = Vec::with_capacity(spans.len() + 4 * by_rank.len());
+    let mut children = HashMap::new();
+    for (&rank, members) in &by_rank {
+        let (lanes, rank_children) = assign_lanes(&spans, members, &mut placements);
+        children.extend(rank_children);
+        let pid = u64::from(rank) + 1;
+        events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": format!("rank {rank}")}}));
+        events.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": rank}}));
+        for lane in 0..lanes {
+            let name = if lane == 0 { "spans".to_string() } else { format!("concurrent spans {lane}") };
+            let tid = lane + 1;
+            events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}));
+            events.push(
+                json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": lane}}),
+            );
+        }
+    }
+
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by_key(|&i| {
+        (placements[i].start, std::cmp::Reverse(placements[i].end), spans[i].rank, placements[i].lane)
+    });
+    for &i in &order {
+        let span = &spans[i];
+        let placement = placements[i];
+        let mut args = span.attributes.clone();
+        args.insert("trace_id".into(), json!(span.trace_id));
+        args.insert("span_id".into(), json!(span.span_id));
+        if let Some(parent) = &span.parent_span_id {
+            args.insert("parent_span_id".into(), json!(parent));
+        }
+        if let Some((code, message)) = &span.status {
+            let code = match code {
+                1 => "OK".to_string(),
+                2 => "ERROR".to_string(),
+                other => other.to_string(),
+            };
+            args.insert("otel.status_code".into(), json!(code));
+            if !message.is_empty() {
+                args.insert("otel.status_description".into(), json!(message));
+            }
+        }
+        if !span.links.is_empty() {
+            let links: Vec<String> = span.links.iter().map(|(trace, span)| format!("{trace}:{span}")).collect();
+            args.insert("links".into(), json!(links));
+        }
+        args.insert("start_time_unix_nano".into(), json!(span.start_ns.to_string()));
+        args.insert("duration_ns".into(), json!(span.end_ns - span.start_ns));
+        events.push(json!({
+            "ph": "X",
+            "name": span.name,
+            "cat": span.scope,
+            "pid": u64::from(span.rank) + 1,
+            "tid": placement.lane + 1,
+            "ts": micros(placement.start),
+            "dur": micros(placement.end - placement.start),
+            "args": args,
+        }));
+    }
+
+    let index: HashMap<(&str, &str), usize> =
+        spans.iter().enumerate().map(|(i, span)| ((span.trace_id.as_str(), span.span_id.as_str()), i)).collect();
+    let mut flows = 0_u64;
+    let mut unresolved_links = 0;
+    for &target in &order {
+        for (trace_id, span_id) in &spans[target].links {
+            let Some(&source) = index.get(&(trace_id.as_str(), span_id.as_str())) else {
+                unresolved_links += 1;
+                continue;
+            };
+            flows += 1;
+            let from_ns = free_point(source, &placements, &children, true);
+            let to_ns = free_point(target, &placements, &children, false);
+            #[expect(clippy::cast_precision_loss, reason = "nanoseconds after the trace start stay far below 2^53")]
+            let (from_us, to_us) = (from_ns as f64 / 1000.0, to_ns as f64 / 1000.0);
+            events.push(json!({
+                "ph": "s", "id": flows, "name": "link", "cat": "link",
+                "pid": u64::from(spans[source].rank) + 1, "tid": placements[source].lane + 1, "ts": from_us,
+            }));
+            events.push(json!({
+                "ph": "f", "bp": "e", "id": flows, "name": "link", "cat": "link",
+                "pid": u64::from(spans[target].rank) + 1, "tid": placements[target].lane + 1, "ts": to_us,
+            }));
+        }
+    }
+
+    let table = table(&spans);
+    let trace = json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "megatron-train-sim trace-view",
+            "start_time_unix_nano": origin.to_string(),
+            "sources": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        },
+    });
+    View {
+        trace,
+        table,
+        files,
+        spans: spans.len(),
+        ranks: by_rank.len(),
+        flows: usize::try_from(flows).unwrap_or(usize::MAX),
+        unresolved_links,
+        malformed_lines,
+        malformed_spans,
+    }
+}
+
+/// The nearest-rank percentile `p` (0-100) of sorted, non-empty `values`.
+fn percentile(sorted: &[u64], p: usize) -> u64 {
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// Per span name: count, total, mean, p50, p99 (nearest rank), by total
+/// duration, largest first (ties by name).
+fn table(spans: &[Span]) -> Vec<NameStats> {
+    let mut durations: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for span in spans {
+        durations.entry(span.name.as_str()).or_default().push(span.end_ns - span.start_ns);
+    }
+    let mut rows: Vec<NameStats> = durations
+        .into_iter()
+        .map(|(name, mut values)| {
+            values.sort_unstable();
+            let total_ns: u64 = values.iter().sum();
+            #[expect(clippy::cast_precision_loss, reason = "a mean for display")]
+            let mean_ns = total_ns as f64 / values.len() as f64;
+            NameStats {
+                name: name.to_string(),
+                count: values.len(),
+                total_ns,
+                mean_ns,
+                p50_ns: percentile(&values, 50),
+                p99_ns: percentile(&values, 99),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    rows
+}
+
+/// Milliseconds with three decimals.
+fn ms(ns: f64) -> String {
+    format!("{:.3}", ns / 1e6)
+}
+
+/// Writes the per-span-name table (durations in milliseconds).
+pub(crate) fn write_table(out: &mut dyn Write, rows: &[NameStats]) -> io::Result<()> {
+    let width = rows.iter().map(|row| row.name.len()).max().unwrap_or(0).max("span".len());
+    writeln!(
+        out,
+        "{:<width$}  {:>8}  {:>12}  {:>10}  {:>10}  {:>10}",
+        "span", "count", "total ms", "mean ms", "p50 ms", "p99 ms"
+    )?;
+    for row in rows {
+        #[expect(clippy::cast_precision_loss, reason = "durations for display")]
+        let (total, p50, p99) = (row.total_ns as f64, row.p50_ns as f64, row.p99_ns as f64);
+        writeln!(
+            out,
+            "{:<width$}  {:>8}  {:>12}  {:>10}  {:>10}  {:>10}",
+            row.name,
+            row.count,
+            ms(total),
+            ms(row.mean_ns),
+            ms(p50),
+            ms(p99)
+        )?;
+    }
+    Ok(())
+}
+
+fn write_footer(out: &mut dyn Write, view: &View, path: &Path) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "read {} span(s) of {} rank(s) from {} file(s); {} link(s) drawn as flows",
+        view.spans,
+        view.ranks,
+        view.files.len(),
+        view.flows
+    )?;
+    if view.unresolved_links > 0 {
+        writeln!(out, "{} link(s) point at spans that are not in the export (not drawn)", view.unresolved_links)?;
+    }
+    if view.malformed_lines > 0 || view.malformed_spans > 0 {
+        writeln!(
+            out,
+            "skipped {} malformed line(s) and {} malformed span(s)",
+            view.malformed_lines, view.malformed_spans
+        )?;
+    }
+    writeln!(out, "wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&values, 50), 50);
+        assert_eq!(percentile(&values, 99), 99);
+        assert_eq!(percentile(&[7], 50), 7);
+        assert_eq!(percentile(&[7], 99), 7);
+        assert_eq!(percentile(&[1, 2, 3, 4], 50), 2);
+        assert_eq!(percentile(&[1, 2, 3, 4], 99), 4);
+        assert_eq!(percentile(&[1, 2, 3], 50), 2);
+    }
+
+    #[test]
+    fn otlp_values_become_plain_json() {
+        assert_eq!(any_value(&json!({"intValue": "42"})), json!(42));
+        assert_eq!(any_value(&json!({"intValue": 42})), json!(42));
+        assert_eq!(any_value(&json!({"stringValue": "x"})), json!("x"));
+        assert_eq!(any_value(&json!({"boolValue": true})), json!(true));
+        assert_eq!(any_value(&json!({"doubleValue": 1.5})), json!(1.5));
+        assert_eq!(
+            any_value(&json!({"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}})),
+            json!([1, "a"])
+        );
+        assert_eq!(nanos(&json!("1700000000000000123")), Some(1_700_000_000_000_000_123));
+        assert_eq!(nanos(&json!(1_700_000_000_000_000_123_u64)), Some(1_700_000_000_000_000_123));
+        assert_eq!(nanos(&json!(-1)), None);
+        assert_eq!(nanos(&json!("soon")), None);
+    }
+
+    fn span(name: &str, id: &str, parent: Option<&str>, start_us: u64, end_us: u64) -> Span {
+        Span {
+            rank: 0,
+            trace_id: "t".into(),
+            span_id: id.into(),
+            parent_span_id: parent.map(str::to_string),
+            name: name.into(),
+            scope: String::new(),
+            start_ns: start_us * 1000,
+            end_ns: end_us * 1000,
+            attributes: Map::new(),
+            status: None,
+            links: Vec::new(),
+        }
+    }
+
+    fn lanes_of(spans: Vec<Span>) -> Vec<usize> {
+        let view = convert(Export { spans, ..Export::default() });
+        let mut lanes: Vec<(String, usize)> = view.trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| (e["args"]["span_id"].as_str().unwrap().to_string(), e["tid"].as_u64().unwrap() as usize))
+            .collect();
+        lanes.sort();
+        lanes.into_iter().map(|(_, tid)| tid).collect()
+    }
+
+    #[test]
+    fn nested_spans_share_a_thread_and_overlaps_get_another() {
+        // a [0,100] > b [10,50] > c [20,30]; d [40,60] is a child of a that
+        // overlaps b: it cannot nest in b, so it moves to a second thread.
+        let spans = vec![
+            span("a", "a", None, 0, 100),
+            span("b", "b", Some("a"), 10, 50),
+            span("c", "c", Some("b"), 20, 30),
+            span("d", "d", Some("a"), 40, 60),
+        ];
+        assert_eq!(lanes_of(spans), vec![1, 1, 1, 2]);
+        // An unrelated root inside a's window does not pose as a's child.
+        let spans = vec![span("a", "a", None, 0, 100), span("x", "x", None, 10, 20), span("e", "e", Some("a"), 30, 40)];
+        assert_eq!(lanes_of(spans), vec![1, 1, 2]);
+    }
+
+    #[test]
+    fn flow_points_avoid_children() {
+        // a [0,100] with a child b [0,50] on its lane: a's first free moment
+        // is just after b ends; b's last free moment is just before its end.
+        let mut linked = span("b", "b", Some("a"), 0, 50);
+        linked.links.push(("t".into(), "a".into()));
+        let view = convert(Export { spans: vec![span("a", "a", None, 0, 100), linked], ..Export::default() });
+        let events = view.trace["traceEvents"].as_array().unwrap();
+        let start = events.iter().find(|e| e["ph"] == "s").unwrap();
+        let finish = events.iter().find(|e| e["ph"] == "f").unwrap();
+        assert_eq!(start["ts"], json!(50.062));
+        assert_eq!(finish["ts"], json!(49.938));
+        assert_eq!(view.flows, 1);
+    }
+}
