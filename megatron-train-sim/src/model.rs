@@ -1,12 +1,27 @@
-//! The model, its data and its optimizer: a stack of dense layers trained
-//! to imitate a fixed random "teacher" on synthetic inputs.
+//! The model, its data and its optimizer: a stack of layers trained to
+//! imitate a fixed random "teacher" on synthetic inputs.
 //!
 //! # Model
 //!
-//! `--num-layers` dense layers of width `--hidden-size`, `tanh` after every
-//! layer but the last, mean squared error against the teacher's output.
-//! Every token of every sample is one row, so a microbatch is a
-//! `(micro_batch_size × seq_length) × hidden_size` matrix.
+//! `--num-layers` layers of width `--hidden-size`, mean squared error
+//! against the teacher's output. Every token of every sample is one row, so
+//! a microbatch is a `(micro_batch_size × seq_length) × hidden_size` matrix.
+//! Each layer has two sub-blocks, as a transformer layer has:
+//!
+//! - a **token mixer** that moves information along the sequence, the only
+//!   place where tokens of one sample meet. In a transformer layer (`*` in
+//!   `--hybrid-override-pattern`, the default) it is "self-attention-like":
+//!   each token becomes `0.9·x_t + 0.1·mean(x_0..=x_t)`, a residual plus
+//!   attention with uniform causal weights (no parameters). In a
+//!   Mamba layer (`M`) it is a "Mamba mixer": a causal exponential scan
+//!   `y_t = a·y_(t-1) + (1-a)·x_t` per feature (a fixed-decay selective
+//!   scan), followed by the layer's projection inside the mixer;
+//! - a dense **MLP** sub-block `tanh(m·W + b)` (no `tanh` on the model's
+//!   last layer), the only parameters of the layer.
+//!
+//! The mixers are parameter-free and linear, so every layout computes them
+//! alike; the teacher's targets are `tanh(mix(x)·A)` with the transformer
+//! mixer, so the student can fit them.
 //!
 //! Pipeline parallelism gives each stage `num_layers / PP` consecutive
 //! layers. Tensor parallelism splits each layer's weight by output columns:
@@ -107,14 +122,107 @@ impl Data {
         out
     }
 
-    /// The teacher's outputs for `inputs` (`tanh(x·A)`).
+    /// The teacher's outputs for `inputs` (`tanh(mix(x)·A)`, with the
+    /// transformer mixer).
     pub(crate) fn targets(&self, device: &dyn Device, inputs: &[f32]) -> Vec<f32> {
         let teacher = self.teacher.as_deref().unwrap_or(&[]);
         let rows = inputs.len() / self.hidden;
+        let mut mixed = inputs.to_vec();
+        causal_mix(&mut mixed, self.hidden, self.seq);
         let mut out = vec![0.0; rows * self.hidden];
-        device.matmul(inputs, teacher, rows, self.hidden, self.hidden, &mut out);
+        device.matmul(&mixed, teacher, rows, self.hidden, self.hidden, &mut out);
         out.iter_mut().for_each(|v| *v = v.tanh());
         out
+    }
+}
+
+/// What mixes the tokens of a layer (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LayerKind {
+    /// A transformer layer: self-attention-like mixer, then the MLP.
+    Transformer,
+    /// A Mamba layer: a causal scan and the projection, both in the mixer.
+    Mamba,
+}
+
+impl LayerKind {
+    /// The kinds of `num_layers` layers from Megatron's
+    /// `--hybrid-override-pattern` (`M` Mamba, `*` transformer; `None`:
+    /// all transformer). The pattern is validated by the command line.
+    pub(crate) fn from_pattern(pattern: Option<&str>, num_layers: u32) -> Vec<LayerKind> {
+        match pattern {
+            Some(p) => p.chars().map(|c| if c == 'M' { LayerKind::Mamba } else { LayerKind::Transformer }).collect(),
+            None => vec![LayerKind::Transformer; num_layers as usize],
+        }
+    }
+}
+
+/// The share of the causal mean in the transformer mixer's output (small,
+/// so that the deep student can still fit the one-mixer teacher).
+const MIX: f32 = 0.1;
+
+/// The Mamba mixer's decay `a`.
+const SCAN_DECAY: f32 = 0.5;
+
+/// The transformer mixer, in place: each token of each sample (rows of
+/// `hidden` values, `seq` rows per sample) becomes
+/// `(1 - MIX)·x_t + MIX·mean(x_0..=x_t)`.
+pub(crate) fn causal_mix(values: &mut [f32], hidden: usize, seq: usize) {
+    let mut sum = vec![0.0_f32; hidden];
+    for sample in values.chunks_exact_mut(hidden * seq) {
+        sum.fill(0.0);
+        for (t, row) in sample.chunks_exact_mut(hidden).enumerate() {
+            let count = (t + 1) as f32;
+            for (v, s) in row.iter_mut().zip(&mut sum) {
+                *s += *v;
+                *v = (1.0 - MIX) * *v + MIX * *s / count;
+            }
+        }
+    }
+}
+
+/// The transpose of [`causal_mix`] (its backward pass), in place:
+/// `g_x_s = (1 - MIX)·g_s + MIX·Σ_(t ≥ s) g_t / (t+1)`.
+fn causal_mix_backward(grads: &mut [f32], hidden: usize, seq: usize) {
+    let mut tail = vec![0.0_f32; hidden];
+    for sample in grads.chunks_exact_mut(hidden * seq) {
+        tail.fill(0.0);
+        for (t, row) in sample.chunks_exact_mut(hidden).enumerate().rev() {
+            let count = (t + 1) as f32;
+            for (g, acc) in row.iter_mut().zip(&mut tail) {
+                *acc += *g / count;
+                *g = (1.0 - MIX) * *g + MIX * *acc;
+            }
+        }
+    }
+}
+
+/// The Mamba mixer's scan, in place: `y_t = a·y_(t-1) + (1-a)·x_t` per
+/// feature, restarting at each sample.
+fn scan(values: &mut [f32], hidden: usize, seq: usize) {
+    let mut state = vec![0.0_f32; hidden];
+    for sample in values.chunks_exact_mut(hidden * seq) {
+        state.fill(0.0);
+        for row in sample.chunks_exact_mut(hidden) {
+            for (v, y) in row.iter_mut().zip(&mut state) {
+                *y = SCAN_DECAY * *y + (1.0 - SCAN_DECAY) * *v;
+                *v = *y;
+            }
+        }
+    }
+}
+
+/// The transpose of [`scan`]: `G_t = g_t + a·G_(t+1)`, `g_x_t = (1-a)·G_t`.
+fn scan_backward(grads: &mut [f32], hidden: usize, seq: usize) {
+    let mut carry = vec![0.0_f32; hidden];
+    for sample in grads.chunks_exact_mut(hidden * seq) {
+        carry.fill(0.0);
+        for row in sample.chunks_exact_mut(hidden).rev() {
+            for (g, c) in row.iter_mut().zip(&mut carry) {
+                *c = *g + SCAN_DECAY * *c;
+                *g = (1.0 - SCAN_DECAY) * *c;
+            }
+        }
     }
 }
 
@@ -123,6 +231,8 @@ impl Data {
 pub(crate) struct LayerSlot {
     /// The layer's number in the whole model (1-based, as Megatron counts).
     pub(crate) number: u32,
+    /// What mixes its tokens.
+    pub(crate) kind: LayerKind,
     /// Whether `tanh` follows it (every layer but the model's last).
     pub(crate) activation: bool,
     /// Offset of the weight (`h × c`, row-major) in the parameters.
@@ -132,11 +242,52 @@ pub(crate) struct LayerSlot {
 }
 
 /// What one layer kept from the forward pass for the backward pass.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Saved {
-    input: Vec<f32>,
+    /// The MLP's input (the mixer's output).
+    pub(crate) input: Vec<f32>,
     /// The layer's output (after the activation, all columns).
-    output: Vec<f32>,
+    pub(crate) output: Vec<f32>,
+}
+
+/// A microbatch's saved activations moved out of the working set
+/// (`--fine-grained-activation-offloading`): one contiguous side buffer and
+/// the lengths to cut it back into [`Saved`] values.
+#[derive(Debug)]
+pub(crate) struct Offloaded {
+    buffer: Vec<f32>,
+    lengths: Vec<(usize, usize)>,
+}
+
+impl Offloaded {
+    /// Copies `saved` into one side buffer and frees the originals.
+    pub(crate) fn offload(saved: Vec<Saved>) -> Offloaded {
+        let total = saved.iter().map(|s| s.input.len() + s.output.len()).sum();
+        let mut buffer = Vec::with_capacity(total);
+        let mut lengths = Vec::with_capacity(saved.len());
+        for layer in saved {
+            buffer.extend_from_slice(&layer.input);
+            buffer.extend_from_slice(&layer.output);
+            lengths.push((layer.input.len(), layer.output.len()));
+        }
+        Offloaded { buffer, lengths }
+    }
+
+    /// Copies the activations back out of the side buffer.
+    pub(crate) fn reload(self) -> Vec<Saved> {
+        let mut at = 0;
+        self.lengths
+            .iter()
+            .map(|&(input, output)| {
+                let layer = Saved {
+                    input: self.buffer[at..at + input].to_vec(),
+                    output: self.buffer[at + input..at + input + output].to_vec(),
+                };
+                at += input + output;
+                layer
+            })
+            .collect()
+    }
 }
 
 /// This rank's share of the model: its stage's layers, its columns of each.
@@ -144,6 +295,8 @@ pub(crate) struct Saved {
 pub(crate) struct Stage {
     /// Model width `h`.
     pub(crate) hidden: usize,
+    /// Tokens per sample (the mixers work along them).
+    pub(crate) seq: usize,
     /// Columns per tensor-parallel rank `c = h / TP`.
     pub(crate) columns: usize,
     /// This rank's tensor-parallel index.
@@ -158,16 +311,20 @@ pub(crate) struct Stage {
 
 impl Stage {
     /// The layers of pipeline stage `stage` (of `stages`), tensor-parallel
-    /// rank `tp_rank` of `tp`, initialised from `seed`.
+    /// rank `tp_rank` of `tp`, initialised from `seed`; `kinds` has one
+    /// entry per layer of the whole model.
+    #[expect(clippy::too_many_arguments, reason = "the layout coordinates are plain numbers")]
     pub(crate) fn new(
         seed: u64,
-        num_layers: u32,
+        kinds: &[LayerKind],
         hidden: usize,
+        seq: usize,
         stages: u32,
         stage: u32,
         tp: u32,
         tp_rank: u32,
     ) -> Stage {
+        let num_layers = kinds.len() as u32;
         let columns = hidden / tp as usize;
         let per_stage = num_layers / stages;
         let scale = (3.0 / hidden as f32).sqrt();
@@ -184,10 +341,11 @@ impl Stage {
             }
             let bias = params.len();
             params.extend(std::iter::repeat_n(0.0, columns));
-            layers.push(LayerSlot { number, activation: number < num_layers, weight, bias });
+            let kind = kinds[number as usize - 1];
+            layers.push(LayerSlot { number, kind, activation: number < num_layers, weight, bias });
         }
         let grads = vec![0.0; params.len()];
-        Stage { hidden, columns, tp_rank: tp_rank as usize, layers, params, grads }
+        Stage { hidden, seq, columns, tp_rank: tp_rank as usize, layers, params, grads }
     }
 
     /// The number of parameters of the whole model.
@@ -195,10 +353,35 @@ impl Stage {
         u64::from(num_layers) * (hidden * hidden + hidden)
     }
 
-    /// Layer `index`'s forward pass on `input` (rows × h): this rank's
-    /// columns, completed by `gather` (the tensor-parallel all-gather, which
-    /// returns every rank's columns concatenated rank by rank).
+    /// Layer `index`'s token mixer on `input` (rows × h): the
+    /// self-attention-like mixer of a transformer layer or the scan of a
+    /// Mamba layer. The same on every tensor-parallel rank.
+    pub(crate) fn mix_forward(&self, index: usize, mut input: Vec<f32>) -> Vec<f32> {
+        match self.layers[index].kind {
+            LayerKind::Transformer => causal_mix(&mut input, self.hidden, self.seq),
+            LayerKind::Mamba => scan(&mut input, self.hidden, self.seq),
+        }
+        input
+    }
+
+    /// Layer `index`'s whole forward pass (mixer, then dense part).
+    #[cfg(test)]
     pub(crate) fn layer_forward<E>(
+        &self,
+        device: &dyn Device,
+        index: usize,
+        input: Vec<f32>,
+        gather: impl FnOnce(&[f32]) -> Result<Vec<f32>, E>,
+    ) -> Result<(Vec<f32>, Saved), E> {
+        let mixed = self.mix_forward(index, input);
+        self.dense_forward(device, index, mixed, gather)
+    }
+
+    /// Layer `index`'s dense part on the mixer's output `input` (rows × h):
+    /// this rank's columns, completed by `gather` (the tensor-parallel
+    /// all-gather, which returns every rank's columns concatenated rank by
+    /// rank).
+    pub(crate) fn dense_forward<E>(
         &self,
         device: &dyn Device,
         index: usize,
@@ -235,7 +418,7 @@ impl Stage {
         Ok((output.clone(), Saved { input, output }))
     }
 
-    /// Layer `index`'s backward pass: accumulates this rank's weight and
+    /// Layer `index`'s backward pass (dense part, then mixer): accumulates this rank's weight and
     /// bias gradients and returns the input gradient, completed by `reduce`
     /// (the tensor-parallel all-reduce of the partial input gradients).
     pub(crate) fn layer_backward<E>(
@@ -266,6 +449,10 @@ impl Stage {
         device.matmul_a_bt(&mine, &self.params[slot.weight..slot.weight + h * c], rows, c, h, &mut grad_input);
         if c != h {
             reduce(&mut grad_input)?;
+        }
+        match slot.kind {
+            LayerKind::Transformer => causal_mix_backward(&mut grad_input, h, self.seq),
+            LayerKind::Mamba => scan_backward(&mut grad_input, h, self.seq),
         }
         Ok(grad_input)
     }
@@ -384,8 +571,9 @@ mod tests {
     fn column_split_layers_compute_what_the_whole_layer_computes() {
         let cpu = Cpu;
         let hidden = 8;
-        let whole = Stage::new(7, 2, hidden, 1, 0, 1, 0);
-        let halves = [Stage::new(7, 2, hidden, 1, 0, 2, 0), Stage::new(7, 2, hidden, 1, 0, 2, 1)];
+        let kinds = [LayerKind::Transformer; 2];
+        let whole = Stage::new(7, &kinds, hidden, 3, 1, 0, 1, 0);
+        let halves = [Stage::new(7, &kinds, hidden, 3, 1, 0, 2, 0), Stage::new(7, &kinds, hidden, 3, 1, 0, 2, 1)];
         let input: Vec<f32> = (0..3 * hidden).map(|i| (i as f32 * 0.37).sin()).collect();
         let never = |_: &[f32]| -> Result<Vec<f32>, ()> { unreachable!("no gather without tensor parallelism") };
         let (expected, _) = whole.layer_forward(&cpu, 0, input.clone(), never).unwrap();
@@ -396,7 +584,8 @@ mod tests {
             let c = hidden / 2;
             let mut second = vec![0.0; rows * c];
             let _ = local_only;
-            cpu.matmul(&input, &halves[1].params[..hidden * c], rows, hidden, c, &mut second);
+            let mixed = halves[1].mix_forward(0, input.clone());
+            cpu.matmul(&mixed, &halves[1].params[..hidden * c], rows, hidden, c, &mut second);
             (second, ())
         };
         let (got, _) = halves[0]
@@ -407,6 +596,36 @@ mod tests {
         for (a, b) in got.iter().zip(&expected) {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
         }
+    }
+
+    /// `<mix(x), g> == <x, mixᵀ(g)>` for both mixers: the backward passes
+    /// are the transposes of the forward passes.
+    #[test]
+    fn mixer_backward_passes_are_the_transposes_of_their_forward_passes() {
+        let (hidden, seq) = (3, 4);
+        let x: Vec<f32> = (0..2 * hidden * seq).map(|i| ((i * 7) % 11) as f32 * 0.1 - 0.5).collect();
+        let g: Vec<f32> = (0..2 * hidden * seq).map(|i| ((i * 5) % 13) as f32 * 0.1 - 0.6).collect();
+        type Pass = fn(&mut [f32], usize, usize);
+        let pairs: [(Pass, Pass); 2] = [(causal_mix, causal_mix_backward), (scan, scan_backward)];
+        for (forward, backward) in pairs {
+            let mut fx = x.clone();
+            forward(&mut fx, hidden, seq);
+            let mut bg = g.clone();
+            backward(&mut bg, hidden, seq);
+            let left: f32 = fx.iter().zip(&g).map(|(a, b)| a * b).sum();
+            let right: f32 = x.iter().zip(&bg).map(|(a, b)| a * b).sum();
+            assert!((left - right).abs() < 1e-4, "{left} vs {right}");
+            assert_ne!(fx, x, "the mixer changed nothing");
+        }
+    }
+
+    #[test]
+    fn offloaded_activations_come_back_unchanged() {
+        let saved = vec![
+            Saved { input: vec![1.0, 2.0], output: vec![3.0] },
+            Saved { input: vec![4.0], output: vec![5.0, 6.0, 7.0] },
+        ];
+        assert_eq!(Offloaded::offload(saved.clone()).reload(), saved);
     }
 
     #[test]

@@ -1,54 +1,46 @@
-//! SIGTERM and SIGINT in a rank.
+//! SIGTERM and SIGINT in a rank: exactly one mechanism per mode.
 //!
-//! The signals are taken on signal-hook's iterator thread, never inside the
-//! async-signal handler, so the work done there may lock and allocate.
-//!
-//! - Without `--exit-signal-handler` the rank ends now: telemetry ends its
-//!   open spans (marked truncated) and flushes, then the default action is
-//!   re-raised, so the rank dies of the signal and its launcher sees the
-//!   conventional status (143 for SIGTERM, 130 for SIGINT).
-//! - With it, the signal only sets a flag; the training loop shares it with
-//!   every rank in the next iteration's all-reduce, so all ranks finish that
-//!   iteration, save (with `--save`) and exit 0 together.
-//!
-//! While a rank is dying of a signal, connection errors that its peers'
-//! deaths cause are not reported as the rank's own failure
-//! ([`is_dying`]).
+//! - **With `--exit-signal-handler`** (graceful): [`install_drain_flag`]
+//!   makes a signal set a flag, on signal-hook's iterator thread (never
+//!   inside the async-signal handler); the training loop shares the flag
+//!   with every rank in the next iteration's all-reduce, so all ranks finish
+//!   that iteration, save (with `--save`) and exit 0 together. It is
+//!   installed *before* telemetry, on every rank: on an exporting rank the
+//!   lifecycle's graceful handler (megatron-telemetry's `signals` module)
+//!   then sits in front of it, flushes what is queued and passes the signal
+//!   on to this one.
+//! - **Without it**, the simulator installs nothing. On an exporting rank
+//!   the lifecycle's handler ends the open spans (marked truncated),
+//!   flushes, restores the default action and re-raises the signal; on the
+//!   other ranks the default action applies at once. Either way the rank
+//!   dies of the signal and its launcher sees the conventional status (143
+//!   for SIGTERM, 130 for SIGINT).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
-use crate::telemetry::TelemetryShutdown;
+/// The flag a graceful signal sets; `false` for ever without
+/// `--exit-signal-handler`.
+pub(crate) type StopFlag = Arc<AtomicBool>;
 
-static DYING: AtomicBool = AtomicBool::new(false);
-
-/// Whether this process is ending because of a signal.
-pub(crate) fn is_dying() -> bool {
-    DYING.load(Ordering::Acquire)
-}
-
-/// Installs the handling described in the module docs; returns the flag
-/// that a graceful signal sets.
+/// Installs the drain flag when `graceful` (see the module docs); returns
+/// the flag.
 #[cfg(unix)]
-pub(crate) fn install(graceful: bool, telemetry: TelemetryShutdown) -> std::io::Result<Arc<AtomicBool>> {
+pub(crate) fn install_drain_flag(graceful: bool) -> std::io::Result<StopFlag> {
+    use std::sync::atomic::Ordering;
+
     use signal_hook::consts::{SIGINT, SIGTERM};
     use signal_hook::iterator::Signals;
 
     let stop = Arc::new(AtomicBool::new(false));
+    if !graceful {
+        return Ok(stop);
+    }
     let flag = Arc::clone(&stop);
     let mut signals = Signals::new([SIGTERM, SIGINT])?;
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        for signal in signals.forever() {
-            if graceful {
-                flag.store(true, Ordering::Release);
-                continue;
-            }
-            DYING.store(true, Ordering::Release);
-            let _report = telemetry.shutdown();
-            let _ = signal_hook::low_level::emulate_default_handler(signal);
-            // The default action of SIGTERM and SIGINT ends the process; if
-            // something ignored it, end with the conventional status anyway.
-            std::process::exit(128 + signal);
+    std::thread::Builder::new().name("drain-signals".into()).spawn(move || {
+        for _signal in signals.forever() {
+            flag.store(true, Ordering::Release);
         }
     })?;
     Ok(stop)
@@ -56,6 +48,6 @@ pub(crate) fn install(graceful: bool, telemetry: TelemetryShutdown) -> std::io::
 
 /// Without Unix signals there is nothing to install.
 #[cfg(not(unix))]
-pub(crate) fn install(_graceful: bool, _telemetry: TelemetryShutdown) -> std::io::Result<Arc<AtomicBool>> {
+pub(crate) fn install_drain_flag(_graceful: bool) -> std::io::Result<StopFlag> {
     Ok(Arc::new(AtomicBool::new(false)))
 }

@@ -1,48 +1,52 @@
-//! The simulator's only door to telemetry. Every call into lens and
-//! megatron-telemetry goes through this module, so that moving to
-//! megatron-telemetry's lifecycle module later changes this file alone.
+//! The simulator's only door to telemetry: a thin adapter over
+//! megatron-telemetry's lifecycle ([`MegatronTelemetry`]), so that the
+//! training loop reads like Megatron's and every structural decision
+//! (the startup trace and its backdated phases, the `megatron.train`
+//! intervals with their derived trace ids and links, the per-iteration
+//! sampling keys, the first-iteration wrapper, metrics on the exporting rank
+//! only, SIGTERM/SIGINT on exporting ranks, shutdown) is the lifecycle's.
 //!
-//! For now it does, in this order:
+//! What stays here is what only a multi-process simulator needs:
 //!
-//! - [`load_config`]: the configuration as Megatron reads it (prefix
-//!   `MEGATRON_OTEL`, fallback `NEMO_LENS`, the Megatron span-group catalog,
-//!   default service name `megatron-lm`), with the `--otel-*` flags applied,
-//!   validated before anything starts;
-//! - [`Telemetry::setup`]: `lens_fallbacks::setup_telemetry` with the
-//!   training arguments as resource attributes
-//!   (`megatron_telemetry::resource::training_resource_attributes`) and the
-//!   training metrics (`megatron_telemetry::metrics::TrainingMetrics`) on
-//!   the exporting rank;
-//! - spans: [`Telemetry::span`] opens any span of the taxonomy
-//!   (`megatron_telemetry::taxonomy`), gated by its group and marked
-//!   `is_goodput_span` where the taxonomy says so; the structural ones have
-//!   their own methods (startup, the `megatron.train` intervals); the
-//!   pipeline's linked receive spans are made from the context bytes that
-//!   travel in each point-to-point message ([`Telemetry::outgoing_context`],
-//!   [`Telemetry::linked_receive`]);
-//! - [`Telemetry::record`]: the eight training metrics at a log interval;
-//! - [`TelemetryShutdown::shutdown`]: ends open spans, flushes, reports.
+//! - the launcher's side: [`exporter_unconfigured`] (the zero-setup `file`
+//!   default), one run id for every rank ([`RUN_ID_VARIABLE`]), the
+//!   launcher's startup stamps for its ranks ([`launcher_stamps`]), and the
+//!   configuration check before any rank starts ([`load_config`], the
+//!   lifecycle's own loader);
+//! - the context bytes that travel inside pipeline messages and the linked
+//!   receive spans made from them (SPEC A9), and the context handed to the
+//!   asynchronous-save thread;
+//! - small setters for the attributes of the taxonomy.
 //!
-//! The simulator defines no span or metric name of its own: names, groups
-//! and attribute keys all come from megatron-telemetry.
+//! The simulator defines no span, metric or attribute name of its own:
+//! they all come from `megatron_telemetry::taxonomy` and `::metrics`.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lens_core::config::{CliOverrides, ConfigError, ConfigLoader, LensConfig};
+use lens_core::config::{CliOverrides, LensConfig};
 use lens_core::env::EnvSource;
 use lens_core::identity::RankContext;
 use lens_fallbacks::{
-    KeyValue, RemoteContext, SetupError, SetupOptions, ShutdownReport, SpanGuard, SpanLink, create_linked_span,
-    decode_context, encode_context, is_span_group_enabled, managed_span, new_trace_linked,
+    KeyValue, RemoteContext, SetupError, ShutdownReport, SpanGuard, create_linked_span, decode_context, encode_context,
+    is_span_group_enabled, managed_span,
 };
-use megatron_telemetry::groups::{MEGATRON_CATALOG, MegatronSpanGroup};
-use megatron_telemetry::metrics::{TrainingMetrics, TrainingValues};
+use megatron_telemetry::groups::MegatronSpanGroup;
+use megatron_telemetry::lifecycle::{self, IterationSpans, LifecycleOptions, MegatronTelemetry};
 use megatron_telemetry::resource::{TrainingArgs, training_resource_attributes};
 use megatron_telemetry::taxonomy::{self, SpanDef, attr};
 
+pub(crate) use megatron_telemetry::lifecycle::StartupTimestamps;
+pub(crate) use megatron_telemetry::metrics::TrainingValues as MetricValues;
+
 /// An open span; it ends when dropped.
 pub(crate) type Span = SpanGuard;
+
+/// The spans of one iteration (the iteration, and the first-iteration
+/// wrapper the first time).
+pub(crate) type Iteration = IterationSpans;
+
+/// The training arguments the resource reports (SPEC B 7.3).
+pub(crate) type ResourceArgs = TrainingArgs;
 
 /// The variables any of which means "the user chose where telemetry goes".
 pub(crate) const EXPORTER_VARIABLES: [&str; 7] = [
@@ -82,16 +86,10 @@ pub(crate) fn resolve_run_id(config: &LensConfig, env: &(impl EnvSource + ?Sized
 }
 
 /// Megatron's configuration from `env`, with the command-line overrides,
-/// validated (every problem at once, each naming its variable or flag).
-pub(crate) fn load_config(env: &(impl EnvSource + ?Sized), cli: &CliOverrides) -> Result<LensConfig, ConfigError> {
-    let mut config = ConfigLoader::new("MEGATRON_OTEL")
-        .fallback_prefix("NEMO_LENS")
-        .catalog(&MEGATRON_CATALOG)
-        .default_service_name("megatron-lm")
-        .load(env)?;
-    config.apply_cli(cli);
-    config.validate()?;
-    Ok(config)
+/// validated (the lifecycle's loader: the launcher checks it before any
+/// rank starts; each rank's setup loads it again).
+pub(crate) fn load_config(env: &(impl EnvSource + ?Sized), cli: &CliOverrides) -> Result<LensConfig, SetupError> {
+    lifecycle::load_config(cli, env)
 }
 
 /// Whether `config` turns telemetry on.
@@ -104,106 +102,167 @@ pub(crate) fn file_dir(config: &LensConfig, run_id: &str) -> std::path::PathBuf 
     config.file_dir_for(run_id)
 }
 
-/// The training arguments the resource reports (SPEC B 7.3).
-pub(crate) type ResourceArgs = TrainingArgs;
+/// The launcher's startup stamps for its ranks' environment, as a launch
+/// script exports them (seconds since the epoch): the launch start
+/// (`LENS_LAUNCH_SCRIPT_START_TIME`) and the moment just before the ranks
+/// are started (`LENS_LAUNCH_SCRIPT_PRESRUN_TIME`). A stamp already in `env`
+/// (an outer launch script's) is kept and not repeated.
+pub(crate) fn launcher_stamps(
+    env: &(impl EnvSource + ?Sized),
+    launch_start: SystemTime,
+    presrun: SystemTime,
+) -> Vec<(String, String)> {
+    [(lifecycle::LAUNCH_SCRIPT_START_ENV, launch_start), (lifecycle::LAUNCH_SCRIPT_PRESRUN_ENV, presrun)]
+        .into_iter()
+        .filter(|(variable, _)| env.non_empty(variable).is_none())
+        .map(|(variable, time)| {
+            let seconds = time.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+            (variable.to_string(), format!("{seconds:.6}"))
+        })
+        .collect()
+}
 
-/// One rank's telemetry: the lens handle, the training metrics and the
-/// state of the structural spans.
+/// What a rank's telemetry is set up with, besides the command line.
+pub(crate) struct RankSetup<'a, E> {
+    /// The rank.
+    pub(crate) rank: &'a RankContext,
+    /// The training arguments for the resource.
+    pub(crate) args: ResourceArgs,
+    /// The environment (the process's, plus the simulator's default
+    /// exporter when none is configured).
+    pub(crate) env: E,
+    /// The startup stamps captured so far.
+    pub(crate) stamps: StartupTimestamps,
+    /// `--exit-signal-handler`: the lifecycle's handlers only flush and pass
+    /// the signal on to the simulator's drain flag.
+    pub(crate) graceful_signals: bool,
+}
+
+/// One rank's telemetry: the lifecycle.
 pub(crate) struct Telemetry {
-    handle: Arc<lens_fallbacks::Telemetry>,
-    metrics: TrainingMetrics,
-    startup: Option<Span>,
-    startup_context: RemoteContext,
-    interval: Option<Span>,
-    interval_context: RemoteContext,
+    lifecycle: MegatronTelemetry,
 }
 
 impl std::fmt::Debug for Telemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Telemetry").field("handle", &self.handle).finish_non_exhaustive()
-    }
-}
-
-/// What another thread (the signal handler) needs to end telemetry.
-#[derive(Clone, Debug)]
-pub(crate) struct TelemetryShutdown(Arc<lens_fallbacks::Telemetry>);
-
-impl TelemetryShutdown {
-    /// Ends open spans (marked truncated), flushes and shuts down, within
-    /// the handle's bound. Idempotent.
-    pub(crate) fn shutdown(&self) -> ShutdownReport {
-        self.0.shutdown(Duration::from_secs(5))
+        f.debug_struct("Telemetry").field("lifecycle", &self.lifecycle).finish()
     }
 }
 
 impl Telemetry {
-    /// Sets telemetry up for this rank. `env` is what the configuration was
-    /// read from (the process environment, plus the simulator's default
-    /// exporter when none is configured).
-    pub(crate) fn setup(
-        config: &LensConfig,
-        rank: &RankContext,
-        args: &ResourceArgs,
-        env: impl EnvSource + Send + Sync + 'static,
-    ) -> Result<Telemetry, SetupError> {
-        let resource = training_resource_attributes(args, &env);
-        let handle = lens_fallbacks::setup_telemetry(config, rank, resource, SetupOptions::new().with_env(env))?;
-        let metrics =
-            if handle.is_exporting() { TrainingMetrics::new(handle.meter()) } else { TrainingMetrics::noop() };
-        Ok(Telemetry {
-            handle: Arc::new(handle),
-            metrics,
-            startup: None,
-            startup_context: RemoteContext::none(),
-            interval: None,
-            interval_context: RemoteContext::none(),
-        })
+    /// Sets telemetry up for this rank (configuration, resource with the
+    /// training arguments and, on an exporting rank, the GPU identity;
+    /// signal handlers on an exporting rank) and opens the startup trace
+    /// with the phases known so far.
+    pub(crate) fn setup<E>(cli: &CliOverrides, setup: RankSetup<'_, E>) -> Result<Telemetry, SetupError>
+    where
+        E: EnvSource + Clone + Send + Sync + 'static,
+    {
+        let RankSetup { rank, args, env, stamps, graceful_signals } = setup;
+        let local_rank = rank.local_rank;
+        let (resource_env, gpu_env) = (env.clone(), env.clone());
+        let options = LifecycleOptions::new()
+            .with_resource(move || training_resource_attributes(&args, &resource_env))
+            .with_gpu_identity(move || megatron_telemetry::nvml::gpu_identity(local_rank, &gpu_env))
+            .with_startup(stamps)
+            .with_model_type("GPT")
+            .with_exit_signal_handler(graceful_signals);
+        let lifecycle = MegatronTelemetry::setup(cli, rank, env, options)?;
+        Ok(Telemetry { lifecycle })
     }
 
-    /// The handle for the signal thread.
-    pub(crate) fn shutdown_handle(&self) -> TelemetryShutdown {
-        TelemetryShutdown(Arc::clone(&self.handle))
+    /// Records the backdated startup phases that `stamps` completes.
+    pub(crate) fn record_startup_phases(&mut self, stamps: &StartupTimestamps) {
+        self.lifecycle.record_startup_phases(stamps);
     }
 
     /// Whether telemetry is on in this process.
     pub(crate) fn is_enabled(&self) -> bool {
-        self.handle.is_enabled()
+        self.lifecycle.telemetry().is_enabled()
     }
 
     /// Whether this rank exports.
     pub(crate) fn is_exporting(&self) -> bool {
-        self.handle.is_exporting()
+        self.lifecycle.is_exporting()
+    }
+
+    /// This rank's run id.
+    pub(crate) fn run_id(&self) -> String {
+        self.lifecycle.telemetry().run_id().to_string()
     }
 
     /// Where this rank's telemetry goes (empty when it exports nothing).
     pub(crate) fn destinations(&self) -> Vec<String> {
-        self.handle.destinations().to_vec()
+        self.lifecycle.telemetry().destinations().to_vec()
     }
 
-    /// Opens the span `def` of the taxonomy with `attributes` (plus
-    /// `is_goodput_span` where the taxonomy says so), as a child of the
-    /// current span. Costs a load and a test when its group is off.
+    /// Opens the span `def` of the taxonomy with `attributes` (plus the
+    /// flags the taxonomy implies), as a child of the current span. Costs a
+    /// load and a test when its group is off.
     pub(crate) fn span<const N: usize>(&self, def: &'static SpanDef, attributes: [KeyValue; N]) -> Span {
-        managed_span(
-            def.group,
-            def.name,
-            attributes.into_iter().chain(def.goodput.then(|| KeyValue::new(attr::IS_GOODPUT_SPAN, true))),
-        )
-    }
-
-    /// [`Telemetry::span`] with the `megatron.iteration` attribute.
-    pub(crate) fn iteration_span(&self, def: &'static SpanDef, iteration: u64) -> Span {
-        self.span(def, [KeyValue::new(attr::ITERATION, iteration)])
+        self.lifecycle.span(def, attributes)
     }
 
     /// `megatron.layer.forward` for layer `number` (1-based).
     pub(crate) fn layer_span(&self, number: u32) -> Span {
-        self.span(&taxonomy::LAYER_FORWARD, [KeyValue::new(attr::LAYER_NUMBER, number)])
+        self.span(&taxonomy::LAYER_FORWARD, [KeyValue::new(attr::LAYER_NUMBER, i64::from(number))])
     }
 
-    /// Sets `megatron.skipped` on an iteration span.
-    pub(crate) fn mark_skipped(&self, span: &Span, skipped: bool) {
-        span.set_attribute(attr::SKIPPED, skipped);
+    /// `megatron.train.cuda_graph_capture` at `iteration`.
+    pub(crate) fn cuda_graph_capture(&self, iteration: u64) -> Span {
+        self.span(&taxonomy::TRAIN_CUDA_GRAPH_CAPTURE, [KeyValue::new(attr::ITERATION, as_i64(iteration))])
+    }
+
+    /// The training loop starts: startup ends; `save_interval` decides the
+    /// intervals.
+    pub(crate) fn begin_training_loop(&mut self, save_interval: Option<u64>) {
+        self.lifecycle.begin_training_loop(save_interval);
+    }
+
+    /// The top of a loop pass that runs `iteration` (absolute): opens a new
+    /// interval when one is due.
+    pub(crate) fn loop_pass(&mut self, iteration: u64) {
+        self.lifecycle.loop_pass(iteration);
+    }
+
+    /// The spans of training iteration `iteration`.
+    pub(crate) fn iteration(&mut self, iteration: u64) -> Iteration {
+        self.lifecycle.iteration(iteration)
+    }
+
+    /// `megatron.checkpoint.ft_heartbeat` of `iteration`.
+    pub(crate) fn ft_heartbeat(&self, iteration: u64) -> Span {
+        self.lifecycle.ft_heartbeat(iteration)
+    }
+
+    /// `megatron.checkpoint.save.finalize` of `iteration`.
+    pub(crate) fn save_finalize(&self, iteration: u64) -> Span {
+        self.lifecycle.save_finalize(iteration)
+    }
+
+    /// `megatron.checkpoint.exposed_save` of `iteration`.
+    pub(crate) fn exposed_save(&self, iteration: u64) -> Span {
+        self.lifecycle.exposed_save(iteration)
+    }
+
+    /// `megatron.checkpoint.save` of `iteration`.
+    pub(crate) fn checkpoint_save(&self, iteration: u64) -> Span {
+        self.lifecycle.checkpoint_save(iteration)
+    }
+
+    /// `megatron.evaluate`.
+    pub(crate) fn evaluate(&self) -> Span {
+        self.lifecycle.evaluate()
+    }
+
+    /// `megatron.evaluate.step` of evaluation step `step`.
+    pub(crate) fn evaluate_step(&self, step: u64) -> Span {
+        self.lifecycle.evaluate_step(step)
+    }
+
+    /// The loop exited: the interval ends.
+    pub(crate) fn end_training_loop(&mut self) {
+        self.lifecycle.end_training_loop();
     }
 
     /// Sets `megatron.update_successful` on an optimizer span.
@@ -213,17 +272,12 @@ impl Telemetry {
 
     /// Sets `num_microbatches` on a forward-backward span.
     pub(crate) fn mark_microbatches(&self, span: &Span, microbatches: u64) {
-        span.set_attribute(attr::NUM_MICROBATCHES, microbatches);
-    }
-
-    /// Sets `megatron.eval_iteration` on an evaluation step span.
-    pub(crate) fn mark_eval_iteration(&self, span: &Span, step: u64) {
-        span.set_attribute(attr::EVAL_ITERATION, step);
+        span.set_attribute(attr::NUM_MICROBATCHES, as_i64(microbatches));
     }
 
     /// Sets `megatron.eval_iters` on an evaluation span.
     pub(crate) fn mark_eval_iters(&self, span: &Span, steps: u64) {
-        span.set_attribute(attr::EVAL_ITERS, steps);
+        span.set_attribute(attr::EVAL_ITERS, as_i64(steps));
     }
 
     /// Sets `megatron.sniff_test.tag`: `before training`, or `iteration`
@@ -238,57 +292,15 @@ impl Telemetry {
 
     /// Sets `nvrx.call_idx` (an int) on the span that dispatched an async save.
     pub(crate) fn mark_call_index(&self, span: &Span, call_index: u64) {
-        span.set_attribute(attr::NVRX_CALL_IDX, call_index);
+        span.set_attribute(attr::NVRX_CALL_IDX, as_i64(call_index));
     }
 
     /// Sets `nvrx.call_idx` (a list) on a finalize span, when something was finalized.
     pub(crate) fn mark_call_indices(&self, span: &Span, call_indices: &[u64]) {
         if !call_indices.is_empty() {
-            let list: Vec<i64> = call_indices.iter().map(|&i| i64::try_from(i).unwrap_or(i64::MAX)).collect();
+            let list: Vec<i64> = call_indices.iter().map(|&i| as_i64(i)).collect();
             span.set_attribute(attr::NVRX_CALL_IDX, list);
         }
-    }
-
-    /// Opens `megatron.startup` (a child of an incoming `TRACEPARENT`
-    /// context, else a new trace).
-    pub(crate) fn start_startup(&mut self) {
-        let attributes =
-            [KeyValue::new(attr::MODEL_TYPE, "encoder_or_decoder"), KeyValue::new(attr::IS_GOODPUT_SPAN, true)];
-        let span = match self.handle.incoming_context() {
-            Some(incoming) => {
-                let _context = incoming.attach();
-                managed_span(taxonomy::STARTUP.group, taxonomy::STARTUP.name, attributes)
-            }
-            None => new_trace_linked(taxonomy::STARTUP.group, taxonomy::STARTUP.name, [], attributes),
-        };
-        self.startup_context = span.remote_context();
-        self.startup = Some(span);
-    }
-
-    /// Ends `megatron.startup` (idempotent).
-    pub(crate) fn end_startup(&mut self) {
-        self.startup = None;
-    }
-
-    /// Ends the current `megatron.train` interval (if any) and opens the
-    /// next one as the root of a new trace, linked to the previous interval
-    /// (or to startup for the first).
-    pub(crate) fn open_interval(&mut self, first_iteration: u64) {
-        self.interval = None;
-        let previous = if self.interval_context.is_valid() { &self.interval_context } else { &self.startup_context };
-        let span = new_trace_linked(
-            taxonomy::TRAIN.group,
-            taxonomy::TRAIN.name,
-            [SpanLink::new(previous)],
-            [KeyValue::new(attr::ITERATION, first_iteration), KeyValue::new(attr::IS_GOODPUT_SPAN, true)],
-        );
-        self.interval_context = span.remote_context();
-        self.interval = Some(span);
-    }
-
-    /// Ends the current interval (idempotent).
-    pub(crate) fn close_interval(&mut self) {
-        self.interval = None;
     }
 
     /// The current span's context as bytes, to travel inside a pipeline
@@ -317,7 +329,10 @@ impl Telemetry {
             Some(def.group),
             def.name,
             &remote,
-            [KeyValue::new(attr::PIPELINE_PARALLEL_RANK, sender_stage), KeyValue::new(attr::MICROBATCH_ID, microbatch)],
+            [
+                KeyValue::new(attr::PIPELINE_PARALLEL_RANK, i64::from(sender_stage)),
+                KeyValue::new(attr::MICROBATCH_ID, as_i64(microbatch)),
+            ],
         )
     }
 
@@ -327,7 +342,8 @@ impl Telemetry {
     }
 
     /// Runs `body` on a worker thread with `context` (from
-    /// [`Telemetry::current_context_bytes`]) current, inside the span `def`.
+    /// [`Telemetry::current_context_bytes`]) current, inside the span `def`
+    /// with `nvrx.call_idx`.
     pub(crate) fn in_worker_context<R>(
         context: &[u8],
         def: &'static SpanDef,
@@ -336,28 +352,34 @@ impl Telemetry {
     ) -> R {
         let remote = decode_context(context).unwrap_or_else(RemoteContext::none);
         let _context = remote.attach();
-        let _span = managed_span(
-            def.group,
-            def.name,
-            [KeyValue::new(attr::NVRX_CALL_IDX, call_index)]
-                .into_iter()
-                .chain(def.goodput.then(|| KeyValue::new(attr::IS_GOODPUT_SPAN, true))),
-        );
+        let _span = if is_span_group_enabled(def.group) {
+            managed_span(
+                def.group,
+                def.name,
+                [KeyValue::new(attr::NVRX_CALL_IDX, as_i64(call_index))]
+                    .into_iter()
+                    .chain(def.goodput.then(|| KeyValue::new(attr::IS_GOODPUT_SPAN, true))),
+            )
+        } else {
+            SpanGuard::noop()
+        };
         body()
     }
 
-    /// Records the training metrics of one log interval (exporting rank only).
-    pub(crate) fn record(&self, values: &TrainingValues) {
-        self.metrics.record(values);
+    /// Records the training metrics of one log interval (the exporting rank
+    /// only; elsewhere nothing happens).
+    pub(crate) fn record(&self, values: &MetricValues) {
+        self.lifecycle.record_training(values);
     }
 
-    /// Ends the structural spans, then shuts telemetry down.
+    /// Ends the structural spans, removes the signal handlers, then shuts
+    /// telemetry down (flush, bounded). Idempotent.
     pub(crate) fn shutdown(&mut self) -> ShutdownReport {
-        self.interval = None;
-        self.startup = None;
-        self.handle.shutdown(Duration::from_secs(5))
+        self.lifecycle.shutdown(Duration::from_secs(5))
     }
 }
 
-/// The metric values of one log interval.
-pub(crate) type MetricValues = TrainingValues;
+/// Attribute integers are `i64`; counts beyond it are clamped (never reached).
+fn as_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}

@@ -16,10 +16,25 @@
 //! same decisions (skip the step, stop, finalize a save) without further
 //! communication. A step whose loss or gradient norm is not finite is
 //! skipped: no update, counted in `skipped_iterations`.
+//!
+//! Point-to-point receives happen before a microbatch's forward (or
+//! backward) step and sends after it, inside the forward-backward schedule,
+//! as Megatron's schedules do; with `--fine-grained-activation-offloading`
+//! each microbatch's saved activations move to a side buffer between its
+//! forward and backward steps.
+//!
+//! # Optional phases
+//!
+//! Each of these runs only with its flag, and does real work:
+//! `--check-weight-hash-across-dp-replicas-interval` (hash this rank's
+//! weights, all-gather the hashes over the data-parallel group, fail on a
+//! mismatch: at startup and every N iterations), `--enable-cuda-graph` (a
+//! one-time capture at the end of the warm-up; nothing to capture on the
+//! CPU), `--manual-gc` and `--fp8-format` (give freed heap memory back to
+//! the operating system, `malloc_trim`, where Megatron calls `gc.collect()`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use megatron_telemetry::taxonomy as tx;
@@ -28,8 +43,9 @@ use crate::checkpoint::{self, PendingSave, RankState};
 use crate::cli::{Args, Coords, Layout, OptimizerKind};
 use crate::comm::{Comm, CommError, tag};
 use crate::device::{self, Device};
-use crate::model::{Data, Optimizer, Saved, Split, Stage, learning_rate, mse};
+use crate::model::{Data, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, learning_rate, mse};
 use crate::output;
+use crate::signals::StopFlag;
 use crate::telemetry::{MetricValues, Telemetry};
 
 /// Why a rank stopped with an error.
@@ -118,8 +134,9 @@ pub(crate) struct Trainer {
     comm: Comm,
     device: Box<dyn Device>,
     telemetry: Telemetry,
-    stop_requested: Arc<AtomicBool>,
+    stop_requested: StopFlag,
     groups: Groups,
+    kinds: Vec<LayerKind>,
     stage: Stage,
     optimizer: Optimizer,
     data: Data,
@@ -143,7 +160,7 @@ impl Trainer {
         comm: Comm,
         device: Box<dyn Device>,
         telemetry: Telemetry,
-        stop_requested: Arc<AtomicBool>,
+        stop_requested: StopFlag,
     ) -> Trainer {
         let rank = comm.rank();
         let coords = layout.coords(rank);
@@ -155,10 +172,13 @@ impl Trainer {
             previous: (coords.pp > 0).then(|| at(Coords { pp: coords.pp - 1, ..coords })),
             next: (coords.pp + 1 < layout.pp).then(|| at(Coords { pp: coords.pp + 1, ..coords })),
         };
-        let hidden = args.hidden_size as usize;
-        let stage = Stage::new(args.seed, args.num_layers, hidden, layout.pp, coords.pp, layout.tp, coords.tp);
-        let optimizer = Optimizer::new(args.optimizer == OptimizerKind::Adam, stage.params.len());
-        let data = Data::new(args.seed, hidden, args.seq_length as usize, groups.next.is_none());
+        let (hidden, seq) = (args.hidden_size as usize, args.seq_length as usize);
+        let kinds = LayerKind::from_pattern(args.hybrid_override_pattern.as_deref(), args.num_layers);
+        // Empty until startup builds them (in `megatron.startup.model_init`
+        // and `megatron.startup.dataloader`).
+        let stage = Stage::new(args.seed, &[], hidden, seq, 1, 0, 1, 0);
+        let optimizer = Optimizer::new(false, 0);
+        let data = Data::new(args.seed, hidden, seq, false);
         let microbatches = args.num_microbatches(layout);
         let normaliser = (args.global_batch_size * args.seq_length * args.hidden_size) as f64;
         Trainer {
@@ -170,6 +190,7 @@ impl Trainer {
             telemetry,
             stop_requested,
             groups,
+            kinds,
             stage,
             optimizer,
             data,
@@ -197,17 +218,22 @@ impl Trainer {
     /// Startup (model init, checkpoint load, data loader, sniff test), then
     /// the training loop. Telemetry is shut down by the caller.
     pub(crate) fn run(&mut self) -> Result<Outcome, RankError> {
-        self.telemetry.start_startup();
         self.startup()?;
-        self.telemetry.end_startup();
+        self.telemetry.begin_training_loop(self.args.save_interval);
         let outcome = self.train_loop();
-        self.telemetry.close_interval();
+        self.telemetry.end_training_loop();
         outcome
     }
 
     fn startup(&mut self) -> Result<(), RankError> {
         {
             let _model_init = self.telemetry.span(&tx::STARTUP_MODEL_INIT, []);
+            let (layout, coords) = (self.layout, self.coords);
+            let hidden = self.args.hidden_size as usize;
+            let seq = self.args.seq_length as usize;
+            self.stage =
+                Stage::new(self.args.seed, &self.kinds, hidden, seq, layout.pp, coords.pp, layout.tp, coords.tp);
+            self.optimizer = Optimizer::new(self.args.optimizer == OptimizerKind::Adam, self.stage.params.len());
             if let Some(root) = self.args.load.clone() {
                 let _load = self.telemetry.span(&tx::CHECKPOINT_LOAD, []);
                 let iteration = checkpoint::read_tracker(&root).map_err(RankError)?;
@@ -244,15 +270,47 @@ impl Trainer {
             }
         }
         {
-            // The data are generated on demand from the seed: the loader's
-            // work is building the teacher, already done; the span marks the
-            // phase.
+            // The samples are generated on demand from the seed; the
+            // loader's work is building the teacher that labels them.
             let _dataloader = self.telemetry.span(&tx::STARTUP_DATALOADER, []);
+            let (hidden, seq) = (self.args.hidden_size as usize, self.args.seq_length as usize);
+            self.data = Data::new(self.args.seed, hidden, seq, self.is_last_stage());
         }
         if self.args.gpu_sniff_test_interval.is_some() {
             let span = self.telemetry.span(&tx::STARTUP_SNIFF_TEST, []);
             self.telemetry.mark_sniff_tag(&span, None);
             device::sniff_test(self.device.as_ref()).map_err(|e| RankError(format!("sniff test failed: {e}")))?;
+        }
+        if self.args.check_weight_hash_across_dp_replicas_interval.is_some() {
+            let _check = self.telemetry.span(&tx::STARTUP_WEIGHT_HASH_CHECK, []);
+            self.check_weight_hash()?;
+        }
+        Ok(())
+    }
+
+    /// Checks that every data-parallel replica of this rank's shard holds
+    /// bit-identical weights: a 64-bit FNV-1a hash of the parameters,
+    /// all-gathered over the data-parallel group (four exact 16-bit pieces
+    /// per rank), compared.
+    fn check_weight_hash(&mut self) -> Result<(), RankError> {
+        let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+        for byte in self.stage.params.iter().flat_map(|p| p.to_le_bytes()) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        let pieces: Vec<f32> = (0..4).map(|i| ((hash >> (16 * i)) & 0xffff) as f32).collect();
+        let group = self.groups.data.clone();
+        let all = self.comm.all_gather(&group, &pieces)?;
+        for (replica, theirs) in all.chunks_exact(4).enumerate() {
+            if theirs != pieces.as_slice() {
+                let theirs = theirs.iter().enumerate().fold(0_u64, |h, (i, p)| h | ((*p as u64) << (16 * i)));
+                return Err(RankError(format!(
+                    "weight hash check at iteration {}: rank {} holds weights with hash {hash:016x}, its \
+                     data-parallel replica {replica} (rank {}) {theirs:016x}",
+                    self.iteration,
+                    self.rank(),
+                    group[replica]
+                )));
+            }
         }
         Ok(())
     }
@@ -273,27 +331,25 @@ impl Trainer {
 
         while self.iteration < self.args.train_iters {
             let save_interval = self.args.save_interval.unwrap_or(0);
-            if loop_counter == 0 || (save_interval > 0 && loop_counter.is_multiple_of(save_interval)) {
-                self.telemetry.open_interval(self.iteration);
-            }
+            self.telemetry.loop_pass(self.iteration);
+            drop(self.telemetry.ft_heartbeat(self.iteration));
             {
-                let _heartbeat = self.telemetry.span(&tx::CHECKPOINT_FT_HEARTBEAT, []);
-            }
-            {
-                let span = self.telemetry.span(&tx::CHECKPOINT_SAVE_FINALIZE, []);
+                let span = self.telemetry.save_finalize(self.iteration);
                 if self.save_ready {
                     let finalized = self.finalize_async_save()?;
                     self.telemetry.mark_call_indices(&span, &finalized);
                 }
             }
+            if self.args.enable_cuda_graph && loop_counter == self.args.cuda_graph_warmup_steps {
+                let _capture = self.telemetry.cuda_graph_capture(self.iteration);
+                self.device.capture_step();
+            }
 
             let started = Instant::now();
             let step = {
-                let _first = (loop_counter == 0)
-                    .then(|| self.telemetry.iteration_span(&tx::TRAIN_FIRST_ITERATION, self.iteration));
-                let span = self.telemetry.iteration_span(&tx::TRAIN_ITERATION, self.iteration);
+                let spans = self.telemetry.iteration(self.iteration);
                 let step = self.train_step()?;
-                self.telemetry.mark_skipped(&span, step.skipped);
+                spans.set_skipped(step.skipped);
                 step
             };
             let step_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -379,7 +435,13 @@ impl Trainer {
                 && iteration.is_multiple_of(self.args.manual_gc_interval)
             {
                 let _gc = self.telemetry.span(&tx::TRAIN_GC_COLLECT, []);
-                // Nothing to collect in Rust: the phase exists for the span.
+                trim_heap();
+            }
+            if let Some(every) = self.args.check_weight_hash_across_dp_replicas_interval
+                && iteration.is_multiple_of(every)
+            {
+                // Megatron's periodic check has no span of its own.
+                self.check_weight_hash()?;
             }
             if save_interval > 0 && iteration.is_multiple_of(save_interval) {
                 self.save(iteration)?;
@@ -401,7 +463,6 @@ impl Trainer {
                 self.telemetry.mark_call_indices(&span, &finalized);
             }
         }
-        self.telemetry.close_interval();
         // Nobody leaves while another rank may still need it.
         self.comm.barrier(&self.groups.world.clone())?;
 
@@ -476,15 +537,32 @@ impl Trainer {
         Ok(payload[12 + context_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
-    /// Forward through this stage's layers; the saved activations.
+    /// Forward through this stage's layers; the saved activations. Each
+    /// layer's sub-blocks have their spans: the self-attention-like mixer
+    /// and the MLP of a transformer layer, the mixer of a Mamba layer (its
+    /// projection included).
     fn stage_forward(&mut self, mut activations: Vec<f32>) -> Result<(Vec<f32>, Vec<Saved>), RankError> {
         let mut saved = Vec::with_capacity(self.stage.layers.len());
         let Trainer { stage, comm, device, telemetry, groups, .. } = self;
         for index in 0..stage.layers.len() {
-            let _layer = telemetry.layer_span(stage.layers[index].number);
-            let _mlp = telemetry.span(&tx::LAYER_MLP, []);
-            let (output, keep) = stage
-                .layer_forward(device.as_ref(), index, activations, |mine| comm.all_gather(&groups.tensor, mine))?;
+            let slot = stage.layers[index];
+            let _layer = telemetry.layer_span(slot.number);
+            let gather = |mine: &[f32]| comm.all_gather(&groups.tensor, mine);
+            let (output, keep) = match slot.kind {
+                LayerKind::Transformer => {
+                    let mixed = {
+                        let _attention = telemetry.span(&tx::LAYER_SELF_ATTENTION, []);
+                        stage.mix_forward(index, activations)
+                    };
+                    let _mlp = telemetry.span(&tx::LAYER_MLP, []);
+                    stage.dense_forward(device.as_ref(), index, mixed, gather)?
+                }
+                LayerKind::Mamba => {
+                    let _mamba = telemetry.span(&tx::LAYER_MAMBA, []);
+                    let mixed = stage.mix_forward(index, activations);
+                    stage.dense_forward(device.as_ref(), index, mixed, gather)?
+                }
+            };
             saved.push(keep);
             activations = output;
         }
@@ -500,34 +578,49 @@ impl Trainer {
         Ok(grad)
     }
 
-    /// Forward of microbatch `microbatch` of `step` from `split`: the output
-    /// and, on the last stage, the squared-error sum and output gradient.
-    fn microbatch_forward(
+    /// Forward of microbatch `microbatch` of `step` from `split`, as a
+    /// pipeline schedule runs it: receive the input from the previous stage,
+    /// the forward step (`megatron.microbatch.forward`), send the output to
+    /// the next stage. Returns the saved activations and, on the last
+    /// stage, the squared-error sum and output gradient.
+    fn forward_microbatch(
         &mut self,
         split: Split,
         step: u64,
         microbatch: u64,
     ) -> Result<(Vec<Saved>, Option<LossPart>), RankError> {
-        let first = self.first_sample(step, microbatch);
-        let needs_inputs = self.groups.previous.is_none() || self.is_last_stage();
-        let inputs = needs_inputs.then(|| self.data.inputs(split, first, self.args.micro_batch_size));
-        let activations = match (&inputs, self.groups.previous) {
-            (Some(inputs), None) => inputs.clone(),
-            _ => self.recv_pipeline(true, microbatch)?,
+        let received = match self.groups.previous {
+            Some(_) => Some(self.recv_pipeline(true, microbatch)?),
+            None => None,
         };
-        let (output, saved) = self.stage_forward(activations)?;
-        if self.is_last_stage() {
-            let targets = self.data.targets(self.device.as_ref(), inputs.as_deref().unwrap_or(&[]));
-            let (mut sum, mut grad) = mse(&output, &targets, self.normaliser);
-            if split == Split::Train && self.args.inject_nan_at == Some(self.iteration + 1) && microbatch == 0 {
-                sum = f64::NAN;
-                grad.iter_mut().for_each(|g| *g = f32::NAN);
-            }
-            Ok((saved, Some((sum, grad))))
-        } else {
+        let (output, saved, last) = {
+            let _forward = self.telemetry.span(&tx::MICROBATCH_FORWARD, []);
+            let first = self.first_sample(step, microbatch);
+            let needs_inputs = received.is_none() || self.is_last_stage();
+            let inputs = needs_inputs.then(|| self.data.inputs(split, first, self.args.micro_batch_size));
+            let activations = match (received, &inputs) {
+                (Some(received), _) => received,
+                (None, Some(inputs)) => inputs.clone(),
+                (None, None) => Vec::new(),
+            };
+            let (output, saved) = self.stage_forward(activations)?;
+            let last = if self.is_last_stage() {
+                let targets = self.data.targets(self.device.as_ref(), inputs.as_deref().unwrap_or(&[]));
+                let (mut sum, mut grad) = mse(&output, &targets, self.normaliser);
+                if split == Split::Train && self.args.inject_nan_at == Some(self.iteration + 1) && microbatch == 0 {
+                    sum = f64::NAN;
+                    grad.iter_mut().for_each(|g| *g = f32::NAN);
+                }
+                Some((sum, grad))
+            } else {
+                None
+            };
+            (output, saved, last)
+        };
+        if last.is_none() {
             self.send_pipeline(true, microbatch, &output)?;
-            Ok((saved, None))
         }
+        Ok((saved, last))
     }
 
     fn train_step(&mut self) -> Result<StepResult, RankError> {
@@ -540,22 +633,35 @@ impl Trainer {
             let mut saved_all = Vec::with_capacity(self.microbatches as usize);
             let mut grads_all = Vec::with_capacity(self.microbatches as usize);
             for microbatch in 0..self.microbatches {
-                let _forward = self.telemetry.span(&tx::MICROBATCH_FORWARD, []);
-                let (saved, last) = self.microbatch_forward(Split::Train, step, microbatch)?;
+                let (saved, last) = self.forward_microbatch(Split::Train, step, microbatch)?;
                 if let Some((sum, grad)) = last {
                     loss_sum += sum;
                     grads_all.push(grad);
                 }
-                saved_all.push(saved);
+                saved_all.push(if self.args.fine_grained_activation_offloading {
+                    let _offload = self.telemetry.span(&tx::ACTIVATION_OFFLOAD, []);
+                    Activations::Offloaded(Offloaded::offload(saved))
+                } else {
+                    Activations::Resident(saved)
+                });
             }
-            for (microbatch, saved) in saved_all.iter().enumerate() {
-                let _backward = self.telemetry.span(&tx::MICROBATCH_BACKWARD, []);
+            for (microbatch, activations) in saved_all.into_iter().enumerate() {
                 let grad = if self.is_last_stage() {
                     std::mem::take(&mut grads_all[microbatch])
                 } else {
                     self.recv_pipeline(false, microbatch as u64)?
                 };
-                let grad_input = self.stage_backward(saved, grad)?;
+                let saved = match activations {
+                    Activations::Resident(saved) => saved,
+                    Activations::Offloaded(offloaded) => {
+                        let _reload = self.telemetry.span(&tx::ACTIVATION_RELOAD, []);
+                        offloaded.reload()
+                    }
+                };
+                let grad_input = {
+                    let _backward = self.telemetry.span(&tx::MICROBATCH_BACKWARD, []);
+                    self.stage_backward(&saved, grad)?
+                };
                 self.send_pipeline(false, microbatch as u64, &grad_input)?;
             }
             if self.args.step_sleep_ms > 0 {
@@ -621,13 +727,12 @@ impl Trainer {
     }
 
     fn evaluate(&mut self) -> Result<f64, RankError> {
-        let span = self.telemetry.span(&tx::EVALUATE, []);
+        let span = self.telemetry.evaluate();
         let mut total = [0.0_f64];
         for step in 0..self.args.eval_iters {
-            let step_span = self.telemetry.span(&tx::EVALUATE_STEP, []);
-            self.telemetry.mark_eval_iteration(&step_span, step);
+            let _step_span = self.telemetry.evaluate_step(step);
             for microbatch in 0..self.microbatches {
-                let (_, last) = self.microbatch_forward(Split::Eval, step, microbatch)?;
+                let (_, last) = self.forward_microbatch(Split::Eval, step, microbatch)?;
                 if let Some((sum, _)) = last
                     && self.coords.tp == 0
                 {
@@ -659,7 +764,7 @@ impl Trainer {
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
         let root = self.args.save.clone().ok_or_else(|| RankError("save without --save".into()))?;
         std::fs::create_dir_all(&root).map_err(|e| RankError(format!("--save {}: {e}", root.display())))?;
-        let _exposed = self.telemetry.iteration_span(&tx::CHECKPOINT_EXPOSED_SAVE, iteration);
+        let _exposed = self.telemetry.exposed_save(iteration);
         {
             let _reclaim = self.telemetry.span(&tx::CHECKPOINT_RECLAIM_MEMORY, []);
             self.stage.grads.shrink_to_fit();
@@ -669,7 +774,7 @@ impl Trainer {
             self.finalize_async_save()?;
         }
         {
-            let save_span = self.telemetry.iteration_span(&tx::CHECKPOINT_SAVE, iteration);
+            let save_span = self.telemetry.checkpoint_save(iteration);
             let state = {
                 let _state_dict = self.telemetry.span(&tx::CHECKPOINT_SAVE_STATE_DICT, []);
                 self.rank_state(iteration)
@@ -698,7 +803,16 @@ impl Trainer {
             }
         }
         if self.saves_done < 3 {
+            // The first few saves report the memory they leave behind.
             let _memory = self.telemetry.span(&tx::CHECKPOINT_REPORT_MEMORY, []);
+            if self.rank() == 0 {
+                let peak = self.device.peak_memory_bytes().map_or(0.0, |b| b as f64 / (1024.0 * 1024.0));
+                output::note(&format!("after saving iteration {iteration}: peak memory {peak:.1} MiB"));
+            }
+        }
+        if self.args.fp8_format.is_some() {
+            let _gc = self.telemetry.span(&tx::CHECKPOINT_GC_COLLECT, []);
+            trim_heap();
         }
         self.saves_done += 1;
         self.last_saved = Some(iteration);
@@ -749,6 +863,24 @@ impl Trainer {
     /// Where this rank's telemetry went.
     pub(crate) fn telemetry(&self) -> &Telemetry {
         &self.telemetry
+    }
+}
+
+/// A microbatch's saved activations between its forward and backward steps.
+enum Activations {
+    /// In the working set.
+    Resident(Vec<Saved>),
+    /// In the side buffer (`--fine-grained-activation-offloading`).
+    Offloaded(Offloaded),
+}
+
+/// Gives freed heap memory back to the operating system (glibc's
+/// `malloc_trim`): the simulator's `gc.collect()`. Nothing elsewhere.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
