@@ -26,6 +26,8 @@ pub(crate) fn run() -> Result<()> {
         run_cmd(cargo(&["clippy", "-p", krate, "--all-targets", "--no-default-features", "--", "-D", "warnings"]))?;
     }
     run_cmd(cargo(&["test", "--workspace", "--all-features"]))?;
+    // The GPU device alone (debug, same target dir), so it cannot rot.
+    run_cmd(cargo(&["build", "-p", "megatron-train-sim", "--features", "cuda"]))?;
     for krate in OTEL_OFF_CRATES {
         run_cmd(cargo(&["test", "-p", krate, "--no-default-features"]))?;
     }

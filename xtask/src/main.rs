@@ -6,9 +6,12 @@
 //! - `tidy`: the architecture invariants and doc-drift checks alone.
 //! - `codegen`: regenerates the docs tables that come from code (`--check`
 //!   only compares, and fails when a file is out of date).
+//! - `gpu-check`: packs the simulator built with `--features cuda` and a
+//!   script for a GPU machine, and runs it where there is a GPU.
 
 mod ci;
 mod codegen;
+mod gpu_check;
 mod tidy;
 
 use std::process::Command;
@@ -22,7 +25,11 @@ tasks:
   ci      format check, clippy, tests in every feature set, docs, tidy
   tidy    architecture invariants and doc-drift checks only
   codegen [--check]
-          regenerate the docs tables from code (--check: fail if stale)";
+          regenerate the docs tables from code (--check: fail if stale)
+  gpu-check [--build] [--debug]
+          build the cuda simulator and pack target/gpu-check/ (a binary and
+          gpu-check.sh for a GPU machine); without --build, also run it
+          when nvidia-smi is present (docs/gpu.md)";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,6 +41,7 @@ fn main() -> Result<()> {
             Some("--check") => codegen::run(true),
             Some(other) => bail!("unknown option '{other}' for codegen\n\n{USAGE}"),
         },
+        Some("gpu-check") => gpu_check::run(&args[1..]),
         Some("-h" | "--help") | None => {
             say(USAGE);
             Ok(())
