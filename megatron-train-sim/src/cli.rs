@@ -20,6 +20,7 @@ use lens_core::config::CliOverrides;
 /// checkpoints, and Megatron's telemetry.
 #[derive(Clone, Debug, Parser)]
 #[command(name = "megatron-train-sim", version, about, long_about = None)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct Args {
     /// Iterations to train (absolute: a resumed run continues up to this number).
     #[arg(long, default_value_t = 50, value_name = "N")]
@@ -141,6 +142,9 @@ pub(crate) struct Args {
     /// Telemetry overrides (they win over every environment variable).
     #[command(flatten)]
     pub(crate) otel: CliOverrides,
+    /// A tool instead of a training run (without one, the binary trains).
+    #[command(subcommand)]
+    pub(crate) tool: Option<crate::trace_view::Tool>,
 }
 
 /// The learning-rate decay after the warm-up (Megatron's `--lr-decay-style`).

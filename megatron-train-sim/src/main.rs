@@ -28,6 +28,7 @@ mod model;
 mod output;
 mod signals;
 mod telemetry;
+mod trace_view;
 mod train;
 
 use std::process::ExitCode;
@@ -65,6 +66,9 @@ fn usage_error(message: &dyn std::fmt::Display) -> ExitCode {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(trace_view::Tool::TraceView(view)) = &args.tool {
+        return trace_view::run(view);
+    }
     let is_rank = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_some();
     match (args.nproc_per_node, is_rank) {
         (Some(nproc), false) => run_launcher(&args, nproc),
