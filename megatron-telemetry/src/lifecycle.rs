@@ -660,7 +660,7 @@ impl MegatronTelemetry {
         }
     }
 
-    /// Ends the startup span (idempotent). [`begin_training_loop`]
+    /// Ends the startup span (idempotent). [`begin_training_loop`](Self::begin_training_loop)
     /// (MegatronTelemetry::begin_training_loop) calls it.
     pub fn end_startup(&mut self) {
         self.startup = None;
