@@ -1,12 +1,30 @@
-//! Where the matrix products run: the [`Device`] trait and its CPU
-//! implementation.
+//! Where the matrix products run: the [`Device`] trait, its CPU
+//! implementation, and the choice between the CPU and a GPU.
 //!
 //! The model calls three products (forward, weight gradient, input
-//! gradient) through this trait and nothing else, so a GPU implementation
-//! (a later `cuda` cargo feature) plugs in here without touching the model.
-//! `--device auto` picks the CPU when no GPU support is compiled in.
+//! gradient) through this trait and nothing else, so the GPU implementation
+//! (the `cuda` cargo feature, [`cuda`]) plugs in here without touching the
+//! model. [`gemm`] holds the GPU kernel as data (its PTX and the launch of
+//! each product), compiled and tested on every machine.
+//!
+//! Choosing ([`select`], per rank; [`check`], in the launcher before any
+//! rank starts): local rank `r` uses CUDA device `r`, in CUDA's numbering,
+//! which already follows `CUDA_VISIBLE_DEVICES` (NVML's physical numbering
+//! for the identity attributes is `megatron_telemetry::nvml`'s business).
+//!
+//! - `cpu`: the CPU.
+//! - `cuda`: GPU `r`, or exit 2 with a message naming `--device cuda` and
+//!   what is missing: the `cuda` feature, the driver library
+//!   (`libcuda.so.1`), any GPU, or GPU `r`.
+//! - `auto`: GPU `r` when the feature is compiled in and the driver sees
+//!   it, else the CPU (with a note when a GPU was there but unusable).
 
 use crate::cli::DeviceChoice;
+
+#[cfg(feature = "cuda")]
+mod cuda;
+#[cfg(any(feature = "cuda", test))]
+mod gemm;
 
 /// The matrix products of a dense layer, on row-major `f32` matrices.
 pub(crate) trait Device: Send + Sync {
@@ -25,6 +43,11 @@ pub(crate) trait Device: Send + Sync {
     /// Peak memory of this rank on the device, in bytes: for the CPU the
     /// process's peak resident set (`VmHWM`), for a GPU its peak allocation.
     fn peak_memory_bytes(&self) -> Option<u64>;
+
+    /// Captures the training step's kernels for replay (Megatron's CUDA
+    /// graphs, `--enable-cuda-graph`). The CPU has nothing to capture: a
+    /// no-op there.
+    fn capture_step(&self) {}
 }
 
 /// The CPU: plain loops in cache-friendly order, one thread.
@@ -91,16 +114,134 @@ impl std::fmt::Display for DeviceUnavailable {
     }
 }
 
-/// The device `choice` selects.
-pub(crate) fn select(choice: DeviceChoice) -> Result<Box<dyn Device>, DeviceUnavailable> {
-    match choice {
-        DeviceChoice::Cpu | DeviceChoice::Auto => Ok(Box::new(Cpu)),
-        DeviceChoice::Cuda => Err(DeviceUnavailable(
-            "--device cuda: this build has no GPU support (it comes with the `cuda` cargo feature); \
-             use --device cpu or --device auto"
-                .to_string(),
-        )),
+/// The CUDA driver library the `cuda` feature loads at run time.
+pub(crate) const CUDA_DRIVER_LIBRARY: &str = "libcuda.so.1";
+
+/// What this build and machine offer: no GPU support compiled in, or what
+/// the CUDA driver said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(any(feature = "cuda", test)), expect(dead_code, reason = "only the cuda feature asks a driver"))]
+enum Gpus {
+    /// Built without the `cuda` feature.
+    #[cfg_attr(all(feature = "cuda", not(test)), expect(dead_code, reason = "what a build without the feature sees"))]
+    NotCompiled,
+    /// [`CUDA_DRIVER_LIBRARY`] cannot be loaded.
+    NoDriver,
+    /// The driver loaded but failed, with its error.
+    DriverError(String),
+    /// The driver sees this many GPUs.
+    Count(u32),
+}
+
+/// Asks the driver (when compiled in).
+fn probe() -> Gpus {
+    #[cfg(feature = "cuda")]
+    {
+        match cuda::probe() {
+            cuda::Probe::NoDriver => Gpus::NoDriver,
+            cuda::Probe::DriverError(error) => Gpus::DriverError(error),
+            cuda::Probe::Gpus(count) => Gpus::Count(count),
+        }
     }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Gpus::NotCompiled
+    }
+}
+
+/// What a rank runs on.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    /// The CPU; with a note to print when `auto` passed over a GPU.
+    Cpu(Option<String>),
+    /// The GPU with this CUDA ordinal.
+    Gpu(u32),
+}
+
+/// The choice for local rank `local_rank` (or, with `ranks`, for local
+/// ranks `0..ranks`, as the launcher checks) given what `gpus` offers.
+fn decide(choice: DeviceChoice, gpus: &Gpus, local_rank: u32, ranks: u32) -> Result<Decision, DeviceUnavailable> {
+    let needed = local_rank.max(ranks.saturating_sub(1));
+    let refusal = match (choice, gpus) {
+        (DeviceChoice::Cpu, _) => return Ok(Decision::Cpu(None)),
+        (_, Gpus::Count(count)) if needed < *count => return Ok(Decision::Gpu(local_rank)),
+        (_, Gpus::NotCompiled) => "this build has no GPU support (it comes with the `cuda` cargo feature: \
+             cargo build --release -p megatron-train-sim --features cuda)"
+            .to_string(),
+        (_, Gpus::NoDriver) => format!(
+            "the CUDA driver library {CUDA_DRIVER_LIBRARY} could not be loaded \
+             (no NVIDIA driver on this machine, or it is not on the loader's path)"
+        ),
+        (_, Gpus::DriverError(error)) => format!("the CUDA driver failed to start: {error}"),
+        (_, Gpus::Count(0)) => "the CUDA driver sees no GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)".to_string(),
+        (_, Gpus::Count(count)) => format!(
+            "local rank {needed} needs GPU {needed}, but the CUDA driver sees {count} \
+             (one GPU per local rank; check --nproc-per-node and CUDA_VISIBLE_DEVICES)"
+        ),
+    };
+    match choice {
+        DeviceChoice::Auto => {
+            // Passing over a GPU that is there deserves a word; having none does not.
+            let quiet = matches!(gpus, Gpus::NotCompiled | Gpus::NoDriver | Gpus::Count(0));
+            Ok(Decision::Cpu((!quiet).then(|| format!("--device auto: using the CPU: {refusal}"))))
+        }
+        _ => Err(DeviceUnavailable(format!("--device cuda: {refusal}; use --device cpu or --device auto"))),
+    }
+}
+
+/// Checks, before any rank starts, that `choice` can serve `ranks` local
+/// ranks (the launcher's early error; opens no GPU).
+pub(crate) fn check(choice: DeviceChoice, ranks: u32) -> Result<(), DeviceUnavailable> {
+    if choice == DeviceChoice::Cpu {
+        return Ok(());
+    }
+    decide(choice, &probe(), 0, ranks).map(|_| ())
+}
+
+/// The device of local rank `local_rank`.
+pub(crate) fn select(choice: DeviceChoice, local_rank: u32) -> Result<Box<dyn Device>, DeviceUnavailable> {
+    if choice == DeviceChoice::Cpu {
+        return Ok(Box::new(Cpu));
+    }
+    match decide(choice, &probe(), local_rank, 0)? {
+        Decision::Cpu(note) => {
+            if let Some(note) = note {
+                crate::output::note(&note);
+            }
+            Ok(Box::new(Cpu))
+        }
+        Decision::Gpu(ordinal) => open_gpu(choice, ordinal),
+    }
+}
+
+/// Opens GPU `ordinal`; under `auto`, a GPU that fails to open leaves the
+/// CPU (with a note).
+#[cfg(feature = "cuda")]
+fn open_gpu(choice: DeviceChoice, ordinal: u32) -> Result<Box<dyn Device>, DeviceUnavailable> {
+    match cuda::Cuda::open(ordinal as usize) {
+        Ok(gpu) => Ok(Box::new(gpu)),
+        Err(error) if choice == DeviceChoice::Auto => {
+            crate::output::note(&format!("--device auto: using the CPU: {error}"));
+            Ok(Box::new(Cpu))
+        }
+        Err(error) => Err(DeviceUnavailable(format!("--device cuda: {error}; use --device cpu or --device auto"))),
+    }
+}
+
+/// Without the feature no decision names a GPU.
+#[cfg(not(feature = "cuda"))]
+fn open_gpu(_choice: DeviceChoice, ordinal: u32) -> Result<Box<dyn Device>, DeviceUnavailable> {
+    Err(DeviceUnavailable(format!("--device cuda: GPU {ordinal} needs the `cuda` cargo feature")))
+}
+
+/// Runs one small product so that a device's first real product pays no
+/// start-up cost (Megatron's `jit_fusion_options` phase warms its fused
+/// kernels up the same way). The GPU has already JIT-compiled its kernel
+/// and run its self-check when it was opened; this is cheap everywhere.
+pub(crate) fn warm_up(device: &dyn Device) {
+    let (a, b) = ([1.0_f32; 16 * 16], [1.0_f32; 16 * 16]);
+    let mut out = [0.0_f32; 16 * 16];
+    device.matmul(&a, &b, 16, 16, 16, &mut out);
 }
 
 /// A small self-check of the device (the sniff test): a product with a known
@@ -144,9 +285,43 @@ mod tests {
     }
 
     #[test]
-    fn cuda_without_gpu_support_is_refused_with_the_alternatives() {
-        let error = select(DeviceChoice::Cuda).err().unwrap();
-        assert!(error.0.contains("--device cpu"), "{error}");
-        assert_eq!(select(DeviceChoice::Auto).unwrap().name(), "cpu");
+    fn cuda_without_gpu_support_is_refused_naming_what_is_missing() {
+        let refused = |gpus: Gpus, rank| decide(DeviceChoice::Cuda, &gpus, rank, 0).unwrap_err().0;
+        let error = refused(Gpus::NotCompiled, 0);
+        assert!(error.starts_with("--device cuda: ") && error.contains("--features cuda"), "{error}");
+        let error = refused(Gpus::NoDriver, 0);
+        assert!(error.starts_with("--device cuda: ") && error.contains("libcuda.so.1"), "{error}");
+        assert!(error.ends_with("use --device cpu or --device auto"), "{error}");
+        assert!(refused(Gpus::Count(0), 0).contains("sees no GPU"));
+        assert!(refused(Gpus::DriverError("CUDA_ERROR_NO_DEVICE".into()), 0).contains("CUDA_ERROR_NO_DEVICE"));
+        let error = refused(Gpus::Count(2), 2);
+        assert!(error.contains("local rank 2 needs GPU 2, but the CUDA driver sees 2"), "{error}");
+        // The launcher's check covers every local rank it will start.
+        let error = decide(DeviceChoice::Cuda, &Gpus::Count(1), 0, 2).unwrap_err().0;
+        assert!(error.contains("local rank 1 needs GPU 1"), "{error}");
+        // This machine (no CUDA in the unit-test environment) is refused the same way.
+        if !cfg!(feature = "cuda") {
+            assert!(select(DeviceChoice::Cuda, 0).err().unwrap().0.contains("--features cuda"));
+        }
+    }
+
+    #[test]
+    fn each_local_rank_gets_its_own_gpu_and_auto_falls_back_to_the_cpu() {
+        assert_eq!(decide(DeviceChoice::Cuda, &Gpus::Count(2), 1, 0), Ok(Decision::Gpu(1)));
+        assert_eq!(decide(DeviceChoice::Auto, &Gpus::Count(4), 3, 0), Ok(Decision::Gpu(3)));
+        assert_eq!(decide(DeviceChoice::Cuda, &Gpus::Count(2), 0, 2), Ok(Decision::Gpu(0)));
+        // No GPU support or no GPU: the CPU, quietly.
+        for gpus in [Gpus::NotCompiled, Gpus::NoDriver, Gpus::Count(0)] {
+            assert_eq!(decide(DeviceChoice::Auto, &gpus, 0, 0), Ok(Decision::Cpu(None)), "{gpus:?}");
+        }
+        // A GPU that is there but unusable for this rank: the CPU, with a note.
+        let Ok(Decision::Cpu(Some(note))) = decide(DeviceChoice::Auto, &Gpus::Count(1), 1, 0) else {
+            panic!("auto with too few GPUs must fall back to the CPU with a note")
+        };
+        assert!(note.contains("local rank 1 needs GPU 1"), "{note}");
+        // --device cpu never asks the driver.
+        assert_eq!(decide(DeviceChoice::Cpu, &Gpus::Count(8), 0, 0), Ok(Decision::Cpu(None)));
+        assert_eq!(select(DeviceChoice::Cpu, 5).unwrap().name(), "cpu");
+        assert!(check(DeviceChoice::Cpu, 64).is_ok());
     }
 }

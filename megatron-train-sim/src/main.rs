@@ -80,7 +80,7 @@ fn run_launcher(args: &Args, nproc: u32) -> ExitCode {
     if let Err(error) = args.validate(nproc, "--nproc-per-node") {
         return usage_error(&error);
     }
-    if let Err(error) = device::select(args.device) {
+    if let Err(error) = device::check(args.device, nproc) {
         return usage_error(&error);
     }
     let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
@@ -125,7 +125,7 @@ fn run_rank(args: Args) -> ExitCode {
         Ok(layout) => layout,
         Err(error) => return usage_error(&error),
     };
-    let device = match device::select(args.device) {
+    let device = match device::select(args.device, rank.local_rank) {
         Ok(device) => device,
         Err(error) => return usage_error(&error),
     };
