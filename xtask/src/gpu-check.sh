@@ -89,6 +89,8 @@ check_run() { # NAME NPROC
         cuda:[0-9]*) case "$device" in *failed*) fail "$name: device '$device': the GPU failed mid-run (log: $dir/log.txt)" ;; esac ;;
         *) fail "$name: the summary says device '$device', not a GPU" ;;
     esac
+    # The summary is the last rank's: local rank N uses CUDA device N.
+    [ "$device" = "cuda:$((nproc - 1))" ] || fail "$name: the last rank ran on $device, expected cuda:$((nproc - 1))"
     final=$(field "$summary" final_iteration)
     [ "$final" = "$iters" ] || fail "$name: final iteration $final, expected $iters"
     peak=$(field "$summary" peak_memory_bytes)
