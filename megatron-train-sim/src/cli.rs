@@ -52,13 +52,13 @@ pub(crate) struct Args {
     /// Tokens per sample.
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub(crate) seq_length: u64,
-    /// Dense layers of the model, split evenly over the pipeline stages.
+    /// Layers of the model (token mixer + MLP each), split evenly over the pipeline stages.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub(crate) num_layers: u32,
     /// Width of every layer; each layer's columns are split over the tensor-parallel ranks.
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub(crate) hidden_size: u64,
-    /// Recorded and checked as Megatron checks it (the model has no attention).
+    /// Recorded and checked as Megatron checks it (the self-attention-like mixer has no heads).
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub(crate) num_attention_heads: u32,
     /// Tensor-parallel size (TP).
@@ -100,6 +100,24 @@ pub(crate) struct Args {
     /// Seed of the synthetic data and of the initial parameters.
     #[arg(long, default_value_t = 1234)]
     pub(crate) seed: u64,
+    /// Layer kinds, one character per layer: `*` transformer (self-attention-like mixer + MLP), `M` Mamba mixer.
+    #[arg(long, value_name = "PATTERN")]
+    pub(crate) hybrid_override_pattern: Option<String>,
+    /// Copy each microbatch's saved activations to a side buffer after its forward pass and back before its backward pass.
+    #[arg(long)]
+    pub(crate) fine_grained_activation_offloading: bool,
+    /// Capture the training step once at the end of the warm-up (a no-op phase on the CPU).
+    #[arg(long)]
+    pub(crate) enable_cuda_graph: bool,
+    /// Iterations before the step is captured (with --enable-cuda-graph).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub(crate) cuda_graph_warmup_steps: u64,
+    /// Check that the data-parallel replicas hold identical weights at startup and every N iterations.
+    #[arg(long, value_name = "N")]
+    pub(crate) check_weight_hash_across_dp_replicas_interval: Option<u64>,
+    /// Train "in fp8" with this format (recorded; compute stays f32); adds the post-save heap trim.
+    #[arg(long, value_name = "FORMAT", value_parser = ["e4m3", "hybrid"])]
+    pub(crate) fp8_format: Option<String>,
     /// Compute the parameter norm at every log interval.
     #[arg(long)]
     pub(crate) log_params_norm: bool,
@@ -280,6 +298,7 @@ impl Args {
             ("--save-interval", self.save_interval),
             ("--eval-interval", self.eval_interval),
             ("--gpu-sniff-test-interval", self.gpu_sniff_test_interval),
+            ("--check-weight-hash-across-dp-replicas-interval", self.check_weight_hash_across_dp_replicas_interval),
         ] {
             if value == Some(0) {
                 problems.push(format!("{flag} must be at least 1, got 0"));
@@ -330,6 +349,22 @@ impl Args {
                  world size {world_size} / (TP {tp} × PP {pp})) = {per_step}",
                 self.global_batch_size, self.micro_batch_size
             ));
+        }
+        if let Some(pattern) = &self.hybrid_override_pattern {
+            if let Some(bad) = pattern.chars().find(|c| !matches!(c, 'M' | '*')) {
+                problems.push(format!(
+                    "--hybrid-override-pattern ({pattern:?}) has {bad:?}; accepted: `M` (Mamba) and `*` (transformer)"
+                ));
+            } else if pattern.chars().count() != self.num_layers as usize {
+                problems.push(format!(
+                    "--hybrid-override-pattern ({pattern:?}) has {} layers, --num-layers is {}",
+                    pattern.chars().count(),
+                    self.num_layers
+                ));
+            }
+        }
+        if self.enable_cuda_graph && self.cuda_graph_warmup_steps == 0 {
+            problems.push("--cuda-graph-warmup-steps must be at least 1 with --enable-cuda-graph, got 0".to_string());
         }
         if self.bf16 && self.fp16 {
             problems.push("--bf16 and --fp16 cannot both be given".to_string());
@@ -404,5 +439,10 @@ mod tests {
         assert!(message.to_string().contains("world size (4, from --nproc-per-node)"), "{message}");
         let message = parse(&["--bf16", "--fp16"]).validate(1, "x").unwrap_err().to_string();
         assert!(message.contains("--bf16 and --fp16"), "{message}");
+        let message = parse(&["--hybrid-override-pattern", "M*-*"]).validate(1, "x").unwrap_err().to_string();
+        assert!(message.contains("--hybrid-override-pattern (\"M*-*\") has '-'"), "{message}");
+        let message = parse(&["--hybrid-override-pattern", "M*"]).validate(1, "x").unwrap_err().to_string();
+        assert!(message.contains("has 2 layers, --num-layers is 4"), "{message}");
+        assert!(parse(&["--hybrid-override-pattern", "M*M*"]).validate(1, "x").is_ok());
     }
 }

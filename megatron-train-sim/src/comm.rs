@@ -599,15 +599,19 @@ mod tests {
                     }
                     let message = if rank == 2 { comm.recv(0, tag::FORWARD).unwrap() } else { Vec::new() };
                     comm.barrier(&[0, 1, 2]).unwrap();
-                    (data, gathered, message)
+                    // Kept open until every rank is done: a rank that closes
+                    // its connections early is a lost peer to the others.
+                    (data, gathered, message, comm)
                 })
             })
             .collect();
+        let mut open = Vec::new();
         for (rank, handle) in handles.into_iter().enumerate() {
-            let (data, gathered, message) = handle.join().unwrap();
+            let (data, gathered, message, comm) = handle.join().unwrap();
             assert_eq!(data, [3.0, 3.0]);
             assert_eq!(gathered, vec![0.0, 10.0, 20.0]);
             assert_eq!(message.is_empty(), rank != 2);
+            open.push(comm);
         }
     }
 

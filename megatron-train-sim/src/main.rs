@@ -15,6 +15,11 @@
 //! loop), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
 //! and [`telemetry`], the only module that calls the telemetry API.
 //!
+//! Startup is measured as Megatron measures it ([`StartupTimestamps`]): the
+//! first line of `main`, each startup phase's end, and, from the launcher,
+//! its start and the moment before it started the ranks; telemetry turns
+//! them into the backdated children of `megatron.startup`.
+//!
 //! Exit status: 0 on success, 2 for bad arguments or configuration (before
 //! anything starts), 1 for a failure during the run, `128 + signal` when a
 //! signal ended it without `--exit-signal-handler`.
@@ -32,7 +37,7 @@ mod trace_view;
 mod train;
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::Parser as _;
 use lens_core::env::{EnvSource, ProcessEnv};
@@ -40,7 +45,7 @@ use lens_core::identity::RankContext;
 
 use crate::cli::Args;
 use crate::comm::{Comm, Rendezvous};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{RankSetup, StartupTimestamps, Telemetry};
 use crate::train::Trainer;
 
 /// The process environment, plus `MEGATRON_OTEL_EXPORTER=file` when no
@@ -65,18 +70,27 @@ fn usage_error(message: &dyn std::fmt::Display) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    let program_start = SystemTime::now();
+    let is_rank = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_some();
+    let main_entry = SystemTime::now();
     let args = Args::parse();
     if let Some(trace_view::Tool::TraceView(view)) = &args.tool {
         return trace_view::run(view);
     }
-    let is_rank = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_some();
     match (args.nproc_per_node, is_rank) {
-        (Some(nproc), false) => run_launcher(&args, nproc),
-        _ => run_rank(args),
+        (Some(nproc), false) => run_launcher(&args, nproc, program_start),
+        _ => {
+            let stamps = StartupTimestamps {
+                program_start: Some(program_start),
+                main_entry: Some(main_entry),
+                ..StartupTimestamps::default()
+            };
+            run_rank(args, stamps)
+        }
     }
 }
 
-fn run_launcher(args: &Args, nproc: u32) -> ExitCode {
+fn run_launcher(args: &Args, nproc: u32, launch_start: SystemTime) -> ExitCode {
     if let Err(error) = args.validate(nproc, "--nproc-per-node") {
         return usage_error(&error);
     }
@@ -111,11 +125,13 @@ fn run_launcher(args: &Args, nproc: u32) -> ExitCode {
     } else {
         output::note(&format!("launching {nproc} ranks"));
     }
+    extra.variables.extend(telemetry::launcher_stamps(&ProcessEnv, launch_start, SystemTime::now()));
     let code = launcher::launch(nproc, &extra, args.rank_pids_file.as_deref());
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
-fn run_rank(args: Args) -> ExitCode {
+fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
+    // arg_parse: the flags were parsed in `main`; the rank and the layout.
     let rank = match RankContext::detect(&ProcessEnv) {
         Ok(rank) => rank,
         Err(error) => return usage_error(&error),
@@ -125,24 +141,26 @@ fn run_rank(args: Args) -> ExitCode {
         Ok(layout) => layout,
         Err(error) => return usage_error(&error),
     };
+    stamps.pretrain_entry = Some(SystemTime::now());
+
+    // inprocess_setup: the device, and the drain flag of
+    // --exit-signal-handler (installed before telemetry, so that the
+    // lifecycle's graceful handler passes signals on to it).
     let device = match device::select(args.device, rank.local_rank) {
         Ok(device) => device,
         Err(error) => return usage_error(&error),
     };
-    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
-    let config = match telemetry::load_config(&env, &args.otel) {
-        Ok(config) => config,
-        Err(error) => return usage_error(&error),
+    let stop = match signals::install_drain_flag(args.exit_signal_handler) {
+        Ok(stop) => stop,
+        Err(error) => {
+            output::error(Some(rank.rank), &format!("could not install the signal handlers: {error}"));
+            return ExitCode::from(1);
+        }
     };
-    let run_id = telemetry::resolve_run_id(&config, &ProcessEnv);
-    let standalone = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_none();
-    if rank.rank + 1 == rank.world_size && standalone && telemetry::enabled(&config) && env.default_file_exporter {
-        output::note(&format!(
-            "no exporter configured: telemetry goes to files under {}/",
-            telemetry::file_dir(&config, &run_id).display()
-        ));
-    }
+    stamps.after_inprocess = Some(SystemTime::now());
 
+    // in_job_setup: telemetry (configuration, exporters, resource).
+    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
     let resource = telemetry::ResourceArgs {
         local_rank: Some(rank.local_rank),
         tensor_model_parallel_size: Some(layout.tp),
@@ -160,21 +178,23 @@ fn run_rank(args: Args) -> ExitCode {
         bf16: args.bf16,
     };
     let precision = resource.precision().as_str();
-    let telemetry = match Telemetry::setup(&config, &rank, &resource, env) {
+    let setup = RankSetup { rank: &rank, args: resource, env, stamps, graceful_signals: args.exit_signal_handler };
+    let mut telemetry = match Telemetry::setup(&args.otel, setup) {
         Ok(telemetry) => telemetry,
         Err(error) => {
             output::error(Some(rank.rank), &format!("telemetry setup failed: {error}"));
             return ExitCode::from(2);
         }
     };
-    let stop = match signals::install(args.exit_signal_handler, telemetry.shutdown_handle()) {
-        Ok(stop) => stop,
-        Err(error) => {
-            output::error(Some(rank.rank), &format!("could not install the signal handlers: {error}"));
-            return ExitCode::from(1);
-        }
-    };
+    let run_id = telemetry.run_id();
+    let standalone = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_none();
+    if standalone && telemetry.is_exporting() && env.default_file_exporter {
+        output::note(&format!("no exporter configured: telemetry goes to {}", telemetry.destinations().join(", ")));
+    }
+    stamps.after_ft_setup = Some(SystemTime::now());
+    telemetry.record_startup_phases(&stamps);
 
+    // initialize_megatron: rendezvous and the connections to every rank.
     let rendezvous = Rendezvous {
         master_addr: ProcessEnv.non_empty("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".to_string()),
         master_port: match ProcessEnv.non_empty("MASTER_PORT").map(|p| p.parse::<u16>()) {
@@ -191,8 +211,14 @@ fn run_rank(args: Args) -> ExitCode {
     };
     let comm = match Comm::connect(rank.rank, rank.world_size, &rendezvous, Duration::from_secs(args.comm_timeout)) {
         Ok(comm) => comm,
-        Err(error) => return fail(rank.rank, &error),
+        Err(error) => return fail(rank.rank, &mut telemetry, &error),
     };
+    stamps.after_initialize_megatron = Some(SystemTime::now());
+
+    // jit_fusion_options: warm the device's kernels up.
+    device::warm_up(device.as_ref());
+    stamps.after_jit_fusion = Some(SystemTime::now());
+    telemetry.record_startup_phases(&stamps);
 
     let summary_path = args.summary_json.clone();
     let mut trainer = Trainer::new(args, layout, comm, device, telemetry, stop);
@@ -205,7 +231,10 @@ fn run_rank(args: Args) -> ExitCode {
     };
     let outcome = match result {
         Ok(outcome) => outcome,
-        Err(error) => return fail(rank.rank, &error),
+        Err(error) => {
+            output::error(Some(rank.rank), &error);
+            return ExitCode::from(1);
+        }
     };
     trainer.finish_comm();
     let last = rank.rank + 1 == rank.world_size;
@@ -224,12 +253,12 @@ fn run_rank(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Reports a failure of this rank and exits 1, unless the rank is dying of
-/// a signal (then the signal thread decides the status).
-fn fail(rank: u32, error: &dyn std::fmt::Display) -> ExitCode {
-    if signals::is_dying() {
-        std::thread::sleep(Duration::from_secs(10));
-    }
+/// Reports a failure of this rank before training and exits 1. Telemetry is
+/// shut down first: if a signal is being handled (a rank dying of SIGTERM
+/// sees its peers go first), that waits for the lifecycle's handler, which
+/// then ends the process with the signal's status.
+fn fail(rank: u32, telemetry: &mut Telemetry, error: &dyn std::fmt::Display) -> ExitCode {
+    let _report = telemetry.shutdown();
     output::error(Some(rank), error);
     ExitCode::from(1)
 }
