@@ -202,7 +202,7 @@ fn under_all_every_taxonomy_span_is_emitted_with_its_parent_and_links_join_the_r
             assert_eq!(send.name, send_name);
             assert_eq!(&send.trace_id, trace);
             assert_ne!(send.rank, receive.rank, "the link must cross ranks");
-            assert_eq!(receive.attributes.get(taxonomy::attr::MICROBATCH_ID).is_some(), true);
+            assert!(receive.attributes.contains_key(taxonomy::attr::MICROBATCH_ID));
             assert!(receive.attributes.contains_key(taxonomy::attr::PIPELINE_PARALLEL_RANK));
         }
     }

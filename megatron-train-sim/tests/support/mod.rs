@@ -4,7 +4,7 @@
 //! `ExportMetricsServiceRequest`: `resourceSpans[].scopeSpans[].spans[]`
 //! with hex ids, `resourceMetrics[].scopeMetrics[].metrics[]`).
 
-#![allow(dead_code, reason = "each test binary uses a part of the support module")]
+#![expect(dead_code, reason = "each test binary uses a part of the support module")]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
