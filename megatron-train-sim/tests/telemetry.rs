@@ -466,3 +466,31 @@ fn the_simulator_reference_lists_every_span_with_the_configuration_that_emits_it
         assert!(page.contains(flag), "docs/simulator.md does not mention {flag}");
     }
 }
+
+#[test]
+fn a_killed_rank_makes_the_exporting_others_fail_promptly_and_still_export() {
+    let dir = temp_dir("killed");
+    let pids = dir.join("pids");
+    let pids_arg = pids.to_str().unwrap().to_string();
+    let mut args =
+        with(SMALL, &["--otel-enabled", "--train-iters", "1000000", "--step-sleep-ms", "5", "--nproc-per-node", "2"]);
+    args.extend(["--rank-pids-file", pids_arg.as_str()]);
+    let mut command = command(&dir, &args);
+    command.env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks");
+    let mut child = command.spawn().unwrap();
+    let stderr = support::drain_stderr(&mut child);
+    let rank_pids = support::read_pids(&pids, 2);
+    wait_for_iterations(&dir);
+    let killed_at = std::time::Instant::now();
+    support::kill(rank_pids[1], libc::SIGKILL);
+    let status = support::wait_bounded(&mut child, Duration::from_secs(30));
+    let elapsed = killed_at.elapsed();
+    let stderr = stderr.join().unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(elapsed < Duration::from_secs(15), "took {elapsed:?}: {stderr}");
+    assert!(stderr.contains("lost the connection to rank 1"), "{stderr}");
+    // The survivor shut telemetry down on its way out: its interval is exported.
+    let ranks = read_traces(&run_dir(&dir));
+    let survivor = ranks.iter().find(|r| r.rank == 0).expect("rank 0's traces");
+    assert!(survivor.spans.iter().any(|s| s.name == taxonomy::TRAIN.name), "{stderr}");
+}
