@@ -217,7 +217,7 @@ fn under_all_every_taxonomy_span_is_emitted_with_its_parent_and_links_join_the_r
 }
 
 #[test]
-fn the_default_preset_emits_only_its_groups() {
+fn the_default_preset_emits_only_its_groups_and_startup_joins_an_incoming_traceparent() {
     let dir = temp_dir("default");
     let args = with(
         SMALL,
@@ -239,11 +239,23 @@ fn the_default_preset_emits_only_its_groups() {
             "1",
         ],
     );
+    // The job was launched inside a CI trace (A12): startup joins it.
+    let (incoming_trace, incoming_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     let mut command = command(&dir, &args);
-    command.env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks");
+    command
+        .env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks")
+        .env("TRACEPARENT", format!("00-{incoming_trace}-{incoming_span}-01"));
     let (status, stderr) = run_command(command, LIMIT);
     assert!(status.success(), "{stderr}");
     let ranks = read_traces(&run_dir(&dir));
+    for rank in &ranks {
+        let startup = rank.spans.iter().find(|s| s.name == taxonomy::STARTUP.name).unwrap();
+        assert_eq!((startup.trace_id.as_str(), startup.parent.as_deref()), (incoming_trace, Some(incoming_span)));
+        for interval in rank.spans.iter().filter(|s| s.name == taxonomy::TRAIN.name) {
+            assert_ne!(interval.trace_id, incoming_trace, "intervals keep their derived trace ids");
+            assert!(interval.parent.is_none());
+        }
+    }
     let default = MegatronSpanGroup::resolve("default").unwrap();
     let names: BTreeSet<&str> = ranks.iter().flat_map(|r| &r.spans).map(|s| s.name.as_str()).collect();
     for name in &names {
