@@ -14,8 +14,17 @@ pub(crate) const OTEL_OFF_CRATES: &[&str] =
 
 /// The README's main command (after `cargo`); `tidy` checks that the README
 /// states exactly this.
-pub(crate) const MAIN_COMMAND: &[&str] =
-    &["run", "-p", "lens-core", "--features", "clap", "--example", "show-config", "--", "--otel-enabled"];
+pub(crate) const MAIN_COMMAND: &[&str] = &[
+    "run",
+    "-p",
+    "megatron-train-sim",
+    "--",
+    "--otel-enabled",
+    "--nproc-per-node",
+    "2",
+    "--pipeline-model-parallel-size",
+    "2",
+];
 
 pub(crate) fn run() -> Result<()> {
     run_cmd(cargo(&["fmt", "--all", "--check"]))?;
