@@ -1,6 +1,7 @@
 //! Project tasks, run as `cargo xtask <task>` (the alias lives in
 //! `.cargo/config.toml`). One module per task; no shell scripts.
 //!
+//! - `bench`: the benches and their overhead budgets (`xtask/budgets.toml`).
 //! - `ci`: everything CI checks (format, clippy, tests in every supported
 //!   feature set, doc tests, docs, tidy checks).
 //! - `tidy`: the architecture invariants and doc-drift checks alone.
@@ -9,6 +10,7 @@
 //! - `gpu-check`: packs the simulator built with `--features cuda` and a
 //!   script for a GPU machine, and runs it where there is a GPU.
 
+mod bench;
 mod ci;
 mod codegen;
 mod gpu_check;
@@ -24,6 +26,9 @@ usage: cargo xtask <task>
 tasks:
   ci      format check, clippy, tests in every feature set, docs, tidy
   tidy    architecture invariants and doc-drift checks only
+  bench [--rounds N] [--only PART,...] [--update-docs]
+          benches and overhead budgets (xtask/budgets.toml); prints the
+          table, writes target/bench-report.md (docs/performance.md)
   codegen [--check]
           regenerate the docs tables from code (--check: fail if stale)
   gpu-check [--build] [--debug]
@@ -41,6 +46,7 @@ fn main() -> Result<()> {
             Some("--check") => codegen::run(true),
             Some(other) => bail!("unknown option '{other}' for codegen\n\n{USAGE}"),
         },
+        Some("bench") => bench::run(&args[1..]),
         Some("gpu-check") => gpu_check::run(&args[1..]),
         Some("-h" | "--help") | None => {
             say(USAGE);

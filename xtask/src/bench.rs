@@ -1,0 +1,486 @@
+//! `cargo xtask bench`: runs the benches, checks the overhead budgets of
+//! `xtask/budgets.toml` and prints a markdown table (scenario, measured,
+//! budget, verdict, and the Python original's figure where there is one).
+//!
+//! How each kind of scenario is measured (docs/performance.md says more):
+//!
+//! - wall-time ratios: the criterion suites run several rounds, alternating
+//!   suites within a round, so both sides of a pair are measured in every
+//!   round (A B A B ...); the verdict takes the median of the per-round
+//!   ratios, and the band is their spread;
+//! - the disabled paths (gate, `managed_span`, the `otel`-off facade): also
+//!   instruction counts under callgrind (`lens-fallbacks/examples/disabled-calls.rs`),
+//!   which decide when the wall-time band is wider than the budget;
+//! - the simulator: alternating runs at each preset and with telemetry off
+//!   ([`sim`]);
+//! - export throughput to a receiver in another process ([`throughput`]).
+//!
+//! The table goes to standard output and `target/bench-report.md`, and with
+//! `--update-docs` between the markers of `docs/performance.md`. The task
+//! fails when a budget is broken.
+
+mod budgets;
+mod callgrind;
+mod criterion;
+mod sim;
+mod throughput;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use self::budgets::Budgets;
+use self::criterion::{Medians, SUITES};
+use crate::{cargo, run_cmd, say, workspace_root};
+
+const USAGE: &str = "\
+usage: cargo xtask bench [--rounds N] [--only PART,...] [--update-docs]
+
+parts: disabled (gate, disabled managed_span, otel-off facade), spans
+(enabled managed_span), metrics, sim, export. Default: all, 3 rounds.";
+
+/// Where the report goes (besides standard output).
+const REPORT: &str = "target/bench-report.md";
+/// The docs page and the markers the table goes between.
+const DOCS_PAGE: &str = "docs/performance.md";
+const START_MARKER: &str = "<!-- bench:start -->";
+const END_MARKER: &str = "<!-- bench:end -->";
+
+/// Iterations of the callgrind runs (`N`; the program also runs `2N`).
+const CALLGRIND_ITERATIONS: u64 = 1_000_000;
+
+/// One line of the table.
+pub(crate) struct Row {
+    scenario: String,
+    measured: String,
+    budget: String,
+    verdict: Verdict,
+    python: &'static str,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    PassByInstructions,
+    Fail,
+    Reported,
+}
+
+impl Verdict {
+    fn text(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::PassByInstructions => "pass (by instructions)",
+            Verdict::Fail => "**FAIL**",
+            Verdict::Reported => "reported",
+        }
+    }
+}
+
+struct Options {
+    rounds: usize,
+    parts: Vec<String>,
+    update_docs: bool,
+}
+
+const PARTS: &[&str] = &["disabled", "spans", "metrics", "sim", "export"];
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut options = Options { rounds: 3, parts: PARTS.iter().map(ToString::to_string).collect(), update_docs: false };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--update-docs" => options.update_docs = true,
+            "--rounds" => {
+                let value = args.next().context("--rounds needs a number")?;
+                options.rounds = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("--rounds: `{value}` is not a positive number\n\n{USAGE}"))?;
+            }
+            "--only" => {
+                let value = args.next().context("--only needs a list of parts")?;
+                options.parts = value.split(',').map(str::to_string).collect();
+                if let Some(bad) = options.parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
+                    bail!("--only: unknown part `{bad}` (parts: {})\n\n{USAGE}", PARTS.join(", "));
+                }
+            }
+            "-h" | "--help" => {
+                say(USAGE);
+                return Ok(Options { rounds: 0, parts: Vec::new(), update_docs: false });
+            }
+            other => bail!("unknown option `{other}` for bench\n\n{USAGE}"),
+        }
+    }
+    Ok(options)
+}
+
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let options = parse(args)?;
+    if options.parts.is_empty() {
+        return Ok(());
+    }
+    let wants = |part: &str| options.parts.iter().any(|p| p == part);
+    let root = workspace_root();
+    let budgets = Budgets::load(&root.join("xtask/budgets.toml"))?;
+    let machine = machine();
+    say(&format!("xtask bench: {}", machine.describe()));
+
+    let mut rows = Vec::new();
+    let suites: Vec<&criterion::Suite> = SUITES
+        .iter()
+        .filter(|s| match s.name {
+            "span" => wants("disabled") || wants("spans"),
+            "facade-noop" => wants("disabled"),
+            _ => wants("metrics"),
+        })
+        .collect();
+    if !suites.is_empty() {
+        criterion::build(&suites)?;
+        let medians = criterion::run(&suites, options.rounds)?;
+        if wants("disabled") {
+            rows.extend(disabled_rows(&budgets, &medians)?);
+        }
+        if wants("spans") {
+            rows.push(ratio_row(
+                &budgets,
+                &medians,
+                "managed_span_enabled",
+                ("span", "managed_span_enabled"),
+                ("span", "raw_sdk_span"),
+                "14.5 µs",
+            )?);
+            rows.push(ratio_row(
+                &budgets,
+                &medians,
+                "managed_span_enabled_5_attrs",
+                ("span", "managed_span_enabled_5_attrs"),
+                ("span", "raw_sdk_span_5_attrs"),
+                "",
+            )?);
+        }
+        if wants("metrics") {
+            for (scenario, lens, raw) in [
+                ("metric_gauge", "lens_gauge", "raw_gauge"),
+                ("metric_histogram", "lens_histogram", "raw_histogram"),
+                ("metric_counter", "lens_counter", "raw_counter"),
+            ] {
+                rows.push(ratio_row(
+                    &budgets,
+                    &medians,
+                    scenario,
+                    ("metric_records", lens),
+                    ("metric_records", raw),
+                    "",
+                )?);
+            }
+            rows.push(ratio_row(
+                &budgets,
+                &medians,
+                "record_training_metrics",
+                ("training_metrics", "record_all_eight"),
+                ("training_metrics", "raw_sdk_eight"),
+                "25 µs",
+            )?);
+        }
+    }
+    if wants("sim") {
+        rows.extend(sim_rows(&budgets, options.rounds.max(3) + 2)?);
+    }
+    if wants("export") {
+        rows.extend(throughput::rows(&budgets, &machine)?);
+    }
+
+    let table = render(&rows, &machine);
+    #[expect(clippy::print_stdout, reason = "the report is this task's output")]
+    {
+        println!("{table}");
+    }
+    let report = root.join(REPORT);
+    std::fs::write(&report, &table).with_context(|| format!("could not write {}", report.display()))?;
+    say(&format!("xtask bench: report written to {REPORT}"));
+    if options.update_docs {
+        update_docs(&root.join(DOCS_PAGE), &table)?;
+        say(&format!("xtask bench: table copied into {DOCS_PAGE}"));
+    }
+    let broken: Vec<&str> = rows.iter().filter(|r| r.verdict == Verdict::Fail).map(|r| r.scenario.as_str()).collect();
+    if !broken.is_empty() {
+        bail!("budget broken: {}", broken.join(", "));
+    }
+    say("xtask bench: every budget holds");
+    Ok(())
+}
+
+// ------------------------------------------------------------- statistics
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if !n.is_multiple_of(2) => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// The spread (min, max) of `values`.
+fn band(values: &[f64]) -> (f64, f64) {
+    values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)))
+}
+
+fn ns(value: f64) -> String {
+    if value.abs() >= 1000.0 { format!("{:.2} µs", value / 1000.0) } else { format!("{value:.2} ns") }
+}
+
+// -------------------------------------------------------------- scenarios
+
+/// Wall-time ratio `a / b` per round; passes when the median is within budget.
+fn ratio_row(
+    budgets: &Budgets,
+    medians: &Medians,
+    scenario: &str,
+    (suite_a, id_a): (&str, &str),
+    (suite_b, id_b): (&str, &str),
+    python: &'static str,
+) -> Result<Row> {
+    let max = budgets.get(scenario, "max_ratio")?;
+    let a = medians.rounds(suite_a, id_a);
+    let b = medians.rounds(suite_b, id_b);
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    let ratio = median(&ratios);
+    let (lo, hi) = band(&ratios);
+    let mut measured = format!("{ratio:.3}× ({} vs {}; band {lo:.3}–{hi:.3})", ns(median(a)), ns(median(b)));
+    if (hi - lo) / 2.0 > max - 1.0 {
+        measured.push_str("; band wider than the budget");
+    }
+    let verdict = if ratio <= max { Verdict::Pass } else { Verdict::Fail };
+    Ok(Row { scenario: scenario.to_string(), measured, budget: format!("≤ {max}×"), verdict, python })
+}
+
+/// The per-iteration instructions of the disabled-calls program, by build and mode.
+struct Instructions {
+    otel: [f64; 3],
+    noop: [f64; 3],
+}
+
+const MODES: [&str; 3] = ["baseline", "gate", "managed_span"];
+
+fn count_instructions() -> Result<Option<Instructions>> {
+    if !callgrind::available() {
+        say("xtask bench: valgrind not found; the disabled paths are decided by wall time alone");
+        return Ok(None);
+    }
+    let dir = workspace_root().join("target/xtask-bench");
+    std::fs::create_dir_all(&dir)?;
+    let mut counts = Vec::new();
+    for (label, features) in [("otel", None), ("noop", Some("--no-default-features"))] {
+        let mut args = vec!["build", "-p", "lens-fallbacks", "--profile", "bench", "--example", "disabled-calls"];
+        args.extend(features);
+        run_cmd(cargo(&args))?;
+        let built = workspace_root().join("target/release/examples/disabled-calls");
+        let program = dir.join(format!("disabled-calls-{label}"));
+        std::fs::copy(&built, &program).with_context(|| format!("could not copy {}", built.display()))?;
+        let mut per_mode = [0.0; 3];
+        for (slot, mode) in per_mode.iter_mut().zip(MODES) {
+            *slot = callgrind::per_iteration(&program, mode, CALLGRIND_ITERATIONS)?;
+        }
+        say(&format!("xtask bench: instructions per iteration ({label}): {per_mode:?} for {MODES:?}"));
+        counts.push(per_mode);
+    }
+    Ok(Some(Instructions { otel: counts[0], noop: counts[1] }))
+}
+
+fn disabled_rows(budgets: &Budgets, medians: &Medians) -> Result<Vec<Row>> {
+    let instructions = count_instructions()?;
+    let mut rows = Vec::new();
+    let baseline = medians.rounds("span", "baseline_empty_closure");
+    for (scenario, id, mode, python) in [
+        ("gate_disabled", "gate_disabled", 1, "19 ns"),
+        ("managed_span_disabled", "managed_span_disabled", 2, "1.1 µs"),
+    ] {
+        let max_ns = budgets.get(scenario, "max_ns_added")?;
+        let max_instr = budgets.get(scenario, "max_instructions_added")?;
+        let measured_ns = medians.rounds("span", id);
+        let added: Vec<f64> = measured_ns.iter().zip(baseline).map(|(m, b)| m - b).collect();
+        let (lo, hi) = band(&added);
+        let added_ns = median(&added);
+        let too_noisy = (hi - lo) / 2.0 > max_ns;
+        let added_instr = instructions.as_ref().map(|i| i.otel[mode] - i.otel[0]);
+        let mut measured =
+            format!("{} per call (+{added_ns:.2} ns; band {lo:+.2}…{hi:+.2} ns)", ns(median(measured_ns)));
+        if let Some(instr) = added_instr {
+            let _ = write!(measured, ", +{instr:.1} instructions");
+        }
+        let instr_ok = added_instr.is_none_or(|i| i <= max_instr);
+        let verdict = match (too_noisy, added_instr) {
+            (true, Some(_)) if instr_ok => Verdict::PassByInstructions,
+            _ if instr_ok && added_ns <= max_ns => Verdict::Pass,
+            _ => Verdict::Fail,
+        };
+        rows.push(Row {
+            scenario: scenario.to_string(),
+            measured,
+            budget: format!("≤ {max_ns} ns and ≤ {max_instr} instructions added"),
+            verdict,
+            python,
+        });
+    }
+
+    let max = budgets.get("facade_otel_off", "max_ratio")?;
+    let a = medians.rounds("facade-noop", "managed_span_disabled");
+    let b = medians.rounds("facade-noop", "baseline_empty_closure");
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    let ratio = median(&ratios);
+    let (lo, hi) = band(&ratios);
+    let instr_ratio = instructions.as_ref().map(|i| i.noop[2] / i.noop[0]);
+    let mut measured = format!("{ratio:.3}× wall ({} vs {}; band {lo:.3}–{hi:.3})", ns(median(a)), ns(median(b)));
+    if let (Some(r), Some(i)) = (instr_ratio, &instructions) {
+        let _ = write!(measured, ", {r:.3}× instructions ({:.1} vs {:.1})", i.noop[2], i.noop[0]);
+    }
+    let too_noisy = (hi - lo) / 2.0 > max - 1.0;
+    let verdict = match instr_ratio {
+        Some(r) if too_noisy => {
+            if r <= max {
+                Verdict::PassByInstructions
+            } else {
+                Verdict::Fail
+            }
+        }
+        _ if ratio <= max && instr_ratio.is_none_or(|r| r <= max) => Verdict::Pass,
+        _ => Verdict::Fail,
+    };
+    rows.push(Row {
+        scenario: "facade_otel_off".to_string(),
+        measured,
+        budget: format!("≤ {max}×"),
+        verdict,
+        python: "",
+    });
+    Ok(rows)
+}
+
+fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
+    let binary = sim::build()?;
+    let scratch = workspace_root().join("target/xtask-bench/sim");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
+    let (sleep_ms, results) = sim::measure(&binary, &scratch, rounds)?;
+    let mut rows = Vec::new();
+    for (result, (_, scenario)) in results.iter().zip(sim::PRESETS) {
+        let max = budgets.get(scenario, "max_ratio")?;
+        let ratio = median(&result.ratios);
+        let (lo, hi) = band(&result.ratios);
+        let off = median(&result.off_ms);
+        let mut measured = format!(
+            "{ratio:.3}× ({:.2} vs {off:.2} ms per step, {sleep_ms} ms of it sleep; band {lo:.3}–{hi:.3})",
+            median(&result.on_ms)
+        );
+        let too_noisy = (hi - lo) / 2.0 > max - 1.0;
+        let verdict = if too_noisy && callgrind::available() {
+            let added = sim::added_instructions_per_step(&binary, &scratch, result.preset)?;
+            // 1 ns per instruction: a conservative bound (one instruction per cycle at 1 GHz).
+            let estimated = (off + added * 1e-6) / off;
+            let _ = write!(
+                measured,
+                "; band wider than the budget: +{added:.0} instructions per step on the training thread ≈ {estimated:.4}×"
+            );
+            if estimated <= max { Verdict::PassByInstructions } else { Verdict::Fail }
+        } else if ratio <= max {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
+        rows.push(Row {
+            scenario: (*scenario).to_string(),
+            measured,
+            budget: format!("≤ {max}×"),
+            verdict,
+            python: "",
+        });
+    }
+    Ok(rows)
+}
+
+// ----------------------------------------------------------------- report
+
+/// The machine the figures come from.
+pub(crate) struct Machine {
+    pub(crate) cores: usize,
+    pub(crate) model: String,
+}
+
+impl Machine {
+    fn describe(&self) -> String {
+        format!("{} cores, {}", self.cores, self.model)
+    }
+
+    /// The CI machine kind the throughput floors hold on: 2 vCPUs of an AMD
+    /// EPYC of the Zen 5 class (family 26).
+    pub(crate) fn is_ci_kind(&self) -> bool {
+        self.cores == 2 && self.model.contains("AMD EPYC") && cpu_family() == Some(26)
+    }
+}
+
+fn cpu_family() -> Option<u32> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines().find(|l| l.starts_with("cpu family")).and_then(|l| l.split(':').nth(1)?.trim().parse().ok())
+}
+
+fn machine() -> Machine {
+    let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| Some(l.split(':').nth(1)?.trim().to_string()))
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    Machine { cores, model }
+}
+
+fn render(rows: &[Row], machine: &Machine) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Machine: {} (`nproc` = {}).", machine.model, machine.cores);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| Scenario | Measured | Budget | Verdict | Python original |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for row in rows {
+        let python = if row.python.is_empty() { "—" } else { row.python };
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {python} |",
+            row.scenario,
+            row.measured,
+            row.budget,
+            row.verdict.text()
+        );
+    }
+    out
+}
+
+fn update_docs(page: &Path, table: &str) -> Result<()> {
+    let text = std::fs::read_to_string(page).with_context(|| format!("could not read {}", page.display()))?;
+    let (Some(start), Some(end)) = (text.find(START_MARKER), text.find(END_MARKER)) else {
+        bail!("{} lacks the markers {START_MARKER} and {END_MARKER}", page.display());
+    };
+    if end < start {
+        bail!("{}: {END_MARKER} comes before {START_MARKER}", page.display());
+    }
+    let updated = format!("{}{START_MARKER}\n{table}{}", &text[..start], &text[end..]);
+    std::fs::write(page, updated).with_context(|| format!("could not write {}", page.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{band, median};
+
+    #[test]
+    fn median_and_band() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(band(&[1.0, 3.0, 2.0]), (1.0, 3.0));
+    }
+}
