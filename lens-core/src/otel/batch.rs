@@ -32,11 +32,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
-use std::thread::{self, JoinHandle, Thread};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use opentelemetry::Context;
@@ -44,6 +43,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 
+use super::executor::block_on_until;
 use crate::diag::{RateLimit, warn};
 pub use crate::report::SpanExportSnapshot;
 
@@ -229,38 +229,6 @@ impl<E: SpanExporter + 'static> ErasedExporter for E {
 
     fn set_resource(&mut self, resource: &Resource) {
         SpanExporter::set_resource(self, resource);
-    }
-}
-
-/// Wakes a thread parked in [`block_on_until`].
-struct ThreadWaker(Thread);
-
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `future` on this thread until it completes (`Some`) or `deadline`
-/// passes (`None`, the future is dropped, which cancels a cooperative one).
-/// The future is always polled at least once.
-fn block_on_until<F: Future>(future: F, deadline: Instant) -> Option<F::Output> {
-    let mut future = pin!(future);
-    let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
-    let mut cx = TaskContext::from_waker(&waker);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return Some(output);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        thread::park_timeout(deadline - now);
     }
 }
 
@@ -891,14 +859,5 @@ mod tests {
             let wait = jittered(Duration::from_millis(1000));
             assert!(wait >= Duration::from_millis(500) && wait <= Duration::from_millis(1000), "{wait:?}");
         }
-    }
-
-    #[test]
-    fn block_on_until_gives_up_at_the_deadline() {
-        let started = Instant::now();
-        let never = std::future::pending::<()>();
-        assert_eq!(block_on_until(never, started + Duration::from_millis(50)), None);
-        assert!(started.elapsed() >= Duration::from_millis(50));
-        assert_eq!(block_on_until(async { 7 }, started), Some(7));
     }
 }

@@ -9,6 +9,8 @@
 //!   Prometheus exporters, and in-memory ones behind `testing`.
 //! - [`batch`]: the bounded, counting, retrying batch span processor.
 //! - [`closer`]: ends spans still open at shutdown, marked truncated.
+//! - `executor`: the small thread-parking executor that runs exports
+//!   (`block_on`, `block_on_until`, re-exported from [`exporters`]).
 //! - [`ids`]: trace and span ids independent of any seeding the job does.
 //! - [`sampler`]: rank-aware sampling, structural spans, sampling keys.
 //! - [`logs`]: the `log` crate bridged to OpenTelemetry logs.
@@ -21,6 +23,7 @@ pub mod accounting;
 pub mod active;
 pub mod batch;
 pub mod closer;
+mod executor;
 pub mod exporters;
 pub mod ids;
 pub mod logs;

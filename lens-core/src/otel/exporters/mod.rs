@@ -41,11 +41,8 @@ mod runtime;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -55,6 +52,7 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
+pub use super::executor::{block_on, block_on_until};
 pub use crate::config::{Compression, OtlpProtocol, OtlpSettings, Signal};
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter};
 pub use file::{FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
@@ -150,64 +148,6 @@ pub enum ExporterError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// Runs a future to completion on the current thread, parking between polls.
-///
-/// A minimal executor for exports (the SDK's own processors do the same with
-/// `futures_executor::block_on`). Call it on an ordinary thread, never on a
-/// tokio worker thread.
-///
-/// ```
-/// assert_eq!(lens_core::otel::exporters::block_on(async { 1 + 1 }), 2);
-/// ```
-pub fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        std::thread::park();
-    }
-}
-
-/// Like [`block_on`], but gives up at `deadline` and returns `None` (the
-/// future is dropped, which cancels an export in flight).
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// let never = std::future::pending::<()>();
-/// let deadline = Instant::now() + Duration::from_millis(10);
-/// assert_eq!(lens_core::otel::exporters::block_on_until(never, deadline), None);
-/// ```
-pub fn block_on_until<F: Future>(future: F, deadline: Instant) -> Option<F::Output> {
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return Some(output);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        std::thread::park_timeout(deadline - now);
-    }
-}
-
-struct ThreadWaker(std::thread::Thread);
-
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
 }
 
 /// A span exporter chosen at run time (`OTEL_TRACES_EXPORTER`).
