@@ -1,9 +1,27 @@
-//! `cargo xtask tidy`: the invariants of `docs/architecture.md`, checked
-//! from `cargo tree` so that a change that breaks one fails CI.
+//! `cargo xtask tidy`: the invariants of `docs/architecture.md` and the
+//! checks that keep code, docs and dependencies in step, so that a change
+//! that breaks one fails CI (`cargo xtask ci` runs this first):
+//!
+//! - no OpenTelemetry crate with `otel` off, and dependencies flow one way
+//!   (from `cargo tree`);
+//! - every `.rs` file under a crate's `src/` starts with `//!`;
+//! - every configuration variable the code reads is in
+//!   `docs/configuration.md` and every one there is read (lens-core's
+//!   `tests/config.rs` holds that logic; tidy runs those tests);
+//! - lens-instruments' mirrored semantic-convention keys equal lens-core's
+//!   (`lens-instruments/tests/semconv.rs`, run here);
+//! - the README states the two commands CI runs (`cargo xtask ci` and
+//!   [`MAIN_COMMAND`](crate::ci::MAIN_COMMAND));
+//! - every dependency's license is permissive (from `cargo metadata`).
+//!
+//! The generated docs tables are checked by `cargo xtask codegen --check`,
+//! which `ci` runs right after this.
 
-use anyhow::{Result, bail};
+use std::path::Path;
 
-use crate::{cargo, output, say};
+use anyhow::{Context, Result, bail};
+
+use crate::{cargo, output, run_cmd, say, workspace_root};
 
 /// Crates that must never be built when `otel` is off (SPEC A11).
 const FORBIDDEN_WITHOUT_OTEL: &[&str] = &["opentelemetry", "tonic", "prost", "reqwest", "hyper", "tokio"];
@@ -15,7 +33,9 @@ const LIBRARY_CRATES: &[&str] = &["lens-core", "lens-fallbacks", "megatron-telem
 /// way: sim → megatron-telemetry → lens-fallbacks → lens-core, lens-instruments).
 const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
     ("lens-core", &[]),
-    ("lens-instruments", &[]),
+    // The values structs are pure data shared with the compiled-out facade
+    // (lens_core::instrument_values); lens-core without features.
+    ("lens-instruments", &["lens-core"]),
     ("lens-macros", &[]),
     ("lens-fallbacks", &["lens-core", "lens-instruments", "lens-macros"]),
     ("megatron-telemetry", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
@@ -25,6 +45,12 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
 pub(crate) fn run() -> Result<()> {
     no_otel_without_feature()?;
     dependency_direction()?;
+    module_docs()?;
+    readme_commands()?;
+    licenses()?;
+    // Logic that lives in the crates' own tests, run here by name.
+    run_cmd(cargo(&["test", "-p", "lens-core", "--test", "config", "documented"]))?;
+    run_cmd(cargo(&["test", "-p", "lens-instruments", "--test", "semconv"]))?;
     say("xtask tidy: ok");
     Ok(())
 }
@@ -76,4 +102,187 @@ fn dependency_direction() -> Result<()> {
         bail!("architecture invariant broken: dependencies flow one way\n  {}", problems.join("\n  "));
     }
     Ok(())
+}
+
+/// The workspace crates whose `src/` trees are checked for module docs.
+const CRATES: &[&str] = &[
+    "lens-core",
+    "lens-instruments",
+    "lens-fallbacks",
+    "lens-macros",
+    "megatron-telemetry",
+    "megatron-train-sim",
+    "xtask",
+];
+
+fn rust_files(dir: &Path, found: &mut Vec<std::path::PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("could not list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            rust_files(&path, found)?;
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Every module says why it exists: its file starts with `//!`.
+fn module_docs() -> Result<()> {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for krate in CRATES {
+        let src = root.join(krate).join("src");
+        if src.is_dir() {
+            rust_files(&src, &mut files)?;
+        }
+    }
+    let mut problems = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).with_context(|| format!("could not read {}", file.display()))?;
+        if !text.trim_start().starts_with("//!") {
+            problems.push(file.strip_prefix(&root).unwrap_or(file).display().to_string());
+        }
+    }
+    if !problems.is_empty() {
+        bail!(
+            "every module starts with `//!` (why it exists, how it fits); these do not:\n  {}",
+            problems.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+/// The README's two commands are the ones CI runs.
+fn readme_commands() -> Result<()> {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).context("could not read README.md")?;
+    let main = format!("cargo {}", crate::ci::MAIN_COMMAND.join(" "));
+    let mut problems = Vec::new();
+    for command in [main.as_str(), "cargo xtask ci"] {
+        if !readme.lines().any(|line| line.trim() == command) {
+            problems.push(format!("README.md does not state `{command}` on a line of its own"));
+        }
+    }
+    if !problems.is_empty() {
+        bail!("the README's commands drifted from CI (xtask/src/ci.rs):\n  {}", problems.join("\n  "));
+    }
+    Ok(())
+}
+
+/// Licenses a dependency may have. MPL-2.0 is weak copyleft (file-level: a
+/// change to an MPL file must be shared, using it is free), allowed as such;
+/// CDLA-Permissive-2.0 is a permissive data license (webpki-roots' root
+/// certificates); LLVM-exception only widens Apache-2.0.
+const ALLOWED_LICENSES: &[&str] = &[
+    "MIT",
+    "Apache-2.0",
+    "BSD-2-Clause",
+    "BSD-3-Clause",
+    "ISC",
+    "Zlib",
+    "Unicode-3.0",
+    "Unicode-DFS-2016",
+    "CC0-1.0",
+    "MPL-2.0",
+    "BSL-1.0",
+    "0BSD",
+    "Unlicense",
+    "CDLA-Permissive-2.0",
+];
+const ALLOWED_EXCEPTIONS: &[&str] = &["LLVM-exception"];
+
+/// Whether an SPDX expression can be satisfied with allowed licenses
+/// (`OR`: any side; `AND`: both; `/` is the old spelling of `OR`).
+fn license_ok(expression: &str) -> bool {
+    let spaced = expression.replace('(', " ( ").replace(')', " ) ").replace('/', " OR ");
+    let tokens: Vec<&str> = spaced.split_whitespace().collect();
+    let mut position = 0;
+    let ok = or_expression(&tokens, &mut position);
+    ok == Some(true) && position == tokens.len()
+}
+
+fn or_expression(tokens: &[&str], position: &mut usize) -> Option<bool> {
+    let mut value = and_expression(tokens, position)?;
+    while tokens.get(*position) == Some(&"OR") {
+        *position += 1;
+        value |= and_expression(tokens, position)?;
+    }
+    Some(value)
+}
+
+fn and_expression(tokens: &[&str], position: &mut usize) -> Option<bool> {
+    let mut value = license_term(tokens, position)?;
+    while tokens.get(*position) == Some(&"AND") {
+        *position += 1;
+        value &= license_term(tokens, position)?;
+    }
+    Some(value)
+}
+
+fn license_term(tokens: &[&str], position: &mut usize) -> Option<bool> {
+    let token = *tokens.get(*position)?;
+    *position += 1;
+    if token == "(" {
+        let value = or_expression(tokens, position)?;
+        (tokens.get(*position) == Some(&")")).then(|| *position += 1)?;
+        return Some(value);
+    }
+    if [")", "AND", "OR", "WITH"].contains(&token) {
+        return None;
+    }
+    let mut value = ALLOWED_LICENSES.contains(&token);
+    if tokens.get(*position) == Some(&"WITH") {
+        let exception = *tokens.get(*position + 1)?;
+        *position += 2;
+        value &= ALLOWED_EXCEPTIONS.contains(&exception);
+    }
+    Some(value)
+}
+
+/// Every package in the dependency graph has a permissive license.
+fn licenses() -> Result<()> {
+    let text = output(cargo(&["metadata", "--format-version", "1"]))?;
+    let metadata: serde_json::Value = serde_json::from_str(&text).context("cargo metadata printed no JSON")?;
+    let members: Vec<&str> =
+        metadata["workspace_members"].as_array().into_iter().flatten().filter_map(|m| m.as_str()).collect();
+    let mut problems = Vec::new();
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        if package["id"].as_str().is_some_and(|id| members.contains(&id)) {
+            continue;
+        }
+        let name = package["name"].as_str().unwrap_or("?");
+        let version = package["version"].as_str().unwrap_or("?");
+        match package["license"].as_str() {
+            Some(license) if license_ok(license) => {}
+            Some(license) => problems.push(format!("{name} {version}: `{license}`")),
+            None => problems.push(format!("{name} {version}: no SPDX license (a license file only)")),
+        }
+    }
+    if !problems.is_empty() {
+        bail!(
+            "dependencies with a license outside the allowed list ({}):\n  {}",
+            ALLOWED_LICENSES.join(", "),
+            problems.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::license_ok;
+
+    #[test]
+    fn license_expressions() {
+        assert!(license_ok("MIT OR Apache-2.0"));
+        assert!(license_ok("MIT/Apache-2.0"));
+        assert!(license_ok("(MIT OR Apache-2.0) AND Unicode-3.0"));
+        assert!(license_ok("Apache-2.0 WITH LLVM-exception OR Apache-2.0 OR MIT"));
+        assert!(license_ok("MIT OR Apache-2.0 OR LGPL-2.1-or-later"));
+        assert!(!license_ok("GPL-3.0-only"));
+        assert!(!license_ok("MIT AND GPL-2.0-only"));
+        assert!(!license_ok("Apache-2.0 WITH Classpath-exception-2.0"));
+        assert!(!license_ok("MIT OR"));
+        assert!(!license_ok("(MIT"));
+    }
 }
