@@ -5,8 +5,8 @@
 //! request and counts the spans); the sender is `lens-core/examples/otlp-load.rs`
 //! (`setup_telemetry` with the OTLP exporter, spans ended from one thread at a
 //! paced rate). Both are built with the bench profile. Each scenario climbs a
-//! ladder of offered rates, a few seconds each, and stops at the first rate
-//! that is not held; a rate is held when the sender kept pace, nothing was
+//! ladder of offered rates, a few seconds each, stops at the first rate that
+//! is not held and bisects twice between the two; a rate is held when the sender kept pace, nothing was
 //! dropped or failed, and the receiver counted every span. The figure is the
 //! highest rate held, beside the drop count at the next step, the queue's
 //! bound in memory and the sender's peak resident memory. Floors are checked
@@ -25,6 +25,8 @@ use crate::{cargo, run_cmd, say, workspace_root};
 const LADDER: &[u64] = &[100_000, 200_000, 400_000, 700_000, 1_000_000, 1_400_000, 2_000_000, 2_800_000];
 /// Seconds per step.
 const SECONDS: u64 = 2;
+/// Bisection steps after the ladder.
+const BISECTIONS: usize = 2;
 /// The default queue size (`OTEL_BSP_MAX_QUEUE_SIZE`).
 const QUEUE: u64 = 65_536;
 
@@ -180,14 +182,29 @@ pub(crate) fn rows(budgets: &Budgets, machine: &Machine) -> Result<Vec<Row>> {
                 break;
             }
         }
+        // Two bisection steps between the last rate held and the first not held.
+        for _ in 0..BISECTIONS {
+            let (Some(low), Some(high)) = (&best, &failed) else { break };
+            let rate = (low.rate + high.rate) / 2;
+            let result = step(&load, &mut sink, protocol, *attrs, rate)?;
+            say(&format!(
+                "xtask bench: {scenario} at {rate}/s: offered {} ({:.0}/s), dropped {}, not received {}, errors {}",
+                result.offered, result.achieved, result.dropped, result.lost, result.errors
+            ));
+            if result.held() {
+                best = Some(result);
+            } else {
+                failed = Some(result);
+            }
+        }
         let held = best.as_ref().map_or(0.0, |s| s.achieved);
         let mut measured = format!("{} spans/s with 0 dropped", thousands(held as u64));
         match &failed {
             Some(next) => {
                 measured.push_str(&format!(
-                    " (at {}/s offered: {:.0}/s reached, {} dropped, {} not received)",
+                    " (at {}/s offered: {}/s reached, {} dropped, {} not received)",
                     thousands(next.rate),
-                    next.achieved,
+                    thousands(next.achieved as u64),
                     thousands(next.dropped),
                     thousands(next.lost)
                 ));
