@@ -573,6 +573,12 @@ impl MegatronTelemetry {
         self.telemetry.is_exporting()
     }
 
+    /// The configured bound on shutdown (`MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS`,
+    /// default 5 s), which dropping the handle also uses.
+    pub fn shutdown_timeout(&self) -> Duration {
+        self.shutdown_timeout
+    }
+
     /// The training metrics (a no-op handle on other ranks), for
     /// [`TrainingMetrics::loss_from`].
     pub fn metrics(&self) -> &TrainingMetrics {

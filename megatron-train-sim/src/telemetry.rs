@@ -21,7 +21,7 @@
 //! The simulator defines no span, metric or attribute name of its own:
 //! they all come from `megatron_telemetry::taxonomy` and `::metrics`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use lens_core::config::{CliOverrides, LensConfig};
 use lens_core::env::EnvSource;
@@ -373,9 +373,11 @@ impl Telemetry {
     }
 
     /// Ends the structural spans, removes the signal handlers, then shuts
-    /// telemetry down (flush, bounded). Idempotent.
+    /// telemetry down (flush, bounded by `MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS`).
+    /// Idempotent.
     pub(crate) fn shutdown(&mut self) -> ShutdownReport {
-        self.lifecycle.shutdown(Duration::from_secs(5))
+        let timeout = self.lifecycle.shutdown_timeout();
+        self.lifecycle.shutdown(timeout)
     }
 }
 

@@ -448,6 +448,12 @@ impl Telemetry {
         report.truncated_spans = truncated.load(Ordering::Relaxed);
         report.spans = self.report().spans;
         report.metrics = self.report().metrics;
+        if report.unfinished.contains(&"shut down spans") {
+            // Spans in an export that has not returned by the deadline (a
+            // hung collector) are lost to this lifetime: report them as
+            // unsent at shutdown rather than not at all.
+            report.spans.dropped_at_shutdown += report.spans.pending();
+        }
         if let Some(prometheus) = prometheus {
             if !self.linger.is_zero() {
                 prometheus.wait_linger();
