@@ -7,6 +7,12 @@
 //! `None` means "do not set". With the `otel` feature these convert into
 //! `opentelemetry::Value`.
 //!
+//! The pure pieces of the span helpers live here too, so that both sides of
+//! the facade (the runtime's `otel::span` and the compiled-out no-ops) share
+//! one definition: the redaction rule ([`DEFAULT_REDACT_KEYS`], [`REDACTED`],
+//! [`redact_value`]) and attributes computed only when a span is recorded
+//! ([`lazy_attributes`]).
+//!
 //! ```
 //! use lens_core::attr::{AttrValue, KeyValue};
 //!
@@ -138,6 +144,76 @@ impl KeyValue {
     #[inline]
     pub fn new(key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) -> KeyValue {
         KeyValue { key: key.into(), value: value.into() }
+    }
+}
+
+/// The keys whose string values the span helpers' `safe_set_span_attributes`
+/// replaces with [`REDACTED`], as in the original: exact, case-sensitive
+/// matches.
+pub const DEFAULT_REDACT_KEYS: &[&str] =
+    &["prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"];
+
+/// What a redacted value is replaced with.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// `value`, or [`REDACTED`] when `key` is one of `redact_keys` (an exact,
+/// case-sensitive match). Pure, so it behaves the same whether or not
+/// telemetry is compiled in.
+///
+/// ```
+/// use lens_core::attr::{AttrValue, DEFAULT_REDACT_KEYS, redact_value};
+///
+/// assert_eq!(redact_value("password", "hunter2".into(), DEFAULT_REDACT_KEYS), AttrValue::from("[REDACTED]"));
+/// assert_eq!(redact_value("Password", "hunter2".into(), DEFAULT_REDACT_KEYS), AttrValue::from("hunter2"));
+/// ```
+#[inline]
+pub fn redact_value(key: &str, value: AttrValue, redact_keys: &[&str]) -> AttrValue {
+    if redact_keys.contains(&key) { AttrValue::Str(Cow::Borrowed(REDACTED)) } else { value }
+}
+
+/// Attributes computed only when the span is recorded; see [`lazy_attributes`].
+#[derive(Clone, Copy)]
+pub struct LazyAttributes<F>(F);
+
+/// Defers computing attributes until a span is actually recorded (with
+/// telemetry compiled out, never).
+///
+/// A span helper iterates its attributes only when its span records, and
+/// iterating a `LazyAttributes` is what calls `compute`.
+///
+/// ```
+/// use lens_core::attr::{KeyValue, lazy_attributes};
+///
+/// let shape = vec![8, 1024];
+/// let attributes = lazy_attributes(|| [KeyValue::new("megatron.shape", format!("{shape:?}"))]);
+/// let computed: Vec<KeyValue> = attributes.into_iter().collect();
+/// assert_eq!(computed, [KeyValue::new("megatron.shape", "[8, 1024]")]);
+/// ```
+#[inline]
+pub fn lazy_attributes<F, I>(compute: F) -> LazyAttributes<F>
+where
+    F: FnOnce() -> I,
+    I: IntoIterator<Item = KeyValue>,
+{
+    LazyAttributes(compute)
+}
+
+impl<F, I> IntoIterator for LazyAttributes<F>
+where
+    F: FnOnce() -> I,
+    I: IntoIterator<Item = KeyValue>,
+{
+    type Item = KeyValue;
+    type IntoIter = I::IntoIter;
+
+    fn into_iter(self) -> I::IntoIter {
+        (self.0)().into_iter()
+    }
+}
+
+impl<F> fmt::Debug for LazyAttributes<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LazyAttributes")
     }
 }
 

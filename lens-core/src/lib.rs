@@ -1,7 +1,10 @@
 //! The core of lens: everything a rank needs to decide *what* to record and
 //! *whether* to export, with no OpenTelemetry dependency.
 //!
-//! - [`attr`]: attribute values in lens's own types.
+//! - [`attr`]: attribute values in lens's own types, redaction and lazy
+//!   attributes.
+//! - [`bootstrap`]: the worker bootstrap's error, shared by both sides of
+//!   the facade.
 //! - [`config`]: the configuration model, read from the environment (with a
 //!   prefix and a fallback prefix), overridden from the command line, and
 //!   validated as a whole before anything is installed.
@@ -19,6 +22,7 @@
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime.
 
 pub mod attr;
+pub mod bootstrap;
 pub mod config;
 pub mod diag;
 pub mod env;

@@ -5,6 +5,10 @@
 //! evaluation of its arguments (which the optimiser drops when they have no
 //! side effects) and, for the closure forms, to the body itself. Nothing here
 //! names an OpenTelemetry type, and the build has no OpenTelemetry crate.
+//!
+//! The pieces that behave the same in both modes (redaction, lazy
+//! attributes, the bootstrap's error) are not twins: both sides re-export
+//! lens-core's one definition (`lens_core::attr`, `lens_core::bootstrap`).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -15,6 +19,8 @@ use std::marker::PhantomData;
 use std::time::SystemTime;
 
 use lens_core::attr::{AttrValue, KeyValue};
+pub use lens_core::attr::{DEFAULT_REDACT_KEYS, LazyAttributes, REDACTED, lazy_attributes, redact_value};
+pub use lens_core::bootstrap::InvalidBootstrap;
 use lens_core::env::EnvSource;
 use lens_core::groups::SpanGroup;
 
@@ -23,46 +29,6 @@ use lens_core::groups::SpanGroup;
 pub fn is_span_group_enabled(group: SpanGroup) -> bool {
     let _ = group;
     false
-}
-
-/// The keys whose string values are redacted (the same list as with `otel`).
-pub const DEFAULT_REDACT_KEYS: &[&str] =
-    &["prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"];
-
-/// What a redacted value is replaced with.
-pub const REDACTED: &str = "[REDACTED]";
-
-/// Attributes computed only when a span is recorded: never, here.
-#[derive(Clone, Copy)]
-pub struct LazyAttributes<F>(F);
-
-/// Defers computing attributes; with `otel` off they are never computed.
-#[inline(always)]
-pub fn lazy_attributes<F, I>(compute: F) -> LazyAttributes<F>
-where
-    F: FnOnce() -> I,
-    I: IntoIterator<Item = KeyValue>,
-{
-    LazyAttributes(compute)
-}
-
-impl<F, I> IntoIterator for LazyAttributes<F>
-where
-    F: FnOnce() -> I,
-    I: IntoIterator<Item = KeyValue>,
-{
-    type Item = KeyValue;
-    type IntoIter = I::IntoIter;
-
-    fn into_iter(self) -> I::IntoIter {
-        (self.0)().into_iter()
-    }
-}
-
-impl<F> fmt::Debug for LazyAttributes<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("LazyAttributes")
-    }
 }
 
 /// "No context": with `otel` off there is never a context to carry.
@@ -370,13 +336,6 @@ pub fn try_instrument_future<T, E: fmt::Display, F: Future<Output = Result<T, E>
     future
 }
 
-/// `value`, or [`REDACTED`] when `key` is one of `redact_keys`: pure, so it
-/// behaves as with `otel`.
-#[inline(always)]
-pub fn redact_value(key: &str, value: AttrValue, redact_keys: &[&str]) -> AttrValue {
-    if redact_keys.contains(&key) { AttrValue::Str(Cow::Borrowed(REDACTED)) } else { value }
-}
-
 /// Does nothing.
 #[inline(always)]
 pub fn safe_set_span_attributes(
@@ -437,28 +396,6 @@ pub fn create_linked_span(
     let _ = (group, name, remote, attributes);
     SpanGuard::noop()
 }
-
-/// A worker bootstrap has a variable with a value it cannot read (never
-/// produced with `otel` off).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InvalidBootstrap {
-    /// The variable read.
-    pub variable: String,
-    /// Its value.
-    pub value: String,
-}
-
-impl fmt::Display for InvalidBootstrap {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid boolean for {}: {:?}; expected '1'/'0', 'true'/'false', 'yes'/'no' or 'on'/'off'",
-            self.variable, self.value
-        )
-    }
-}
-
-impl Error for InvalidBootstrap {}
 
 /// The worker bootstrap, always disabled: a worker built without `otel`
 /// stays off.

@@ -46,6 +46,8 @@ use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 
 use crate::attr::KeyValue;
+pub use crate::bootstrap::InvalidBootstrap;
+use crate::config::parse_bool;
 use crate::env::EnvSource;
 use crate::groups::{SpanGroup, is_span_group_enabled};
 use crate::otel::active;
@@ -369,16 +371,6 @@ pub fn create_linked_span(
     start_span(tracer, name.into(), attributes, options)
 }
 
-/// A worker bootstrap has a variable with a value it cannot read.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid boolean for {variable}: {value:?}; expected '1'/'0', 'true'/'false', 'yes'/'no' or 'on'/'off'")]
-pub struct InvalidBootstrap {
-    /// The variable read.
-    pub variable: String,
-    /// Its value.
-    pub value: String,
-}
-
 /// The telemetry settings and trace context that a spawned thread or process
 /// needs, as plain strings (SPEC B 10.5, A9).
 ///
@@ -470,10 +462,9 @@ impl WorkerBootstrap {
         let variable = format!("{prefix}_ENABLED");
         let enabled = match env.non_empty(&variable) {
             None => false,
-            Some(value) => match value.to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" => false,
-                _ => return Err(InvalidBootstrap { variable, value }),
+            Some(value) => match parse_bool(&value) {
+                Some(enabled) => enabled,
+                None => return Err(InvalidBootstrap { variable, value }),
             },
         };
         if !enabled {

@@ -59,69 +59,19 @@ use opentelemetry_sdk::trace::SdkTracer;
 use opentelemetry_semantic_conventions::attribute::{EXCEPTION_MESSAGE, EXCEPTION_TYPE};
 
 use crate::attr::{AttrValue, KeyValue};
+// The pure pieces (redaction, lazy attributes) are defined in `crate::attr`,
+// shared with the compiled-out facade, and re-exported here where the span
+// helpers' callers look for them.
+pub use crate::attr::{DEFAULT_REDACT_KEYS, LazyAttributes, REDACTED, lazy_attributes, redact_value};
 use crate::groups::{SpanGroup, is_span_group_enabled};
 use crate::otel::active;
 use crate::otel::propagation::RemoteContext;
-
-/// The keys whose string values [`safe_set_span_attributes`] replaces with
-/// [`REDACTED`], as in the original: exact, case-sensitive matches.
-pub const DEFAULT_REDACT_KEYS: &[&str] =
-    &["prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"];
-
-/// What a redacted value is replaced with.
-pub const REDACTED: &str = "[REDACTED]";
 
 /// The name of the event that records an error or a panic on a span.
 pub const EXCEPTION_EVENT: &str = "exception";
 
 /// The `exception.type` recorded when a span ends during a panic.
 pub const PANIC_EXCEPTION_TYPE: &str = "panic";
-
-/// Attributes computed only when the span is recorded; see [`lazy_attributes`].
-#[derive(Clone, Copy)]
-pub struct LazyAttributes<F>(F);
-
-/// Defers computing attributes until a span is actually recorded.
-///
-/// ```
-/// use lens_core::attr::KeyValue;
-/// use lens_core::groups::SpanGroup;
-/// use lens_core::otel::span::{lazy_attributes, managed_span};
-///
-/// let shape = vec![8, 1024];
-/// let _span = managed_span(
-///     SpanGroup::FORWARD_BACKWARD,
-///     "megatron.forward",
-///     lazy_attributes(|| [KeyValue::new("megatron.shape", format!("{shape:?}"))]),
-/// );
-/// ```
-#[inline]
-pub fn lazy_attributes<F, I>(compute: F) -> LazyAttributes<F>
-where
-    F: FnOnce() -> I,
-    I: IntoIterator<Item = KeyValue>,
-{
-    LazyAttributes(compute)
-}
-
-impl<F, I> IntoIterator for LazyAttributes<F>
-where
-    F: FnOnce() -> I,
-    I: IntoIterator<Item = KeyValue>,
-{
-    type Item = KeyValue;
-    type IntoIter = I::IntoIter;
-
-    fn into_iter(self) -> I::IntoIter {
-        (self.0)().into_iter()
-    }
-}
-
-impl<F> fmt::Debug for LazyAttributes<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("LazyAttributes")
-    }
-}
 
 /// A link from a span to another span, usually one in another trace or
 /// another process.
@@ -692,20 +642,6 @@ pub fn try_instrument_future<T, E: fmt::Display, F: Future<Output = Result<T, E>
             }
         }
     }
-}
-
-/// `value`, or [`REDACTED`] when `key` is one of `redact_keys` (an exact,
-/// case-sensitive match).
-///
-/// ```
-/// use lens_core::attr::AttrValue;
-/// use lens_core::otel::span::{DEFAULT_REDACT_KEYS, redact_value};
-///
-/// assert_eq!(redact_value("password", "hunter2".into(), DEFAULT_REDACT_KEYS), AttrValue::from("[REDACTED]"));
-/// assert_eq!(redact_value("Password", "hunter2".into(), DEFAULT_REDACT_KEYS), AttrValue::from("hunter2"));
-/// ```
-pub fn redact_value(key: &str, value: AttrValue, redact_keys: &[&str]) -> AttrValue {
-    if redact_keys.contains(&key) { AttrValue::Str(Cow::Borrowed(REDACTED)) } else { value }
 }
 
 /// Sets attributes on `span` with the original's rules: `None` entries are
