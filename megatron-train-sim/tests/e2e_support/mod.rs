@@ -177,7 +177,8 @@ impl Ctx {
 
     /// Scans every file of the test's directory (logs, telemetry files, the
     /// sink's records) for the secrets; panics naming each file and line
-    /// that holds one, else removes the directory.
+    /// that holds one, else removes the directory (kept when the variable
+    /// `LENS_E2E_KEEP` is set, for a look at the logs).
     pub(crate) fn finish(self) {
         let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
         let findings = scan_for_secrets(&self.dir, &secrets);
@@ -188,7 +189,9 @@ impl Ctx {
             self.dir.display(),
             findings.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
         );
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if std::env::var_os("LENS_E2E_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 
     /// How long the test has run.
