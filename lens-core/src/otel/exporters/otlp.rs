@@ -172,6 +172,10 @@ fn rustls_config(
 struct LensHttpClient {
     client: reqwest::blocking::Client,
     headers: Arc<[(HeaderName, HeaderValue)]>,
+    /// The SDK turns every transport failure into "network error"; lens
+    /// says why (refused, timed out, a certificate it does not trust) once
+    /// a minute.
+    transport_warnings: Arc<crate::diag::RateLimit>,
 }
 
 impl fmt::Debug for LensHttpClient {
@@ -205,7 +209,11 @@ impl LensHttpClient {
             .join()
             .map_err(|_| ExporterError::Runtime { reason: "building the HTTP client panicked".into() })?
             .map_err(|error| ExporterError::Runtime { reason: format!("cannot build the HTTP client: {error}") })?;
-        Ok(LensHttpClient { client, headers: headers.into() })
+        Ok(LensHttpClient {
+            client,
+            headers: headers.into(),
+            transport_warnings: Arc::new(crate::diag::RateLimit::new(Duration::from_secs(60))),
+        })
     }
 
     fn send(&self, request: http::Request<Bytes>) -> Result<http::Response<Bytes>, HttpError> {
@@ -221,8 +229,19 @@ impl LensHttpClient {
         for (name, value) in self.headers.iter() {
             headers.insert(name.clone(), value.clone());
         }
-        let response =
-            self.client.request(parts.method, parts.uri.to_string()).headers(headers).body(body.to_vec()).send()?;
+        let response = match self
+            .client
+            .request(parts.method, parts.uri.to_string())
+            .headers(headers)
+            .body(body.to_vec())
+            .send()
+        {
+            Ok(response) => response,
+            Err(error) => {
+                self.warn_transport(&error);
+                return Err(Box::new(error));
+            }
+        };
         let status = response.status();
         let response_headers = response.headers().clone();
         let mut body = Vec::new();
@@ -233,6 +252,37 @@ impl LensHttpClient {
         let mut response = http::Response::builder().status(status).body(Bytes::from(body))?;
         *response.headers_mut() = response_headers;
         Ok(response)
+    }
+}
+
+impl LensHttpClient {
+    /// Warns (rate-limited) with the whole cause chain of a failed request,
+    /// without its URL and with the header values redacted.
+    #[cold]
+    fn warn_transport(&self, error: &reqwest::Error) {
+        let Some(held_back) = self.transport_warnings.check() else { return };
+        let mut message = String::new();
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        while let Some(current) = cause {
+            let text = current.to_string();
+            if !message.contains(&text) {
+                if !message.is_empty() {
+                    message.push_str(": ");
+                }
+                message.push_str(&text);
+            }
+            cause = current.source();
+        }
+        if let Some(url) = error.url() {
+            message = message.replace(&format!(" for url ({url})"), "");
+        }
+        let secrets: Vec<String> =
+            self.headers.iter().filter_map(|(_, value)| value.to_str().ok().map(str::to_string)).collect();
+        let message = crate::diag::redact(&message, &secrets);
+        crate::diag::warn(format_args!(
+            "OTLP/HTTP export request failed: {message}{}",
+            if held_back > 0 { format!(" ({held_back} more held back)") } else { String::new() }
+        ));
     }
 }
 
