@@ -11,7 +11,7 @@ mod e2e_support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use e2e_support::{Ctx, Proc, Protocol, Sink, clean_command, python, repo_root, sim_args, strs};
+use e2e_support::{Ctx, Proc, Protocol, Sink, clean_command, python, repo_root, sim_args};
 use megatron_telemetry::taxonomy;
 use serde_json::Value;
 
