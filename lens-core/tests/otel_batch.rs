@@ -10,6 +10,7 @@ mod with_testing {
     use std::time::{Duration, Instant};
 
     use lens_core::otel::batch::{BatchConfig, LensBatchSpanProcessor, SpanExportSnapshot};
+    use lens_core::otel::exporters::testing::KeepingSpanExporter;
     use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
     use opentelemetry::{InstrumentationScope, KeyValue};
     use opentelemetry_sdk::Resource;
@@ -18,28 +19,12 @@ mod with_testing {
         InMemorySpanExporter, SamplingDecision, SamplingResult, SdkTracerProvider, ShouldSample, SpanData, SpanExporter,
     };
 
-    /// The in-memory exporter, minus its habit of clearing itself on shutdown.
-    #[derive(Clone, Debug, Default)]
-    struct Keep(InMemorySpanExporter);
-
-    impl SpanExporter for Keep {
-        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-            self.0.export(batch).await
-        }
-    }
-
-    impl Keep {
-        fn names(&self) -> Vec<String> {
-            self.0.get_finished_spans().unwrap_or_default().into_iter().map(|span| span.name.into_owned()).collect()
-        }
-    }
-
     /// Fails its first `failures` exports, then stores spans.
     #[derive(Debug)]
     struct Flaky {
         failures: u64,
         calls: AtomicU64,
-        store: Keep,
+        store: KeepingSpanExporter,
     }
 
     impl SpanExporter for Flaky {
@@ -58,7 +43,7 @@ mod with_testing {
         open: Mutex<bool>,
         opened: Condvar,
         entered: AtomicU64,
-        store: Keep,
+        store: KeepingSpanExporter,
     }
 
     impl Gated {
@@ -118,12 +103,12 @@ mod with_testing {
 
     #[test]
     fn spans_reach_the_exporter_with_their_names_and_attributes() {
-        let exporter = Keep::default();
+        let exporter = KeepingSpanExporter::default();
         let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
         let provider = provider_with(&batch);
         emit(&provider, 10);
         assert_ok(batch.force_flush_with_timeout(Duration::from_secs(10)));
-        let spans = exporter.0.get_finished_spans().unwrap_or_default();
+        let spans = exporter.get_finished_spans().unwrap_or_default();
         let mut names = exporter.names();
         names.sort();
         let mut expected: Vec<String> = (0..10).map(|i| format!("span-{i}")).collect();
@@ -137,7 +122,7 @@ mod with_testing {
 
     #[test]
     fn the_schedule_delay_exports_a_partial_batch_without_a_flush() {
-        let exporter = Keep::default();
+        let exporter = KeepingSpanExporter::default();
         let config = BatchConfig { scheduled_delay: Duration::from_millis(50), ..BatchConfig::default() };
         let batch = LensBatchSpanProcessor::new(exporter.clone(), config);
         let provider = provider_with(&batch);
@@ -177,7 +162,7 @@ mod with_testing {
 
     #[test]
     fn an_exporter_that_recovers_within_the_retry_window_loses_nothing() {
-        let store = Keep::default();
+        let store = KeepingSpanExporter::default();
         let flaky = Flaky { failures: 3, calls: AtomicU64::new(0), store: store.clone() };
         let config = BatchConfig { max_concurrent_exports: 1, ..BatchConfig::default() };
         let batch = LensBatchSpanProcessor::new(flaky, config);
@@ -192,7 +177,7 @@ mod with_testing {
 
     #[test]
     fn an_exporter_that_never_recovers_has_its_batches_counted_as_dropped() {
-        let flaky = Flaky { failures: u64::MAX, calls: AtomicU64::new(0), store: Keep::default() };
+        let flaky = Flaky { failures: u64::MAX, calls: AtomicU64::new(0), store: KeepingSpanExporter::default() };
         let config = BatchConfig { retry_window: Duration::from_millis(300), ..BatchConfig::default() };
         let batch = LensBatchSpanProcessor::new(flaky, config);
         let started = Instant::now();
@@ -289,13 +274,13 @@ mod with_testing {
 
     #[test]
     fn spans_after_shutdown_are_rejected_and_a_second_shutdown_says_so() {
-        let exporter = Keep::default();
+        let exporter = KeepingSpanExporter::default();
         let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
         let provider = provider_with(&batch);
         emit(&provider, 3);
         assert_ok(batch.shutdown_with_timeout(Duration::from_secs(5)));
         assert_eq!(exporter.names().len(), 3);
-        let late = exporter.0.get_finished_spans().unwrap_or_default().remove(0);
+        let late = exporter.get_finished_spans().unwrap_or_default().remove(0);
         assert!(!batch.enqueue_data(late));
         let snapshot = batch.counters().snapshot();
         assert_eq!((snapshot.exported, snapshot.rejected_after_shutdown), (3, 1));
@@ -347,7 +332,7 @@ mod with_testing {
 
     /// Needs a tokio runtime: its export sleeps on tokio's timer.
     #[derive(Debug)]
-    struct OnTokio(Keep);
+    struct OnTokio(KeepingSpanExporter);
 
     impl SpanExporter for OnTokio {
         async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
@@ -365,7 +350,7 @@ mod with_testing {
         let handle = runtime.handle().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let driver = std::thread::spawn(move || runtime.block_on(stopped));
-        let store = Keep::default();
+        let store = KeepingSpanExporter::default();
         let config = BatchConfig { runtime: Some(handle), ..BatchConfig::default() };
         let batch = LensBatchSpanProcessor::new(OnTokio(store.clone()), config);
         let provider = provider_with(&batch);
@@ -402,7 +387,7 @@ mod with_testing {
 
     #[test]
     fn recorded_but_unsampled_spans_are_not_exported() {
-        let exporter = Keep::default();
+        let exporter = KeepingSpanExporter::default();
         let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
         let provider = SdkTracerProvider::builder().with_sampler(RecordOnly).with_span_processor(batch.clone()).build();
         let tracer = provider.tracer_with_scope(InstrumentationScope::builder("record-only").build());

@@ -10,32 +10,20 @@ mod with_testing {
     use lens_core::otel::closer::{
         OpenSpanCloser, SPAN_TRUNCATED, SPAN_TRUNCATED_REASON, SPAN_TRUNCATED_REASON_AT_SHUTDOWN,
     };
+    use lens_core::otel::exporters::testing::KeepingSpanExporter;
     use opentelemetry::trace::{Span as _, Status, TraceContextExt as _, Tracer as _, TracerProvider as _};
     use opentelemetry::{Context, KeyValue, Value};
-    use opentelemetry_sdk::error::OTelSdkResult;
-    use opentelemetry_sdk::trace::{
-        InMemorySpanExporter, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor as _,
-    };
-
-    /// The in-memory exporter, minus its habit of clearing itself on shutdown.
-    #[derive(Clone, Debug, Default)]
-    struct Keep(InMemorySpanExporter);
-
-    impl SpanExporter for Keep {
-        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-            self.0.export(batch).await
-        }
-    }
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanProcessor as _};
 
     struct Setup {
-        exporter: Keep,
+        exporter: KeepingSpanExporter,
         closer: OpenSpanCloser,
         batch: LensBatchSpanProcessor,
         provider: SdkTracerProvider,
     }
 
     fn setup() -> Setup {
-        let exporter = Keep::default();
+        let exporter = KeepingSpanExporter::default();
         let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
         let closer = OpenSpanCloser::with_target(batch.clone());
         let provider =
@@ -45,7 +33,7 @@ mod with_testing {
 
     impl Setup {
         fn exported(&self) -> Vec<SpanData> {
-            self.exporter.0.get_finished_spans().unwrap_or_default()
+            self.exporter.get_finished_spans().unwrap_or_default()
         }
 
         fn named(&self, name: &str) -> Vec<SpanData> {

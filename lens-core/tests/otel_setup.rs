@@ -16,32 +16,15 @@ use lens_core::attr::KeyValue;
 use lens_core::config::{ExporterKind, LensConfig, OtlpEndpoint, OtlpProtocol, Signal};
 use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup, is_span_group_enabled};
 use lens_core::identity::RankContext;
+use lens_core::otel::exporters::testing::KeepingSpanExporter;
 use lens_core::otel::setup::{SetupError, SetupOptions, Telemetry, setup_telemetry};
 use lens_core::otel::span::managed_span;
 use opentelemetry::Value;
-use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData, SpanExporter};
 
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// An in-memory span exporter that keeps its spans after shutdown.
-#[derive(Clone, Debug, Default)]
-struct Keep(InMemorySpanExporter);
-
-impl SpanExporter for Keep {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        self.0.export(batch).await
-    }
-}
-
-impl Keep {
-    fn names(&self) -> Vec<String> {
-        self.0.get_finished_spans().unwrap().iter().map(|s| s.name.to_string()).collect()
-    }
 }
 
 fn enabled(spec: &str) -> LensConfig {
@@ -56,7 +39,7 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn setup_with(config: &LensConfig, ctx: RankContext, spans: &Keep) -> Telemetry {
+fn setup_with(config: &LensConfig, ctx: RankContext, spans: &KeepingSpanExporter) -> Telemetry {
     let options = SetupOptions::new().with_span_exporter(spans.clone()).with_env(env(&[("NEMO_LENS_RUN_ID", "run-a")]));
     setup_telemetry(config, &ctx, Vec::new(), options).expect("setup")
 }
@@ -64,7 +47,7 @@ fn setup_with(config: &LensConfig, ctx: RankContext, spans: &Keep) -> Telemetry 
 #[test]
 fn disabled_config_gives_an_inert_handle() {
     let _serial = serial();
-    let spans = Keep::default();
+    let spans = KeepingSpanExporter::default();
     let telemetry = setup_with(&LensConfig::default(), RankContext::SINGLE, &spans);
     assert!(!telemetry.is_enabled());
     assert!(!telemetry.is_exporting());
@@ -85,7 +68,7 @@ fn disabled_config_gives_an_inert_handle() {
 #[test]
 fn an_exporting_rank_records_its_groups_and_exports_on_shutdown() {
     let _serial = serial();
-    let spans = Keep::default();
+    let spans = KeepingSpanExporter::default();
     let telemetry = setup_with(&enabled("default"), rank(0, 1), &spans);
     assert!(telemetry.is_exporting());
     assert_eq!(telemetry.enabled_groups(), LENS_CATALOG.resolve("default").unwrap());
@@ -107,7 +90,7 @@ fn an_exporting_rank_records_its_groups_and_exports_on_shutdown() {
 #[test]
 fn a_rank_that_does_not_export_records_nothing_even_with_all() {
     let _serial = serial();
-    let spans = Keep::default();
+    let spans = KeepingSpanExporter::default();
     // single_rank with the default -1: only the last rank exports.
     let config = LensConfig { rank_strategy: "single_rank".into(), ..enabled("all") };
     let telemetry = setup_with(&config, rank(0, 2), &spans);
@@ -126,7 +109,7 @@ fn a_rank_that_does_not_export_records_nothing_even_with_all() {
 #[test]
 fn a_second_setup_while_active_is_an_error_and_setup_after_shutdown_exports_again() {
     let _serial = serial();
-    let first_spans = Keep::default();
+    let first_spans = KeepingSpanExporter::default();
     let first = setup_with(&enabled("default"), rank(0, 1), &first_spans);
     let second = setup_telemetry(&enabled("default"), &rank(0, 1), Vec::new(), SetupOptions::new());
     assert!(matches!(second, Err(SetupError::AlreadyActive)), "{second:?}");
@@ -140,7 +123,7 @@ fn a_second_setup_while_active_is_an_error_and_setup_after_shutdown_exports_agai
     // Idempotent: the second shutdown does nothing.
     assert!(!first.shutdown(Duration::from_secs(5)).performed);
 
-    let second_spans = Keep::default();
+    let second_spans = KeepingSpanExporter::default();
     let second = setup_with(&enabled("default"), rank(0, 1), &second_spans);
     assert!(second.lifetime_index() > first.lifetime_index());
     drop(managed_span(SpanGroup::JOB, "second.lifetime", []));
@@ -152,26 +135,26 @@ fn a_second_setup_while_active_is_an_error_and_setup_after_shutdown_exports_agai
 #[test]
 fn dropping_the_handle_shuts_down() {
     let _serial = serial();
-    let spans = Keep::default();
+    let spans = KeepingSpanExporter::default();
     let telemetry = setup_with(&enabled("default"), rank(0, 1), &spans);
     drop(managed_span(SpanGroup::JOB, "ended.before.drop", []));
     drop(telemetry);
     assert_eq!(spans.names(), ["ended.before.drop"]);
     // The lifetime is over: a new one can start.
-    let next = setup_with(&enabled("default"), rank(0, 1), &Keep::default());
+    let next = setup_with(&enabled("default"), rank(0, 1), &KeepingSpanExporter::default());
     next.shutdown(Duration::from_secs(1));
 }
 
 #[test]
 fn spans_still_open_at_shutdown_are_exported_marked_truncated() {
     let _serial = serial();
-    let spans = Keep::default();
+    let spans = KeepingSpanExporter::default();
     let telemetry = setup_with(&enabled("default"), rank(0, 1), &spans);
     let outer = managed_span(SpanGroup::JOB, "outer.open", []);
     let inner = managed_span(SpanGroup::CHECKPOINT, "inner.open", []);
     let report = telemetry.shutdown(Duration::from_secs(5));
     assert_eq!(report.truncated_spans, 2);
-    let exported = spans.0.get_finished_spans().unwrap();
+    let exported = spans.get_finished_spans().unwrap();
     let names: Vec<_> = exported.iter().map(|s| s.name.to_string()).collect();
     assert_eq!(names, ["inner.open", "outer.open"], "innermost first");
     for span in &exported {
@@ -188,16 +171,18 @@ fn a_registered_or_per_call_strategy_decides_who_exports() {
     let _serial = serial();
     lens_core::strategies::register_rank_strategy("only_rank_two", |_, ctx| ctx.rank == 2, true).unwrap();
     let config = LensConfig { rank_strategy: "only_rank_two".into(), ..enabled("default") };
-    let on_two = setup_with(&config, rank(2, 4), &Keep::default());
+    let on_two = setup_with(&config, rank(2, 4), &KeepingSpanExporter::default());
     assert!(on_two.is_exporting());
     on_two.shutdown(Duration::from_secs(1));
-    let on_zero = setup_with(&config, rank(0, 4), &Keep::default());
+    let on_zero = setup_with(&config, rank(0, 4), &KeepingSpanExporter::default());
     assert!(!on_zero.is_exporting());
     on_zero.shutdown(Duration::from_secs(1));
     lens_core::strategies::unregister_rank_strategy("only_rank_two").unwrap();
 
     // The per-call override bypasses the registry.
-    let options = SetupOptions::new().with_span_exporter(Keep::default()).with_rank_strategy(|_, ctx| ctx.rank == 0);
+    let options = SetupOptions::new()
+        .with_span_exporter(KeepingSpanExporter::default())
+        .with_rank_strategy(|_, ctx| ctx.rank == 0);
     let overridden = setup_telemetry(&enabled("default"), &rank(0, 4), Vec::new(), options).unwrap();
     assert!(overridden.is_exporting());
     overridden.shutdown(Duration::from_secs(1));
@@ -223,7 +208,7 @@ fn bad_configuration_fails_before_anything_is_created_on_every_rank() {
     assert!(!dir.exists(), "nothing may be written before validation passes");
     assert!(!is_span_group_enabled(SpanGroup::JOB));
     // The failed setups did not claim the lifetime.
-    setup_with(&enabled("default"), rank(0, 1), &Keep::default()).shutdown(Duration::from_secs(1));
+    setup_with(&enabled("default"), rank(0, 1), &KeepingSpanExporter::default()).shutdown(Duration::from_secs(1));
 }
 
 #[test]
@@ -232,7 +217,7 @@ fn lazy_resource_attributes_are_evaluated_only_on_exporting_ranks() {
     let calls = Arc::new(Mutex::new(0));
     let options = |calls: &Arc<Mutex<i32>>| {
         let calls = Arc::clone(calls);
-        SetupOptions::new().with_span_exporter(Keep::default()).with_lazy_resource(move || {
+        SetupOptions::new().with_span_exporter(KeepingSpanExporter::default()).with_lazy_resource(move || {
             *calls.lock().unwrap() += 1;
             vec![KeyValue::new("dl.gpu.name", "probed")]
         })
@@ -251,7 +236,7 @@ fn metrics_carry_the_run_identity_and_caller_attributes_on_their_resource() {
     let _serial = serial();
     let metrics = InMemoryMetricExporter::default();
     let options = SetupOptions::new()
-        .with_span_exporter(Keep::default())
+        .with_span_exporter(KeepingSpanExporter::default())
         .with_metric_exporter(metrics.clone())
         .with_env(env(&[("NEMO_LENS_RUN_ID", "run-r"), ("SLURM_JOB_ID", "77")]));
     let caller = vec![KeyValue::new("megatron.num_layers", 4_i64), KeyValue::new("slurm.job.id", "from-caller")];
@@ -277,7 +262,7 @@ fn the_incoming_traceparent_is_honoured() {
     let _serial = serial();
     let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let options = SetupOptions::new()
-        .with_span_exporter(Keep::default())
+        .with_span_exporter(KeepingSpanExporter::default())
         .with_env(env(&[("TRACEPARENT", traceparent), ("NEMO_LENS_RUN_ID", "r")]));
     let telemetry = setup_telemetry(&enabled("default"), &rank(0, 1), Vec::new(), options).unwrap();
     let incoming = telemetry.incoming_context().expect("incoming context");

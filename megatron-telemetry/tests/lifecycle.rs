@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lens_core::config::CliOverrides;
 use lens_core::identity::RankContext;
+use lens_core::otel::exporters::testing::KeepingSpanExporter;
 use lens_fallbacks::{SetupOptions, sampling_key};
 use megatron_telemetry::lifecycle::{
     LifecycleOptions, MegatronTelemetry, STARTUP_TRACE, StartupTimestamps, derived_trace_id,
@@ -25,25 +26,7 @@ use megatron_telemetry::signals;
 use megatron_telemetry::taxonomy::{self, attr};
 use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry::{Key, Value};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData, SpanExporter};
-
-/// An in-memory span exporter that keeps its spans after shutdown (the
-/// SDK's own forgets them).
-#[derive(Clone, Debug, Default)]
-struct Keep(InMemorySpanExporter);
-
-impl SpanExporter for Keep {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        self.0.export(batch).await
-    }
-}
-
-impl Keep {
-    fn get_finished_spans(&self) -> Result<Vec<SpanData>, opentelemetry_sdk::error::OTelSdkError> {
-        self.0.get_finished_spans()
-    }
-}
+use opentelemetry_sdk::trace::SpanData;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -71,14 +54,18 @@ fn at(seconds: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(seconds)
 }
 
-fn setup(env: HashMap<String, String>, rank: RankContext, options: LifecycleOptions) -> (MegatronTelemetry, Keep) {
-    let exporter = Keep::default();
+fn setup(
+    env: HashMap<String, String>,
+    rank: RankContext,
+    options: LifecycleOptions,
+) -> (MegatronTelemetry, KeepingSpanExporter) {
+    let exporter = KeepingSpanExporter::default();
     let options = options.with_setup_options(SetupOptions::new().with_span_exporter(exporter.clone()));
     let telemetry = MegatronTelemetry::setup(&CliOverrides::default(), &rank, env, options).expect("setup");
     (telemetry, exporter)
 }
 
-fn finish(mut telemetry: MegatronTelemetry, exporter: &Keep) -> Vec<SpanData> {
+fn finish(mut telemetry: MegatronTelemetry, exporter: &KeepingSpanExporter) -> Vec<SpanData> {
     let report = telemetry.shutdown(Duration::from_secs(5));
     assert!(report.performed);
     exporter.get_finished_spans().expect("spans")
@@ -348,7 +335,7 @@ fn training_metrics_are_recorded_on_the_exporting_rank() {
     use opentelemetry_sdk::metrics::InMemoryMetricExporter;
     let _serial = serial();
     let metrics = InMemoryMetricExporter::default();
-    let spans = Keep::default();
+    let spans = KeepingSpanExporter::default();
     let setup_options = SetupOptions::new().with_span_exporter(spans.clone()).with_metric_exporter(metrics.clone());
     let options = LifecycleOptions::new().with_setup_options(setup_options);
     let mut telemetry =
