@@ -137,40 +137,18 @@ mod imp {
         set_errno(saved);
     }
 
+    /// The calling thread's `errno` slot, where this platform has a known
+    /// way to reach it.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn errno_location() -> *mut c_int {
+    fn errno_location() -> Option<*mut c_int> {
         // SAFETY: returns the calling thread's errno slot.
-        unsafe { libc::__errno_location() }
+        Some(unsafe { libc::__errno_location() })
     }
 
     #[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
-    fn errno_location() -> *mut c_int {
+    fn errno_location() -> Option<*mut c_int> {
         // SAFETY: returns the calling thread's errno slot.
-        unsafe { libc::__error() }
-    }
-
-    #[cfg(any(
-        target_os = "linux",
-        target_os = "android",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "freebsd"
-    ))]
-    fn errno() -> c_int {
-        // SAFETY: the slot is valid for the calling thread.
-        unsafe { *errno_location() }
-    }
-
-    #[cfg(any(
-        target_os = "linux",
-        target_os = "android",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "freebsd"
-    ))]
-    fn set_errno(value: c_int) {
-        // SAFETY: the slot is valid for the calling thread.
-        unsafe { *errno_location() = value }
+        Some(unsafe { libc::__error() })
     }
 
     #[cfg(not(any(
@@ -180,19 +158,23 @@ mod imp {
         target_os = "ios",
         target_os = "freebsd"
     )))]
-    fn errno() -> c_int {
-        0
+    fn errno_location() -> Option<*mut c_int> {
+        None
     }
 
-    #[cfg(not(any(
-        target_os = "linux",
-        target_os = "android",
-        target_os = "macos",
-        target_os = "ios",
-        target_os = "freebsd"
-    )))]
+    /// The calling thread's `errno` (0 where it cannot be reached).
+    fn errno() -> c_int {
+        // SAFETY: the slot is valid for the calling thread.
+        errno_location().map_or(0, |slot| unsafe { *slot })
+    }
+
+    /// Restores the calling thread's `errno` (nothing where it cannot be
+    /// reached).
     fn set_errno(value: c_int) {
-        let _ = value;
+        if let Some(slot) = errno_location() {
+            // SAFETY: the slot is valid for the calling thread.
+            unsafe { *slot = value }
+        }
     }
 
     /// Our disposition: `on_signal`, restarting interrupted system calls,
