@@ -22,6 +22,41 @@
 //! assert_eq!(inference.input_tokens, None);
 //! assert_eq!((rl.kl_divergence, gym.active_servers), (None, Some(4)));
 //! ```
+//!
+//! [`InstrumentKind`] is here for the same reason: the kind column of the
+//! metric tables is one type for lens-instruments' descriptors and
+//! megatron-telemetry's metric definitions (which exist in both modes).
+
+/// The kind of an instrument, as exporters, dashboards and the docs tables
+/// see it.
+///
+/// ```
+/// use lens_core::instrument_values::InstrumentKind;
+///
+/// assert_eq!(InstrumentKind::Histogram.as_str(), "Histogram");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InstrumentKind {
+    /// A distribution of values (durations, sizes): percentiles are available.
+    Histogram,
+    /// A point-in-time value: the last reported value wins.
+    Gauge,
+    /// A monotonic cumulative count: dashboards show its rate.
+    Counter,
+}
+
+impl InstrumentKind {
+    /// The kind as written in the docs tables: `Histogram`, `Gauge` or
+    /// `Counter`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            InstrumentKind::Histogram => "Histogram",
+            InstrumentKind::Gauge => "Gauge",
+            InstrumentKind::Counter => "Counter",
+        }
+    }
+}
 
 /// The values of one inference request (`gen_ai.*`); `None` (and, for the
 /// names, an empty string) means "not given".

@@ -8,29 +8,9 @@
 
 use opentelemetry::metrics::{Gauge, Histogram, Meter};
 
-/// The kind of an instrument, as exporters and dashboards see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum InstrumentKind {
-    /// A distribution of values (durations, sizes): percentiles are available.
-    Histogram,
-    /// A point-in-time value: the last reported value wins.
-    Gauge,
-    /// A monotonic cumulative count: dashboards show its rate.
-    Counter,
-}
-
-impl InstrumentKind {
-    /// The kind as written in the docs tables: `Histogram`, `Gauge` or
-    /// `Counter`.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Histogram => "Histogram",
-            Self::Gauge => "Gauge",
-            Self::Counter => "Counter",
-        }
-    }
-}
+/// The kind of an instrument (lens-core's, shared with megatron-telemetry's
+/// metric definitions).
+pub use lens_core::instrument_values::InstrumentKind;
 
 /// One metric instrument, as data.
 ///

@@ -41,27 +41,10 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The kind of an instrument.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum InstrumentKind {
-    /// An `f64` histogram: a distribution of samples (`record`).
-    Histogram,
-    /// An `f64` gauge: the last value set (`record`).
-    Gauge,
-    /// A monotonic `u64` counter: a running sum (`add`).
-    Counter,
-}
-
-impl InstrumentKind {
-    /// The kind's name as the docs print it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            InstrumentKind::Histogram => "Histogram",
-            InstrumentKind::Gauge => "Gauge",
-            InstrumentKind::Counter => "Counter",
-        }
-    }
-}
+/// The kind of an instrument (lens-core's, the same type as
+/// lens-instruments' descriptors use): histograms and gauges here record
+/// `f64`, counters add `u64`.
+pub use lens_core::instrument_values::InstrumentKind;
 
 /// One metric: its OpenTelemetry name, kind, units and Prometheus name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
