@@ -75,18 +75,15 @@ pub(crate) fn unix_nanos(time: SystemTime) -> u64 {
 
 /// An attribute value as JSON (non-finite floats become strings).
 pub(crate) fn value_json(value: &Value) -> Json {
-    fn float(value: f64) -> Json {
-        serde_json::Number::from_f64(value).map_or_else(|| Json::String(value.to_string()), Json::Number)
-    }
     match value {
         Value::Bool(value) => Json::Bool(*value),
         Value::I64(value) => json!(value),
-        Value::F64(value) => float(*value),
+        Value::F64(value) => f64_json(*value),
         Value::String(value) => Json::String(value.as_str().to_owned()),
         Value::Array(array) => match array {
             opentelemetry::Array::Bool(values) => json!(values),
             opentelemetry::Array::I64(values) => json!(values),
-            opentelemetry::Array::F64(values) => Json::Array(values.iter().copied().map(float).collect()),
+            opentelemetry::Array::F64(values) => Json::Array(values.iter().copied().map(f64_json).collect()),
             opentelemetry::Array::String(values) => {
                 Json::Array(values.iter().map(|value| Json::String(value.as_str().to_owned())).collect())
             }
@@ -264,6 +261,7 @@ fn number<T: Into<Json>>(value: T) -> Json {
     value.into()
 }
 
+/// A float as JSON; a non-finite one (which JSON cannot hold) as a string.
 fn f64_json(value: f64) -> Json {
     serde_json::Number::from_f64(value).map_or_else(|| Json::String(value.to_string()), Json::Number)
 }
