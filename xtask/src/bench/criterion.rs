@@ -82,7 +82,8 @@ fn bench_cmd(suite: &Suite, extra: &[&str]) -> std::process::Command {
     args.extend_from_slice(suite.cargo_args);
     args.extend_from_slice(extra);
     let mut cmd = cargo(&args);
-    cmd.env("CRITERION_HOME", home(suite));
+    // Criterion's own output goes to standard error: standard output is the table.
+    cmd.env("CRITERION_HOME", home(suite)).stdout(std::io::stderr());
     cmd
 }
 

@@ -6,8 +6,9 @@
 //! (`setup_telemetry` with the OTLP exporter, spans ended from one thread at a
 //! paced rate). Both are built with the bench profile. Each scenario climbs a
 //! ladder of offered rates, a few seconds each, stops at the first rate that
-//! is not held and bisects twice between the two; a rate is held when the sender kept pace, nothing was
-//! dropped or failed, and the receiver counted every span. The figure is the
+//! is not held and bisects twice between the two; a rate is held when the
+//! sender kept pace, nothing was dropped or failed, and the receiver counted
+//! every span. The figure is the
 //! highest rate held, beside the drop count at the next step, the queue's
 //! bound in memory and the sender's peak resident memory. Floors are checked
 //! only on the CI machine kind; elsewhere the figures are reported.
