@@ -13,8 +13,9 @@
 //! simulator runs under callgrind with `--separate-threads=yes` for `N` and
 //! `2N` iterations, the main thread's (the training loop's) count per
 //! iteration with telemetry on minus the same with it off is what telemetry
-//! adds per step, converted to time at a conservative 1 ns per instruction
-//! and divided by the measured off step time.
+//! adds per step. It is converted to time at the training thread's own
+//! measured speed (the step's compute time without sleep, over the off run's
+//! instructions per step) and divided by the measured off step time.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -88,7 +89,15 @@ fn mean_step_ms(binary: &Path, scratch: &Path, preset: Option<&str>, sleep_ms: u
 }
 
 /// Calibrates the sleep for a ~10 ms step, then runs `rounds` alternating rounds.
-pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<(u32, Vec<PresetResult>)> {
+/// What [`measure`] found: the sleep per step, the step's compute time
+/// without sleep (ms) and each preset's rounds.
+pub(crate) struct Measured {
+    pub(crate) sleep_ms: u32,
+    pub(crate) compute_ms: f64,
+    pub(crate) presets: Vec<PresetResult>,
+}
+
+pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Measured> {
     let compute_ms = mean_step_ms(binary, scratch, None, 0)?;
     let sleep_ms = (TARGET_STEP_MS - compute_ms).round().max(1.0) as u32;
     say(&format!("xtask bench: simulator step without sleep {compute_ms:.2} ms; sleeping {sleep_ms} ms per step"));
@@ -106,7 +115,7 @@ pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<(u
             result.off_ms.push(off);
         }
     }
-    Ok((sleep_ms, results))
+    Ok(Measured { sleep_ms, compute_ms, presets: results })
 }
 
 /// Instructions of the main (training) thread over a whole run.
@@ -139,13 +148,10 @@ fn main_thread_instructions(binary: &Path, scratch: &Path, preset: Option<&str>,
         .with_context(|| format!("no totals line in {}", main_file.display()))
 }
 
-/// Instructions telemetry adds to one step of the training thread at `preset`.
-pub(crate) fn added_instructions_per_step(binary: &Path, scratch: &Path, preset: &str) -> Result<f64> {
+/// Instructions of the training thread per step at `preset` (`None`: telemetry off).
+pub(crate) fn instructions_per_step(binary: &Path, scratch: &Path, preset: Option<&str>) -> Result<f64> {
     const N: u32 = 10;
-    let per_step = |preset: Option<&str>| -> Result<f64> {
-        let once = main_thread_instructions(binary, scratch, preset, N)?;
-        let twice = main_thread_instructions(binary, scratch, preset, 2 * N)?;
-        Ok((twice as f64 - once as f64) / f64::from(N))
-    };
-    Ok(per_step(Some(preset))? - per_step(None)?)
+    let once = main_thread_instructions(binary, scratch, preset, N)?;
+    let twice = main_thread_instructions(binary, scratch, preset, 2 * N)?;
+    Ok((twice as f64 - once as f64) / f64::from(N))
 }
