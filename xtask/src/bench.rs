@@ -396,7 +396,7 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
             let bound = (off + added * 1e-6) / off;
             let _ = write!(
                 measured,
-                "; band wider than the budget: +{added:.0} instructions per step on the training thread \
+                "; band wider than the budget: {added:+.0} instructions per step on the training thread \
                  (of {off_per_step:.0}) ≈ {estimated:.4}× at its own {ns_per_instruction:.2} ns per instruction, {bound:.4}× at 1 ns"
             );
             if estimated <= max { Verdict::PassByInstructions } else { Verdict::Fail }
