@@ -112,6 +112,9 @@ impl InferenceMetrics {
     }
 
     /// Records the values that are present and skips the others.
+    // Inline, so that at a call site that names its fields the absent ones
+    // fold away and only the present values are recorded.
+    #[inline]
     pub fn record(&self, values: &InferenceValues<'_>) {
         if values.request_duration_s.is_none() && values.input_tokens.is_none() && values.output_tokens.is_none() {
             return;

@@ -400,6 +400,10 @@ mod imp {
 
         /// Records the values present in `values`, with no attributes; the
         /// skipped-iterations counter only when its value is above zero.
+        ///
+        /// Inline, so that at a call site that names its fields the absent
+        /// ones fold away.
+        #[inline]
         pub fn record(&self, values: &TrainingValues) {
             let Some(i) = &self.instruments else { return };
             if let Some(v) = values.step_duration_ms {
