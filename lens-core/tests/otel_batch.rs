@@ -267,8 +267,9 @@ mod with_testing {
         assert!(slowest < Duration::from_millis(500), "slowest span end took {slowest:?}");
         let snapshot = batch.counters().snapshot();
         assert_eq!(snapshot.accepted + snapshot.dropped_queue_full, 20_200, "{snapshot:?}");
-        // Held at most: the queue's bound plus the two stuck batches.
-        assert_eq!(snapshot.accepted, 1_000 + 200, "{snapshot:?}");
+        // Held at most: the queue's bound plus the two stuck batches (fewer
+        // when the worker had a batch in hand, which the bound also covers).
+        assert!((1_000..=1_000 + 200).contains(&snapshot.accepted), "{snapshot:?}");
         gated.open();
     }
 
