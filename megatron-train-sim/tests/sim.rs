@@ -2,79 +2,14 @@
 //! built binary as a user would (one rank, or the launcher with several),
 //! in a temporary directory, with every wait bounded.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_megatron-train-sim");
-/// Small and quick: 4 layers of width 32.
-const SMALL: &[&str] = &["--hidden-size", "32", "--seq-length", "16"];
-
-/// Variables of the test runner's environment that would change what the
-/// simulator does; removed from every child.
-const CLEARED: &[&str] = &[
-    "MEGATRON_OTEL_ENABLED",
-    "NEMO_LENS_ENABLED",
-    "OTEL_SDK_DISABLED",
-    "MEGATRON_OTEL_EXPORTER",
-    "NEMO_LENS_EXPORTER",
-    "OTEL_TRACES_EXPORTER",
-    "OTEL_METRICS_EXPORTER",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    "MEGATRON_OTEL_RUN_ID",
-    "NEMO_LENS_RUN_ID",
-    "SLURM_JOB_ID",
-    "TORCHELASTIC_RUN_ID",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "MEGATRON_TRAIN_SIM_ROLE",
-    "TRACEPARENT",
-];
-
-fn temp_dir(name: &str) -> PathBuf {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "mtsim-{name}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command.current_dir(dir).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
-    for variable in CLEARED {
-        command.env_remove(variable);
-    }
-    command
-}
-
-/// Waits for `child` at most `limit`; kills it and fails the test after.
-fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the simulator did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod support;
+use support::{SMALL, command, kill, read_pids, run_command, temp_dir, wait_bounded, with};
 
 fn stderr_of(child: &mut Child) -> String {
     use std::io::Read as _;
@@ -87,17 +22,7 @@ fn stderr_of(child: &mut Child) -> String {
 
 /// Runs to completion; status, stderr.
 fn run(dir: &Path, args: &[&str]) -> (ExitStatus, String) {
-    let mut child = command(dir, args).spawn().unwrap();
-    // Drain stderr on a thread so a chatty run never blocks on a full pipe.
-    let mut err = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        use std::io::Read as _;
-        let mut text = String::new();
-        let _ = err.read_to_string(&mut text);
-        text
-    });
-    let status = wait_bounded(&mut child, Duration::from_secs(120));
-    (status, reader.join().unwrap())
+    run_command(command(dir, args), Duration::from_secs(120))
 }
 
 fn summary(dir: &Path, args: &[&str]) -> Value {
@@ -112,10 +37,6 @@ fn summary(dir: &Path, args: &[&str]) -> Value {
 
 fn losses(summary: &Value) -> Vec<Option<f64>> {
     summary["iteration_losses"].as_array().unwrap().iter().map(|e| e["loss"].as_f64()).collect()
-}
-
-fn with(base: &[&'static str], extra: &[&'static str]) -> Vec<&'static str> {
-    base.iter().chain(extra).copied().collect()
 }
 
 #[test]
@@ -239,20 +160,6 @@ fn a_nan_loss_skips_its_iteration_and_training_goes_on() {
     assert!(all.iter().enumerate().all(|(i, l)| i == 2 || l.is_some_and(f64::is_finite)), "{all:?}");
 }
 
-fn read_pids(path: &Path, ranks: usize) -> Vec<i32> {
-    let started = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            let pids: Vec<i32> = text.lines().filter_map(|l| l.split_whitespace().nth(1)?.parse().ok()).collect();
-            if pids.len() == ranks {
-                return pids;
-            }
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "no pids file");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A long run of `ranks` ranks (until a signal or a failure ends it).
 fn long_run(dir: &Path, ranks: &'static str, extra: &[&'static str]) -> (Child, Vec<i32>) {
     let pids = dir.join("pids");
@@ -266,11 +173,6 @@ fn long_run(dir: &Path, ranks: &'static str, extra: &[&'static str]) -> (Child, 
     // Let the ranks get past rendezvous and into the loop.
     std::thread::sleep(Duration::from_millis(1500));
     (child, pids)
-}
-
-fn kill(pid: i32, signal: i32) {
-    // SAFETY: `kill` has no memory-safety preconditions.
-    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill({pid}, {signal})");
 }
 
 #[test]
