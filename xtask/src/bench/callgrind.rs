@@ -3,7 +3,11 @@
 //!
 //! A program that calls one helper `N` times is run for `N` and `2N`; the
 //! difference divided by `N` is what one more iteration costs, with start-up
-//! and shutdown cancelled out.
+//! and shutdown cancelled out. [`per_iteration`] counts the whole process
+//! (the disabled paths start no thread); [`per_iteration_main_thread`] counts
+//! the main thread alone (`--separate-threads=yes`), so that the background
+//! threads of a recorded span (the batch processor's export worker) do not
+//! count: what decides a budget is the cost to the thread that calls lens.
 
 use std::path::Path;
 use std::process::Command;
@@ -45,9 +49,57 @@ pub(crate) fn per_iteration(program: &Path, mode: &str, n: u64) -> Result<f64> {
     Ok((twice as f64 - once as f64) / n as f64)
 }
 
+/// Instructions of the main thread (callgrind's thread 1) over a whole run
+/// of `program args`, with `--separate-threads=yes`; `scratch` holds the
+/// per-thread output files.
+pub(crate) fn main_thread_total(program: &Path, args: &[&str], scratch: &Path) -> Result<u64> {
+    let _ = std::fs::remove_dir_all(scratch);
+    std::fs::create_dir_all(scratch).with_context(|| format!("could not create {}", scratch.display()))?;
+    let out_file = scratch.join("cg.out");
+    let out = Command::new("valgrind")
+        .args(["--tool=callgrind", "--separate-threads=yes"])
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("could not run valgrind on {}", program.display()))?;
+    if !out.status.success() {
+        bail!(
+            "callgrind run of {} {} failed ({}):\n{}",
+            program.display(),
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let main_file = scratch.join("cg.out-01");
+    let text = std::fs::read_to_string(&main_file).with_context(|| format!("no {}", main_file.display()))?;
+    totals(&text).with_context(|| format!("no totals line in {}", main_file.display()))
+}
+
+/// The `totals:` (or `summary:`) line of a callgrind output file.
+fn totals(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("totals:").or_else(|| line.strip_prefix("summary:")))
+        .and_then(|n| n.split_whitespace().next()?.parse().ok())
+}
+
+/// Instructions one more loop iteration of `program <mode> N` costs the main thread.
+pub(crate) fn per_iteration_main_thread(program: &Path, mode: &str, n: u64, scratch: &Path) -> Result<f64> {
+    let once = main_thread_total(program, &[mode, &n.to_string()], scratch)?;
+    let twice = main_thread_total(program, &[mode, &(2 * n).to_string()], scratch)?;
+    Ok((twice as f64 - once as f64) / n as f64)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::collected;
+    use super::{collected, totals};
+
+    #[test]
+    fn reads_the_totals_line() {
+        assert_eq!(totals("version: 1\nevents: Ir\nfn=main\n3 4\ntotals: 98765\n"), Some(98_765));
+        assert_eq!(totals("events: Ir\n"), None);
+    }
 
     #[test]
     fn reads_the_collected_line() {
