@@ -223,6 +223,7 @@ mod otel_conversions {
     use opentelemetry::{Array, StringValue, Value};
 
     impl From<AttrValue> for Value {
+        #[inline]
         fn from(value: AttrValue) -> Value {
             match value {
                 AttrValue::Bool(v) => Value::Bool(v),
@@ -238,6 +239,7 @@ mod otel_conversions {
     }
 
     impl From<KeyValue> for opentelemetry::KeyValue {
+        #[inline]
         fn from(kv: KeyValue) -> opentelemetry::KeyValue {
             opentelemetry::KeyValue::new(kv.key, Value::from(kv.value))
         }
