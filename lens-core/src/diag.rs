@@ -12,10 +12,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Lens never writes secrets through here: callers pass redacted values.
 #[cold]
 pub fn warn(message: impl std::fmt::Display) {
-    #[expect(clippy::print_stderr, reason = "lens's warnings go to standard error, as Python's logging does")]
-    {
-        eprintln!("lens: warning: {message}");
-    }
+    use std::io::Write as _;
+    // One `write` call per line, so that the warnings of several ranks
+    // sharing one stderr never interleave mid-line.
+    let line = format!("lens: warning: {message}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// `message` with every secret in `secrets` replaced by `<redacted>` and

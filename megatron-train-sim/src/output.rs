@@ -7,7 +7,6 @@
 //! export rank -1), so its summary can say where telemetry went. Other
 //! exporting ranks add one line each about their own telemetry.
 //! All printing of the simulator is in this module.
-#![expect(clippy::print_stderr, reason = "the simulator's progress, summary and errors go to stderr")]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -15,6 +14,24 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::train::Outcome;
+
+/// Writes one line on standard error in a single `write` call, so that the
+/// lines of several rank processes sharing one stderr never interleave
+/// mid-line (`eprintln!` may write a line in several pieces).
+macro_rules! stderr_line {
+    ($($arg:tt)*) => {
+        $crate::output::write_line(&format!($($arg)*))
+    };
+}
+
+/// The function behind `stderr_line!`.
+pub(crate) fn write_line(text: &str) {
+    use std::io::Write as _;
+    let mut line = String::with_capacity(text.len() + 1);
+    line.push_str(text);
+    line.push('\n');
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
 
 /// One log interval, as printed.
 #[derive(Debug)]
@@ -78,13 +95,13 @@ impl Progress {
         if line.skipped > 0 {
             text.push_str(&format!(" | skipped {}", line.skipped));
         }
-        eprintln!("{text}");
+        stderr_line!("{text}");
     }
 
     /// Prints an evaluation result.
     pub(crate) fn eval(&mut self, iteration: u64, loss: f64) {
         if self.enabled {
-            eprintln!("validation at iter {iteration} | loss {loss:.4}");
+            stderr_line!("validation at iter {iteration} | loss {loss:.4}");
         }
     }
 }
@@ -102,14 +119,14 @@ fn human(value: f64) -> String {
 /// Prints an error of this process (prefixed with the rank when known).
 pub(crate) fn error(rank: Option<u32>, message: &dyn std::fmt::Display) {
     match rank {
-        Some(rank) => eprintln!("megatron-train-sim: rank {rank}: error: {message}"),
-        None => eprintln!("megatron-train-sim: error: {message}"),
+        Some(rank) => stderr_line!("megatron-train-sim: rank {rank}: error: {message}"),
+        None => stderr_line!("megatron-train-sim: error: {message}"),
     }
 }
 
 /// Prints an informational line of the launcher or of rank 0.
 pub(crate) fn note(message: &dyn std::fmt::Display) {
-    eprintln!("megatron-train-sim: {message}");
+    stderr_line!("megatron-train-sim: {message}");
 }
 
 /// What the summary says about telemetry.
@@ -184,7 +201,7 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
     let mean_ms = mean(&step_times).unwrap_or(0.0);
     let tokens_per_sec = if mean_ms > 0.0 { outcome.tokens_per_iteration as f64 / (mean_ms / 1e3) } else { 0.0 };
     let last_loss = outcome.iterations.iter().rev().find_map(|(_, _, loss)| *loss);
-    eprintln!(
+    stderr_line!(
         "done: {} ({}) | iterations {} -> {} ({} run, {} skipped) | mean step {mean_ms:.1} ms | {} tok/s | \
          final loss {} | {} rank(s): TP {} × PP {} × DP {} on {}",
         outcome.exit_reason.as_str(),
@@ -206,7 +223,7 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
         outcome.device,
     );
     if let Some((iteration, path)) = outcome.checkpoints.last() {
-        eprintln!("checkpoint: iteration {iteration} in {}", path.parent().unwrap_or(path).display());
+        stderr_line!("checkpoint: iteration {iteration} in {}", path.parent().unwrap_or(path).display());
     }
     print_telemetry(layout.world() - 1, telemetry, true);
 }
@@ -216,7 +233,7 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
 pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary, summarising: bool) {
     if !telemetry.enabled {
         if summarising {
-            eprintln!("telemetry: off (enable it with --otel-enabled or MEGATRON_OTEL_ENABLED=1)");
+            stderr_line!("telemetry: off (enable it with --otel-enabled or MEGATRON_OTEL_ENABLED=1)");
         }
         return;
     }
@@ -224,7 +241,7 @@ pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary, summarisi
         return;
     }
     let to = if telemetry.destinations.is_empty() { "nowhere".to_string() } else { telemetry.destinations.join(", ") };
-    eprintln!("telemetry (rank {rank}) -> {to}: {}", telemetry.report);
+    stderr_line!("telemetry (rank {rank}) -> {to}: {}", telemetry.report);
 }
 
 /// Writes the summary JSON to `path` (the last rank).
