@@ -444,10 +444,9 @@ impl WorkerBootstrap {
     }
 }
 
-/// A meter that creates nothing: with `otel` off there is no OpenTelemetry
-/// meter, and instrument handles built from this one record nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Meter;
+/// The metric handles' meter: lens-core's one definition, which creates
+/// instruments that record nothing with `otel` off.
+pub use lens_core::metrics::Meter;
 
 /// Why setup refused to start. With `otel` off only bad configuration can
 /// fail: the same validation runs in both modes, so a typo in a variable is
@@ -631,7 +630,7 @@ pub fn setup_telemetry(
 ) -> Result<Telemetry, SetupError> {
     let _ = (resource_attributes, options);
     config.validate()?;
-    Ok(Telemetry { enabled: config.telemetry_enabled(), rank: *rank, meter: Meter })
+    Ok(Telemetry { enabled: config.telemetry_enabled(), rank: *rank, meter: Meter::noop() })
 }
 
 /// The metric recording of `lens-instruments`, compiled out: handles with the
