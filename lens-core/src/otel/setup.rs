@@ -427,13 +427,12 @@ impl Telemetry {
             ));
         }
         if let Some(provider) = meter_provider {
+            // The periodic reader's shutdown takes and exports the final
+            // collection itself; a flush before it would export that
+            // collection twice.
             steps.push((
                 "flush and shut down metrics",
-                Box::new(move |remaining| {
-                    let flushed = provider.force_flush().map_err(|e| e.to_string());
-                    let shut = provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string());
-                    flushed.and(shut)
-                }),
+                Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
             ));
         }
         if let Some(provider) = logger_provider {
