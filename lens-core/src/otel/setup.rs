@@ -659,7 +659,15 @@ fn build(
                 Some(factory(builder, interval, Arc::clone(&counters)))
             }
             None => metric_exporter(config, rank, &run_id.value, &mut destinations, &mut prometheus)?.map(|exporter| {
-                let counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
+                // OTLP collections that fail are kept and resent (A7).
+                let resender = match &exporter {
+                    LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
+                    _ => None,
+                };
+                let mut counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
+                if let Some(resender) = resender {
+                    counting = counting.with_resender(resender, config.export_retry_window);
+                }
                 builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
             }),
         };
