@@ -84,6 +84,9 @@ pub struct ShutdownReport {
     pub spans: SpanExportSnapshot,
     /// Metric accounting of the periodic reader's exporter.
     pub metrics: MetricExportSnapshot,
+    /// Log-record accounting of the batch log processor (the span counters'
+    /// type, counting records).
+    pub logs: SpanExportSnapshot,
     /// Spans still open at shutdown, ended and marked `nemo.span.truncated`.
     pub truncated_spans: usize,
     /// The steps that did not finish before the deadline (empty when all did).
@@ -121,6 +124,18 @@ impl fmt::Display for ShutdownReport {
             m.collections_dropped,
             m.points_dropped,
         )?;
+        let l = &self.logs;
+        if l.accepted + l.dropped() + l.export_errors > 0 {
+            write!(
+                f,
+                "; log records: {} exported, {} dropped ({} queue full, {} export failed, {} at shutdown)",
+                l.exported,
+                l.dropped(),
+                l.dropped_queue_full,
+                l.dropped_export_failed,
+                l.dropped_at_shutdown,
+            )?;
+        }
         if self.truncated_spans > 0 {
             write!(f, "; {} open spans truncated", self.truncated_spans)?;
         }
