@@ -49,8 +49,12 @@ fn now_nanos() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn points(body: &[u8]) -> Vec<(i64, u64)> {
-    let request = ExportMetricsServiceRequest::decode(body).expect("an OTLP protobuf metrics request");
+fn points(body: &[u8], json: bool) -> Vec<(i64, u64)> {
+    let request = if json {
+        serde_json::from_slice::<ExportMetricsServiceRequest>(body).expect("an OTLP/JSON metrics request")
+    } else {
+        ExportMetricsServiceRequest::decode(body).expect("an OTLP protobuf metrics request")
+    };
     let mut found = Vec::new();
     for resource in &request.resource_metrics {
         for scope in &resource.scope_metrics {
@@ -75,6 +79,7 @@ fn serve(stream: TcpStream, refuse: usize, refused: &AtomicUsize, received: &Mut
     let mut reader = BufReader::new(stream);
     for _request in 0..10_000 {
         let mut length = 0usize;
+        let mut json = false;
         let mut line = String::new();
         loop {
             line.clear();
@@ -90,6 +95,11 @@ fn serve(stream: TcpStream, refuse: usize, refused: &AtomicUsize, received: &Mut
             {
                 length = value.trim().parse().unwrap_or(0);
             }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-type")
+            {
+                json = value.trim() == "application/json";
+            }
         }
         let mut body = vec![0; length];
         if reader.read_exact(&mut body).is_err() {
@@ -101,7 +111,7 @@ fn serve(stream: TcpStream, refuse: usize, refused: &AtomicUsize, received: &Mut
         } else {
             let at = now_nanos();
             let mut received = received.lock().unwrap();
-            for (value, time_unix_nano) in points(&body) {
+            for (value, time_unix_nano) in points(&body, json) {
                 received.push(Received { value, time_unix_nano, received_unix_nano: at });
             }
             b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n"
@@ -130,13 +140,18 @@ fn collector(refuse: usize) -> Collector {
 /// Runs a metrics-only lifetime against `collector` whose gauge reports the
 /// collection's number (1, 2, 3, ...), until `until` holds of what the
 /// collector received (at most 30 s), then shuts down.
-fn run(collector: &Collector, interval: Duration, until: impl Fn(&[Received]) -> bool) -> ShutdownReport {
+fn run(
+    collector: &Collector,
+    protocol: OtlpProtocol,
+    interval: Duration,
+    until: impl Fn(&[Received]) -> bool,
+) -> ShutdownReport {
     let mut config =
         LensConfig { enabled: true, rank_strategy: "all_ranks".into(), traces_enabled: false, ..LensConfig::default() };
     config.export_retry_window = Duration::from_secs(60);
     config.otel.metric_export_interval = interval;
     let otlp = config.otel.otlp_mut(Signal::Metrics);
-    otlp.protocol = OtlpProtocol::HttpProtobuf;
+    otlp.protocol = protocol;
     otlp.endpoint = Some(OtlpEndpoint { url: collector.endpoint.clone(), signal_specific: false });
     otlp.timeout = Duration::from_secs(5);
     let options = SetupOptions::new()
@@ -158,18 +173,24 @@ fn run(collector: &Collector, interval: Duration, until: impl Fn(&[Received]) ->
 
 #[test]
 fn collections_taken_while_the_collector_is_down_arrive_in_order_with_their_timestamps() {
+    for protocol in [OtlpProtocol::HttpProtobuf, OtlpProtocol::HttpJson] {
+        outage_loses_no_collection(protocol);
+    }
+}
+
+fn outage_loses_no_collection(protocol: OtlpProtocol) {
     let _serial = serial();
     let refuse = 5;
     let collector = collector(refuse);
     // Five refused requests: the first collection and four resends of it,
     // while four more collections wait behind it.
-    let report = run(&collector, Duration::from_millis(100), |received| received.len() >= 8);
+    let report = run(&collector, protocol, Duration::from_millis(100), |received| received.len() >= 8);
     let received = collector.received.lock().unwrap().clone();
     assert_eq!(collector.refused.load(Ordering::Acquire), refuse, "{report}");
 
     let values: Vec<i64> = received.iter().map(|r| r.value).collect();
     let expected: Vec<i64> = (1..=values.len() as i64).collect();
-    assert_eq!(values, expected, "every collection once, oldest first ({report})");
+    assert_eq!(values, expected, "{protocol:?}: every collection once, oldest first ({report})");
     assert!(values.len() >= 8, "{values:?}");
     for pair in received.windows(2) {
         assert!(pair[0].time_unix_nano < pair[1].time_unix_nano, "timestamps go forward: {pair:?}");
@@ -191,7 +212,9 @@ fn beyond_the_cap_the_oldest_collections_are_dropped_and_reported() {
     let _serial = serial();
     let refuse = MAX_KEPT_COLLECTIONS + 20;
     let collector = collector(refuse);
-    let report = run(&collector, Duration::from_millis(10), |received| received.len() >= MAX_KEPT_COLLECTIONS + 2);
+    let report = run(&collector, OtlpProtocol::HttpProtobuf, Duration::from_millis(10), |received| {
+        received.len() >= MAX_KEPT_COLLECTIONS + 2
+    });
     let received = collector.received.lock().unwrap().clone();
     let values: Vec<i64> = received.iter().map(|r| r.value).collect();
     // Each refused request is one collection taken; the cap kept the newest.
