@@ -18,7 +18,8 @@
 //!   slot that the span helpers read;
 //! - a meter provider with a periodic reader at `OTEL_METRIC_EXPORT_INTERVAL`
 //!   (default 10 s) around a counting exporter;
-//! - with `LOGS_ENABLED`, a logger provider and the `log` bridge;
+//! - with `LOGS_ENABLED`, a logger provider with lens's batch log processor
+//!   (the span batch settings, from the configuration) and the `log` bridge;
 //! - the span-group gate.
 //!
 //! # Lifetimes
@@ -61,7 +62,7 @@ use crate::identity::{
     OsProbe, RankContext, ResourceInputs, RunIdSource, build_resource, resolve_run_id, restart_attempt,
 };
 use crate::otel::accounting::{CountingMetricExporter, MetricExportCounters};
-use crate::otel::batch::{BatchConfig, LensBatchSpanProcessor, SpanExportCounters};
+use crate::otel::batch::{BatchConfig, LensBatchLogProcessor, LensBatchSpanProcessor, SpanExportCounters};
 use crate::otel::closer::OpenSpanCloser;
 use crate::otel::exporters::{
     self, ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLogExporter,
@@ -252,6 +253,7 @@ pub struct Telemetry {
     linger: Duration,
     span_counters: Option<Arc<SpanExportCounters>>,
     metric_counters: Option<Arc<MetricExportCounters>>,
+    log_counters: Option<Arc<SpanExportCounters>>,
     parts: Mutex<Option<Parts>>,
     holds_slot: AtomicBool,
 }
@@ -293,6 +295,7 @@ impl Telemetry {
             linger: Duration::ZERO,
             span_counters: None,
             metric_counters: None,
+            log_counters: None,
             parts: Mutex::new(None),
             holds_slot: AtomicBool::new(enabled),
         }
@@ -372,6 +375,7 @@ impl Telemetry {
         ShutdownReport {
             spans: self.span_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             metrics: self.metric_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
+            logs: self.log_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             ..ShutdownReport::default()
         }
     }
@@ -379,10 +383,10 @@ impl Telemetry {
     /// Exports everything recorded so far (spans queued, a metric
     /// collection), waiting at most `timeout`. Open spans stay open.
     pub fn force_flush(&self, timeout: Duration) -> ShutdownReport {
-        let (tracer_provider, meter_provider) = {
+        let (tracer_provider, meter_provider, logger_provider) = {
             let parts = lock(&self.parts);
             match parts.as_ref() {
-                Some(p) => (p.tracer_provider.clone(), p.meter_provider.clone()),
+                Some(p) => (p.tracer_provider.clone(), p.meter_provider.clone(), p.logger_provider.clone()),
                 None => return self.report(),
             }
         };
@@ -393,9 +397,12 @@ impl Telemetry {
         if let Some(provider) = meter_provider {
             steps.push(("flush metrics", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
         }
+        if let Some(provider) = logger_provider {
+            steps.push(("flush logs", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
+        }
         let mut report = run_steps(steps, Instant::now() + timeout);
-        report.spans = self.report().spans;
-        report.metrics = self.report().metrics;
+        let now = self.report();
+        (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
         report
     }
 
@@ -427,13 +434,12 @@ impl Telemetry {
             ));
         }
         if let Some(provider) = meter_provider {
+            // The periodic reader's shutdown takes and exports the final
+            // collection itself; a flush before it would export that
+            // collection twice.
             steps.push((
                 "flush and shut down metrics",
-                Box::new(move |remaining| {
-                    let flushed = provider.force_flush().map_err(|e| e.to_string());
-                    let shut = provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string());
-                    flushed.and(shut)
-                }),
+                Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
             ));
         }
         if let Some(provider) = logger_provider {
@@ -446,8 +452,11 @@ impl Telemetry {
         let mut report = run_steps(steps, deadline);
         report.performed = true;
         report.truncated_spans = truncated.load(Ordering::Relaxed);
-        report.spans = self.report().spans;
-        report.metrics = self.report().metrics;
+        let now = self.report();
+        (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
+        if report.unfinished.contains(&"shut down logs") {
+            report.logs.dropped_at_shutdown += report.logs.pending();
+        }
         if report.unfinished.contains(&"shut down spans") {
             // Spans in an export that has not returned by the deadline (a
             // hung collector) are lost to this lifetime: report them as
@@ -660,7 +669,15 @@ fn build(
                 Some(factory(builder, interval, Arc::clone(&counters)))
             }
             None => metric_exporter(config, rank, &run_id.value, &mut destinations, &mut prometheus)?.map(|exporter| {
-                let counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
+                // OTLP collections that fail are kept and resent (A7).
+                let resender = match &exporter {
+                    LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
+                    _ => None,
+                };
+                let mut counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
+                if let Some(resender) = resender {
+                    counting = counting.with_resender(resender, config.export_retry_window);
+                }
                 builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
             }),
         };
@@ -670,13 +687,18 @@ fn build(
         }
     }
 
-    // Logs.
+    // Logs: through lens's batch processor (queue, retry window, counters),
+    // configured from the validated configuration, never from OTEL_BLRP_*.
     let mut logger_provider = None;
+    let mut log_counters = None;
     if config.logs_enabled
         && let Some(exporter) = log_exporter(config, rank, &run_id.value, &mut destinations)?
     {
-        let provider =
-            SdkLoggerProvider::builder().with_resource(resource.clone()).with_batch_exporter(exporter).build();
+        let batch_config =
+            BatchConfig { export_timeout: config.otel.otlp(Signal::Logs).timeout, ..batch_config(config) };
+        let batch = LensBatchLogProcessor::new(exporter, batch_config);
+        log_counters = Some(batch.counters());
+        let provider = SdkLoggerProvider::builder().with_resource(resource.clone()).with_log_processor(batch).build();
         if let Err(error) = logs::install_log_bridge(&provider, log::LevelFilter::Info) {
             crate::diag::warn(error);
         }
@@ -723,6 +745,7 @@ fn build(
         linger: config.prometheus_linger,
         span_counters,
         metric_counters,
+        log_counters,
         parts: Mutex::new(Some(Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus })),
         holds_slot: AtomicBool::new(true),
     })

@@ -57,8 +57,8 @@ pub use crate::config::{Compression, OtlpProtocol, OtlpSettings, Signal};
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter};
 pub use file::{FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
 pub use otlp::{
-    OtlpLogExporter, OtlpMetricExporter, OtlpSpanExporter, ResolvedEndpoint, build_otlp_log_exporter,
-    build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,
+    OtlpLogExporter, OtlpMetricExporter, OtlpMetricResender, OtlpSpanExporter, ResolvedEndpoint,
+    build_otlp_log_exporter, build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,
 };
 pub use prometheus::{PrometheusExporter, PrometheusMetricKind, PrometheusSettings, prometheus_metric_name};
 pub use runtime::OtlpRuntime;
