@@ -50,17 +50,34 @@ use crate::telemetry::{MetricValues, Telemetry};
 
 /// Why a rank stopped with an error.
 #[derive(Debug)]
-pub(crate) struct RankError(pub(crate) String);
+pub(crate) struct RankError {
+    message: String,
+    /// The error is in the input (a `--load` checkpoint), not the run: exit status 2.
+    pub(crate) bad_input: bool,
+}
+
+impl RankError {
+    /// A failure during the run (exit status 1).
+    pub(crate) fn new(message: impl Into<String>) -> RankError {
+        RankError { message: message.into(), bad_input: false }
+    }
+}
 
 impl std::fmt::Display for RankError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
 impl From<CommError> for RankError {
     fn from(error: CommError) -> RankError {
-        RankError(error.to_string())
+        RankError::new(error.to_string())
+    }
+}
+
+impl From<checkpoint::LoadError> for RankError {
+    fn from(error: checkpoint::LoadError) -> RankError {
+        RankError { message: error.to_string(), bad_input: true }
     }
 }
 
@@ -236,30 +253,31 @@ impl Trainer {
             self.optimizer = Optimizer::new(self.args.optimizer == OptimizerKind::Adam, self.stage.params.len());
             if let Some(root) = self.args.load.clone() {
                 let _load = self.telemetry.span(&tx::CHECKPOINT_LOAD, []);
-                let iteration = checkpoint::read_tracker(&root).map_err(RankError)?;
+                let iteration = checkpoint::read_tracker(&root)?;
                 let state = {
                     let _read = self.telemetry.span(&tx::CHECKPOINT_LOAD_IO_READ, []);
-                    checkpoint::read_rank(
-                        &root,
+                    let expected = checkpoint::Expected {
                         iteration,
-                        self.rank(),
-                        self.layout,
-                        self.args.num_layers,
-                        self.args.hidden_size,
-                    )
-                    .map_err(RankError)?
+                        rank: self.rank(),
+                        layout: self.layout,
+                        num_layers: self.args.num_layers,
+                        hidden_size: self.args.hidden_size,
+                    };
+                    checkpoint::read_rank(&root, expected)?
                 };
                 if state.params.len() != self.stage.params.len() || state.m.len() != self.optimizer.m.len() {
-                    return Err(RankError(format!(
-                        "--load {}: the checkpoint of rank {} has {} parameters and {} moments, this run needs {} and {} \
-                         (was it saved with another --optimizer?)",
-                        root.display(),
-                        self.rank(),
-                        state.params.len(),
-                        state.m.len(),
-                        self.stage.params.len(),
-                        self.optimizer.m.len()
-                    )));
+                    return Err(RankError::from(checkpoint::LoadError {
+                        path: root.clone(),
+                        problem: format!(
+                            "the checkpoint of rank {} has {} parameters and {} moments, this run needs {} and {} \
+                             (was it saved with another --optimizer?)",
+                            self.rank(),
+                            state.params.len(),
+                            state.m.len(),
+                            self.stage.params.len(),
+                            self.optimizer.m.len()
+                        ),
+                    }));
                 }
                 self.stage.params = state.params;
                 self.optimizer.m = state.m;
@@ -279,7 +297,7 @@ impl Trainer {
         if self.args.gpu_sniff_test_interval.is_some() {
             let span = self.telemetry.span(&tx::STARTUP_SNIFF_TEST, []);
             self.telemetry.mark_sniff_tag(&span, None);
-            device::sniff_test(self.device.as_ref()).map_err(|e| RankError(format!("sniff test failed: {e}")))?;
+            device::sniff_test(self.device.as_ref()).map_err(|e| RankError::new(format!("sniff test failed: {e}")))?;
         }
         if self.args.check_weight_hash_across_dp_replicas_interval.is_some() {
             let _check = self.telemetry.span(&tx::STARTUP_WEIGHT_HASH_CHECK, []);
@@ -303,7 +321,7 @@ impl Trainer {
         for (replica, theirs) in all.chunks_exact(4).enumerate() {
             if theirs != pieces.as_slice() {
                 let theirs = theirs.iter().enumerate().fold(0_u64, |h, (i, p)| h | ((*p as u64) << (16 * i)));
-                return Err(RankError(format!(
+                return Err(RankError::new(format!(
                     "weight hash check at iteration {}: rank {} holds weights with hash {hash:016x}, its \
                      data-parallel replica {replica} (rank {}) {theirs:016x}",
                     self.iteration,
@@ -428,7 +446,8 @@ impl Trainer {
             {
                 let span = self.telemetry.span(&tx::TRAIN_SNIFF_TEST, []);
                 self.telemetry.mark_sniff_tag(&span, Some(iteration));
-                device::sniff_test(self.device.as_ref()).map_err(|e| RankError(format!("sniff test failed: {e}")))?;
+                device::sniff_test(self.device.as_ref())
+                    .map_err(|e| RankError::new(format!("sniff test failed: {e}")))?;
             }
             if self.args.manual_gc
                 && self.args.manual_gc_interval > 0
@@ -519,16 +538,16 @@ impl Trainer {
         } else {
             (&tx::P2P_RECV_BACKWARD, &tx::PP_RECV_BACKWARD_LINKED, self.groups.next, tag::BACKWARD, self.coords.pp + 1)
         };
-        let peer = peer.ok_or_else(|| RankError("pipeline receive without a neighbour".into()))?;
+        let peer = peer.ok_or_else(|| RankError::new("pipeline receive without a neighbour"))?;
         let _span = self.telemetry.span(def, []);
         let payload = self.comm.recv(peer, frame_tag)?;
-        let bad = || RankError(format!("rank {}: malformed pipeline message from rank {peer}", self.rank()));
+        let bad = || RankError::new(format!("rank {}: malformed pipeline message from rank {peer}", self.rank()));
         let got_microbatch = u64::from_le_bytes(payload.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
         let context_len =
             u32::from_le_bytes(payload.get(8..12).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
         let context = payload.get(12..12 + context_len).ok_or_else(bad)?;
         if got_microbatch != microbatch {
-            return Err(RankError(format!(
+            return Err(RankError::new(format!(
                 "rank {}: expected microbatch {microbatch} from rank {peer}, got {got_microbatch}",
                 self.rank()
             )));
@@ -762,8 +781,8 @@ impl Trainer {
     }
 
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
-        let root = self.args.save.clone().ok_or_else(|| RankError("save without --save".into()))?;
-        std::fs::create_dir_all(&root).map_err(|e| RankError(format!("--save {}: {e}", root.display())))?;
+        let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
+        std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
         let _exposed = self.telemetry.exposed_save(iteration);
         {
             let _reclaim = self.telemetry.span(&tx::CHECKPOINT_RECLAIM_MEMORY, []);
@@ -789,7 +808,7 @@ impl Trainer {
                         checkpoint::write_rank(&worker_root, &state)
                     })
                 })
-                .map_err(|e| RankError(format!("starting the async save worker: {e}")))?;
+                .map_err(|e| RankError::new(format!("starting the async save worker: {e}")))?;
                 self.telemetry.mark_call_index(&save_span, call_index);
                 self.pending_save = Some(pending);
                 self.save_ready = false;
@@ -797,7 +816,7 @@ impl Trainer {
                 let path = {
                     let _write = self.telemetry.span(&tx::CHECKPOINT_SAVE_IO_WRITE, []);
                     checkpoint::write_rank(&root, &state)
-                        .map_err(|e| RankError(format!("writing the checkpoint of iteration {iteration}: {e}")))?
+                        .map_err(|e| RankError::new(format!("writing the checkpoint of iteration {iteration}: {e}")))?
                 };
                 self.outcome_checkpoints.push((iteration, path));
             }
@@ -824,7 +843,7 @@ impl Trainer {
                 self.comm.barrier(&world)?;
                 if self.rank() == 0 {
                     checkpoint::write_tracker(&root, iteration)
-                        .map_err(|e| RankError(format!("writing {}: {e}", checkpoint::TRACKER)))?;
+                        .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
                 }
             }
         }
@@ -836,14 +855,14 @@ impl Trainer {
     fn finalize_async_save(&mut self) -> Result<Vec<u64>, RankError> {
         let Some(pending) = self.pending_save.take() else { return Ok(Vec::new()) };
         let (call_index, iteration) = (pending.call_index, pending.iteration);
-        let path = pending.wait().map_err(RankError)?;
+        let path = pending.wait().map_err(RankError::new)?;
         let world = self.groups.world.clone();
         self.comm.barrier(&world)?;
         if self.rank() == 0
             && let Some(root) = &self.args.save
         {
             checkpoint::write_tracker(root, iteration)
-                .map_err(|e| RankError(format!("writing {}: {e}", checkpoint::TRACKER)))?;
+                .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
         }
         self.outcome_checkpoints.push((iteration, path));
         self.save_ready = false;

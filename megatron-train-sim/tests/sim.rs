@@ -95,6 +95,34 @@ fn a_saved_run_resumes_at_its_iteration_and_continues_as_if_never_stopped() {
 }
 
 #[test]
+fn a_damaged_truncated_or_foreign_checkpoint_exits_2_naming_the_file_and_what_is_wrong() {
+    let dir = temp_dir("corrupt");
+    let base = with(SMALL, &["--log-interval", "1"]);
+    let (status, stderr) = run(&dir, &with(&base, &["--train-iters", "2", "--save", "ckpt"]));
+    assert!(status.success(), "{status}: {stderr}");
+    let file = dir.join("ckpt/iter_0000002/rank_00000.ckpt");
+    let good = std::fs::read(&file).unwrap();
+    let text = String::from_utf8_lossy(&good).into_owned();
+    let count_at = text.find("\"params\":").unwrap() + "\"params\":".len();
+    let count_end = count_at + text[count_at..].find(|c: char| !c.is_ascii_digit()).unwrap();
+    // A header whose parameter count overflows any offset (it panicked).
+    let overflowing = [&good[..count_at], b"18446744073709551615", &good[count_end..]].concat();
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        ("damaged", overflowing, "truncated: the header announces 18446744073709551615 parameter values"),
+        ("truncated", good[..good.len() / 2].to_vec(), "truncated"),
+        ("foreign", b"\x89PNG\r\n\x1a\n not a checkpoint".to_vec(), "not a megatron-train-sim checkpoint"),
+    ];
+    for (name, bytes, problem) in cases {
+        std::fs::write(&file, bytes).unwrap();
+        let (status, stderr) = run(&dir, &with(&base, &["--train-iters", "4", "--load", "ckpt"]));
+        assert_eq!(status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains("iter_0000002/rank_00000.ckpt"), "{name}: the path is not named: {stderr}");
+        assert!(stderr.contains(problem), "{name}: expected {problem:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+    }
+}
+
+#[test]
 fn async_saves_finalize_and_point_the_tracker_at_the_last_one() {
     let dir = temp_dir("async");
     let s = summary(
