@@ -241,6 +241,92 @@ fn parse_rank(bytes: &[u8], expected: Expected) -> Result<RankState, String> {
     })
 }
 
+/// The fault-tolerance heartbeat: what `megatron.checkpoint.ft_heartbeat`
+/// holds. Every loop pass, each rank rewrites one small JSON record (its
+/// rank, the iterations completed, the beats so far and the wall-clock time
+/// in ms since the epoch, padded to [`HEARTBEAT_RECORD_BYTES`]) in place,
+/// for a rank monitor to read: `SAVE/ft_heartbeat/rank_XXXXX.json` with
+/// `--save`, else `TMPDIR/megatron-train-sim-heartbeat-RUNID/rank_XXXXX.json`,
+/// removed when the run ends well. A file that cannot be written is
+/// reported once; training goes on without it.
+#[derive(Debug)]
+pub(crate) struct Heartbeat {
+    path: PathBuf,
+    rank: u32,
+    file: Option<fs::File>,
+    beats: u64,
+    failed: bool,
+    temporary: bool,
+}
+
+/// The size of a heartbeat record, newline included.
+pub(crate) const HEARTBEAT_RECORD_BYTES: usize = 128;
+
+impl Heartbeat {
+    /// The heartbeat of `rank`: beside the checkpoints under `save`, else
+    /// in the temporary directory of run `run_id`.
+    pub(crate) fn new(save: Option<&Path>, run_id: &str, rank: u32) -> Heartbeat {
+        let name = format!("rank_{rank:05}.json");
+        let (path, temporary) = match save {
+            Some(root) => (root.join("ft_heartbeat").join(name), false),
+            None => {
+                let run = if run_id.is_empty() { std::process::id().to_string() } else { run_id.to_string() };
+                (std::env::temp_dir().join(format!("megatron-train-sim-heartbeat-{run}")).join(name), true)
+            }
+        };
+        Heartbeat { path, rank, file: None, beats: 0, failed: false, temporary }
+    }
+
+    /// Writes the record for `iteration` (iterations completed).
+    pub(crate) fn beat(&mut self, iteration: u64) {
+        if self.failed {
+            return;
+        }
+        self.beats += 1;
+        if let Err(error) = self.write(iteration) {
+            self.failed = true;
+            crate::output::note(&format!(
+                "the fault-tolerance heartbeat {} cannot be written ({error}); continuing without it",
+                self.path.display()
+            ));
+        }
+    }
+
+    fn write(&mut self, iteration: u64) -> io::Result<()> {
+        use std::io::{Seek, SeekFrom};
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => {
+                if let Some(dir) = self.path.parent() {
+                    fs::create_dir_all(dir)?;
+                }
+                self.file.insert(fs::OpenOptions::new().write(true).create(true).truncate(true).open(&self.path)?)
+            }
+        };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+        let record = format!(
+            "{{\"rank\":{},\"iteration\":{iteration},\"beats\":{},\"unix_time_ms\":{now}}}",
+            self.rank, self.beats
+        );
+        let mut line = format!("{record:<width$}\n", width = HEARTBEAT_RECORD_BYTES - 1).into_bytes();
+        line.truncate(HEARTBEAT_RECORD_BYTES);
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&line)
+    }
+
+    /// The run ended well: a temporary heartbeat file is removed (and its
+    /// directory, once every rank's is gone); one beside checkpoints stays.
+    pub(crate) fn finish(&mut self) {
+        self.file = None;
+        if self.temporary && self.beats > 0 {
+            let _ = fs::remove_file(&self.path);
+            if let Some(dir) = self.path.parent() {
+                let _ = fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
 /// An asynchronous save in flight.
 #[derive(Debug)]
 pub(crate) struct PendingSave {

@@ -29,13 +29,13 @@
 //! `--check-weight-hash-across-dp-replicas-interval` (hash this rank's
 //! weights, all-gather the hashes over the data-parallel group, fail on a
 //! mismatch: at startup and every N iterations), `--enable-cuda-graph` (a
-//! one-time capture at the end of the warm-up; nothing to capture on the
-//! CPU), `--manual-gc` and `--fp8-format` (give freed heap memory back to
+//! one-time capture at the end of the warm-up; nothing is captured, on the
+//! CPU or on the GPU: docs/simulator.md says so), `--manual-gc` and `--fp8-format` (give freed heap memory back to
 //! the operating system, `malloc_trim`, where Megatron calls `gc.collect()`).
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use megatron_telemetry::taxonomy as tx;
 
@@ -167,6 +167,7 @@ pub(crate) struct Trainer {
     saves_done: u64,
     last_saved: Option<u64>,
     outcome_checkpoints: Vec<(u64, PathBuf)>,
+    heartbeat: checkpoint::Heartbeat,
 }
 
 impl Trainer {
@@ -198,6 +199,7 @@ impl Trainer {
         let data = Data::new(args.seed, hidden, seq, false);
         let microbatches = args.num_microbatches(layout);
         let normaliser = (args.global_batch_size * args.seq_length * args.hidden_size) as f64;
+        let heartbeat = checkpoint::Heartbeat::new(args.save.as_deref(), &telemetry.run_id(), rank);
         Trainer {
             args,
             layout,
@@ -221,6 +223,7 @@ impl Trainer {
             saves_done: 0,
             last_saved: None,
             outcome_checkpoints: Vec::new(),
+            heartbeat,
         }
     }
 
@@ -333,6 +336,19 @@ impl Trainer {
         Ok(())
     }
 
+    /// The forward pre-hook's check: this rank's parameters are all finite.
+    fn check_parameters_ready(&self) -> Result<(), RankError> {
+        match self.stage.params.iter().position(|p| !p.is_finite()) {
+            None => Ok(()),
+            Some(index) => Err(RankError::new(format!(
+                "rank {}: parameter {index} is {} after iteration {}: the forward pre-hook refuses to run the next forward",
+                self.rank(),
+                self.stage.params[index],
+                self.iteration
+            ))),
+        }
+    }
+
     fn train_loop(&mut self) -> Result<Outcome, RankError> {
         let start_iteration = self.iteration;
         let mut iterations = Vec::new();
@@ -350,7 +366,10 @@ impl Trainer {
         while self.iteration < self.args.train_iters {
             let save_interval = self.args.save_interval.unwrap_or(0);
             self.telemetry.loop_pass(self.iteration);
-            drop(self.telemetry.ft_heartbeat(self.iteration));
+            {
+                let _heartbeat = self.telemetry.ft_heartbeat(self.iteration);
+                self.heartbeat.beat(self.iteration);
+            }
             {
                 let span = self.telemetry.save_finalize(self.iteration);
                 if self.save_ready {
@@ -372,7 +391,12 @@ impl Trainer {
             };
             let step_ms = started.elapsed().as_secs_f64() * 1e3;
             if loop_counter == 0 {
+                // Megatron re-enables the parameter-gather hook here; the
+                // simulator has no overlapped gather, so the hook's work is
+                // its readiness check: every parameter of this rank finite
+                // before the next forward.
                 let _hook = self.telemetry.span(&tx::TRAIN_FORWARD_PRE_HOOK, []);
+                self.check_parameters_ready()?;
             }
             self.iteration += 1;
             let iteration = self.iteration;
@@ -484,6 +508,7 @@ impl Trainer {
         }
         // Nobody leaves while another rank may still need it.
         self.comm.barrier(&self.groups.world.clone())?;
+        self.heartbeat.finish();
 
         Ok(Outcome {
             start_iteration,
@@ -540,6 +565,9 @@ impl Trainer {
         };
         let peer = peer.ok_or_else(|| RankError::new("pipeline receive without a neighbour"))?;
         let _span = self.telemetry.span(def, []);
+        // The linked span starts with the wait: the sender's context, its
+        // link, only arrives inside the message.
+        let waiting = SystemTime::now();
         let payload = self.comm.recv(peer, frame_tag)?;
         let bad = || RankError::new(format!("rank {}: malformed pipeline message from rank {peer}", self.rank()));
         let got_microbatch = u64::from_le_bytes(payload.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
@@ -552,7 +580,7 @@ impl Trainer {
                 self.rank()
             )));
         }
-        let _linked = self.telemetry.linked_receive(linked, context, sender_stage, microbatch);
+        let _linked = self.telemetry.linked_receive(linked, context, waiting, sender_stage, microbatch);
         Ok(payload[12 + context_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
@@ -643,7 +671,9 @@ impl Trainer {
     }
 
     fn train_step(&mut self) -> Result<StepResult, RankError> {
-        self.stage.grads.fill(0.0);
+        // The gradient buffer, zeroed (re-allocated after a save freed it).
+        self.stage.grads.clear();
+        self.stage.grads.resize(self.stage.params.len(), 0.0);
         let step = self.iteration;
         let mut loss_sum = 0.0_f64;
         {
@@ -686,15 +716,17 @@ impl Trainer {
             if self.args.step_sleep_ms > 0 {
                 std::thread::sleep(Duration::from_millis(self.args.step_sleep_ms));
             }
+            // The data-parallel all-reduce, launched then waited for:
+            // `start` sends this rank's gradients to every replica (nothing
+            // to send with DP=1), `finish` receives theirs and sums.
+            let group = self.groups.data.clone();
             {
-                // The all-reduce below is synchronous: `start` marks its
-                // dispatch, `finish` holds the reduction.
                 let _start = self.telemetry.span(&tx::GRAD_SYNC_START, []);
+                self.comm.all_reduce_start(&group, &self.stage.grads)?;
             }
             {
                 let _finish = self.telemetry.span(&tx::GRAD_SYNC_FINISH, []);
-                let group = self.groups.data.clone();
-                self.comm.all_reduce(&group, &mut self.stage.grads)?;
+                self.comm.all_reduce_finish(&group, &mut self.stage.grads)?;
             }
         }
 
@@ -784,9 +816,13 @@ impl Trainer {
         let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
         std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
         let _exposed = self.telemetry.exposed_save(iteration);
+        let started = Instant::now();
         {
+            // The step's gradient buffer is not needed until the next step
+            // (which re-allocates it): its memory goes back before saving.
             let _reclaim = self.telemetry.span(&tx::CHECKPOINT_RECLAIM_MEMORY, []);
-            self.stage.grads.shrink_to_fit();
+            self.stage.grads = Vec::new();
+            trim_heap();
         }
         if self.pending_save.is_some() {
             // One asynchronous save at a time: finish the previous one first.
@@ -836,11 +872,20 @@ impl Trainer {
         self.saves_done += 1;
         self.last_saved = Some(iteration);
         {
-            // Cross-rank skew: wait for every rank, then point the tracker.
+            // Megatron's `timers.log(['save-checkpoint'])`: every rank's save
+            // time, gathered over the world (the cross-rank wait), rank 0
+            // reports the minimum and maximum; then the tracker (a
+            // synchronous save: every rank's file is written by now).
             let _timers = self.telemetry.span(&tx::CHECKPOINT_TIMERS_LOG, []);
+            let world = self.groups.world.clone();
+            let times = self.comm.all_gather(&world, &[started.elapsed().as_secs_f32() * 1e3])?;
+            if self.rank() == 0 {
+                let (min, max) = times.iter().fold((f32::INFINITY, 0.0_f32), |(lo, hi), t| (lo.min(*t), hi.max(*t)));
+                output::note(&format!(
+                    "(min, max) time across ranks (ms): save-checkpoint of iteration {iteration}: ({min:.2}, {max:.2})"
+                ));
+            }
             if !self.args.async_save {
-                let world = self.groups.world.clone();
-                self.comm.barrier(&world)?;
                 if self.rank() == 0 {
                     checkpoint::write_tracker(&root, iteration)
                         .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
