@@ -885,11 +885,9 @@ impl Trainer {
                     "(min, max) time across ranks (ms): save-checkpoint of iteration {iteration}: ({min:.2}, {max:.2})"
                 ));
             }
-            if !self.args.async_save {
-                if self.rank() == 0 {
-                    checkpoint::write_tracker(&root, iteration)
-                        .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
-                }
+            if !self.args.async_save && self.rank() == 0 {
+                checkpoint::write_tracker(&root, iteration)
+                    .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
             }
         }
         Ok(())
