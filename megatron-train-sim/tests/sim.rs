@@ -51,6 +51,12 @@ fn one_rank_trains_fifty_iterations_and_the_loss_falls() {
     assert!(s["tokens_per_sec"].as_f64().unwrap() > 0.0);
     assert_eq!(s["step_times_ms"].as_array().unwrap().len(), 50);
     assert_eq!(s["telemetry"]["enabled"], false);
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("megatron-train-sim-heartbeat"))
+        .collect();
+    assert!(left.is_empty(), "a run without --save that ended well leaves its heartbeat behind: {left:?}");
 }
 
 #[test]
