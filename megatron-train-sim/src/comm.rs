@@ -56,6 +56,8 @@ pub(crate) mod tag {
     pub(crate) const GATHER: u32 = 20;
     /// A collective's result from the group leader.
     pub(crate) const RESULT: u32 = 21;
+    /// A split all-reduce's contribution, sent to every member.
+    pub(crate) const REDUCE: u32 = 22;
     /// The sender has passed the final barrier and will close its
     /// connections: their end is not a failure.
     pub(crate) const GOODBYE: u32 = 30;
@@ -470,6 +472,54 @@ impl Comm {
         Ok(())
     }
 
+    /// Starts an all-reduce of `data` over `group` (sorted ranks including
+    /// this one), as a gradient reduction is launched before it is waited
+    /// for: sends this rank's values to every other member (never waits).
+    /// [`Comm::all_reduce_finish`] completes it.
+    pub(crate) fn all_reduce_start<T: Element>(&self, group: &[u32], data: &[T]) -> Result<(), CommError> {
+        if group.len() <= 1 {
+            return Ok(());
+        }
+        let bytes = T::encode(data);
+        for &peer in group.iter().filter(|&&peer| peer != self.rank) {
+            self.send(peer, tag::REDUCE, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Completes [`Comm::all_reduce_start`]: receives every other member's
+    /// values and sums all of them in group order, so that every member
+    /// ends with the same bits.
+    pub(crate) fn all_reduce_finish<T: Element>(&mut self, group: &[u32], data: &mut [T]) -> Result<(), CommError> {
+        if group.len() <= 1 {
+            return Ok(());
+        }
+        let mine = data.to_vec();
+        for (position, &member) in group.iter().enumerate() {
+            let theirs = if member == self.rank {
+                mine.clone()
+            } else {
+                let theirs = T::decode(&self.recv(member, tag::REDUCE)?);
+                if theirs.len() != data.len() {
+                    return Err(CommError::Protocol(format!(
+                        "all-reduce: rank {member} sent {} values, expected {}",
+                        theirs.len(),
+                        data.len()
+                    )));
+                }
+                theirs
+            };
+            if position == 0 {
+                data.copy_from_slice(&theirs);
+            } else {
+                for (sum, value) in data.iter_mut().zip(theirs) {
+                    *sum = sum.add(value);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Concatenates every member's `local` in group order.
     pub(crate) fn all_gather(&mut self, group: &[u32], local: &[f32]) -> Result<Vec<f32>, CommError> {
         if group.len() <= 1 {
@@ -593,6 +643,13 @@ mod tests {
                     let rank = comm.rank();
                     let mut data = [rank as f32, 1.0];
                     comm.all_reduce(&[0, 1, 2], &mut data).unwrap();
+                    // Launched, then completed: every rank sums in rank order.
+                    let values = |r: u32| [0.1 * (r as f32 + 1.0), 1e8 * (r as f32 - 1.0) + 0.5];
+                    let mut split = values(rank);
+                    comm.all_reduce_start(&[0, 1, 2], &split).unwrap();
+                    comm.all_reduce_finish(&[0, 1, 2], &mut split).unwrap();
+                    let (a, b, c) = (values(0), values(1), values(2));
+                    assert_eq!(split, [a[0] + b[0] + c[0], a[1] + b[1] + c[1]], "rank {rank}");
                     let gathered = comm.all_gather(&[0, 1, 2], &[rank as f32 * 10.0]).unwrap();
                     if rank == 0 {
                         comm.send(2, tag::FORWARD, b"hi").unwrap();

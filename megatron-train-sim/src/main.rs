@@ -21,7 +21,8 @@
 //! them into the backdated children of `megatron.startup`.
 //!
 //! Exit status: 0 on success, 2 for bad arguments or configuration (before
-//! anything starts), 1 for a failure during the run, `128 + signal` when a
+//! anything starts) or a `--load` checkpoint that cannot be used (missing,
+//! damaged, truncated, foreign, another layout), 1 for a failure during the run, `128 + signal` when a
 //! signal ended it without `--exit-signal-handler`.
 
 mod checkpoint;
@@ -233,7 +234,7 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
         Ok(outcome) => outcome,
         Err(error) => {
             output::error(Some(rank.rank), &error);
-            return ExitCode::from(1);
+            return ExitCode::from(if error.bad_input { 2 } else { 1 });
         }
     };
     trainer.finish_comm();

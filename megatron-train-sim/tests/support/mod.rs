@@ -72,13 +72,15 @@ pub(crate) fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The binary with `args`, run in `dir`, with a clean environment.
+/// The binary with `args`, run in `dir` (also its `TMPDIR`), with a clean environment.
 pub(crate) fn command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command.current_dir(dir).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
     for variable in CLEARED {
         command.env_remove(variable);
     }
+    // Temporary files (the heartbeat without `--save`) stay in the test's directory.
+    command.env("TMPDIR", dir);
     command
 }
 
