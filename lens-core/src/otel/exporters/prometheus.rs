@@ -749,6 +749,9 @@ async fn connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
         .timer(TokioTimer::new())
         .header_read_timeout(PROMETHEUS_HEADER_TIMEOUT)
         .max_buf_size(MAX_REQUEST_BYTES)
+        // `Content-Type`, as the old server wrote it, for clients that match
+        // header names by case.
+        .title_case_headers(true)
         .keep_alive(true);
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     let mut connection = std::pin::pin!(connection);
