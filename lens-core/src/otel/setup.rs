@@ -668,18 +668,20 @@ fn build(
                 destinations.push("metrics: custom exporter".to_string());
                 Some(factory(builder, interval, Arc::clone(&counters)))
             }
-            None => metric_exporter(config, rank, &run_id.value, &mut destinations, &mut prometheus)?.map(|exporter| {
-                // OTLP collections that fail are kept and resent (A7).
-                let resender = match &exporter {
-                    LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
-                    _ => None,
-                };
-                let mut counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
-                if let Some(resender) = resender {
-                    counting = counting.with_resender(resender, config.export_retry_window);
-                }
-                builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
-            }),
+            None => metric_exporter(config, rank, &options, &run_id.value, &mut destinations, &mut prometheus)?.map(
+                |exporter| {
+                    // OTLP collections that fail are kept and resent (A7).
+                    let resender = match &exporter {
+                        LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
+                        _ => None,
+                    };
+                    let mut counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
+                    if let Some(resender) = resender {
+                        counting = counting.with_resender(resender, config.export_retry_window);
+                    }
+                    builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
+                },
+            ),
         };
         if let Some(builder) = builder {
             meter_provider = Some(builder.build());
@@ -826,6 +828,7 @@ fn span_exporter(
 fn metric_exporter(
     config: &LensConfig,
     rank: RankContext,
+    options: &SetupOptions,
     run_id: &str,
     destinations: &mut Vec<String>,
     prometheus: &mut Option<PrometheusExporter>,
@@ -854,7 +857,14 @@ fn metric_exporter(
             let settings = PrometheusSettings {
                 host: config.otel.prometheus_host.clone(),
                 port: config.otel.prometheus_port,
-                local_rank_offset: rank.local_rank,
+                // A strategy given in code has no name. `false`: per-rank
+                // metrics are not configurable yet; `<PREFIX>_RANK_METRICS`
+                // (issue #12) feeds this argument.
+                local_rank_offset: exporters::prometheus_port_offset(
+                    options.rank_strategy.is_none().then_some(config.rank_strategy.as_str()),
+                    false,
+                    rank.local_rank,
+                ),
                 resource_labels: config.prometheus_resource_labels.clone(),
                 linger: config.prometheus_linger,
             };
