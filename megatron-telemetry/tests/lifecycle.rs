@@ -125,7 +125,7 @@ fn startup_intervals_and_iterations_have_the_documented_structure() {
     // Startup: a root with the derived id, structural, backdated start.
     let startup = one(&spans, taxonomy::STARTUP.name);
     assert_eq!(startup.parent_span_id, SpanId::INVALID);
-    assert_eq!(startup.span_context.trace_id(), trace_id(derived_trace_id(RUN, 0, lifetime, STARTUP_TRACE)));
+    assert_eq!(startup.span_context.trace_id(), trace_id(derived_trace_id(RUN, None, 0, lifetime, STARTUP_TRACE)));
     assert_eq!(startup.start_time, at(1000));
     assert_eq!(attribute(startup, lens_fallbacks::STRUCTURAL_ATTRIBUTE), Some(&Value::Bool(true)));
     assert_eq!(attribute(startup, attr::MODEL_TYPE), Some(&Value::from("GPT")));
@@ -157,7 +157,7 @@ fn startup_intervals_and_iterations_have_the_documented_structure() {
     let mut previous = startup.span_context.clone();
     for (interval, first) in intervals.iter().zip([10_u64, 12, 14]) {
         assert_eq!(interval.parent_span_id, SpanId::INVALID);
-        assert_eq!(interval.span_context.trace_id(), trace_id(derived_trace_id(RUN, 0, lifetime, first)));
+        assert_eq!(interval.span_context.trace_id(), trace_id(derived_trace_id(RUN, None, 0, lifetime, first)));
         assert_eq!(attribute(interval, lens_fallbacks::STRUCTURAL_ATTRIBUTE), Some(&Value::Bool(true)));
         assert_eq!(interval.links.len(), 1);
         assert_eq!(interval.links[0].span_context.span_id(), previous.span_id());
@@ -189,7 +189,7 @@ fn startup_intervals_and_iterations_have_the_documented_structure() {
         } else {
             14
         };
-        assert_eq!(span.span_context.trace_id(), trace_id(derived_trace_id(RUN, 0, lifetime, interval_first)));
+        assert_eq!(span.span_context.trace_id(), trace_id(derived_trace_id(RUN, None, 0, lifetime, interval_first)));
         if iteration == 10 {
             assert_eq!(span.parent_span_id, first.span_context.span_id());
         } else {
@@ -232,8 +232,8 @@ fn a_second_lifetime_exports_into_new_traces() {
     let (first, first_lifetime, _) = interval_trace(env(&[]));
     let (second, second_lifetime, _) = interval_trace(env(&[]));
     assert_eq!(second_lifetime, first_lifetime + 1);
-    assert_eq!(first, trace_id(derived_trace_id(RUN, 0, first_lifetime, 50)));
-    assert_eq!(second, trace_id(derived_trace_id(RUN, 0, second_lifetime, 50)));
+    assert_eq!(first, trace_id(derived_trace_id(RUN, None, 0, first_lifetime, 50)));
+    assert_eq!(second, trace_id(derived_trace_id(RUN, None, 0, second_lifetime, 50)));
     assert_ne!(first, second);
 }
 
@@ -242,8 +242,8 @@ fn a_restart_attempt_gets_new_traces() {
     let _serial = serial();
     let (restarted, lifetime, restart) = interval_trace(env(&[("SLURM_RESTART_COUNT", "1")]));
     assert_ne!(restart, 0);
-    assert_eq!(restarted, trace_id(derived_trace_id(RUN, restart, lifetime, 50)));
-    assert_ne!(restarted, trace_id(derived_trace_id(RUN, 0, lifetime, 50)));
+    assert_eq!(restarted, trace_id(derived_trace_id(RUN, None, restart, lifetime, 50)));
+    assert_ne!(restarted, trace_id(derived_trace_id(RUN, None, 0, lifetime, 50)));
 }
 
 #[test]
@@ -263,7 +263,7 @@ fn startup_joins_an_incoming_traceparent() {
     assert_eq!(startup.span_context.trace_id(), TraceId::from_hex(parent_trace).unwrap());
     assert_eq!(startup.parent_span_id, SpanId::from_hex(parent_span).unwrap());
     let interval = one(&spans, taxonomy::TRAIN.name);
-    assert_eq!(interval.span_context.trace_id(), trace_id(derived_trace_id(RUN, 0, lifetime, 0)));
+    assert_eq!(interval.span_context.trace_id(), trace_id(derived_trace_id(RUN, None, 0, lifetime, 0)));
     assert_eq!(interval.links[0].span_context.span_id(), startup.span_context.span_id());
 }
 
