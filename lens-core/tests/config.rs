@@ -132,6 +132,7 @@ fn every_lens_variable_is_read() {
         ("NEMO_LENS_SPAN_GROUPS", "per_step"),
         ("NEMO_LENS_EXPORTER", "console"),
         ("NEMO_LENS_RUN_ID", "run-42"),
+        ("NEMO_LENS_LAUNCH_ID", "launch-7"),
         ("NEMO_LENS_USER_ID", "team-a"),
         ("USER", "not-this-one"),
         ("WANDB_ENTITY", "ent"),
@@ -152,6 +153,7 @@ fn every_lens_variable_is_read() {
     assert_eq!(c.span_groups, "per_step");
     assert_eq!(c.exporter, Some(ExporterKind::Console));
     assert_eq!(c.run_id, "run-42");
+    assert_eq!(c.launch_id, "launch-7");
     assert_eq!(c.user, "team-a", "the user comes from *_USER_ID, not USER");
     assert_eq!((c.wandb_entity.as_str(), c.wandb_project.as_str()), ("ent", "proj"));
     assert_eq!(c.file_dir.as_deref(), Some(std::path::Path::new("/tmp/telemetry")));
@@ -874,6 +876,7 @@ const VARIABLES: &[&str] = &[
     "MEGATRON_OTEL_SPAN_GROUPS",
     "MEGATRON_OTEL_EXPORTER",
     "MEGATRON_OTEL_RUN_ID",
+    "MEGATRON_OTEL_LAUNCH_ID",
     "MEGATRON_OTEL_USER_ID",
     "MEGATRON_OTEL_FILE_DIR",
     "MEGATRON_OTEL_EXPORT_RETRY_WINDOW_MS",

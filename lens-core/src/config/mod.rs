@@ -155,6 +155,10 @@ pub struct LensConfig {
     /// Run id (`<PREFIX>_RUN_ID`, then `NEMO_LENS_RUN_ID`); empty means
     /// "detect" (see [`crate::identity`]).
     pub run_id: String,
+    /// Per-launch id (`<PREFIX>_LAUNCH_ID`), set by a launcher to a fresh
+    /// value for each launch and shared by its ranks; empty means "detect"
+    /// (see [`crate::identity::resolve_launch_id`]).
+    pub launch_id: String,
     /// User or team label (`<PREFIX>_USER_ID`).
     pub user: String,
     /// Weights & Biases entity (bare `WANDB_ENTITY`).
@@ -200,6 +204,7 @@ impl Default for LensConfig {
             span_groups: "default".to_string(),
             exporter: None,
             run_id: String::new(),
+            launch_id: String::new(),
             user: String::new(),
             wandb_entity: String::new(),
             wandb_project: String::new(),
@@ -323,6 +328,9 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     let found = r.prefixed("RUN_ID").or_else(|| r.bare("NEMO_LENS_RUN_ID"));
     if let Some(v) = r.string("run_id", found) {
         c.run_id = v;
+    }
+    if let Some(v) = r.string("launch_id", r.prefixed("LAUNCH_ID")) {
+        c.launch_id = v;
     }
     if let Some(v) = r.string("user", r.prefixed("USER_ID")) {
         c.user = v;
@@ -721,6 +729,7 @@ impl LensConfig {
             "span_groups" => self.span_groups.clone(),
             "exporter" => self.exporter?.as_str().into(),
             "run_id" => self.run_id.clone(),
+            "launch_id" => self.launch_id.clone(),
             "user" => self.user.clone(),
             "wandb_entity" => self.wandb_entity.clone(),
             "wandb_project" => self.wandb_project.clone(),
@@ -917,6 +926,7 @@ impl fmt::Debug for LensConfig {
             .field("span_groups", &self.span_groups)
             .field("exporter", &self.exporter)
             .field("run_id", &self.run_id)
+            .field("launch_id", &self.launch_id)
             .field("user", &self.user)
             .field("wandb_entity", &self.wandb_entity)
             .field("wandb_project", &self.wandb_project)
@@ -980,9 +990,12 @@ impl fmt::Display for LensConfig {
         }
         let run_id = if self.run_id.is_empty() { "(detected at setup)" } else { &self.run_id };
         line(f, "run_id", "run_id", &run_id)?;
-        for (name, value) in
-            [("user", &self.user), ("wandb_entity", &self.wandb_entity), ("wandb_project", &self.wandb_project)]
-        {
+        for (name, value) in [
+            ("launch_id", &self.launch_id),
+            ("user", &self.user),
+            ("wandb_entity", &self.wandb_entity),
+            ("wandb_project", &self.wandb_project),
+        ] {
             if !value.is_empty() {
                 line(f, name, name, value)?;
             }
