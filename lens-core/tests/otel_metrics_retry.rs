@@ -160,7 +160,7 @@ fn run(
     let collections = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&collections);
     let _gauge = telemetry
-        .meter()
+        .otel_meter()
         .i64_observable_gauge(GAUGE)
         .with_callback(move |observer| observer.observe(counter.fetch_add(1, Ordering::AcqRel) as i64 + 1, &[]))
         .build();

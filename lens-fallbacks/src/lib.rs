@@ -85,6 +85,41 @@ macro_rules! managed_span {
     }};
 }
 
+/// The metric recording of `lens-instruments`: handles created once from a
+/// [`Meter`], values structs of `Option` fields, and the original's
+/// `record_*_metrics` functions.
+///
+/// One definition for both modes: the handles are built on lens-core's
+/// metric handles, so with `otel` off they hold nothing and record nothing.
+/// As the seed page says, inference recording is also re-exported here at
+/// the root; RL and Gym recording only from their modules.
+///
+/// ```
+/// use lens_fallbacks::Meter;
+/// use lens_fallbacks::instruments::rl::{RlMetrics, RlValues};
+///
+/// let metrics = RlMetrics::new(&Meter::noop()); // or `telemetry.meter()`
+/// metrics.record(&RlValues { reward_mean: Some(0.75), ..Default::default() });
+/// ```
+pub mod instruments {
+    pub use lens_instruments::{InferenceMetrics, InferenceValues, record_inference_metrics};
+
+    /// GenAI inference metrics (`gen_ai.*`).
+    pub mod inference {
+        pub use lens_instruments::inference::{InferenceMetrics, InferenceValues, record_inference_metrics};
+    }
+
+    /// NeMo RL metrics (`rl.*`).
+    pub mod rl {
+        pub use lens_instruments::rl::{RlMetrics, RlValues, record_rl_metrics};
+    }
+
+    /// NeMo Gym server metrics (`gym.*`).
+    pub mod gym {
+        pub use lens_instruments::gym::{GymMetrics, GymValues, record_gym_metrics};
+    }
+}
+
 /// What `#[trace_fn]` expands to. Not a public API.
 #[doc(hidden)]
 pub mod __private {

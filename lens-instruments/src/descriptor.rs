@@ -6,7 +6,7 @@
 //! so the code, the tests and the docs tables read one source (the docs test
 //! fails when `docs/metrics-lens.md` drifts from them).
 
-use opentelemetry::metrics::{Gauge, Histogram, Meter};
+use lens_core::metrics::{Gauge, Histogram, Meter};
 
 /// The kind of an instrument (lens-core's, shared with megatron-telemetry's
 /// metric definitions).
@@ -64,10 +64,4 @@ impl InstrumentDescriptor {
         let builder = meter.u64_gauge(self.name).with_description(self.description);
         if self.unit.is_empty() { builder.build() } else { builder.with_unit(self.unit).build() }
     }
-}
-
-/// A meter whose instruments record nothing, for the handles' `noop()`.
-pub(crate) fn noop_meter() -> Meter {
-    use opentelemetry::metrics::MeterProvider as _;
-    opentelemetry::metrics::NoopMeterProvider::new().meter("lens-instruments")
 }

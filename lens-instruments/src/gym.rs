@@ -8,10 +8,11 @@
 //!
 //! ```
 //! use lens_instruments::gym::{GymMetrics, GymValues, record_gym_metrics};
-//! use opentelemetry::metrics::MeterProvider as _;
+//! use lens_core::metrics::Meter;
 //!
-//! let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
-//! let metrics = GymMetrics::new(&provider.meter("nemo.lens"));
+//! // `telemetry.meter()` after setup; a no-op meter here, so the example
+//! // runs with and without `otel`.
+//! let metrics = GymMetrics::new(&Meter::noop());
 //!
 //! record_gym_metrics(
 //!     &metrics,
@@ -25,9 +26,9 @@
 //! );
 //! ```
 
-use opentelemetry::metrics::{Gauge, Histogram, Meter};
+use lens_core::metrics::{Gauge, Histogram, Meter};
 
-use crate::descriptor::{InstrumentDescriptor, InstrumentKind, noop_meter};
+use crate::descriptor::{InstrumentDescriptor, InstrumentKind};
 use crate::{buckets, semconv};
 
 const fn histogram_ms(
@@ -99,7 +100,8 @@ pub struct GymMetrics {
 impl GymMetrics {
     /// Creates the five instruments on `meter`.
     #[must_use]
-    pub fn new(meter: &Meter) -> Self {
+    pub fn new<M: Clone + Into<Meter>>(meter: &M) -> Self {
+        let meter = &meter.clone().into();
         Self {
             server_request_duration: SERVER_REQUEST_DURATION.f64_histogram(meter),
             rollout_duration: ROLLOUT_DURATION.f64_histogram(meter),
@@ -112,7 +114,7 @@ impl GymMetrics {
     /// A handle that records nothing, for code paths where telemetry is off.
     #[must_use]
     pub fn noop() -> Self {
-        Self::new(&noop_meter())
+        Self::new(&Meter::noop())
     }
 
     /// Records the values that are present and skips the others.

@@ -12,10 +12,11 @@
 //!
 //! ```
 //! use lens_instruments::{InferenceMetrics, InferenceValues, record_inference_metrics};
-//! use opentelemetry::metrics::MeterProvider as _;
+//! use lens_core::metrics::Meter;
 //!
-//! let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
-//! let metrics = InferenceMetrics::new(&provider.meter("nemo.lens"));
+//! // `telemetry.meter()` after setup; a no-op meter here, so the example
+//! // runs with and without `otel`.
+//! let metrics = InferenceMetrics::new(&Meter::noop());
 //!
 //! record_inference_metrics(
 //!     &metrics,
@@ -29,15 +30,16 @@
 //! );
 //! ```
 //!
-//! Cost: nothing is allocated when no value is present. Otherwise the
-//! attributes live in a small array on the stack; the defaults are static
+//! Cost: nothing is allocated when no value is present, and nothing at all
+//! without `otel`. Otherwise the attributes live in a small array on the
+//! stack (converted to the SDK's type per record); the defaults are static
 //! strings, and a model name or an overridden provider or operation name is
 //! copied once per call (the SDK needs owned attribute values).
 
-use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Histogram, Meter};
+use lens_core::attr::{AttrValue, KeyValue};
+use lens_core::metrics::{Histogram, Meter};
 
-use crate::descriptor::{InstrumentDescriptor, InstrumentKind, noop_meter};
+use crate::descriptor::{InstrumentDescriptor, InstrumentKind};
 use crate::{buckets, semconv};
 
 /// `gen_ai.operation.name` when the caller names none.
@@ -101,14 +103,15 @@ impl InferenceMetrics {
     /// instrument, and a no-op meter gives no-op instruments; either way the
     /// handle then records nothing.
     #[must_use]
-    pub fn new(meter: &Meter) -> Self {
+    pub fn new<M: Clone + Into<Meter>>(meter: &M) -> Self {
+        let meter = &meter.clone().into();
         Self { request_duration: REQUEST_DURATION.f64_histogram(meter), token_usage: TOKEN_USAGE.u64_histogram(meter) }
     }
 
     /// A handle that records nothing, for code paths where telemetry is off.
     #[must_use]
     pub fn noop() -> Self {
-        Self::new(&noop_meter())
+        Self::new(&Meter::noop())
     }
 
     /// Records the values that are present and skips the others.
@@ -159,7 +162,7 @@ pub fn record_inference_metrics(metrics: &InferenceMetrics, values: &InferenceVa
 
 /// The caller's name when given and non-empty (copied: the SDK needs an
 /// owned value), otherwise the static default (not copied).
-fn name_or(given: Option<&str>, default: &'static str) -> opentelemetry::Value {
+fn name_or(given: Option<&str>, default: &'static str) -> AttrValue {
     match given {
         Some(name) if !name.is_empty() => name.to_owned().into(),
         _ => default.into(),

@@ -4,7 +4,7 @@
 //!
 //! Each module follows one pattern, the Rust form of the original's per-meter
 //! instrument cache: a handle created once from a
-//! [`Meter`](opentelemetry::metrics::Meter) holds the module's instruments
+//! [`Meter`](lens_core::metrics::Meter) holds the module's instruments
 //! (so recording looks nothing up), and its `record` method takes a values
 //! struct of `Option` fields and records only the values that are present.
 //! Dropping the handle drops the instruments; nothing is cached globally.
@@ -26,16 +26,20 @@
 //! instrument (a no-op meter, or an SDK rejecting it after logging why) yields
 //! an instrument that records nothing.
 //!
-//! This crate depends on the OpenTelemetry metrics API only, so it is only in
-//! the build when the `otel` feature of `lens-fallbacks` is on. The user guide
-//! is `docs/metrics-lens.md`.
+//! The handles are built on lens-core's metric handles
+//! ([`lens_core::metrics`]), so this crate has no `cfg` of its own and names
+//! no OpenTelemetry type: with lens-core's `otel` feature (turned on by the
+//! application, through `lens-fallbacks/otel`) they record into the
+//! OpenTelemetry SDK, without it they are inline no-ops. A handle is also
+//! created from an OpenTelemetry meter (`new` takes anything that converts
+//! into lens's `Meter`). The user guide is `docs/metrics-lens.md`.
 //!
 //! ```
+//! use lens_core::metrics::Meter;
 //! use lens_instruments::{InferenceMetrics, InferenceValues};
-//! use opentelemetry::metrics::MeterProvider as _;
 //!
-//! let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
-//! let metrics = InferenceMetrics::new(&provider.meter("nemo.lens"));
+//! // `telemetry.meter()` after setup; a no-op meter here.
+//! let metrics = InferenceMetrics::new(&Meter::noop());
 //! metrics.record(&InferenceValues { request_duration_s: Some(0.42), ..Default::default() });
 //! ```
 
@@ -49,7 +53,8 @@ pub mod semconv;
 pub use descriptor::{InstrumentDescriptor, InstrumentKind};
 pub use inference::{InferenceMetrics, InferenceValues, record_inference_metrics};
 
-/// The examples of `docs/metrics-lens.md`, compiled and run as doc tests.
-#[cfg(doctest)]
+/// The examples of `docs/metrics-lens.md`, compiled and run as doc tests
+/// (they read back what an SDK meter exported, so they need `testing`).
+#[cfg(all(doctest, feature = "testing"))]
 #[doc = include_str!("../../docs/metrics-lens.md")]
 pub struct MetricsLensDocExamples;

@@ -10,10 +10,11 @@
 //!
 //! ```
 //! use lens_instruments::rl::{RlMetrics, RlValues, record_rl_metrics};
-//! use opentelemetry::metrics::MeterProvider as _;
+//! use lens_core::metrics::Meter;
 //!
-//! let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
-//! let metrics = RlMetrics::new(&provider.meter("nemo.lens"));
+//! // `telemetry.meter()` after setup; a no-op meter here, so the example
+//! // runs with and without `otel`.
+//! let metrics = RlMetrics::new(&Meter::noop());
 //!
 //! // Only these two are recorded.
 //! record_rl_metrics(&metrics, &RlValues { reward_mean: Some(0.75), policy_loss: Some(0.3), ..Default::default() });
@@ -21,9 +22,9 @@
 //! metrics.record(&RlValues { kl_divergence: Some(0.01), ..Default::default() });
 //! ```
 
-use opentelemetry::metrics::{Gauge, Histogram, Meter};
+use lens_core::metrics::{Gauge, Histogram, Meter};
 
-use crate::descriptor::{InstrumentDescriptor, InstrumentKind, noop_meter};
+use crate::descriptor::{InstrumentDescriptor, InstrumentKind};
 use crate::{buckets, semconv};
 
 const fn gauge(name: &'static str, unit: &'static str, description: &'static str) -> InstrumentDescriptor {
@@ -111,7 +112,8 @@ pub struct RlMetrics {
 impl RlMetrics {
     /// Creates the eleven instruments on `meter`.
     #[must_use]
-    pub fn new(meter: &Meter) -> Self {
+    pub fn new<M: Clone + Into<Meter>>(meter: &M) -> Self {
+        let meter = &meter.clone().into();
         Self {
             reward_mean: REWARD_MEAN.f64_gauge(meter),
             kl_divergence: KL_DIVERGENCE.f64_gauge(meter),
@@ -130,7 +132,7 @@ impl RlMetrics {
     /// A handle that records nothing, for code paths where telemetry is off.
     #[must_use]
     pub fn noop() -> Self {
-        Self::new(&noop_meter())
+        Self::new(&Meter::noop())
     }
 
     /// Records the values that are present and skips the others.

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::InstrumentationScope;
 use opentelemetry::global::BoxedTracer;
-use opentelemetry::metrics::{Meter, MeterProvider as _};
+use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::logs::SdkLoggerProvider;
@@ -237,7 +237,8 @@ struct Parts {
 /// and [`shutdown`](Telemetry::shutdown). Dropping it shuts down.
 pub struct Telemetry {
     tracer: BoxedTracer,
-    meter: Meter,
+    meter: crate::metrics::Meter,
+    otel_meter: opentelemetry::metrics::Meter,
     enabled: bool,
     exporting: bool,
     records_spans: bool,
@@ -279,7 +280,8 @@ impl Telemetry {
     fn inert(enabled: bool, rank: RankContext, run_id: String, shutdown_timeout: Duration) -> Telemetry {
         Telemetry {
             tracer: BoxedTracer::new(Box::new(opentelemetry::trace::noop::NoopTracer::new())),
-            meter: opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE),
+            meter: crate::metrics::Meter::noop(),
+            otel_meter: opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE),
             enabled,
             exporting: false,
             records_spans: false,
@@ -306,10 +308,17 @@ impl Telemetry {
         &self.tracer
     }
 
-    /// The meter (a no-op meter when this rank does not export, so that
-    /// instruments created from it record nothing).
-    pub fn meter(&self) -> &Meter {
+    /// The meter of lens's metric handles (a no-op meter when this rank
+    /// does not export, so that instruments created from it record nothing).
+    pub fn meter(&self) -> &crate::metrics::Meter {
         &self.meter
+    }
+
+    /// The OpenTelemetry meter behind [`meter`](Telemetry::meter), for
+    /// instruments lens's handles do not cover (observable instruments).
+    /// `otel` only; not part of the facade's API.
+    pub fn otel_meter(&self) -> &opentelemetry::metrics::Meter {
+        &self.otel_meter
     }
 
     /// Whether telemetry is enabled in this process (exporting or not).
@@ -717,9 +726,14 @@ fn build(
         }
         None => BoxedTracer::new(Box::new(opentelemetry::trace::noop::NoopTracer::new())),
     };
-    let meter = match &meter_provider {
-        Some(provider) => provider.meter_with_scope(scope),
-        None => opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE),
+    let (meter, otel_meter) = match &meter_provider {
+        Some(provider) => {
+            let otel_meter = provider.meter_with_scope(scope);
+            (crate::metrics::Meter::from(otel_meter.clone()), otel_meter)
+        }
+        None => {
+            (crate::metrics::Meter::noop(), opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE))
+        }
     };
     let groups = if tracer_provider.is_some() { groups } else { GroupSet::EMPTY };
     set_enabled_span_groups(groups);
@@ -732,6 +746,7 @@ fn build(
     Ok(Telemetry {
         tracer,
         meter,
+        otel_meter,
         enabled: true,
         exporting: true,
         records_spans: tracer_provider.is_some(),
