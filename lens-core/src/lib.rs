@@ -21,8 +21,16 @@
 //!   `Histogram`), one definition for both builds: OpenTelemetry instruments
 //!   with `otel`, inline no-ops without it.
 //! - [`semconv`]: attribute keys shared by every consumer.
+//! - [`span`]: the span guard, the span helpers and their closure forms;
+//!   [`propagation`]: context and its propagation (carriers, bytes, the
+//!   worker bootstrap). One definition each for both builds: OpenTelemetry
+//!   fields and bodies with `otel`, zero-sized types and inline no-ops
+//!   without it.
+//! - [`setup`]: `setup_telemetry`, the `Telemetry` handle, `SetupOptions`
+//!   and `SetupError`, one definition for both builds (inert without `otel`).
 //!
-//! With the `otel` feature the crate also holds the OpenTelemetry runtime.
+//! With the `otel` feature the crate also holds the OpenTelemetry runtime
+//! ([`otel`]: setup's internals, exporters, batching, samplers).
 
 pub mod attr;
 pub mod bootstrap;
@@ -33,8 +41,11 @@ pub mod groups;
 pub mod identity;
 pub mod instrument_values;
 pub mod metrics;
+pub mod propagation;
 pub mod report;
 pub mod semconv;
+pub mod setup;
+pub mod span;
 pub mod strategies;
 mod suggest;
 

@@ -1,14 +1,13 @@
 //! The facade that instrumented code calls.
 //!
-//! With the `otel` feature (the default) it re-exports the lens runtime and
-//! the metric recording of `lens-instruments`; without it, `#[inline(always)]`
-//! no-ops with the same names, arguments and types, and no OpenTelemetry crate
-//! in the build. Call sites never mention the feature.
-//!
-//! The seam is one `cfg` here: `real` re-exports lens-core's items, `noop`
-//! defines their twins. Both are pinned to the same API by
-//! `tests/api_parity.rs`, which is compiled in both modes, and the same example
-//! program (`examples/instrumented.rs`) builds and runs in both.
+//! Every item is defined once, in lens-core, and always compiled: with the
+//! `otel` feature (the default) their bodies are the lens runtime, without it
+//! they are `#[inline]` no-ops with the same names, arguments and types, and
+//! no OpenTelemetry crate is in the build. This crate holds no copy of any
+//! item: it re-exports them, so the API cannot differ between the modes. Its
+//! `otel` feature selects the runtime (it turns on lens-core's and
+//! lens-instruments'). The same example program (`examples/instrumented.rs`)
+//! builds and runs in both modes.
 //!
 //! ```
 //! use lens_fallbacks::{KeyValue, SpanGroup, in_managed_span, managed_span, trace_fn};
@@ -26,28 +25,36 @@
 //! ```
 //!
 //! Differences between the modes are in behaviour only: with `otel` off
-//! nothing is ever recording, every `RemoteContext` is "no context" and
-//! `SpanGuard` is a zero-sized type. `RemoteContext::otel_context` and
-//! `RemoteContext::from_otel` exist only with `otel` (they name OpenTelemetry
-//! types) and are not part of the facade's API.
+//! nothing is ever recording, every `RemoteContext` is "no context",
+//! `SpanGuard` is a zero-sized type and `Telemetry` exports nothing.
+//! lens-core's few inherent methods that name OpenTelemetry types
+//! (`RemoteContext::otel_context`, `RemoteContext::from_otel`,
+//! `Telemetry::tracer`, `Telemetry::otel_meter`, `Meter::otel_meter`, the
+//! custom exporters of `SetupOptions`) exist only with `otel` and are not
+//! part of the facade's API.
 
-pub use lens_core::attr::{AttrValue, KeyValue};
+pub use lens_core::attr::{
+    AttrValue, DEFAULT_REDACT_KEYS, KeyValue, LazyAttributes, REDACTED, lazy_attributes, redact_value,
+};
+pub use lens_core::bootstrap::InvalidBootstrap;
 pub use lens_core::config;
 pub use lens_core::env::EnvSource;
 pub use lens_core::groups::{GroupSet, SpanGroup, set_enabled_span_groups};
 pub use lens_core::identity::RankContext;
+pub use lens_core::metrics::{Counter, Gauge, Histogram, InstrumentBuilder, Meter};
+pub use lens_core::propagation::{
+    AttachedContext, RemoteContext, WorkerBootstrap, context_from_env, create_linked_span, create_linked_span_since,
+    current_context, decode_context, encode_context, extract_context, inject_context,
+};
 pub use lens_core::report::{MetricExportSnapshot, ShutdownReport, SpanExportSnapshot};
+pub use lens_core::setup::{SetupError, SetupOptions, Telemetry, setup_telemetry};
+pub use lens_core::span::{
+    SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanGuard, SpanLink, backdated_span, in_managed_span,
+    instrument_future, is_span_group_enabled, managed_span, managed_span_since, new_trace_linked,
+    root_span_with_trace_id, safe_set_span_attributes, sampling_key, span_cm, try_in_managed_span,
+    try_instrument_future,
+};
 pub use lens_macros::trace_fn;
-
-#[cfg(feature = "otel")]
-mod real;
-#[cfg(feature = "otel")]
-pub use real::*;
-
-#[cfg(not(feature = "otel"))]
-mod noop;
-#[cfg(not(feature = "otel"))]
-pub use noop::*;
 
 /// Opens a span of a group, current until the guard drops, and evaluates its
 /// attributes only when the group is enabled.

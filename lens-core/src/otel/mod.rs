@@ -15,9 +15,9 @@
 //! - [`sampler`]: rank-aware sampling, structural spans, sampling keys.
 //! - [`logs`]: the `log` crate bridged to OpenTelemetry logs.
 //! - [`active`]: the one process-global tracer slot the span helpers read.
-//! - [`span`]: span helpers (`managed_span`, `span_cm`, ...).
-//! - [`propagation`]: W3C trace context and baggage, the byte encoding, the
-//!   worker bootstrap.
+//! - [`span`], [`propagation`]: the span helpers and context propagation,
+//!   which are defined once for both builds in [`crate::span`] and
+//!   [`crate::propagation`] and re-exported here under their old paths.
 
 pub mod accounting;
 pub mod active;
@@ -27,10 +27,18 @@ mod executor;
 pub mod exporters;
 pub mod ids;
 pub mod logs;
-pub mod propagation;
 pub mod sampler;
 pub mod setup;
-pub mod span;
+
+/// Context propagation: [`crate::propagation`], under its old path.
+pub mod propagation {
+    pub use crate::propagation::*;
+}
+
+/// The span helpers: [`crate::span`], under their old path.
+pub mod span {
+    pub use crate::span::*;
+}
 
 /// The OpenTelemetry API crate lens is built on, for callers that need its
 /// types (`Meter`, `Tracer`) at exactly lens's version.

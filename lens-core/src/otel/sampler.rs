@@ -29,19 +29,13 @@
 //! kept. The framework layer decides which spans carry them; the runtime only
 //! offers the mechanism. See `docs/sampling.md` for the user's view.
 
-use md5::{Digest as _, Md5};
 use opentelemetry::trace::{Link, SpanKind, TraceContextExt as _, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, ShouldSample};
 
-/// Start attribute that marks a span as structural: with the value `true`, the
-/// span is always recorded and sampled on a rank that records spans.
-pub const STRUCTURAL_ATTRIBUTE: &str = "lens.sampling.structural";
-
-/// Start attribute that carries a span's sampling key (an `i64`, usually from
-/// [`sampling_key`]): the span is decided by the key instead of its trace id,
-/// and its subtree follows that decision.
-pub const SAMPLING_KEY_ATTRIBUTE: &str = "lens.sampling.key";
+// The marker attributes and the key are defined once for both builds in
+// `crate::span` (the facade exports them with `otel` off too).
+pub use crate::span::{SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, sampling_key};
 
 /// W3C trace-state key that [`LensSampler`] sets on a keyed span, so that the
 /// spans below it follow its decision.
@@ -142,31 +136,6 @@ pub fn delegate_from(kind: DelegateSampler, ratio: Option<f64>) -> Sampler {
         DelegateSampler::ParentBasedAlwaysOff => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
         DelegateSampler::ParentBasedTraceIdRatio => Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio))),
     }
-}
-
-/// The sampling key of one iteration of one run: the first 8 bytes of the MD5
-/// digest of the UTF-8 text `"{run_id}:{restart_attempt}:{iteration}"`, read
-/// as a big-endian signed integer.
-///
-/// It is the same in every process, on every platform and in Python:
-///
-/// ```python
-/// int.from_bytes(hashlib.md5(f"{run_id}:{restart_attempt}:{iteration}".encode()).digest()[:8], "big", signed=True)
-/// ```
-///
-/// ```
-/// use lens_core::otel::sampler::sampling_key;
-/// assert_eq!(sampling_key("run", 0, 7), sampling_key("run", 0, 7));
-/// assert_ne!(sampling_key("run", 0, 7), sampling_key("run", 1, 7));
-/// // md5("abc:0:1") = 1c8d4331 fed728e5 …
-/// assert_eq!(sampling_key("abc", 0, 1), 0x1c8d_4331_fed7_28e5);
-/// ```
-pub fn sampling_key(run_id: &str, restart_attempt: u32, iteration: u64) -> i64 {
-    let text = format!("{run_id}:{restart_attempt}:{iteration}");
-    let digest = Md5::digest(text.as_bytes());
-    let mut first = [0_u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(first)
 }
 
 /// The trace id a delegate sees for a keyed span: both halves are the key's

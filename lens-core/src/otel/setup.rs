@@ -37,8 +37,6 @@
 //! that is never dropped must call `shutdown` itself, for example from an
 //! exit hook).
 
-use std::borrow::Cow;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -55,14 +53,12 @@ use opentelemetry_sdk::resource::{ResourceDetector, TelemetryResourceDetector};
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter, SpanLimits};
 
 use crate::attr::KeyValue;
-use crate::config::{ConfigError, ExporterKind, LensConfig, Propagator, Signal, TracesSampler};
+use crate::config::{ExporterKind, LensConfig, Propagator, Signal, TracesSampler};
 use crate::env::{EnvSource, ProcessEnv};
 use crate::groups::{GroupSet, set_enabled_span_groups};
-use crate::identity::{
-    OsProbe, RankContext, ResourceInputs, RunIdSource, build_resource, resolve_run_id, restart_attempt,
-};
+use crate::identity::{OsProbe, RankContext, ResourceInputs, build_resource, resolve_run_id, restart_attempt};
 use crate::otel::accounting::{CountingMetricExporter, MetricExportCounters};
-use crate::otel::batch::{BatchConfig, LensBatchLogProcessor, LensBatchSpanProcessor, SpanExportCounters};
+use crate::otel::batch::{BatchConfig, LensBatchLogProcessor, LensBatchSpanProcessor};
 use crate::otel::closer::OpenSpanCloser;
 use crate::otel::exporters::{
     self, ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLogExporter,
@@ -70,14 +66,16 @@ use crate::otel::exporters::{
     PrometheusSettings,
 };
 use crate::otel::ids::SeedIndependentIdGenerator;
-use crate::otel::propagation::{RemoteContext, context_from_env};
 use crate::otel::sampler::{DelegateSampler, LensSampler, delegate_from};
-use crate::otel::{active, logs, propagation};
+use crate::otel::{active, logs};
+use crate::propagation;
+use crate::propagation::context_from_env;
 pub use crate::report::ShutdownReport;
-use crate::strategies::{self, RankStrategy, StrategyError};
+use crate::strategies;
 
-/// The instrumentation scope of lens's own tracer and meter.
-pub const DEFAULT_SCOPE: &str = "nemo.lens";
+// The handle, its options and errors are defined once for both builds in
+// `crate::setup`; this module builds and shuts down what they hold with `otel`.
+pub use crate::setup::{DEFAULT_SCOPE, SetupError, SetupOptions, Telemetry, setup_telemetry};
 
 /// Whether an enabled lifetime is active in this process.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -87,84 +85,13 @@ static LIFETIMES: AtomicU32 = AtomicU32::new(0);
 /// The multi-rank "traces will not join" warning is given once per process.
 static WARNED_RANDOM_RUN_ID: AtomicBool = AtomicBool::new(false);
 
-/// Why setup refused to start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SetupError {
-    /// The configuration has problems; every one is listed.
-    #[error("{0}")]
-    Config(#[from] ConfigError),
-    /// The rank strategy could not decide.
-    #[error("{0}")]
-    Strategy(#[from] StrategyError),
-    /// An exporter could not be built (bad certificate, unbindable port, ...).
-    #[error("{0}")]
-    Exporter(#[from] ExporterError),
-    /// Telemetry is already set up in this process.
-    #[error(
-        "setup_telemetry() has already been initialised for this process. Call it once at startup, or call \
-         shutdown() on the active handle before setting telemetry up again."
-    )]
-    AlreadyActive,
-}
-
-type SpanExporterFactory = Box<dyn FnOnce(BatchConfig) -> LensBatchSpanProcessor + Send>;
-type MetricReaderFactory =
+pub(crate) type SpanExporterFactory = Box<dyn FnOnce(BatchConfig) -> LensBatchSpanProcessor + Send>;
+pub(crate) type MetricReaderFactory =
     Box<dyn FnOnce(MeterProviderBuilder, Duration, Arc<MetricExportCounters>) -> MeterProviderBuilder + Send>;
-type LazyAttributes = Box<dyn FnOnce() -> Vec<KeyValue> + Send>;
 
-/// What a caller can add to setup beyond the configuration.
-///
-/// ```
-/// use lens_core::attr::KeyValue;
-/// use lens_core::otel::setup::SetupOptions;
-///
-/// let options = SetupOptions::new()
-///     .with_rank_strategy(|_config, rank| rank.rank % 2 == 0)
-///     .with_lazy_resource(|| vec![KeyValue::new("dl.gpu.name", "probed only on exporting ranks")]);
-/// # drop(options);
-/// ```
-pub struct SetupOptions {
-    span_exporter: Option<SpanExporterFactory>,
-    metric_exporter: Option<MetricReaderFactory>,
-    rank_strategy: Option<RankStrategy>,
-    lazy_resource: Vec<LazyAttributes>,
-    scope: Cow<'static, str>,
-    env: Option<Box<dyn EnvSource + Send + Sync>>,
-}
-
-impl Default for SetupOptions {
-    fn default() -> Self {
-        SetupOptions::new()
-    }
-}
-
-impl fmt::Debug for SetupOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SetupOptions")
-            .field("custom_span_exporter", &self.span_exporter.is_some())
-            .field("custom_metric_exporter", &self.metric_exporter.is_some())
-            .field("custom_rank_strategy", &self.rank_strategy.is_some())
-            .field("lazy_resource", &self.lazy_resource.len())
-            .field("scope", &self.scope)
-            .finish_non_exhaustive()
-    }
-}
-
+/// The otel-only additions: custom exporters (they name SDK traits, so
+/// they exist only with `otel`).
 impl SetupOptions {
-    /// No additions: exporters from the configuration, the configured rank
-    /// strategy, the process environment, scope `nemo.lens`.
-    pub fn new() -> Self {
-        SetupOptions {
-            span_exporter: None,
-            metric_exporter: None,
-            rank_strategy: None,
-            lazy_resource: Vec::new(),
-            scope: Cow::Borrowed(DEFAULT_SCOPE),
-            env: None,
-        }
-    }
-
     /// Export spans to `exporter` instead of the configured one (still
     /// through lens's batch processor, so the counters and limits hold).
     #[must_use]
@@ -183,46 +110,10 @@ impl SetupOptions {
         }));
         self
     }
-
-    /// Decide whether this rank exports with `strategy` instead of the
-    /// configured rank strategy (the original's per-call `export_strategy=`).
-    #[must_use]
-    pub fn with_rank_strategy(
-        mut self,
-        strategy: impl Fn(&LensConfig, &RankContext) -> bool + Send + Sync + 'static,
-    ) -> Self {
-        self.rank_strategy = Some(Arc::new(strategy));
-        self
-    }
-
-    /// Resource attributes that are costly to detect (GPU identity through
-    /// NVML): evaluated only on exporting ranks, after the export decision.
-    /// Caller-supplied attributes, lazy ones included, win over detected ones.
-    #[must_use]
-    pub fn with_lazy_resource(mut self, attributes: impl FnOnce() -> Vec<KeyValue> + Send + 'static) -> Self {
-        self.lazy_resource.push(Box::new(attributes));
-        self
-    }
-
-    /// The instrumentation scope of the handle's tracer and meter (default
-    /// `nemo.lens`).
-    #[must_use]
-    pub fn with_scope(mut self, scope: impl Into<Cow<'static, str>>) -> Self {
-        self.scope = scope.into();
-        self
-    }
-
-    /// Read the run id, resource detectors and the incoming `TRACEPARENT`
-    /// from `env` instead of the process environment (for tests).
-    #[must_use]
-    pub fn with_env(mut self, env: impl EnvSource + Send + Sync + 'static) -> Self {
-        self.env = Some(Box::new(env));
-        self
-    }
 }
 
 /// The parts of an exporting lifetime that shutdown takes down.
-struct Parts {
+pub(crate) struct Parts {
     tracer_provider: Option<SdkTracerProvider>,
     closer: Option<OpenSpanCloser>,
     meter_provider: Option<SdkMeterProvider>,
@@ -230,168 +121,10 @@ struct Parts {
     prometheus: Option<PrometheusExporter>,
 }
 
-/// The handle of one telemetry lifetime.
-///
-/// It exposes the tracer and meter, whether this rank exports, the enabled
-/// span groups, live export counters, [`force_flush`](Telemetry::force_flush)
-/// and [`shutdown`](Telemetry::shutdown). Dropping it shuts down.
-pub struct Telemetry {
-    tracer: BoxedTracer,
-    meter: crate::metrics::Meter,
-    otel_meter: opentelemetry::metrics::Meter,
-    enabled: bool,
-    exporting: bool,
-    records_spans: bool,
-    groups: GroupSet,
-    rank: RankContext,
-    run_id: String,
-    run_id_source: Option<RunIdSource>,
-    restart_attempt: u32,
-    lifetime: u32,
-    incoming: Option<RemoteContext>,
-    destinations: Vec<String>,
-    shutdown_timeout: Duration,
-    linger: Duration,
-    span_counters: Option<Arc<SpanExportCounters>>,
-    metric_counters: Option<Arc<MetricExportCounters>>,
-    log_counters: Option<Arc<SpanExportCounters>>,
-    parts: Mutex<Option<Parts>>,
-    holds_slot: AtomicBool,
-}
-
-impl fmt::Debug for Telemetry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Telemetry")
-            .field("enabled", &self.enabled)
-            .field("exporting", &self.exporting)
-            .field("records_spans", &self.records_spans)
-            .field("groups", &self.groups)
-            .field("rank", &self.rank)
-            .field("run_id", &self.run_id)
-            .field("lifetime", &self.lifetime)
-            .field("destinations", &self.destinations)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Telemetry {
-    /// A handle that records and exports nothing (telemetry off, or a rank
-    /// that does not export).
-    fn inert(enabled: bool, rank: RankContext, run_id: String, shutdown_timeout: Duration) -> Telemetry {
-        Telemetry {
-            tracer: BoxedTracer::new(Box::new(opentelemetry::trace::noop::NoopTracer::new())),
-            meter: crate::metrics::Meter::noop(),
-            otel_meter: opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE),
-            enabled,
-            exporting: false,
-            records_spans: false,
-            groups: GroupSet::EMPTY,
-            rank,
-            run_id,
-            run_id_source: None,
-            restart_attempt: 0,
-            lifetime: 0,
-            incoming: None,
-            destinations: Vec::new(),
-            shutdown_timeout,
-            linger: Duration::ZERO,
-            span_counters: None,
-            metric_counters: None,
-            log_counters: None,
-            parts: Mutex::new(None),
-            holds_slot: AtomicBool::new(enabled),
-        }
-    }
-
-    /// The tracer (a no-op tracer when this rank does not export).
-    pub fn tracer(&self) -> &BoxedTracer {
-        &self.tracer
-    }
-
-    /// The meter of lens's metric handles (a no-op meter when this rank
-    /// does not export, so that instruments created from it record nothing).
-    pub fn meter(&self) -> &crate::metrics::Meter {
-        &self.meter
-    }
-
-    /// The OpenTelemetry meter behind [`meter`](Telemetry::meter), for
-    /// instruments lens's handles do not cover (observable instruments).
-    /// `otel` only; not part of the facade's API.
-    pub fn otel_meter(&self) -> &opentelemetry::metrics::Meter {
-        &self.otel_meter
-    }
-
-    /// Whether telemetry is enabled in this process (exporting or not).
-    pub fn is_enabled(&self) -> bool {
-        self.enabled
-    }
-
-    /// Whether this rank exports.
-    pub fn is_exporting(&self) -> bool {
-        self.exporting
-    }
-
-    /// Whether this rank records spans (it exports and the sampling strategy
-    /// keeps it).
-    pub fn records_spans(&self) -> bool {
-        self.records_spans
-    }
-
-    /// The span groups enabled by this lifetime (empty when not exporting).
-    pub fn enabled_groups(&self) -> GroupSet {
-        self.groups
-    }
-
-    /// This process's rank context.
-    pub fn rank(&self) -> RankContext {
-        self.rank
-    }
-
-    /// The run id (`nemo.run.id`); empty on ranks that do not export.
-    pub fn run_id(&self) -> &str {
-        &self.run_id
-    }
-
-    /// Where the run id came from (`None` on ranks that do not export).
-    pub fn run_id_source(&self) -> Option<RunIdSource> {
-        self.run_id_source
-    }
-
-    /// The restart attempt (`SLURM_RESTART_COUNT`, `TORCHELASTIC_RESTART_COUNT`).
-    pub fn restart_attempt(&self) -> u32 {
-        self.restart_attempt
-    }
-
-    /// This lifetime's index within the process (1 for the first enabled
-    /// setup; 0 when telemetry is off).
-    pub fn lifetime_index(&self) -> u32 {
-        self.lifetime
-    }
-
-    /// The context handed in by whatever launched the job (`TRACEPARENT`,
-    /// `TRACESTATE`, `BAGGAGE`), when there is a valid one (A12).
-    pub fn incoming_context(&self) -> Option<&RemoteContext> {
-        self.incoming.as_ref()
-    }
-
-    /// Where each signal goes, in words (for a run summary).
-    pub fn destinations(&self) -> &[String] {
-        &self.destinations
-    }
-
-    /// The export accounting so far, without flushing.
-    pub fn report(&self) -> ShutdownReport {
-        ShutdownReport {
-            spans: self.span_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
-            metrics: self.metric_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
-            logs: self.log_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
-            ..ShutdownReport::default()
-        }
-    }
-
     /// Exports everything recorded so far (spans queued, a metric
     /// collection), waiting at most `timeout`. Open spans stay open.
-    pub fn force_flush(&self, timeout: Duration) -> ShutdownReport {
+    pub(crate) fn force_flush_providers(&self, timeout: Duration) -> ShutdownReport {
         let (tracer_provider, meter_provider, logger_provider) = {
             let parts = lock(&self.parts);
             match parts.as_ref() {
@@ -419,7 +152,7 @@ impl Telemetry {
     /// shuts down the providers this handle built, within `timeout` even when
     /// the collector hangs. Idempotent: a second call does nothing and
     /// reports `performed: false`.
-    pub fn shutdown(&self, timeout: Duration) -> ShutdownReport {
+    pub(crate) fn shutdown_providers(&self, timeout: Duration) -> ShutdownReport {
         let parts = lock(&self.parts).take();
         let Some(parts) = parts else {
             self.release_slot();
@@ -489,12 +222,6 @@ impl Telemetry {
     }
 }
 
-impl Drop for Telemetry {
-    fn drop(&mut self) {
-        self.shutdown(self.shutdown_timeout);
-    }
-}
-
 type Step = (&'static str, Box<dyn FnOnce(Duration) -> Result<(), String> + Send>);
 
 /// Runs `steps` in order on a helper thread and waits for them until
@@ -540,25 +267,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Sets telemetry up for this rank.
-///
-/// `resource_attributes` are the caller's (for Megatron: the training
-/// arguments); they win over detected attributes, and the identity keys
-/// (`service.name`, `nemo.run.id`, `service.instance.id`, `dl.rank`,
-/// `dl.world_size`) win over both. See the module docs for what is built.
-///
-/// ```
-/// use lens_core::config::LensConfig;
-/// use lens_core::identity::RankContext;
-/// use lens_core::otel::setup::{SetupOptions, setup_telemetry};
-///
-/// // Telemetry off: an inert handle, nothing installed.
-/// let telemetry = setup_telemetry(&LensConfig::default(), &RankContext::SINGLE, Vec::new(), SetupOptions::new())?;
-/// assert!(!telemetry.is_exporting());
-/// assert!(telemetry.enabled_groups().is_empty());
-/// # Ok::<(), lens_core::otel::setup::SetupError>(())
-/// ```
-pub fn setup_telemetry(
+/// Sets telemetry up for this rank with `otel` (see [`crate::setup::setup_telemetry`]).
+pub(crate) fn setup(
     config: &LensConfig,
     rank: &RankContext,
     resource_attributes: Vec<KeyValue>,

@@ -1,4 +1,12 @@
-//! Span helpers: the one-line ways instrumented code opens a span.
+//! Span helpers: the one-line ways instrumented code opens a span, defined
+//! once for both builds.
+//!
+//! Every type and function here exists with and without the `otel` feature,
+//! with the same signature. With `otel` the guard holds the OpenTelemetry
+//! span and context; without it [`SpanGuard`] and [`SpanLink`] are
+//! zero-sized, every body is an inline no-op (the closure forms run their
+//! body), and [`is_span_group_enabled`] is the constant `false`, so a call
+//! compiles to the evaluation of its arguments.
 //!
 //! Every helper but [`span_cm`] is gated by a span group: when the group is
 //! disabled the helper costs the gate (one relaxed load and a mask test) and
@@ -31,7 +39,7 @@
 //! ```
 //! use lens_core::attr::KeyValue;
 //! use lens_core::groups::SpanGroup;
-//! use lens_core::otel::span::{in_managed_span, managed_span};
+//! use lens_core::span::{in_managed_span, managed_span};
 //!
 //! // Before setup every group is disabled: the body runs, nothing is recorded.
 //! let span = managed_span(SpanGroup::STEP, "megatron.train_step", [KeyValue::new("megatron.iteration", 7)]);
@@ -48,24 +56,81 @@ use std::error::Error;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+#[cfg(feature = "otel")]
 use std::mem::ManuallyDrop;
+#[cfg(feature = "otel")]
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::SystemTime;
 
+#[cfg(feature = "otel")]
 use opentelemetry::context::FutureExt as _;
+#[cfg(feature = "otel")]
 use opentelemetry::trace::{Link, SpanBuilder, SpanRef, Status, TraceContextExt as _, Tracer as _};
+#[cfg(feature = "otel")]
 use opentelemetry::{Context, ContextGuard};
+#[cfg(feature = "otel")]
 use opentelemetry_sdk::trace::SdkTracer;
+#[cfg(feature = "otel")]
 use opentelemetry_semantic_conventions::attribute::{EXCEPTION_MESSAGE, EXCEPTION_TYPE};
 
 use crate::attr::{AttrValue, KeyValue};
-// The pure pieces (redaction, lazy attributes) are defined in `crate::attr`,
-// shared with the compiled-out facade, and re-exported here where the span
-// helpers' callers look for them.
+// The pure pieces (redaction, lazy attributes) are defined in `crate::attr`
+// and re-exported here where the span helpers' callers look for them.
 pub use crate::attr::{DEFAULT_REDACT_KEYS, LazyAttributes, REDACTED, lazy_attributes, redact_value};
-use crate::groups::{SpanGroup, is_span_group_enabled};
+use crate::groups::SpanGroup;
+#[cfg(feature = "otel")]
 use crate::otel::active;
-use crate::otel::propagation::RemoteContext;
+use crate::propagation::RemoteContext;
+
+/// Whether spans of `group` are recorded in this process: the gate
+/// ([`crate::groups::is_span_group_enabled`], one relaxed load and a mask
+/// test) with `otel`; the constant `false` without it, where no span is ever
+/// recorded, so that a guarded block folds away.
+#[inline(always)]
+pub fn is_span_group_enabled(group: SpanGroup) -> bool {
+    #[cfg(feature = "otel")]
+    return crate::groups::is_span_group_enabled(group);
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = group;
+        false
+    }
+}
+
+/// Start attribute that marks a span as structural: the sampler always
+/// records and samples it (see `lens_core::otel::sampler`).
+pub const STRUCTURAL_ATTRIBUTE: &str = "lens.sampling.structural";
+
+/// Start attribute that carries a span's sampling key (an `i64`, usually from
+/// [`sampling_key`]): the span is decided by the key instead of its trace id,
+/// and its subtree follows that decision.
+pub const SAMPLING_KEY_ATTRIBUTE: &str = "lens.sampling.key";
+
+/// The sampling key of one iteration of one run: the first 8 bytes of the MD5
+/// digest of the UTF-8 text `"{run_id}:{restart_attempt}:{iteration}"`, read
+/// as a big-endian signed integer (the same value in both builds).
+///
+/// It is the same in every process, on every platform and in Python:
+///
+/// ```python
+/// int.from_bytes(hashlib.md5(f"{run_id}:{restart_attempt}:{iteration}".encode()).digest()[:8], "big", signed=True)
+/// ```
+///
+/// ```
+/// use lens_core::span::sampling_key;
+/// assert_eq!(sampling_key("run", 0, 7), sampling_key("run", 0, 7));
+/// assert_ne!(sampling_key("run", 0, 7), sampling_key("run", 1, 7));
+/// // md5("abc:0:1") = 1c8d4331 fed728e5 …
+/// assert_eq!(sampling_key("abc", 0, 1), 0x1c8d_4331_fed7_28e5);
+/// ```
+pub fn sampling_key(run_id: &str, restart_attempt: u32, iteration: u64) -> i64 {
+    use md5::{Digest as _, Md5};
+    let text = format!("{run_id}:{restart_attempt}:{iteration}");
+    let digest = Md5::digest(text.as_bytes());
+    let mut first = [0_u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
 
 /// The name of the event that records an error or a panic on a span.
 pub const EXCEPTION_EVENT: &str = "exception";
@@ -77,34 +142,59 @@ pub const PANIC_EXCEPTION_TYPE: &str = "panic";
 /// another process.
 ///
 /// Built from a [`RemoteContext`]; a link to an invalid context ("no
-/// context") is skipped when the span starts.
+/// context") is skipped when the span starts. Zero-sized without `otel`.
 #[derive(Clone, Debug)]
 pub struct SpanLink {
+    #[cfg(feature = "otel")]
     link: Option<Link>,
 }
 
 impl SpanLink {
     /// A link to the span of `remote` (skipped if `remote` is not valid).
+    #[inline]
     pub fn new(remote: &RemoteContext) -> SpanLink {
-        let span_context = remote.otel_context().span().span_context().clone();
-        let link = span_context.is_valid().then(|| Link::with_context(span_context));
-        SpanLink { link }
+        #[cfg(feature = "otel")]
+        {
+            let span_context = remote.otel_context().span().span_context().clone();
+            let link = span_context.is_valid().then(|| Link::with_context(span_context));
+            SpanLink { link }
+        }
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = remote;
+            SpanLink {}
+        }
     }
 
     /// The same link with attributes describing it.
     #[must_use]
-    pub fn with_attributes(mut self, attributes: impl IntoIterator<Item = KeyValue>) -> SpanLink {
-        if let Some(link) = &mut self.link {
-            link.attributes.extend(attributes.into_iter().map(opentelemetry::KeyValue::from));
+    #[inline]
+    pub fn with_attributes(self, attributes: impl IntoIterator<Item = KeyValue>) -> SpanLink {
+        #[cfg(feature = "otel")]
+        {
+            let mut this = self;
+            if let Some(link) = &mut this.link {
+                link.attributes.extend(attributes.into_iter().map(opentelemetry::KeyValue::from));
+            }
+            this
         }
-        self
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = attributes;
+            self
+        }
     }
 
     /// Whether the link points at a valid span (and will be recorded).
+    #[inline]
     pub fn is_valid(&self) -> bool {
-        self.link.is_some()
+        #[cfg(feature = "otel")]
+        return self.link.is_some();
+        #[cfg(not(feature = "otel"))]
+        return false;
     }
 
+    #[cfg(feature = "otel")]
     pub(crate) fn into_link(self) -> Option<Link> {
         self.link
     }
@@ -113,17 +203,20 @@ impl SpanLink {
 /// An open span, with no tie to the thread that opened it (so it is `Send`).
 /// Dropping it ends the span, after marking it `ERROR` when the thread is
 /// panicking.
+#[cfg(feature = "otel")]
 struct OpenSpan {
     cx: Context,
     end_time: Option<SystemTime>,
 }
 
+#[cfg(feature = "otel")]
 impl OpenSpan {
     fn span(&self) -> SpanRef<'_> {
         self.cx.span()
     }
 }
 
+#[cfg(feature = "otel")]
 impl Drop for OpenSpan {
     fn drop(&mut self) {
         let span = self.cx.span();
@@ -137,6 +230,7 @@ impl Drop for OpenSpan {
     }
 }
 
+#[cfg(feature = "otel")]
 fn record_exception(span: &SpanRef<'_>, exception_type: &str, message: String) {
     if !span.is_recording() {
         return;
@@ -163,6 +257,8 @@ fn record_exception(span: &SpanRef<'_>, exception_type: &str, message: String) {
 /// The guard is neither `Send` nor `Sync`, in both facade modes: the current
 /// span is thread-local, so the guard must be dropped on the thread that made
 /// it. To keep a span across `.await` points use [`instrument_future`].
+///
+/// Without `otel` the guard is zero-sized and has no `Drop`.
 #[must_use = "the span ends when the guard is dropped: bind it with `let _span = ...`"]
 pub struct SpanGuard {
     // Dropped before `open` (see `Drop`), so the previous context is current
@@ -170,7 +266,9 @@ pub struct SpanGuard {
     // has no drop glue of its own: `Drop` takes them (out of line) when
     // either is set, and an inert guard's drop is a test and nothing else
     // (`cargo xtask bench` counts its instructions).
+    #[cfg(feature = "otel")]
     attached: ManuallyDrop<Option<ContextGuard>>,
+    #[cfg(feature = "otel")]
     open: ManuallyDrop<Option<OpenSpan>>,
     _not_send: PhantomData<*const ()>,
 }
@@ -179,67 +277,99 @@ impl SpanGuard {
     /// An inert guard: what a disabled group gets.
     #[inline]
     pub const fn noop() -> SpanGuard {
-        SpanGuard { attached: ManuallyDrop::new(None), open: ManuallyDrop::new(None), _not_send: PhantomData }
+        SpanGuard {
+            #[cfg(feature = "otel")]
+            attached: ManuallyDrop::new(None),
+            #[cfg(feature = "otel")]
+            open: ManuallyDrop::new(None),
+            _not_send: PhantomData,
+        }
     }
 
+    #[cfg(feature = "otel")]
     fn span(&self) -> Option<SpanRef<'_>> {
         self.open.as_ref().map(OpenSpan::span)
     }
 
     /// Whether the span is recorded (false for an inert guard and for a span
-    /// the sampler dropped).
+    /// the sampler dropped; always false without `otel`).
     #[inline]
     pub fn is_recording(&self) -> bool {
-        self.span().is_some_and(|span| span.is_recording())
+        #[cfg(feature = "otel")]
+        return self.span().is_some_and(|span| span.is_recording());
+        #[cfg(not(feature = "otel"))]
+        return false;
     }
 
     /// Sets one attribute. Values have lens's types ([`AttrValue`]); use
     /// [`safe_set_span_attributes`] for values that may need redaction.
+    #[inline]
     pub fn set_attribute(&self, key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) {
+        #[cfg(feature = "otel")]
         if let Some(span) = self.span() {
             span.set_attribute(KeyValue::new(key, value).into());
         }
+        #[cfg(not(feature = "otel"))]
+        let _ = (key, value);
     }
 
     /// Sets several attributes.
+    #[inline]
     pub fn set_attributes(&self, attributes: impl IntoIterator<Item = KeyValue>) {
+        #[cfg(feature = "otel")]
         if let Some(span) = self.span() {
             span.set_attributes(attributes.into_iter().map(opentelemetry::KeyValue::from));
         }
+        #[cfg(not(feature = "otel"))]
+        let _ = attributes;
     }
 
     /// Adds an event with attributes, timestamped now.
+    #[inline]
     pub fn add_event(&self, name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) {
+        #[cfg(feature = "otel")]
         if let Some(span) = self.span() {
             span.add_event(name, to_otel(attributes));
         }
+        #[cfg(not(feature = "otel"))]
+        let _ = (name, attributes);
     }
 
     /// Records `error` as an `exception` event (`exception.type` is `error`,
     /// since a `dyn Error` has no type name; `exception.message` is its
     /// `Display`) and marks the span `ERROR` with the message.
+    #[inline]
     pub fn record_error(&self, error: &dyn Error) {
+        #[cfg(feature = "otel")]
         if let Some(span) = self.span() {
             record_exception(&span, "error", error.to_string());
         }
+        #[cfg(not(feature = "otel"))]
+        let _ = error;
     }
 
     /// Marks the span `ERROR` with `description`, without an event.
+    #[inline]
     pub fn set_status_error(&self, description: impl Into<Cow<'static, str>>) {
+        #[cfg(feature = "otel")]
         if let Some(span) = self.span() {
             span.set_status(Status::error(description));
         }
+        #[cfg(not(feature = "otel"))]
+        let _ = description;
     }
 
     /// The span's context, to link to it or to propagate it to another thread,
     /// process or rank; "no context" for an inert guard.
+    #[inline]
     pub fn remote_context(&self) -> RemoteContext {
-        match self.span() {
-            Some(span) if span.span_context().is_valid() => {
-                RemoteContext::from_otel(Context::new().with_remote_span_context(span.span_context().clone()))
-            }
-            _ => RemoteContext::none(),
+        #[cfg(feature = "otel")]
+        if let Some(span) = self.span()
+            && span.span_context().is_valid()
+        {
+            return RemoteContext::from_otel(Context::new().with_remote_span_context(span.span_context().clone()));
         }
+        RemoteContext::none()
     }
 
     /// Ends the span now (the same as dropping the guard).
@@ -248,14 +378,22 @@ impl SpanGuard {
 
     /// Ends the span with an explicit end time (for spans measured after the
     /// fact; see also [`backdated_span`]).
-    pub fn end_at(mut self, end_time: SystemTime) {
-        drop(self.attached.take());
-        if let Some(open) = &mut *self.open {
-            open.end_time = Some(end_time);
+    #[inline]
+    pub fn end_at(self, end_time: SystemTime) {
+        #[cfg(feature = "otel")]
+        {
+            let mut this = self;
+            drop(this.attached.take());
+            if let Some(open) = &mut *this.open {
+                open.end_time = Some(end_time);
+            }
         }
+        #[cfg(not(feature = "otel"))]
+        let _ = end_time;
     }
 }
 
+#[cfg(feature = "otel")]
 impl Drop for SpanGuard {
     // Inline and trivially empty for an inert guard, so that a disabled
     // group's guard costs nothing to drop; the real work is out of line.
@@ -267,6 +405,7 @@ impl Drop for SpanGuard {
     }
 }
 
+#[cfg(feature = "otel")]
 impl SpanGuard {
     /// Detaches the context, then ends the span (the previous context is
     /// current again before the span ends).
@@ -280,6 +419,9 @@ impl SpanGuard {
 
 impl fmt::Debug for SpanGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        #[cfg(not(feature = "otel"))]
+        return f.write_str("SpanGuard(inert)");
+        #[cfg(feature = "otel")]
         match self.span() {
             None => f.write_str("SpanGuard(inert)"),
             Some(span) => f
@@ -294,6 +436,7 @@ impl fmt::Debug for SpanGuard {
 }
 
 /// Where a new span takes its parent from.
+#[cfg(feature = "otel")]
 pub(crate) enum Parent<'a> {
     /// The current context (the usual case).
     Current,
@@ -307,6 +450,7 @@ pub(crate) enum Parent<'a> {
 
 /// How to start a span; the lifecycle code can start spans with an explicit
 /// parent or start time through [`start_span`].
+#[cfg(feature = "otel")]
 pub(crate) struct StartOptions<'a> {
     pub(crate) parent: Parent<'a>,
     pub(crate) start_time: Option<SystemTime>,
@@ -314,17 +458,20 @@ pub(crate) struct StartOptions<'a> {
     pub(crate) make_current: bool,
 }
 
+#[cfg(feature = "otel")]
 impl StartOptions<'_> {
     pub(crate) fn current() -> StartOptions<'static> {
         StartOptions { parent: Parent::Current, start_time: None, links: Vec::new(), make_current: true }
     }
 }
 
+#[cfg(feature = "otel")]
 fn to_otel(attributes: impl IntoIterator<Item = KeyValue>) -> Vec<opentelemetry::KeyValue> {
     attributes.into_iter().map(opentelemetry::KeyValue::from).collect()
 }
 
 /// Starts a span on `tracer` (the enabled path of every helper).
+#[cfg(feature = "otel")]
 pub(crate) fn start_span(
     tracer: &SdkTracer,
     name: Cow<'static, str>,
@@ -361,6 +508,7 @@ pub(crate) fn start_span(
     }
 }
 
+#[cfg(feature = "otel")]
 fn start_current(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValue>) -> SpanGuard {
     match active::tracer() {
         Some(tracer) => start_span(tracer, name, attributes, StartOptions::current()),
@@ -372,8 +520,15 @@ fn start_current(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValu
 /// gate), current until the guard drops: for cold paths.
 ///
 /// Before setup, and after shutdown, the guard is inert.
+#[inline]
 pub fn span_cm(name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
-    start_current(name.into(), to_otel(attributes))
+    #[cfg(feature = "otel")]
+    return start_current(name.into(), to_otel(attributes));
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, attributes);
+        SpanGuard::noop()
+    }
 }
 
 /// Opens a span of `group`, current until the guard drops.
@@ -389,7 +544,13 @@ pub fn managed_span(
     if !is_span_group_enabled(group) {
         return SpanGuard::noop();
     }
-    start_current(name.into(), to_otel(attributes))
+    #[cfg(feature = "otel")]
+    return start_current(name.into(), to_otel(attributes));
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, attributes);
+        SpanGuard::noop()
+    }
 }
 
 /// Like [`managed_span`], with the span's start time set explicitly (it began
@@ -405,7 +566,8 @@ pub fn managed_span_since(
     if !is_span_group_enabled(group) {
         return SpanGuard::noop();
     }
-    match active::tracer() {
+    #[cfg(feature = "otel")]
+    return match active::tracer() {
         Some(tracer) => start_span(
             tracer,
             name.into(),
@@ -413,6 +575,11 @@ pub fn managed_span_since(
             StartOptions { start_time: Some(start_time), ..StartOptions::current() },
         ),
         None => SpanGuard::noop(),
+    };
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, start_time, attributes);
+        SpanGuard::noop()
     }
 }
 
@@ -430,18 +597,26 @@ pub fn backdated_span(
     if !is_span_group_enabled(group) {
         return RemoteContext::none();
     }
-    let Some(tracer) = active::tracer() else {
-        return RemoteContext::none();
-    };
-    let guard = start_span(
-        tracer,
-        name.into(),
-        to_otel(attributes),
-        StartOptions { start_time: Some(start_time), make_current: false, ..StartOptions::current() },
-    );
-    let context = guard.remote_context();
-    guard.end_at(end_time);
-    context
+    #[cfg(feature = "otel")]
+    {
+        let Some(tracer) = active::tracer() else {
+            return RemoteContext::none();
+        };
+        let guard = start_span(
+            tracer,
+            name.into(),
+            to_otel(attributes),
+            StartOptions { start_time: Some(start_time), make_current: false, ..StartOptions::current() },
+        );
+        let context = guard.remote_context();
+        guard.end_at(end_time);
+        context
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, start_time, end_time, attributes);
+        RemoteContext::none()
+    }
 }
 
 /// Opens a span of `group` that starts a new trace (no parent) and links to
@@ -457,16 +632,24 @@ pub fn new_trace_linked(
     if !is_span_group_enabled(group) {
         return SpanGuard::noop();
     }
-    let Some(tracer) = active::tracer() else {
-        return SpanGuard::noop();
-    };
-    let links = links.into_iter().filter_map(SpanLink::into_link).collect();
-    start_span(
-        tracer,
-        name.into(),
-        to_otel(attributes),
-        StartOptions { parent: Parent::NewTrace, links, ..StartOptions::current() },
-    )
+    #[cfg(feature = "otel")]
+    {
+        let Some(tracer) = active::tracer() else {
+            return SpanGuard::noop();
+        };
+        let links = links.into_iter().filter_map(SpanLink::into_link).collect();
+        start_span(
+            tracer,
+            name.into(),
+            to_otel(attributes),
+            StartOptions { parent: Parent::NewTrace, links, ..StartOptions::current() },
+        )
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, links, attributes);
+        SpanGuard::noop()
+    }
 }
 
 /// Opens a span of `group` that starts a new trace whose trace id is
@@ -482,7 +665,7 @@ pub fn new_trace_linked(
 ///
 /// ```
 /// use lens_core::groups::SpanGroup;
-/// use lens_core::otel::span::root_span_with_trace_id;
+/// use lens_core::span::root_span_with_trace_id;
 ///
 /// // Before setup the guard is inert.
 /// let span = root_span_with_trace_id(SpanGroup::JOB, "megatron.train", [7; 16], None, [], []);
@@ -500,17 +683,26 @@ pub fn root_span_with_trace_id(
     if !is_span_group_enabled(group) {
         return SpanGuard::noop();
     }
-    let Some(tracer) = active::tracer() else {
-        return SpanGuard::noop();
-    };
-    let links = links.into_iter().filter_map(SpanLink::into_link).collect();
-    let options = StartOptions { parent: Parent::NewTrace, start_time, links, ..StartOptions::current() };
-    let (name, attributes) = (name.into(), to_otel(attributes));
-    crate::otel::ids::with_next_trace_id(u128::from_be_bytes(trace_id), || {
-        start_span(tracer, name, attributes, options)
-    })
+    #[cfg(feature = "otel")]
+    {
+        let Some(tracer) = active::tracer() else {
+            return SpanGuard::noop();
+        };
+        let links = links.into_iter().filter_map(SpanLink::into_link).collect();
+        let options = StartOptions { parent: Parent::NewTrace, start_time, links, ..StartOptions::current() };
+        let (name, attributes) = (name.into(), to_otel(attributes));
+        crate::otel::ids::with_next_trace_id(u128::from_be_bytes(trace_id), || {
+            start_span(tracer, name, attributes, options)
+        })
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, trace_id, start_time, links, attributes);
+        SpanGuard::noop()
+    }
 }
 
+#[cfg(feature = "otel")]
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(message) = payload.downcast_ref::<&str>() {
         (*message).to_owned()
@@ -536,9 +728,16 @@ pub fn in_managed_span<R>(
     if !is_span_group_enabled(group) {
         return body(&SpanGuard::noop());
     }
-    run_in_span(start_current(name.into(), to_otel(attributes)), body)
+    #[cfg(feature = "otel")]
+    return run_in_span(start_current(name.into(), to_otel(attributes)), body);
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, attributes);
+        body(&SpanGuard::noop())
+    }
 }
 
+#[cfg(feature = "otel")]
 fn run_in_span<R>(guard: SpanGuard, body: impl FnOnce(&SpanGuard) -> R) -> R {
     if guard.open.is_none() {
         return body(&guard);
@@ -556,6 +755,7 @@ fn run_in_span<R>(guard: SpanGuard, body: impl FnOnce(&SpanGuard) -> R) -> R {
     }
 }
 
+#[cfg(feature = "otel")]
 fn record_err<E: fmt::Display>(span: &SpanRef<'_>, error: &E) {
     record_exception(span, std::any::type_name::<E>(), error.to_string());
 }
@@ -573,17 +773,24 @@ pub fn try_in_managed_span<T, E: fmt::Display>(
     if !is_span_group_enabled(group) {
         return body(&SpanGuard::noop());
     }
-    run_in_span(start_current(name.into(), to_otel(attributes)), |guard| {
+    #[cfg(feature = "otel")]
+    return run_in_span(start_current(name.into(), to_otel(attributes)), |guard| {
         let result = body(guard);
         if let (Err(error), Some(span)) = (&result, guard.span()) {
             record_err(&span, error);
         }
         result
-    })
+    });
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, attributes);
+        body(&SpanGuard::noop())
+    }
 }
 
 /// Starts a span for a future: a child of the current span, not made current
 /// here but attached on each poll of `future`.
+#[cfg(feature = "otel")]
 fn start_for_future(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValue>) -> Option<OpenSpan> {
     let mut guard = start_span(
         active::tracer()?,
@@ -601,13 +808,21 @@ fn start_for_future(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyV
 ///
 /// The returned future is `Send` when `future` is. A disabled group returns a
 /// future that only polls `future`.
+#[inline]
 pub fn instrument_future<F: Future>(
     group: SpanGroup,
     name: impl Into<Cow<'static, str>>,
     attributes: impl IntoIterator<Item = KeyValue>,
     future: F,
 ) -> impl Future<Output = F::Output> {
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (group, name, attributes);
+        future
+    }
+    #[cfg(feature = "otel")]
     let open = if is_span_group_enabled(group) { start_for_future(name.into(), to_otel(attributes)) } else { None };
+    #[cfg(feature = "otel")]
     async move {
         match open {
             None => future.await,
@@ -628,7 +843,14 @@ pub fn try_instrument_future<T, E: fmt::Display, F: Future<Output = Result<T, E>
     attributes: impl IntoIterator<Item = KeyValue>,
     future: F,
 ) -> impl Future<Output = Result<T, E>> {
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (group, name, attributes);
+        future
+    }
+    #[cfg(feature = "otel")]
     let open = if is_span_group_enabled(group) { start_for_future(name.into(), to_otel(attributes)) } else { None };
+    #[cfg(feature = "otel")]
     async move {
         match open {
             None => future.await,
@@ -651,7 +873,7 @@ pub fn try_instrument_future<T, E: fmt::Display, F: Future<Output = Result<T, E>
 ///
 /// ```
 /// use lens_core::attr::KeyValue;
-/// use lens_core::otel::span::{DEFAULT_REDACT_KEYS, SpanGuard, safe_set_span_attributes};
+/// use lens_core::span::{DEFAULT_REDACT_KEYS, SpanGuard, safe_set_span_attributes};
 ///
 /// let span = SpanGuard::noop();
 /// let maybe_model: Option<KeyValue> = None;
@@ -665,10 +887,14 @@ pub fn safe_set_span_attributes(
     if !span.is_recording() {
         return;
     }
+    #[cfg(feature = "otel")]
     span.set_attributes(attributes.into_iter().filter_map(Into::into).map(|kv| redact(kv, redact_keys)));
+    #[cfg(not(feature = "otel"))]
+    let _ = (attributes, redact_keys);
 }
 
 /// Redacts a string value under a redacted key (lists are left alone).
+#[cfg(feature = "otel")]
 pub(crate) fn redact(kv: KeyValue, redact_keys: &[&str]) -> KeyValue {
     match kv.value {
         AttrValue::Str(_) => KeyValue { value: redact_value(&kv.key, kv.value, redact_keys), key: kv.key },

@@ -1,4 +1,11 @@
-//! Context propagation: carrying a trace across threads, processes and ranks.
+//! Context propagation: carrying a trace across threads, processes and ranks,
+//! defined once for both builds.
+//!
+//! Without the `otel` feature every item exists with the same signature and
+//! there is never a context to carry: [`RemoteContext`] is zero-sized and
+//! always "no context", injection writes nothing, extraction and decoding
+//! give "no context" (`None`), and a [`WorkerBootstrap`] is always disabled,
+//! so a worker of a build without telemetry stays off.
 //!
 //! - String carriers (W3C `traceparent` / `tracestate` and `baggage`):
 //!   [`inject_context`] writes the current context into any map of strings,
@@ -21,8 +28,9 @@
 //!
 //! ```
 //! use std::collections::HashMap;
-//! use lens_core::otel::propagation::{decode_context, extract_context};
+//! use lens_core::propagation::{decode_context, extract_context};
 //!
+//! # if cfg!(feature = "otel") {
 //! let carrier = HashMap::from([(
 //!     "traceparent".to_string(),
 //!     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string(),
@@ -32,27 +40,35 @@
 //! assert_eq!(remote.trace_id_hex().as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
 //! assert!(!extract_context(&HashMap::<String, String>::new()).is_valid());
 //! assert!(decode_context(b"\xff not json").is_none());
+//! # }
 //! ```
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-
-use opentelemetry::Context;
+#[cfg(feature = "otel")]
 use std::sync::atomic::{AtomicU8, Ordering};
 
+#[cfg(feature = "otel")]
+use opentelemetry::Context;
+#[cfg(feature = "otel")]
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+#[cfg(feature = "otel")]
 use opentelemetry::trace::TraceContextExt as _;
+#[cfg(feature = "otel")]
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 
 use crate::attr::KeyValue;
 pub use crate::bootstrap::InvalidBootstrap;
 use crate::config::parse_bool;
 use crate::env::EnvSource;
-use crate::groups::{SpanGroup, is_span_group_enabled};
+use crate::groups::SpanGroup;
+#[cfg(feature = "otel")]
 use crate::otel::active;
-use crate::otel::span::{DEFAULT_REDACT_KEYS, Parent, SpanGuard, SpanLink, StartOptions, redact, start_span};
+#[cfg(feature = "otel")]
+use crate::span::{DEFAULT_REDACT_KEYS, Parent, SpanLink, StartOptions, redact, start_span};
+use crate::span::{SpanGuard, is_span_group_enabled};
 
 /// The W3C Trace Context header carrying the trace and span ids.
 pub const TRACEPARENT: &str = "traceparent";
@@ -75,9 +91,15 @@ pub const MAX_ENCODED_CONTEXT_BYTES: usize = 16 * 1024;
 /// "no context".
 ///
 /// It holds the remote span's context and any baggage; it is `Send`, `Sync`
-/// and cheap to clone.
+/// and cheap to clone. Without `otel` it is zero-sized and always "no
+/// context".
+///
+/// `otel_context` and `from_otel` name OpenTelemetry types, so they exist
+/// only with `otel` (for lens-core's own code; they are not part of the
+/// facade's API).
 #[derive(Clone, Default)]
 pub struct RemoteContext {
+    #[cfg(feature = "otel")]
     cx: Context,
 }
 
@@ -85,48 +107,75 @@ impl RemoteContext {
     /// "No context": invalid, links and parents nothing.
     #[inline]
     pub fn none() -> RemoteContext {
-        RemoteContext { cx: Context::new() }
+        RemoteContext {
+            #[cfg(feature = "otel")]
+            cx: Context::new(),
+        }
     }
 
-    /// The OpenTelemetry context (lens-core only; not part of the facade API).
+    /// The OpenTelemetry context (`otel` only; not part of the facade API).
+    #[cfg(feature = "otel")]
     pub fn otel_context(&self) -> &Context {
         &self.cx
     }
 
-    /// Wraps an OpenTelemetry context (lens-core only; not part of the facade API).
+    /// Wraps an OpenTelemetry context (`otel` only; not part of the facade API).
+    #[cfg(feature = "otel")]
     pub fn from_otel(cx: Context) -> RemoteContext {
         RemoteContext { cx }
     }
 
-    /// Whether it carries a valid span context.
+    /// Whether it carries a valid span context (never without `otel`).
+    #[inline]
     pub fn is_valid(&self) -> bool {
-        self.cx.span().span_context().is_valid()
+        #[cfg(feature = "otel")]
+        return self.cx.span().span_context().is_valid();
+        #[cfg(not(feature = "otel"))]
+        return false;
     }
 
     /// The trace id as 32 lower-case hex digits, when valid.
+    #[inline]
     pub fn trace_id_hex(&self) -> Option<String> {
-        let span_context = self.cx.span().span_context().clone();
-        span_context.is_valid().then(|| span_context.trace_id().to_string())
+        #[cfg(feature = "otel")]
+        {
+            let span_context = self.cx.span().span_context().clone();
+            span_context.is_valid().then(|| span_context.trace_id().to_string())
+        }
+        #[cfg(not(feature = "otel"))]
+        None
     }
 
     /// The span id as 16 lower-case hex digits, when valid.
+    #[inline]
     pub fn span_id_hex(&self) -> Option<String> {
-        let span_context = self.cx.span().span_context().clone();
-        span_context.is_valid().then(|| span_context.span_id().to_string())
+        #[cfg(feature = "otel")]
+        {
+            let span_context = self.cx.span().span_context().clone();
+            span_context.is_valid().then(|| span_context.span_id().to_string())
+        }
+        #[cfg(not(feature = "otel"))]
+        None
     }
 
     /// Writes this context into `carrier` (`traceparent`, and `tracestate`
-    /// and `baggage` when present).
+    /// and `baggage` when present); nothing without `otel`.
+    #[inline]
     pub fn inject(&self, carrier: &mut impl Extend<(String, String)>) {
-        let mut pairs = PairInjector(Vec::with_capacity(3));
-        let (trace_context, baggage) = propagators();
-        if let Some(trace_context) = trace_context {
-            trace_context.inject_context(&self.cx, &mut pairs);
+        #[cfg(feature = "otel")]
+        {
+            let mut pairs = PairInjector(Vec::with_capacity(3));
+            let (trace_context, baggage) = propagators();
+            if let Some(trace_context) = trace_context {
+                trace_context.inject_context(&self.cx, &mut pairs);
+            }
+            if let Some(baggage) = baggage {
+                baggage.inject_context(&self.cx, &mut pairs);
+            }
+            carrier.extend(pairs.0);
         }
-        if let Some(baggage) = baggage {
-            baggage.inject_context(&self.cx, &mut pairs);
-        }
-        carrier.extend(pairs.0);
+        #[cfg(not(feature = "otel"))]
+        let _ = carrier;
     }
 
     /// The string carrier of this context, as a map.
@@ -136,7 +185,8 @@ impl RemoteContext {
         carrier
     }
 
-    /// The byte encoding of this context (see [`decode_context`]).
+    /// The byte encoding of this context (see [`decode_context`]); no bytes
+    /// without `otel`.
     pub fn to_bytes(&self) -> Vec<u8> {
         encode_carrier(&self.to_carrier())
     }
@@ -148,8 +198,13 @@ impl RemoteContext {
     /// context" attaches nothing. Dropping the guard restores the previous
     /// context on every path, so the remote context never leaks into the
     /// next request on the same thread.
+    #[inline]
     pub fn attach(&self) -> AttachedContext {
-        AttachedContext { guard: self.is_valid().then(|| self.cx.clone().attach()), _not_send: PhantomData }
+        AttachedContext {
+            #[cfg(feature = "otel")]
+            guard: self.is_valid().then(|| self.cx.clone().attach()),
+            _not_send: PhantomData,
+        }
     }
 }
 
@@ -158,19 +213,28 @@ impl RemoteContext {
 /// thread that made it.
 #[must_use = "the context is current only while the guard lives: bind it with `let _context = ...`"]
 pub struct AttachedContext {
+    #[cfg(feature = "otel")]
     guard: Option<opentelemetry::ContextGuard>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl fmt::Debug for AttachedContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AttachedContext").field("attached", &self.guard.is_some()).finish()
+        #[cfg(feature = "otel")]
+        let attached = self.guard.is_some();
+        #[cfg(not(feature = "otel"))]
+        let attached = false;
+        f.debug_struct("AttachedContext").field("attached", &attached).finish()
     }
 }
 
 impl fmt::Debug for RemoteContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        #[cfg(not(feature = "otel"))]
+        return f.write_str("RemoteContext(none)");
+        #[cfg(feature = "otel")]
         let span_context = self.cx.span().span_context().clone();
+        #[cfg(feature = "otel")]
         if span_context.is_valid() {
             f.debug_struct("RemoteContext")
                 .field("trace_id", &span_context.trace_id())
@@ -184,15 +248,19 @@ impl fmt::Debug for RemoteContext {
 }
 
 /// Bit of W3C Trace Context in [`PROPAGATORS`].
+#[cfg(feature = "otel")]
 const TRACE_CONTEXT_BIT: u8 = 1;
 /// Bit of W3C Baggage in [`PROPAGATORS`].
+#[cfg(feature = "otel")]
 const BAGGAGE_BIT: u8 = 2;
 /// The propagators `OTEL_PROPAGATORS` selected (both until setup says
 /// otherwise, and again after shutdown).
+#[cfg(feature = "otel")]
 static PROPAGATORS: AtomicU8 = AtomicU8::new(TRACE_CONTEXT_BIT | BAGGAGE_BIT);
 
 /// Selects the propagators (`OTEL_PROPAGATORS`): setup calls this with the
 /// configured list; `none` selects neither.
+#[cfg(feature = "otel")]
 pub(crate) fn set_propagators(trace_context: bool, baggage: bool) {
     let bits = if trace_context { TRACE_CONTEXT_BIT } else { 0 } | if baggage { BAGGAGE_BIT } else { 0 };
     PROPAGATORS.store(bits, Ordering::Relaxed);
@@ -200,6 +268,7 @@ pub(crate) fn set_propagators(trace_context: bool, baggage: bool) {
 
 /// The propagators in use: W3C Trace Context, then W3C Baggage, each only
 /// when `OTEL_PROPAGATORS` selected it.
+#[cfg(feature = "otel")]
 fn propagators() -> (Option<TraceContextPropagator>, Option<BaggagePropagator>) {
     let bits = PROPAGATORS.load(Ordering::Relaxed);
     (
@@ -208,8 +277,10 @@ fn propagators() -> (Option<TraceContextPropagator>, Option<BaggagePropagator>) 
     )
 }
 
+#[cfg(feature = "otel")]
 struct PairInjector(Vec<(String, String)>);
 
+#[cfg(feature = "otel")]
 impl Injector for PairInjector {
     fn set(&mut self, key: &str, value: String) {
         self.0.push((key.to_ascii_lowercase(), value));
@@ -217,6 +288,7 @@ impl Injector for PairInjector {
 }
 
 /// The carrier fields lens reads, looked up once from an [`EnvSource`].
+#[cfg_attr(not(feature = "otel"), expect(dead_code, reason = "only the OpenTelemetry propagators read the fields"))]
 struct FieldExtractor(Vec<(&'static str, String)>);
 
 impl FieldExtractor {
@@ -254,6 +326,7 @@ fn is_well_formed_traceparent(value: &str) -> bool {
     }
 }
 
+#[cfg(feature = "otel")]
 impl Extractor for FieldExtractor {
     fn get(&self, key: &str) -> Option<&str> {
         self.0.iter().find(|(field, _)| field.eq_ignore_ascii_case(key)).map(|(_, value)| value.as_str())
@@ -264,22 +337,37 @@ impl Extractor for FieldExtractor {
     }
 }
 
+/// The context a carrier holds ("no context" without `otel`).
 fn extract(extractor: &FieldExtractor) -> RemoteContext {
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = extractor;
+        RemoteContext::none()
+    }
+    #[cfg(feature = "otel")]
     let (trace_context, baggage) = propagators();
+    #[cfg(feature = "otel")]
     let mut cx = Context::new();
+    #[cfg(feature = "otel")]
     if let Some(trace_context) = trace_context {
         cx = trace_context.extract_with_context(&cx, extractor);
     }
+    #[cfg(feature = "otel")]
     if let Some(baggage) = baggage {
         cx = baggage.extract_with_context(&cx, extractor);
     }
+    #[cfg(feature = "otel")]
     RemoteContext { cx }
 }
 
 /// The current context (the current span and baggage), to send elsewhere or
 /// to link to later.
+#[inline]
 pub fn current_context() -> RemoteContext {
-    RemoteContext { cx: Context::current() }
+    RemoteContext {
+        #[cfg(feature = "otel")]
+        cx: Context::current(),
+    }
 }
 
 /// Writes the current context into `carrier`: `traceparent`
@@ -313,11 +401,19 @@ pub fn context_from_env(env: &(impl EnvSource + ?Sized)) -> Option<RemoteContext
 }
 
 fn encode_carrier(carrier: &HashMap<String, String>) -> Vec<u8> {
-    let mut ordered: Vec<(&String, &String)> = carrier.iter().collect();
-    ordered.sort();
-    let map: serde_json::Map<String, serde_json::Value> =
-        ordered.into_iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
-    serde_json::Value::Object(map).to_string().into_bytes()
+    #[cfg(feature = "otel")]
+    {
+        let mut ordered: Vec<(&String, &String)> = carrier.iter().collect();
+        ordered.sort();
+        let map: serde_json::Map<String, serde_json::Value> =
+            ordered.into_iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+        serde_json::Value::Object(map).to_string().into_bytes()
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = carrier;
+        Vec::new()
+    }
 }
 
 /// The current context as bytes, for a broadcast or a message to another
@@ -334,9 +430,14 @@ pub fn decode_context(bytes: &[u8]) -> Option<RemoteContext> {
     if bytes.len() > MAX_ENCODED_CONTEXT_BYTES {
         return None;
     }
-    let carrier: HashMap<String, String> = serde_json::from_slice(bytes).ok()?;
-    let remote = extract(&FieldExtractor::from_fields(|field| carrier.get(field).cloned()));
-    remote.is_valid().then_some(remote)
+    #[cfg(feature = "otel")]
+    {
+        let carrier: HashMap<String, String> = serde_json::from_slice(bytes).ok()?;
+        let remote = extract(&FieldExtractor::from_fields(|field| carrier.get(field).cloned()));
+        remote.is_valid().then_some(remote)
+    }
+    #[cfg(not(feature = "otel"))]
+    None
 }
 
 /// Starts a span linked to `remote` (the link is added only when `remote` is
@@ -380,18 +481,28 @@ fn linked_span(
     {
         return SpanGuard::noop();
     }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, remote, start_time, attributes);
+        SpanGuard::noop()
+    }
+    #[cfg(feature = "otel")]
     let Some(tracer) = active::tracer() else {
         return SpanGuard::noop();
     };
+    #[cfg(feature = "otel")]
     let links = SpanLink::new(remote);
+    #[cfg(feature = "otel")]
     let attributes =
         attributes.into_iter().map(|kv| redact(kv, DEFAULT_REDACT_KEYS)).map(opentelemetry::KeyValue::from).collect();
+    #[cfg(feature = "otel")]
     let options = StartOptions {
         parent: Parent::Current,
         start_time,
         links: links.into_link().into_iter().collect(),
         make_current: false,
     };
+    #[cfg(feature = "otel")]
     start_span(tracer, name, attributes, options)
 }
 
@@ -406,11 +517,14 @@ fn linked_span(
 /// (`<PREFIX>_ENABLED`, `OTEL_SERVICE_NAME`, `<PREFIX>_SPAN_GROUPS`) and the
 /// environment carrier of SPEC A12, so a child that sets up telemetry from
 /// its environment needs nothing else. A disabled bootstrap is inert: it
-/// carries no context and tells the child to stay off.
+/// carries no context and tells the child to stay off. Without `otel` every
+/// bootstrap is disabled (captured or read back), so a worker of a build
+/// without telemetry stays off.
 ///
 /// ```
-/// use lens_core::otel::propagation::WorkerBootstrap;
+/// use lens_core::propagation::WorkerBootstrap;
 ///
+/// # if cfg!(feature = "otel") {
 /// let bootstrap = WorkerBootstrap::capture(true, Some("megatron-lm".into()), Some("default".into()));
 /// let vars = bootstrap.to_env_vars("MEGATRON_OTEL");
 /// assert!(vars.contains(&("MEGATRON_OTEL_ENABLED".to_string(), "1".to_string())));
@@ -418,6 +532,7 @@ fn linked_span(
 /// let env: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
 /// let child = WorkerBootstrap::from_env(env.as_slice(), "MEGATRON_OTEL").unwrap();
 /// assert_eq!(child, bootstrap);
+/// # }
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerBootstrap {
@@ -444,7 +559,7 @@ impl WorkerBootstrap {
     /// A bootstrap with these settings and, when `enabled`, the current
     /// context.
     pub fn capture(enabled: bool, service_name: Option<String>, span_groups: Option<String>) -> WorkerBootstrap {
-        if !enabled {
+        if !enabled || cfg!(not(feature = "otel")) {
             return WorkerBootstrap::disabled();
         }
         let mut carrier = current_context().to_carrier();
@@ -483,6 +598,9 @@ impl WorkerBootstrap {
     /// `<prefix>_ENABLED` means disabled; the context is kept only when
     /// enabled.
     pub fn from_env(env: &(impl EnvSource + ?Sized), prefix: &str) -> Result<WorkerBootstrap, InvalidBootstrap> {
+        if cfg!(not(feature = "otel")) {
+            return Ok(WorkerBootstrap::disabled());
+        }
         let variable = format!("{prefix}_ENABLED");
         let enabled = match env.non_empty(&variable) {
             None => false,
@@ -518,7 +636,7 @@ impl WorkerBootstrap {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "otel"))]
 mod tests {
     use super::*;
     use opentelemetry::baggage::BaggageExt as _;

@@ -1,0 +1,524 @@
+//! Setting telemetry up and the handle of one telemetry lifetime, defined
+//! once for both builds: [`setup_telemetry`], [`Telemetry`],
+//! [`SetupOptions`], [`SetupError`] (and [`ExporterError`], one of its
+//! causes).
+//!
+//! With the `otel` feature setup builds the OpenTelemetry runtime
+//! (`lens_core::otel::setup` holds the providers, exporters and shutdown);
+//! the handle's OpenTelemetry fields sit behind the feature. Without it the
+//! configuration is validated exactly as with it and the handle records and
+//! exports nothing; every method exists with the same signature.
+//!
+//! Dropping the handle shuts it down with the configured timeout
+//! (`<PREFIX>_SHUTDOWN_TIMEOUT_MS`): keep it alive for the whole run.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::attr::KeyValue;
+use crate::config::{ConfigError, LensConfig};
+use crate::env::EnvSource;
+use crate::groups::GroupSet;
+use crate::identity::{RankContext, RunIdSource};
+use crate::propagation::RemoteContext;
+pub use crate::report::ShutdownReport;
+use crate::strategies::{RankStrategy, StrategyError};
+
+/// A setup error of an exporter. Its `Display` names the variable to fix and
+/// what is accepted; it never contains a header value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExporterError {
+    /// The OTLP endpoint is not an `http://` or `https://` URL.
+    #[error(
+        "{variable}={value:?} is not a valid OTLP endpoint ({reason}); expected an http:// or https:// URL such as http://localhost:4317 (gRPC) or http://localhost:4318 (HTTP)"
+    )]
+    InvalidEndpoint {
+        /// The variable the endpoint came from.
+        variable: &'static str,
+        /// The endpoint.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A header name or value cannot be sent. Only the name is reported.
+    #[error(
+        "OTEL_EXPORTER_OTLP_HEADERS: the header {name:?} cannot be sent ({reason}); expected comma-separated key=value pairs of visible ASCII characters"
+    )]
+    InvalidHeader {
+        /// The header name (never its value).
+        name: String,
+        /// What is wrong: with the name or with the value.
+        reason: &'static str,
+    },
+    /// The private CA file cannot be read or holds no PEM certificate.
+    #[error(
+        "OTEL_EXPORTER_OTLP_CERTIFICATE={path}: {reason}; expected a readable PEM file with the certificate of the CA that signed the collector's certificate"
+    )]
+    Certificate {
+        /// The file named by the variable.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The OTLP exporter could not be built.
+    #[error("cannot build the OTLP {signal} exporter for {endpoint}: {reason}")]
+    Build {
+        /// The signal.
+        signal: crate::config::Signal,
+        /// The resolved endpoint.
+        endpoint: String,
+        /// The reason given by the transport.
+        reason: String,
+    },
+    /// The private runtime of the gRPC exporters could not start.
+    #[error("cannot start the lens-otlp runtime thread for the gRPC exporter: {reason}")]
+    Runtime {
+        /// The reason.
+        reason: String,
+    },
+    /// A telemetry file cannot be created or opened.
+    #[error(
+        "MEGATRON_OTEL_FILE_DIR: cannot open {path} for appending: {source}; choose a writable directory with MEGATRON_OTEL_FILE_DIR"
+    )]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Prometheus host does not resolve to an address.
+    #[error(
+        "OTEL_EXPORTER_PROMETHEUS_HOST={host:?} does not resolve to an address to listen on ({reason}); expected a host name or IP address such as localhost or 0.0.0.0"
+    )]
+    PrometheusHost {
+        /// The host.
+        host: String,
+        /// The resolver's reason.
+        reason: String,
+    },
+    /// The Prometheus port cannot be bound.
+    #[error(
+        "OTEL_EXPORTER_PROMETHEUS_PORT: cannot serve Prometheus metrics on {address}: {source}; choose a free port with OTEL_EXPORTER_PROMETHEUS_PORT (when several ranks of a host export metrics, each uses the port plus its local rank)"
+    )]
+    PrometheusBind {
+        /// The address that could not be bound.
+        address: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The instrumentation scope of lens's own tracer and meter.
+pub const DEFAULT_SCOPE: &str = "nemo.lens";
+
+/// Why setup refused to start.
+///
+/// The same variants in both builds. `Debug` prints the same message as
+/// `Display`, so `fn main() -> Result<(), SetupError>` shows the message a
+/// person can act on rather than the structure.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The configuration has problems; every one is listed.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// The rank strategy could not decide.
+    #[error("{0}")]
+    Strategy(#[from] StrategyError),
+    /// An exporter could not be built (bad certificate, unbindable port, ...).
+    /// Only with `otel`, which builds exporters; the variant exists in both.
+    #[error("{0}")]
+    Exporter(#[from] ExporterError),
+    /// Telemetry is already set up in this process (only with `otel`; the
+    /// variant exists in both).
+    #[error(
+        "setup_telemetry() has already been initialised for this process. Call it once at startup, or call \
+         shutdown() on the active handle before setting telemetry up again."
+    )]
+    AlreadyActive,
+}
+
+impl fmt::Debug for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+type LazyAttributes = Box<dyn FnOnce() -> Vec<KeyValue> + Send>;
+
+/// What a caller can add to setup beyond the configuration.
+///
+/// Without `otel` the additions are accepted and unused (lazy resource
+/// attributes are never evaluated). The custom exporters
+/// (`with_span_exporter`, `with_metric_exporter`) name SDK traits, so they
+/// exist only with `otel` and are not part of the facade's API.
+///
+/// ```
+/// use lens_core::attr::KeyValue;
+/// use lens_core::setup::SetupOptions;
+///
+/// let options = SetupOptions::new()
+///     .with_rank_strategy(|_config, rank| rank.rank % 2 == 0)
+///     .with_lazy_resource(|| vec![KeyValue::new("dl.gpu.name", "probed only on exporting ranks")]);
+/// # drop(options);
+/// ```
+pub struct SetupOptions {
+    #[cfg(feature = "otel")]
+    pub(crate) span_exporter: Option<crate::otel::setup::SpanExporterFactory>,
+    #[cfg(feature = "otel")]
+    pub(crate) metric_exporter: Option<crate::otel::setup::MetricReaderFactory>,
+    pub(crate) rank_strategy: Option<RankStrategy>,
+    pub(crate) lazy_resource: Vec<LazyAttributes>,
+    pub(crate) scope: Cow<'static, str>,
+    pub(crate) env: Option<Box<dyn EnvSource + Send + Sync>>,
+}
+
+impl Default for SetupOptions {
+    fn default() -> Self {
+        SetupOptions::new()
+    }
+}
+
+impl fmt::Debug for SetupOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetupOptions")
+            .field("custom_span_exporter", &self.has_custom_span_exporter())
+            .field("custom_metric_exporter", &self.has_custom_metric_exporter())
+            .field("custom_rank_strategy", &self.rank_strategy.is_some())
+            .field("lazy_resource", &self.lazy_resource.len())
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SetupOptions {
+    fn has_custom_span_exporter(&self) -> bool {
+        #[cfg(feature = "otel")]
+        return self.span_exporter.is_some();
+        #[cfg(not(feature = "otel"))]
+        return false;
+    }
+
+    fn has_custom_metric_exporter(&self) -> bool {
+        #[cfg(feature = "otel")]
+        return self.metric_exporter.is_some();
+        #[cfg(not(feature = "otel"))]
+        return false;
+    }
+
+    /// No additions: exporters from the configuration, the configured rank
+    /// strategy, the process environment, scope `nemo.lens`.
+    pub fn new() -> Self {
+        SetupOptions {
+            #[cfg(feature = "otel")]
+            span_exporter: None,
+            #[cfg(feature = "otel")]
+            metric_exporter: None,
+            rank_strategy: None,
+            lazy_resource: Vec::new(),
+            scope: Cow::Borrowed(DEFAULT_SCOPE),
+            env: None,
+        }
+    }
+
+    /// Decide whether this rank exports with `strategy` instead of the
+    /// configured rank strategy (the original's per-call `export_strategy=`).
+    #[must_use]
+    pub fn with_rank_strategy(
+        mut self,
+        strategy: impl Fn(&LensConfig, &RankContext) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.rank_strategy = Some(Arc::new(strategy));
+        self
+    }
+
+    /// Resource attributes that are costly to detect (GPU identity through
+    /// NVML): evaluated only on exporting ranks, after the export decision.
+    /// Caller-supplied attributes, lazy ones included, win over detected ones.
+    #[must_use]
+    pub fn with_lazy_resource(mut self, attributes: impl FnOnce() -> Vec<KeyValue> + Send + 'static) -> Self {
+        self.lazy_resource.push(Box::new(attributes));
+        self
+    }
+
+    /// The instrumentation scope of the handle's tracer and meter (default
+    /// `nemo.lens`).
+    #[must_use]
+    pub fn with_scope(mut self, scope: impl Into<Cow<'static, str>>) -> Self {
+        self.scope = scope.into();
+        self
+    }
+
+    /// Read the run id, resource detectors and the incoming `TRACEPARENT`
+    /// from `env` instead of the process environment (for tests).
+    #[must_use]
+    pub fn with_env(mut self, env: impl EnvSource + Send + Sync + 'static) -> Self {
+        self.env = Some(Box::new(env));
+        self
+    }
+}
+
+/// The handle of one telemetry lifetime.
+///
+/// Without `otel` it records and exports nothing: [`meter`](Telemetry::meter)
+/// is a no-op meter, no group is enabled, every report is empty; whether the
+/// configuration asked for telemetry is still known.
+///
+/// It exposes the meter (and with `otel` the tracer), whether this rank exports, the enabled
+/// span groups, live export counters, [`force_flush`](Telemetry::force_flush)
+/// and [`shutdown`](Telemetry::shutdown). Dropping it shuts down.
+#[must_use = "dropping the handle shuts telemetry down: keep it alive for the whole run"]
+pub struct Telemetry {
+    #[cfg(feature = "otel")]
+    pub(crate) tracer: opentelemetry::global::BoxedTracer,
+    pub(crate) meter: crate::metrics::Meter,
+    #[cfg(feature = "otel")]
+    pub(crate) otel_meter: opentelemetry::metrics::Meter,
+    pub(crate) enabled: bool,
+    pub(crate) exporting: bool,
+    pub(crate) records_spans: bool,
+    pub(crate) groups: GroupSet,
+    pub(crate) rank: RankContext,
+    pub(crate) run_id: String,
+    pub(crate) run_id_source: Option<RunIdSource>,
+    pub(crate) restart_attempt: u32,
+    pub(crate) lifetime: u32,
+    pub(crate) incoming: Option<RemoteContext>,
+    pub(crate) destinations: Vec<String>,
+    pub(crate) shutdown_timeout: Duration,
+    #[cfg(feature = "otel")]
+    pub(crate) linger: Duration,
+    #[cfg(feature = "otel")]
+    pub(crate) span_counters: Option<Arc<crate::otel::batch::SpanExportCounters>>,
+    #[cfg(feature = "otel")]
+    pub(crate) metric_counters: Option<Arc<crate::otel::accounting::MetricExportCounters>>,
+    #[cfg(feature = "otel")]
+    pub(crate) log_counters: Option<Arc<crate::otel::batch::SpanExportCounters>>,
+    #[cfg(feature = "otel")]
+    pub(crate) parts: std::sync::Mutex<Option<crate::otel::setup::Parts>>,
+    #[cfg(feature = "otel")]
+    pub(crate) holds_slot: std::sync::atomic::AtomicBool,
+}
+
+impl fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("enabled", &self.enabled)
+            .field("exporting", &self.exporting)
+            .field("records_spans", &self.records_spans)
+            .field("groups", &self.groups)
+            .field("rank", &self.rank)
+            .field("run_id", &self.run_id)
+            .field("lifetime", &self.lifetime)
+            .field("destinations", &self.destinations)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// A handle that records and exports nothing (telemetry off, or a rank
+    /// that does not export).
+    pub(crate) fn inert(enabled: bool, rank: RankContext, run_id: String, shutdown_timeout: Duration) -> Telemetry {
+        Telemetry {
+            #[cfg(feature = "otel")]
+            tracer: opentelemetry::global::BoxedTracer::new(Box::new(opentelemetry::trace::noop::NoopTracer::new())),
+            meter: crate::metrics::Meter::noop(),
+            #[cfg(feature = "otel")]
+            otel_meter: {
+                use opentelemetry::metrics::MeterProvider as _;
+                opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE)
+            },
+            enabled,
+            exporting: false,
+            records_spans: false,
+            groups: GroupSet::EMPTY,
+            rank,
+            run_id,
+            run_id_source: None,
+            restart_attempt: 0,
+            lifetime: 0,
+            incoming: None,
+            destinations: Vec::new(),
+            shutdown_timeout,
+            #[cfg(feature = "otel")]
+            linger: Duration::ZERO,
+            #[cfg(feature = "otel")]
+            span_counters: None,
+            #[cfg(feature = "otel")]
+            metric_counters: None,
+            #[cfg(feature = "otel")]
+            log_counters: None,
+            #[cfg(feature = "otel")]
+            parts: std::sync::Mutex::new(None),
+            #[cfg(feature = "otel")]
+            holds_slot: std::sync::atomic::AtomicBool::new(enabled),
+        }
+    }
+
+    /// The tracer (a no-op tracer when this rank does not export). `otel`
+    /// only: it is OpenTelemetry's type; not part of the facade's API.
+    #[cfg(feature = "otel")]
+    pub fn tracer(&self) -> &opentelemetry::global::BoxedTracer {
+        &self.tracer
+    }
+
+    /// The meter of lens's metric handles (a no-op meter when this rank
+    /// does not export, so that instruments created from it record nothing).
+    pub fn meter(&self) -> &crate::metrics::Meter {
+        &self.meter
+    }
+
+    /// The OpenTelemetry meter behind [`meter`](Telemetry::meter), for
+    /// instruments lens's handles do not cover (observable instruments).
+    /// `otel` only; not part of the facade's API.
+    #[cfg(feature = "otel")]
+    pub fn otel_meter(&self) -> &opentelemetry::metrics::Meter {
+        &self.otel_meter
+    }
+
+    /// Whether telemetry is enabled in this process (exporting or not).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Whether this rank exports.
+    pub fn is_exporting(&self) -> bool {
+        self.exporting
+    }
+
+    /// Whether this rank records spans (it exports and the sampling strategy
+    /// keeps it).
+    pub fn records_spans(&self) -> bool {
+        self.records_spans
+    }
+
+    /// The span groups enabled by this lifetime (empty when not exporting).
+    pub fn enabled_groups(&self) -> GroupSet {
+        self.groups
+    }
+
+    /// This process's rank context.
+    pub fn rank(&self) -> RankContext {
+        self.rank
+    }
+
+    /// The run id (`nemo.run.id`); empty on ranks that do not export.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Where the run id came from (`None` on ranks that do not export).
+    pub fn run_id_source(&self) -> Option<RunIdSource> {
+        self.run_id_source
+    }
+
+    /// The restart attempt (`SLURM_RESTART_COUNT`, `TORCHELASTIC_RESTART_COUNT`).
+    pub fn restart_attempt(&self) -> u32 {
+        self.restart_attempt
+    }
+
+    /// This lifetime's index within the process (1 for the first enabled
+    /// setup; 0 when telemetry is off).
+    pub fn lifetime_index(&self) -> u32 {
+        self.lifetime
+    }
+
+    /// The context handed in by whatever launched the job (`TRACEPARENT`,
+    /// `TRACESTATE`, `BAGGAGE`), when there is a valid one (A12).
+    pub fn incoming_context(&self) -> Option<&RemoteContext> {
+        self.incoming.as_ref()
+    }
+
+    /// Where each signal goes, in words (for a run summary).
+    pub fn destinations(&self) -> &[String] {
+        &self.destinations
+    }
+
+    /// The export accounting so far, without flushing (empty without
+    /// `otel`).
+    pub fn report(&self) -> ShutdownReport {
+        #[cfg(feature = "otel")]
+        return ShutdownReport {
+            spans: self.span_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
+            metrics: self.metric_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
+            logs: self.log_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
+            ..ShutdownReport::default()
+        };
+        #[cfg(not(feature = "otel"))]
+        return ShutdownReport::default();
+    }
+
+    /// Exports everything recorded so far (spans queued, a metric
+    /// collection), waiting at most `timeout`. Open spans stay open. An
+    /// empty report without `otel`.
+    pub fn force_flush(&self, timeout: Duration) -> ShutdownReport {
+        #[cfg(feature = "otel")]
+        return self.force_flush_providers(timeout);
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = timeout;
+            ShutdownReport::default()
+        }
+    }
+
+    /// Ends spans still open (innermost first, marked truncated), flushes and
+    /// shuts down the providers this handle built, within `timeout` even when
+    /// the collector hangs. Idempotent: a second call does nothing and
+    /// reports `performed: false` (as does every call without `otel`).
+    pub fn shutdown(&self, timeout: Duration) -> ShutdownReport {
+        #[cfg(feature = "otel")]
+        return self.shutdown_providers(timeout);
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = timeout;
+            ShutdownReport::default()
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.shutdown(self.shutdown_timeout);
+    }
+}
+
+/// Sets telemetry up for this rank.
+///
+/// `resource_attributes` are the caller's (for Megatron: the training
+/// arguments); they win over detected attributes, and the identity keys
+/// (`service.name`, `nemo.run.id`, `service.instance.id`, `dl.rank`,
+/// `dl.world_size`) win over both. See `lens_core::otel::setup` for what is
+/// built. Without `otel` the configuration is validated the same way (a typo
+/// is an error in both builds) and the handle is inert.
+///
+/// ```
+/// use lens_core::config::LensConfig;
+/// use lens_core::identity::RankContext;
+/// use lens_core::setup::{SetupOptions, setup_telemetry};
+///
+/// // Telemetry off: an inert handle, nothing installed.
+/// let telemetry = setup_telemetry(&LensConfig::default(), &RankContext::SINGLE, Vec::new(), SetupOptions::new())?;
+/// assert!(!telemetry.is_exporting());
+/// assert!(telemetry.enabled_groups().is_empty());
+/// # Ok::<(), lens_core::setup::SetupError>(())
+/// ```
+pub fn setup_telemetry(
+    config: &LensConfig,
+    rank: &RankContext,
+    resource_attributes: Vec<KeyValue>,
+    options: SetupOptions,
+) -> Result<Telemetry, SetupError> {
+    #[cfg(feature = "otel")]
+    return crate::otel::setup::setup(config, rank, resource_attributes, options);
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (resource_attributes, options);
+        config.validate()?;
+        Ok(Telemetry::inert(config.telemetry_enabled(), *rank, String::new(), config.shutdown_timeout))
+    }
+}
