@@ -8,7 +8,7 @@
 //! they take a lock and run one after another. The environment is a map,
 //! never the process environment.
 
-#![cfg(feature = "otel")]
+#![cfg(feature = "testing")]
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -24,8 +24,13 @@ use crate::{cargo, output, run_cmd, say, workspace_root};
 /// Crates that must never be built when `otel` is off (SPEC A11).
 const FORBIDDEN_WITHOUT_OTEL: &[&str] = &["opentelemetry", "tonic", "prost", "reqwest", "hyper", "tokio"];
 
-/// The library crates whose `otel`-off build must stay free of them.
-const LIBRARY_CRATES: &[&str] = &["lens-core", "lens-fallbacks", "megatron-telemetry"];
+/// The library crates whose `otel`-off build, tests and examples included
+/// (dev edges), must stay free of them.
+const LIBRARY_CRATES: &[&str] = &["lens-core", "lens-instruments", "lens-fallbacks", "megatron-telemetry"];
+
+/// The application crates whose `otel`-off build must have no OpenTelemetry
+/// crate (their own runtime, such as the simulator's tokio, is allowed).
+const APPLICATION_CRATES: &[&str] = &["megatron-train-sim"];
 
 /// Which workspace crates each crate may depend on (dependencies flow one
 /// way: sim → megatron-telemetry → lens-fallbacks → lens-instruments → lens-core).
@@ -62,13 +67,16 @@ fn tree_crates(args: &[&str]) -> Result<Vec<String>> {
 
 fn no_otel_without_feature() -> Result<()> {
     let mut problems = Vec::new();
-    for krate in LIBRARY_CRATES {
-        let crates = tree_crates(&["-p", krate, "--no-default-features", "-e", "normal,build"])?;
+    let checks =
+        LIBRARY_CRATES.iter().map(|krate| (krate, true)).chain(APPLICATION_CRATES.iter().map(|krate| (krate, false)));
+    for (krate, library) in checks {
+        let crates = tree_crates(&["-p", krate, "--no-default-features", "-e", "normal,build,dev"])?;
         for name in &crates {
-            if FORBIDDEN_WITHOUT_OTEL.iter().any(|bad| name == bad || name.starts_with(&format!("{bad}-")))
-                || name.starts_with("opentelemetry")
-            {
-                problems.push(format!("{krate} (otel off) depends on {name}"));
+            let forbidden = name.starts_with("opentelemetry")
+                || (library
+                    && FORBIDDEN_WITHOUT_OTEL.iter().any(|bad| name == bad || name.starts_with(&format!("{bad}-"))));
+            if forbidden {
+                problems.push(format!("{krate} (otel off, dev dependencies included) depends on {name}"));
             }
         }
     }

@@ -104,7 +104,7 @@ fn build() -> Result<(PathBuf, PathBuf)> {
         "-p",
         "lens-core",
         "--features",
-        "otel",
+        "otlp-sink",
         "--profile",
         "bench",
         "--example",
