@@ -5,9 +5,11 @@
 //! training arguments, and the lifecycle (startup trace, interval re-rooting,
 //! signals, shutdown).
 
+pub mod goodput;
 pub mod groups;
 pub mod lifecycle;
 pub mod metrics;
+pub mod mfu;
 pub mod nvml;
 pub mod resource;
 pub mod signals;
