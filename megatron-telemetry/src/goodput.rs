@@ -339,6 +339,15 @@ impl Accountant {
         totals
     }
 
+    /// Continues from `prior` (the earlier attempts' totals, already
+    /// [resumed](GoodputTotals::resume)) instead of what [`Accountant::new`]
+    /// was given: for a resume that is known only once the checkpoint is
+    /// found, inside startup.
+    pub fn continue_from(&mut self, prior: GoodputTotals) {
+        self.prior = prior;
+        self.prior.attempts = self.prior.attempts.saturating_add(1);
+    }
+
     /// The earlier attempts' totals this attempt continues from.
     pub fn prior(&self) -> &GoodputTotals {
         &self.prior
