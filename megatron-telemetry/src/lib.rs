@@ -28,3 +28,8 @@ pub struct ResourceAttributesDocExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/metrics-megatron.md")]
 pub struct MetricsMegatronDocExamples;
+
+/// The Rust examples of `docs/goodput.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/goodput.md")]
+pub struct GoodputDocExamples;
