@@ -219,10 +219,9 @@ impl State {
         if let Err(error) = std::fs::create_dir_all(dir)
             .map_err(|e| e.to_string())
             .and_then(|()| record.write_atomic(dir).map_err(|e| e.to_string()))
+            && !self.write_warned.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
-            if !self.write_warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                warn(&format!("goodput: could not write the progress record (warned once): {error}"));
-            }
+            warn(&format!("goodput: could not write the progress record (warned once): {error}"));
         }
     }
 }
