@@ -856,6 +856,20 @@ fn display_summarises_the_resolved_configuration_with_sources() {
     assert!(!text.contains("s3cr3t"), "{text}");
 }
 
+#[test]
+fn the_peak_tflops_is_a_positive_number_named_in_its_error() {
+    let c = megatron(&[("NEMO_LENS_PEAK_TFLOPS", "989.4")]).unwrap();
+    assert_eq!(c.peak_tflops, Some(989.4));
+    assert_eq!(megatron(&[]).unwrap().peak_tflops, None);
+    for bad in ["0", "-5", "inf"] {
+        let err = megatron(&[("MEGATRON_OTEL_PEAK_TFLOPS", bad)]).unwrap_err();
+        assert!(err.mentions("MEGATRON_OTEL_PEAK_TFLOPS"), "{bad}: {err}");
+        assert!(err.to_string().contains("a positive number of TFLOP/s"), "{bad}: {err}");
+    }
+    let err = megatron(&[("MEGATRON_OTEL_PEAK_TFLOPS", "fast")]).unwrap_err();
+    assert!(err.to_string().contains("Invalid float for MEGATRON_OTEL_PEAK_TFLOPS: 'fast'"), "{err}");
+}
+
 // ---------------------------------------------------------------- proptests
 
 /// Every variable the model reads, for the property tests.
@@ -883,6 +897,7 @@ const VARIABLES: &[&str] = &[
     "MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS",
     "MEGATRON_OTEL_PROMETHEUS_LINGER_MS",
     "MEGATRON_OTEL_PROMETHEUS_RESOURCE_LABELS",
+    "MEGATRON_OTEL_PEAK_TFLOPS",
     "OTEL_SERVICE_NAME",
     "WANDB_ENTITY",
     "WANDB_PROJECT",

@@ -5,9 +5,11 @@
 //! training arguments, and the lifecycle (startup trace, interval re-rooting,
 //! signals, shutdown).
 
+pub mod goodput;
 pub mod groups;
 pub mod lifecycle;
 pub mod metrics;
+pub mod mfu;
 pub mod nvml;
 pub mod resource;
 pub mod signals;
@@ -26,3 +28,8 @@ pub struct ResourceAttributesDocExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/metrics-megatron.md")]
 pub struct MetricsMegatronDocExamples;
+
+/// The Rust examples of `docs/goodput.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/goodput.md")]
+pub struct GoodputDocExamples;

@@ -151,6 +151,10 @@ pub(crate) struct Args {
     /// Write a machine-readable summary (JSON) to this file at the end (written by the last rank).
     #[arg(long, value_name = "PATH")]
     pub(crate) summary_json: Option<PathBuf>,
+    /// Crash right after this iteration (test aid, like a node failure): every rank flushes its
+    /// telemetry, truncating open spans, and exits 1 without saving.
+    #[arg(long, value_name = "ITERATION")]
+    pub(crate) inject_crash_at: Option<u64>,
     /// Seconds a rank waits for a message from another rank before it gives up.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub(crate) comm_timeout: u64,

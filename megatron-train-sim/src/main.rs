@@ -29,6 +29,7 @@ mod checkpoint;
 mod cli;
 mod comm;
 mod device;
+mod goodput;
 mod launcher;
 mod model;
 mod output;
@@ -222,13 +223,26 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
     telemetry.record_startup_phases(&stamps);
 
     let summary_path = args.summary_json.clone();
+    let goodput = goodput::Goodput::new(goodput::GoodputSetup {
+        enabled: telemetry.is_enabled(),
+        run_id: run_id.clone(),
+        stamps: &stamps.with_env(&ProcessEnv),
+        rank: rank.rank,
+        save: args.save.as_deref(),
+        metrics: telemetry.goodput_metrics(),
+        configured_peak_tflops: telemetry::load_config(&env, &args.otel).ok().and_then(|c| c.peak_tflops),
+        device_name: &device.name(),
+        precision: megatron_telemetry::resource::Precision::from_flags(args.fp16, args.bf16),
+    });
     let mut trainer = Trainer::new(args, layout, comm, device, telemetry, stop);
+    trainer.set_goodput(goodput);
     let result = trainer.run();
     let summary = output::TelemetrySummary {
         enabled: trainer.telemetry().is_enabled(),
         exporting: trainer.telemetry().is_exporting(),
         destinations: trainer.telemetry().destinations(),
         report: trainer.shutdown_telemetry(),
+        goodput: trainer.goodput(),
     };
     let outcome = match result {
         Ok(outcome) => outcome,

@@ -375,6 +375,15 @@ impl Telemetry {
         self.lifecycle.record_training(values);
     }
 
+    /// The goodput and MFU gauges: real on the exporting rank, a no-op elsewhere.
+    pub(crate) fn goodput_metrics(&self) -> megatron_telemetry::goodput::GoodputMetrics {
+        if self.is_exporting() {
+            megatron_telemetry::goodput::GoodputMetrics::new(self.lifecycle.telemetry().meter())
+        } else {
+            megatron_telemetry::goodput::GoodputMetrics::noop()
+        }
+    }
+
     /// Ends the structural spans, removes the signal handlers, then shuts
     /// telemetry down (flush, bounded by `MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS`).
     /// Idempotent.

@@ -43,6 +43,7 @@ use crate::checkpoint::{self, PendingSave, RankState};
 use crate::cli::{Args, Coords, Layout, OptimizerKind};
 use crate::comm::{Comm, CommError, tag};
 use crate::device::{self, Device};
+use crate::goodput::{Goodput, Phase};
 use crate::model::{Data, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, learning_rate, mse};
 use crate::output;
 use crate::signals::StopFlag;
@@ -168,6 +169,7 @@ pub(crate) struct Trainer {
     last_saved: Option<u64>,
     outcome_checkpoints: Vec<(u64, PathBuf)>,
     heartbeat: checkpoint::Heartbeat,
+    goodput: Goodput,
 }
 
 impl Trainer {
@@ -224,7 +226,18 @@ impl Trainer {
             last_saved: None,
             outcome_checkpoints: Vec::new(),
             heartbeat,
+            goodput: Goodput::off(),
         }
+    }
+
+    /// Counts this attempt's goodput (telemetry on).
+    pub(crate) fn set_goodput(&mut self, goodput: Goodput) {
+        self.goodput = goodput;
+    }
+
+    /// The run's goodput totals now (`None` with telemetry off), and the latest MFU.
+    pub(crate) fn goodput(&self) -> (Option<megatron_telemetry::goodput::GoodputTotals>, Option<f64>) {
+        (self.goodput.totals(), self.goodput.mfu())
     }
 
     fn rank(&self) -> u32 {
@@ -240,6 +253,7 @@ impl Trainer {
     pub(crate) fn run(&mut self) -> Result<Outcome, RankError> {
         self.startup()?;
         self.telemetry.begin_training_loop(self.args.save_interval);
+        self.goodput.training_started();
         let outcome = self.train_loop();
         self.telemetry.end_training_loop();
         outcome
@@ -256,6 +270,7 @@ impl Trainer {
             self.optimizer = Optimizer::new(self.args.optimizer == OptimizerKind::Adam, self.stage.params.len());
             if let Some(root) = self.args.load.clone() {
                 let _load = self.telemetry.span(&tx::CHECKPOINT_LOAD, []);
+                self.goodput.begin(Phase::CheckpointLoad);
                 let iteration = checkpoint::read_tracker(&root)?;
                 let state = {
                     let _read = self.telemetry.span(&tx::CHECKPOINT_LOAD_IO_READ, []);
@@ -288,6 +303,8 @@ impl Trainer {
                 self.optimizer.steps = state.optimizer_steps;
                 self.iteration = state.iteration;
                 self.skipped = state.skipped_iterations;
+                self.goodput.resume(&root, state.iteration);
+                self.goodput.end(Phase::CheckpointLoad);
             }
         }
         {
@@ -400,6 +417,7 @@ impl Trainer {
             }
             self.iteration += 1;
             let iteration = self.iteration;
+            self.goodput.iteration_completed(iteration);
             let loss = (!step.skipped).then_some(step.loss);
             iterations.push((iteration, step_ms, loss));
             interval_step_ms.push(step_ms);
@@ -455,13 +473,22 @@ impl Trainer {
                     interval_losses.clear();
                     interval_step_ms.clear();
                     interval_skipped = 0;
+                    self.goodput.log_interval(tflops);
                 }
             }
 
+            if self.args.inject_crash_at == Some(iteration) {
+                // Like a node failure: no save, no final record; the caller
+                // flushes telemetry (open spans truncated) and exits 1.
+                return Err(RankError::new(format!("injected crash after iteration {iteration} (--inject-crash-at)")));
+            }
             if let Some(every) = self.args.eval_interval
                 && iteration.is_multiple_of(every)
             {
-                let loss = self.evaluate()?;
+                self.goodput.begin(Phase::Evaluation);
+                let loss = self.evaluate();
+                self.goodput.end(Phase::Evaluation);
+                let loss = loss?;
                 eval_losses.push((iteration, loss));
                 progress.eval(iteration, loss);
             }
@@ -506,6 +533,7 @@ impl Trainer {
                 self.telemetry.mark_call_indices(&span, &finalized);
             }
         }
+        self.goodput.finish();
         // Nobody leaves while another rank may still need it.
         self.comm.barrier(&self.groups.world.clone())?;
         self.heartbeat.finish();
@@ -815,6 +843,14 @@ impl Trainer {
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
         let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
         std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
+        self.goodput.begin(Phase::CheckpointSave);
+        let saved = self.save_blocking(&root, iteration);
+        self.goodput.saved(iteration);
+        saved
+    }
+
+    fn save_blocking(&mut self, root: &std::path::Path, iteration: u64) -> Result<(), RankError> {
+        let root = root.to_path_buf();
         let _exposed = self.telemetry.exposed_save(iteration);
         let started = Instant::now();
         {

@@ -182,6 +182,10 @@ pub struct LensConfig {
     /// (`<PREFIX>_PROMETHEUS_RESOURCE_LABELS`, comma-separated, `none` for
     /// none; default `nemo.run.id,service.instance.id`).
     pub prometheus_resource_labels: Vec<String>,
+    /// The accelerator's peak TFLOP/s for the model FLOPs utilisation
+    /// (`<PREFIX>_PEAK_TFLOPS`, a positive number; `None`: the framework's
+    /// table of known GPUs decides, or there is no MFU).
+    pub peak_tflops: Option<f64>,
     /// The standard `OTEL_*` variables.
     pub otel: OtelSettings,
     /// Which variable set each field (for messages).
@@ -214,6 +218,7 @@ impl Default for LensConfig {
             shutdown_timeout: Duration::from_millis(5000),
             prometheus_linger: Duration::ZERO,
             prometheus_resource_labels: DEFAULT_PROMETHEUS_RESOURCE_LABELS.iter().map(|s| s.to_string()).collect(),
+            peak_tflops: None,
             otel: OtelSettings::default(),
             origins: Origins::default(),
         }
@@ -361,6 +366,9 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
         };
         r.record("prometheus_resource_labels", &found, labels.join(","));
         c.prometheus_resource_labels = labels;
+    }
+    if let Some(v) = r.float("peak_tflops", r.prefixed("PEAK_TFLOPS")) {
+        c.peak_tflops = Some(v);
     }
 }
 
@@ -738,6 +746,7 @@ impl LensConfig {
             "shutdown_timeout" => self.shutdown_timeout.as_millis().to_string(),
             "prometheus_linger" => self.prometheus_linger.as_millis().to_string(),
             "prometheus_resource_labels" => self.prometheus_resource_labels.join(","),
+            "peak_tflops" => py_float(self.peak_tflops?),
             "otel.sdk_disabled" => o.sdk_disabled.to_string(),
             "otel.traces_exporter" => o.traces_exporter?.as_str().into(),
             "otel.metrics_exporter" => o.metrics_exporter?.as_str().into(),
@@ -818,6 +827,13 @@ impl LensConfig {
                     ExporterKind::TRACES_LOGS_NAMES,
                 ));
             }
+        }
+        if let Some(peak) = self.peak_tflops.filter(|p| !(p.is_finite() && *p > 0.0)) {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("peak_tflops"),
+                value: py_float(peak),
+                expected: "a positive number of TFLOP/s, e.g. 989.4".into(),
+            });
         }
         if let Some(ratio) = o.traces_sampler.ratio().filter(|r| !(0.0..=1.0).contains(r)) {
             problems.push(ConfigProblem::InvalidValue {
@@ -936,6 +952,7 @@ impl fmt::Debug for LensConfig {
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("prometheus_linger", &self.prometheus_linger)
             .field("prometheus_resource_labels", &self.prometheus_resource_labels)
+            .field("peak_tflops", &self.peak_tflops)
             .field("otel", &self.otel)
             .finish_non_exhaustive()
     }
