@@ -29,6 +29,7 @@ pub mod env;
 pub mod groups;
 pub mod identity;
 pub mod instrument_values;
+pub mod otlp_file;
 pub mod report;
 pub mod semconv;
 pub mod strategies;

@@ -9,8 +9,11 @@ pub mod groups;
 pub mod lifecycle;
 pub mod metrics;
 pub mod nvml;
+pub mod phases;
+pub mod rank_metrics;
 pub mod resource;
 pub mod signals;
+pub mod stragglers;
 pub mod taxonomy;
 
 /// The Rust examples of `docs/resource-attributes.md`, compiled and run as doc
