@@ -39,7 +39,7 @@ use crate::rank_metrics::{ITERATION, PHASE_ATTRIBUTE, PHASE_DURATION_MS, STEP_DU
 /// Log intervals per analysis window.
 pub const WINDOW_INTERVALS: usize = 4;
 /// The absolute threshold, ms per iteration.
-pub const THRESHOLD_MS: f64 = 5.0;
+pub const THRESHOLD_MS: f64 = 10.0;
 /// The relative threshold, as a share of the peers' median step time.
 pub const THRESHOLD_SHARE: f64 = 0.1;
 
