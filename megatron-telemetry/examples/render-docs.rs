@@ -10,18 +10,19 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use megatron_telemetry::{groups, metrics, taxonomy};
+use megatron_telemetry::{groups, metrics, rank_metrics, taxonomy};
 
 fn main() -> ExitCode {
     let fragment = std::env::args().nth(1).unwrap_or_default();
     let text = match fragment.as_str() {
         "taxonomy" => taxonomy::markdown_table(),
         "metrics" => metrics::markdown_table(),
+        "rank-metrics" => rank_metrics::markdown_table(),
         "groups" => groups::markdown_reference(),
         other => {
             let _ = writeln!(
                 std::io::stderr(),
-                "render-docs: unknown fragment '{other}'; expected taxonomy, metrics or groups"
+                "render-docs: unknown fragment '{other}'; expected taxonomy, metrics, rank-metrics or groups"
             );
             return ExitCode::FAILURE;
         }
