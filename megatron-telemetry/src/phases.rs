@@ -149,6 +149,7 @@ impl Phase {
         matches!(self, Phase::Data | Phase::Forward | Phase::Backward | Phase::Optimizer)
     }
 
+    #[cfg(feature = "otel")]
     fn from_index(index: u8) -> Phase {
         Phase::ALL.get(usize::from(index)).copied().unwrap_or(Phase::Other)
     }
