@@ -128,6 +128,7 @@ fn every_lens_variable_is_read() {
         ("NEMO_LENS_SAMPLING_STRATEGY", "rank_aware"),
         ("NEMO_LENS_TRACES_ENABLED", "0"),
         ("NEMO_LENS_METRICS_ENABLED", "no"),
+        ("NEMO_LENS_RANK_METRICS", "1"),
         ("NEMO_LENS_LOGS_ENABLED", "on"),
         ("NEMO_LENS_SPAN_GROUPS", "per_step"),
         ("NEMO_LENS_EXPORTER", "console"),
@@ -150,6 +151,7 @@ fn every_lens_variable_is_read() {
     assert_eq!(c.export_sample_rate, 0.25);
     assert_eq!(c.sampling_strategy, "rank_aware");
     assert!(!c.traces_enabled && !c.metrics_enabled && c.logs_enabled);
+    assert!(c.rank_metrics, "NEMO_LENS_RANK_METRICS=1 turns per-rank metrics on");
     assert_eq!(c.span_groups, "per_step");
     assert_eq!(c.exporter, Some(ExporterKind::Console));
     assert_eq!(c.run_id, "run-42");
@@ -161,6 +163,13 @@ fn every_lens_variable_is_read() {
     assert_eq!(c.shutdown_timeout, Duration::from_millis(250));
     assert_eq!(c.prometheus_linger, Duration::from_secs(60));
     assert_eq!(c.prometheus_resource_labels, ["nemo.run.id", "host.name"]);
+}
+
+#[test]
+fn rank_metrics_is_off_by_default_and_validated_like_every_boolean() {
+    assert!(!lens(&[]).unwrap().rank_metrics);
+    let text = lens(&[("NEMO_LENS_RANK_METRICS", "sometimes")]).unwrap_err().to_string();
+    assert!(text.contains("Invalid boolean for NEMO_LENS_RANK_METRICS: 'sometimes'."), "{text}");
 }
 
 #[test]
@@ -886,6 +895,7 @@ const VARIABLES: &[&str] = &[
     "NEMO_LENS_SAMPLER_ENABLED",
     "MEGATRON_OTEL_TRACES_ENABLED",
     "MEGATRON_OTEL_METRICS_ENABLED",
+    "MEGATRON_OTEL_RANK_METRICS",
     "MEGATRON_OTEL_LOGS_ENABLED",
     "MEGATRON_OTEL_SPAN_GROUPS",
     "MEGATRON_OTEL_EXPORTER",

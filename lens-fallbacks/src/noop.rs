@@ -571,6 +571,12 @@ impl Telemetry {
         false
     }
 
+    /// Always false.
+    #[inline(always)]
+    pub fn exports_rank_metrics(&self) -> bool {
+        false
+    }
+
     /// Always empty.
     #[inline(always)]
     pub fn enabled_groups(&self) -> lens_core::groups::GroupSet {

@@ -10,7 +10,7 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use megatron_telemetry::{goodput, groups, metrics, taxonomy};
+use megatron_telemetry::{goodput, groups, metrics, rank_metrics, taxonomy};
 
 fn main() -> ExitCode {
     let fragment = std::env::args().nth(1).unwrap_or_default();
@@ -18,11 +18,12 @@ fn main() -> ExitCode {
         "taxonomy" => taxonomy::markdown_table(),
         "metrics" => metrics::markdown_table(),
         "goodput" => goodput::markdown_table(),
+        "rank-metrics" => rank_metrics::markdown_table(),
         "groups" => groups::markdown_reference(),
         other => {
             let _ = writeln!(
                 std::io::stderr(),
-                "render-docs: unknown fragment '{other}'; expected taxonomy, metrics, goodput or groups"
+                "render-docs: unknown fragment '{other}'; expected taxonomy, metrics, goodput, rank-metrics or groups"
             );
             return ExitCode::FAILURE;
         }

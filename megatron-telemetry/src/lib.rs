@@ -11,8 +11,11 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod mfu;
 pub mod nvml;
+pub mod phases;
+pub mod rank_metrics;
 pub mod resource;
 pub mod signals;
+pub mod stragglers;
 pub mod taxonomy;
 
 /// The Rust examples of `docs/resource-attributes.md`, compiled and run as doc

@@ -145,6 +145,10 @@ pub(crate) struct Args {
     /// Make the loss NaN at this iteration (test aid: the iteration is skipped).
     #[arg(long, value_name = "ITER")]
     pub(crate) inject_nan_at: Option<u64>,
+    /// Make rank RANK slower by MS milliseconds in PHASE (data, forward, backward or optimizer) in every
+    /// iteration: a straggler for docs/ranks.md's tools. Repeatable.
+    #[arg(long, value_name = "RANK:PHASE:MS", value_parser = crate::faults::parse_straggler)]
+    pub(crate) inject_straggler: Vec<crate::faults::Straggler>,
     /// Sleep this long in every step, on every rank (to simulate a slower step in benchmarks).
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub(crate) step_sleep_ms: u64,
@@ -312,6 +316,7 @@ impl Args {
             return Err(UsageError(problems));
         }
 
+        problems.extend(crate::faults::check_ranks(&self.inject_straggler, world_size));
         let model_parallel = tp * pp;
         let dp = if !world_size.is_multiple_of(model_parallel) {
             problems.push(format!(

@@ -25,11 +25,14 @@
 //! damaged, truncated, foreign, another layout), 1 for a failure during the run, `128 + signal` when a
 //! signal ended it without `--exit-signal-handler`.
 
+mod analyze;
 mod checkpoint;
 mod cli;
 mod comm;
 mod device;
+mod faults;
 mod goodput;
+mod insight;
 mod launcher;
 mod model;
 mod output;
@@ -78,6 +81,9 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(trace_view::Tool::TraceView(view)) = &args.tool {
         return trace_view::run(view);
+    }
+    if let Some(trace_view::Tool::Analyze(analyze)) = &args.tool {
+        return analyze::run(analyze);
     }
     match (args.nproc_per_node, is_rank) {
         (Some(nproc), false) => run_launcher(&args, nproc, program_start),

@@ -213,6 +213,7 @@ pub(crate) fn summary_json(
         "flops_per_iteration": outcome.flops_per_iteration,
         "throughput_tflops_per_rank": tflops,
         "peak_memory_bytes": outcome.peak_memory_bytes,
+        "messages_sent": outcome.messages_sent,
         "checkpoints": outcome.checkpoints.iter().map(|(i, path)| json!({"iteration": i, "path": path.display().to_string()})).collect::<Vec<_>>(),
         "telemetry": {
             "enabled": telemetry.enabled,

@@ -181,6 +181,11 @@ impl Telemetry {
         self.lifecycle.telemetry().is_enabled()
     }
 
+    /// The facade handle (meter, rank metrics on or off).
+    pub(crate) fn lens(&self) -> &lens_fallbacks::Telemetry {
+        self.lifecycle.telemetry()
+    }
+
     /// Whether this rank exports.
     pub(crate) fn is_exporting(&self) -> bool {
         self.lifecycle.is_exporting()

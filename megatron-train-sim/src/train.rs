@@ -43,11 +43,13 @@ use crate::checkpoint::{self, PendingSave, RankState};
 use crate::cli::{Args, Coords, Layout, OptimizerKind};
 use crate::comm::{Comm, CommError, tag};
 use crate::device::{self, Device};
-use crate::goodput::{Goodput, Phase};
+use crate::goodput::{Goodput, Phase as GoodputPhase};
+use crate::insight::RankInsight;
 use crate::model::{Data, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, learning_rate, mse};
 use crate::output;
 use crate::signals::StopFlag;
 use crate::telemetry::{MetricValues, Telemetry};
+use megatron_telemetry::phases::Phase;
 
 /// Why a rank stopped with an error.
 #[derive(Debug)]
@@ -128,6 +130,8 @@ pub(crate) struct Outcome {
     pub(crate) peak_memory_bytes: Option<u64>,
     /// The device's name.
     pub(crate) device: String,
+    /// Frames this rank sent to other ranks (a count: rank metrics add none).
+    pub(crate) messages_sent: u64,
 }
 
 struct Groups {
@@ -170,6 +174,7 @@ pub(crate) struct Trainer {
     outcome_checkpoints: Vec<(u64, PathBuf)>,
     heartbeat: checkpoint::Heartbeat,
     goodput: Goodput,
+    insight: RankInsight,
 }
 
 impl Trainer {
@@ -182,8 +187,11 @@ impl Trainer {
         telemetry: Telemetry,
         stop_requested: StopFlag,
     ) -> Trainer {
+        let mut comm = comm;
         let rank = comm.rank();
         let coords = layout.coords(rank);
+        let insight = RankInsight::new(&telemetry, &args.inject_straggler, rank, coords);
+        comm.set_phases(insight.phases().clone());
         let at = |c: Coords| layout.rank(c);
         let groups = Groups {
             world: (0..layout.world()).collect(),
@@ -227,6 +235,7 @@ impl Trainer {
             outcome_checkpoints: Vec::new(),
             heartbeat,
             goodput: Goodput::off(),
+            insight,
         }
     }
 
@@ -270,7 +279,7 @@ impl Trainer {
             self.optimizer = Optimizer::new(self.args.optimizer == OptimizerKind::Adam, self.stage.params.len());
             if let Some(root) = self.args.load.clone() {
                 let _load = self.telemetry.span(&tx::CHECKPOINT_LOAD, []);
-                self.goodput.begin(Phase::CheckpointLoad);
+                self.goodput.begin(GoodputPhase::CheckpointLoad);
                 let iteration = checkpoint::read_tracker(&root)?;
                 let state = {
                     let _read = self.telemetry.span(&tx::CHECKPOINT_LOAD_IO_READ, []);
@@ -304,7 +313,7 @@ impl Trainer {
                 self.iteration = state.iteration;
                 self.skipped = state.skipped_iterations;
                 self.goodput.resume(&root, state.iteration);
-                self.goodput.end(Phase::CheckpointLoad);
+                self.goodput.end(GoodputPhase::CheckpointLoad);
             }
         }
         {
@@ -383,6 +392,7 @@ impl Trainer {
         while self.iteration < self.args.train_iters {
             let save_interval = self.args.save_interval.unwrap_or(0);
             self.telemetry.loop_pass(self.iteration);
+            self.insight.phases().begin_iteration(self.iteration);
             {
                 let _heartbeat = self.telemetry.ft_heartbeat(self.iteration);
                 self.heartbeat.beat(self.iteration);
@@ -407,6 +417,7 @@ impl Trainer {
                 step
             };
             let step_ms = started.elapsed().as_secs_f64() * 1e3;
+            self.insight.phases().end_iteration(self.iteration + 1, started.elapsed());
             if loop_counter == 0 {
                 // Megatron re-enables the parameter-gather hook here; the
                 // simulator has no overlapped gather, so the hook's work is
@@ -447,6 +458,7 @@ impl Trainer {
                     let tokens_per_sec = tokens as f64 / (mean_ms / 1e3);
                     let tflops = flops / (mean_ms / 1e3) / 1e12 / f64::from(self.layout.world());
                     log_losses.push((iteration, mean_loss));
+                    self.insight.record_interval();
                     self.telemetry.record(&MetricValues {
                         step_duration_ms: Some(mean_ms),
                         loss: mean_loss,
@@ -485,9 +497,9 @@ impl Trainer {
             if let Some(every) = self.args.eval_interval
                 && iteration.is_multiple_of(every)
             {
-                self.goodput.begin(Phase::Evaluation);
+                self.goodput.begin(GoodputPhase::Evaluation);
                 let loss = self.evaluate();
-                self.goodput.end(Phase::Evaluation);
+                self.goodput.end(GoodputPhase::Evaluation);
                 let loss = loss?;
                 eval_losses.push((iteration, loss));
                 progress.eval(iteration, loss);
@@ -551,6 +563,7 @@ impl Trainer {
             tokens_per_iteration: tokens,
             peak_memory_bytes: self.device.peak_memory_bytes(),
             device: self.device.name(),
+            messages_sent: self.comm.messages_sent(),
         })
     }
 
@@ -596,7 +609,10 @@ impl Trainer {
         // The linked span starts with the wait: the sender's context, its
         // link, only arrives inside the message.
         let waiting = SystemTime::now();
-        let payload = self.comm.recv(peer, frame_tag)?;
+        let payload = {
+            let _wait = self.insight.phases().enter_wait(Phase::PpWait);
+            self.comm.recv(peer, frame_tag)?
+        };
         let bad = || RankError::new(format!("rank {}: malformed pipeline message from rank {peer}", self.rank()));
         let got_microbatch = u64::from_le_bytes(payload.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
         let context_len =
@@ -618,11 +634,14 @@ impl Trainer {
     /// projection included).
     fn stage_forward(&mut self, mut activations: Vec<f32>) -> Result<(Vec<f32>, Vec<Saved>), RankError> {
         let mut saved = Vec::with_capacity(self.stage.layers.len());
-        let Trainer { stage, comm, device, telemetry, groups, .. } = self;
+        let Trainer { stage, comm, device, telemetry, groups, insight, .. } = self;
         for index in 0..stage.layers.len() {
             let slot = stage.layers[index];
             let _layer = telemetry.layer_span(slot.number);
-            let gather = |mine: &[f32]| comm.all_gather(&groups.tensor, mine);
+            let gather = |mine: &[f32]| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_gather(&groups.tensor, mine)
+            };
             let (output, keep) = match slot.kind {
                 LayerKind::Transformer => {
                     let mixed = {
@@ -645,10 +664,12 @@ impl Trainer {
     }
 
     fn stage_backward(&mut self, saved: &[Saved], mut grad: Vec<f32>) -> Result<Vec<f32>, RankError> {
-        let Trainer { stage, comm, device, groups, .. } = self;
+        let Trainer { stage, comm, device, groups, insight, .. } = self;
         for index in (0..stage.layers.len()).rev() {
-            grad = stage
-                .layer_backward(device.as_ref(), index, &saved[index], grad, |g| comm.all_reduce(&groups.tensor, g))?;
+            grad = stage.layer_backward(device.as_ref(), index, &saved[index], grad, |g| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_reduce(&groups.tensor, g)
+            })?;
         }
         Ok(grad)
     }
@@ -668,11 +689,18 @@ impl Trainer {
             Some(_) => Some(self.recv_pipeline(true, microbatch)?),
             None => None,
         };
+        let (train, inject) = (split == Split::Train, split == Split::Train && microbatch == 0);
         let (output, saved, last) = {
             let _forward = self.telemetry.span(&tx::MICROBATCH_FORWARD, []);
             let first = self.first_sample(step, microbatch);
             let needs_inputs = received.is_none() || self.is_last_stage();
+            if train {
+                self.insight.enter_compute(Phase::Data, inject);
+            }
             let inputs = needs_inputs.then(|| self.data.inputs(split, first, self.args.micro_batch_size));
+            if train {
+                self.insight.enter_compute(Phase::Forward, inject);
+            }
             let activations = match (received, &inputs) {
                 (Some(received), _) => received,
                 (None, Some(inputs)) => inputs.clone(),
@@ -737,6 +765,7 @@ impl Trainer {
                 };
                 let grad_input = {
                     let _backward = self.telemetry.span(&tx::MICROBATCH_BACKWARD, []);
+                    self.insight.enter_compute(Phase::Backward, microbatch == 0);
                     self.stage_backward(&saved, grad)?
                 };
                 self.send_pipeline(false, microbatch as u64, &grad_input)?;
@@ -754,6 +783,7 @@ impl Trainer {
             }
             {
                 let _finish = self.telemetry.span(&tx::GRAD_SYNC_FINISH, []);
+                let _wait = self.insight.phases().enter(Phase::DpWait);
                 self.comm.all_reduce_finish(&group, &mut self.stage.grads)?;
             }
         }
@@ -768,7 +798,11 @@ impl Trainer {
         control[CONTROL_STOP] = f64::from(u8::from(self.stop_requested.load(Ordering::Relaxed)));
         control[CONTROL_SAVE_DONE] = f64::from(u8::from(self.pending_save.as_ref().is_some_and(PendingSave::is_done)));
         let world = self.groups.world.clone();
-        self.comm.all_reduce(&world, &mut control)?;
+        {
+            // The per-iteration control reduction: a wait like the gradients'.
+            let _wait = self.insight.phases().enter(Phase::DpWait);
+            self.comm.all_reduce(&world, &mut control)?;
+        }
         let loss = control[CONTROL_LOSS] / self.normaliser;
         let grad_norm = control[CONTROL_GRAD_SUMSQ].sqrt();
         let stop = control[CONTROL_STOP] > 0.0;
@@ -785,12 +819,14 @@ impl Trainer {
         let skipped = !(loss.is_finite() && grad_norm.is_finite());
         {
             let span = self.telemetry.span(&tx::TRAIN_ITERATION_OPTIMIZER, []);
+            self.insight.enter_compute(Phase::Optimizer, true);
             if !skipped {
                 let clip = self.args.clip_grad;
                 let scale = if clip > 0.0 && grad_norm > clip { (clip / (grad_norm + 1e-6)) as f32 } else { 1.0 };
                 self.optimizer.step(&mut self.stage.params, &self.stage.grads, learning_rate, scale);
             }
             self.telemetry.mark_update(&span, !skipped);
+            self.insight.phases().mark(Phase::Other);
         }
         Ok(StepResult { loss, grad_norm, learning_rate, skipped, stop })
     }
@@ -807,6 +843,8 @@ impl Trainer {
 
     fn evaluate(&mut self) -> Result<f64, RankError> {
         let span = self.telemetry.evaluate();
+        let phases = self.insight.phases().clone();
+        let _eval = phases.enter(Phase::Eval);
         let mut total = [0.0_f64];
         for step in 0..self.args.eval_iters {
             let _step_span = self.telemetry.evaluate_step(step);
@@ -843,7 +881,7 @@ impl Trainer {
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
         let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
         std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
-        self.goodput.begin(Phase::CheckpointSave);
+        self.goodput.begin(GoodputPhase::CheckpointSave);
         let saved = self.save_blocking(&root, iteration);
         self.goodput.saved(iteration);
         saved
@@ -853,6 +891,8 @@ impl Trainer {
         let root = root.to_path_buf();
         let _exposed = self.telemetry.exposed_save(iteration);
         let started = Instant::now();
+        let phases = self.insight.phases().clone();
+        let _checkpoint = phases.enter(Phase::Checkpoint);
         {
             // The step's gradient buffer is not needed until the next step
             // (which re-allocates it): its memory goes back before saving.
@@ -933,6 +973,8 @@ impl Trainer {
     /// points the tracker at it. Returns the finalized call indices.
     fn finalize_async_save(&mut self) -> Result<Vec<u64>, RankError> {
         let Some(pending) = self.pending_save.take() else { return Ok(Vec::new()) };
+        let phases = self.insight.phases().clone();
+        let _checkpoint = phases.enter(Phase::Checkpoint);
         let (call_index, iteration) = (pending.call_index, pending.iteration);
         let path = pending.wait().map_err(RankError::new)?;
         let world = self.groups.world.clone();

@@ -145,6 +145,9 @@ pub struct LensConfig {
     pub traces_enabled: bool,
     /// Metrics on or off (`<PREFIX>_METRICS_ENABLED`, default true).
     pub metrics_enabled: bool,
+    /// Per-rank metrics from every rank, whatever the rank strategy
+    /// (`<PREFIX>_RANK_METRICS`, default false; SPEC A16).
+    pub rank_metrics: bool,
     /// Logs on or off (`<PREFIX>_LOGS_ENABLED`, default false).
     pub logs_enabled: bool,
     /// Span-group spec (`<PREFIX>_SPAN_GROUPS`, default `default`).
@@ -204,6 +207,7 @@ impl Default for LensConfig {
             sampling_strategy: String::new(),
             traces_enabled: true,
             metrics_enabled: true,
+            rank_metrics: false,
             logs_enabled: false,
             span_groups: "default".to_string(),
             exporter: None,
@@ -318,6 +322,9 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     }
     if let Some(v) = r.bool("metrics_enabled", r.prefixed("METRICS_ENABLED")) {
         c.metrics_enabled = v;
+    }
+    if let Some(v) = r.bool("rank_metrics", r.prefixed("RANK_METRICS")) {
+        c.rank_metrics = v;
     }
     if let Some(v) = r.bool("logs_enabled", r.prefixed("LOGS_ENABLED")) {
         c.logs_enabled = v;
@@ -733,6 +740,7 @@ impl LensConfig {
             "sampling_strategy" => self.sampling_strategy.clone(),
             "traces_enabled" => self.traces_enabled.to_string(),
             "metrics_enabled" => self.metrics_enabled.to_string(),
+            "rank_metrics" => self.rank_metrics.to_string(),
             "logs_enabled" => self.logs_enabled.to_string(),
             "span_groups" => self.span_groups.clone(),
             "exporter" => self.exporter?.as_str().into(),
@@ -938,6 +946,7 @@ impl fmt::Debug for LensConfig {
             .field("sampling_strategy", &self.sampling_strategy)
             .field("traces_enabled", &self.traces_enabled)
             .field("metrics_enabled", &self.metrics_enabled)
+            .field("rank_metrics", &self.rank_metrics)
             .field("logs_enabled", &self.logs_enabled)
             .field("span_groups", &self.span_groups)
             .field("exporter", &self.exporter)
@@ -990,6 +999,7 @@ impl fmt::Display for LensConfig {
         line(f, "sampling_strategy", "sampling_strategy", &sampling)?;
         line(f, "traces_enabled", "traces_enabled", &self.traces_enabled)?;
         line(f, "metrics_enabled", "metrics_enabled", &self.metrics_enabled)?;
+        line(f, "rank_metrics", "rank_metrics", &self.rank_metrics)?;
         line(f, "logs_enabled", "logs_enabled", &self.logs_enabled)?;
         let groups = match self.resolved_span_groups() {
             Ok(set) => format!("{} = {{{}}}", self.span_groups, self.catalog.names(set).join(", ")),

@@ -241,6 +241,7 @@ pub struct Telemetry {
     enabled: bool,
     exporting: bool,
     records_spans: bool,
+    rank_metrics: bool,
     groups: GroupSet,
     rank: RankContext,
     run_id: String,
@@ -283,6 +284,7 @@ impl Telemetry {
             enabled,
             exporting: false,
             records_spans: false,
+            rank_metrics: false,
             groups: GroupSet::EMPTY,
             rank,
             run_id,
@@ -320,6 +322,14 @@ impl Telemetry {
     /// Whether this rank exports.
     pub fn is_exporting(&self) -> bool {
         self.exporting
+    }
+
+    /// Whether this rank exports the per-rank metrics (`<PREFIX>_RANK_METRICS`,
+    /// SPEC A16): then [`Telemetry::meter`] is a real meter on every rank,
+    /// even where the rank strategy says no and [`Telemetry::is_exporting`]
+    /// is false.
+    pub fn exports_rank_metrics(&self) -> bool {
+        self.rank_metrics
     }
 
     /// Whether this rank records spans (it exports and the sampling strategy
@@ -570,14 +580,18 @@ pub fn setup_telemetry(
     if enabled && ACTIVE.swap(true, Ordering::AcqRel) {
         return Err(SetupError::AlreadyActive);
     }
-    if !exports {
+    // Per-rank metrics (SPEC A16): with `<PREFIX>_RANK_METRICS` every rank
+    // builds a metrics pipeline; spans, logs and `is_exporting` still follow
+    // the rank strategy.
+    let rank_metrics = enabled && config.rank_metrics && config.metrics_enabled;
+    if !exports && !rank_metrics {
         if enabled {
             // This lifetime owns the gate: nothing is recorded on this rank.
             set_enabled_span_groups(GroupSet::EMPTY);
         }
         return Ok(Telemetry::inert(enabled, rank, String::new(), config.shutdown_timeout));
     }
-    match build(config, rank, resource_attributes, options, records_spans, groups) {
+    match build(config, rank, resource_attributes, options, records_spans, groups, (exports, rank_metrics)) {
         Ok(telemetry) => Ok(telemetry),
         Err(error) => {
             ACTIVE.store(false, Ordering::Release);
@@ -594,6 +608,7 @@ fn build(
     mut options: SetupOptions,
     records_spans: bool,
     groups: GroupSet,
+    (exports, rank_metrics): (bool, bool),
 ) -> Result<Telemetry, SetupError> {
     let env: Box<dyn EnvSource + Send + Sync> = options.env.take().unwrap_or_else(|| Box::new(ProcessEnv));
     let env = &*env;
@@ -694,6 +709,7 @@ fn build(
     let mut logger_provider = None;
     let mut log_counters = None;
     if config.logs_enabled
+        && exports
         && let Some(exporter) = log_exporter(config, rank, &run_id.value, &mut destinations)?
     {
         let batch_config =
@@ -733,8 +749,9 @@ fn build(
         tracer,
         meter,
         enabled: true,
-        exporting: true,
+        exporting: exports,
         records_spans: tracer_provider.is_some(),
+        rank_metrics: rank_metrics && meter_provider.is_some(),
         groups,
         rank,
         run_id: run_id.value,
@@ -857,12 +874,11 @@ fn metric_exporter(
             let settings = PrometheusSettings {
                 host: config.otel.prometheus_host.clone(),
                 port: config.otel.prometheus_port,
-                // A strategy given in code has no name. `false`: per-rank
-                // metrics are not configurable yet; `<PREFIX>_RANK_METRICS`
-                // (issue #12) feeds this argument.
+                // A strategy given in code has no name. With rank metrics
+                // every rank of a host exports metrics.
                 local_rank_offset: exporters::prometheus_port_offset(
                     options.rank_strategy.is_none().then_some(config.rank_strategy.as_str()),
-                    false,
+                    config.rank_metrics,
                     rank.local_rank,
                 ),
                 resource_labels: config.prometheus_resource_labels.clone(),
