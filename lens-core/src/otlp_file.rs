@@ -15,6 +15,7 @@
 //! let line = r#"{"resourceMetrics":[{"resource":{"attributes":[]},"scopeMetrics":[{"metrics":[
 //!   {"name":"megatron.rank.iteration","gauge":{"dataPoints":[
 //!     {"attributes":[{"key":"dl.rank","value":{"intValue":"3"}}],"timeUnixNano":"5","asInt":"20"}]}}]}]}]}"#;
+//! let line = line.replace('\n', ""); // one export request a line
 //! let file = read_metric_lines(line.as_bytes(), 3);
 //! assert_eq!(file.points[0].value, 20.0);
 //! assert_eq!(file.points[0].attributes["dl.rank"], AttributeValue::Int(3));
