@@ -254,6 +254,8 @@ pub struct Telemetry {
     metric_counters: Option<Arc<MetricExportCounters>>,
     parts: Mutex<Option<Parts>>,
     holds_slot: AtomicBool,
+    /// Header values, removed from the report's error strings.
+    secrets: Vec<String>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -295,6 +297,7 @@ impl Telemetry {
             metric_counters: None,
             parts: Mutex::new(None),
             holds_slot: AtomicBool::new(enabled),
+            secrets: Vec::new(),
         }
     }
 
@@ -393,7 +396,7 @@ impl Telemetry {
         if let Some(provider) = meter_provider {
             steps.push(("flush metrics", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
         }
-        let mut report = run_steps(steps, Instant::now() + timeout);
+        let mut report = run_steps(steps, Instant::now() + timeout, &self.secrets);
         report.spans = self.report().spans;
         report.metrics = self.report().metrics;
         report
@@ -443,7 +446,7 @@ impl Telemetry {
                 Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
             ));
         }
-        let mut report = run_steps(steps, deadline);
+        let mut report = run_steps(steps, deadline, &self.secrets);
         report.performed = true;
         report.truncated_spans = truncated.load(Ordering::Relaxed);
         report.spans = self.report().spans;
@@ -482,7 +485,8 @@ type Step = (&'static str, Box<dyn FnOnce(Duration) -> Result<(), String> + Send
 /// Runs `steps` in order on a helper thread and waits for them until
 /// `deadline`. A step still running at the deadline is left to finish in
 /// the background; it and the steps after it are reported unfinished.
-fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
+/// Every error is passed through [`crate::diag::redact`] with `secrets`.
+fn run_steps(steps: Vec<Step>, deadline: Instant, secrets: &[String]) -> ShutdownReport {
     let names: Vec<&'static str> = steps.iter().map(|(name, _)| *name).collect();
     let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
     let spawned = std::thread::Builder::new().name("lens-shutdown".into()).spawn(move || {
@@ -497,7 +501,7 @@ fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
     });
     let mut report = ShutdownReport::default();
     if let Err(error) = spawned {
-        report.errors.push(format!("could not start the shutdown thread: {error}"));
+        report.errors.push(crate::diag::redact(&format!("could not start the shutdown thread: {error}"), secrets));
         report.unfinished = names;
         return report;
     }
@@ -508,7 +512,7 @@ fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
             Ok((index, result)) => {
                 finished = index + 1;
                 if let Err(error) = result {
-                    report.errors.push(format!("{}: {error}", names[index]));
+                    report.errors.push(crate::diag::redact(&format!("{}: {error}", names[index]), secrets));
                 }
             }
             Err(_) => break,
@@ -725,12 +729,13 @@ fn build(
         metric_counters,
         parts: Mutex::new(Some(Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus })),
         holds_slot: AtomicBool::new(true),
+        secrets: secrets(config),
     })
 }
 
 /// Header values of every signal: never quoted in a warning.
 fn secrets(config: &LensConfig) -> Vec<String> {
-    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).headers.iter().map(|(_, v)| v.to_string())).collect()
+    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).headers.secrets()).collect()
 }
 
 fn batch_config(config: &LensConfig) -> BatchConfig {
@@ -873,4 +878,27 @@ fn log_exporter(
         ExporterKind::Prometheus | ExporterKind::None => return Ok(None),
     };
     Ok(Some(exporter))
+}
+
+#[cfg(test)]
+mod report_redaction_tests {
+    use super::*;
+
+    #[test]
+    fn shutdown_report_errors_never_show_a_header_value() {
+        let secrets = vec!["Bearer tok3n-value".to_string(), "tok3n-value".to_string()];
+        let steps: Vec<Step> = vec![
+            ("shut down spans", Box::new(|_| Err("401 from collector: authorization: Bearer tok3n-value".to_string()))),
+            ("shut down logs", Box::new(|_| Err("UNAUTHENTICATED: echo x-key=tok3n-value".to_string()))),
+        ];
+        let report = run_steps(steps, Instant::now() + Duration::from_secs(10), &secrets);
+        assert_eq!(
+            report.errors,
+            [
+                "shut down spans: 401 from collector: authorization: <redacted>",
+                "shut down logs: UNAUTHENTICATED: echo x-key=<redacted>"
+            ]
+        );
+        assert!(!format!("{report} {report:?}").contains("tok3n"), "{report}");
+    }
 }
