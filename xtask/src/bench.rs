@@ -75,7 +75,6 @@ enum Verdict {
     PassByInstructions,
     Fail,
     FailByInstructions,
-    Reported,
 }
 
 impl Verdict {
@@ -85,7 +84,6 @@ impl Verdict {
             Verdict::PassByInstructions => "pass (by instructions)",
             Verdict::Fail => "**FAIL**",
             Verdict::FailByInstructions => "**FAIL** (by instructions)",
-            Verdict::Reported => "reported",
         }
     }
 

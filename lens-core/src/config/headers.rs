@@ -19,7 +19,7 @@ use std::fmt;
 
 /// The shortest credential part (after `Bearer `) redacted on its own:
 /// shorter ones would redact ordinary words of a message.
-pub const MIN_CREDENTIAL_LEN: usize = 6;
+const MIN_CREDENTIAL_LEN: usize = 6;
 
 /// An ordered list of header names and values whose values are never shown.
 #[derive(Clone, Default, PartialEq, Eq)]
