@@ -17,6 +17,9 @@
 //! - [`report`]: what telemetry exported and lost (shutdown reports).
 //! - [`instrument_values`]: the values lens-instruments records, as plain
 //!   data shared by both sides of the facade.
+//! - [`metrics`]: the metric handles (`Meter`, `Counter`, `Gauge`,
+//!   `Histogram`), one definition for both builds: OpenTelemetry instruments
+//!   with `otel`, inline no-ops without it.
 //! - [`semconv`]: attribute keys shared by every consumer.
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime.
@@ -29,6 +32,8 @@ pub mod env;
 pub mod groups;
 pub mod identity;
 pub mod instrument_values;
+pub mod metrics;
+pub mod otlp_file;
 pub mod report;
 pub mod semconv;
 pub mod strategies;

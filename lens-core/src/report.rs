@@ -61,9 +61,20 @@ pub struct MetricExportSnapshot {
     pub points_exported: u64,
     /// Export calls that failed.
     pub failed_exports: u64,
-    /// Data points in the failed exports (a later cumulative export may
-    /// carry their series again).
+    /// Data points in the collections whose first export failed (kept for
+    /// resending when the exporter can resend: see `points_dropped` for
+    /// what was lost).
     pub points_failed: u64,
+    /// Resends of collections whose export had failed.
+    pub retries: u64,
+    /// Failed collections kept for resending now.
+    pub collections_kept: u64,
+    /// Collections lost: over the cap of kept collections, past the retry
+    /// window, still kept at shutdown, or failed on an exporter that cannot
+    /// resend.
+    pub collections_dropped: u64,
+    /// Data points in the lost collections.
+    pub points_dropped: u64,
 }
 
 /// What shutdown (or a flush) achieved.
@@ -73,6 +84,9 @@ pub struct ShutdownReport {
     pub spans: SpanExportSnapshot,
     /// Metric accounting of the periodic reader's exporter.
     pub metrics: MetricExportSnapshot,
+    /// Log-record accounting of the batch log processor (the span counters'
+    /// type, counting records).
+    pub logs: SpanExportSnapshot,
     /// Spans still open at shutdown, ended and marked `nemo.span.truncated`.
     pub truncated_spans: usize,
     /// The steps that did not finish before the deadline (empty when all did).
@@ -98,7 +112,7 @@ impl fmt::Display for ShutdownReport {
         write!(
             f,
             "spans: {} exported, {} dropped ({} queue full, {} export failed, {} at shutdown), {} export errors; \
-             metric points: {} exported, {} in failed exports",
+             metric points: {} exported, {} in failed exports; metric collections: {} dropped ({} points)",
             s.exported,
             s.dropped(),
             s.dropped_queue_full,
@@ -107,7 +121,21 @@ impl fmt::Display for ShutdownReport {
             s.export_errors,
             m.points_exported,
             m.points_failed,
+            m.collections_dropped,
+            m.points_dropped,
         )?;
+        let l = &self.logs;
+        if l.accepted + l.dropped() + l.export_errors > 0 {
+            write!(
+                f,
+                "; log records: {} exported, {} dropped ({} queue full, {} export failed, {} at shutdown)",
+                l.exported,
+                l.dropped(),
+                l.dropped_queue_full,
+                l.dropped_export_failed,
+                l.dropped_at_shutdown,
+            )?;
+        }
         if self.truncated_spans > 0 {
             write!(f, "; {} open spans truncated", self.truncated_spans)?;
         }

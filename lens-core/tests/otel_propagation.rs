@@ -12,8 +12,8 @@ use lens_core::attr::KeyValue;
 use lens_core::groups::{GroupSet, SpanGroup, set_enabled_span_groups};
 use lens_core::otel::active;
 use lens_core::otel::propagation::{
-    InvalidBootstrap, RemoteContext, WorkerBootstrap, context_from_env, create_linked_span, current_context,
-    decode_context, encode_context, extract_context, inject_context,
+    InvalidBootstrap, RemoteContext, WorkerBootstrap, context_from_env, create_linked_span, create_linked_span_since,
+    current_context, decode_context, encode_context, extract_context, inject_context,
 };
 use lens_core::otel::span::managed_span;
 use opentelemetry::Value;
@@ -176,6 +176,20 @@ fn a_linked_span_carries_the_link_and_is_not_made_current() {
     let spans = self::spans(&exporter);
     assert_eq!(spans.len(), 1);
     assert!(spans[0].links.links.is_empty(), "no link to no context");
+}
+
+#[test]
+fn a_linked_span_since_starts_when_it_is_told_and_carries_the_link() {
+    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let remote = extract_context(&[("traceparent", TRACEPARENT)]);
+    let began = std::time::SystemTime::now() - std::time::Duration::from_secs(5);
+    drop(create_linked_span_since(Some(SpanGroup::STEP), "test.recv.linked", &remote, began, []));
+    let spans = spans(&exporter);
+    let linked = named(&spans, "test.recv.linked");
+    assert_eq!(linked.start_time, began);
+    assert!(linked.end_time.duration_since(linked.start_time).unwrap() >= std::time::Duration::from_secs(5));
+    assert_eq!(linked.links.links.len(), 1);
+    assert!(!create_linked_span_since(Some(SpanGroup::OPTIMIZER), "test.off", &remote, began, []).is_recording());
 }
 
 #[test]

@@ -389,3 +389,27 @@ fn export_failures_are_warned_about_without_the_token() {
     assert!(text.contains("REPORT spans: 0 exported, 10 dropped"), "{text}");
     assert!(text.contains("lens: warning:"), "{text}");
 }
+
+#[test]
+fn a_short_run_writes_its_final_metric_collection_once() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("lens-setup-final-collection-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = LensConfig {
+        exporter: Some(ExporterKind::File),
+        file_dir: Some(dir.clone()),
+        traces_enabled: false,
+        ..enabled("default")
+    };
+    let options = SetupOptions::new().with_env(env(&[("NEMO_LENS_RUN_ID", "run-final")]));
+    let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("setup");
+    telemetry.meter().u64_counter("short.run.steps").build().add(3, &[]);
+    let report = telemetry.shutdown(Duration::from_secs(5));
+    assert!(report.completed(), "{report}");
+    let text = std::fs::read_to_string(dir.join("metrics-rank0.jsonl")).expect("metrics file");
+    let _ = std::fs::remove_dir_all(&dir);
+    // The interval (10 s) never elapsed: shutdown's collection is the only one.
+    assert_eq!(text.lines().count(), 1, "one collection expected, the file holds:\n{text}");
+    assert_eq!(text.matches("short.run.steps").count(), 1, "{text}");
+    assert_eq!(report.metrics.exports, 1, "{report}");
+}

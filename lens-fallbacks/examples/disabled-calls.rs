@@ -4,14 +4,17 @@
 //! instructions one more loop iteration costs (start-up and shutdown cancel).
 //!
 //! ```text
-//! disabled-calls <baseline|gate|managed_span> <N>
+//! disabled-calls <baseline|gate|managed_span|managed_span_5_attrs> <N>
 //! ```
 //!
 //! - `baseline`: an empty closure called through `black_box`, the same
 //!   baseline the criterion benches use;
 //! - `gate`: `is_span_group_enabled` for a group that is off;
 //! - `managed_span`: `managed_span` for a group that is off, the guard dropped
-//!   at once.
+//!   at once;
+//! - `managed_span_5_attrs`: the `managed_span!` macro for a group that is
+//!   off, with five attributes whose values are runtime variables (read
+//!   through `black_box` once, before the loop), the guard dropped at once.
 //!
 //! Built with `otel` (the default) nothing is set up, so every group is off
 //! and the helpers take lens-core's gated path; built with
@@ -40,6 +43,22 @@ fn gate(n: u64) {
 }
 
 #[inline(never)]
+fn span_5_attrs(n: u64) {
+    let (iteration, loss, model, ok, tokens) = black_box((7_u64, 2.5_f64, "gpt", true, 4096_i64));
+    for _ in 0..n {
+        drop(managed_span!(
+            SpanGroup::STEP,
+            "bench.span",
+            "bench.iteration" => iteration,
+            "bench.loss" => loss,
+            "bench.model" => model,
+            "bench.ok" => ok,
+            "bench.tokens" => tokens,
+        ));
+    }
+}
+
+#[inline(never)]
 fn span(n: u64) {
     for _ in 0..n {
         drop(managed_span(SpanGroup::STEP, "bench.span", []));
@@ -53,10 +72,11 @@ fn main() -> ExitCode {
         (Some("baseline"), Some(n)) => baseline(n),
         (Some("gate"), Some(n)) => gate(n),
         (Some("managed_span"), Some(n)) => span(n),
+        (Some("managed_span_5_attrs"), Some(n)) => span_5_attrs(n),
         _ => {
             #[expect(clippy::print_stderr, reason = "a usage error of a command-line tool")]
             {
-                eprintln!("usage: disabled-calls <baseline|gate|managed_span> <N>");
+                eprintln!("usage: disabled-calls <baseline|gate|managed_span|managed_span_5_attrs> <N>");
             }
             return ExitCode::from(2);
         }

@@ -49,6 +49,42 @@ mod noop;
 #[cfg(not(feature = "otel"))]
 pub use noop::*;
 
+/// Opens a span of a group, current until the guard drops, and evaluates its
+/// attributes only when the group is enabled.
+///
+/// `managed_span!(group, name, key => value, ...)` is the everyday form of
+/// [`managed_span`](fn@managed_span): the gate (one relaxed load and a mask
+/// test) is read first, and the name, the keys and the values are evaluated,
+/// and the attributes built, only when it passes. A disabled group therefore
+/// costs the gate whatever the attributes are, even when the values are
+/// runtime variables (an iteration number, a loss) or calls; the function
+/// form builds its attribute array before it can look at the gate. Keys are
+/// anything `Into<Cow<'static, str>>`, values anything `Into<AttrValue>`, as
+/// for [`KeyValue::new`].
+///
+/// ```
+/// use lens_fallbacks::{SpanGroup, managed_span};
+///
+/// let (iteration, loss) = (7_u64, 2.5_f64);
+/// let span = managed_span!(SpanGroup::STEP, "example.train_step", "example.iteration" => iteration, "example.loss" => loss);
+/// // Nothing is set up, so the group is off and the guard is inert.
+/// assert!(!span.is_recording());
+///
+/// // Without attributes.
+/// let _checkpoint = managed_span!(SpanGroup::CHECKPOINT, "example.checkpoint");
+/// ```
+#[macro_export]
+macro_rules! managed_span {
+    ($group:expr, $name:expr $(, $key:expr => $value:expr)* $(,)?) => {{
+        let group: $crate::SpanGroup = $group;
+        if $crate::is_span_group_enabled(group) {
+            $crate::managed_span(group, $name, [$($crate::KeyValue::new($key, $value)),*])
+        } else {
+            $crate::SpanGuard::noop()
+        }
+    }};
+}
+
 /// What `#[trace_fn]` expands to. Not a public API.
 #[doc(hidden)]
 pub mod __private {

@@ -397,6 +397,19 @@ pub fn create_linked_span(
     SpanGuard::noop()
 }
 
+/// An inert guard.
+#[inline(always)]
+pub fn create_linked_span_since(
+    group: Option<SpanGroup>,
+    name: impl Into<Cow<'static, str>>,
+    remote: &RemoteContext,
+    start_time: SystemTime,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    let _ = (group, name, remote, start_time, attributes);
+    SpanGuard::noop()
+}
+
 /// The worker bootstrap, always disabled: a worker built without `otel`
 /// stays off.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -444,10 +457,9 @@ impl WorkerBootstrap {
     }
 }
 
-/// A meter that creates nothing: with `otel` off there is no OpenTelemetry
-/// meter, and instrument handles built from this one record nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Meter;
+/// The metric handles' meter: lens-core's one definition, which creates
+/// instruments that record nothing with `otel` off.
+pub use lens_core::metrics::Meter;
 
 /// Why setup refused to start. With `otel` off only bad configuration can
 /// fail: the same validation runs in both modes, so a typo in a variable is
@@ -559,6 +571,12 @@ impl Telemetry {
         false
     }
 
+    /// Always false.
+    #[inline(always)]
+    pub fn exports_rank_metrics(&self) -> bool {
+        false
+    }
+
     /// Always empty.
     #[inline(always)]
     pub fn enabled_groups(&self) -> lens_core::groups::GroupSet {
@@ -631,7 +649,7 @@ pub fn setup_telemetry(
 ) -> Result<Telemetry, SetupError> {
     let _ = (resource_attributes, options);
     config.validate()?;
-    Ok(Telemetry { enabled: config.telemetry_enabled(), rank: *rank, meter: Meter })
+    Ok(Telemetry { enabled: config.telemetry_enabled(), rank: *rank, meter: Meter::noop() })
 }
 
 /// The metric recording of `lens-instruments`, compiled out: handles with the

@@ -3,7 +3,7 @@
 pub use lens_core::groups::is_span_group_enabled;
 pub use lens_core::otel::propagation::{
     AttachedContext, InvalidBootstrap, RemoteContext, WorkerBootstrap, context_from_env, create_linked_span,
-    current_context, decode_context, encode_context, extract_context, inject_context,
+    create_linked_span_since, current_context, decode_context, encode_context, extract_context, inject_context,
 };
 pub use lens_core::otel::span::{
     DEFAULT_REDACT_KEYS, LazyAttributes, REDACTED, SpanGuard, SpanLink, backdated_span, in_managed_span,

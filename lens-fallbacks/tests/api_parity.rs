@@ -19,9 +19,9 @@ use std::time::{Duration, SystemTime};
 use lens_fallbacks::{
     AttachedContext, AttrValue, DEFAULT_REDACT_KEYS, GroupSet, InvalidBootstrap, KeyValue, LazyAttributes, REDACTED,
     RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanGroup, SpanGuard, SpanLink, WorkerBootstrap,
-    backdated_span, context_from_env, create_linked_span, current_context, decode_context, encode_context,
-    extract_context, in_managed_span, inject_context, instrument_future, is_span_group_enabled, lazy_attributes,
-    managed_span, managed_span_since, new_trace_linked, redact_value, root_span_with_trace_id,
+    backdated_span, context_from_env, create_linked_span, create_linked_span_since, current_context, decode_context,
+    encode_context, extract_context, in_managed_span, inject_context, instrument_future, is_span_group_enabled,
+    lazy_attributes, managed_span, managed_span_since, new_trace_linked, redact_value, root_span_with_trace_id,
     safe_set_span_attributes, sampling_key, set_enabled_span_groups, span_cm, trace_fn, try_in_managed_span,
     try_instrument_future,
 };
@@ -184,6 +184,8 @@ fn propagation_without_a_span_carries_nothing() {
     let linked: SpanGuard = create_linked_span(Some(SpanGroup::STEP), "parity.linked", &RemoteContext::none(), []);
     assert!(!linked.is_recording());
     drop(create_linked_span(None, String::from("parity.linked"), &from_pairs, [KeyValue::new("prompt", "p")]));
+    let since = std::time::SystemTime::now();
+    drop(create_linked_span_since(Some(SpanGroup::STEP), "parity.linked", &from_pairs, since, []));
 }
 
 #[test]

@@ -30,13 +30,17 @@
 //!   lifetime, so a second setup in one process works and exports (A6);
 //! - the **async-checkpoint worker bootstrap** (B 10.5 with A9's fix).
 //!
-//! Structural spans (group `job`: the startup trace and the intervals) carry
-//! `lens.sampling.structural = true`, so a ratio sampler never drops them;
-//! the iteration span and the per-iteration spans outside it
-//! (`megatron.checkpoint.ft_heartbeat`, `megatron.checkpoint.save.finalize`)
-//! carry the iteration's sampling key, so every rank keeps or drops the same
-//! iterations. Every span name, group and attribute key comes from
-//! [`crate::taxonomy`]. `docs/integrating.md` walks through a training loop.
+//! Sampling follows the taxonomy's [`Sampling`] column, so no call site needs
+//! to know about it (SPEC A4): structural spans (startup and its children,
+//! the intervals, checkpoint save and load, evaluation, the warm-up and
+//! closing spans) carry `lens.sampling.structural = true`, so a ratio sampler
+//! never drops them; every span emitted every iteration or every log
+//! interval outside the iteration span (the iteration and its first-iteration
+//! wrapper, `ft_heartbeat`, `save_finalize`, the report, log, params-norm,
+//! sniff-test and GC spans) carries the sampling key of the loop pass's
+//! iteration, so every rank keeps or drops the same iterations, whole; the
+//! spans inside follow their parent. Every span name, group and attribute key
+//! comes from [`crate::taxonomy`]. `docs/integrating.md` walks through a training loop.
 //!
 //! The handle holds span guards, which are tied to the thread that opened
 //! them: keep it on the training loop's thread.
@@ -84,11 +88,12 @@
 //! ```
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lens_core::config::{CliOverrides, ConfigLoader, LensConfig};
 use lens_core::env::EnvSource;
-use lens_core::identity::RankContext;
+use lens_core::identity::{RankContext, resolve_launch_id};
 use lens_fallbacks::{
     AttachedContext, KeyValue, RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SetupError, SetupOptions,
     ShutdownReport, SpanGuard, SpanLink, Telemetry, WorkerBootstrap, backdated_span, is_span_group_enabled,
@@ -99,7 +104,7 @@ use md5::{Digest as _, Md5};
 use crate::groups::MEGATRON_CATALOG;
 use crate::metrics::{TrainingMetrics, TrainingValues};
 use crate::signals::{self, ExitMode, SignalGuard};
-use crate::taxonomy::{self, SpanDef, attr};
+use crate::taxonomy::{self, Sampling, SpanDef, attr};
 
 /// The prefix of Megatron's variables (`MEGATRON_OTEL_*`).
 pub const ENV_PREFIX: &str = "MEGATRON_OTEL";
@@ -123,35 +128,71 @@ pub const STARTUP_TRACE: u64 = u64::MAX;
 
 /// The trace id of a structural trace (SPEC A15): the 16 bytes of the MD5
 /// digest of the UTF-8 text
-/// `"megatron.train/{run_id}/{restart_attempt}/{lifetime}/{first_iteration}"`
-/// for an interval, or `"megatron.startup/{run_id}/{restart_attempt}/{lifetime}"`
-/// when `first_iteration` is [`STARTUP_TRACE`].
+/// `"megatron.train/{run}/{restart_attempt}/{lifetime}/{first_iteration}"`
+/// for an interval, or `"megatron.startup/{run}/{restart_attempt}/{lifetime}"`
+/// when `first_iteration` is [`STARTUP_TRACE`], where `{run}` is the run id,
+/// followed by `@{launch_id}` when there is a launch id.
 ///
 /// Every rank computes the same id for the same interval with no
 /// communication, on every platform (Python:
 /// `hashlib.md5(text.encode()).digest()`). The first iteration is the
 /// absolute one, so a resumed run does not reuse an earlier trace; the
-/// restart attempt and the lifetime index keep restarts and a second lifetime
-/// in one process apart. An all-zero digest (invalid as a trace id) has its
-/// last byte set to 1.
+/// launch id ([`lens_core::identity::resolve_launch_id`]) keeps two launches
+/// of one pinned run id apart, such as a hand resubmission that resumes at
+/// the iteration where the crashed launch opened an interval; the restart
+/// attempt and the lifetime index keep restarts and a second lifetime in one
+/// process apart. An all-zero digest (invalid as a trace id) has its last
+/// byte set to 1.
 ///
 /// ```
 /// use megatron_telemetry::lifecycle::{STARTUP_TRACE, derived_trace_id};
 ///
-/// let a = derived_trace_id("run-1", 0, 1, 100);
-/// assert_eq!(a, derived_trace_id("run-1", 0, 1, 100));
-/// assert_ne!(a, derived_trace_id("run-1", 0, 1, 200)); // next interval
-/// assert_ne!(a, derived_trace_id("run-1", 1, 1, 100)); // restart attempt
-/// assert_ne!(a, derived_trace_id("run-1", 0, 2, 100)); // second lifetime
-/// assert_ne!(a, derived_trace_id("run-1", 0, 1, STARTUP_TRACE));
+/// let a = derived_trace_id("run-1", None, 0, 1, 100);
+/// assert_eq!(a, derived_trace_id("run-1", None, 0, 1, 100));
+/// assert_ne!(a, derived_trace_id("run-1", None, 0, 1, 200)); // next interval
+/// assert_ne!(a, derived_trace_id("run-1", None, 1, 1, 100)); // restart attempt
+/// assert_ne!(a, derived_trace_id("run-1", None, 0, 2, 100)); // second lifetime
+/// assert_ne!(a, derived_trace_id("run-1", None, 0, 1, STARTUP_TRACE));
+/// // A resubmission of the pinned run id "run-1", resuming at iteration 100:
+/// assert_ne!(derived_trace_id("run-1", Some("job-7"), 0, 1, 100), derived_trace_id("run-1", Some("job-8"), 0, 1, 100));
 /// ```
-pub fn derived_trace_id(run_id: &str, restart_attempt: u32, lifetime: u32, first_iteration: u64) -> [u8; 16] {
+pub fn derived_trace_id(
+    run_id: &str,
+    launch_id: Option<&str>,
+    restart_attempt: u32,
+    lifetime: u32,
+    first_iteration: u64,
+) -> [u8; 16] {
+    let run = run_and_launch(run_id, launch_id);
     let text = if first_iteration == STARTUP_TRACE {
-        format!("{}/{run_id}/{restart_attempt}/{lifetime}", taxonomy::STARTUP.name)
+        format!("{}/{run}/{restart_attempt}/{lifetime}", taxonomy::STARTUP.name)
     } else {
-        format!("{}/{run_id}/{restart_attempt}/{lifetime}/{first_iteration}", taxonomy::TRAIN.name)
+        format!("{}/{run}/{restart_attempt}/{lifetime}/{first_iteration}", taxonomy::TRAIN.name)
     };
     trace_id_of(&text)
+}
+
+/// `{run_id}`, or `{run_id}@{launch_id}` with a launch id: the run part of
+/// the texts that the structural trace ids are digests of.
+fn run_and_launch(run_id: &str, launch_id: Option<&str>) -> String {
+    match launch_id {
+        Some(launch) => format!("{run_id}@{launch}"),
+        None => run_id.to_string(),
+    }
+}
+
+/// The warning, once per process, when the run id is pinned and no launch id
+/// exists (see [`derived_trace_id`]).
+static WARNED_NO_LAUNCH_ID: AtomicBool = AtomicBool::new(false);
+
+fn warn_no_launch_id(run_id_variable: &str) {
+    if !WARNED_NO_LAUNCH_ID.swap(true, Ordering::Relaxed) {
+        lens_core::diag::warn(format_args!(
+            "the run id is pinned ({run_id_variable}) and no launch id is set ({ENV_PREFIX}_LAUNCH_ID, SLURM_JOB_ID \
+             or TORCHELASTIC_RUN_ID): a resubmission of this run that resumes from a checkpoint reuses this \
+             launch's trace ids; have the launcher set {ENV_PREFIX}_LAUNCH_ID to a fresh id for every launch"
+        ));
+    }
 }
 
 fn trace_id_of(text: &str) -> [u8; 16] {
@@ -429,10 +470,15 @@ impl IterationSpans {
 }
 
 /// One span of the taxonomy, gated by its group, current until the guard
-/// drops, with `is_goodput_span = true` when the table says so (structural
-/// group-`job` spans are also marked structural). For the spans that need
-/// nothing more: live startup phases, `megatron.checkpoint.save.state_dict`,
-/// `megatron.train.log`, ...
+/// drops, with `is_goodput_span = true` when the table says so, and the
+/// structural marker for [`Sampling::Structural`] spans. For the spans that
+/// need nothing more: live startup phases, `megatron.checkpoint.save.state_dict`,
+/// the spans inside the iteration, ...
+///
+/// This function knows no iteration, so it gives no sampling key: open the
+/// per-iteration spans outside the iteration span ([`Sampling::Iteration`],
+/// such as `megatron.train.log`) with [`MegatronTelemetry::span`], which keys
+/// them by the loop pass's iteration.
 ///
 /// ```
 /// use megatron_telemetry::{lifecycle, taxonomy};
@@ -448,11 +494,11 @@ pub fn span(def: &'static SpanDef, attributes: impl IntoIterator<Item = KeyValue
 }
 
 /// The attributes that the table implies for `def`: the goodput flag, and
-/// the structural marker for group `job`.
+/// the structural marker for [`Sampling::Structural`] spans.
 fn marks(def: &SpanDef) -> [Option<KeyValue>; 2] {
     [
         def.goodput.then(|| KeyValue::new(attr::IS_GOODPUT_SPAN, true)),
-        (def.group == taxonomy::STARTUP.group).then(|| KeyValue::new(STRUCTURAL_ATTRIBUTE, true)),
+        (def.sampling == Sampling::Structural).then(|| KeyValue::new(STRUCTURAL_ATTRIBUTE, true)),
     ]
 }
 
@@ -468,6 +514,8 @@ pub struct MegatronTelemetry {
     metrics: TrainingMetrics,
     startup_context: RemoteContext,
     previous_interval: RemoteContext,
+    launch_id: Option<String>,
+    pass_key: Option<i64>,
     stamps: StartupTimestamps,
     recorded_phases: u16,
     loop_counter: u64,
@@ -533,6 +581,10 @@ impl MegatronTelemetry {
         }
         let telemetry = Arc::new(setup_telemetry(&config, rank, resource, setup)?);
         let exporting = telemetry.is_exporting();
+        let launch_id = resolve_launch_id(&config.launch_id, &env);
+        if launch_id.is_none() && telemetry.records_spans() && !config.run_id.trim().is_empty() {
+            warn_no_launch_id(config.variable_for("run_id").unwrap_or("MEGATRON_OTEL_RUN_ID"));
+        }
         let metrics = if exporting { TrainingMetrics::new(telemetry.meter()) } else { TrainingMetrics::noop() };
         let signals = (exporting && signal_handlers)
             .then(|| {
@@ -549,6 +601,8 @@ impl MegatronTelemetry {
             metrics,
             startup_context: RemoteContext::none(),
             previous_interval: RemoteContext::none(),
+            launch_id: launch_id.map(|id| id.value),
+            pass_key: None,
             stamps: startup.with_env(&env),
             recorded_phases: 0,
             loop_counter: 0,
@@ -607,13 +661,15 @@ impl MegatronTelemetry {
         }
         let telemetry = Arc::clone(&self.telemetry);
         let (run_id, restart, lifetime) = (telemetry.run_id(), telemetry.restart_attempt(), telemetry.lifetime_index());
+        let launch_id = self.launch_id.as_deref();
         let stamps = self.stamps;
 
         // Trace A: the wait for the allocation, its own trace.
         if let (Some(job_start), Some(launch)) = (stamps.slurm_job_start, stamps.launch_script_start)
             && job_start < launch
         {
-            let id = trace_id_of(&format!("{}/{run_id}/{restart}/{lifetime}", taxonomy::PRE_STARTUP.name));
+            let run = run_and_launch(run_id, launch_id);
+            let id = trace_id_of(&format!("{}/{run}/{restart}/{lifetime}", taxonomy::PRE_STARTUP.name));
             let def = &taxonomy::PRE_STARTUP;
             let span =
                 root_span_with_trace_id(def.group, def.name, id, Some(job_start), [], marks(def).into_iter().flatten());
@@ -634,7 +690,7 @@ impl MegatronTelemetry {
                 }
             }
             None => {
-                let id = derived_trace_id(run_id, restart, lifetime, STARTUP_TRACE);
+                let id = derived_trace_id(run_id, launch_id, restart, lifetime, STARTUP_TRACE);
                 root_span_with_trace_id(def.group, def.name, id, start, [], attributes)
             }
         };
@@ -686,10 +742,12 @@ impl MegatronTelemetry {
     /// iteration the pass runs (absolute, so a resumed run starts at its
     /// checkpoint's iteration). Opens a new `megatron.train` interval when
     /// [`should_reroot`] says so, ending the previous one; returns whether
-    /// it did.
+    /// it did. The pass's iteration keys the per-iteration spans that
+    /// [`span`](MegatronTelemetry::span) opens until the next pass.
     pub fn loop_pass(&mut self, iteration: u64) -> bool {
         let reroot = should_reroot(self.loop_counter, self.save_interval);
         self.loop_counter = self.loop_counter.saturating_add(1);
+        self.pass_key = self.telemetry.records_spans().then(|| self.key_of(iteration));
         if reroot {
             self.open_interval(iteration);
         }
@@ -707,6 +765,7 @@ impl MegatronTelemetry {
         let telemetry = &self.telemetry;
         let id = derived_trace_id(
             telemetry.run_id(),
+            self.launch_id.as_deref(),
             telemetry.restart_attempt(),
             telemetry.lifetime_index(),
             first_iteration,
@@ -717,13 +776,20 @@ impl MegatronTelemetry {
     }
 
     /// The training loop exited: ends the current interval (idempotent).
+    /// Spans opened after it carry no iteration's key.
     pub fn end_training_loop(&mut self) {
         self.interval = None;
+        self.pass_key = None;
     }
 
     /// Whether a `megatron.train` interval is open.
     pub fn interval_open(&self) -> bool {
         self.interval.is_some()
+    }
+
+    /// The sampling key of `iteration` in this run and restart attempt.
+    fn key_of(&self, iteration: u64) -> i64 {
+        sampling_key(self.telemetry.run_id(), self.telemetry.restart_attempt(), iteration)
     }
 
     /// The attributes of a per-iteration span: the iteration, the sampling
@@ -735,8 +801,7 @@ impl MegatronTelemetry {
         with_iteration: bool,
     ) -> impl IntoIterator<Item = KeyValue> + use<'_> {
         lazy_attributes(move || {
-            let telemetry = &self.telemetry;
-            let key = sampling_key(telemetry.run_id(), telemetry.restart_attempt(), iteration);
+            let key = self.key_of(iteration);
             let iteration = with_iteration.then(|| KeyValue::new(attr::ITERATION, iteration_value(iteration)));
             [Some(KeyValue::new(SAMPLING_KEY_ATTRIBUTE, key)), iteration, marks(def)[0].clone()].into_iter().flatten()
         })
@@ -798,9 +863,23 @@ impl MegatronTelemetry {
         span(&taxonomy::EVALUATE_STEP, [KeyValue::new(attr::EVAL_ITERATION, iteration_value(eval_iteration))])
     }
 
-    /// A span of the taxonomy (see the free function [`span`]).
+    /// A span of the taxonomy, as the free function [`span`] opens it, with
+    /// the sampling key of the current loop pass's iteration where the
+    /// taxonomy says so: always for a [`Sampling::Iteration`] span, and for a
+    /// [`Sampling::Parent`] span whose parent's group is off (so that it
+    /// would hang directly below the interval). Outside a loop pass, or on a
+    /// rank that records no spans, there is no key.
     pub fn span(&self, def: &'static SpanDef, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
-        span(def, attributes)
+        if !is_span_group_enabled(def.group) {
+            return SpanGuard::noop();
+        }
+        let keyed = match def.sampling {
+            Sampling::Structural => false,
+            Sampling::Iteration => true,
+            Sampling::Parent => def.parent_group.is_some_and(|group| !is_span_group_enabled(group)),
+        };
+        let key = self.pass_key.filter(|_| keyed).map(|key| KeyValue::new(SAMPLING_KEY_ATTRIBUTE, key));
+        managed_span(def.group, def.name, marks(def).into_iter().flatten().chain(key).chain(attributes))
     }
 
     /// Records one log interval's training metrics, only on the exporting

@@ -13,11 +13,11 @@
 //! No metric carries attributes: one series per process, identified by the
 //! resource attributes (`nemo.run.id`, ranks, ...).
 //!
-//! [`TrainingMetrics`] is the one `cfg` seam of this module: with the `otel`
-//! feature it holds the real instruments, created once from a `Meter`; without
-//! it, the same methods are `#[inline(always)]` no-ops. The pure helpers
-//! ([`TrainingValues`], [`select_loss`], [`PeakTracker`]) are the same in both
-//! builds.
+//! [`TrainingMetrics`] has no `cfg` of its own: it is built on lens-core's
+//! metric handles ([`lens_core::metrics`]), which hold OpenTelemetry
+//! instruments with the `otel` feature and nothing without it, so this module
+//! is one definition for both builds, like the pure helpers
+//! ([`TrainingValues`], [`select_loss`], [`PeakTracker`]).
 //!
 //! Recording is the caller's job, and only on the exporting rank, once per log
 //! interval (the lifecycle decides); a non-exporting rank holds
@@ -320,186 +320,137 @@ pub fn markdown_table() -> String {
     out
 }
 
-pub use imp::TrainingMetrics;
+use std::sync::atomic::AtomicBool;
 
-#[cfg(feature = "otel")]
-mod imp {
-    use std::sync::atomic::{AtomicBool, Ordering};
+use lens_core::metrics::{Counter, Gauge, Histogram, Meter};
 
-    use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
+/// The eight training instruments, created once from a meter.
+///
+/// Create it at setup on the exporting rank, keep it for the telemetry
+/// lifetime, and call [`TrainingMetrics::record`] once per log interval.
+/// Other ranks hold [`TrainingMetrics::noop`]. One definition for both
+/// builds: it is built on lens-core's metric handles, which are
+/// OpenTelemetry instruments with the `otel` feature and no-ops without it.
+#[derive(Debug)]
+pub struct TrainingMetrics {
+    instruments: Option<Instruments>,
+    loss_warned: AtomicBool,
+}
 
-    use super::{
-        GRAD_NORM, LEARNING_RATE, LOSS, LossChoice, MEMORY_ALLOCATED_GB, MetricDef, SKIPPED_ITERS,
-        STEP_DURATION_BOUNDARIES_MS, STEP_DURATION_MS, THROUGHPUT_TFLOPS, TOKENS_PER_SEC, TrainingValues, select_loss,
-    };
+#[derive(Debug)]
+struct Instruments {
+    step_duration_ms: Histogram<f64>,
+    loss: Gauge<f64>,
+    throughput_tflops: Gauge<f64>,
+    tokens_per_sec: Gauge<f64>,
+    grad_norm: Gauge<f64>,
+    skipped_iters: Counter<u64>,
+    learning_rate: Gauge<f64>,
+    memory_allocated_gb: Gauge<f64>,
+}
 
-    /// The eight training instruments, created once from a `Meter`.
+fn gauge(meter: &Meter, def: &MetricDef) -> Gauge<f64> {
+    meter.f64_gauge(def.name).with_description(def.description).build()
+}
+
+impl TrainingMetrics {
+    /// Creates the eight instruments on `meter` (lens's [`Meter`], or with
+    /// `otel` an OpenTelemetry one). Instruments are never looked up again:
+    /// recording goes straight to them. A no-op meter gives a no-op handle.
+    pub fn new<M: Clone + Into<Meter>>(meter: &M) -> TrainingMetrics {
+        let meter: Meter = meter.clone().into();
+        if meter.is_noop() {
+            return TrainingMetrics::noop();
+        }
+        let mut histogram = meter
+            .f64_histogram(STEP_DURATION_MS.name)
+            .with_description(STEP_DURATION_MS.description)
+            .with_boundaries(STEP_DURATION_BOUNDARIES_MS.to_vec());
+        if let Some(unit) = STEP_DURATION_MS.unit {
+            histogram = histogram.with_unit(unit);
+        }
+        let instruments = Instruments {
+            step_duration_ms: histogram.build(),
+            loss: gauge(&meter, &LOSS),
+            throughput_tflops: gauge(&meter, &THROUGHPUT_TFLOPS),
+            tokens_per_sec: gauge(&meter, &TOKENS_PER_SEC),
+            grad_norm: gauge(&meter, &GRAD_NORM),
+            skipped_iters: meter.u64_counter(SKIPPED_ITERS.name).with_description(SKIPPED_ITERS.description).build(),
+            learning_rate: gauge(&meter, &LEARNING_RATE),
+            memory_allocated_gb: gauge(&meter, &MEMORY_ALLOCATED_GB),
+        };
+        TrainingMetrics { instruments: Some(instruments), loss_warned: AtomicBool::new(false) }
+    }
+
+    /// A handle that records nothing (non-exporting ranks, telemetry off).
+    pub const fn noop() -> TrainingMetrics {
+        TrainingMetrics { instruments: None, loss_warned: AtomicBool::new(false) }
+    }
+
+    /// Whether this handle records nothing (always true without `otel`).
+    pub fn is_noop(&self) -> bool {
+        self.instruments.is_none()
+    }
+
+    /// Records the values present in `values`, with no attributes; the
+    /// skipped-iterations counter only when its value is above zero.
     ///
-    /// Create it at setup on the exporting rank, keep it for the telemetry
-    /// lifetime, and call [`TrainingMetrics::record`] once per log interval.
-    /// Other ranks hold [`TrainingMetrics::noop`]. Without the `otel` feature
-    /// every method is an inline no-op with the same signature.
-    #[derive(Debug)]
-    pub struct TrainingMetrics {
-        instruments: Option<Instruments>,
-        loss_warned: AtomicBool,
-    }
-
-    #[derive(Debug)]
-    struct Instruments {
-        step_duration_ms: Histogram<f64>,
-        loss: Gauge<f64>,
-        throughput_tflops: Gauge<f64>,
-        tokens_per_sec: Gauge<f64>,
-        grad_norm: Gauge<f64>,
-        skipped_iters: Counter<u64>,
-        learning_rate: Gauge<f64>,
-        memory_allocated_gb: Gauge<f64>,
-    }
-
-    fn gauge(meter: &Meter, def: &MetricDef) -> Gauge<f64> {
-        meter.f64_gauge(def.name).with_description(def.description).build()
-    }
-
-    impl TrainingMetrics {
-        /// Creates the eight instruments on `meter`. Instruments are never
-        /// looked up again: recording goes straight to them.
-        pub fn new(meter: &Meter) -> TrainingMetrics {
-            let mut histogram = meter
-                .f64_histogram(STEP_DURATION_MS.name)
-                .with_description(STEP_DURATION_MS.description)
-                .with_boundaries(STEP_DURATION_BOUNDARIES_MS.to_vec());
-            if let Some(unit) = STEP_DURATION_MS.unit {
-                histogram = histogram.with_unit(unit);
-            }
-            let instruments = Instruments {
-                step_duration_ms: histogram.build(),
-                loss: gauge(meter, &LOSS),
-                throughput_tflops: gauge(meter, &THROUGHPUT_TFLOPS),
-                tokens_per_sec: gauge(meter, &TOKENS_PER_SEC),
-                grad_norm: gauge(meter, &GRAD_NORM),
-                skipped_iters: meter
-                    .u64_counter(SKIPPED_ITERS.name)
-                    .with_description(SKIPPED_ITERS.description)
-                    .build(),
-                learning_rate: gauge(meter, &LEARNING_RATE),
-                memory_allocated_gb: gauge(meter, &MEMORY_ALLOCATED_GB),
-            };
-            TrainingMetrics { instruments: Some(instruments), loss_warned: AtomicBool::new(false) }
+    /// Inline, so that at a call site that names its fields the absent
+    /// ones fold away.
+    #[inline]
+    pub fn record(&self, values: &TrainingValues) {
+        let Some(i) = &self.instruments else { return };
+        if let Some(v) = values.step_duration_ms {
+            i.step_duration_ms.record(v, &[]);
         }
-
-        /// A handle that records nothing (non-exporting ranks, telemetry off).
-        pub const fn noop() -> TrainingMetrics {
-            TrainingMetrics { instruments: None, loss_warned: AtomicBool::new(false) }
+        if let Some(v) = values.loss {
+            i.loss.record(v, &[]);
         }
-
-        /// Whether this handle records nothing.
-        pub fn is_noop(&self) -> bool {
-            self.instruments.is_none()
+        if let Some(v) = values.throughput_tflops {
+            i.throughput_tflops.record(v, &[]);
         }
-
-        /// Records the values present in `values`, with no attributes; the
-        /// skipped-iterations counter only when its value is above zero.
-        ///
-        /// Inline, so that at a call site that names its fields the absent
-        /// ones fold away.
-        #[inline]
-        pub fn record(&self, values: &TrainingValues) {
-            let Some(i) = &self.instruments else { return };
-            if let Some(v) = values.step_duration_ms {
-                i.step_duration_ms.record(v, &[]);
-            }
-            if let Some(v) = values.loss {
-                i.loss.record(v, &[]);
-            }
-            if let Some(v) = values.throughput_tflops {
-                i.throughput_tflops.record(v, &[]);
-            }
-            if let Some(v) = values.tokens_per_sec {
-                i.tokens_per_sec.record(v, &[]);
-            }
-            if let Some(v) = values.grad_norm {
-                i.grad_norm.record(v, &[]);
-            }
-            if let Some(v) = values.skipped_iters
-                && v > 0
-            {
-                i.skipped_iters.add(v, &[]);
-            }
-            if let Some(v) = values.learning_rate {
-                i.learning_rate.record(v, &[]);
-            }
-            if let Some(v) = values.memory_allocated_gb {
-                i.memory_allocated_gb.record(v, &[]);
-            }
+        if let Some(v) = values.tokens_per_sec {
+            i.tokens_per_sec.record(v, &[]);
         }
-
-        /// The loss to record from a loss dict, per [`select_loss`]. When the
-        /// choice is ambiguous this warns once per handle (naming the keys)
-        /// and returns `None`, so the loss metric is skipped.
-        pub fn loss_from(&self, losses: &[(&str, f64)]) -> Option<f64> {
-            let choice = select_loss(losses);
-            if let LossChoice::Ambiguous { .. } = choice
-                && self.instruments.is_some()
-                && !self.loss_warned.swap(true, Ordering::Relaxed)
-            {
-                warn_ambiguous(losses);
-            }
-            choice.value()
+        if let Some(v) = values.grad_norm {
+            i.grad_norm.record(v, &[]);
+        }
+        if let Some(v) = values.skipped_iters
+            && v > 0
+        {
+            i.skipped_iters.add(v, &[]);
+        }
+        if let Some(v) = values.learning_rate {
+            i.learning_rate.record(v, &[]);
+        }
+        if let Some(v) = values.memory_allocated_gb {
+            i.memory_allocated_gb.record(v, &[]);
         }
     }
 
-    #[cold]
-    fn warn_ambiguous(losses: &[(&str, f64)]) {
-        let keys: Vec<&str> = losses.iter().map(|(k, _)| *k).filter(|k| !super::META_LOSS_KEYS.contains(k)).collect();
-        lens_core::diag::warn(format_args!(
-            "megatron.training.loss is not recorded: the loss dict has several keys ({}) and none is '{}'; \
-             name the loss to export 'lm loss'",
-            keys.join(", "),
-            super::LM_LOSS_KEY
-        ));
+    /// The loss to record from a loss dict, per [`select_loss`]. When the
+    /// choice is ambiguous this warns once per handle (naming the keys)
+    /// and returns `None`, so the loss metric is skipped. A no-op handle
+    /// never warns (nothing is recorded).
+    pub fn loss_from(&self, losses: &[(&str, f64)]) -> Option<f64> {
+        let choice = select_loss(losses);
+        if let LossChoice::Ambiguous { .. } = choice
+            && self.instruments.is_some()
+            && !self.loss_warned.swap(true, Ordering::Relaxed)
+        {
+            warn_ambiguous(losses);
+        }
+        choice.value()
     }
 }
 
-#[cfg(not(feature = "otel"))]
-mod imp {
-    use super::{TrainingValues, select_loss};
-
-    /// The eight training instruments. Built without the `otel` feature:
-    /// every method is an inline no-op, with the same signatures as the real
-    /// handle, so call sites compile unchanged.
-    #[derive(Debug)]
-    pub struct TrainingMetrics {
-        _private: (),
-    }
-
-    impl TrainingMetrics {
-        /// Accepts any meter (the facade's no-op one) and creates nothing.
-        #[inline(always)]
-        pub fn new<M: ?Sized>(_meter: &M) -> TrainingMetrics {
-            TrainingMetrics { _private: () }
-        }
-
-        /// A handle that records nothing.
-        #[inline(always)]
-        pub const fn noop() -> TrainingMetrics {
-            TrainingMetrics { _private: () }
-        }
-
-        /// Always true: nothing is recorded without `otel`.
-        #[inline(always)]
-        pub fn is_noop(&self) -> bool {
-            true
-        }
-
-        /// Records nothing.
-        #[inline(always)]
-        pub fn record(&self, _values: &TrainingValues) {}
-
-        /// The loss per [`select_loss`] (no warning: nothing is recorded).
-        #[inline(always)]
-        pub fn loss_from(&self, losses: &[(&str, f64)]) -> Option<f64> {
-            select_loss(losses).value()
-        }
-    }
+#[cold]
+fn warn_ambiguous(losses: &[(&str, f64)]) {
+    let keys: Vec<&str> = losses.iter().map(|(k, _)| *k).filter(|k| !META_LOSS_KEYS.contains(k)).collect();
+    lens_core::diag::warn(format_args!(
+        "megatron.training.loss is not recorded: the loss dict has several keys ({}) and none is '{}'; \
+         name the loss to export 'lm loss'",
+        keys.join(", "),
+        LM_LOSS_KEY
+    ));
 }

@@ -135,6 +135,63 @@ impl Frequency {
     }
 }
 
+/// How a ratio sampler treats a span (SPEC A4): the lifecycle reads it from
+/// the table and gives the span the matching marker, so no call site needs
+/// to know about sampling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Sampling {
+    /// Never sampled away on a rank that records spans
+    /// (`lens.sampling.structural = true`): startup and its children, the
+    /// intervals, checkpoint save and load with their children, evaluation,
+    /// the once-per-loop warm-up and closing spans. Goodput accounting and
+    /// dashboards depend on them.
+    Structural,
+    /// Emitted every iteration or every log interval, outside the iteration
+    /// span: carries the sampling key of its iteration (`lens.sampling.key`),
+    /// so it is kept exactly when that iteration is, on every rank.
+    Iteration,
+    /// Inside a keyed span (the iteration's subtree): follows its parent's
+    /// decision. When the parent's group is off, so that the span would hang
+    /// directly below the interval, it carries its iteration's key itself.
+    Parent,
+}
+
+impl Sampling {
+    /// The sampling in words, as the docs print it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Sampling::Structural => "always kept",
+            Sampling::Iteration => "its iteration's key",
+            Sampling::Parent => "follows its parent",
+        }
+    }
+
+    /// The default for a span of `frequency` whose usual parent is `parent`:
+    /// roots and everything once per run, interval, checkpoint, evaluation or
+    /// loop are structural; spans of every iteration or of a flag's interval
+    /// are keyed by their iteration when they hang directly below
+    /// `megatron.train`, and follow their parent below it; per-microbatch and
+    /// per-layer spans follow their parent.
+    const fn default_for(frequency: Frequency, parent: Option<&SpanDef>) -> Sampling {
+        let below_interval = match parent {
+            Some(p) => p.parent.is_none(),
+            None => return Sampling::Structural,
+        };
+        match frequency {
+            Frequency::EveryIteration | Frequency::Periodic if below_interval => Sampling::Iteration,
+            Frequency::EveryIteration | Frequency::Periodic | Frequency::PerMicrobatch | Frequency::PerLayer => {
+                Sampling::Parent
+            }
+            Frequency::OncePerRun
+            | Frequency::OncePerInterval
+            | Frequency::OncePerLoop
+            | Frequency::PerCheckpoint
+            | Frequency::PerEvaluation
+            | Frequency::PerEvalStep => Sampling::Structural,
+        }
+    }
+}
+
 /// One span of the taxonomy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpanDef {
@@ -155,6 +212,12 @@ pub struct SpanDef {
     pub kind_note: &'static str,
     /// The attribute keys it carries (besides `is_goodput_span`).
     pub attributes: &'static [&'static str],
+    /// How a ratio sampler treats it (see [`Sampling`]).
+    pub sampling: Sampling,
+    /// The group of its usual parent (`None` for a root), so that a
+    /// [`Sampling::Parent`] span knows with one load whether its parent is
+    /// recorded.
+    pub parent_group: Option<SpanGroup>,
 }
 
 const fn span(
@@ -166,11 +229,20 @@ const fn span(
     kind_note: &'static str,
     attributes: &'static [&'static str],
 ) -> SpanDef {
-    let parent = match parent {
-        Some(p) => Some(p.name),
-        None => None,
+    let sampling = Sampling::default_for(frequency, parent);
+    let (parent, parent_group) = match parent {
+        Some(p) => (Some(p.name), Some(p.group)),
+        None => (None, None),
     };
-    SpanDef { name, group, goodput, parent, frequency, kind_note, attributes }
+    SpanDef { name, group, goodput, parent, frequency, kind_note, attributes, sampling, parent_group }
+}
+
+impl SpanDef {
+    /// This span with `sampling` instead of the default for its frequency.
+    const fn sampled(mut self, sampling: Sampling) -> SpanDef {
+        self.sampling = sampling;
+        self
+    }
 }
 
 // ---- Trace A and B: startup -------------------------------------------------
@@ -355,7 +427,7 @@ pub const CHECKPOINT_FT_HEARTBEAT: SpanDef = span(
     true,
     Some(&TRAIN),
     EveryIteration,
-    "wraps the fault-tolerance checkpointing-start hook; follows the iteration's sampling decision",
+    "wraps the fault-tolerance checkpointing-start hook",
     &[],
 );
 /// `megatron.checkpoint.save.finalize`.
@@ -365,7 +437,7 @@ pub const CHECKPOINT_SAVE_FINALIZE: SpanDef = span(
     true,
     Some(&TRAIN),
     EveryIteration,
-    "non-blocking finalisation of async saves; `nvrx.call_idx` when something was finalised; follows the iteration's sampling decision",
+    "non-blocking finalisation of async saves; `nvrx.call_idx` when something was finalised",
     &[NVRX_CALL_IDX],
 );
 /// `megatron.train.cuda_graph_capture`.
@@ -387,7 +459,8 @@ pub const TRAIN_FIRST_ITERATION: SpanDef = span(
     OncePerLoop,
     "wraps the first iteration this process executes (after a resume or skip)",
     &[ITERATION],
-);
+)
+.sampled(Sampling::Iteration);
 /// `megatron.train.iteration`.
 pub const TRAIN_ITERATION: SpanDef = span(
     "megatron.train.iteration",
@@ -395,7 +468,7 @@ pub const TRAIN_ITERATION: SpanDef = span(
     true,
     Some(&TRAIN),
     EveryIteration,
-    "one training step (a child of `megatron.train.first_iteration` the first time); carries the per-iteration sampling key; `megatron.skipped` set after the step",
+    "one training step (a child of `megatron.train.first_iteration` the first time); `megatron.skipped` set after the step",
     &[ITERATION, SKIPPED],
 );
 /// `megatron.train.iteration.forward_backward`.
@@ -574,7 +647,8 @@ pub const TRAIN_FORWARD_PRE_HOOK: SpanDef = span(
     OncePerLoop,
     "re-enables the parameter-gather pre-hook after the first step",
     &[],
-);
+)
+.sampled(Sampling::Iteration);
 /// `megatron.train.iteration_report`.
 pub const TRAIN_ITERATION_REPORT: SpanDef = span(
     "megatron.train.iteration_report",
@@ -833,9 +907,12 @@ pub fn markdown_table() -> String {
     }
     out.push_str(
         "\n\"Goodput\" means the span carries `is_goodput_span = true`. The parent is the usual one; \
-         spans outside any trace (for example when their parent's group is off) become roots.\n\n\
-         | Span | Group | Parent | Frequency | Goodput | Attributes | How and when |\n\
-         |---|---|---|---|---|---|---|\n",
+         spans outside any trace (for example when their parent's group is off) become roots. \"Sampling\" is \
+         what a ratio sampler does with the span (see [sampling](sampling.md)): *always kept* (structural), \
+         *its iteration's key* (kept exactly when its iteration is), or *follows its parent* (and carries its \
+         iteration's key itself when its parent's group is off).\n\n\
+         | Span | Group | Parent | Frequency | Goodput | Sampling | Attributes | How and when |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for span in SPANS {
         let depth = depth(span);
@@ -848,11 +925,12 @@ pub fn markdown_table() -> String {
         };
         let _ = writeln!(
             out,
-            "| {indent}`{}` | `{}` | {parent} | {} | {} | {attributes} | {} |",
+            "| {indent}`{}` | `{}` | {parent} | {} | {} | {} | {attributes} | {} |",
             span.name,
             span.group.name(),
             span.frequency.as_str(),
             if span.goodput { "yes" } else { "no" },
+            span.sampling.as_str(),
             span.kind_note
         );
     }

@@ -125,7 +125,7 @@ fn startup_intervals_and_iterations_have_the_documented_structure() {
     // Startup: a root with the derived id, structural, backdated start.
     let startup = one(&spans, taxonomy::STARTUP.name);
     assert_eq!(startup.parent_span_id, SpanId::INVALID);
-    assert_eq!(startup.span_context.trace_id(), trace_id(derived_trace_id(RUN, 0, lifetime, STARTUP_TRACE)));
+    assert_eq!(startup.span_context.trace_id(), trace_id(derived_trace_id(RUN, None, 0, lifetime, STARTUP_TRACE)));
     assert_eq!(startup.start_time, at(1000));
     assert_eq!(attribute(startup, lens_fallbacks::STRUCTURAL_ATTRIBUTE), Some(&Value::Bool(true)));
     assert_eq!(attribute(startup, attr::MODEL_TYPE), Some(&Value::from("GPT")));
@@ -157,7 +157,7 @@ fn startup_intervals_and_iterations_have_the_documented_structure() {
     let mut previous = startup.span_context.clone();
     for (interval, first) in intervals.iter().zip([10_u64, 12, 14]) {
         assert_eq!(interval.parent_span_id, SpanId::INVALID);
-        assert_eq!(interval.span_context.trace_id(), trace_id(derived_trace_id(RUN, 0, lifetime, first)));
+        assert_eq!(interval.span_context.trace_id(), trace_id(derived_trace_id(RUN, None, 0, lifetime, first)));
         assert_eq!(attribute(interval, lens_fallbacks::STRUCTURAL_ATTRIBUTE), Some(&Value::Bool(true)));
         assert_eq!(interval.links.len(), 1);
         assert_eq!(interval.links[0].span_context.span_id(), previous.span_id());
@@ -189,7 +189,7 @@ fn startup_intervals_and_iterations_have_the_documented_structure() {
         } else {
             14
         };
-        assert_eq!(span.span_context.trace_id(), trace_id(derived_trace_id(RUN, 0, lifetime, interval_first)));
+        assert_eq!(span.span_context.trace_id(), trace_id(derived_trace_id(RUN, None, 0, lifetime, interval_first)));
         if iteration == 10 {
             assert_eq!(span.parent_span_id, first.span_context.span_id());
         } else {
@@ -232,8 +232,8 @@ fn a_second_lifetime_exports_into_new_traces() {
     let (first, first_lifetime, _) = interval_trace(env(&[]));
     let (second, second_lifetime, _) = interval_trace(env(&[]));
     assert_eq!(second_lifetime, first_lifetime + 1);
-    assert_eq!(first, trace_id(derived_trace_id(RUN, 0, first_lifetime, 50)));
-    assert_eq!(second, trace_id(derived_trace_id(RUN, 0, second_lifetime, 50)));
+    assert_eq!(first, trace_id(derived_trace_id(RUN, None, 0, first_lifetime, 50)));
+    assert_eq!(second, trace_id(derived_trace_id(RUN, None, 0, second_lifetime, 50)));
     assert_ne!(first, second);
 }
 
@@ -242,8 +242,129 @@ fn a_restart_attempt_gets_new_traces() {
     let _serial = serial();
     let (restarted, lifetime, restart) = interval_trace(env(&[("SLURM_RESTART_COUNT", "1")]));
     assert_ne!(restart, 0);
-    assert_eq!(restarted, trace_id(derived_trace_id(RUN, restart, lifetime, 50)));
-    assert_ne!(restarted, trace_id(derived_trace_id(RUN, 0, lifetime, 50)));
+    assert_eq!(restarted, trace_id(derived_trace_id(RUN, None, restart, lifetime, 50)));
+    assert_ne!(restarted, trace_id(derived_trace_id(RUN, None, 0, lifetime, 50)));
+}
+
+fn startup_and_interval_traces(env: HashMap<String, String>) -> (TraceId, TraceId, u32) {
+    let (mut telemetry, exporter) = setup(env, RankContext::SINGLE, LifecycleOptions::new());
+    let lifetime = telemetry.telemetry().lifetime_index();
+    telemetry.begin_training_loop(Some(10));
+    telemetry.loop_pass(50);
+    let spans = finish(telemetry, &exporter);
+    let trace = |name: &str| one(&spans, name).span_context.trace_id();
+    (trace(taxonomy::STARTUP.name), trace(taxonomy::TRAIN.name), lifetime)
+}
+
+/// SPEC A15 amended: a hand resubmission of a pinned run id (no restart
+/// count) that resumes at the iteration where the crashed launch opened an
+/// interval gets fresh startup and interval traces, because each launch has
+/// its own launch id; the lifetime index is the same in both processes.
+#[test]
+fn two_launches_of_one_pinned_run_id_never_share_a_trace() {
+    let _serial = serial();
+    for launch_variable in ["MEGATRON_OTEL_LAUNCH_ID", "NEMO_LENS_LAUNCH_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"] {
+        let (startup_a, interval_a, lifetime_a) = startup_and_interval_traces(env(&[(launch_variable, "launch-a")]));
+        let (startup_b, interval_b, lifetime_b) = startup_and_interval_traces(env(&[(launch_variable, "launch-b")]));
+        assert_ne!(startup_a, startup_b, "{launch_variable}");
+        assert_ne!(interval_a, interval_b, "{launch_variable}");
+        // Each is the documented derivation, with no rank in it: every rank
+        // of one launch computes the same ids.
+        for (startup, interval, lifetime, launch) in
+            [(startup_a, interval_a, lifetime_a, "launch-a"), (startup_b, interval_b, lifetime_b, "launch-b")]
+        {
+            assert_eq!(startup, trace_id(derived_trace_id(RUN, Some(launch), 0, lifetime, STARTUP_TRACE)));
+            assert_eq!(interval, trace_id(derived_trace_id(RUN, Some(launch), 0, lifetime, 50)));
+        }
+    }
+    // The configured launch id wins over SLURM's and torchrun's; torchrun's
+    // default `none` is no id.
+    let (_, configured, lifetime) = startup_and_interval_traces(env(&[
+        ("MEGATRON_OTEL_LAUNCH_ID", "mine"),
+        ("SLURM_JOB_ID", "4242"),
+        ("TORCHELASTIC_RUN_ID", "elastic"),
+    ]));
+    assert_eq!(configured, trace_id(derived_trace_id(RUN, Some("mine"), 0, lifetime, 50)));
+    let (_, none, lifetime) = startup_and_interval_traces(env(&[("TORCHELASTIC_RUN_ID", "none")]));
+    assert_eq!(none, trace_id(derived_trace_id(RUN, None, 0, lifetime, 50)));
+}
+
+/// SPEC A4 amended, under `traceidratio` (which ignores the parent): the
+/// spans of one loop pass follow their iteration's key, the spans inside the
+/// iteration follow it, and checkpoint, evaluation and closing spans are kept
+/// whatever the ratio.
+#[test]
+fn under_a_ratio_every_per_iteration_span_follows_its_iteration_and_structure_stays() {
+    let _serial = serial();
+    let env = env(&[("OTEL_TRACES_SAMPLER", "traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "0.5")]);
+    let (mut telemetry, exporter) = setup(env, RankContext::SINGLE, LifecycleOptions::new());
+    let restart = telemetry.telemetry().restart_attempt();
+    telemetry.begin_training_loop(Some(10));
+    for iteration in 0..40_u64 {
+        telemetry.loop_pass(iteration);
+        drop(telemetry.ft_heartbeat(iteration));
+        {
+            let _step = telemetry.iteration(iteration);
+            let _fb = telemetry.span(&taxonomy::TRAIN_ITERATION_FORWARD_BACKWARD, []);
+        }
+        {
+            let _report = telemetry.span(&taxonomy::TRAIN_ITERATION_REPORT, []);
+            let _log = telemetry.span(&taxonomy::TRAIN_LOG, []);
+        }
+        drop(telemetry.span(&taxonomy::TRAIN_GC_COLLECT, []));
+        drop(telemetry.span(&taxonomy::TRAIN_SNIFF_TEST, []));
+        if (iteration + 1) % 10 == 0 {
+            let _save = telemetry.exposed_save(iteration + 1);
+            let _inner = telemetry.checkpoint_save(iteration + 1);
+            let _write = telemetry.span(&taxonomy::CHECKPOINT_SAVE_IO_WRITE, []);
+            drop(_write);
+            let _eval = telemetry.evaluate();
+            drop(telemetry.evaluate_step(0));
+        }
+    }
+    drop(telemetry.span(&taxonomy::CHECKPOINT_EXIT_FINALIZE, []));
+    telemetry.end_training_loop();
+    let spans = finish(telemetry, &exporter);
+
+    let kept: Vec<u64> =
+        (0..40).filter(|i| lens_core::otel::sampler::ratio_keeps_key(0.5, sampling_key(RUN, restart, *i))).collect();
+    assert!(!kept.is_empty() && kept.len() < 40, "{kept:?}");
+    let keys: Vec<i64> = kept.iter().map(|i| sampling_key(RUN, restart, *i)).collect();
+    for def in [
+        &taxonomy::TRAIN_ITERATION,
+        &taxonomy::CHECKPOINT_FT_HEARTBEAT,
+        &taxonomy::TRAIN_ITERATION_REPORT,
+        &taxonomy::TRAIN_GC_COLLECT,
+        &taxonomy::TRAIN_SNIFF_TEST,
+    ] {
+        let found: Vec<i64> = named(&spans, def.name)
+            .iter()
+            .map(|s| match attribute(s, lens_fallbacks::SAMPLING_KEY_ATTRIBUTE) {
+                Some(Value::I64(key)) => *key,
+                other => panic!("{}: key {other:?}", def.name),
+            })
+            .collect();
+        assert_eq!(found, keys, "{}: exactly the kept iterations", def.name);
+    }
+    // Inside a keyed span: follows it (one per kept iteration, below it).
+    let parents: Vec<SpanId> =
+        named(&spans, taxonomy::TRAIN_ITERATION.name).iter().map(|s| s.span_context.span_id()).collect();
+    let fb: Vec<SpanId> =
+        named(&spans, taxonomy::TRAIN_ITERATION_FORWARD_BACKWARD.name).iter().map(|s| s.parent_span_id).collect();
+    assert_eq!(fb, parents);
+    assert_eq!(named(&spans, taxonomy::TRAIN_LOG.name).len(), kept.len());
+    // Structure, whatever the ratio.
+    for def in [
+        &taxonomy::CHECKPOINT_EXPOSED_SAVE,
+        &taxonomy::CHECKPOINT_SAVE,
+        &taxonomy::CHECKPOINT_SAVE_IO_WRITE,
+        &taxonomy::EVALUATE,
+        &taxonomy::EVALUATE_STEP,
+    ] {
+        assert_eq!(named(&spans, def.name).len(), 4, "{}", def.name);
+    }
+    assert_eq!(named(&spans, taxonomy::TRAIN.name).len(), 4);
+    assert_eq!(named(&spans, taxonomy::CHECKPOINT_EXIT_FINALIZE.name).len(), 1);
 }
 
 #[test]
@@ -263,7 +384,7 @@ fn startup_joins_an_incoming_traceparent() {
     assert_eq!(startup.span_context.trace_id(), TraceId::from_hex(parent_trace).unwrap());
     assert_eq!(startup.parent_span_id, SpanId::from_hex(parent_span).unwrap());
     let interval = one(&spans, taxonomy::TRAIN.name);
-    assert_eq!(interval.span_context.trace_id(), trace_id(derived_trace_id(RUN, 0, lifetime, 0)));
+    assert_eq!(interval.span_context.trace_id(), trace_id(derived_trace_id(RUN, None, 0, lifetime, 0)));
     assert_eq!(interval.links[0].span_context.span_id(), startup.span_context.span_id());
 }
 

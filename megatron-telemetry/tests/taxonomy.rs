@@ -175,3 +175,58 @@ fn span_taxonomy_docs_are_up_to_date() {
     let text = std::fs::read_to_string(path).expect("docs/span-taxonomy.md exists");
     assert!(text == taxonomy::markdown_table(), "docs/span-taxonomy.md is out of date: run `cargo xtask codegen`");
 }
+
+/// SPEC A4 amended: every span emitted every iteration or log interval
+/// directly below the interval is keyed by its iteration; the spans inside
+/// them follow their parent; startup, the intervals, checkpoint save and load,
+/// evaluation and the closing spans are structural.
+#[test]
+fn the_sampling_column_keys_per_iteration_spans_and_keeps_the_structure() {
+    use taxonomy::Sampling;
+    for span in SPANS {
+        let below_interval = span.parent == Some(taxonomy::TRAIN.name);
+        let every = matches!(span.frequency, Frequency::EveryIteration | Frequency::Periodic);
+        if every && below_interval {
+            assert_eq!(span.sampling, Sampling::Iteration, "{}", span.name);
+        }
+        if matches!(span.frequency, Frequency::PerMicrobatch | Frequency::PerLayer) {
+            assert_eq!(span.sampling, Sampling::Parent, "{}", span.name);
+        }
+        if span.sampling == Sampling::Parent {
+            let parent = taxonomy::find(span.parent.unwrap()).unwrap();
+            assert_ne!(parent.sampling, Sampling::Structural, "{} follows a structural parent", span.name);
+            assert_eq!(span.parent_group, Some(parent.group), "{}", span.name);
+        }
+    }
+    let keyed: Vec<&str> = SPANS.iter().filter(|s| s.sampling == Sampling::Iteration).map(|s| s.name).collect();
+    assert_eq!(
+        keyed,
+        [
+            "megatron.checkpoint.ft_heartbeat",
+            "megatron.checkpoint.save.finalize",
+            "megatron.train.first_iteration",
+            "megatron.train.iteration",
+            "megatron.train.forward_pre_hook",
+            "megatron.train.iteration_report",
+            "megatron.train.sniff_test",
+            "megatron.train.gc_collect",
+        ]
+    );
+    for name in [
+        "pre_startup",
+        "megatron.startup",
+        "megatron.startup.model_init",
+        "megatron.checkpoint.load",
+        "megatron.checkpoint.load.io_read",
+        "megatron.train",
+        "megatron.evaluate",
+        "megatron.evaluate.step",
+        "megatron.checkpoint.exposed_save",
+        "megatron.checkpoint.save",
+        "megatron.checkpoint.save.io_write",
+        "megatron.checkpoint.timers_log",
+        "megatron.checkpoint.exit_finalize",
+    ] {
+        assert_eq!(taxonomy::find(name).unwrap().sampling, Sampling::Structural, "{name}");
+    }
+}

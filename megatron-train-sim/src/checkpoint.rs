@@ -66,10 +66,8 @@ fn floats(bytes: &mut Vec<u8>, values: &[f32]) {
     bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
 }
 
-/// Writes this rank's file (to a temporary name, then renamed).
-pub(crate) fn write_rank(root: &Path, state: &RankState) -> io::Result<PathBuf> {
-    let dir = iteration_dir(root, state.iteration);
-    fs::create_dir_all(&dir)?;
+/// A rank file's bytes.
+fn encode(state: &RankState) -> Vec<u8> {
     let header = serde_json::json!({
         "iteration": state.iteration,
         "rank": state.rank,
@@ -87,6 +85,13 @@ pub(crate) fn write_rank(root: &Path, state: &RankState) -> io::Result<PathBuf> 
     floats(&mut bytes, &state.params);
     floats(&mut bytes, &state.m);
     floats(&mut bytes, &state.v);
+    bytes
+}
+
+/// Writes this rank's file (to a temporary name, then renamed).
+pub(crate) fn write_rank(root: &Path, state: &RankState) -> io::Result<PathBuf> {
+    fs::create_dir_all(iteration_dir(root, state.iteration))?;
+    let bytes = encode(state);
     let path = rank_file(root, state.iteration, state.rank);
     let temporary = path.with_extension("ckpt.tmp");
     let mut file = fs::File::create(&temporary)?;
@@ -103,79 +108,223 @@ pub(crate) fn write_tracker(root: &Path, iteration: u64) -> io::Result<()> {
     fs::rename(temporary, root.join(TRACKER))
 }
 
-/// The iteration the tracker under `root` points at.
-pub(crate) fn read_tracker(root: &Path) -> Result<u64, String> {
-    let path = root.join(TRACKER);
-    let text = fs::read_to_string(&path).map_err(|error| format!("--load {}: {}: {error}", root.display(), TRACKER))?;
-    text.trim().parse().map_err(|_| format!("{}: not an iteration number: {:?}", path.display(), text.trim()))
+/// A checkpoint that `--load` cannot use: the file, and what is wrong with
+/// it. Bad input: the simulator exits with status 2 (docs/simulator.md).
+#[derive(Debug, thiserror::Error)]
+#[error("--load: {}: {problem}", path.display())]
+pub(crate) struct LoadError {
+    /// The file (the tracker or a rank file).
+    pub(crate) path: PathBuf,
+    /// What is wrong with it.
+    pub(crate) problem: String,
 }
 
-fn read_floats(bytes: &[u8], count: usize, at: &mut usize, path: &Path) -> Result<Vec<f32>, String> {
-    let end = *at + count * 4;
-    let slice = bytes.get(*at..end).ok_or_else(|| format!("{}: truncated", path.display()))?;
+impl LoadError {
+    fn new(path: &Path, problem: impl Into<String>) -> LoadError {
+        LoadError { path: path.to_path_buf(), problem: problem.into() }
+    }
+}
+
+/// The iteration the tracker under `root` points at.
+pub(crate) fn read_tracker(root: &Path) -> Result<u64, LoadError> {
+    let path = root.join(TRACKER);
+    let text = fs::read_to_string(&path).map_err(|error| LoadError::new(&path, error.to_string()))?;
+    text.trim().parse().map_err(|_| LoadError::new(&path, format!("not an iteration number: {:?}", text.trim())))
+}
+
+/// What a rank file must match: the directory it was found in and this
+/// run's layout and model shape.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Expected {
+    /// The iteration the tracker points at.
+    pub(crate) iteration: u64,
+    /// This rank.
+    pub(crate) rank: u32,
+    /// This run's layout.
+    pub(crate) layout: Layout,
+    /// `--num-layers`.
+    pub(crate) num_layers: u32,
+    /// `--hidden-size`.
+    pub(crate) hidden_size: u64,
+}
+
+/// The longest header line read (a real one is about 300 bytes).
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Reads this rank's file of `expected.iteration`, checking that it was
+/// saved with the same layout and model shape.
+pub(crate) fn read_rank(root: &Path, expected: Expected) -> Result<RankState, LoadError> {
+    let path = rank_file(root, expected.iteration, expected.rank);
+    let bytes = fs::read(&path).map_err(|error| LoadError::new(&path, error.to_string()))?;
+    parse_rank(&bytes, expected).map_err(|problem| LoadError::new(&path, problem))
+}
+
+/// `count` little-endian `f32` values from `bytes` at `*at`, which moves
+/// past them; every length is checked against the file.
+fn read_floats(bytes: &[u8], count: u64, at: &mut usize, what: &str) -> Result<Vec<f32>, String> {
+    let truncated = || {
+        format!(
+            "truncated: the header announces {count} {what} values ({count} x 4 bytes from byte {at}), the file has {} bytes",
+            bytes.len()
+        )
+    };
+    let length = usize::try_from(count).ok().and_then(|count| count.checked_mul(4)).ok_or_else(truncated)?;
+    let end = at.checked_add(length).ok_or_else(truncated)?;
+    let slice = bytes.get(*at..end).ok_or_else(truncated)?;
     *at = end;
     Ok(slice.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 
-/// Reads this rank's file of `iteration`, checking that it was saved with
-/// the same layout and model shape.
-pub(crate) fn read_rank(
-    root: &Path,
-    iteration: u64,
-    rank: u32,
-    layout: Layout,
-    num_layers: u32,
-    hidden_size: u64,
-) -> Result<RankState, String> {
-    let path = rank_file(root, iteration, rank);
-    let bytes = fs::read(&path).map_err(|error| format!("{}: {error}", path.display()))?;
-    let bad = |what: &str| format!("{}: {what}", path.display());
-    let first = bytes.iter().position(|&b| b == b'\n').ok_or_else(|| bad("not a checkpoint"))?;
-    if &bytes[..first] != MAGIC.as_bytes() {
-        return Err(bad("not a megatron-train-sim checkpoint"));
+/// A rank file's contents, checked: its magic line, its header (every
+/// field present, a number, and matching `expected`), and exactly the
+/// values the header announces. The error says what is wrong.
+fn parse_rank(bytes: &[u8], expected: Expected) -> Result<RankState, String> {
+    let Expected { iteration, rank, layout, num_layers, hidden_size } = expected;
+    let magic = MAGIC.as_bytes();
+    if !bytes.starts_with(magic) || bytes.get(magic.len()) != Some(&b'\n') {
+        let shown: String = String::from_utf8_lossy(&bytes[..bytes.len().min(16)]).escape_debug().collect();
+        return Err(format!(
+            "not a megatron-train-sim checkpoint (it should start with {MAGIC:?}, it starts with \"{shown}\")"
+        ));
     }
-    let second = first + 1 + bytes[first + 1..].iter().position(|&b| b == b'\n').ok_or_else(|| bad("no header"))?;
+    let header_start = magic.len() + 1;
+    let rest = &bytes[header_start..];
+    let header_len = rest.iter().take(MAX_HEADER_BYTES).position(|&b| b == b'\n').ok_or_else(|| {
+        format!("damaged header: no end of line in the {} bytes after the magic line", rest.len().min(MAX_HEADER_BYTES))
+    })?;
     let header: serde_json::Value =
-        serde_json::from_slice(&bytes[first + 1..second]).map_err(|error| bad(&format!("bad header: {error}")))?;
-    let number =
-        |key: &str| header.get(key).and_then(serde_json::Value::as_u64).ok_or_else(|| bad(&format!("no {key}")));
+        serde_json::from_slice(&rest[..header_len]).map_err(|error| format!("damaged header: {error}"))?;
+    let number = |key: &str| {
+        header.get(key).and_then(serde_json::Value::as_u64).ok_or_else(|| format!("damaged header: no number {key:?}"))
+    };
     let saved =
         (number("tensor_model_parallel_size")?, number("pipeline_model_parallel_size")?, number("data_parallel_size")?);
     if saved != (u64::from(layout.tp), u64::from(layout.pp), u64::from(layout.dp)) {
         return Err(format!(
-            "{}: saved with TP={} PP={} DP={}, this run is TP={} PP={} DP={} (resharding is not supported)",
-            path.display(),
-            saved.0,
-            saved.1,
-            saved.2,
-            layout.tp,
-            layout.pp,
-            layout.dp
+            "saved with TP={} PP={} DP={}, this run is TP={} PP={} DP={} (resharding is not supported)",
+            saved.0, saved.1, saved.2, layout.tp, layout.pp, layout.dp
         ));
     }
-    if (number("num_layers")?, number("hidden_size")?) != (u64::from(num_layers), hidden_size) {
+    let shape = (number("num_layers")?, number("hidden_size")?);
+    if shape != (u64::from(num_layers), hidden_size) {
         return Err(format!(
-            "{}: saved with --num-layers {} --hidden-size {}, this run has {num_layers} and {hidden_size}",
-            path.display(),
-            number("num_layers")?,
-            number("hidden_size")?
+            "saved with --num-layers {} --hidden-size {}, this run has {num_layers} and {hidden_size}",
+            shape.0, shape.1
         ));
     }
-    let params = number("params")? as usize;
-    let moments = number("moments")? as usize;
-    let mut at = second + 1;
+    if (number("iteration")?, number("rank")?) != (iteration, u64::from(rank)) {
+        return Err(format!(
+            "the header says iteration {} rank {}, the file is iteration {iteration} rank {rank}'s",
+            number("iteration")?,
+            number("rank")?
+        ));
+    }
+    let mut at = header_start + header_len + 1;
+    let params = read_floats(bytes, number("params")?, &mut at, "parameter")?;
+    let moments = number("moments")?;
+    let m = read_floats(bytes, moments, &mut at, "first-moment")?;
+    let v = read_floats(bytes, moments, &mut at, "second-moment")?;
+    if at != bytes.len() {
+        return Err(format!("damaged: {} bytes after the values the header announces", bytes.len() - at));
+    }
     Ok(RankState {
-        iteration: number("iteration")?,
+        iteration,
         layout,
         rank,
         num_layers,
         hidden_size,
         optimizer_steps: number("optimizer_steps")?,
         skipped_iterations: number("skipped_iterations")?,
-        params: read_floats(&bytes, params, &mut at, &path)?,
-        m: read_floats(&bytes, moments, &mut at, &path)?,
-        v: read_floats(&bytes, moments, &mut at, &path)?,
+        params,
+        m,
+        v,
     })
+}
+
+/// The fault-tolerance heartbeat: what `megatron.checkpoint.ft_heartbeat`
+/// holds. Every loop pass, each rank rewrites one small JSON record (its
+/// rank, the iterations completed, the beats so far and the wall-clock time
+/// in ms since the epoch, padded to [`HEARTBEAT_RECORD_BYTES`]) in place,
+/// for a rank monitor to read: `SAVE/ft_heartbeat/rank_XXXXX.json` with
+/// `--save`, else `TMPDIR/megatron-train-sim-heartbeat-RUNID/rank_XXXXX.json`,
+/// removed when the run ends well. A file that cannot be written is
+/// reported once; training goes on without it.
+#[derive(Debug)]
+pub(crate) struct Heartbeat {
+    path: PathBuf,
+    rank: u32,
+    file: Option<fs::File>,
+    beats: u64,
+    failed: bool,
+    temporary: bool,
+}
+
+/// The size of a heartbeat record, newline included.
+pub(crate) const HEARTBEAT_RECORD_BYTES: usize = 128;
+
+impl Heartbeat {
+    /// The heartbeat of `rank`: beside the checkpoints under `save`, else
+    /// in the temporary directory of run `run_id`.
+    pub(crate) fn new(save: Option<&Path>, run_id: &str, rank: u32) -> Heartbeat {
+        let name = format!("rank_{rank:05}.json");
+        let (path, temporary) = match save {
+            Some(root) => (root.join("ft_heartbeat").join(name), false),
+            None => {
+                let run = if run_id.is_empty() { std::process::id().to_string() } else { run_id.to_string() };
+                (std::env::temp_dir().join(format!("megatron-train-sim-heartbeat-{run}")).join(name), true)
+            }
+        };
+        Heartbeat { path, rank, file: None, beats: 0, failed: false, temporary }
+    }
+
+    /// Writes the record for `iteration` (iterations completed).
+    pub(crate) fn beat(&mut self, iteration: u64) {
+        if self.failed {
+            return;
+        }
+        self.beats += 1;
+        if let Err(error) = self.write(iteration) {
+            self.failed = true;
+            crate::output::note(&format!(
+                "the fault-tolerance heartbeat {} cannot be written ({error}); continuing without it",
+                self.path.display()
+            ));
+        }
+    }
+
+    fn write(&mut self, iteration: u64) -> io::Result<()> {
+        use std::io::{Seek, SeekFrom};
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => {
+                if let Some(dir) = self.path.parent() {
+                    fs::create_dir_all(dir)?;
+                }
+                self.file.insert(fs::OpenOptions::new().write(true).create(true).truncate(true).open(&self.path)?)
+            }
+        };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+        let record = format!(
+            "{{\"rank\":{},\"iteration\":{iteration},\"beats\":{},\"unix_time_ms\":{now}}}",
+            self.rank, self.beats
+        );
+        let mut line = format!("{record:<width$}\n", width = HEARTBEAT_RECORD_BYTES - 1).into_bytes();
+        line.truncate(HEARTBEAT_RECORD_BYTES);
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&line)
+    }
+
+    /// The run ended well: a temporary heartbeat file is removed (and its
+    /// directory, once every rank's is gone); one beside checkpoints stays.
+    pub(crate) fn finish(&mut self) {
+        self.file = None;
+        if self.temporary && self.beats > 0 {
+            let _ = fs::remove_file(&self.path);
+            if let Some(dir) = self.path.parent() {
+                let _ = fs::remove_dir(dir);
+            }
+        }
+    }
 }
 
 /// An asynchronous save in flight.
@@ -237,10 +386,82 @@ mod tests {
         write_rank(&root, &state).unwrap();
         write_tracker(&root, 20).unwrap();
         assert_eq!(read_tracker(&root).unwrap(), 20);
-        let back = read_rank(&root, 20, 1, layout, 4, 8).unwrap();
+        let expected = Expected { iteration: 20, rank: 1, layout, num_layers: 4, hidden_size: 8 };
+        let back = read_rank(&root, expected).unwrap();
         assert_eq!((back.params, back.m, back.v, back.optimizer_steps), (state.params, state.m, state.v, 19));
-        let error = read_rank(&root, 20, 1, Layout { tp: 2, pp: 1, dp: 1 }, 4, 8).unwrap_err();
-        assert!(error.contains("saved with TP=1 PP=2 DP=1"), "{error}");
+        let error = read_rank(&root, Expected { layout: Layout { tp: 2, pp: 1, dp: 1 }, ..expected }).unwrap_err();
+        assert!(error.to_string().contains("saved with TP=1 PP=2 DP=1"), "{error}");
         let _ = fs::remove_dir_all(root);
+    }
+
+    fn sample() -> (Vec<u8>, Expected, RankState) {
+        let layout = Layout { tp: 1, pp: 2, dp: 1 };
+        let state = RankState {
+            iteration: 4,
+            layout,
+            rank: 0,
+            num_layers: 2,
+            hidden_size: 4,
+            optimizer_steps: 4,
+            skipped_iterations: 0,
+            params: (0..6).map(|i| i as f32 * 0.5).collect(),
+            m: vec![0.25; 6],
+            v: vec![0.125; 6],
+        };
+        (encode(&state), Expected { iteration: 4, rank: 0, layout, num_layers: 2, hidden_size: 4 }, state)
+    }
+
+    #[test]
+    fn a_damaged_truncated_or_foreign_file_says_what_is_wrong() {
+        let (bytes, expected, _) = sample();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let header_end = text.find("}\n").unwrap() + 2;
+        let huge = text[..header_end].replace("\"params\":6", "\"params\":18446744073709551615");
+        let cases: [(Vec<u8>, &str); 6] = [
+            (b"PK\x03\x04 a zip file".to_vec(), "not a megatron-train-sim checkpoint"),
+            (b"MTSIM-CKPT 2\n{}\n".to_vec(), "not a megatron-train-sim checkpoint"),
+            (bytes[..bytes.len() - 3].to_vec(), "truncated"),
+            (bytes[..20].to_vec(), "damaged header"),
+            ([huge.as_bytes(), &bytes[header_end..]].concat(), "truncated: the header announces 18446744073709551615"),
+            ([&bytes[..], b"tail"].concat(), "4 bytes after the values"),
+        ];
+        for (damaged, problem) in cases {
+            let error = parse_rank(&damaged, expected).unwrap_err();
+            assert!(error.contains(problem), "expected {problem:?}, got {error:?}");
+        }
+        let error = LoadError::new(Path::new("/ckpt/iter_0000004/rank_00000.ckpt"), "truncated");
+        assert_eq!(error.to_string(), "--load: /ckpt/iter_0000004/rank_00000.ckpt: truncated");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Any damage (bytes overwritten, then the file cut short) is either
+        /// refused with a message or, when it hit only values or the header's
+        /// counters, loaded with the same shape; never a panic.
+        #[test]
+        fn a_mutated_checkpoint_never_panics(
+            edits in proptest::collection::vec((0..usize::MAX, proptest::num::u8::ANY), 0..4),
+            cut in proptest::option::of(0..usize::MAX),
+        ) {
+            let (mut bytes, expected, state) = sample();
+            for (at, value) in edits {
+                let at = at % bytes.len();
+                bytes[at] = value;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut % (bytes.len() + 1));
+            }
+            match parse_rank(&bytes, expected) {
+                Ok(back) => {
+                    proptest::prop_assert_eq!(back.m.len(), back.v.len());
+                    proptest::prop_assert_eq!(
+                        back.params.len() + 2 * back.m.len(),
+                        state.params.len() + 2 * state.m.len()
+                    );
+                }
+                Err(problem) => proptest::prop_assert!(!problem.is_empty()),
+            }
+        }
     }
 }

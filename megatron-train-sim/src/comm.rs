@@ -38,6 +38,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use megatron_telemetry::phases::{Phase, Phases};
+
 /// The largest frame accepted (a corrupt length must not allocate gigabytes).
 const MAX_FRAME_BYTES: usize = 1 << 30;
 
@@ -56,6 +58,8 @@ pub(crate) mod tag {
     pub(crate) const GATHER: u32 = 20;
     /// A collective's result from the group leader.
     pub(crate) const RESULT: u32 = 21;
+    /// A split all-reduce's contribution, sent to every member.
+    pub(crate) const REDUCE: u32 = 22;
     /// The sender has passed the final barrier and will close its
     /// connections: their end is not a failure.
     pub(crate) const GOODBYE: u32 = 30;
@@ -138,6 +142,10 @@ pub(crate) struct Comm {
     /// Peers that said goodbye (their connection's end is expected).
     departed: Vec<bool>,
     timeout: Duration,
+    /// The rank's phase clock: a blocking receive is a wait (docs/ranks.md).
+    phases: Phases,
+    /// Frames this rank has sent (the summary's `messages_sent`).
+    sent: std::sync::atomic::AtomicU64,
     /// Kept alive so that the channel never reports "disconnected" on a
     /// single-rank job.
     _sender: Sender<Event>,
@@ -307,6 +315,8 @@ impl Comm {
             pending: (0..world).map(|_| VecDeque::new()).collect(),
             departed: vec![false; world as usize],
             timeout,
+            phases: Phases::disabled(),
+            sent: std::sync::atomic::AtomicU64::new(0),
             _sender: sender,
         })
     }
@@ -393,11 +403,23 @@ impl Comm {
         self.rank
     }
 
+    /// Marks every blocking receive on `phases` (`dp_wait` unless the caller
+    /// entered another wait, checkpoint or eval).
+    pub(crate) fn set_phases(&mut self, phases: Phases) {
+        self.phases = phases;
+    }
+
+    /// Frames sent so far, rendezvous excluded.
+    pub(crate) fn messages_sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Sends `payload` to `peer` (never waits for the peer to read).
     pub(crate) fn send(&self, peer: u32, tag: u32, payload: &[u8]) -> Result<(), CommError> {
         let stream = self.peers[peer as usize]
             .as_ref()
             .ok_or_else(|| CommError::Protocol(format!("rank {} sending to itself", self.rank)))?;
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         write_frame(stream, tag, payload).map_err(|error| match error.kind() {
             io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
                 CommError::PeerLost { peer, reason: error.to_string() }
@@ -408,6 +430,7 @@ impl Comm {
 
     /// Receives the next frame from `peer`, which must carry `tag`.
     pub(crate) fn recv(&mut self, peer: u32, tag: u32) -> Result<Vec<u8>, CommError> {
+        let _wait = self.phases.enter_wait(Phase::DpWait);
         let deadline = Instant::now() + self.timeout;
         loop {
             if let Some((got, payload)) = self.pending[peer as usize].pop_front() {
@@ -466,6 +489,54 @@ impl Comm {
                 return Err(CommError::Protocol("all-reduce result of the wrong length".into()));
             }
             data.copy_from_slice(&result);
+        }
+        Ok(())
+    }
+
+    /// Starts an all-reduce of `data` over `group` (sorted ranks including
+    /// this one), as a gradient reduction is launched before it is waited
+    /// for: sends this rank's values to every other member (never waits).
+    /// [`Comm::all_reduce_finish`] completes it.
+    pub(crate) fn all_reduce_start<T: Element>(&self, group: &[u32], data: &[T]) -> Result<(), CommError> {
+        if group.len() <= 1 {
+            return Ok(());
+        }
+        let bytes = T::encode(data);
+        for &peer in group.iter().filter(|&&peer| peer != self.rank) {
+            self.send(peer, tag::REDUCE, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Completes [`Comm::all_reduce_start`]: receives every other member's
+    /// values and sums all of them in group order, so that every member
+    /// ends with the same bits.
+    pub(crate) fn all_reduce_finish<T: Element>(&mut self, group: &[u32], data: &mut [T]) -> Result<(), CommError> {
+        if group.len() <= 1 {
+            return Ok(());
+        }
+        let mine = data.to_vec();
+        for (position, &member) in group.iter().enumerate() {
+            let theirs = if member == self.rank {
+                mine.clone()
+            } else {
+                let theirs = T::decode(&self.recv(member, tag::REDUCE)?);
+                if theirs.len() != data.len() {
+                    return Err(CommError::Protocol(format!(
+                        "all-reduce: rank {member} sent {} values, expected {}",
+                        theirs.len(),
+                        data.len()
+                    )));
+                }
+                theirs
+            };
+            if position == 0 {
+                data.copy_from_slice(&theirs);
+            } else {
+                for (sum, value) in data.iter_mut().zip(theirs) {
+                    *sum = sum.add(value);
+                }
+            }
         }
         Ok(())
     }
@@ -593,6 +664,13 @@ mod tests {
                     let rank = comm.rank();
                     let mut data = [rank as f32, 1.0];
                     comm.all_reduce(&[0, 1, 2], &mut data).unwrap();
+                    // Launched, then completed: every rank sums in rank order.
+                    let values = |r: u32| [0.1 * (r as f32 + 1.0), 1e8 * (r as f32 - 1.0) + 0.5];
+                    let mut split = values(rank);
+                    comm.all_reduce_start(&[0, 1, 2], &split).unwrap();
+                    comm.all_reduce_finish(&[0, 1, 2], &mut split).unwrap();
+                    let (a, b, c) = (values(0), values(1), values(2));
+                    assert_eq!(split, [a[0] + b[0] + c[0], a[1] + b[1] + c[1]], "rank {rank}");
                     let gathered = comm.all_gather(&[0, 1, 2], &[rank as f32 * 10.0]).unwrap();
                     if rank == 0 {
                         comm.send(2, tag::FORWARD, b"hi").unwrap();

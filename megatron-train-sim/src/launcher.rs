@@ -6,7 +6,10 @@
 //! Each rank gets `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`,
 //! `MASTER_ADDR=127.0.0.1` and `MASTER_PORT` (a port free at launch), one
 //! run id for all (`MEGATRON_OTEL_RUN_ID`, unless a run-id variable is
-//! already set, SPEC A13), `MEGATRON_OTEL_EXPORTER=file` when no exporter is
+//! already set, SPEC A13), one fresh launch id per launch
+//! (`MEGATRON_OTEL_LAUNCH_ID`, unless a launch-id variable is already set,
+//! A15: two launches of one pinned run id never share a trace id),
+//! `MEGATRON_OTEL_EXPORTER=file` when no exporter is
 //! configured, and the launcher's own environment, so `TRACEPARENT`,
 //! `TRACESTATE` and `BAGGAGE` pass on (A12).
 //!
@@ -26,7 +29,26 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lens_core::env::{EnvSource, ProcessEnv};
+
 use crate::output;
+
+/// The launch-id variables that, when set, the launcher leaves alone: an
+/// outer launcher (SLURM, torchrun, one of several nodes' launchers) already
+/// gave every rank of this launch one id (see
+/// `lens_core::identity::resolve_launch_id`).
+pub(crate) const LAUNCH_ID_VARIABLES: [&str; 4] =
+    ["MEGATRON_OTEL_LAUNCH_ID", "NEMO_LENS_LAUNCH_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"];
+
+/// The variable the launcher sets to hand its ranks one launch id.
+pub(crate) const LAUNCH_ID_VARIABLE: &str = "MEGATRON_OTEL_LAUNCH_ID";
+
+/// The launch id this launcher hands its ranks: a fresh one (12 hex
+/// characters) unless `env` already has one.
+fn launch_id_for_ranks(env: &(impl EnvSource + ?Sized)) -> Option<String> {
+    let set = LAUNCH_ID_VARIABLES.iter().any(|v| env.non_empty(v).is_some_and(|id| !id.eq_ignore_ascii_case("none")));
+    (!set).then(lens_core::identity::random_run_id)
+}
 
 /// The variable that tells a re-executed process it is a rank, not a launcher.
 pub(crate) const ROLE_VARIABLE: &str = "MEGATRON_TRAIN_SIM_ROLE";
@@ -77,6 +99,7 @@ pub(crate) fn launch(nproc: u32, extra: &LaunchEnv, pids_file: Option<&std::path
     let received = Arc::new(AtomicI32::new(0));
     forward_signals(Arc::clone(&pids), Arc::clone(&received));
 
+    let launch_id = launch_id_for_ranks(&ProcessEnv);
     let mut children: Vec<Child> = Vec::new();
     for rank in 0..nproc {
         let mut command = Command::new(&exe);
@@ -89,6 +112,9 @@ pub(crate) fn launch(nproc: u32, extra: &LaunchEnv, pids_file: Option<&std::path
             .env("LOCAL_WORLD_SIZE", nproc.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string());
+        if let Some(id) = &launch_id {
+            command.env(LAUNCH_ID_VARIABLE, id);
+        }
         for (key, value) in &extra.variables {
             command.env(key, value);
         }

@@ -140,6 +140,42 @@ pub(crate) struct TelemetrySummary {
     pub(crate) destinations: Vec<String>,
     /// The shutdown report.
     pub(crate) report: lens_fallbacks::ShutdownReport,
+    /// The run's goodput totals at the end (`None` with telemetry off) and the latest MFU.
+    pub(crate) goodput: (Option<megatron_telemetry::goodput::GoodputTotals>, Option<f64>),
+}
+
+/// The `goodput` object of the summary JSON (`null` with telemetry off).
+fn goodput_json(telemetry: &TelemetrySummary) -> Value {
+    let (Some(totals), mfu) = telemetry.goodput else { return Value::Null };
+    let seconds: serde_json::Map<String, Value> =
+        totals.buckets().map(|(bucket, s)| (bucket.as_str().to_string(), json!(s))).collect();
+    json!({
+        "seconds": seconds,
+        "total_seconds": totals.total_seconds(),
+        "ratio": totals.ratio(),
+        "productive_iterations": totals.productive_iterations,
+        "pending_iterations": totals.pending_iterations,
+        "lost_iterations": totals.lost_iterations,
+        "attempts": totals.attempts,
+        "mfu": mfu,
+    })
+}
+
+/// The goodput line of the end-of-run summary.
+fn print_goodput(telemetry: &TelemetrySummary) {
+    let (Some(totals), mfu) = telemetry.goodput else { return };
+    let parts: Vec<String> =
+        totals.buckets().filter(|(_, s)| *s > 0.0).map(|(b, s)| format!("{} {s:.2} s", b.as_str())).collect();
+    stderr_line!(
+        "goodput: {} over {} attempt(s), {:.2} s in all: {} | {} iterations kept, {} lost | MFU {}",
+        totals.ratio().map_or_else(|| "n/a".to_string(), |r| format!("{:.1}%", r * 100.0)),
+        totals.attempts,
+        totals.total_seconds(),
+        parts.join(", "),
+        totals.productive_iterations,
+        totals.lost_iterations,
+        mfu.map_or_else(|| "n/a (peak unknown)".to_string(), |m| format!("{:.2}%", m * 100.0)),
+    );
 }
 
 /// The machine-readable summary (schema in docs/simulator.md).
@@ -177,6 +213,7 @@ pub(crate) fn summary_json(
         "flops_per_iteration": outcome.flops_per_iteration,
         "throughput_tflops_per_rank": tflops,
         "peak_memory_bytes": outcome.peak_memory_bytes,
+        "messages_sent": outcome.messages_sent,
         "checkpoints": outcome.checkpoints.iter().map(|(i, path)| json!({"iteration": i, "path": path.display().to_string()})).collect::<Vec<_>>(),
         "telemetry": {
             "enabled": telemetry.enabled,
@@ -188,6 +225,7 @@ pub(crate) fn summary_json(
             "truncated_spans": report.truncated_spans,
             "report": report.to_string(),
         },
+        "goodput": goodput_json(telemetry),
     })
 }
 
@@ -225,6 +263,7 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
     if let Some((iteration, path)) = outcome.checkpoints.last() {
         stderr_line!("checkpoint: iteration {iteration} in {}", path.parent().unwrap_or(path).display());
     }
+    print_goodput(telemetry);
     print_telemetry(layout.world() - 1, telemetry, true);
 }
 

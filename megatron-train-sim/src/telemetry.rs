@@ -27,8 +27,8 @@ use lens_core::config::{CliOverrides, LensConfig};
 use lens_core::env::EnvSource;
 use lens_core::identity::RankContext;
 use lens_fallbacks::{
-    KeyValue, RemoteContext, SetupError, ShutdownReport, SpanGuard, create_linked_span, decode_context, encode_context,
-    is_span_group_enabled, managed_span,
+    KeyValue, RemoteContext, SetupError, ShutdownReport, SpanGuard, create_linked_span_since, decode_context,
+    encode_context, is_span_group_enabled, managed_span,
 };
 use megatron_telemetry::groups::MegatronSpanGroup;
 use megatron_telemetry::lifecycle::{self, IterationSpans, LifecycleOptions, MegatronTelemetry};
@@ -181,6 +181,11 @@ impl Telemetry {
         self.lifecycle.telemetry().is_enabled()
     }
 
+    /// The facade handle (meter, rank metrics on or off).
+    pub(crate) fn lens(&self) -> &lens_fallbacks::Telemetry {
+        self.lifecycle.telemetry()
+    }
+
     /// Whether this rank exports.
     pub(crate) fn is_exporting(&self) -> bool {
         self.lifecycle.is_exporting()
@@ -313,11 +318,13 @@ impl Telemetry {
     /// `megatron.pp.recv_backward.linked`, SPEC A9) for a message from
     /// pipeline stage `sender_stage` carrying `context` (the sender's send
     /// span) about `microbatch`. A child of the current (receive) span,
-    /// linked to the sender's span.
+    /// linked to the sender's span, starting at `waiting`: when the blocking
+    /// receive began (the context arrives only inside the message).
     pub(crate) fn linked_receive(
         &self,
         def: &'static SpanDef,
         context: &[u8],
+        waiting: SystemTime,
         sender_stage: u32,
         microbatch: u64,
     ) -> Span {
@@ -325,10 +332,11 @@ impl Telemetry {
             return SpanGuard::noop();
         }
         let remote = decode_context(context).unwrap_or_else(RemoteContext::none);
-        create_linked_span(
+        create_linked_span_since(
             Some(def.group),
             def.name,
             &remote,
+            waiting,
             [
                 KeyValue::new(attr::PIPELINE_PARALLEL_RANK, i64::from(sender_stage)),
                 KeyValue::new(attr::MICROBATCH_ID, as_i64(microbatch)),
@@ -370,6 +378,15 @@ impl Telemetry {
     /// only; elsewhere nothing happens).
     pub(crate) fn record(&self, values: &MetricValues) {
         self.lifecycle.record_training(values);
+    }
+
+    /// The goodput and MFU gauges: real on the exporting rank, a no-op elsewhere.
+    pub(crate) fn goodput_metrics(&self) -> megatron_telemetry::goodput::GoodputMetrics {
+        if self.is_exporting() {
+            megatron_telemetry::goodput::GoodputMetrics::new(self.lifecycle.telemetry().meter())
+        } else {
+            megatron_telemetry::goodput::GoodputMetrics::noop()
+        }
     }
 
     /// Ends the structural spans, removes the signal handlers, then shuts

@@ -29,13 +29,13 @@
 //! `--check-weight-hash-across-dp-replicas-interval` (hash this rank's
 //! weights, all-gather the hashes over the data-parallel group, fail on a
 //! mismatch: at startup and every N iterations), `--enable-cuda-graph` (a
-//! one-time capture at the end of the warm-up; nothing to capture on the
-//! CPU), `--manual-gc` and `--fp8-format` (give freed heap memory back to
+//! one-time capture at the end of the warm-up; nothing is captured, on the
+//! CPU or on the GPU: docs/simulator.md says so), `--manual-gc` and `--fp8-format` (give freed heap memory back to
 //! the operating system, `malloc_trim`, where Megatron calls `gc.collect()`).
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use megatron_telemetry::taxonomy as tx;
 
@@ -43,24 +43,44 @@ use crate::checkpoint::{self, PendingSave, RankState};
 use crate::cli::{Args, Coords, Layout, OptimizerKind};
 use crate::comm::{Comm, CommError, tag};
 use crate::device::{self, Device};
+use crate::goodput::{Goodput, Phase as GoodputPhase};
+use crate::insight::RankInsight;
 use crate::model::{Data, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, learning_rate, mse};
 use crate::output;
 use crate::signals::StopFlag;
 use crate::telemetry::{MetricValues, Telemetry};
+use megatron_telemetry::phases::Phase;
 
 /// Why a rank stopped with an error.
 #[derive(Debug)]
-pub(crate) struct RankError(pub(crate) String);
+pub(crate) struct RankError {
+    message: String,
+    /// The error is in the input (a `--load` checkpoint), not the run: exit status 2.
+    pub(crate) bad_input: bool,
+}
+
+impl RankError {
+    /// A failure during the run (exit status 1).
+    pub(crate) fn new(message: impl Into<String>) -> RankError {
+        RankError { message: message.into(), bad_input: false }
+    }
+}
 
 impl std::fmt::Display for RankError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
 impl From<CommError> for RankError {
     fn from(error: CommError) -> RankError {
-        RankError(error.to_string())
+        RankError::new(error.to_string())
+    }
+}
+
+impl From<checkpoint::LoadError> for RankError {
+    fn from(error: checkpoint::LoadError) -> RankError {
+        RankError { message: error.to_string(), bad_input: true }
     }
 }
 
@@ -110,6 +130,8 @@ pub(crate) struct Outcome {
     pub(crate) peak_memory_bytes: Option<u64>,
     /// The device's name.
     pub(crate) device: String,
+    /// Frames this rank sent to other ranks (a count: rank metrics add none).
+    pub(crate) messages_sent: u64,
 }
 
 struct Groups {
@@ -150,6 +172,9 @@ pub(crate) struct Trainer {
     saves_done: u64,
     last_saved: Option<u64>,
     outcome_checkpoints: Vec<(u64, PathBuf)>,
+    heartbeat: checkpoint::Heartbeat,
+    goodput: Goodput,
+    insight: RankInsight,
 }
 
 impl Trainer {
@@ -162,8 +187,11 @@ impl Trainer {
         telemetry: Telemetry,
         stop_requested: StopFlag,
     ) -> Trainer {
+        let mut comm = comm;
         let rank = comm.rank();
         let coords = layout.coords(rank);
+        let insight = RankInsight::new(&telemetry, &args.inject_straggler, rank, coords);
+        comm.set_phases(insight.phases().clone());
         let at = |c: Coords| layout.rank(c);
         let groups = Groups {
             world: (0..layout.world()).collect(),
@@ -181,6 +209,7 @@ impl Trainer {
         let data = Data::new(args.seed, hidden, seq, false);
         let microbatches = args.num_microbatches(layout);
         let normaliser = (args.global_batch_size * args.seq_length * args.hidden_size) as f64;
+        let heartbeat = checkpoint::Heartbeat::new(args.save.as_deref(), &telemetry.run_id(), rank);
         Trainer {
             args,
             layout,
@@ -204,7 +233,20 @@ impl Trainer {
             saves_done: 0,
             last_saved: None,
             outcome_checkpoints: Vec::new(),
+            heartbeat,
+            goodput: Goodput::off(),
+            insight,
         }
+    }
+
+    /// Counts this attempt's goodput (telemetry on).
+    pub(crate) fn set_goodput(&mut self, goodput: Goodput) {
+        self.goodput = goodput;
+    }
+
+    /// The run's goodput totals now (`None` with telemetry off), and the latest MFU.
+    pub(crate) fn goodput(&self) -> (Option<megatron_telemetry::goodput::GoodputTotals>, Option<f64>) {
+        (self.goodput.totals(), self.goodput.mfu())
     }
 
     fn rank(&self) -> u32 {
@@ -220,6 +262,7 @@ impl Trainer {
     pub(crate) fn run(&mut self) -> Result<Outcome, RankError> {
         self.startup()?;
         self.telemetry.begin_training_loop(self.args.save_interval);
+        self.goodput.training_started();
         let outcome = self.train_loop();
         self.telemetry.end_training_loop();
         outcome
@@ -236,30 +279,32 @@ impl Trainer {
             self.optimizer = Optimizer::new(self.args.optimizer == OptimizerKind::Adam, self.stage.params.len());
             if let Some(root) = self.args.load.clone() {
                 let _load = self.telemetry.span(&tx::CHECKPOINT_LOAD, []);
-                let iteration = checkpoint::read_tracker(&root).map_err(RankError)?;
+                self.goodput.begin(GoodputPhase::CheckpointLoad);
+                let iteration = checkpoint::read_tracker(&root)?;
                 let state = {
                     let _read = self.telemetry.span(&tx::CHECKPOINT_LOAD_IO_READ, []);
-                    checkpoint::read_rank(
-                        &root,
+                    let expected = checkpoint::Expected {
                         iteration,
-                        self.rank(),
-                        self.layout,
-                        self.args.num_layers,
-                        self.args.hidden_size,
-                    )
-                    .map_err(RankError)?
+                        rank: self.rank(),
+                        layout: self.layout,
+                        num_layers: self.args.num_layers,
+                        hidden_size: self.args.hidden_size,
+                    };
+                    checkpoint::read_rank(&root, expected)?
                 };
                 if state.params.len() != self.stage.params.len() || state.m.len() != self.optimizer.m.len() {
-                    return Err(RankError(format!(
-                        "--load {}: the checkpoint of rank {} has {} parameters and {} moments, this run needs {} and {} \
-                         (was it saved with another --optimizer?)",
-                        root.display(),
-                        self.rank(),
-                        state.params.len(),
-                        state.m.len(),
-                        self.stage.params.len(),
-                        self.optimizer.m.len()
-                    )));
+                    return Err(RankError::from(checkpoint::LoadError {
+                        path: root.clone(),
+                        problem: format!(
+                            "the checkpoint of rank {} has {} parameters and {} moments, this run needs {} and {} \
+                             (was it saved with another --optimizer?)",
+                            self.rank(),
+                            state.params.len(),
+                            state.m.len(),
+                            self.stage.params.len(),
+                            self.optimizer.m.len()
+                        ),
+                    }));
                 }
                 self.stage.params = state.params;
                 self.optimizer.m = state.m;
@@ -267,6 +312,8 @@ impl Trainer {
                 self.optimizer.steps = state.optimizer_steps;
                 self.iteration = state.iteration;
                 self.skipped = state.skipped_iterations;
+                self.goodput.resume(&root, state.iteration);
+                self.goodput.end(GoodputPhase::CheckpointLoad);
             }
         }
         {
@@ -279,7 +326,7 @@ impl Trainer {
         if self.args.gpu_sniff_test_interval.is_some() {
             let span = self.telemetry.span(&tx::STARTUP_SNIFF_TEST, []);
             self.telemetry.mark_sniff_tag(&span, None);
-            device::sniff_test(self.device.as_ref()).map_err(|e| RankError(format!("sniff test failed: {e}")))?;
+            device::sniff_test(self.device.as_ref()).map_err(|e| RankError::new(format!("sniff test failed: {e}")))?;
         }
         if self.args.check_weight_hash_across_dp_replicas_interval.is_some() {
             let _check = self.telemetry.span(&tx::STARTUP_WEIGHT_HASH_CHECK, []);
@@ -303,7 +350,7 @@ impl Trainer {
         for (replica, theirs) in all.chunks_exact(4).enumerate() {
             if theirs != pieces.as_slice() {
                 let theirs = theirs.iter().enumerate().fold(0_u64, |h, (i, p)| h | ((*p as u64) << (16 * i)));
-                return Err(RankError(format!(
+                return Err(RankError::new(format!(
                     "weight hash check at iteration {}: rank {} holds weights with hash {hash:016x}, its \
                      data-parallel replica {replica} (rank {}) {theirs:016x}",
                     self.iteration,
@@ -313,6 +360,19 @@ impl Trainer {
             }
         }
         Ok(())
+    }
+
+    /// The forward pre-hook's check: this rank's parameters are all finite.
+    fn check_parameters_ready(&self) -> Result<(), RankError> {
+        match self.stage.params.iter().position(|p| !p.is_finite()) {
+            None => Ok(()),
+            Some(index) => Err(RankError::new(format!(
+                "rank {}: parameter {index} is {} after iteration {}: the forward pre-hook refuses to run the next forward",
+                self.rank(),
+                self.stage.params[index],
+                self.iteration
+            ))),
+        }
     }
 
     fn train_loop(&mut self) -> Result<Outcome, RankError> {
@@ -332,7 +392,11 @@ impl Trainer {
         while self.iteration < self.args.train_iters {
             let save_interval = self.args.save_interval.unwrap_or(0);
             self.telemetry.loop_pass(self.iteration);
-            drop(self.telemetry.ft_heartbeat(self.iteration));
+            self.insight.phases().begin_iteration(self.iteration);
+            {
+                let _heartbeat = self.telemetry.ft_heartbeat(self.iteration);
+                self.heartbeat.beat(self.iteration);
+            }
             {
                 let span = self.telemetry.save_finalize(self.iteration);
                 if self.save_ready {
@@ -353,11 +417,18 @@ impl Trainer {
                 step
             };
             let step_ms = started.elapsed().as_secs_f64() * 1e3;
+            self.insight.phases().end_iteration(self.iteration + 1, started.elapsed());
             if loop_counter == 0 {
+                // Megatron re-enables the parameter-gather hook here; the
+                // simulator has no overlapped gather, so the hook's work is
+                // its readiness check: every parameter of this rank finite
+                // before the next forward.
                 let _hook = self.telemetry.span(&tx::TRAIN_FORWARD_PRE_HOOK, []);
+                self.check_parameters_ready()?;
             }
             self.iteration += 1;
             let iteration = self.iteration;
+            self.goodput.iteration_completed(iteration);
             let loss = (!step.skipped).then_some(step.loss);
             iterations.push((iteration, step_ms, loss));
             interval_step_ms.push(step_ms);
@@ -387,6 +458,7 @@ impl Trainer {
                     let tokens_per_sec = tokens as f64 / (mean_ms / 1e3);
                     let tflops = flops / (mean_ms / 1e3) / 1e12 / f64::from(self.layout.world());
                     log_losses.push((iteration, mean_loss));
+                    self.insight.record_interval();
                     self.telemetry.record(&MetricValues {
                         step_duration_ms: Some(mean_ms),
                         loss: mean_loss,
@@ -413,13 +485,22 @@ impl Trainer {
                     interval_losses.clear();
                     interval_step_ms.clear();
                     interval_skipped = 0;
+                    self.goodput.log_interval(tflops);
                 }
             }
 
+            if self.args.inject_crash_at == Some(iteration) {
+                // Like a node failure: no save, no final record; the caller
+                // flushes telemetry (open spans truncated) and exits 1.
+                return Err(RankError::new(format!("injected crash after iteration {iteration} (--inject-crash-at)")));
+            }
             if let Some(every) = self.args.eval_interval
                 && iteration.is_multiple_of(every)
             {
-                let loss = self.evaluate()?;
+                self.goodput.begin(GoodputPhase::Evaluation);
+                let loss = self.evaluate();
+                self.goodput.end(GoodputPhase::Evaluation);
+                let loss = loss?;
                 eval_losses.push((iteration, loss));
                 progress.eval(iteration, loss);
             }
@@ -428,7 +509,8 @@ impl Trainer {
             {
                 let span = self.telemetry.span(&tx::TRAIN_SNIFF_TEST, []);
                 self.telemetry.mark_sniff_tag(&span, Some(iteration));
-                device::sniff_test(self.device.as_ref()).map_err(|e| RankError(format!("sniff test failed: {e}")))?;
+                device::sniff_test(self.device.as_ref())
+                    .map_err(|e| RankError::new(format!("sniff test failed: {e}")))?;
             }
             if self.args.manual_gc
                 && self.args.manual_gc_interval > 0
@@ -463,8 +545,10 @@ impl Trainer {
                 self.telemetry.mark_call_indices(&span, &finalized);
             }
         }
+        self.goodput.finish();
         // Nobody leaves while another rank may still need it.
         self.comm.barrier(&self.groups.world.clone())?;
+        self.heartbeat.finish();
 
         Ok(Outcome {
             start_iteration,
@@ -479,6 +563,7 @@ impl Trainer {
             tokens_per_iteration: tokens,
             peak_memory_bytes: self.device.peak_memory_bytes(),
             device: self.device.name(),
+            messages_sent: self.comm.messages_sent(),
         })
     }
 
@@ -519,21 +604,27 @@ impl Trainer {
         } else {
             (&tx::P2P_RECV_BACKWARD, &tx::PP_RECV_BACKWARD_LINKED, self.groups.next, tag::BACKWARD, self.coords.pp + 1)
         };
-        let peer = peer.ok_or_else(|| RankError("pipeline receive without a neighbour".into()))?;
+        let peer = peer.ok_or_else(|| RankError::new("pipeline receive without a neighbour"))?;
         let _span = self.telemetry.span(def, []);
-        let payload = self.comm.recv(peer, frame_tag)?;
-        let bad = || RankError(format!("rank {}: malformed pipeline message from rank {peer}", self.rank()));
+        // The linked span starts with the wait: the sender's context, its
+        // link, only arrives inside the message.
+        let waiting = SystemTime::now();
+        let payload = {
+            let _wait = self.insight.phases().enter_wait(Phase::PpWait);
+            self.comm.recv(peer, frame_tag)?
+        };
+        let bad = || RankError::new(format!("rank {}: malformed pipeline message from rank {peer}", self.rank()));
         let got_microbatch = u64::from_le_bytes(payload.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
         let context_len =
             u32::from_le_bytes(payload.get(8..12).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
         let context = payload.get(12..12 + context_len).ok_or_else(bad)?;
         if got_microbatch != microbatch {
-            return Err(RankError(format!(
+            return Err(RankError::new(format!(
                 "rank {}: expected microbatch {microbatch} from rank {peer}, got {got_microbatch}",
                 self.rank()
             )));
         }
-        let _linked = self.telemetry.linked_receive(linked, context, sender_stage, microbatch);
+        let _linked = self.telemetry.linked_receive(linked, context, waiting, sender_stage, microbatch);
         Ok(payload[12 + context_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
@@ -543,11 +634,14 @@ impl Trainer {
     /// projection included).
     fn stage_forward(&mut self, mut activations: Vec<f32>) -> Result<(Vec<f32>, Vec<Saved>), RankError> {
         let mut saved = Vec::with_capacity(self.stage.layers.len());
-        let Trainer { stage, comm, device, telemetry, groups, .. } = self;
+        let Trainer { stage, comm, device, telemetry, groups, insight, .. } = self;
         for index in 0..stage.layers.len() {
             let slot = stage.layers[index];
             let _layer = telemetry.layer_span(slot.number);
-            let gather = |mine: &[f32]| comm.all_gather(&groups.tensor, mine);
+            let gather = |mine: &[f32]| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_gather(&groups.tensor, mine)
+            };
             let (output, keep) = match slot.kind {
                 LayerKind::Transformer => {
                     let mixed = {
@@ -570,10 +664,12 @@ impl Trainer {
     }
 
     fn stage_backward(&mut self, saved: &[Saved], mut grad: Vec<f32>) -> Result<Vec<f32>, RankError> {
-        let Trainer { stage, comm, device, groups, .. } = self;
+        let Trainer { stage, comm, device, groups, insight, .. } = self;
         for index in (0..stage.layers.len()).rev() {
-            grad = stage
-                .layer_backward(device.as_ref(), index, &saved[index], grad, |g| comm.all_reduce(&groups.tensor, g))?;
+            grad = stage.layer_backward(device.as_ref(), index, &saved[index], grad, |g| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_reduce(&groups.tensor, g)
+            })?;
         }
         Ok(grad)
     }
@@ -593,11 +689,18 @@ impl Trainer {
             Some(_) => Some(self.recv_pipeline(true, microbatch)?),
             None => None,
         };
+        let (train, inject) = (split == Split::Train, split == Split::Train && microbatch == 0);
         let (output, saved, last) = {
             let _forward = self.telemetry.span(&tx::MICROBATCH_FORWARD, []);
             let first = self.first_sample(step, microbatch);
             let needs_inputs = received.is_none() || self.is_last_stage();
+            if train {
+                self.insight.enter_compute(Phase::Data, inject);
+            }
             let inputs = needs_inputs.then(|| self.data.inputs(split, first, self.args.micro_batch_size));
+            if train {
+                self.insight.enter_compute(Phase::Forward, inject);
+            }
             let activations = match (received, &inputs) {
                 (Some(received), _) => received,
                 (None, Some(inputs)) => inputs.clone(),
@@ -624,7 +727,9 @@ impl Trainer {
     }
 
     fn train_step(&mut self) -> Result<StepResult, RankError> {
-        self.stage.grads.fill(0.0);
+        // The gradient buffer, zeroed (re-allocated after a save freed it).
+        self.stage.grads.clear();
+        self.stage.grads.resize(self.stage.params.len(), 0.0);
         let step = self.iteration;
         let mut loss_sum = 0.0_f64;
         {
@@ -660,6 +765,7 @@ impl Trainer {
                 };
                 let grad_input = {
                     let _backward = self.telemetry.span(&tx::MICROBATCH_BACKWARD, []);
+                    self.insight.enter_compute(Phase::Backward, microbatch == 0);
                     self.stage_backward(&saved, grad)?
                 };
                 self.send_pipeline(false, microbatch as u64, &grad_input)?;
@@ -667,15 +773,18 @@ impl Trainer {
             if self.args.step_sleep_ms > 0 {
                 std::thread::sleep(Duration::from_millis(self.args.step_sleep_ms));
             }
+            // The data-parallel all-reduce, launched then waited for:
+            // `start` sends this rank's gradients to every replica (nothing
+            // to send with DP=1), `finish` receives theirs and sums.
+            let group = self.groups.data.clone();
             {
-                // The all-reduce below is synchronous: `start` marks its
-                // dispatch, `finish` holds the reduction.
                 let _start = self.telemetry.span(&tx::GRAD_SYNC_START, []);
+                self.comm.all_reduce_start(&group, &self.stage.grads)?;
             }
             {
                 let _finish = self.telemetry.span(&tx::GRAD_SYNC_FINISH, []);
-                let group = self.groups.data.clone();
-                self.comm.all_reduce(&group, &mut self.stage.grads)?;
+                let _wait = self.insight.phases().enter(Phase::DpWait);
+                self.comm.all_reduce_finish(&group, &mut self.stage.grads)?;
             }
         }
 
@@ -689,7 +798,11 @@ impl Trainer {
         control[CONTROL_STOP] = f64::from(u8::from(self.stop_requested.load(Ordering::Relaxed)));
         control[CONTROL_SAVE_DONE] = f64::from(u8::from(self.pending_save.as_ref().is_some_and(PendingSave::is_done)));
         let world = self.groups.world.clone();
-        self.comm.all_reduce(&world, &mut control)?;
+        {
+            // The per-iteration control reduction: a wait like the gradients'.
+            let _wait = self.insight.phases().enter(Phase::DpWait);
+            self.comm.all_reduce(&world, &mut control)?;
+        }
         let loss = control[CONTROL_LOSS] / self.normaliser;
         let grad_norm = control[CONTROL_GRAD_SUMSQ].sqrt();
         let stop = control[CONTROL_STOP] > 0.0;
@@ -706,12 +819,14 @@ impl Trainer {
         let skipped = !(loss.is_finite() && grad_norm.is_finite());
         {
             let span = self.telemetry.span(&tx::TRAIN_ITERATION_OPTIMIZER, []);
+            self.insight.enter_compute(Phase::Optimizer, true);
             if !skipped {
                 let clip = self.args.clip_grad;
                 let scale = if clip > 0.0 && grad_norm > clip { (clip / (grad_norm + 1e-6)) as f32 } else { 1.0 };
                 self.optimizer.step(&mut self.stage.params, &self.stage.grads, learning_rate, scale);
             }
             self.telemetry.mark_update(&span, !skipped);
+            self.insight.phases().mark(Phase::Other);
         }
         Ok(StepResult { loss, grad_norm, learning_rate, skipped, stop })
     }
@@ -728,6 +843,8 @@ impl Trainer {
 
     fn evaluate(&mut self) -> Result<f64, RankError> {
         let span = self.telemetry.evaluate();
+        let phases = self.insight.phases().clone();
+        let _eval = phases.enter(Phase::Eval);
         let mut total = [0.0_f64];
         for step in 0..self.args.eval_iters {
             let _step_span = self.telemetry.evaluate_step(step);
@@ -762,12 +879,26 @@ impl Trainer {
     }
 
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
-        let root = self.args.save.clone().ok_or_else(|| RankError("save without --save".into()))?;
-        std::fs::create_dir_all(&root).map_err(|e| RankError(format!("--save {}: {e}", root.display())))?;
+        let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
+        std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
+        self.goodput.begin(GoodputPhase::CheckpointSave);
+        let saved = self.save_blocking(&root, iteration);
+        self.goodput.saved(iteration);
+        saved
+    }
+
+    fn save_blocking(&mut self, root: &std::path::Path, iteration: u64) -> Result<(), RankError> {
+        let root = root.to_path_buf();
         let _exposed = self.telemetry.exposed_save(iteration);
+        let started = Instant::now();
+        let phases = self.insight.phases().clone();
+        let _checkpoint = phases.enter(Phase::Checkpoint);
         {
+            // The step's gradient buffer is not needed until the next step
+            // (which re-allocates it): its memory goes back before saving.
             let _reclaim = self.telemetry.span(&tx::CHECKPOINT_RECLAIM_MEMORY, []);
-            self.stage.grads.shrink_to_fit();
+            self.stage.grads = Vec::new();
+            trim_heap();
         }
         if self.pending_save.is_some() {
             // One asynchronous save at a time: finish the previous one first.
@@ -789,7 +920,7 @@ impl Trainer {
                         checkpoint::write_rank(&worker_root, &state)
                     })
                 })
-                .map_err(|e| RankError(format!("starting the async save worker: {e}")))?;
+                .map_err(|e| RankError::new(format!("starting the async save worker: {e}")))?;
                 self.telemetry.mark_call_index(&save_span, call_index);
                 self.pending_save = Some(pending);
                 self.save_ready = false;
@@ -797,7 +928,7 @@ impl Trainer {
                 let path = {
                     let _write = self.telemetry.span(&tx::CHECKPOINT_SAVE_IO_WRITE, []);
                     checkpoint::write_rank(&root, &state)
-                        .map_err(|e| RankError(format!("writing the checkpoint of iteration {iteration}: {e}")))?
+                        .map_err(|e| RankError::new(format!("writing the checkpoint of iteration {iteration}: {e}")))?
                 };
                 self.outcome_checkpoints.push((iteration, path));
             }
@@ -817,15 +948,22 @@ impl Trainer {
         self.saves_done += 1;
         self.last_saved = Some(iteration);
         {
-            // Cross-rank skew: wait for every rank, then point the tracker.
+            // Megatron's `timers.log(['save-checkpoint'])`: every rank's save
+            // time, gathered over the world (the cross-rank wait), rank 0
+            // reports the minimum and maximum; then the tracker (a
+            // synchronous save: every rank's file is written by now).
             let _timers = self.telemetry.span(&tx::CHECKPOINT_TIMERS_LOG, []);
-            if !self.args.async_save {
-                let world = self.groups.world.clone();
-                self.comm.barrier(&world)?;
-                if self.rank() == 0 {
-                    checkpoint::write_tracker(&root, iteration)
-                        .map_err(|e| RankError(format!("writing {}: {e}", checkpoint::TRACKER)))?;
-                }
+            let world = self.groups.world.clone();
+            let times = self.comm.all_gather(&world, &[started.elapsed().as_secs_f32() * 1e3])?;
+            if self.rank() == 0 {
+                let (min, max) = times.iter().fold((f32::INFINITY, 0.0_f32), |(lo, hi), t| (lo.min(*t), hi.max(*t)));
+                output::note(&format!(
+                    "(min, max) time across ranks (ms): save-checkpoint of iteration {iteration}: ({min:.2}, {max:.2})"
+                ));
+            }
+            if !self.args.async_save && self.rank() == 0 {
+                checkpoint::write_tracker(&root, iteration)
+                    .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
             }
         }
         Ok(())
@@ -835,15 +973,17 @@ impl Trainer {
     /// points the tracker at it. Returns the finalized call indices.
     fn finalize_async_save(&mut self) -> Result<Vec<u64>, RankError> {
         let Some(pending) = self.pending_save.take() else { return Ok(Vec::new()) };
+        let phases = self.insight.phases().clone();
+        let _checkpoint = phases.enter(Phase::Checkpoint);
         let (call_index, iteration) = (pending.call_index, pending.iteration);
-        let path = pending.wait().map_err(RankError)?;
+        let path = pending.wait().map_err(RankError::new)?;
         let world = self.groups.world.clone();
         self.comm.barrier(&world)?;
         if self.rank() == 0
             && let Some(root) = &self.args.save
         {
             checkpoint::write_tracker(root, iteration)
-                .map_err(|e| RankError(format!("writing {}: {e}", checkpoint::TRACKER)))?;
+                .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
         }
         self.outcome_checkpoints.push((iteration, path));
         self.save_ready = false;

@@ -330,6 +330,68 @@ fn prometheus_scrapes_every_seed_metric_name_with_the_run_id_filter() {
     ctx.finish();
 }
 
+/// SPEC A8 (amended): the Prometheus port is the base port when at most one
+/// rank of a host exports metrics (`single_rank`: only the last rank, local
+/// rank 3 of 4, serves, on the base port), and base + local rank when several
+/// do (`all_ranks`: base..base+3, each page from its own rank). Both runs at
+/// once, scraped over HTTP during the run and the linger; each summary line
+/// names the address that served.
+#[test]
+fn prometheus_port_is_the_base_unless_several_ranks_of_the_host_export() {
+    const NODE_RANKS: u16 = 4;
+    let ctx = Ctx::new("prometheus-ports");
+    let run = |strategy: &str, base: u16| {
+        ctx.sim(&strs(&sim_args(u32::from(NODE_RANKS), 2)))
+            .label(strategy)
+            .envs(&[
+                ("MEGATRON_OTEL_RANK_STRATEGY", strategy),
+                ("OTEL_TRACES_EXPORTER", "none"),
+                ("OTEL_METRICS_EXPORTER", "prometheus"),
+                ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+                ("OTEL_EXPORTER_PROMETHEUS_PORT", &base.to_string()),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+                ("MEGATRON_OTEL_PROMETHEUS_LINGER_MS", "6000"),
+            ])
+            .spawn()
+    };
+    let single_base = free_ports(2 * NODE_RANKS);
+    let all_base = single_base + NODE_RANKS;
+    let single = run("single_rank", single_base);
+    let all = run("all_ranks", all_base);
+
+    // The page served on `port` once it has the training metrics; it must
+    // be the page of `rank` (target_info carries dl.rank).
+    let page_of = |port: u16, rank: u16| {
+        let page = e2e_support::wait_until(&format!("metrics on 127.0.0.1:{port}"), Duration::from_secs(60), || {
+            e2e_support::http_get(port, "/metrics")
+                .ok()
+                .filter(|(status, body)| *status == 200 && body.contains("megatron_training_"))
+        })
+        .1;
+        assert!(page.contains(&format!("dl_rank=\"{rank}\"")), "port {port} serves rank {rank}:\n{page}");
+    };
+    page_of(single_base, NODE_RANKS - 1);
+    for i in 1..NODE_RANKS {
+        assert!(e2e_support::http_get(single_base + i, "/metrics").is_err(), "single_rank serves only the base port");
+    }
+    for i in 0..NODE_RANKS {
+        page_of(all_base + i, i);
+    }
+
+    let single = single.wait(RUN_LIMIT);
+    single.assert_success("single_rank");
+    let all = all.wait(RUN_LIMIT);
+    all.assert_success("all_ranks");
+    let summary = |rank: u16, port: u16| {
+        format!("telemetry (rank {rank}) -> metrics: Prometheus http://127.0.0.1:{port}/metrics")
+    };
+    assert!(single.stderr.contains(&summary(NODE_RANKS - 1, single_base)), "{}", single.stderr);
+    for i in 0..NODE_RANKS {
+        assert!(all.stderr.contains(&summary(i, all_base + i)), "{}", all.stderr);
+    }
+    ctx.finish();
+}
+
 /// Polls `promql` until it returns `len` series (at most 20 s).
 fn wait_until_len(prometheus: &Prometheus, promql: &str, len: usize) {
     e2e_support::wait_until(&format!("{len} series for {promql}"), Duration::from_secs(20), || {

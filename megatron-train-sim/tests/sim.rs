@@ -51,6 +51,12 @@ fn one_rank_trains_fifty_iterations_and_the_loss_falls() {
     assert!(s["tokens_per_sec"].as_f64().unwrap() > 0.0);
     assert_eq!(s["step_times_ms"].as_array().unwrap().len(), 50);
     assert_eq!(s["telemetry"]["enabled"], false);
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("megatron-train-sim-heartbeat"))
+        .collect();
+    assert!(left.is_empty(), "a run without --save that ended well leaves its heartbeat behind: {left:?}");
 }
 
 #[test]
@@ -91,6 +97,34 @@ fn a_saved_run_resumes_at_its_iteration_and_continues_as_if_never_stopped() {
     for (a, b) in full[4..].iter().zip(&tail) {
         let (a, b) = (a.unwrap(), b.unwrap());
         assert!((a - b).abs() <= 1e-5 * a.abs().max(1e-3), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn a_damaged_truncated_or_foreign_checkpoint_exits_2_naming_the_file_and_what_is_wrong() {
+    let dir = temp_dir("corrupt");
+    let base = with(SMALL, &["--log-interval", "1"]);
+    let (status, stderr) = run(&dir, &with(&base, &["--train-iters", "2", "--save", "ckpt"]));
+    assert!(status.success(), "{status}: {stderr}");
+    let file = dir.join("ckpt/iter_0000002/rank_00000.ckpt");
+    let good = std::fs::read(&file).unwrap();
+    let text = String::from_utf8_lossy(&good).into_owned();
+    let count_at = text.find("\"params\":").unwrap() + "\"params\":".len();
+    let count_end = count_at + text[count_at..].find(|c: char| !c.is_ascii_digit()).unwrap();
+    // A header whose parameter count overflows any offset (it panicked).
+    let overflowing = [&good[..count_at], b"18446744073709551615", &good[count_end..]].concat();
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        ("damaged", overflowing, "truncated: the header announces 18446744073709551615 parameter values"),
+        ("truncated", good[..good.len() / 2].to_vec(), "truncated"),
+        ("foreign", b"\x89PNG\r\n\x1a\n not a checkpoint".to_vec(), "not a megatron-train-sim checkpoint"),
+    ];
+    for (name, bytes, problem) in cases {
+        std::fs::write(&file, bytes).unwrap();
+        let (status, stderr) = run(&dir, &with(&base, &["--train-iters", "4", "--load", "ckpt"]));
+        assert_eq!(status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains("iter_0000002/rank_00000.ckpt"), "{name}: the path is not named: {stderr}");
+        assert!(stderr.contains(problem), "{name}: expected {problem:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
     }
 }
 

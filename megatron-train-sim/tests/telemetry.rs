@@ -74,8 +74,9 @@ fn first_checkpoint(dir: &Path) {
 }
 
 /// Runs every optional phase under `all`, resumed from a checkpoint, every
-/// rank exporting, with a SLURM job start a minute ago; the run's traces.
-fn all_phases_run() -> (Vec<RankTraces>, std::path::PathBuf) {
+/// rank exporting, with a SLURM job start a minute ago; the run's traces,
+/// its directory and its stderr.
+fn all_phases_run() -> (Vec<RankTraces>, std::path::PathBuf, String) {
     let dir = temp_dir("all");
     first_checkpoint(&dir);
     let job_start = std::time::SystemTime::now()
@@ -88,8 +89,8 @@ fn all_phases_run() -> (Vec<RankTraces>, std::path::PathBuf) {
     command.env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks").env("SLURM_JOB_START_TIME", job_start);
     let (status, stderr) = run_command(command, LIMIT);
     assert!(status.success(), "{status}: {stderr}");
-    let run = run_dir(&dir);
-    (read_traces(&run), run)
+    let traces = read_traces(&run_dir(&dir));
+    (traces, dir, stderr)
 }
 
 /// The names of the ancestors of `span` (nearest first), within its rank.
@@ -106,7 +107,7 @@ fn ancestors<'a>(span: &Span, by_id: &HashMap<(u32, &str), &'a Span>) -> Vec<&'a
 
 #[test]
 fn under_all_every_taxonomy_span_is_emitted_with_its_parent_and_links_join_the_ranks() {
-    let (ranks, _) = all_phases_run();
+    let (ranks, dir, stderr) = all_phases_run();
     assert_eq!(ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), vec![0, 1, 2, 3], "every rank exports");
     let spans: Vec<&Span> = ranks.iter().flat_map(|r| &r.spans).collect();
     let by_id: HashMap<(u32, &str), &Span> = spans.iter().map(|s| ((s.rank, s.span_id.as_str()), *s)).collect();
@@ -205,6 +206,37 @@ fn under_all_every_taxonomy_span_is_emitted_with_its_parent_and_links_join_the_r
             assert!(receive.attributes.contains_key(taxonomy::attr::MICROBATCH_ID));
             assert!(receive.attributes.contains_key(taxonomy::attr::PIPELINE_PARALLEL_RANK));
         }
+    }
+    // The linked receive spans start with the blocking wait, inside their
+    // receive span, so their durations are the receives' waits (they used
+    // to start after the message had arrived and last microseconds).
+    let (mut linked_ns, mut receive_ns) = (0_u64, 0_u64);
+    for linked in spans.iter().filter(|s| s.name.starts_with("megatron.pp.recv_")) {
+        let receive = by_id[&(linked.rank, linked.parent.as_deref().unwrap())];
+        assert!(receive.name.starts_with("megatron.p2p.recv_"), "{} under {}", linked.name, receive.name);
+        assert!(receive.start <= linked.start && linked.end <= receive.end, "{} outside its receive", linked.name);
+        linked_ns += linked.end - linked.start;
+        receive_ns += receive.end - receive.start;
+    }
+    assert!(linked_ns * 10 >= receive_ns * 9, "the linked spans cover {linked_ns} ns of {receive_ns} ns of receives");
+
+    // The fault-tolerance heartbeat: one record per rank beside the
+    // checkpoints, rewritten every loop pass (resumed at 2: passes 2..5).
+    for rank in 0..4 {
+        let path = dir.join(format!("ckpt2/ft_heartbeat/rank_{rank:05}.json"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let record: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!((record["rank"].as_u64(), record["iteration"].as_u64()), (Some(rank), Some(5)), "{text}");
+        assert_eq!(record["beats"].as_u64(), Some(4), "{text}");
+        assert!(record["unix_time_ms"].as_u64().unwrap() > 1_600_000_000_000, "{text}");
+    }
+    let heartbeats = spans.iter().filter(|s| s.name == taxonomy::CHECKPOINT_FT_HEARTBEAT.name).count();
+    assert_eq!(heartbeats, 4 * 4, "one heartbeat span per rank and loop pass");
+
+    // The timers' report of each (asynchronous) save, as Megatron's timers_log prints it.
+    for iteration in [4, 6] {
+        let line = format!("(min, max) time across ranks (ms): save-checkpoint of iteration {iteration}: (");
+        assert_eq!(stderr.matches(&line).count(), 1, "{line:?} once in {stderr}");
     }
 
     // The launcher's stamps and SLURM's fold the whole launch into startup.

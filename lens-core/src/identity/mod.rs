@@ -10,6 +10,8 @@
 //!   launcher's variables (torchrun's before SLURM's).
 //! - [`resolve_run_id`], [`restart_attempt`], [`service_instance_id`]: the
 //!   run's identity, shared by every rank where the launcher allows it.
+//! - [`resolve_launch_id`]: the id of one launch of the run, shared by its
+//!   ranks and fresh for the next launch.
 //! - [`build_resource`]: the full resource of one rank, with the detectors
 //!   ([`detect_host`], [`detect_slurm`], [`detect_kubernetes`]) and the
 //!   precedence rule between identity, caller and detected attributes.
@@ -18,11 +20,13 @@
 //! The submodules hold the details (precedence tables, recipes); their
 //! items are re-exported here.
 
+pub mod launch_id;
 pub mod rank;
 pub mod resource;
 pub mod run_id;
 pub mod uuids;
 
+pub use launch_id::{LaunchId, LaunchIdSource, resolve_launch_id};
 pub use rank::{RankContext, RankContextError};
 pub use resource::{
     FixedProbe, OsProbe, ResourceAttributes, ResourceInputs, SystemProbe, build_resource, detect_host,

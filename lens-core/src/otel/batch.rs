@@ -1,4 +1,5 @@
-//! Lens's own bounded batch span processor, with counters (SPEC A7).
+//! Lens's own bounded batch processors of spans and log records, with
+//! counters (SPEC A7).
 //!
 //! The SDK's `BatchSpanProcessor` does not say how many spans it queued,
 //! exported, dropped or failed, and it does not retry a failed export. Lens
@@ -27,6 +28,12 @@
 //!   worker and returns by its deadline even when the exporter hangs; threads
 //!   stuck in an exporter are left behind, not joined, and the counters say
 //!   how many spans did not finish.
+//!
+//! [`LensBatchLogProcessor`] is the same machinery for log records (one
+//! generic queue, worker, retry loop and set of counters; only the exporter
+//! adapter differs): its threads are `lens-log-export` and `lens-log-send-N`,
+//! and it is configured from the validated configuration only, never from
+//! `OTEL_BLRP_*` as the SDK's batch log processor would be (A14).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -38,9 +45,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use opentelemetry::Context;
+use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::logs::{LogBatch, LogExporter, LogProcessor, SdkLogRecord};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 
 use super::executor::block_on_until;
@@ -55,6 +63,37 @@ pub const RETRY_MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub const WARNING_PERIOD: Duration = Duration::from_secs(30);
 /// The name of the worker thread that batches spans.
 pub const WORKER_THREAD_NAME: &str = "lens-span-export";
+/// The name of the worker thread that batches log records.
+pub const LOG_WORKER_THREAD_NAME: &str = "lens-log-export";
+
+/// What differs between the span and the log pipeline: names in threads and
+/// messages.
+#[derive(Debug)]
+struct Pipeline {
+    worker_thread: &'static str,
+    send_thread: &'static str,
+    /// The plural noun of warnings: "spans", "log records".
+    items: &'static str,
+    /// The subject of warnings: "span export", "log export".
+    what: &'static str,
+}
+
+const SPANS: Pipeline =
+    Pipeline { worker_thread: WORKER_THREAD_NAME, send_thread: "lens-span-send", items: "spans", what: "span export" };
+const LOGS: Pipeline = Pipeline {
+    worker_thread: LOG_WORKER_THREAD_NAME,
+    send_thread: "lens-log-send",
+    items: "log records",
+    what: "log export",
+};
+
+/// A queued log record with the scope it was emitted in.
+type LogItem = (SdkLogRecord, InstrumentationScope);
+
+/// What a batch processor queues: a span or a log record.
+trait Item: Clone + Send + Sync + 'static {}
+impl Item for SpanData {}
+impl Item for LogItem {}
 
 /// How the batch span processor queues, batches, exports and retries.
 ///
@@ -210,25 +249,49 @@ fn wait_timeout<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>, timeout: Duration
 
 type ExportFuture = Pin<Box<dyn Future<Output = OTelSdkResult> + Send + 'static>>;
 
-/// A [`SpanExporter`] behind a trait object, with an export future that owns
-/// its exporter so that it can run on another thread or runtime.
-trait ErasedExporter: Send + Sync + fmt::Debug {
-    fn export_owned(self: Arc<Self>, batch: Vec<SpanData>) -> ExportFuture;
+/// An exporter of `T` behind a trait object, with an export future that
+/// owns its exporter so that it can run on another thread or runtime.
+trait ErasedExporter<T>: Send + Sync {
+    fn export_owned(self: Arc<Self>, batch: Vec<T>) -> ExportFuture;
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult;
     fn set_resource(&mut self, resource: &Resource);
 }
 
-impl<E: SpanExporter + 'static> ErasedExporter for E {
+/// A [`SpanExporter`] as an [`ErasedExporter`].
+struct Spans<E>(E);
+
+impl<E: SpanExporter + 'static> ErasedExporter<SpanData> for Spans<E> {
     fn export_owned(self: Arc<Self>, batch: Vec<SpanData>) -> ExportFuture {
-        Box::pin(async move { self.export(batch).await })
+        Box::pin(async move { self.0.export(batch).await })
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        SpanExporter::shutdown_with_timeout(self, timeout)
+        SpanExporter::shutdown_with_timeout(&self.0, timeout)
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        SpanExporter::set_resource(self, resource);
+        SpanExporter::set_resource(&mut self.0, resource);
+    }
+}
+
+/// A [`LogExporter`] as an [`ErasedExporter`].
+struct Logs<E>(E);
+
+impl<E: LogExporter + 'static> ErasedExporter<LogItem> for Logs<E> {
+    fn export_owned(self: Arc<Self>, batch: Vec<LogItem>) -> ExportFuture {
+        Box::pin(async move {
+            let records: Vec<(&SdkLogRecord, &InstrumentationScope)> =
+                batch.iter().map(|(record, scope)| (record, scope)).collect();
+            self.0.export(LogBatch::new(&records)).await
+        })
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        LogExporter::shutdown_with_timeout(&self.0, timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        LogExporter::set_resource(&mut self.0, resource);
     }
 }
 
@@ -266,10 +329,11 @@ struct Control {
 }
 
 /// State shared by the processor handles, the worker and the export threads.
-struct Inner {
+struct Inner<T> {
+    pipeline: &'static Pipeline,
     config: BatchConfig,
-    exporter: Mutex<Arc<dyn ErasedExporter>>,
-    queue: Mutex<VecDeque<SpanData>>,
+    exporter: Mutex<Arc<dyn ErasedExporter<T>>>,
+    queue: Mutex<VecDeque<T>>,
     /// The worker waits here for spans, a flush or shutdown.
     queue_changed: Condvar,
     closed: AtomicBool,
@@ -286,8 +350,8 @@ struct Inner {
     export_threads: AtomicU64,
 }
 
-impl Inner {
-    fn exporter(&self) -> Arc<dyn ErasedExporter> {
+impl<T: Item> Inner<T> {
+    fn exporter(&self) -> Arc<dyn ErasedExporter<T>> {
         Arc::clone(&lock(&self.exporter))
     }
 
@@ -302,7 +366,7 @@ impl Inner {
         self.queue_changed.notify_all();
     }
 
-    fn push(&self, span: SpanData) -> bool {
+    fn push(&self, span: T) -> bool {
         let mut queue = lock(&self.queue);
         if self.closed.load(Ordering::Acquire) {
             drop(queue);
@@ -353,12 +417,12 @@ enum Outcome {
 
 /// Owns the worker; when the last handle goes, shutdown starts in the
 /// background.
-struct Owner {
-    inner: Arc<Inner>,
+struct Owner<T: Item> {
+    inner: Arc<Inner<T>>,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Drop for Owner {
+impl<T: Item> Drop for Owner<T> {
     fn drop(&mut self) {
         // Dropped without shutdown: give queued spans one export timeout to
         // leave, without waiting here.
@@ -387,7 +451,7 @@ impl Drop for Owner {
 /// ```
 #[derive(Clone)]
 pub struct LensBatchSpanProcessor {
-    owner: Arc<Owner>,
+    owner: Arc<Owner<SpanData>>,
 }
 
 impl fmt::Debug for LensBatchSpanProcessor {
@@ -405,36 +469,7 @@ impl LensBatchSpanProcessor {
     /// started. If the thread cannot be started, the processor is inert: a
     /// warning is printed and every span is rejected.
     pub fn new<E: SpanExporter + 'static>(exporter: E, config: BatchConfig) -> LensBatchSpanProcessor {
-        let config = config.normalized();
-        let inner = Arc::new(Inner {
-            queue: Mutex::new(VecDeque::with_capacity(config.max_export_batch_size.min(1024))),
-            config,
-            exporter: Mutex::new(Arc::new(exporter)),
-            queue_changed: Condvar::new(),
-            closed: AtomicBool::new(false),
-            flush_requested: AtomicBool::new(false),
-            control: Mutex::new(Control::default()),
-            control_changed: Condvar::new(),
-            counters: Arc::new(SpanExportCounters::default()),
-            held_by_worker: AtomicUsize::new(0),
-            last_error: Mutex::new(None),
-            warnings: RateLimit::new(WARNING_PERIOD),
-            export_threads: AtomicU64::new(0),
-        });
-        let for_worker = Arc::clone(&inner);
-        let worker = thread::Builder::new().name(WORKER_THREAD_NAME.to_owned()).spawn(move || run_worker(&for_worker));
-        let worker = match worker {
-            Ok(handle) => Some(handle),
-            Err(error) => {
-                warn(format_args!("could not start the span export thread ({error}); spans will not be exported"));
-                inner.closed.store(true, Ordering::Release);
-                let mut control = lock(&inner.control);
-                control.worker_done = true;
-                control.finished_cleanly = true;
-                None
-            }
-        };
-        LensBatchSpanProcessor { owner: Arc::new(Owner { inner, worker: Mutex::new(worker) }) }
+        LensBatchSpanProcessor { owner: Owner::start(Arc::new(Spans(exporter)), config, &SPANS) }
     }
 
     /// The live counters, to read at any time (also after shutdown).
@@ -462,7 +497,69 @@ impl LensBatchSpanProcessor {
     /// (they stay queued or in flight), [`OTelSdkError::AlreadyShutdown`]
     /// after shutdown. Spans dropped after failed retries count as done.
     pub fn force_flush_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let inner = &self.owner.inner;
+        self.owner.force_flush(timeout)
+    }
+
+    /// Stops accepting spans, exports what is queued, stops the worker and
+    /// shuts the exporter down, returning within `timeout` even if the
+    /// exporter hangs.
+    ///
+    /// # Errors
+    ///
+    /// [`OTelSdkError::AlreadyShutdown`] on a second call;
+    /// [`OTelSdkError::Timeout`] when the deadline passed first: spans still
+    /// queued then are counted in `dropped_at_shutdown`, and those in an
+    /// export that has not returned stay in `in_flight_spans` (its thread is
+    /// left to finish on its own and is not joined).
+    pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.shutdown(timeout)
+    }
+}
+
+impl<T: Item> Owner<T> {
+    /// Starts the worker. If its thread cannot be started, the processor is
+    /// inert: a warning is printed and every item is rejected.
+    fn start(exporter: Arc<dyn ErasedExporter<T>>, config: BatchConfig, pipeline: &'static Pipeline) -> Arc<Owner<T>> {
+        let config = config.normalized();
+        let inner = Arc::new(Inner {
+            pipeline,
+            queue: Mutex::new(VecDeque::with_capacity(config.max_export_batch_size.min(1024))),
+            config,
+            exporter: Mutex::new(exporter),
+            queue_changed: Condvar::new(),
+            closed: AtomicBool::new(false),
+            flush_requested: AtomicBool::new(false),
+            control: Mutex::new(Control::default()),
+            control_changed: Condvar::new(),
+            counters: Arc::new(SpanExportCounters::default()),
+            held_by_worker: AtomicUsize::new(0),
+            last_error: Mutex::new(None),
+            warnings: RateLimit::new(WARNING_PERIOD),
+            export_threads: AtomicU64::new(0),
+        });
+        let for_worker = Arc::clone(&inner);
+        let worker =
+            thread::Builder::new().name(pipeline.worker_thread.to_owned()).spawn(move || run_worker(&for_worker));
+        let worker = match worker {
+            Ok(handle) => Some(handle),
+            Err(error) => {
+                warn(format_args!(
+                    "could not start the {} thread ({error}); {} will not be exported",
+                    pipeline.what, pipeline.items
+                ));
+                inner.closed.store(true, Ordering::Release);
+                let mut control = lock(&inner.control);
+                control.worker_done = true;
+                control.finished_cleanly = true;
+                None
+            }
+        };
+        Arc::new(Owner { inner, worker: Mutex::new(worker) })
+    }
+
+    /// Exports every item queued before this call, waiting up to `timeout`.
+    fn force_flush(&self, timeout: Duration) -> OTelSdkResult {
+        let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(OTelSdkError::AlreadyShutdown);
         }
@@ -486,19 +583,8 @@ impl LensBatchSpanProcessor {
         }
     }
 
-    /// Stops accepting spans, exports what is queued, stops the worker and
-    /// shuts the exporter down, returning within `timeout` even if the
-    /// exporter hangs.
-    ///
-    /// # Errors
-    ///
-    /// [`OTelSdkError::AlreadyShutdown`] on a second call;
-    /// [`OTelSdkError::Timeout`] when the deadline passed first: spans still
-    /// queued then are counted in `dropped_at_shutdown`, and those in an
-    /// export that has not returned stay in `in_flight_spans` (its thread is
-    /// left to finish on its own and is not joined).
-    pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let inner = &self.owner.inner;
+    fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
+        let inner = &self.inner;
         let Some(deadline) = begin_shutdown(inner, timeout) else {
             return Err(OTelSdkError::AlreadyShutdown);
         };
@@ -518,16 +604,119 @@ impl LensBatchSpanProcessor {
         }
         drop(control);
         // The worker has finished its loop, so this join returns at once.
-        if let Some(worker) = lock(&self.owner.worker).take() {
+        if let Some(worker) = lock(&self.worker).take() {
             let _joined = worker.join();
         }
         Ok(())
+    }
+
+    /// Passes the provider's resource to the exporter (before any export).
+    fn set_resource(&self, resource: &Resource) {
+        let mut exporter = lock(&self.inner.exporter);
+        match Arc::get_mut(&mut exporter) {
+            Some(exporter) => exporter.set_resource(resource),
+            None => {
+                warn(format_args!("the {} exporter is busy; it keeps its previous resource", self.inner.pipeline.what))
+            }
+        }
+    }
+}
+
+/// The log-record counterpart of [`LensBatchSpanProcessor`]: the same
+/// bounded queue, batching, retry window, counters and bounded shutdown,
+/// for records of a logger provider (SPEC A7). Built from a [`BatchConfig`]
+/// only: the SDK's batch log processor reads `OTEL_BLRP_*` itself, this one
+/// reads no environment (A14). Clones are handles to the same processor.
+///
+/// ```
+/// # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`
+/// use lens_core::otel::batch::{BatchConfig, LensBatchLogProcessor};
+/// use opentelemetry::logs::{LogRecord as _, Logger as _, LoggerProvider as _};
+/// use opentelemetry_sdk::logs::{InMemoryLogExporter, SdkLoggerProvider};
+///
+/// let exporter = InMemoryLogExporter::default();
+/// let batch = LensBatchLogProcessor::new(exporter.clone(), BatchConfig::default());
+/// let counters = batch.counters();
+/// let provider = SdkLoggerProvider::builder().with_log_processor(batch.clone()).build();
+/// let logger = provider.logger("doc");
+/// let mut record = logger.create_log_record();
+/// record.set_body("step done".into());
+/// logger.emit(record);
+/// batch.force_flush_with_timeout(std::time::Duration::from_secs(5)).unwrap();
+/// assert_eq!(exporter.get_emitted_logs().unwrap().len(), 1);
+/// assert_eq!(counters.snapshot().exported, 1);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LensBatchLogProcessor {
+    owner: Arc<Owner<LogItem>>,
+}
+
+impl fmt::Debug for LensBatchLogProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensBatchLogProcessor")
+            .field("config", &self.owner.inner.config)
+            .field("counters", &self.owner.inner.counters.snapshot())
+            .field("closed", &self.owner.inner.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl LensBatchLogProcessor {
+    /// A processor exporting through `exporter`, with its worker thread
+    /// (`lens-log-export`) started. If the thread cannot be started, the
+    /// processor is inert: a warning is printed and every record is rejected.
+    pub fn new<E: LogExporter + 'static>(exporter: E, config: BatchConfig) -> LensBatchLogProcessor {
+        LensBatchLogProcessor { owner: Owner::start(Arc::new(Logs(exporter)), config, &LOGS) }
+    }
+
+    /// The live counters (the span counters' type, counting log records).
+    pub fn counters(&self) -> Arc<SpanExportCounters> {
+        Arc::clone(&self.owner.inner.counters)
+    }
+
+    /// Exports every record queued before this call, waiting up to `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LensBatchSpanProcessor::force_flush_with_timeout`].
+    pub fn force_flush_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.force_flush(timeout)
+    }
+
+    /// Stops accepting records, exports what is queued and shuts the
+    /// exporter down within `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LensBatchSpanProcessor::shutdown_with_timeout`].
+    pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.shutdown(timeout)
+    }
+}
+
+impl LogProcessor for LensBatchLogProcessor {
+    fn emit(&self, record: &mut SdkLogRecord, scope: &InstrumentationScope) {
+        let _queued = self.owner.inner.push((record.clone(), scope.clone()));
+    }
+
+    /// Exports what is queued, waiting up to the export timeout.
+    fn force_flush(&self) -> OTelSdkResult {
+        self.force_flush_with_timeout(self.owner.inner.config.export_timeout)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        LensBatchLogProcessor::shutdown_with_timeout(self, timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.owner.set_resource(resource);
     }
 }
 
 /// Marks the processor closed and sets the shutdown deadline; `None` when it
 /// was already closed.
-fn begin_shutdown(inner: &Inner, timeout: Duration) -> Option<Instant> {
+fn begin_shutdown<T: Item>(inner: &Inner<T>, timeout: Duration) -> Option<Instant> {
     if inner.closed.swap(true, Ordering::AcqRel) {
         return None;
     }
@@ -559,19 +748,15 @@ impl SpanProcessor for LensBatchSpanProcessor {
 
     /// Passes the provider's resource to the exporter (before any export).
     fn set_resource(&mut self, resource: &Resource) {
-        let mut exporter = lock(&self.owner.inner.exporter);
-        match Arc::get_mut(&mut exporter) {
-            Some(exporter) => exporter.set_resource(resource),
-            None => warn("the span exporter is busy; it keeps its previous resource"),
-        }
+        self.owner.set_resource(resource);
     }
 }
 
 /// The worker: waits for a reason to export, takes everything queued, hands
 /// it out in batches, and at shutdown drains and shuts the exporter down.
-fn run_worker(inner: &Arc<Inner>) {
+fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
     let mut next_sequence: u64 = 0;
-    let mut taken: VecDeque<SpanData> = VecDeque::new();
+    let mut taken: VecDeque<T> = VecDeque::new();
     let mut warned = Warned::default();
     loop {
         let closing = {
@@ -598,7 +783,7 @@ fn run_worker(inner: &Arc<Inner>) {
         };
         while !taken.is_empty() {
             let len = taken.len().min(inner.config.max_export_batch_size);
-            let batch: Vec<SpanData> = taken.drain(..len).collect();
+            let batch: Vec<T> = taken.drain(..len).collect();
             dispatch(inner, batch, next_sequence);
             inner.held_by_worker.fetch_sub(len, Ordering::AcqRel);
             next_sequence += len as u64;
@@ -618,7 +803,7 @@ fn run_worker(inner: &Arc<Inner>) {
 
 /// Waits for the in-flight exports to end (until the shutdown deadline),
 /// shuts the exporter down, and tells shutdown that the worker is done.
-fn finish(inner: &Inner) {
+fn finish<T: Item>(inner: &Inner<T>) {
     let mut control = lock(&inner.control);
     let deadline = control.shutdown_deadline.unwrap_or_else(Instant::now);
     while control.in_flight_exports > 0 {
@@ -644,7 +829,7 @@ fn finish(inner: &Inner) {
 
 /// Waits for a free export slot and starts an export of `batch` on its own
 /// thread; past the shutdown deadline the batch is abandoned instead.
-fn dispatch(inner: &Arc<Inner>, batch: Vec<SpanData>, start: u64) {
+fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
     let len = batch.len();
     let mut control = lock(&inner.control);
     while control.in_flight_exports >= inner.config.max_concurrent_exports {
@@ -673,7 +858,7 @@ fn dispatch(inner: &Arc<Inner>, batch: Vec<SpanData>, start: u64) {
     let number = inner.export_threads.fetch_add(1, Ordering::Relaxed);
     let batch = Arc::new(Mutex::new(Some(batch)));
     let for_thread = (Arc::clone(inner), Arc::clone(&batch));
-    let spawned = thread::Builder::new().name(format!("lens-span-send-{number}")).spawn(move || {
+    let spawned = thread::Builder::new().name(format!("{}-{number}", inner.pipeline.send_thread)).spawn(move || {
         let (inner, batch) = for_thread;
         let batch = lock(&batch).take().unwrap_or_default();
         export_and_resolve(&inner, batch, start);
@@ -685,7 +870,7 @@ fn dispatch(inner: &Arc<Inner>, batch: Vec<SpanData>, start: u64) {
     }
 }
 
-fn export_and_resolve(inner: &Inner, batch: Vec<SpanData>, start: u64) {
+fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
     let len = batch.len();
     let outcome = export_with_retry(inner, batch);
     sub(&inner.counters.in_flight_spans, len);
@@ -699,7 +884,7 @@ fn export_and_resolve(inner: &Inner, batch: Vec<SpanData>, start: u64) {
 
 /// Exports `batch`, retrying failures with backoff until the retry window
 /// (or the shutdown deadline) ends.
-fn export_with_retry(inner: &Inner, batch: Vec<SpanData>) -> Outcome {
+fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
     let window_end = Instant::now() + inner.config.retry_window;
     let mut backoff = RETRY_INITIAL_BACKOFF;
     let mut first = true;
@@ -738,7 +923,7 @@ fn retry_limit(window_end: Instant, shutdown_deadline: Option<Instant>) -> Insta
 
 /// Sleeps until `wake_at`, or until shutdown begins if it had not yet (the
 /// last retry then happens at once, within shutdown's deadline).
-fn sleep_until(inner: &Inner, wake_at: Instant, shutdown_seen: bool) {
+fn sleep_until<T: Item>(inner: &Inner<T>, wake_at: Instant, shutdown_seen: bool) {
     let mut control = lock(&inner.control);
     loop {
         if !shutdown_seen && control.shutdown_deadline.is_some() {
@@ -761,7 +946,7 @@ fn jittered(backoff: Duration) -> Duration {
 
 /// One export attempt, bounded by `deadline`; a panicking exporter counts
 /// as a failed attempt.
-fn attempt(inner: &Inner, batch: Vec<SpanData>, deadline: Instant) -> OTelSdkResult {
+fn attempt<T: Item>(inner: &Inner<T>, batch: Vec<T>, deadline: Instant) -> OTelSdkResult {
     let future = inner.exporter().export_owned(batch);
     let timeout = || OTelSdkError::Timeout(inner.config.export_timeout);
     let outcome = catch_unwind(AssertUnwindSafe(|| match &inner.config.runtime {
@@ -780,7 +965,9 @@ fn attempt(inner: &Inner, batch: Vec<SpanData>, deadline: Instant) -> OTelSdkRes
             }
         }
     }));
-    outcome.unwrap_or_else(|_| Err(OTelSdkError::InternalFailure("the span exporter panicked".to_owned())))
+    outcome.unwrap_or_else(|_| {
+        Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)))
+    })
 }
 
 /// What the last warning reported, so that the next one reports what is new.
@@ -793,7 +980,7 @@ struct Warned {
 }
 
 impl Warned {
-    fn maybe_warn(&mut self, inner: &Inner) {
+    fn maybe_warn<T: Item>(&mut self, inner: &Inner<T>) {
         let now = inner.counters.snapshot();
         let queue_full = now.dropped_queue_full - self.dropped_queue_full;
         let failed = now.dropped_export_failed - self.dropped_export_failed;
@@ -811,9 +998,11 @@ impl Warned {
         let last_error = lock(&inner.last_error).clone();
         let cause = last_error.map(|error| format!("; last error: {error}")).unwrap_or_default();
         warn(format_args!(
-            "span export: {} spans dropped (queue full: {queue_full}, export failed after retries: {failed}, \
+            "{}: {} {} dropped (queue full: {queue_full}, export failed after retries: {failed}, \
              unsent at shutdown: {at_shutdown}) and {errors} export attempts failed since the last report{cause}",
+            inner.pipeline.what,
             queue_full + failed + at_shutdown,
+            inner.pipeline.items,
         ));
     }
 }

@@ -10,7 +10,8 @@
 //!   Python rank can read it; bad bytes decode to `None`, never a panic.
 //! - The environment carrier `TRACEPARENT` / `TRACESTATE` / `BAGGAGE` that CI
 //!   systems and launchers set (SPEC A12): [`context_from_env`].
-//! - [`create_linked_span`]: a span that links to a remote span (SPEC B 10.2).
+//! - [`create_linked_span`]: a span that links to a remote span (SPEC B 10.2);
+//!   [`create_linked_span_since`] with a start time given.
 //! - [`WorkerBootstrap`]: plain strings that carry the telemetry settings and
 //!   the current context into a spawned thread or process.
 //!
@@ -351,6 +352,29 @@ pub fn create_linked_span(
     remote: &RemoteContext,
     attributes: impl IntoIterator<Item = KeyValue>,
 ) -> SpanGuard {
+    linked_span(group, name.into(), remote, None, attributes)
+}
+
+/// Like [`create_linked_span`], with the span's start time set explicitly:
+/// for a span whose link only becomes known after it began, such as a
+/// receive whose sender's context arrives inside the message.
+pub fn create_linked_span_since(
+    group: Option<SpanGroup>,
+    name: impl Into<Cow<'static, str>>,
+    remote: &RemoteContext,
+    start_time: std::time::SystemTime,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
+    linked_span(group, name.into(), remote, Some(start_time), attributes)
+}
+
+fn linked_span(
+    group: Option<SpanGroup>,
+    name: Cow<'static, str>,
+    remote: &RemoteContext,
+    start_time: Option<std::time::SystemTime>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> SpanGuard {
     if let Some(group) = group
         && !is_span_group_enabled(group)
     {
@@ -364,11 +388,11 @@ pub fn create_linked_span(
         attributes.into_iter().map(|kv| redact(kv, DEFAULT_REDACT_KEYS)).map(opentelemetry::KeyValue::from).collect();
     let options = StartOptions {
         parent: Parent::Current,
-        start_time: None,
+        start_time,
         links: links.into_link().into_iter().collect(),
         make_current: false,
     };
-    start_span(tracer, name.into(), attributes, options)
+    start_span(tracer, name, attributes, options)
 }
 
 /// The telemetry settings and trace context that a spawned thread or process

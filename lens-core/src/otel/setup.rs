@@ -18,7 +18,8 @@
 //!   slot that the span helpers read;
 //! - a meter provider with a periodic reader at `OTEL_METRIC_EXPORT_INTERVAL`
 //!   (default 10 s) around a counting exporter;
-//! - with `LOGS_ENABLED`, a logger provider and the `log` bridge;
+//! - with `LOGS_ENABLED`, a logger provider with lens's batch log processor
+//!   (the span batch settings, from the configuration) and the `log` bridge;
 //! - the span-group gate.
 //!
 //! # Lifetimes
@@ -61,7 +62,7 @@ use crate::identity::{
     OsProbe, RankContext, ResourceInputs, RunIdSource, build_resource, resolve_run_id, restart_attempt,
 };
 use crate::otel::accounting::{CountingMetricExporter, MetricExportCounters};
-use crate::otel::batch::{BatchConfig, LensBatchSpanProcessor, SpanExportCounters};
+use crate::otel::batch::{BatchConfig, LensBatchLogProcessor, LensBatchSpanProcessor, SpanExportCounters};
 use crate::otel::closer::OpenSpanCloser;
 use crate::otel::exporters::{
     self, ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLogExporter,
@@ -240,6 +241,7 @@ pub struct Telemetry {
     enabled: bool,
     exporting: bool,
     records_spans: bool,
+    rank_metrics: bool,
     groups: GroupSet,
     rank: RankContext,
     run_id: String,
@@ -252,6 +254,7 @@ pub struct Telemetry {
     linger: Duration,
     span_counters: Option<Arc<SpanExportCounters>>,
     metric_counters: Option<Arc<MetricExportCounters>>,
+    log_counters: Option<Arc<SpanExportCounters>>,
     parts: Mutex<Option<Parts>>,
     holds_slot: AtomicBool,
     /// Header values, removed from the report's error strings.
@@ -283,6 +286,7 @@ impl Telemetry {
             enabled,
             exporting: false,
             records_spans: false,
+            rank_metrics: false,
             groups: GroupSet::EMPTY,
             rank,
             run_id,
@@ -295,6 +299,7 @@ impl Telemetry {
             linger: Duration::ZERO,
             span_counters: None,
             metric_counters: None,
+            log_counters: None,
             parts: Mutex::new(None),
             holds_slot: AtomicBool::new(enabled),
             secrets: Vec::new(),
@@ -320,6 +325,14 @@ impl Telemetry {
     /// Whether this rank exports.
     pub fn is_exporting(&self) -> bool {
         self.exporting
+    }
+
+    /// Whether this rank exports the per-rank metrics (`<PREFIX>_RANK_METRICS`,
+    /// SPEC A16): then [`Telemetry::meter`] is a real meter on every rank,
+    /// even where the rank strategy says no and [`Telemetry::is_exporting`]
+    /// is false.
+    pub fn exports_rank_metrics(&self) -> bool {
+        self.rank_metrics
     }
 
     /// Whether this rank records spans (it exports and the sampling strategy
@@ -375,6 +388,7 @@ impl Telemetry {
         ShutdownReport {
             spans: self.span_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             metrics: self.metric_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
+            logs: self.log_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             ..ShutdownReport::default()
         }
     }
@@ -382,10 +396,10 @@ impl Telemetry {
     /// Exports everything recorded so far (spans queued, a metric
     /// collection), waiting at most `timeout`. Open spans stay open.
     pub fn force_flush(&self, timeout: Duration) -> ShutdownReport {
-        let (tracer_provider, meter_provider) = {
+        let (tracer_provider, meter_provider, logger_provider) = {
             let parts = lock(&self.parts);
             match parts.as_ref() {
-                Some(p) => (p.tracer_provider.clone(), p.meter_provider.clone()),
+                Some(p) => (p.tracer_provider.clone(), p.meter_provider.clone(), p.logger_provider.clone()),
                 None => return self.report(),
             }
         };
@@ -396,9 +410,12 @@ impl Telemetry {
         if let Some(provider) = meter_provider {
             steps.push(("flush metrics", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
         }
+        if let Some(provider) = logger_provider {
+            steps.push(("flush logs", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
+        }
         let mut report = run_steps(steps, Instant::now() + timeout, &self.secrets);
-        report.spans = self.report().spans;
-        report.metrics = self.report().metrics;
+        let now = self.report();
+        (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
         report
     }
 
@@ -430,13 +447,12 @@ impl Telemetry {
             ));
         }
         if let Some(provider) = meter_provider {
+            // The periodic reader's shutdown takes and exports the final
+            // collection itself; a flush before it would export that
+            // collection twice.
             steps.push((
                 "flush and shut down metrics",
-                Box::new(move |remaining| {
-                    let flushed = provider.force_flush().map_err(|e| e.to_string());
-                    let shut = provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string());
-                    flushed.and(shut)
-                }),
+                Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
             ));
         }
         if let Some(provider) = logger_provider {
@@ -449,8 +465,11 @@ impl Telemetry {
         let mut report = run_steps(steps, deadline, &self.secrets);
         report.performed = true;
         report.truncated_spans = truncated.load(Ordering::Relaxed);
-        report.spans = self.report().spans;
-        report.metrics = self.report().metrics;
+        let now = self.report();
+        (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
+        if report.unfinished.contains(&"shut down logs") {
+            report.logs.dropped_at_shutdown += report.logs.pending();
+        }
         if report.unfinished.contains(&"shut down spans") {
             // Spans in an export that has not returned by the deadline (a
             // hung collector) are lost to this lifetime: report them as
@@ -565,14 +584,18 @@ pub fn setup_telemetry(
     if enabled && ACTIVE.swap(true, Ordering::AcqRel) {
         return Err(SetupError::AlreadyActive);
     }
-    if !exports {
+    // Per-rank metrics (SPEC A16): with `<PREFIX>_RANK_METRICS` every rank
+    // builds a metrics pipeline; spans, logs and `is_exporting` still follow
+    // the rank strategy.
+    let rank_metrics = enabled && config.rank_metrics && config.metrics_enabled;
+    if !exports && !rank_metrics {
         if enabled {
             // This lifetime owns the gate: nothing is recorded on this rank.
             set_enabled_span_groups(GroupSet::EMPTY);
         }
         return Ok(Telemetry::inert(enabled, rank, String::new(), config.shutdown_timeout));
     }
-    match build(config, rank, resource_attributes, options, records_spans, groups) {
+    match build(config, rank, resource_attributes, options, records_spans, groups, (exports, rank_metrics)) {
         Ok(telemetry) => Ok(telemetry),
         Err(error) => {
             ACTIVE.store(false, Ordering::Release);
@@ -589,6 +612,7 @@ fn build(
     mut options: SetupOptions,
     records_spans: bool,
     groups: GroupSet,
+    (exports, rank_metrics): (bool, bool),
 ) -> Result<Telemetry, SetupError> {
     let env: Box<dyn EnvSource + Send + Sync> = options.env.take().unwrap_or_else(|| Box::new(ProcessEnv));
     let env = &*env;
@@ -663,10 +687,20 @@ fn build(
                 destinations.push("metrics: custom exporter".to_string());
                 Some(factory(builder, interval, Arc::clone(&counters)))
             }
-            None => metric_exporter(config, rank, &run_id.value, &mut destinations, &mut prometheus)?.map(|exporter| {
-                let counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
-                builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
-            }),
+            None => metric_exporter(config, rank, &options, &run_id.value, &mut destinations, &mut prometheus)?.map(
+                |exporter| {
+                    // OTLP collections that fail are kept and resent (A7).
+                    let resender = match &exporter {
+                        LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
+                        _ => None,
+                    };
+                    let mut counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
+                    if let Some(resender) = resender {
+                        counting = counting.with_resender(resender, config.export_retry_window);
+                    }
+                    builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
+                },
+            ),
         };
         if let Some(builder) = builder {
             meter_provider = Some(builder.build());
@@ -674,13 +708,19 @@ fn build(
         }
     }
 
-    // Logs.
+    // Logs: through lens's batch processor (queue, retry window, counters),
+    // configured from the validated configuration, never from OTEL_BLRP_*.
     let mut logger_provider = None;
+    let mut log_counters = None;
     if config.logs_enabled
+        && exports
         && let Some(exporter) = log_exporter(config, rank, &run_id.value, &mut destinations)?
     {
-        let provider =
-            SdkLoggerProvider::builder().with_resource(resource.clone()).with_batch_exporter(exporter).build();
+        let batch_config =
+            BatchConfig { export_timeout: config.otel.otlp(Signal::Logs).timeout, ..batch_config(config) };
+        let batch = LensBatchLogProcessor::new(exporter, batch_config);
+        log_counters = Some(batch.counters());
+        let provider = SdkLoggerProvider::builder().with_resource(resource.clone()).with_log_processor(batch).build();
         if let Err(error) = logs::install_log_bridge(&provider, log::LevelFilter::Info) {
             crate::diag::warn(error);
         }
@@ -713,8 +753,9 @@ fn build(
         tracer,
         meter,
         enabled: true,
-        exporting: true,
+        exporting: exports,
         records_spans: tracer_provider.is_some(),
+        rank_metrics: rank_metrics && meter_provider.is_some(),
         groups,
         rank,
         run_id: run_id.value,
@@ -727,6 +768,7 @@ fn build(
         linger: config.prometheus_linger,
         span_counters,
         metric_counters,
+        log_counters,
         parts: Mutex::new(Some(Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus })),
         holds_slot: AtomicBool::new(true),
         secrets: secrets(config),
@@ -808,6 +850,7 @@ fn span_exporter(
 fn metric_exporter(
     config: &LensConfig,
     rank: RankContext,
+    options: &SetupOptions,
     run_id: &str,
     destinations: &mut Vec<String>,
     prometheus: &mut Option<PrometheusExporter>,
@@ -836,7 +879,13 @@ fn metric_exporter(
             let settings = PrometheusSettings {
                 host: config.otel.prometheus_host.clone(),
                 port: config.otel.prometheus_port,
-                local_rank_offset: rank.local_rank,
+                // A strategy given in code has no name. With rank metrics
+                // every rank of a host exports metrics.
+                local_rank_offset: exporters::prometheus_port_offset(
+                    options.rank_strategy.is_none().then_some(config.rank_strategy.as_str()),
+                    config.rank_metrics,
+                    rank.local_rank,
+                ),
                 resource_labels: config.prometheus_resource_labels.clone(),
                 linger: config.prometheus_linger,
             };

@@ -34,6 +34,10 @@ const CLEARED: &[&str] = &[
     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
     "MEGATRON_OTEL_RUN_ID",
     "NEMO_LENS_RUN_ID",
+    "MEGATRON_OTEL_LAUNCH_ID",
+    "NEMO_LENS_LAUNCH_ID",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
     "MEGATRON_OTEL_SPAN_GROUPS",
     "NEMO_LENS_SPAN_GROUPS",
     "MEGATRON_OTEL_RANK_STRATEGY",
@@ -41,6 +45,8 @@ const CLEARED: &[&str] = &[
     "NEMO_LENS_EXPORT_STRATEGY",
     "MEGATRON_OTEL_FILE_DIR",
     "OTEL_METRIC_EXPORT_INTERVAL",
+    "MEGATRON_OTEL_RANK_METRICS",
+    "NEMO_LENS_RANK_METRICS",
     "SLURM_JOB_ID",
     "SLURM_JOB_START_TIME",
     "SLURM_RESTART_COUNT",
@@ -72,13 +78,15 @@ pub(crate) fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The binary with `args`, run in `dir`, with a clean environment.
+/// The binary with `args`, run in `dir` (also its `TMPDIR`), with a clean environment.
 pub(crate) fn command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command.current_dir(dir).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
     for variable in CLEARED {
         command.env_remove(variable);
     }
+    // Temporary files (the heartbeat without `--save`) stay in the test's directory.
+    command.env("TMPDIR", dir);
     command
 }
 

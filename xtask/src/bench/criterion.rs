@@ -41,6 +41,12 @@ pub(crate) const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "facade-otel",
+        cargo_args: &["-p", "lens-fallbacks", "--bench", "facade"],
+        group: "facade",
+        ids: &["baseline_empty_closure", "managed_span_disabled_5_attrs"],
+    },
+    Suite {
         name: "facade-noop",
         cargo_args: &["-p", "lens-fallbacks", "--no-default-features", "--bench", "facade"],
         group: "facade",

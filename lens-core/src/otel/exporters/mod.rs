@@ -57,10 +57,13 @@ pub use crate::config::{Compression, OtlpProtocol, OtlpSettings, Signal};
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter};
 pub use file::{FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
 pub use otlp::{
-    OtlpLogExporter, OtlpMetricExporter, OtlpSpanExporter, ResolvedEndpoint, build_otlp_log_exporter,
-    build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,
+    OtlpLogExporter, OtlpMetricExporter, OtlpMetricResender, OtlpSpanExporter, ResolvedEndpoint,
+    build_otlp_log_exporter, build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,
 };
-pub use prometheus::{PrometheusExporter, PrometheusMetricKind, PrometheusSettings, prometheus_metric_name};
+pub use prometheus::{
+    ONE_EXPORTER_PER_HOST_STRATEGIES, PROMETHEUS_HEADER_TIMEOUT, PROMETHEUS_MAX_CONNECTIONS, PROMETHEUS_METRICS_PATH,
+    PrometheusExporter, PrometheusMetricKind, PrometheusSettings, prometheus_metric_name, prometheus_port_offset,
+};
 pub use runtime::OtlpRuntime;
 
 /// A setup error of an exporter. Its `Display` names the variable to fix and
@@ -139,7 +142,7 @@ pub enum ExporterError {
     },
     /// The Prometheus port cannot be bound.
     #[error(
-        "OTEL_EXPORTER_PROMETHEUS_PORT: cannot serve Prometheus metrics on {address}: {source}; choose a free port with OTEL_EXPORTER_PROMETHEUS_PORT (each exporting rank of a host uses the port plus its local rank)"
+        "OTEL_EXPORTER_PROMETHEUS_PORT: cannot serve Prometheus metrics on {address}: {source}; choose a free port with OTEL_EXPORTER_PROMETHEUS_PORT (when several ranks of a host export metrics, each uses the port plus its local rank)"
     )]
     PrometheusBind {
         /// The address that could not be bound.

@@ -18,7 +18,12 @@
 //!   roots, and explicit timeouts) and the full signal URL; the client sends
 //!   only the content headers, the user agent and lens's headers.
 //! - Protocol, timeout, temporality and the retry policy (disabled: retries
-//!   belong to lens's batch processor, SPEC A7) are set explicitly.
+//!   belong to lens's batch processors, SPEC A7) are set explicitly.
+//! - The metric exporter comes with an [`OtlpMetricResender`]: the SDK's
+//!   exporter takes only a `ResourceMetrics`, which cannot be kept, so a
+//!   failed collection is kept encoded and resent by lens's own sender, with
+//!   the same endpoint, protocol, headers, TLS, compression and timeout (the
+//!   same tonic channel settings and interceptor, or the same HTTP client).
 //! - One residue: with [`Compression::None`] the SDK still consults
 //!   `OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION` (it has no "none" setter). The
 //!   configuration reads the same variables, so the two agree in a real
@@ -32,8 +37,10 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use opentelemetry_http::{Bytes, HttpClient, HttpError};
 use opentelemetry_otlp::{Protocol, RetryPolicy, WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::{LogBatch, LogExporter};
 use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
@@ -478,13 +485,131 @@ pub fn build_otlp_metric_exporter(
     let signal = Signal::Metrics;
     let prepared = prepare(settings, signal)?;
     let builder = opentelemetry_otlp::MetricExporter::builder().with_temporality(temporality);
-    let (inner, runtime) = if settings.protocol.is_http() {
-        (configure_http!(builder, prepared, settings, signal), None)
+    let (inner, runtime, transport) = if settings.protocol.is_http() {
+        let certificates = prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
+        let client = LensHttpClient::build(settings, certificates, prepared.headers.clone())?;
+        let transport = ResendTransport::Http {
+            client,
+            url: prepared.endpoint.url.clone(),
+            json: settings.protocol == OtlpProtocol::HttpJson,
+        };
+        (configure_http!(builder, prepared, settings, signal), None, transport)
     } else {
         let runtime = OtlpRuntime::shared()?;
-        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime))
+        let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
+        let mut client = MetricsServiceClient::with_interceptor(channel, HeaderInterceptor::new(&prepared.headers)?);
+        if settings.compression == Compression::Gzip {
+            client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        }
+        let transport = ResendTransport::Grpc { client, runtime: Arc::clone(&runtime) };
+        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
     };
-    Ok(OtlpMetricExporter { inner, runtime, endpoint: prepared.endpoint })
+    let resender = Arc::new(OtlpMetricResender {
+        transport,
+        gzip: settings.compression == Compression::Gzip,
+        timeout: settings.timeout,
+    });
+    Ok(OtlpMetricExporter { inner, runtime, endpoint: prepared.endpoint, resender })
+}
+
+type GrpcMetricsClient =
+    MetricsServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, HeaderInterceptor>>;
+
+enum ResendTransport {
+    Http { client: LensHttpClient, url: String, json: bool },
+    Grpc { client: GrpcMetricsClient, runtime: Arc<OtlpRuntime> },
+}
+
+/// Resends an encoded metric collection to the metric exporter's endpoint
+/// with its protocol, headers, TLS, compression and timeout (SPEC A7: the
+/// SDK's exporter takes only a `ResourceMetrics`, which cannot be rebuilt).
+/// Made by [`OtlpMetricExporter::resender`].
+pub struct OtlpMetricResender {
+    transport: ResendTransport,
+    gzip: bool,
+    timeout: Duration,
+}
+
+impl fmt::Debug for OtlpMetricResender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.transport {
+            ResendTransport::Http { json: true, .. } => "http/json",
+            ResendTransport::Http { json: false, .. } => "http/protobuf",
+            ResendTransport::Grpc { .. } => "grpc",
+        };
+        f.debug_struct("OtlpMetricResender").field("protocol", &kind).finish_non_exhaustive()
+    }
+}
+
+impl OtlpMetricResender {
+    fn send_http(
+        &self,
+        client: &LensHttpClient,
+        url: &str,
+        json: bool,
+        request: &ExportMetricsServiceRequest,
+    ) -> OTelSdkResult {
+        use prost::Message as _;
+
+        let failure = |reason: String| OTelSdkError::InternalFailure(format!("metric resend: {reason}"));
+        let (body, content_type) = if json {
+            (serde_json::to_vec(request).map_err(|error| failure(error.to_string()))?, "application/json")
+        } else {
+            (request.encode_to_vec(), "application/x-protobuf")
+        };
+        let mut builder = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(url)
+            .header(http::header::CONTENT_TYPE, content_type);
+        let body = if self.gzip {
+            use std::io::Write as _;
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            encoder.write_all(&body).and_then(|()| encoder.finish()).map_err(|error| failure(error.to_string()))?
+        } else {
+            body
+        };
+        if self.gzip {
+            builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+        }
+        let http_request = builder.body(Bytes::from(body)).map_err(|error| failure(error.to_string()))?;
+        let response = client.send(http_request).map_err(|error| failure(error.to_string()))?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(failure(format!("the collector answered HTTP {}", response.status())))
+        }
+    }
+}
+
+impl crate::otel::accounting::MetricResender for OtlpMetricResender {
+    fn resend(&self, request: &ExportMetricsServiceRequest) -> OTelSdkResult {
+        match &self.transport {
+            ResendTransport::Http { client, url, json } => self.send_http(client, url, *json, request),
+            ResendTransport::Grpc { client, runtime } => {
+                let mut client = client.clone();
+                let request = request.clone();
+                let task = runtime.handle().spawn(async move { client.export(request).await });
+                // The channel's own timeout ends the call; this is a backstop.
+                let deadline = std::time::Instant::now() + self.timeout + Duration::from_secs(1);
+                let mut task = task;
+                match super::block_on_until(&mut task, deadline) {
+                    Some(Ok(Ok(_response))) => Ok(()),
+                    Some(Ok(Err(status))) => Err(OTelSdkError::InternalFailure(format!(
+                        "metric resend: the collector answered {:?}: {}",
+                        status.code(),
+                        status.message()
+                    ))),
+                    Some(Err(join_error)) => {
+                        Err(OTelSdkError::InternalFailure(format!("metric resend: the task failed: {join_error}")))
+                    }
+                    None => {
+                        task.abort();
+                        Err(OTelSdkError::Timeout(self.timeout))
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Builds the OTLP log exporter for `settings`, the logs settings of the
@@ -558,8 +683,17 @@ pub struct OtlpMetricExporter {
     inner: opentelemetry_otlp::MetricExporter,
     runtime: Option<Arc<OtlpRuntime>>,
     endpoint: ResolvedEndpoint,
+    resender: Arc<OtlpMetricResender>,
 }
 exporter_common!(OtlpMetricExporter);
+
+impl OtlpMetricExporter {
+    /// The sender that resends a failed collection, encoded, to the same
+    /// endpoint the same way (for [`crate::otel::accounting::CountingMetricExporter::with_resender`]).
+    pub fn resender(&self) -> Arc<OtlpMetricResender> {
+        Arc::clone(&self.resender)
+    }
+}
 
 impl PushMetricExporter for OtlpMetricExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {

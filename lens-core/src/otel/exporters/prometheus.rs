@@ -1,12 +1,20 @@
 //! The `prometheus` metrics exporter: a pull endpoint (SPEC A8).
 //!
 //! [`PrometheusExporter`] is a push metric exporter (cumulative temporality)
-//! that keeps the page rendered from the latest batch, plus a tiny HTTP/1.1
-//! server on `std::net`, in a thread named `lens-prometheus`: `GET /metrics`
-//! answers with that page in the text exposition format 0.0.4; anything
-//! else gets 404.
-//! The server binds `host:(port + local_rank_offset)`, so several exporting
-//! ranks of one host each get their own port.
+//! that keeps the page rendered from the latest batch, plus an HTTP/1.1
+//! server (hyper, on a current-thread tokio runtime driven by one thread
+//! named `lens-prometheus`): `GET /metrics` (and `HEAD`) answers with that
+//! page in the text exposition format 0.0.4, another method on `/metrics`
+//! gets 405, another path 404, a malformed request 400 and an oversized one
+//! 431. Connections are served concurrently, with keep-alive, at most
+//! [`PROMETHEUS_MAX_CONNECTIONS`] at a time (more wait in the listen
+//! backlog), each closed when it has not sent a request's headers within
+//! [`PROMETHEUS_HEADER_TIMEOUT`], so a client that connects and sends
+//! nothing (a port scanner, a health checker) delays no scrape.
+//!
+//! The server binds `host:(port + local_rank_offset)`; the offset is
+//! [`prometheus_port_offset`]: the local rank when several ranks of one host
+//! may export metrics, 0 when at most one does.
 //!
 //! Names follow the OpenTelemetry-to-Prometheus compatibility rules, which
 //! give the names of the seed metrics page:
@@ -39,30 +47,76 @@
 //! [`PrometheusExporter::wait_linger`] blocks until then.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fmt::{self, Write as _};
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use tokio::sync::Semaphore;
 
 use super::ExporterError;
 
-/// How often the server thread looks for a stop request between
-/// connections.
+/// How often the server looks for a stop request.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
-/// The longest a scraper may take to send its request or read the answer.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Requests longer than this are refused.
+/// The most connections the endpoint serves at once; further ones wait in
+/// the listen backlog until one ends.
+pub const PROMETHEUS_MAX_CONNECTIONS: usize = 32;
+/// How long a client may take to send a request's headers, and how long an
+/// idle keep-alive connection stays open; then the connection is closed.
+pub const PROMETHEUS_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection is kept at most: then it is closed after its
+/// current answer (or [`PROMETHEUS_HEADER_TIMEOUT`] later, for a client that
+/// does not read its answer).
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
+/// The read buffer of a connection: a request whose headers do not fit gets
+/// 431 (hyper's minimum is 8 KiB).
 const MAX_REQUEST_BYTES: usize = 16 * 1024;
+/// The path that serves the page.
+pub const PROMETHEUS_METRICS_PATH: &str = "/metrics";
+/// The content type of the page.
+const PAGE_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The rank strategies under which at most one rank of a host exports
+/// (without per-rank metrics), so the Prometheus port gets no local rank.
+pub const ONE_EXPORTER_PER_HOST_STRATEGIES: [&str; 2] = ["first_rank_per_node", "single_rank"];
+
+/// What is added to `OTEL_EXPORTER_PROMETHEUS_PORT` on this rank (SPEC A8):
+/// 0 when at most one rank of a host exports metrics, the local rank
+/// otherwise, so that the exporting ranks of one host get distinct ports.
+///
+/// At most one rank per host exports under `single_rank` and
+/// `first_rank_per_node` while per-rank metrics (`<PREFIX>_RANK_METRICS`,
+/// with which every rank exports a few metrics) are off. Any other strategy
+/// (`all_ranks`, `sampled`, a registered one) may have several exporting
+/// ranks on a host; so may a strategy given in code, which has no name:
+/// pass `None` for it.
+///
+/// ```
+/// use lens_core::otel::exporters::prometheus_port_offset;
+/// // The default strategy on local rank 7 of an 8-GPU node: the base port.
+/// assert_eq!(prometheus_port_offset(Some("single_rank"), false, 7), 0);
+/// // Every rank of the node exports: base + local rank.
+/// assert_eq!(prometheus_port_offset(Some("all_ranks"), false, 7), 7);
+/// assert_eq!(prometheus_port_offset(Some("single_rank"), true, 7), 7);
+/// ```
+pub fn prometheus_port_offset(rank_strategy: Option<&str>, rank_metrics: bool, local_rank: u32) -> u32 {
+    let one_per_host = rank_strategy.is_some_and(|name| ONE_EXPORTER_PER_HOST_STRATEGIES.contains(&name));
+    if one_per_host && !rank_metrics { 0 } else { local_rank }
+}
 
 /// Settings of the Prometheus endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,10 +125,10 @@ pub struct PrometheusSettings {
     /// `localhost`).
     pub host: String,
     /// The base port (`OTEL_EXPORTER_PROMETHEUS_PORT`, default 9464); 0
-    /// picks a free port.
+    /// picks a free port (and then the offset is not added).
     pub port: u16,
-    /// Added to the port: the local rank when several ranks of one host
-    /// export, 0 otherwise.
+    /// Added to the port: [`prometheus_port_offset`], the local rank when
+    /// several ranks of one host may export, 0 otherwise.
     pub local_rank_offset: u32,
     /// Resource attributes copied onto every series as labels (dots become
     /// underscores).
@@ -466,7 +520,7 @@ struct Shared {
     resource_labels: Vec<String>,
     linger: Duration,
     /// The page rendered from the last export.
-    page: Mutex<String>,
+    page: Mutex<Bytes>,
     /// When shutdown happened (the linger period starts then).
     shut_down_at: Mutex<Option<Instant>>,
     stop: AtomicBool,
@@ -480,6 +534,10 @@ impl Shared {
     /// Whether the server should stop now.
     fn finished(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || self.shut_down_at().is_some_and(|at| at.elapsed() >= self.linger)
+    }
+
+    fn page(&self) -> Bytes {
+        self.page.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
@@ -541,14 +599,15 @@ impl fmt::Debug for PrometheusExporter {
 }
 
 impl PrometheusExporter {
-    /// Binds `host:(port + local_rank_offset)` and starts the
-    /// `lens-prometheus` server thread.
+    /// Binds `host:(port + local_rank_offset)` (`host:0`, a free port, when
+    /// the port is 0) and starts the `lens-prometheus` server thread.
     ///
     /// A host that does not resolve, or an address that cannot be bound
     /// (port in use, no permission), is an error naming
     /// `OTEL_EXPORTER_PROMETHEUS_HOST` or `OTEL_EXPORTER_PROMETHEUS_PORT`.
     pub fn start(settings: &PrometheusSettings) -> Result<PrometheusExporter, ExporterError> {
-        let port = u32::from(settings.port).saturating_add(settings.local_rank_offset);
+        let offset = if settings.port == 0 { 0 } else { settings.local_rank_offset };
+        let port = u32::from(settings.port).saturating_add(offset);
         let display = format!("{}:{port}", settings.host);
         let port = u16::try_from(port).map_err(|_| ExporterError::PrometheusBind {
             address: display.clone(),
@@ -574,18 +633,32 @@ impl PrometheusExporter {
         let address = listener.local_addr().map_err(bind_error)?;
         listener.set_nonblocking(true).map_err(bind_error)?;
 
+        let runtime_error =
+            |error: std::io::Error| ExporterError::Runtime { reason: format!("cannot start lens-prometheus: {error}") };
+        // One current-thread runtime, driven by the server thread only: no
+        // worker or blocking-pool threads.
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(runtime_error)?;
+        let listener = {
+            let _context = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).map_err(bind_error)?
+        };
         let shared = Arc::new(Shared {
             resource_labels: settings.resource_labels.clone(),
             linger: settings.linger,
-            page: Mutex::new(String::new()),
+            page: Mutex::new(Bytes::new()),
             shut_down_at: Mutex::new(None),
             stop: AtomicBool::new(false),
         });
         let server = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("lens-prometheus".into())
-            .spawn(move || serve(&listener, &server))
-            .map_err(|error| ExporterError::Runtime { reason: format!("cannot start lens-prometheus: {error}") })?;
+            .spawn(move || {
+                runtime.block_on(serve(listener, server));
+                // Dropping the runtime drops the connections still open.
+                drop(runtime);
+            })
+            .map_err(runtime_error)?;
         Ok(PrometheusExporter { owner: Arc::new(Owner { shared, address, thread: Mutex::new(Some(thread)) }) })
     }
 
@@ -603,7 +676,8 @@ impl PrometheusExporter {
         self.stop_server();
     }
 
-    /// Stops the server now and waits for its thread.
+    /// Stops the server now (closing its connections) and waits for its
+    /// thread.
     pub fn stop_server(&self) {
         self.owner.shared.stop.store(true, Ordering::Relaxed);
         let thread = self.owner.thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
@@ -616,7 +690,7 @@ impl PrometheusExporter {
 impl PushMetricExporter for PrometheusExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
         let shared = &self.owner.shared;
-        let page = render(metrics, &shared.resource_labels);
+        let page = Bytes::from(render(metrics, &shared.resource_labels));
         *shared.page.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = page;
         Ok(())
     }
@@ -636,50 +710,76 @@ impl PushMetricExporter for PrometheusExporter {
     }
 }
 
-/// The server loop: one connection at a time (scrapes are rare).
-fn serve(listener: &TcpListener, shared: &Shared) {
+/// The accept loop: each connection in a task of its own, at most
+/// [`PROMETHEUS_MAX_CONNECTIONS`] at a time; looks for a stop request every
+/// [`POLL_INTERVAL`].
+async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+    let slots = Arc::new(Semaphore::new(PROMETHEUS_MAX_CONNECTIONS));
     while !shared.finished() {
-        match listener.accept() {
-            Ok((stream, _)) => answer(stream, shared),
-            Err(error) if error.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL_INTERVAL),
-            Err(_) => std::thread::sleep(POLL_INTERVAL),
+        // The semaphore is never closed: an error cannot happen.
+        let Ok(Ok(slot)) = tokio::time::timeout(POLL_INTERVAL, Arc::clone(&slots).acquire_owned()).await else {
+            continue;
+        };
+        match tokio::time::timeout(POLL_INTERVAL, listener.accept()).await {
+            Ok(Ok((stream, _))) => {
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    connection(stream, shared).await;
+                    drop(slot);
+                });
+            }
+            // Out of file descriptors, or the peer gave up: try again later.
+            Ok(Err(_)) => tokio::time::sleep(POLL_INTERVAL).await,
+            Err(_) => {}
         }
     }
 }
 
-fn answer(mut stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-    let mut request = Vec::new();
-    let mut buffer = [0_u8; 2048];
-    while !request.windows(4).any(|window| window == b"\r\n\r\n") && request.len() < MAX_REQUEST_BYTES {
-        match stream.read(&mut buffer) {
-            Ok(0) | Err(_) => break,
-            Ok(read) => request.extend_from_slice(&buffer[..read]),
-        }
+/// Serves one connection (HTTP/1.1, keep-alive) until the client closes it,
+/// sends no request headers for [`PROMETHEUS_HEADER_TIMEOUT`], or it is
+/// [`MAX_CONNECTION_AGE`] old.
+async fn connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+        let response = respond(request.method(), request.uri().path(), &shared);
+        std::future::ready(Ok::<_, Infallible>(response))
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(PROMETHEUS_HEADER_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_BYTES)
+        // `Content-Type`, as the old server wrote it, for clients that match
+        // header names by case.
+        .title_case_headers(true)
+        .keep_alive(true);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    if tokio::time::timeout(MAX_CONNECTION_AGE, connection.as_mut()).await.is_err() {
+        connection.as_mut().graceful_shutdown();
+        let _ = tokio::time::timeout(PROMETHEUS_HEADER_TIMEOUT, connection).await;
     }
-    let request = String::from_utf8_lossy(&request);
-    let mut words = request.lines().next().unwrap_or_default().split_whitespace();
-    let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
-    let path = target.split('?').next().unwrap_or_default();
-    let (status, content_type, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            shared.page.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone(),
-        ),
-        _ => ("404 Not Found", "text/plain; charset=utf-8", "not found: lens serves GET /metrics\n".into()),
+}
+
+/// The answer to `method path` (hyper leaves the body out for `HEAD`).
+fn respond(method: &Method, path: &str, shared: &Shared) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, body: &'static str| {
+        let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+        *response.status_mut() = status;
+        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        response
     };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes());
-    if method != "HEAD" {
-        let _ = stream.write_all(body.as_bytes());
+    if path != PROMETHEUS_METRICS_PATH {
+        return text(StatusCode::NOT_FOUND, "not found: lens serves GET /metrics\n");
     }
-    let _ = stream.flush();
+    if method != Method::GET && method != Method::HEAD {
+        let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: lens serves GET /metrics\n");
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    let mut response = Response::new(Full::new(shared.page()));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PAGE_CONTENT_TYPE));
+    response
 }
 
 #[cfg(test)]
