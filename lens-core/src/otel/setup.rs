@@ -257,6 +257,8 @@ pub struct Telemetry {
     log_counters: Option<Arc<SpanExportCounters>>,
     parts: Mutex<Option<Parts>>,
     holds_slot: AtomicBool,
+    /// Header values, removed from the report's error strings.
+    secrets: Vec<String>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -300,6 +302,7 @@ impl Telemetry {
             log_counters: None,
             parts: Mutex::new(None),
             holds_slot: AtomicBool::new(enabled),
+            secrets: Vec::new(),
         }
     }
 
@@ -410,7 +413,7 @@ impl Telemetry {
         if let Some(provider) = logger_provider {
             steps.push(("flush logs", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
         }
-        let mut report = run_steps(steps, Instant::now() + timeout);
+        let mut report = run_steps(steps, Instant::now() + timeout, &self.secrets);
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
         report
@@ -459,7 +462,7 @@ impl Telemetry {
                 Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
             ));
         }
-        let mut report = run_steps(steps, deadline);
+        let mut report = run_steps(steps, deadline, &self.secrets);
         report.performed = true;
         report.truncated_spans = truncated.load(Ordering::Relaxed);
         let now = self.report();
@@ -501,7 +504,8 @@ type Step = (&'static str, Box<dyn FnOnce(Duration) -> Result<(), String> + Send
 /// Runs `steps` in order on a helper thread and waits for them until
 /// `deadline`. A step still running at the deadline is left to finish in
 /// the background; it and the steps after it are reported unfinished.
-fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
+/// Every error is passed through [`crate::diag::redact`] with `secrets`.
+fn run_steps(steps: Vec<Step>, deadline: Instant, secrets: &[String]) -> ShutdownReport {
     let names: Vec<&'static str> = steps.iter().map(|(name, _)| *name).collect();
     let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
     let spawned = std::thread::Builder::new().name("lens-shutdown".into()).spawn(move || {
@@ -516,7 +520,7 @@ fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
     });
     let mut report = ShutdownReport::default();
     if let Err(error) = spawned {
-        report.errors.push(format!("could not start the shutdown thread: {error}"));
+        report.errors.push(crate::diag::redact(&format!("could not start the shutdown thread: {error}"), secrets));
         report.unfinished = names;
         return report;
     }
@@ -527,7 +531,7 @@ fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
             Ok((index, result)) => {
                 finished = index + 1;
                 if let Err(error) = result {
-                    report.errors.push(format!("{}: {error}", names[index]));
+                    report.errors.push(crate::diag::redact(&format!("{}: {error}", names[index]), secrets));
                 }
             }
             Err(_) => break,
@@ -767,12 +771,13 @@ fn build(
         log_counters,
         parts: Mutex::new(Some(Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus })),
         holds_slot: AtomicBool::new(true),
+        secrets: secrets(config),
     })
 }
 
 /// Header values of every signal: never quoted in a warning.
 fn secrets(config: &LensConfig) -> Vec<String> {
-    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).headers.iter().map(|(_, v)| v.to_string())).collect()
+    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).headers.secrets()).collect()
 }
 
 fn batch_config(config: &LensConfig) -> BatchConfig {
@@ -922,4 +927,27 @@ fn log_exporter(
         ExporterKind::Prometheus | ExporterKind::None => return Ok(None),
     };
     Ok(Some(exporter))
+}
+
+#[cfg(test)]
+mod report_redaction_tests {
+    use super::*;
+
+    #[test]
+    fn shutdown_report_errors_never_show_a_header_value() {
+        let secrets = vec!["Bearer tok3n-value".to_string(), "tok3n-value".to_string()];
+        let steps: Vec<Step> = vec![
+            ("shut down spans", Box::new(|_| Err("401 from collector: authorization: Bearer tok3n-value".to_string()))),
+            ("shut down logs", Box::new(|_| Err("UNAUTHENTICATED: echo x-key=tok3n-value".to_string()))),
+        ];
+        let report = run_steps(steps, Instant::now() + Duration::from_secs(10), &secrets);
+        assert_eq!(
+            report.errors,
+            [
+                "shut down spans: 401 from collector: authorization: <redacted>",
+                "shut down logs: UNAUTHENTICATED: echo x-key=<redacted>"
+            ]
+        );
+        assert!(!format!("{report} {report:?}").contains("tok3n"), "{report}");
+    }
 }
