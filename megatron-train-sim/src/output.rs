@@ -173,6 +173,7 @@ pub(crate) fn summary_json(
         "step_times_ms": step_times,
         "mean_step_time_ms": mean_ms,
         "tokens_per_iteration": outcome.tokens_per_iteration,
+        "corpus_unigram_entropy_nats": outcome.corpus_entropy_nats,
         "tokens_per_sec": tokens_per_sec,
         "flops_per_iteration": outcome.flops_per_iteration,
         "throughput_tflops_per_rank": tflops,
