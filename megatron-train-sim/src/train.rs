@@ -37,6 +37,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use megatron_telemetry::metrics::{LM_LOSS_KEY, select_loss};
 use megatron_telemetry::taxonomy as tx;
 
 use crate::checkpoint::{self, PendingSave, RankState};
@@ -441,7 +442,8 @@ impl Trainer {
                     log_losses.push((iteration, mean_loss));
                     self.telemetry.record(&MetricValues {
                         step_duration_ms: Some(mean_ms),
-                        loss: mean_loss,
+                        // Megatron's loss dict has one key, `lm loss`.
+                        loss: mean_loss.and_then(|l| select_loss(&[(LM_LOSS_KEY, l)]).value()),
                         throughput_tflops: Some(tflops),
                         grad_norm: step.grad_norm.is_finite().then_some(step.grad_norm),
                         skipped_iters: Some(interval_skipped),
