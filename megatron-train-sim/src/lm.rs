@@ -189,7 +189,7 @@ pub(crate) fn sample_printable(logits: &[f32; 256], temperature: f32, top_p: f32
         return b' ';
     };
     let max = logits[usize::from(best)];
-    if !(temperature > 0.0) || max == f32::INFINITY {
+    if temperature.is_nan() || temperature <= 0.0 || max == f32::INFINITY {
         return best;
     }
     // Most likely first (the lower byte first on a tie).

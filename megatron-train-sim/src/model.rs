@@ -90,7 +90,7 @@ impl Rng {
 
     /// Uniform in `0..n` (`n > 0`).
     pub(crate) fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 }
 
@@ -558,8 +558,7 @@ impl Stage {
     /// rows); nothing flows further back.
     pub(crate) fn embed_backward(&mut self, device: &dyn Device, saved: &Saved, grad_output: Vec<f32>) {
         if let Some(embedding) = self.embedding {
-            let none: Option<fn(&mut [f32]) -> Result<(), ()>> = None;
-            let _ = self.block_backward(device, embedding, saved, grad_output, none);
+            let _ = self.block_backward(device, embedding, saved, grad_output, None::<NoReduce>);
         }
     }
 
@@ -597,6 +596,9 @@ impl Stage {
         Ok(grad_input)
     }
 }
+
+/// No input gradient wanted (the embedding's input is bytes).
+type NoReduce = fn(&mut [f32]) -> Result<(), ()>;
 
 /// The parameters of the whole model: the embedding (`256·h`), each
 /// layer's weight and bias (`h² + h`), the output projection (`256·h +
