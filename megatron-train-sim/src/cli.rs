@@ -56,7 +56,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub(crate) num_layers: u32,
     /// Width of every layer; each layer's columns are split over the tensor-parallel ranks.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(long, default_value_t = 32, value_name = "N")]
     pub(crate) hidden_size: u64,
     /// Recorded and checked as Megatron checks it (the self-attention-like mixer has no heads).
     #[arg(long, default_value_t = 4, value_name = "N")]
@@ -337,6 +337,11 @@ impl Args {
             problems.push(format!(
                 "--hidden-size ({}) is not divisible by --tensor-model-parallel-size ({tp})",
                 self.hidden_size
+            ));
+        }
+        if !(crate::model::VOCAB as u32).is_multiple_of(tp) {
+            problems.push(format!(
+                "the vocabulary (256 bytes) is not divisible by --tensor-model-parallel-size ({tp}): use a power of two"
             ));
         }
         if !self.hidden_size.is_multiple_of(u64::from(self.num_attention_heads)) {

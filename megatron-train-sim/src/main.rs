@@ -11,7 +11,8 @@
 //!
 //! Module map: [`cli`] (flags, layout, consistency checks), [`launcher`],
 //! [`comm`] (rendezvous, TCP mesh, collectives), [`device`] (matrix
-//! products), [`model`] (layers, data, optimizer, schedule), [`train`] (the
+//! products), [`model`] (the byte-level language model, optimizer, schedule), [`corpus`]
+//! (the synthetic text it learns), [`lm`] (the trained model for inference), [`train`] (the
 //! loop), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
 //! and [`telemetry`], the only module that calls the telemetry API.
 //!
@@ -29,11 +30,14 @@ mod analyze;
 mod checkpoint;
 mod cli;
 mod comm;
+mod corpus;
 mod device;
 mod faults;
 mod goodput;
 mod insight;
 mod launcher;
+#[cfg_attr(not(test), expect(dead_code, reason = "the interface the serve subcommand runs the model through"))]
+mod lm;
 mod model;
 mod output;
 mod signals;

@@ -81,7 +81,7 @@ impl Progress {
         self.last = Some(Instant::now());
         let loss = line.loss.map_or_else(|| "n/a".to_string(), |l| format!("{l:.4}"));
         let mut text = format!(
-            "iter {}/{} | loss {loss} | step {:.1} ms | {} tok/s | lr {:.3e} | grad norm {:.3}",
+            "iter {}/{} | lm loss {loss} | step {:.1} ms | {} tok/s | lr {:.3e} | grad norm {:.3}",
             line.iteration,
             self.total,
             line.step_ms,
@@ -101,7 +101,7 @@ impl Progress {
     /// Prints an evaluation result.
     pub(crate) fn eval(&mut self, iteration: u64, loss: f64) {
         if self.enabled {
-            stderr_line!("validation at iter {iteration} | loss {loss:.4}");
+            stderr_line!("validation at iter {iteration} | lm loss {loss:.4}");
         }
     }
 }
@@ -209,6 +209,7 @@ pub(crate) fn summary_json(
         "step_times_ms": step_times,
         "mean_step_time_ms": mean_ms,
         "tokens_per_iteration": outcome.tokens_per_iteration,
+        "corpus_unigram_entropy_nats": outcome.corpus_entropy_nats,
         "tokens_per_sec": tokens_per_sec,
         "flops_per_iteration": outcome.flops_per_iteration,
         "throughput_tflops_per_rank": tflops,
@@ -241,7 +242,7 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
     let last_loss = outcome.iterations.iter().rev().find_map(|(_, _, loss)| *loss);
     stderr_line!(
         "done: {} ({}) | iterations {} -> {} ({} run, {} skipped) | mean step {mean_ms:.1} ms | {} tok/s | \
-         final loss {} | {} rank(s): TP {} × PP {} × DP {} on {}",
+         final lm loss {} | {} rank(s): TP {} × PP {} × DP {} on {}",
         outcome.exit_reason.as_str(),
         if outcome.exit_reason == crate::train::ExitReason::Signal {
             "drained after a signal"

@@ -37,15 +37,17 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use megatron_telemetry::metrics::{LM_LOSS_KEY, select_loss};
 use megatron_telemetry::taxonomy as tx;
 
 use crate::checkpoint::{self, PendingSave, RankState};
 use crate::cli::{Args, Coords, Layout, OptimizerKind};
 use crate::comm::{Comm, CommError, tag};
+use crate::corpus::Corpus;
 use crate::device::{self, Device};
 use crate::goodput::{Goodput, Phase as GoodputPhase};
 use crate::insight::RankInsight;
-use crate::model::{Data, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, learning_rate, mse};
+use crate::model::{self, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, cross_entropy, learning_rate};
 use crate::output;
 use crate::signals::StopFlag;
 use crate::telemetry::{MetricValues, Telemetry};
@@ -122,10 +124,12 @@ pub(crate) struct Outcome {
     pub(crate) checkpoints: Vec<(u64, PathBuf)>,
     /// How the loop ended.
     pub(crate) exit_reason: ExitReason,
-    /// `6 × parameters × tokens` per iteration.
+    /// Model FLOPs per iteration (`6 × parameters × tokens`, see [`model`]).
     pub(crate) flops_per_iteration: f64,
-    /// Tokens per iteration (global batch × sequence length).
+    /// Tokens per iteration (global batch × sequence length: bytes predicted).
     pub(crate) tokens_per_iteration: u64,
+    /// The training corpus's single-byte entropy, nats.
+    pub(crate) corpus_entropy_nats: f64,
     /// Peak memory of this rank, bytes.
     pub(crate) peak_memory_bytes: Option<u64>,
     /// The device's name.
@@ -161,7 +165,7 @@ pub(crate) struct Trainer {
     kinds: Vec<LayerKind>,
     stage: Stage,
     optimizer: Optimizer,
-    data: Data,
+    data: Corpus,
     microbatches: u64,
     normaliser: f64,
     iteration: u64,
@@ -206,9 +210,9 @@ impl Trainer {
         // and `megatron.startup.dataloader`).
         let stage = Stage::new(args.seed, &[], hidden, seq, 1, 0, 1, 0);
         let optimizer = Optimizer::new(false, 0);
-        let data = Data::new(args.seed, hidden, seq, false);
+        let data = Corpus::default();
         let microbatches = args.num_microbatches(layout);
-        let normaliser = (args.global_batch_size * args.seq_length * args.hidden_size) as f64;
+        let normaliser = (args.global_batch_size * args.seq_length) as f64;
         let heartbeat = checkpoint::Heartbeat::new(args.save.as_deref(), &telemetry.run_id(), rank);
         Trainer {
             args,
@@ -317,11 +321,18 @@ impl Trainer {
             }
         }
         {
-            // The samples are generated on demand from the seed; the
-            // loader's work is building the teacher that labels them.
+            // The loader's work is generating the corpus the samples are cut from.
             let _dataloader = self.telemetry.span(&tx::STARTUP_DATALOADER, []);
-            let (hidden, seq) = (self.args.hidden_size as usize, self.args.seq_length as usize);
-            self.data = Data::new(self.args.seed, hidden, seq, self.is_last_stage());
+            self.data = Corpus::new(self.args.seed, self.args.seq_length as usize);
+            if self.rank() == 0 {
+                output::note(&format!(
+                    "corpus: {} bytes of synthetic text from seed {}, single-byte entropy {:.4} nats \
+                     (the lm loss is cross-entropy in nats)",
+                    self.data.train_text().len(),
+                    self.args.seed,
+                    self.data.unigram_entropy_nats()
+                ));
+            }
         }
         if self.args.gpu_sniff_test_interval.is_some() {
             let span = self.telemetry.span(&tx::STARTUP_SNIFF_TEST, []);
@@ -386,7 +397,7 @@ impl Trainer {
         let mut exit_reason = ExitReason::Completed;
         let mut loop_counter = 0_u64;
         let tokens = self.args.global_batch_size * self.args.seq_length;
-        let flops = 6.0 * Stage::model_parameters(self.args.num_layers, self.args.hidden_size) as f64 * tokens as f64;
+        let flops = model::training_flops_per_token(self.args.num_layers, self.args.hidden_size) as f64 * tokens as f64;
         let mut progress = output::Progress::new(self.rank() + 1 == self.layout.world(), self.args.train_iters);
 
         while self.iteration < self.args.train_iters {
@@ -461,7 +472,8 @@ impl Trainer {
                     self.insight.record_interval();
                     self.telemetry.record(&MetricValues {
                         step_duration_ms: Some(mean_ms),
-                        loss: mean_loss,
+                        // Megatron's loss dict has one key, `lm loss`.
+                        loss: mean_loss.and_then(|l| select_loss(&[(LM_LOSS_KEY, l)]).value()),
                         throughput_tflops: Some(tflops),
                         grad_norm: step.grad_norm.is_finite().then_some(step.grad_norm),
                         skipped_iters: Some(interval_skipped),
@@ -561,6 +573,7 @@ impl Trainer {
             exit_reason,
             flops_per_iteration: flops,
             tokens_per_iteration: tokens,
+            corpus_entropy_nats: self.data.unigram_entropy_nats(),
             peak_memory_bytes: self.device.peak_memory_bytes(),
             device: self.device.name(),
             messages_sent: self.comm.messages_sent(),
@@ -631,10 +644,24 @@ impl Trainer {
     /// Forward through this stage's layers; the saved activations. Each
     /// layer's sub-blocks have their spans: the self-attention-like mixer
     /// and the MLP of a transformer layer, the mixer of a Mamba layer (its
-    /// projection included).
-    fn stage_forward(&mut self, mut activations: Vec<f32>) -> Result<(Vec<f32>, Vec<Saved>), RankError> {
-        let mut saved = Vec::with_capacity(self.stage.layers.len());
+    /// projection included). The first stage embeds `tokens`, the others
+    /// start from the received `activations`; the last stage ends with the
+    /// output projection (the logits).
+    fn stage_forward(
+        &mut self,
+        tokens: Option<&[u8]>,
+        mut activations: Vec<f32>,
+    ) -> Result<(Vec<f32>, Vec<Saved>), RankError> {
+        let mut saved = Vec::with_capacity(self.stage.layers.len() + 2);
         let Trainer { stage, comm, device, telemetry, groups, insight, .. } = self;
+        if let Some(tokens) = tokens {
+            let (output, keep) = stage.embed_forward(device.as_ref(), tokens, |m| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_gather(&groups.tensor, m)
+            })?;
+            saved.push(keep);
+            activations = output;
+        }
         for index in 0..stage.layers.len() {
             let slot = stage.layers[index];
             let _layer = telemetry.layer_span(slot.number);
@@ -660,16 +687,37 @@ impl Trainer {
             saved.push(keep);
             activations = output;
         }
+        if stage.head.is_some() {
+            let (logits, keep) =
+                stage.head_forward(device.as_ref(), activations, |m| comm.all_gather(&groups.tensor, m))?;
+            saved.push(keep);
+            activations = logits;
+        }
         Ok((activations, saved))
     }
 
+    /// The backward pass of [`Trainer::stage_forward`]: the gradient of the
+    /// stage's input (empty on the first stage, whose input is bytes).
     fn stage_backward(&mut self, saved: &[Saved], mut grad: Vec<f32>) -> Result<Vec<f32>, RankError> {
         let Trainer { stage, comm, device, groups, insight, .. } = self;
-        for index in (0..stage.layers.len()).rev() {
-            grad = stage.layer_backward(device.as_ref(), index, &saved[index], grad, |g| {
+        let first = usize::from(stage.embedding.is_some());
+        if stage.head.is_some() {
+            let keep = &saved[first + stage.layers.len()];
+            grad = stage.head_backward(device.as_ref(), keep, grad, |g| {
                 let _wait = insight.phases().enter_wait(Phase::TpWait);
                 comm.all_reduce(&groups.tensor, g)
             })?;
+        }
+        for index in (0..stage.layers.len()).rev() {
+            let keep = &saved[first + index];
+            grad = stage.layer_backward(device.as_ref(), index, keep, grad, |g| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_reduce(&groups.tensor, g)
+            })?;
+        }
+        if stage.embedding.is_some() {
+            stage.embed_backward(device.as_ref(), &saved[0], grad);
+            grad = Vec::new();
         }
         Ok(grad)
     }
@@ -678,7 +726,7 @@ impl Trainer {
     /// pipeline schedule runs it: receive the input from the previous stage,
     /// the forward step (`megatron.microbatch.forward`), send the output to
     /// the next stage. Returns the saved activations and, on the last
-    /// stage, the squared-error sum and output gradient.
+    /// stage, the cross-entropy sum and the logits' gradient.
     fn forward_microbatch(
         &mut self,
         split: Split,
@@ -693,23 +741,24 @@ impl Trainer {
         let (output, saved, last) = {
             let _forward = self.telemetry.span(&tx::MICROBATCH_FORWARD, []);
             let first = self.first_sample(step, microbatch);
-            let needs_inputs = received.is_none() || self.is_last_stage();
+            let needs_bytes = received.is_none() || self.is_last_stage();
             if train {
                 self.insight.enter_compute(Phase::Data, inject);
             }
-            let inputs = needs_inputs.then(|| self.data.inputs(split, first, self.args.micro_batch_size));
+            let (inputs, targets) = if needs_bytes {
+                self.data.batch(split, first, self.args.micro_batch_size)
+            } else {
+                Default::default()
+            };
             if train {
                 self.insight.enter_compute(Phase::Forward, inject);
             }
-            let activations = match (received, &inputs) {
-                (Some(received), _) => received,
-                (None, Some(inputs)) => inputs.clone(),
-                (None, None) => Vec::new(),
+            let (output, saved) = match received {
+                Some(received) => self.stage_forward(None, received)?,
+                None => self.stage_forward(Some(&inputs), Vec::new())?,
             };
-            let (output, saved) = self.stage_forward(activations)?;
             let last = if self.is_last_stage() {
-                let targets = self.data.targets(self.device.as_ref(), inputs.as_deref().unwrap_or(&[]));
-                let (mut sum, mut grad) = mse(&output, &targets, self.normaliser);
+                let (mut sum, mut grad) = cross_entropy(&output, &targets, self.normaliser);
                 if split == Split::Train && self.args.inject_nan_at == Some(self.iteration + 1) && microbatch == 0 {
                     sum = f64::NAN;
                     grad.iter_mut().for_each(|g| *g = f32::NAN);
@@ -870,6 +919,8 @@ impl Trainer {
             rank: self.rank(),
             num_layers: self.args.num_layers,
             hidden_size: self.args.hidden_size,
+            seq_length: self.args.seq_length,
+            hybrid_override_pattern: self.args.hybrid_override_pattern.clone(),
             optimizer_steps: self.optimizer.steps,
             skipped_iterations: self.skipped,
             params: self.stage.params.clone(),
@@ -1024,8 +1075,8 @@ fn trim_heap() {
     }
 }
 
-/// The last stage's share of a microbatch's loss: the sum of squared
-/// errors and the output gradient.
+/// The last stage's share of a microbatch's loss: the cross-entropy sum
+/// and the logits' gradient.
 type LossPart = (f64, Vec<f32>);
 
 struct StepResult {

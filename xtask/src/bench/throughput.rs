@@ -31,7 +31,8 @@ use super::{Budgets, Machine, Row, Verdict, band, median};
 use crate::{cargo, run_cmd, say, workspace_root};
 
 /// Offered rates, spans per second.
-const LADDER: &[u64] = &[25_000, 50_000, 100_000, 200_000, 400_000, 700_000, 1_000_000, 1_400_000, 2_000_000, 2_800_000];
+const LADDER: &[u64] =
+    &[25_000, 50_000, 100_000, 200_000, 400_000, 700_000, 1_000_000, 1_400_000, 2_000_000, 2_800_000];
 /// Seconds per step.
 const SECONDS: u64 = 2;
 /// Bisection steps after the ladder.
