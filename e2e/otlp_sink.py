@@ -17,14 +17,18 @@ Every span, metric and log record received is written as one JSON line to
 ``--out`` (``{"type": "span", ...}``, ``"metric"``, ``"log"``), and every
 request as one ``{"type": "request", ...}`` line (transport, signal, items,
 outcome), flushed after each request, so a test reads what arrived while the
-sink runs. Header values are never written anywhere.
+sink runs. Header values are never written anywhere (only sent back to the
+sender in ``echo-headers`` mode).
 
 With ``--grpc-port 0`` / ``--http-port 0`` a free port is picked; when both
 servers listen the sink prints ``READY grpc=<port> http=<port>`` on stdout.
 
 Faults for the fault tests (``--fail-mode``): ``http503`` answers every HTTP
 export with 503, ``grpc-unavailable`` every gRPC export with UNAVAILABLE,
-``hang`` accepts and never answers (until shutdown). ``--fail-count N`` fails
+``hang`` accepts and never answers (until shutdown), ``echo-headers`` refuses
+every export (HTTP 401, gRPC UNAUTHENTICATED) with a body or status message
+that echoes the request's headers, as some collectors do: the secret-scan
+test checks that lens never repeats them. ``--fail-count N`` fails
 only the first N exports, then accepts. SIGUSR1 switches the fault off.
 
 ``--tls-cert``/``--tls-key`` serve both gRPC and HTTP over TLS.
@@ -300,7 +304,7 @@ class Sink:
         """The fault to apply to this request (None: accept it)."""
         with self._lock:
             mode = self.fail_mode
-            applies = (mode == "hang"
+            applies = (mode in ("hang", "echo-headers")
                        or (mode == "http503" and transport.startswith("http"))
                        or (mode == "grpc-unavailable" and transport == "grpc"))
             if not applies:
@@ -344,6 +348,10 @@ def grpc_servicer(sink: Sink, signal_name: str, base):
             if fault == "grpc-unavailable":
                 sink.accept(signal_name, request, "grpc", header_ok, fault)
                 context.abort(grpc.StatusCode.UNAVAILABLE, "sink: injected UNAVAILABLE")
+            if fault == "echo-headers":
+                sink.accept(signal_name, request, "grpc", header_ok, fault)
+                echoed = "; ".join(f"{k}: {v}" for k, v in metadata.items() if isinstance(v, str))
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"sink: refused, your metadata was {echoed}")
             outcome = sink.accept(signal_name, request, "grpc", header_ok)
             if outcome != "ok":
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "sink: missing or wrong header")
@@ -438,6 +446,11 @@ def http_handler(sink: Sink):
                 sink.accept(signal_name, message, transport, header_ok, fault)
                 self.reply(503, b"sink: injected 503", "text/plain")
                 return
+            if fault == "echo-headers":
+                sink.accept(signal_name, message, transport, header_ok, fault)
+                echoed = "".join(f"{k}: {v}\n" for k, v in self.headers.items())
+                self.reply(401, f"sink: refused, your headers were\n{echoed}".encode(), "text/plain")
+                return
             outcome = sink.accept(signal_name, message, transport, header_ok)
             if outcome != "ok":
                 self.reply(401, b"missing or wrong header", "text/plain")
@@ -471,7 +484,7 @@ def main() -> int:
     parser.add_argument("--grpc-port", type=int, default=0, help="gRPC port (0: a free one)")
     parser.add_argument("--http-port", type=int, default=0, help="HTTP port (0: a free one)")
     parser.add_argument("--out", required=True, help="JSON lines file to append records to")
-    parser.add_argument("--fail-mode", choices=["none", "http503", "grpc-unavailable", "hang"], default="none")
+    parser.add_argument("--fail-mode", choices=["none", "http503", "grpc-unavailable", "hang", "echo-headers"], default="none")
     parser.add_argument("--fail-count", type=int, default=None, help="fail only the first N exports")
     parser.add_argument("--tls-cert", help="PEM certificate chain: serve TLS")
     parser.add_argument("--tls-key", help="PEM private key of --tls-cert")

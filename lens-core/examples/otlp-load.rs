@@ -1,11 +1,19 @@
-//! The sending side of `cargo xtask bench`'s export-throughput scenario:
-//! sets telemetry up exactly as a job does (`setup_telemetry`, the OTLP
-//! exporter, lens's batch processor at the project's default queue, batch
-//! and concurrency settings), ends spans from one thread at a paced rate for
-//! a few seconds, shuts down, and prints one JSON line with what happened.
+//! The sending side of `cargo xtask bench`'s export-throughput scenario, in
+//! two pipelines measured against each other:
+//!
+//! - `lens`: telemetry set up exactly as a job does (`setup_telemetry`, the
+//!   OTLP exporter, lens's batch processor at the project's default queue,
+//!   batch and concurrency settings), spans ended with `managed_span`;
+//! - `raw`: the raw SDK's `BatchSpanProcessor` (one export at a time, its own
+//!   design) at the same queue, batch size and delay, around the same OTLP
+//!   exporter built the same way (`build_otlp_span_exporter` from the same
+//!   configuration), spans ended with the SDK tracer.
+//!
+//! Either ends spans from one thread at a paced rate for a few seconds, shuts
+//! down, and prints one JSON line with what happened.
 //!
 //! ```text
-//! otlp-load <endpoint> <grpc|http/protobuf> <attributes: 0|5> <spans per second> <seconds>
+//! otlp-load <lens|raw> <endpoint> <grpc|http/protobuf> <attributes: 0|5> <spans per second> <seconds>
 //! ```
 //!
 //! The JSON line: `offered` (spans ended), `produce_s` (seconds spent
@@ -18,14 +26,20 @@
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lens_core::attr::KeyValue;
-use lens_core::config::LensConfig;
+use lens_core::config::{LensConfig, Signal};
 use lens_core::groups::{LENS_CATALOG, SpanGroup};
 use lens_core::identity::RankContext;
+use lens_core::otel::exporters::build_otlp_span_exporter;
 use lens_core::otel::setup::{SetupOptions, setup_telemetry};
 use lens_core::otel::span::managed_span;
+use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter};
 
 fn attributes(count: usize, index: u64) -> Vec<KeyValue> {
     if count == 0 {
@@ -40,6 +54,89 @@ fn attributes(count: usize, index: u64) -> Vec<KeyValue> {
     ]
 }
 
+/// The same five attributes as SDK key-values, for the raw pipeline.
+fn sdk_attributes(count: usize, index: u64) -> Vec<opentelemetry::KeyValue> {
+    if count == 0 {
+        return Vec::new();
+    }
+    vec![
+        opentelemetry::KeyValue::new("bench.iteration", index as i64),
+        opentelemetry::KeyValue::new("bench.loss", 2.5_f64),
+        opentelemetry::KeyValue::new("bench.phase", "train"),
+        opentelemetry::KeyValue::new("bench.checkpoint", false),
+        opentelemetry::KeyValue::new("bench.rank", 3_i64),
+    ]
+}
+
+/// Counts what the raw SDK's processor hands the exporter and what came
+/// back acknowledged (the SDK keeps no such counters).
+#[derive(Debug)]
+struct Counting<E> {
+    inner: E,
+    exported: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+}
+
+impl<E: SpanExporter> SpanExporter for Counting<E> {
+    fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+        let spans = batch.len() as u64;
+        let export = self.inner.export(batch);
+        let (exported, errors) = (Arc::clone(&self.exported), Arc::clone(&self.errors));
+        async move {
+            let result = export.await;
+            match &result {
+                Ok(()) => exported.fetch_add(spans, Ordering::Relaxed),
+                Err(_) => errors.fetch_add(1, Ordering::Relaxed),
+            };
+            result
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// Ends spans with `end_one(index)` at `rate` per second for `seconds`,
+/// paced in 1 ms ticks: each tick ends its share, then waits for the next
+/// (a producer that cannot keep up simply offers less). Returns the spans
+/// offered and the seconds spent.
+fn produce(rate: u64, seconds: u64, mut end_one: impl FnMut(u64)) -> (u64, f64) {
+    let per_tick = (rate / 1000).max(1);
+    let ticks = seconds * 1000;
+    let start = Instant::now();
+    let mut offered = 0_u64;
+    for tick in 0..ticks {
+        for _ in 0..per_tick {
+            end_one(offered);
+            offered += 1;
+        }
+        let next = start + Duration::from_millis(tick + 1);
+        while Instant::now() < next {
+            std::thread::yield_now();
+        }
+    }
+    (offered, start.elapsed().as_secs_f64())
+}
+
+/// The JSON result line.
+fn result_line(offered: u64, produce_s: f64, total_s: f64, exported: u64, dropped: u64, errors: u64) -> String {
+    format!(
+        "{{\"offered\":{offered},\"produce_s\":{produce_s},\"total_s\":{total_s},\"exported\":{exported},\
+         \"dropped\":{dropped},\"export_errors\":{errors},\"peak_rss_kib\":{},\"span_data_bytes\":{}}}",
+        peak_rss_kib(),
+        std::mem::size_of::<SpanData>(),
+    )
+}
+
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -49,7 +146,9 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn run(endpoint: &str, protocol: &str, attrs: usize, rate: u64, seconds: u64) -> Result<String, String> {
+/// The configuration both pipelines are built from, from a map (never from
+/// the process environment).
+fn config(endpoint: &str, protocol: &str) -> Result<(LensConfig, BTreeMap<String, String>), String> {
     let env: BTreeMap<String, String> = [
         ("NEMO_LENS_ENABLED", "1"),
         ("NEMO_LENS_SPAN_GROUPS", "all"),
@@ -64,58 +163,76 @@ fn run(endpoint: &str, protocol: &str, attrs: usize, rate: u64, seconds: u64) ->
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     let config = LensConfig::from_env(&env, "NEMO_LENS", None, &LENS_CATALOG).map_err(|e| e.to_string())?;
+    Ok((config, env))
+}
+
+fn run_lens(endpoint: &str, protocol: &str, attrs: usize, rate: u64, seconds: u64) -> Result<String, String> {
+    let (config, env) = config(endpoint, protocol)?;
     let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), SetupOptions::new().with_env(env))
         .map_err(|e| e.to_string())?;
-
-    // Paced in 1 ms ticks: each tick ends its share of spans, then waits for
-    // the next tick (a producer that cannot keep up simply offers less).
-    let per_tick = (rate / 1000).max(1);
-    let ticks = seconds * 1000;
     let start = Instant::now();
-    let mut offered = 0_u64;
-    for tick in 0..ticks {
-        for _ in 0..per_tick {
-            drop(managed_span(SpanGroup::STEP, "bench.span", attributes(attrs, offered)));
-            offered += 1;
-        }
-        let next = start + Duration::from_millis(tick + 1);
-        while Instant::now() < next {
-            std::thread::yield_now();
-        }
-    }
-    let produce_s = start.elapsed().as_secs_f64();
+    let (offered, produce_s) =
+        produce(rate, seconds, |index| drop(managed_span(SpanGroup::STEP, "bench.span", attributes(attrs, index))));
     let report = telemetry.shutdown(Duration::from_secs(60));
-    let total_s = start.elapsed().as_secs_f64();
     let s = &report.spans;
-    Ok(format!(
-        "{{\"offered\":{offered},\"produce_s\":{produce_s},\"total_s\":{total_s},\"exported\":{},\"dropped\":{},\
-         \"export_errors\":{},\"peak_rss_kib\":{},\"span_data_bytes\":{}}}",
-        s.exported,
-        s.dropped_queue_full + s.dropped_export_failed + s.dropped_at_shutdown,
-        s.export_errors,
-        peak_rss_kib(),
-        std::mem::size_of::<opentelemetry_sdk::trace::SpanData>(),
+    Ok(result_line(offered, produce_s, start.elapsed().as_secs_f64(), s.exported, s.dropped(), s.export_errors))
+}
+
+fn run_raw(endpoint: &str, protocol: &str, attrs: usize, rate: u64, seconds: u64) -> Result<String, String> {
+    let (config, _) = config(endpoint, protocol)?;
+    let exporter = build_otlp_span_exporter(config.otel.otlp(Signal::Traces)).map_err(|e| e.to_string())?;
+    let (exported, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let counting = Counting { inner: exporter, exported: Arc::clone(&exported), errors: Arc::clone(&errors) };
+    let b = &config.otel.batch;
+    let batch = BatchConfigBuilder::default()
+        .with_max_queue_size(b.max_queue_size)
+        .with_max_export_batch_size(b.max_export_batch_size)
+        .with_scheduled_delay(b.schedule_delay)
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(BatchSpanProcessor::builder(counting).with_batch_config(batch).build())
+        .build();
+    let tracer = provider.tracer("xtask-bench");
+    let start = Instant::now();
+    let (offered, produce_s) = produce(rate, seconds, |index| {
+        drop(tracer.span_builder("bench.span").with_attributes(sdk_attributes(attrs, index)).start(&tracer));
+    });
+    // The SDK's processor counts nothing: what it did not hand on
+    // acknowledged was dropped (queue full, failed, or left at shutdown).
+    let _ = provider.shutdown_with_timeout(Duration::from_secs(60));
+    let exported = exported.load(Ordering::Relaxed);
+    let errors = errors.load(Ordering::Relaxed);
+    Ok(result_line(
+        offered,
+        produce_s,
+        start.elapsed().as_secs_f64(),
+        exported,
+        offered.saturating_sub(exported),
+        errors,
     ))
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parsed = match args.as_slice() {
-        [endpoint, protocol, attrs, rate, seconds] => {
+        [pipeline, endpoint, protocol, attrs, rate, seconds] if pipeline == "lens" || pipeline == "raw" => {
             match (attrs.parse::<usize>(), rate.parse::<u64>(), seconds.parse::<u64>()) {
-                (Ok(attrs), Ok(rate), Ok(seconds)) => Some((endpoint, protocol, attrs, rate, seconds)),
+                (Ok(attrs), Ok(rate), Ok(seconds)) => {
+                    Some((pipeline == "raw", endpoint, protocol, attrs, rate, seconds))
+                }
                 _ => None,
             }
         }
         _ => None,
     };
-    let Some((endpoint, protocol, attrs, rate, seconds)) = parsed else {
+    let Some((raw, endpoint, protocol, attrs, rate, seconds)) = parsed else {
         #[expect(clippy::print_stderr, reason = "a usage error of a command-line tool")]
         {
-            eprintln!("usage: otlp-load <endpoint> <grpc|http/protobuf> <0|5> <spans per second> <seconds>");
+            eprintln!("usage: otlp-load <lens|raw> <endpoint> <grpc|http/protobuf> <0|5> <spans per second> <seconds>");
         }
         return ExitCode::from(2);
     };
+    let run = if raw { run_raw } else { run_lens };
     match run(endpoint, protocol, attrs, rate, seconds) {
         Ok(line) => {
             #[expect(clippy::print_stdout, reason = "the result line the xtask reads")]

@@ -20,16 +20,33 @@ pub fn warn(message: impl std::fmt::Display) {
 }
 
 /// `message` with every secret in `secrets` replaced by `<redacted>` and
-/// cut to 300 bytes, for quoting an exporter's error in a warning.
+/// cut to 300 bytes, for quoting an exporter's error in a warning. One pass
+/// over the message, longest secret first at each place, so that a short
+/// secret never matches inside a longer one or inside `<redacted>` itself.
 ///
 /// ```
 /// assert_eq!(lens_core::diag::redact("401: token s3cr3t refused", &["s3cr3t".into()]), "401: token <redacted> refused");
+/// let secrets = ["e".to_string(), "Bearer xyz".to_string()];
+/// assert_eq!(lens_core::diag::redact("echo Bearer xyz", &secrets), "<redacted>cho <redacted>");
 /// ```
 pub fn redact(message: &str, secrets: &[String]) -> String {
-    let mut message = message.to_string();
-    for secret in secrets.iter().filter(|s| !s.is_empty()) {
-        message = message.replace(secret.as_str(), "<redacted>");
+    let mut sorted: Vec<&str> = secrets.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(c) = rest.chars().next() {
+        match sorted.iter().find(|secret| rest.starts_with(**secret)) {
+            Some(secret) => {
+                out.push_str("<redacted>");
+                rest = &rest[secret.len()..];
+            }
+            None => {
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
     }
+    let mut message = out;
     if message.len() > 300 {
         let mut cut = 300;
         while !message.is_char_boundary(cut) {

@@ -41,6 +41,7 @@ pub mod groups;
 pub mod identity;
 pub mod instrument_values;
 pub mod metrics;
+pub mod otlp_file;
 pub mod propagation;
 pub mod report;
 pub mod semconv;

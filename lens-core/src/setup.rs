@@ -282,6 +282,7 @@ pub struct Telemetry {
     pub(crate) enabled: bool,
     pub(crate) exporting: bool,
     pub(crate) records_spans: bool,
+    pub(crate) rank_metrics: bool,
     pub(crate) groups: GroupSet,
     pub(crate) rank: RankContext,
     pub(crate) run_id: String,
@@ -303,6 +304,9 @@ pub struct Telemetry {
     pub(crate) parts: std::sync::Mutex<Option<crate::otel::setup::Parts>>,
     #[cfg(feature = "otel")]
     pub(crate) holds_slot: std::sync::atomic::AtomicBool,
+    /// Header values, removed from the report's error strings.
+    #[cfg(feature = "otel")]
+    pub(crate) secrets: Vec<String>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -336,6 +340,7 @@ impl Telemetry {
             enabled,
             exporting: false,
             records_spans: false,
+            rank_metrics: false,
             groups: GroupSet::EMPTY,
             rank,
             run_id,
@@ -357,6 +362,8 @@ impl Telemetry {
             parts: std::sync::Mutex::new(None),
             #[cfg(feature = "otel")]
             holds_slot: std::sync::atomic::AtomicBool::new(enabled),
+            #[cfg(feature = "otel")]
+            secrets: Vec::new(),
         }
     }
 
@@ -389,6 +396,13 @@ impl Telemetry {
     /// Whether this rank exports.
     pub fn is_exporting(&self) -> bool {
         self.exporting
+    }
+
+    /// Whether this rank exports the per-rank metrics (`<PREFIX>_RANK_METRICS`):
+    /// then [`Telemetry::meter`] is a real meter on every rank, even where the
+    /// rank strategy says no and [`Telemetry::is_exporting`] is false.
+    pub fn exports_rank_metrics(&self) -> bool {
+        self.rank_metrics
     }
 
     /// Whether this rank records spans (it exports and the sampling strategy

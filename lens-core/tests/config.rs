@@ -128,6 +128,7 @@ fn every_lens_variable_is_read() {
         ("NEMO_LENS_SAMPLING_STRATEGY", "rank_aware"),
         ("NEMO_LENS_TRACES_ENABLED", "0"),
         ("NEMO_LENS_METRICS_ENABLED", "no"),
+        ("NEMO_LENS_RANK_METRICS", "1"),
         ("NEMO_LENS_LOGS_ENABLED", "on"),
         ("NEMO_LENS_SPAN_GROUPS", "per_step"),
         ("NEMO_LENS_EXPORTER", "console"),
@@ -150,6 +151,7 @@ fn every_lens_variable_is_read() {
     assert_eq!(c.export_sample_rate, 0.25);
     assert_eq!(c.sampling_strategy, "rank_aware");
     assert!(!c.traces_enabled && !c.metrics_enabled && c.logs_enabled);
+    assert!(c.rank_metrics, "NEMO_LENS_RANK_METRICS=1 turns per-rank metrics on");
     assert_eq!(c.span_groups, "per_step");
     assert_eq!(c.exporter, Some(ExporterKind::Console));
     assert_eq!(c.run_id, "run-42");
@@ -161,6 +163,13 @@ fn every_lens_variable_is_read() {
     assert_eq!(c.shutdown_timeout, Duration::from_millis(250));
     assert_eq!(c.prometheus_linger, Duration::from_secs(60));
     assert_eq!(c.prometheus_resource_labels, ["nemo.run.id", "host.name"]);
+}
+
+#[test]
+fn rank_metrics_is_off_by_default_and_validated_like_every_boolean() {
+    assert!(!lens(&[]).unwrap().rank_metrics);
+    let text = lens(&[("NEMO_LENS_RANK_METRICS", "sometimes")]).unwrap_err().to_string();
+    assert!(text.contains("Invalid boolean for NEMO_LENS_RANK_METRICS: 'sometimes'."), "{text}");
 }
 
 #[test]
@@ -856,6 +865,20 @@ fn display_summarises_the_resolved_configuration_with_sources() {
     assert!(!text.contains("s3cr3t"), "{text}");
 }
 
+#[test]
+fn the_peak_tflops_is_a_positive_number_named_in_its_error() {
+    let c = megatron(&[("NEMO_LENS_PEAK_TFLOPS", "989.4")]).unwrap();
+    assert_eq!(c.peak_tflops, Some(989.4));
+    assert_eq!(megatron(&[]).unwrap().peak_tflops, None);
+    for bad in ["0", "-5", "inf"] {
+        let err = megatron(&[("MEGATRON_OTEL_PEAK_TFLOPS", bad)]).unwrap_err();
+        assert!(err.mentions("MEGATRON_OTEL_PEAK_TFLOPS"), "{bad}: {err}");
+        assert!(err.to_string().contains("a positive number of TFLOP/s"), "{bad}: {err}");
+    }
+    let err = megatron(&[("MEGATRON_OTEL_PEAK_TFLOPS", "fast")]).unwrap_err();
+    assert!(err.to_string().contains("Invalid float for MEGATRON_OTEL_PEAK_TFLOPS: 'fast'"), "{err}");
+}
+
 // ---------------------------------------------------------------- proptests
 
 /// Every variable the model reads, for the property tests.
@@ -872,6 +895,7 @@ const VARIABLES: &[&str] = &[
     "NEMO_LENS_SAMPLER_ENABLED",
     "MEGATRON_OTEL_TRACES_ENABLED",
     "MEGATRON_OTEL_METRICS_ENABLED",
+    "MEGATRON_OTEL_RANK_METRICS",
     "MEGATRON_OTEL_LOGS_ENABLED",
     "MEGATRON_OTEL_SPAN_GROUPS",
     "MEGATRON_OTEL_EXPORTER",
@@ -883,6 +907,7 @@ const VARIABLES: &[&str] = &[
     "MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS",
     "MEGATRON_OTEL_PROMETHEUS_LINGER_MS",
     "MEGATRON_OTEL_PROMETHEUS_RESOURCE_LABELS",
+    "MEGATRON_OTEL_PEAK_TFLOPS",
     "OTEL_SERVICE_NAME",
     "WANDB_ENTITY",
     "WANDB_PROJECT",

@@ -4,24 +4,26 @@
 //!
 //! Usage: `cargo run -p megatron-telemetry --example render-docs -- <fragment>`,
 //! where `<fragment>` is `taxonomy` (the whole of `docs/span-taxonomy.md`),
-//! `metrics` (the table of `docs/metrics-megatron.md`) or `groups` (the
+//! `metrics` and `goodput` (the tables of `docs/metrics-megatron.md`) or `groups` (the
 //! reference part of `docs/span-groups.md`).
 
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use megatron_telemetry::{groups, metrics, taxonomy};
+use megatron_telemetry::{goodput, groups, metrics, rank_metrics, taxonomy};
 
 fn main() -> ExitCode {
     let fragment = std::env::args().nth(1).unwrap_or_default();
     let text = match fragment.as_str() {
         "taxonomy" => taxonomy::markdown_table(),
         "metrics" => metrics::markdown_table(),
+        "goodput" => goodput::markdown_table(),
+        "rank-metrics" => rank_metrics::markdown_table(),
         "groups" => groups::markdown_reference(),
         other => {
             let _ = writeln!(
                 std::io::stderr(),
-                "render-docs: unknown fragment '{other}'; expected taxonomy, metrics or groups"
+                "render-docs: unknown fragment '{other}'; expected taxonomy, metrics, goodput, rank-metrics or groups"
             );
             return ExitCode::FAILURE;
         }

@@ -5,12 +5,17 @@
 //! training arguments, and the lifecycle (startup trace, interval re-rooting,
 //! signals, shutdown).
 
+pub mod goodput;
 pub mod groups;
 pub mod lifecycle;
 pub mod metrics;
+pub mod mfu;
 pub mod nvml;
+pub mod phases;
+pub mod rank_metrics;
 pub mod resource;
 pub mod signals;
+pub mod stragglers;
 pub mod taxonomy;
 
 /// The Rust examples of `docs/resource-attributes.md`, compiled and run as doc
@@ -26,3 +31,8 @@ pub struct ResourceAttributesDocExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/metrics-megatron.md")]
 pub struct MetricsMegatronDocExamples;
+
+/// The Rust examples of `docs/goodput.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/goodput.md")]
+pub struct GoodputDocExamples;

@@ -239,3 +239,84 @@ fn a_non_exporting_rank_records_nothing() {
     assert!(names.iter().all(|name| name.starts_with("megatron.training.")), "{names:?}");
     assert!(exported > 0);
 }
+
+/// The goodput and MFU gauges as Prometheus scrapes them: the names of
+/// `docs/metrics-megatron.md` (spelled out here, and compared with the
+/// crate's table), one `megatron_goodput_time_seconds` series per bucket
+/// labelled `megatron_goodput_bucket`, and the run id label.
+#[test]
+fn the_goodput_gauges_have_the_documented_prometheus_names() {
+    use megatron_telemetry::goodput::{Accountant, Bucket, GOODPUT_METRICS, GoodputMetrics, GoodputTotals, Phase};
+
+    const GOODPUT_FAMILIES: [(&str, &str); 3] = [
+        ("megatron_goodput_time_seconds", "gauge"),
+        ("megatron_goodput_ratio", "gauge"),
+        ("megatron_training_mfu", "gauge"),
+    ];
+    let _serial = serial();
+    let telemetry = setup_telemetry(
+        &prometheus_config(),
+        &RankContext::SINGLE,
+        Vec::new(),
+        SetupOptions::new().with_env(env_with_run_id()),
+    )
+    .expect("setup with the Prometheus exporter");
+    let addr: SocketAddr = telemetry
+        .destinations()
+        .iter()
+        .find_map(|d| d.strip_prefix("metrics: Prometheus http://")?.strip_suffix("/metrics"))
+        .expect("a Prometheus destination")
+        .parse()
+        .expect("the bound address");
+    let mut goodput = Accountant::new(GoodputTotals::default());
+    goodput.training_started(2.0);
+    goodput.iteration_completed(3.0);
+    goodput.begin(Phase::CheckpointSave, 3.0);
+    goodput.end(Phase::CheckpointSave, 3.5);
+    goodput.iteration_completed(4.0);
+    let metrics = GoodputMetrics::new(telemetry.meter());
+    metrics.record(&goodput.snapshot(4.0), Some(0.375));
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        telemetry.force_flush(Duration::from_secs(5));
+        let page = scrape(addr);
+        if page.contains("megatron_training_mfu{") || Instant::now() >= deadline {
+            break page;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let types: BTreeMap<&str, &str> = page
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_once(' '))
+        .filter(|(name, _)| name.starts_with("megatron"))
+        .collect();
+    assert_eq!(types, GOODPUT_FAMILIES.into_iter().collect::<BTreeMap<_, _>>(), "page:\n{page}");
+    let table: BTreeSet<&str> = GOODPUT_METRICS.iter().map(|def| def.prometheus_name).collect();
+    assert_eq!(table, GOODPUT_FAMILIES.into_iter().map(|(name, _)| name).collect::<BTreeSet<_>>());
+
+    let run_label = format!("nemo_run_id=\"{RUN_ID}\"");
+    let value_of = |name: &str, label: &str| -> f64 {
+        let line = page
+            .lines()
+            .find(|line| sample_name(line) == name && line.contains(label) && line.contains(&run_label))
+            .unwrap_or_else(|| panic!("no {name} with {label} and {run_label} in:\n{page}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    for bucket in Bucket::ALL {
+        let label = format!("megatron_goodput_bucket=\"{}\"", bucket.as_str());
+        let expected = match bucket {
+            Bucket::Startup => 2.0,
+            Bucket::Productive => 1.0,
+            Bucket::CheckpointSave => 0.5,
+            Bucket::Pending => 0.5,
+            _ => 0.0,
+        };
+        assert_eq!(value_of("megatron_goodput_time_seconds", &label), expected, "{bucket:?}");
+    }
+    assert_eq!(value_of("megatron_goodput_ratio", ""), 0.25);
+    assert_eq!(value_of("megatron_training_mfu", ""), 0.375);
+    let report = telemetry.shutdown(Duration::from_secs(5));
+    assert!(report.completed(), "{report:?}");
+}

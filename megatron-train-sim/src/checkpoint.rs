@@ -6,9 +6,14 @@
 //! rank 0 only once every rank has finished writing, so a crash mid-save
 //! never points the tracker at a partial checkpoint.
 //!
-//! A rank file is the line `MTSIM-CKPT 1`, one line of JSON (iteration,
-//! layout, model shape, optimizer steps, value counts), then the rank's
-//! parameters and optimizer moments as little-endian `f32`.
+//! A rank file is the line `MTSIM-CKPT 2`, one line of JSON (iteration,
+//! layout, model shape: layers, width, sequence length, layer pattern and
+//! vocabulary; optimizer steps, value counts), then the rank's parameters
+//! (its embedding columns on the first pipeline stage, its layers', its
+//! output-projection columns on the last stage, in that order) and
+//! optimizer moments as little-endian `f32`. Format 1 (the regression
+//! model before the byte-level language model) is refused as written by
+//! another version.
 //!
 //! With `--async-save`, the save hands a snapshot to a worker thread with a
 //! call index (counting from 0 per process, as NVRx's `call_idx`); the
@@ -24,7 +29,9 @@ use std::thread::JoinHandle;
 
 use crate::cli::Layout;
 
-const MAGIC: &str = "MTSIM-CKPT 1";
+const MAGIC: &str = "MTSIM-CKPT 2";
+/// What every format's magic line starts with.
+const MAGIC_FAMILY: &str = "MTSIM-CKPT ";
 /// Megatron's tracker file name.
 pub(crate) const TRACKER: &str = "latest_checkpointed_iteration.txt";
 
@@ -41,6 +48,10 @@ pub(crate) struct RankState {
     pub(crate) num_layers: u32,
     /// `--hidden-size`.
     pub(crate) hidden_size: u64,
+    /// `--seq-length` (the context length an inference model uses).
+    pub(crate) seq_length: u64,
+    /// `--hybrid-override-pattern` (`None`: all transformer layers).
+    pub(crate) hybrid_override_pattern: Option<String>,
     /// Optimizer updates applied.
     pub(crate) optimizer_steps: u64,
     /// Iterations skipped so far.
@@ -76,6 +87,9 @@ fn encode(state: &RankState) -> Vec<u8> {
         "data_parallel_size": state.layout.dp,
         "num_layers": state.num_layers,
         "hidden_size": state.hidden_size,
+        "seq_length": state.seq_length,
+        "hybrid_override_pattern": state.hybrid_override_pattern,
+        "vocab_size": crate::model::VOCAB,
         "optimizer_steps": state.optimizer_steps,
         "skipped_iterations": state.skipped_iterations,
         "params": state.params.len(),
@@ -159,6 +173,42 @@ pub(crate) fn read_rank(root: &Path, expected: Expected) -> Result<RankState, Lo
     parse_rank(&bytes, expected).map_err(|problem| LoadError::new(&path, problem))
 }
 
+/// Reads rank `rank`'s file of `iteration` under `root` whatever layout and
+/// model shape it was saved with (an inference model learns them from it),
+/// with every other check of [`read_rank`].
+pub(crate) fn read_rank_as_saved(root: &Path, iteration: u64, rank: u32) -> Result<RankState, LoadError> {
+    let path = rank_file(root, iteration, rank);
+    let bytes = fs::read(&path).map_err(|error| LoadError::new(&path, error.to_string()))?;
+    let expected = saved_shape(&bytes, iteration, rank).map_err(|problem| LoadError::new(&path, problem))?;
+    parse_rank(&bytes, expected).map_err(|problem| LoadError::new(&path, problem))
+}
+
+/// The layout and model shape a rank file's header announces, as the
+/// [`Expected`] of a reader that accepts them (checked further by
+/// [`parse_rank`]).
+fn saved_shape(bytes: &[u8], iteration: u64, rank: u32) -> Result<Expected, String> {
+    let probe = Expected { iteration, rank, layout: Layout { tp: 1, pp: 1, dp: 1 }, num_layers: 0, hidden_size: 0 };
+    let header_start = MAGIC.len() + 1;
+    if !bytes.starts_with(MAGIC.as_bytes()) {
+        return parse_rank(bytes, probe).map(|_| probe); // the magic line's error
+    }
+    let rest = &bytes[header_start.min(bytes.len())..];
+    let line = rest.iter().take(MAX_HEADER_BYTES).position(|&b| b == b'\n').map_or(rest, |end| &rest[..end]);
+    let header: serde_json::Value = serde_json::from_slice(line).map_err(|error| format!("damaged header: {error}"))?;
+    let number = |key: &str| {
+        let value = header.get(key).and_then(serde_json::Value::as_u64);
+        let value = value.and_then(|v| u32::try_from(v).ok()).filter(|&v| v > 0);
+        value.ok_or_else(|| format!("damaged header: no positive number {key:?}"))
+    };
+    let layout = Layout {
+        tp: number("tensor_model_parallel_size")?,
+        pp: number("pipeline_model_parallel_size")?,
+        dp: number("data_parallel_size")?,
+    };
+    let hidden_size = u64::from(number("hidden_size")?);
+    Ok(Expected { iteration, rank, layout, num_layers: number("num_layers")?, hidden_size })
+}
+
 /// `count` little-endian `f32` values from `bytes` at `*at`, which moves
 /// past them; every length is checked against the file.
 fn read_floats(bytes: &[u8], count: u64, at: &mut usize, what: &str) -> Result<Vec<f32>, String> {
@@ -183,6 +233,12 @@ fn parse_rank(bytes: &[u8], expected: Expected) -> Result<RankState, String> {
     let magic = MAGIC.as_bytes();
     if !bytes.starts_with(magic) || bytes.get(magic.len()) != Some(&b'\n') {
         let shown: String = String::from_utf8_lossy(&bytes[..bytes.len().min(16)]).escape_debug().collect();
+        if bytes.starts_with(MAGIC_FAMILY.as_bytes()) {
+            return Err(format!(
+                "a megatron-train-sim checkpoint of another format (it starts with \"{shown}\", this version reads \
+                 {MAGIC:?}, the byte-level language model's): train again, or resume with the version that wrote it"
+            ));
+        }
         return Err(format!(
             "not a megatron-train-sim checkpoint (it should start with {MAGIC:?}, it starts with \"{shown}\")"
         ));
@@ -212,6 +268,27 @@ fn parse_rank(bytes: &[u8], expected: Expected) -> Result<RankState, String> {
             shape.0, shape.1
         ));
     }
+    if number("vocab_size")? != crate::model::VOCAB as u64 {
+        return Err(format!(
+            "saved with a vocabulary of {}, this model's is {}",
+            number("vocab_size")?,
+            crate::model::VOCAB
+        ));
+    }
+    let seq_length = number("seq_length")?;
+    let hybrid_override_pattern = match header.get("hybrid_override_pattern") {
+        Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(pattern))
+            if pattern.chars().count() == num_layers as usize && pattern.chars().all(|c| c == 'M' || c == '*') =>
+        {
+            Some(pattern.clone())
+        }
+        _ => {
+            return Err(format!(
+                "damaged header: \"hybrid_override_pattern\" is not null or {num_layers} characters of M and *"
+            ));
+        }
+    };
     if (number("iteration")?, number("rank")?) != (iteration, u64::from(rank)) {
         return Err(format!(
             "the header says iteration {} rank {}, the file is iteration {iteration} rank {rank}'s",
@@ -233,6 +310,8 @@ fn parse_rank(bytes: &[u8], expected: Expected) -> Result<RankState, String> {
         rank,
         num_layers,
         hidden_size,
+        seq_length,
+        hybrid_override_pattern,
         optimizer_steps: number("optimizer_steps")?,
         skipped_iterations: number("skipped_iterations")?,
         params,
@@ -377,6 +456,8 @@ mod tests {
             rank: 1,
             num_layers: 4,
             hidden_size: 8,
+            seq_length: 16,
+            hybrid_override_pattern: Some("M*M*".to_string()),
             optimizer_steps: 19,
             skipped_iterations: 1,
             params: vec![1.0, -2.5],
@@ -389,6 +470,9 @@ mod tests {
         let expected = Expected { iteration: 20, rank: 1, layout, num_layers: 4, hidden_size: 8 };
         let back = read_rank(&root, expected).unwrap();
         assert_eq!((back.params, back.m, back.v, back.optimizer_steps), (state.params, state.m, state.v, 19));
+        assert_eq!((back.seq_length, back.hybrid_override_pattern.as_deref()), (16, Some("M*M*")));
+        let as_saved = read_rank_as_saved(&root, 20, 1).unwrap();
+        assert_eq!((as_saved.layout, as_saved.num_layers, as_saved.hidden_size), (layout, 4, 8));
         let error = read_rank(&root, Expected { layout: Layout { tp: 2, pp: 1, dp: 1 }, ..expected }).unwrap_err();
         assert!(error.to_string().contains("saved with TP=1 PP=2 DP=1"), "{error}");
         let _ = fs::remove_dir_all(root);
@@ -402,6 +486,8 @@ mod tests {
             rank: 0,
             num_layers: 2,
             hidden_size: 4,
+            seq_length: 8,
+            hybrid_override_pattern: None,
             optimizer_steps: 4,
             skipped_iterations: 0,
             params: (0..6).map(|i| i as f32 * 0.5).collect(),
@@ -417,9 +503,10 @@ mod tests {
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let header_end = text.find("}\n").unwrap() + 2;
         let huge = text[..header_end].replace("\"params\":6", "\"params\":18446744073709551615");
-        let cases: [(Vec<u8>, &str); 6] = [
+        let cases: [(Vec<u8>, &str); 7] = [
             (b"PK\x03\x04 a zip file".to_vec(), "not a megatron-train-sim checkpoint"),
-            (b"MTSIM-CKPT 2\n{}\n".to_vec(), "not a megatron-train-sim checkpoint"),
+            (b"MTSIM-CKPT 1\n{}\n".to_vec(), "a megatron-train-sim checkpoint of another format"),
+            (b"MTSIM-CKPT 3\n{}\n".to_vec(), "this version reads \"MTSIM-CKPT 2\""),
             (bytes[..bytes.len() - 3].to_vec(), "truncated"),
             (bytes[..20].to_vec(), "damaged header"),
             ([huge.as_bytes(), &bytes[header_end..]].concat(), "truncated: the header announces 18446744073709551615"),

@@ -56,7 +56,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub(crate) num_layers: u32,
     /// Width of every layer; each layer's columns are split over the tensor-parallel ranks.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(long, default_value_t = 32, value_name = "N")]
     pub(crate) hidden_size: u64,
     /// Recorded and checked as Megatron checks it (the self-attention-like mixer has no heads).
     #[arg(long, default_value_t = 4, value_name = "N")]
@@ -145,12 +145,20 @@ pub(crate) struct Args {
     /// Make the loss NaN at this iteration (test aid: the iteration is skipped).
     #[arg(long, value_name = "ITER")]
     pub(crate) inject_nan_at: Option<u64>,
+    /// Make rank RANK slower by MS milliseconds in PHASE (data, forward, backward or optimizer) in every
+    /// iteration: a straggler for docs/ranks.md's tools. Repeatable.
+    #[arg(long, value_name = "RANK:PHASE:MS", value_parser = crate::faults::parse_straggler)]
+    pub(crate) inject_straggler: Vec<crate::faults::Straggler>,
     /// Sleep this long in every step, on every rank (to simulate a slower step in benchmarks).
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub(crate) step_sleep_ms: u64,
     /// Write a machine-readable summary (JSON) to this file at the end (written by the last rank).
     #[arg(long, value_name = "PATH")]
     pub(crate) summary_json: Option<PathBuf>,
+    /// Crash right after this iteration (test aid, like a node failure): every rank flushes its
+    /// telemetry, truncating open spans, and exits 1 without saving.
+    #[arg(long, value_name = "ITERATION")]
+    pub(crate) inject_crash_at: Option<u64>,
     /// Seconds a rank waits for a message from another rank before it gives up.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub(crate) comm_timeout: u64,
@@ -308,6 +316,7 @@ impl Args {
             return Err(UsageError(problems));
         }
 
+        problems.extend(crate::faults::check_ranks(&self.inject_straggler, world_size));
         let model_parallel = tp * pp;
         let dp = if !world_size.is_multiple_of(model_parallel) {
             problems.push(format!(
@@ -328,6 +337,11 @@ impl Args {
             problems.push(format!(
                 "--hidden-size ({}) is not divisible by --tensor-model-parallel-size ({tp})",
                 self.hidden_size
+            ));
+        }
+        if !(crate::model::VOCAB as u32).is_multiple_of(tp) {
+            problems.push(format!(
+                "the vocabulary (256 bytes) is not divisible by --tensor-model-parallel-size ({tp}): use a power of two"
             ));
         }
         if !self.hidden_size.is_multiple_of(u64::from(self.num_attention_heads)) {

@@ -38,6 +38,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use megatron_telemetry::phases::{Phase, Phases};
+
 /// The largest frame accepted (a corrupt length must not allocate gigabytes).
 const MAX_FRAME_BYTES: usize = 1 << 30;
 
@@ -140,6 +142,10 @@ pub(crate) struct Comm {
     /// Peers that said goodbye (their connection's end is expected).
     departed: Vec<bool>,
     timeout: Duration,
+    /// The rank's phase clock: a blocking receive is a wait (docs/ranks.md).
+    phases: Phases,
+    /// Frames this rank has sent (the summary's `messages_sent`).
+    sent: std::sync::atomic::AtomicU64,
     /// Kept alive so that the channel never reports "disconnected" on a
     /// single-rank job.
     _sender: Sender<Event>,
@@ -309,6 +315,8 @@ impl Comm {
             pending: (0..world).map(|_| VecDeque::new()).collect(),
             departed: vec![false; world as usize],
             timeout,
+            phases: Phases::disabled(),
+            sent: std::sync::atomic::AtomicU64::new(0),
             _sender: sender,
         })
     }
@@ -395,11 +403,23 @@ impl Comm {
         self.rank
     }
 
+    /// Marks every blocking receive on `phases` (`dp_wait` unless the caller
+    /// entered another wait, checkpoint or eval).
+    pub(crate) fn set_phases(&mut self, phases: Phases) {
+        self.phases = phases;
+    }
+
+    /// Frames sent so far, rendezvous excluded.
+    pub(crate) fn messages_sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Sends `payload` to `peer` (never waits for the peer to read).
     pub(crate) fn send(&self, peer: u32, tag: u32, payload: &[u8]) -> Result<(), CommError> {
         let stream = self.peers[peer as usize]
             .as_ref()
             .ok_or_else(|| CommError::Protocol(format!("rank {} sending to itself", self.rank)))?;
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         write_frame(stream, tag, payload).map_err(|error| match error.kind() {
             io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
                 CommError::PeerLost { peer, reason: error.to_string() }
@@ -410,6 +430,7 @@ impl Comm {
 
     /// Receives the next frame from `peer`, which must carry `tag`.
     pub(crate) fn recv(&mut self, peer: u32, tag: u32) -> Result<Vec<u8>, CommError> {
+        let _wait = self.phases.enter_wait(Phase::DpWait);
         let deadline = Instant::now() + self.timeout;
         loop {
             if let Some((got, payload)) = self.pending[peer as usize].pop_front() {

@@ -65,6 +65,11 @@ impl Device for Cpu {
             let row = &mut out[i * n..(i + 1) * n];
             for p in 0..k {
                 let scale = a[i * k + p];
+                if scale == 0.0 {
+                    // Adds nothing for finite `b` (the one-hot rows of the
+                    // embedding are mostly zeros).
+                    continue;
+                }
                 let b_row = &b[p * n..(p + 1) * n];
                 for (o, &bv) in row.iter_mut().zip(b_row) {
                     *o += scale * bv;
@@ -78,6 +83,9 @@ impl Device for Cpu {
             let b_row = &b[i * n..(i + 1) * n];
             for p in 0..k {
                 let scale = a[i * k + p];
+                if scale == 0.0 {
+                    continue;
+                }
                 let row = &mut out[p * n..(p + 1) * n];
                 for (o, &bv) in row.iter_mut().zip(b_row) {
                     *o += scale * bv;

@@ -11,7 +11,8 @@
 //!
 //! Module map: [`cli`] (flags, layout, consistency checks), [`launcher`],
 //! [`comm`] (rendezvous, TCP mesh, collectives), [`device`] (matrix
-//! products), [`model`] (layers, data, optimizer, schedule), [`train`] (the
+//! products), [`model`] (the byte-level language model, optimizer, schedule), [`corpus`]
+//! (the synthetic text it learns), [`lm`] (the trained model for inference), [`train`] (the
 //! loop), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
 //! and [`telemetry`], the only module that calls the telemetry API.
 //!
@@ -25,11 +26,18 @@
 //! damaged, truncated, foreign, another layout), 1 for a failure during the run, `128 + signal` when a
 //! signal ended it without `--exit-signal-handler`.
 
+mod analyze;
 mod checkpoint;
 mod cli;
 mod comm;
+mod corpus;
 mod device;
+mod faults;
+mod goodput;
+mod insight;
 mod launcher;
+#[cfg_attr(not(test), expect(dead_code, reason = "the interface the serve subcommand runs the model through"))]
+mod lm;
 mod model;
 mod output;
 mod signals;
@@ -77,6 +85,9 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(trace_view::Tool::TraceView(view)) = &args.tool {
         return trace_view::run(view);
+    }
+    if let Some(trace_view::Tool::Analyze(analyze)) = &args.tool {
+        return analyze::run(analyze);
     }
     match (args.nproc_per_node, is_rank) {
         (Some(nproc), false) => run_launcher(&args, nproc, program_start),
@@ -222,13 +233,26 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
     telemetry.record_startup_phases(&stamps);
 
     let summary_path = args.summary_json.clone();
+    let goodput = goodput::Goodput::new(goodput::GoodputSetup {
+        enabled: telemetry.is_enabled(),
+        run_id: run_id.clone(),
+        stamps: &stamps.with_env(&ProcessEnv),
+        rank: rank.rank,
+        save: args.save.as_deref(),
+        metrics: telemetry.goodput_metrics(),
+        configured_peak_tflops: telemetry::load_config(&env, &args.otel).ok().and_then(|c| c.peak_tflops),
+        device_name: &device.name(),
+        precision: megatron_telemetry::resource::Precision::from_flags(args.fp16, args.bf16),
+    });
     let mut trainer = Trainer::new(args, layout, comm, device, telemetry, stop);
+    trainer.set_goodput(goodput);
     let result = trainer.run();
     let summary = output::TelemetrySummary {
         enabled: trainer.telemetry().is_enabled(),
         exporting: trainer.telemetry().is_exporting(),
         destinations: trainer.telemetry().destinations(),
         report: trainer.shutdown_telemetry(),
+        goodput: trainer.goodput(),
     };
     let outcome = match result {
         Ok(outcome) => outcome,

@@ -1,43 +1,58 @@
-//! The model, its data and its optimizer: a stack of layers trained to
-//! imitate a fixed random "teacher" on synthetic inputs.
+//! The model and its optimizer: a byte-level causal language model.
 //!
 //! # Model
 //!
-//! `--num-layers` layers of width `--hidden-size`, mean squared error
-//! against the teacher's output. Every token of every sample is one row, so
-//! a microbatch is a `(micro_batch_size × seq_length) × hidden_size` matrix.
-//! Each layer has two sub-blocks, as a transformer layer has:
+//! The vocabulary is the 256 byte values. A sample is `--seq-length` bytes
+//! of the synthetic corpus ([`crate::corpus`]) and the model predicts each
+//! next byte: every position of every sample is one row, so a microbatch is
+//! a `(micro_batch_size × seq_length)`-row matrix. The model is
 //!
-//! - a **token mixer** that moves information along the sequence, the only
-//!   place where tokens of one sample meet. In a transformer layer (`*` in
-//!   `--hybrid-override-pattern`, the default) it is "self-attention-like":
-//!   each token becomes `0.9·x_t + 0.1·mean(x_0..=x_t)`, a residual plus
-//!   attention with uniform causal weights (no parameters). In a
-//!   Mamba layer (`M`) it is a "Mamba mixer": a causal exponential scan
-//!   `y_t = a·y_(t-1) + (1-a)·x_t` per feature (a fixed-decay selective
-//!   scan), followed by the layer's projection inside the mixer;
-//! - a dense **MLP** sub-block `tanh(m·W + b)` (no `tanh` on the model's
-//!   last layer), the only parameters of the layer.
+//! - an **embedding** (`256 × h`): the one-hot rows of the bytes times the
+//!   embedding matrix, a matrix product on the device (a gather, computed
+//!   as the product so that it runs where the other products run);
+//! - `--num-layers` layers of width `--hidden-size`, each with two
+//!   sub-blocks, as a transformer layer has:
+//!   - a **token mixer** that moves information along the sequence, the
+//!     only place where positions of one sample meet. In a transformer
+//!     layer (`*` in `--hybrid-override-pattern`, the default) it is
+//!     "self-attention-like": each position becomes
+//!     `0.9·x_t + 0.1·mean(x_0..=x_t)`, a residual plus attention with
+//!     uniform causal weights (no parameters). In a Mamba layer (`M`) it
+//!     is a "Mamba mixer": a causal exponential scan
+//!     `y_t = a·y_(t-1) + (1-a)·x_t` per feature (a fixed-decay selective
+//!     scan), followed by the layer's projection inside the mixer;
+//!   - a dense **MLP** sub-block `tanh(m·W + b)` (no `tanh` on the model's
+//!     last layer), the only parameters of the layer;
+//! - an **output projection** (`h × 256` and a bias) to the next byte's
+//!   logits, and softmax cross-entropy in nats against the next byte,
+//!   averaged over the global batch's positions: the `lm loss`.
 //!
-//! The mixers are parameter-free and linear, so every layout computes them
-//! alike; the teacher's targets are `tanh(mix(x)·A)` with the transformer
-//! mixer, so the student can fit them.
+//! Both mixers are causal, so the logits at position `t` depend on bytes
+//! `0..=t` only. They have no parameters, so what the model learns is
+//! mostly short-range statistics (which byte follows which), enough to end
+//! well below the corpus's single-byte entropy.
 //!
 //! Pipeline parallelism gives each stage `num_layers / PP` consecutive
-//! layers. Tensor parallelism splits each layer's weight by output columns:
-//! a tensor-parallel rank computes its columns, the ranks all-gather the
-//! full output, and in the backward pass each rank's input-gradient share
-//! is all-reduced. Parameters are generated per layer from the seed and
-//! then sliced, so every layout starts from the same model, and the data of
-//! a sample depend only on the seed and the sample's global index, so every
+//! layers, the embedding to the first stage and the output projection to
+//! the last. Tensor parallelism splits every dense block by output columns
+//! (the embedding's `h`, each layer's `h`, the projection's 256
+//! vocabulary columns, as Megatron's vocabulary-parallel output layer): a
+//! tensor-parallel rank computes its columns, the ranks all-gather the full
+//! output, and in the backward pass each rank's input-gradient share is
+//! all-reduced. Parameters are generated per block from the seed and then
+//! sliced, so every layout starts from the same model, and the bytes of a
+//! sample depend only on the seed and the sample's global index, so every
 //! layout trains on the same data in the same order.
 //!
 //! # FLOPs
 //!
-//! A dense layer costs `2·h²` FLOPs per token forward and `4·h²` backward, so
-//! one iteration costs `6 × parameters × tokens` (tokens = global batch ×
-//! sequence length), the usual estimate; biases are counted in the
-//! parameters.
+//! A dense block of `k × n` costs `2·k·n` FLOPs per token forward and
+//! `4·k·n` backward, so one iteration costs `6 × parameters × tokens`
+//! (tokens = global batch × sequence length: bytes predicted), the usual
+//! estimate, less `2 × 256·h` per token because the embedding needs no
+//! input gradient; biases are counted in the parameters and the
+//! parameter-free mixers not at all. One token of inference costs
+//! `2 × parameters` ([`forward_flops_per_token`]).
 
 use crate::device::Device;
 
@@ -65,17 +80,34 @@ impl Rng {
 
     /// Uniform in `[-1, 1)`.
     pub(crate) fn uniform(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1_u64 << 24) as f32) * 2.0 - 1.0
+        self.unit() * 2.0 - 1.0
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub(crate) fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1_u64 << 24) as f32
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 }
 
 /// Random streams.
-mod stream {
-    pub(super) const WEIGHTS: u64 = 1;
-    pub(super) const TEACHER: u64 = 2;
-    pub(super) const TRAIN: u64 = 3;
-    pub(super) const EVAL: u64 = 4;
+pub(crate) mod stream {
+    /// The layers' weights (index: the layer's number).
+    pub(crate) const WEIGHTS: u64 = 1;
+    /// The embedding.
+    pub(crate) const EMBEDDING: u64 = 5;
+    /// The output projection.
+    pub(crate) const HEAD: u64 = 6;
+    /// The corpus's grammar and text.
+    pub(crate) const CORPUS: u64 = 7;
 }
+
+/// The vocabulary: every byte value.
+pub(crate) const VOCAB: usize = 256;
 
 /// Which data set a sample comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,56 +116,6 @@ pub(crate) enum Split {
     Train,
     /// Validation samples.
     Eval,
-}
-
-/// The synthetic data: inputs from the seed, targets from the teacher.
-#[derive(Debug)]
-pub(crate) struct Data {
-    seed: u64,
-    hidden: usize,
-    seq: usize,
-    /// The teacher's weight (`h×h`), only where targets are needed.
-    teacher: Option<Vec<f32>>,
-}
-
-impl Data {
-    /// The data of a run; `with_targets` on the last pipeline stage.
-    pub(crate) fn new(seed: u64, hidden: usize, seq: usize, with_targets: bool) -> Data {
-        let teacher = with_targets.then(|| {
-            let scale = (3.0 / hidden as f32).sqrt() * 1.5;
-            let mut rng = Rng::new(seed, stream::TEACHER, 0);
-            (0..hidden * hidden).map(|_| rng.uniform() * scale).collect()
-        });
-        Data { seed, hidden, seq, teacher }
-    }
-
-    /// The inputs of samples `first..first + count` (rows: samples × tokens).
-    pub(crate) fn inputs(&self, split: Split, first: u64, count: u64) -> Vec<f32> {
-        let stream = match split {
-            Split::Train => stream::TRAIN,
-            Split::Eval => stream::EVAL,
-        };
-        let per_sample = self.seq * self.hidden;
-        let mut out = Vec::with_capacity(per_sample * count as usize);
-        for sample in first..first + count {
-            let mut rng = Rng::new(self.seed, stream, sample);
-            out.extend((0..per_sample).map(|_| rng.uniform()));
-        }
-        out
-    }
-
-    /// The teacher's outputs for `inputs` (`tanh(mix(x)·A)`, with the
-    /// transformer mixer).
-    pub(crate) fn targets(&self, device: &dyn Device, inputs: &[f32]) -> Vec<f32> {
-        let teacher = self.teacher.as_deref().unwrap_or(&[]);
-        let rows = inputs.len() / self.hidden;
-        let mut mixed = inputs.to_vec();
-        causal_mix(&mut mixed, self.hidden, self.seq);
-        let mut out = vec![0.0; rows * self.hidden];
-        device.matmul(&mixed, teacher, rows, self.hidden, self.hidden, &mut out);
-        out.iter_mut().for_each(|v| *v = v.tanh());
-        out
-    }
 }
 
 /// What mixes the tokens of a layer (see the module documentation).
@@ -157,8 +139,7 @@ impl LayerKind {
     }
 }
 
-/// The share of the causal mean in the transformer mixer's output (small,
-/// so that the deep student can still fit the one-mixer teacher).
+/// The share of the causal mean in the transformer mixer's output.
 const MIX: f32 = 0.1;
 
 /// The Mamba mixer's decay `a`.
@@ -226,6 +207,26 @@ fn scan_backward(grads: &mut [f32], hidden: usize, seq: usize) {
     }
 }
 
+/// One dense block's place in this rank's flat parameter vector: `y =
+/// x·W + b` with `W` of `inputs × outputs`, of which this rank holds
+/// `columns` consecutive output columns (those of its tensor-parallel
+/// index).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dense {
+    /// Input width `k`.
+    inputs: usize,
+    /// Output width of the whole block `n`.
+    outputs: usize,
+    /// Output columns on this rank `n / TP`.
+    columns: usize,
+    /// Offset of this rank's weight columns (`k × columns`, row-major).
+    weight: usize,
+    /// Offset of this rank's bias share (`columns`), if the block has one.
+    bias: Option<usize>,
+    /// Whether `tanh` follows it.
+    activation: bool,
+}
+
 /// One layer's place in this rank's flat parameter vector.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LayerSlot {
@@ -233,20 +234,18 @@ pub(crate) struct LayerSlot {
     pub(crate) number: u32,
     /// What mixes its tokens.
     pub(crate) kind: LayerKind,
-    /// Whether `tanh` follows it (every layer but the model's last).
-    pub(crate) activation: bool,
-    /// Offset of the weight (`h × c`, row-major) in the parameters.
-    weight: usize,
-    /// Offset of the bias (`c`).
-    bias: usize,
+    /// Its MLP (`h × h`, `tanh` on every layer but the model's last).
+    dense: Dense,
 }
 
-/// What one layer kept from the forward pass for the backward pass.
-#[derive(Debug, Clone, PartialEq)]
+/// What one dense block kept from the forward pass for the backward pass.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Saved {
-    /// The MLP's input (the mixer's output).
+    /// The block's input (the mixer's output; the one-hot bytes for the
+    /// embedding).
     pub(crate) input: Vec<f32>,
-    /// The layer's output (after the activation, all columns).
+    /// The block's output after `tanh` (all columns); empty without `tanh`
+    /// (the backward pass does not need it).
     pub(crate) output: Vec<f32>,
 }
 
@@ -290,27 +289,67 @@ impl Offloaded {
     }
 }
 
-/// This rank's share of the model: its stage's layers, its columns of each.
+/// This rank's share of the model: the embedding on the first pipeline
+/// stage, its stage's layers, the output projection on the last stage, each
+/// by its tensor-parallel columns.
 #[derive(Debug)]
 pub(crate) struct Stage {
     /// Model width `h`.
     pub(crate) hidden: usize,
     /// Tokens per sample (the mixers work along them).
     pub(crate) seq: usize,
-    /// Columns per tensor-parallel rank `c = h / TP`.
-    pub(crate) columns: usize,
     /// This rank's tensor-parallel index.
     pub(crate) tp_rank: usize,
+    /// The embedding (`256 × h`, no bias), on the first stage only.
+    pub(crate) embedding: Option<Dense>,
     /// The layers of this stage.
     pub(crate) layers: Vec<LayerSlot>,
+    /// The output projection (`h × 256` and a bias), on the last stage only.
+    pub(crate) head: Option<Dense>,
     /// All parameters of this rank, flat.
     pub(crate) params: Vec<f32>,
     /// Their gradients.
     pub(crate) grads: Vec<f32>,
 }
 
+/// Appends this rank's columns of the `inputs × outputs` matrix `full`
+/// (and a zero bias share) to `params`; the block's slot.
+fn push_dense(params: &mut Vec<f32>, full: &[f32], shape: (usize, usize), tp: (usize, usize), bias: bool) -> Dense {
+    let ((inputs, outputs), (tp, tp_rank)) = (shape, tp);
+    let columns = outputs / tp;
+    let weight = params.len();
+    for row in 0..inputs {
+        let start = row * outputs + tp_rank * columns;
+        params.extend_from_slice(&full[start..start + columns]);
+    }
+    let bias = bias.then(|| {
+        let at = params.len();
+        params.extend(std::iter::repeat_n(0.0, columns));
+        at
+    });
+    Dense { inputs, outputs, columns, weight, bias, activation: false }
+}
+
+/// `count` values uniform in `[-scale, scale)` from stream `(seed, stream, index)`.
+fn uniform_matrix(seed: u64, stream: u64, index: u64, count: usize, scale: f32) -> Vec<f32> {
+    let mut rng = Rng::new(seed, stream, index);
+    (0..count).map(|_| rng.uniform() * scale).collect()
+}
+
+/// The output gradient columns of tensor-parallel rank `tp_rank` (`columns`
+/// wide) out of full rows of `outputs`.
+fn my_columns(full: &[f32], outputs: usize, columns: usize, tp_rank: usize) -> Vec<f32> {
+    let rows = full.len() / outputs;
+    let mut mine = vec![0.0; rows * columns];
+    for row in 0..rows {
+        let start = row * outputs + tp_rank * columns;
+        mine[row * columns..(row + 1) * columns].copy_from_slice(&full[start..start + columns]);
+    }
+    mine
+}
+
 impl Stage {
-    /// The layers of pipeline stage `stage` (of `stages`), tensor-parallel
+    /// The model of pipeline stage `stage` (of `stages`), tensor-parallel
     /// rank `tp_rank` of `tp`, initialised from `seed`; `kinds` has one
     /// entry per layer of the whole model.
     #[expect(clippy::too_many_arguments, reason = "the layout coordinates are plain numbers")]
@@ -325,32 +364,56 @@ impl Stage {
         tp_rank: u32,
     ) -> Stage {
         let num_layers = kinds.len() as u32;
-        let columns = hidden / tp as usize;
+        let split = (tp as usize, tp_rank as usize);
         let per_stage = num_layers / stages;
-        let scale = (3.0 / hidden as f32).sqrt();
         let mut params = Vec::new();
+        let embedding = (stage == 0 && !kinds.is_empty()).then(|| {
+            let full = uniform_matrix(seed, stream::EMBEDDING, 0, VOCAB * hidden, 1.0);
+            push_dense(&mut params, &full, (VOCAB, hidden), split, false)
+        });
+        let scale = (3.0 / hidden as f32).sqrt();
         let mut layers = Vec::new();
         for local in 0..per_stage {
             let number = stage * per_stage + local + 1;
-            let mut rng = Rng::new(seed, stream::WEIGHTS, u64::from(number));
-            let full: Vec<f32> = (0..hidden * hidden).map(|_| rng.uniform() * scale).collect();
-            let weight = params.len();
-            for row in 0..hidden {
-                let start = row * hidden + tp_rank as usize * columns;
-                params.extend_from_slice(&full[start..start + columns]);
-            }
-            let bias = params.len();
-            params.extend(std::iter::repeat_n(0.0, columns));
-            let kind = kinds[number as usize - 1];
-            layers.push(LayerSlot { number, kind, activation: number < num_layers, weight, bias });
+            let full = uniform_matrix(seed, stream::WEIGHTS, u64::from(number), hidden * hidden, scale);
+            let mut dense = push_dense(&mut params, &full, (hidden, hidden), split, true);
+            dense.activation = number < num_layers;
+            layers.push(LayerSlot { number, kind: kinds[number as usize - 1], dense });
         }
+        let head = (stage + 1 == stages && !kinds.is_empty()).then(|| {
+            let full = uniform_matrix(seed, stream::HEAD, 0, hidden * VOCAB, scale);
+            push_dense(&mut params, &full, (hidden, VOCAB), split, true)
+        });
         let grads = vec![0.0; params.len()];
-        Stage { hidden, seq, columns, tp_rank: tp_rank as usize, layers, params, grads }
+        Stage { hidden, seq, tp_rank: tp_rank as usize, embedding, layers, head, params, grads }
     }
 
-    /// The number of parameters of the whole model.
-    pub(crate) fn model_parameters(num_layers: u32, hidden: u64) -> u64 {
-        u64::from(num_layers) * (hidden * hidden + hidden)
+    /// Every dense block of this rank with a key naming it in the whole
+    /// model (0: the embedding, a layer's number, `u32::MAX`: the output
+    /// projection), in parameter order.
+    fn blocks(&self) -> impl Iterator<Item = (u32, Dense)> + '_ {
+        let layers = self.layers.iter().map(|l| (l.number, l.dense));
+        self.embedding.map(|d| (0, d)).into_iter().chain(layers).chain(self.head.map(|d| (u32::MAX, d)))
+    }
+
+    /// Copies the parameters `shard_params` of `shard` (another layout's
+    /// rank of the same model) into this stage's, which holds every column
+    /// of the blocks they share: merges tensor- and pipeline-parallel
+    /// shards into one model.
+    pub(crate) fn absorb(&mut self, shard: &Stage, shard_params: &[f32]) {
+        for (key, theirs) in shard.blocks() {
+            let Some((_, mine)) = self.blocks().find(|(k, _)| *k == key) else { continue };
+            let offset = shard.tp_rank * theirs.columns;
+            for row in 0..theirs.inputs {
+                let from = theirs.weight + row * theirs.columns;
+                let to = mine.weight + row * mine.columns + offset;
+                self.params[to..to + theirs.columns].copy_from_slice(&shard_params[from..from + theirs.columns]);
+            }
+            if let (Some(from), Some(to)) = (theirs.bias, mine.bias) {
+                let to = to + offset;
+                self.params[to..to + theirs.columns].copy_from_slice(&shard_params[from..from + theirs.columns]);
+            }
+        }
     }
 
     /// Layer `index`'s token mixer on `input` (rows × h): the
@@ -377,10 +440,7 @@ impl Stage {
         self.dense_forward(device, index, mixed, gather)
     }
 
-    /// Layer `index`'s dense part on the mixer's output `input` (rows × h):
-    /// this rank's columns, completed by `gather` (the tensor-parallel
-    /// all-gather, which returns every rank's columns concatenated rank by
-    /// rank).
+    /// Layer `index`'s dense part on the mixer's output `input` (rows × h).
     pub(crate) fn dense_forward<E>(
         &self,
         device: &dyn Device,
@@ -388,34 +448,77 @@ impl Stage {
         input: Vec<f32>,
         gather: impl FnOnce(&[f32]) -> Result<Vec<f32>, E>,
     ) -> Result<(Vec<f32>, Saved), E> {
-        let slot = self.layers[index];
-        let (h, c) = (self.hidden, self.columns);
-        let rows = input.len() / h;
-        let mut mine = vec![0.0; rows * c];
-        device.matmul(&input, &self.params[slot.weight..slot.weight + h * c], rows, h, c, &mut mine);
-        let bias = &self.params[slot.bias..slot.bias + c];
-        for row in mine.chunks_exact_mut(c) {
-            row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+        self.block_forward(device, self.layers[index].dense, input, gather)
+    }
+
+    /// The embedding of `tokens` (the first stage's input): the one-hot
+    /// rows times the embedding matrix, a product on the device.
+    pub(crate) fn embed_forward<E>(
+        &self,
+        device: &dyn Device,
+        tokens: &[u8],
+        gather: impl FnOnce(&[f32]) -> Result<Vec<f32>, E>,
+    ) -> Result<(Vec<f32>, Saved), E> {
+        let Some(embedding) = self.embedding else { return Ok((Vec::new(), Saved::default())) };
+        let mut one_hot = vec![0.0; tokens.len() * VOCAB];
+        for (row, &token) in tokens.iter().enumerate() {
+            one_hot[row * VOCAB + usize::from(token)] = 1.0;
         }
-        let output = if c == h {
+        self.block_forward(device, embedding, one_hot, gather)
+    }
+
+    /// The output projection of the last layer's output `input`: the
+    /// logits (rows × 256), all columns.
+    pub(crate) fn head_forward<E>(
+        &self,
+        device: &dyn Device,
+        input: Vec<f32>,
+        gather: impl FnOnce(&[f32]) -> Result<Vec<f32>, E>,
+    ) -> Result<(Vec<f32>, Saved), E> {
+        let Some(head) = self.head else { return Ok((input, Saved::default())) };
+        self.block_forward(device, head, input, gather)
+    }
+
+    /// A dense block on `input` (rows × inputs): this rank's columns,
+    /// completed by `gather` (the tensor-parallel all-gather, which returns
+    /// every rank's columns concatenated rank by rank).
+    fn block_forward<E>(
+        &self,
+        device: &dyn Device,
+        block: Dense,
+        input: Vec<f32>,
+        gather: impl FnOnce(&[f32]) -> Result<Vec<f32>, E>,
+    ) -> Result<(Vec<f32>, Saved), E> {
+        let (k, n, c) = (block.inputs, block.outputs, block.columns);
+        let rows = input.len() / k;
+        let mut mine = vec![0.0; rows * c];
+        device.matmul(&input, &self.params[block.weight..block.weight + k * c], rows, k, c, &mut mine);
+        if let Some(at) = block.bias {
+            let bias = &self.params[at..at + c];
+            for row in mine.chunks_exact_mut(c) {
+                row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+        }
+        let mut output = if c == n {
             mine
         } else {
             let chunks = gather(&mine)?;
-            let parts = h / c;
-            let mut full = vec![0.0; rows * h];
-            for part in 0..parts {
+            let mut full = vec![0.0; rows * n];
+            for part in 0..n / c {
                 let chunk = &chunks[part * rows * c..(part + 1) * rows * c];
                 for row in 0..rows {
-                    full[row * h + part * c..row * h + (part + 1) * c].copy_from_slice(&chunk[row * c..(row + 1) * c]);
+                    full[row * n + part * c..row * n + (part + 1) * c].copy_from_slice(&chunk[row * c..(row + 1) * c]);
                 }
             }
             full
         };
-        let mut output = output;
-        if slot.activation {
+        let kept = if block.activation {
             output.iter_mut().for_each(|v| *v = v.tanh());
-        }
-        Ok((output.clone(), Saved { input, output }))
+            output.clone()
+        } else {
+            Vec::new()
+        };
+        Ok((output, Saved { input, output: kept }))
     }
 
     /// Layer `index`'s backward pass (dense part, then mixer): accumulates this rank's weight and
@@ -426,54 +529,119 @@ impl Stage {
         device: &dyn Device,
         index: usize,
         saved: &Saved,
-        mut grad_output: Vec<f32>,
+        grad_output: Vec<f32>,
         reduce: impl FnOnce(&mut [f32]) -> Result<(), E>,
     ) -> Result<Vec<f32>, E> {
         let slot = self.layers[index];
-        let (h, c) = (self.hidden, self.columns);
-        let rows = saved.input.len() / h;
-        if slot.activation {
+        let mut grad_input = self.block_backward(device, slot.dense, saved, grad_output, Some(reduce))?;
+        match slot.kind {
+            LayerKind::Transformer => causal_mix_backward(&mut grad_input, self.hidden, self.seq),
+            LayerKind::Mamba => scan_backward(&mut grad_input, self.hidden, self.seq),
+        }
+        Ok(grad_input)
+    }
+
+    /// The output projection's backward pass: its gradients, and the
+    /// gradient of the last layer's output.
+    pub(crate) fn head_backward<E>(
+        &mut self,
+        device: &dyn Device,
+        saved: &Saved,
+        grad_logits: Vec<f32>,
+        reduce: impl FnOnce(&mut [f32]) -> Result<(), E>,
+    ) -> Result<Vec<f32>, E> {
+        let Some(head) = self.head else { return Ok(grad_logits) };
+        self.block_backward(device, head, saved, grad_logits, Some(reduce))
+    }
+
+    /// The embedding's backward pass: its weight gradient (the bytes'
+    /// rows); nothing flows further back.
+    pub(crate) fn embed_backward(&mut self, device: &dyn Device, saved: &Saved, grad_output: Vec<f32>) {
+        if let Some(embedding) = self.embedding {
+            let _ = self.block_backward(device, embedding, saved, grad_output, None::<NoReduce>);
+        }
+    }
+
+    /// A dense block's backward pass: accumulates this rank's weight and
+    /// bias gradients; with `reduce`, returns the input gradient completed
+    /// by it (the tensor-parallel all-reduce of the partial input
+    /// gradients), else nothing.
+    fn block_backward<E>(
+        &mut self,
+        device: &dyn Device,
+        block: Dense,
+        saved: &Saved,
+        mut grad_output: Vec<f32>,
+        reduce: Option<impl FnOnce(&mut [f32]) -> Result<(), E>>,
+    ) -> Result<Vec<f32>, E> {
+        let (k, n, c) = (block.inputs, block.outputs, block.columns);
+        let rows = saved.input.len() / k;
+        if block.activation {
             grad_output.iter_mut().zip(&saved.output).for_each(|(g, y)| *g *= 1.0 - y * y);
         }
-        let mut mine = vec![0.0; rows * c];
-        for row in 0..rows {
-            let start = row * h + self.tp_rank * c;
-            mine[row * c..(row + 1) * c].copy_from_slice(&grad_output[start..start + c]);
+        let mine = if c == n { grad_output } else { my_columns(&grad_output, n, c, self.tp_rank) };
+        device.matmul_at_b_acc(&saved.input, &mine, rows, k, c, &mut self.grads[block.weight..block.weight + k * c]);
+        if let Some(at) = block.bias {
+            let bias_grad = &mut self.grads[at..at + c];
+            for row in mine.chunks_exact(c) {
+                bias_grad.iter_mut().zip(row).for_each(|(g, v)| *g += v);
+            }
         }
-        device.matmul_at_b_acc(&saved.input, &mine, rows, h, c, &mut self.grads[slot.weight..slot.weight + h * c]);
-        let bias_grad = &mut self.grads[slot.bias..slot.bias + c];
-        for row in mine.chunks_exact(c) {
-            bias_grad.iter_mut().zip(row).for_each(|(g, v)| *g += v);
-        }
-        let mut grad_input = vec![0.0; rows * h];
-        device.matmul_a_bt(&mine, &self.params[slot.weight..slot.weight + h * c], rows, c, h, &mut grad_input);
-        if c != h {
+        let Some(reduce) = reduce else { return Ok(Vec::new()) };
+        let mut grad_input = vec![0.0; rows * k];
+        device.matmul_a_bt(&mine, &self.params[block.weight..block.weight + k * c], rows, c, k, &mut grad_input);
+        if c != n {
             reduce(&mut grad_input)?;
-        }
-        match slot.kind {
-            LayerKind::Transformer => causal_mix_backward(&mut grad_input, h, self.seq),
-            LayerKind::Mamba => scan_backward(&mut grad_input, h, self.seq),
         }
         Ok(grad_input)
     }
 }
 
-/// Mean-squared-error pieces for one microbatch: the sum of squared errors
-/// and the output gradient scaled by `1 / normaliser` (the element count of
-/// the whole global batch), so that gradients summed over microbatches and
-/// data-parallel ranks are those of the global mean.
-pub(crate) fn mse(output: &[f32], target: &[f32], normaliser: f64) -> (f64, Vec<f32>) {
-    let scale = (2.0 / normaliser) as f32;
+/// No input gradient wanted (the embedding's input is bytes).
+type NoReduce = fn(&mut [f32]) -> Result<(), ()>;
+
+/// The parameters of the whole model: the embedding (`256·h`), each
+/// layer's weight and bias (`h² + h`), the output projection (`256·h +
+/// 256`).
+pub(crate) fn model_parameters(num_layers: u32, hidden: u64) -> u64 {
+    let vocab = VOCAB as u64;
+    vocab * hidden + u64::from(num_layers) * (hidden * hidden + hidden) + hidden * vocab + vocab
+}
+
+/// Model FLOPs of one token forward: two per parameter (a multiply and an
+/// add of each product; the embedding's one-hot product included).
+pub(crate) fn forward_flops_per_token(num_layers: u32, hidden: u64) -> u64 {
+    2 * model_parameters(num_layers, hidden)
+}
+
+/// Model FLOPs of one token trained: `6 × parameters` (forward, then the
+/// input and weight gradients), except that the embedding has no input
+/// gradient (`4 × 256·h`).
+pub(crate) fn training_flops_per_token(num_layers: u32, hidden: u64) -> u64 {
+    6 * model_parameters(num_layers, hidden) - 2 * VOCAB as u64 * hidden
+}
+
+/// Softmax cross-entropy (in nats) of `logits` (rows × 256) against the
+/// next bytes `targets`: the sum over rows and the logits' gradient scaled
+/// by `1 / normaliser` (the token count of the whole global batch), so
+/// that gradients summed over microbatches and data-parallel ranks are
+/// those of the global mean.
+pub(crate) fn cross_entropy(logits: &[f32], targets: &[u8], normaliser: f64) -> (f64, Vec<f32>) {
+    let scale = (1.0 / normaliser) as f32;
     let mut sum = 0.0_f64;
-    let grad = output
-        .iter()
-        .zip(target)
-        .map(|(o, t)| {
-            let d = o - t;
-            sum += f64::from(d) * f64::from(d);
-            d * scale
-        })
-        .collect();
+    let mut grad = vec![0.0_f32; logits.len()];
+    for ((row, g), &target) in logits.chunks_exact(VOCAB).zip(grad.chunks_exact_mut(VOCAB)).zip(targets) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0.0_f32;
+        for (g, v) in g.iter_mut().zip(row) {
+            *g = (v - max).exp();
+            total += *g;
+        }
+        sum += f64::from(total.ln()) - f64::from(row[usize::from(target)] - max);
+        let normalise = scale / total;
+        g.iter_mut().for_each(|g| *g *= normalise);
+        g[usize::from(target)] -= scale;
+    }
     (sum, grad)
 }
 
@@ -585,7 +753,8 @@ mod tests {
             let mut second = vec![0.0; rows * c];
             let _ = local_only;
             let mixed = halves[1].mix_forward(0, input.clone());
-            cpu.matmul(&mixed, &halves[1].params[..hidden * c], rows, hidden, c, &mut second);
+            let w = halves[1].layers[0].dense.weight;
+            cpu.matmul(&mixed, &halves[1].params[w..w + hidden * c], rows, hidden, c, &mut second);
             (second, ())
         };
         let (got, _) = halves[0]

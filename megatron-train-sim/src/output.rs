@@ -81,7 +81,7 @@ impl Progress {
         self.last = Some(Instant::now());
         let loss = line.loss.map_or_else(|| "n/a".to_string(), |l| format!("{l:.4}"));
         let mut text = format!(
-            "iter {}/{} | loss {loss} | step {:.1} ms | {} tok/s | lr {:.3e} | grad norm {:.3}",
+            "iter {}/{} | lm loss {loss} | step {:.1} ms | {} tok/s | lr {:.3e} | grad norm {:.3}",
             line.iteration,
             self.total,
             line.step_ms,
@@ -101,7 +101,7 @@ impl Progress {
     /// Prints an evaluation result.
     pub(crate) fn eval(&mut self, iteration: u64, loss: f64) {
         if self.enabled {
-            stderr_line!("validation at iter {iteration} | loss {loss:.4}");
+            stderr_line!("validation at iter {iteration} | lm loss {loss:.4}");
         }
     }
 }
@@ -140,6 +140,42 @@ pub(crate) struct TelemetrySummary {
     pub(crate) destinations: Vec<String>,
     /// The shutdown report.
     pub(crate) report: lens_fallbacks::ShutdownReport,
+    /// The run's goodput totals at the end (`None` with telemetry off) and the latest MFU.
+    pub(crate) goodput: (Option<megatron_telemetry::goodput::GoodputTotals>, Option<f64>),
+}
+
+/// The `goodput` object of the summary JSON (`null` with telemetry off).
+fn goodput_json(telemetry: &TelemetrySummary) -> Value {
+    let (Some(totals), mfu) = telemetry.goodput else { return Value::Null };
+    let seconds: serde_json::Map<String, Value> =
+        totals.buckets().map(|(bucket, s)| (bucket.as_str().to_string(), json!(s))).collect();
+    json!({
+        "seconds": seconds,
+        "total_seconds": totals.total_seconds(),
+        "ratio": totals.ratio(),
+        "productive_iterations": totals.productive_iterations,
+        "pending_iterations": totals.pending_iterations,
+        "lost_iterations": totals.lost_iterations,
+        "attempts": totals.attempts,
+        "mfu": mfu,
+    })
+}
+
+/// The goodput line of the end-of-run summary.
+fn print_goodput(telemetry: &TelemetrySummary) {
+    let (Some(totals), mfu) = telemetry.goodput else { return };
+    let parts: Vec<String> =
+        totals.buckets().filter(|(_, s)| *s > 0.0).map(|(b, s)| format!("{} {s:.2} s", b.as_str())).collect();
+    stderr_line!(
+        "goodput: {} over {} attempt(s), {:.2} s in all: {} | {} iterations kept, {} lost | MFU {}",
+        totals.ratio().map_or_else(|| "n/a".to_string(), |r| format!("{:.1}%", r * 100.0)),
+        totals.attempts,
+        totals.total_seconds(),
+        parts.join(", "),
+        totals.productive_iterations,
+        totals.lost_iterations,
+        mfu.map_or_else(|| "n/a (peak unknown)".to_string(), |m| format!("{:.2}%", m * 100.0)),
+    );
 }
 
 /// The machine-readable summary (schema in docs/simulator.md).
@@ -173,10 +209,12 @@ pub(crate) fn summary_json(
         "step_times_ms": step_times,
         "mean_step_time_ms": mean_ms,
         "tokens_per_iteration": outcome.tokens_per_iteration,
+        "corpus_unigram_entropy_nats": outcome.corpus_entropy_nats,
         "tokens_per_sec": tokens_per_sec,
         "flops_per_iteration": outcome.flops_per_iteration,
         "throughput_tflops_per_rank": tflops,
         "peak_memory_bytes": outcome.peak_memory_bytes,
+        "messages_sent": outcome.messages_sent,
         "checkpoints": outcome.checkpoints.iter().map(|(i, path)| json!({"iteration": i, "path": path.display().to_string()})).collect::<Vec<_>>(),
         "telemetry": {
             "enabled": telemetry.enabled,
@@ -188,6 +226,7 @@ pub(crate) fn summary_json(
             "truncated_spans": report.truncated_spans,
             "report": report.to_string(),
         },
+        "goodput": goodput_json(telemetry),
     })
 }
 
@@ -203,7 +242,7 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
     let last_loss = outcome.iterations.iter().rev().find_map(|(_, _, loss)| *loss);
     stderr_line!(
         "done: {} ({}) | iterations {} -> {} ({} run, {} skipped) | mean step {mean_ms:.1} ms | {} tok/s | \
-         final loss {} | {} rank(s): TP {} × PP {} × DP {} on {}",
+         final lm loss {} | {} rank(s): TP {} × PP {} × DP {} on {}",
         outcome.exit_reason.as_str(),
         if outcome.exit_reason == crate::train::ExitReason::Signal {
             "drained after a signal"
@@ -225,6 +264,7 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
     if let Some((iteration, path)) = outcome.checkpoints.last() {
         stderr_line!("checkpoint: iteration {iteration} in {}", path.parent().unwrap_or(path).display());
     }
+    print_goodput(telemetry);
     print_telemetry(layout.world() - 1, telemetry, true);
 }
 

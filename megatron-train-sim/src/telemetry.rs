@@ -181,6 +181,11 @@ impl Telemetry {
         self.lifecycle.telemetry().is_enabled()
     }
 
+    /// The facade handle (meter, rank metrics on or off).
+    pub(crate) fn lens(&self) -> &lens_fallbacks::Telemetry {
+        self.lifecycle.telemetry()
+    }
+
     /// Whether this rank exports.
     pub(crate) fn is_exporting(&self) -> bool {
         self.lifecycle.is_exporting()
@@ -373,6 +378,15 @@ impl Telemetry {
     /// only; elsewhere nothing happens).
     pub(crate) fn record(&self, values: &MetricValues) {
         self.lifecycle.record_training(values);
+    }
+
+    /// The goodput and MFU gauges: real on the exporting rank, a no-op elsewhere.
+    pub(crate) fn goodput_metrics(&self) -> megatron_telemetry::goodput::GoodputMetrics {
+        if self.is_exporting() {
+            megatron_telemetry::goodput::GoodputMetrics::new(self.lifecycle.telemetry().meter())
+        } else {
+            megatron_telemetry::goodput::GoodputMetrics::noop()
+        }
     }
 
     /// Ends the structural spans, removes the signal handlers, then shuts

@@ -60,6 +60,9 @@ pub(crate) enum Tool {
     /// Turn a `file` export into a Chrome/Perfetto trace (one process per
     /// rank, spans as slices, links as flows) and print a per-span table.
     TraceView(TraceViewArgs),
+    /// Cross-rank analyses of a `file` export: the "stragglers" section
+    /// (docs/ranks.md).
+    Analyze(crate::analyze::AnalyzeArgs),
 }
 
 /// `trace-view`: convert a `file` export into a Chrome/Perfetto trace and

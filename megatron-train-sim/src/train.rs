@@ -37,16 +37,21 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use megatron_telemetry::metrics::{LM_LOSS_KEY, select_loss};
 use megatron_telemetry::taxonomy as tx;
 
 use crate::checkpoint::{self, PendingSave, RankState};
 use crate::cli::{Args, Coords, Layout, OptimizerKind};
 use crate::comm::{Comm, CommError, tag};
+use crate::corpus::Corpus;
 use crate::device::{self, Device};
-use crate::model::{Data, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, learning_rate, mse};
+use crate::goodput::{Goodput, Phase as GoodputPhase};
+use crate::insight::RankInsight;
+use crate::model::{self, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, cross_entropy, learning_rate};
 use crate::output;
 use crate::signals::StopFlag;
 use crate::telemetry::{MetricValues, Telemetry};
+use megatron_telemetry::phases::Phase;
 
 /// Why a rank stopped with an error.
 #[derive(Debug)]
@@ -119,14 +124,18 @@ pub(crate) struct Outcome {
     pub(crate) checkpoints: Vec<(u64, PathBuf)>,
     /// How the loop ended.
     pub(crate) exit_reason: ExitReason,
-    /// `6 × parameters × tokens` per iteration.
+    /// Model FLOPs per iteration (`6 × parameters × tokens`, see [`model`]).
     pub(crate) flops_per_iteration: f64,
-    /// Tokens per iteration (global batch × sequence length).
+    /// Tokens per iteration (global batch × sequence length: bytes predicted).
     pub(crate) tokens_per_iteration: u64,
+    /// The training corpus's single-byte entropy, nats.
+    pub(crate) corpus_entropy_nats: f64,
     /// Peak memory of this rank, bytes.
     pub(crate) peak_memory_bytes: Option<u64>,
     /// The device's name.
     pub(crate) device: String,
+    /// Frames this rank sent to other ranks (a count: rank metrics add none).
+    pub(crate) messages_sent: u64,
 }
 
 struct Groups {
@@ -156,7 +165,7 @@ pub(crate) struct Trainer {
     kinds: Vec<LayerKind>,
     stage: Stage,
     optimizer: Optimizer,
-    data: Data,
+    data: Corpus,
     microbatches: u64,
     normaliser: f64,
     iteration: u64,
@@ -168,6 +177,8 @@ pub(crate) struct Trainer {
     last_saved: Option<u64>,
     outcome_checkpoints: Vec<(u64, PathBuf)>,
     heartbeat: checkpoint::Heartbeat,
+    goodput: Goodput,
+    insight: RankInsight,
 }
 
 impl Trainer {
@@ -180,8 +191,11 @@ impl Trainer {
         telemetry: Telemetry,
         stop_requested: StopFlag,
     ) -> Trainer {
+        let mut comm = comm;
         let rank = comm.rank();
         let coords = layout.coords(rank);
+        let insight = RankInsight::new(&telemetry, &args.inject_straggler, rank, coords);
+        comm.set_phases(insight.phases().clone());
         let at = |c: Coords| layout.rank(c);
         let groups = Groups {
             world: (0..layout.world()).collect(),
@@ -196,9 +210,9 @@ impl Trainer {
         // and `megatron.startup.dataloader`).
         let stage = Stage::new(args.seed, &[], hidden, seq, 1, 0, 1, 0);
         let optimizer = Optimizer::new(false, 0);
-        let data = Data::new(args.seed, hidden, seq, false);
+        let data = Corpus::default();
         let microbatches = args.num_microbatches(layout);
-        let normaliser = (args.global_batch_size * args.seq_length * args.hidden_size) as f64;
+        let normaliser = (args.global_batch_size * args.seq_length) as f64;
         let heartbeat = checkpoint::Heartbeat::new(args.save.as_deref(), &telemetry.run_id(), rank);
         Trainer {
             args,
@@ -224,7 +238,19 @@ impl Trainer {
             last_saved: None,
             outcome_checkpoints: Vec::new(),
             heartbeat,
+            goodput: Goodput::off(),
+            insight,
         }
+    }
+
+    /// Counts this attempt's goodput (telemetry on).
+    pub(crate) fn set_goodput(&mut self, goodput: Goodput) {
+        self.goodput = goodput;
+    }
+
+    /// The run's goodput totals now (`None` with telemetry off), and the latest MFU.
+    pub(crate) fn goodput(&self) -> (Option<megatron_telemetry::goodput::GoodputTotals>, Option<f64>) {
+        (self.goodput.totals(), self.goodput.mfu())
     }
 
     fn rank(&self) -> u32 {
@@ -240,6 +266,7 @@ impl Trainer {
     pub(crate) fn run(&mut self) -> Result<Outcome, RankError> {
         self.startup()?;
         self.telemetry.begin_training_loop(self.args.save_interval);
+        self.goodput.training_started();
         let outcome = self.train_loop();
         self.telemetry.end_training_loop();
         outcome
@@ -256,6 +283,7 @@ impl Trainer {
             self.optimizer = Optimizer::new(self.args.optimizer == OptimizerKind::Adam, self.stage.params.len());
             if let Some(root) = self.args.load.clone() {
                 let _load = self.telemetry.span(&tx::CHECKPOINT_LOAD, []);
+                self.goodput.begin(GoodputPhase::CheckpointLoad);
                 let iteration = checkpoint::read_tracker(&root)?;
                 let state = {
                     let _read = self.telemetry.span(&tx::CHECKPOINT_LOAD_IO_READ, []);
@@ -288,14 +316,23 @@ impl Trainer {
                 self.optimizer.steps = state.optimizer_steps;
                 self.iteration = state.iteration;
                 self.skipped = state.skipped_iterations;
+                self.goodput.resume(&root, state.iteration);
+                self.goodput.end(GoodputPhase::CheckpointLoad);
             }
         }
         {
-            // The samples are generated on demand from the seed; the
-            // loader's work is building the teacher that labels them.
+            // The loader's work is generating the corpus the samples are cut from.
             let _dataloader = self.telemetry.span(&tx::STARTUP_DATALOADER, []);
-            let (hidden, seq) = (self.args.hidden_size as usize, self.args.seq_length as usize);
-            self.data = Data::new(self.args.seed, hidden, seq, self.is_last_stage());
+            self.data = Corpus::new(self.args.seed, self.args.seq_length as usize);
+            if self.rank() == 0 {
+                output::note(&format!(
+                    "corpus: {} bytes of synthetic text from seed {}, single-byte entropy {:.4} nats \
+                     (the lm loss is cross-entropy in nats)",
+                    self.data.train_text().len(),
+                    self.args.seed,
+                    self.data.unigram_entropy_nats()
+                ));
+            }
         }
         if self.args.gpu_sniff_test_interval.is_some() {
             let span = self.telemetry.span(&tx::STARTUP_SNIFF_TEST, []);
@@ -360,12 +397,13 @@ impl Trainer {
         let mut exit_reason = ExitReason::Completed;
         let mut loop_counter = 0_u64;
         let tokens = self.args.global_batch_size * self.args.seq_length;
-        let flops = 6.0 * Stage::model_parameters(self.args.num_layers, self.args.hidden_size) as f64 * tokens as f64;
+        let flops = model::training_flops_per_token(self.args.num_layers, self.args.hidden_size) as f64 * tokens as f64;
         let mut progress = output::Progress::new(self.rank() + 1 == self.layout.world(), self.args.train_iters);
 
         while self.iteration < self.args.train_iters {
             let save_interval = self.args.save_interval.unwrap_or(0);
             self.telemetry.loop_pass(self.iteration);
+            self.insight.phases().begin_iteration(self.iteration);
             {
                 let _heartbeat = self.telemetry.ft_heartbeat(self.iteration);
                 self.heartbeat.beat(self.iteration);
@@ -390,6 +428,7 @@ impl Trainer {
                 step
             };
             let step_ms = started.elapsed().as_secs_f64() * 1e3;
+            self.insight.phases().end_iteration(self.iteration + 1, started.elapsed());
             if loop_counter == 0 {
                 // Megatron re-enables the parameter-gather hook here; the
                 // simulator has no overlapped gather, so the hook's work is
@@ -400,6 +439,7 @@ impl Trainer {
             }
             self.iteration += 1;
             let iteration = self.iteration;
+            self.goodput.iteration_completed(iteration);
             let loss = (!step.skipped).then_some(step.loss);
             iterations.push((iteration, step_ms, loss));
             interval_step_ms.push(step_ms);
@@ -429,9 +469,11 @@ impl Trainer {
                     let tokens_per_sec = tokens as f64 / (mean_ms / 1e3);
                     let tflops = flops / (mean_ms / 1e3) / 1e12 / f64::from(self.layout.world());
                     log_losses.push((iteration, mean_loss));
+                    self.insight.record_interval();
                     self.telemetry.record(&MetricValues {
                         step_duration_ms: Some(mean_ms),
-                        loss: mean_loss,
+                        // Megatron's loss dict has one key, `lm loss`.
+                        loss: mean_loss.and_then(|l| select_loss(&[(LM_LOSS_KEY, l)]).value()),
                         throughput_tflops: Some(tflops),
                         grad_norm: step.grad_norm.is_finite().then_some(step.grad_norm),
                         skipped_iters: Some(interval_skipped),
@@ -455,13 +497,22 @@ impl Trainer {
                     interval_losses.clear();
                     interval_step_ms.clear();
                     interval_skipped = 0;
+                    self.goodput.log_interval(tflops);
                 }
             }
 
+            if self.args.inject_crash_at == Some(iteration) {
+                // Like a node failure: no save, no final record; the caller
+                // flushes telemetry (open spans truncated) and exits 1.
+                return Err(RankError::new(format!("injected crash after iteration {iteration} (--inject-crash-at)")));
+            }
             if let Some(every) = self.args.eval_interval
                 && iteration.is_multiple_of(every)
             {
-                let loss = self.evaluate()?;
+                self.goodput.begin(GoodputPhase::Evaluation);
+                let loss = self.evaluate();
+                self.goodput.end(GoodputPhase::Evaluation);
+                let loss = loss?;
                 eval_losses.push((iteration, loss));
                 progress.eval(iteration, loss);
             }
@@ -506,6 +557,7 @@ impl Trainer {
                 self.telemetry.mark_call_indices(&span, &finalized);
             }
         }
+        self.goodput.finish();
         // Nobody leaves while another rank may still need it.
         self.comm.barrier(&self.groups.world.clone())?;
         self.heartbeat.finish();
@@ -521,8 +573,10 @@ impl Trainer {
             exit_reason,
             flops_per_iteration: flops,
             tokens_per_iteration: tokens,
+            corpus_entropy_nats: self.data.unigram_entropy_nats(),
             peak_memory_bytes: self.device.peak_memory_bytes(),
             device: self.device.name(),
+            messages_sent: self.comm.messages_sent(),
         })
     }
 
@@ -568,7 +622,10 @@ impl Trainer {
         // The linked span starts with the wait: the sender's context, its
         // link, only arrives inside the message.
         let waiting = SystemTime::now();
-        let payload = self.comm.recv(peer, frame_tag)?;
+        let payload = {
+            let _wait = self.insight.phases().enter_wait(Phase::PpWait);
+            self.comm.recv(peer, frame_tag)?
+        };
         let bad = || RankError::new(format!("rank {}: malformed pipeline message from rank {peer}", self.rank()));
         let got_microbatch = u64::from_le_bytes(payload.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
         let context_len =
@@ -587,14 +644,31 @@ impl Trainer {
     /// Forward through this stage's layers; the saved activations. Each
     /// layer's sub-blocks have their spans: the self-attention-like mixer
     /// and the MLP of a transformer layer, the mixer of a Mamba layer (its
-    /// projection included).
-    fn stage_forward(&mut self, mut activations: Vec<f32>) -> Result<(Vec<f32>, Vec<Saved>), RankError> {
-        let mut saved = Vec::with_capacity(self.stage.layers.len());
-        let Trainer { stage, comm, device, telemetry, groups, .. } = self;
+    /// projection included). The first stage embeds `tokens`, the others
+    /// start from the received `activations`; the last stage ends with the
+    /// output projection (the logits).
+    fn stage_forward(
+        &mut self,
+        tokens: Option<&[u8]>,
+        mut activations: Vec<f32>,
+    ) -> Result<(Vec<f32>, Vec<Saved>), RankError> {
+        let mut saved = Vec::with_capacity(self.stage.layers.len() + 2);
+        let Trainer { stage, comm, device, telemetry, groups, insight, .. } = self;
+        if let Some(tokens) = tokens {
+            let (output, keep) = stage.embed_forward(device.as_ref(), tokens, |m| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_gather(&groups.tensor, m)
+            })?;
+            saved.push(keep);
+            activations = output;
+        }
         for index in 0..stage.layers.len() {
             let slot = stage.layers[index];
             let _layer = telemetry.layer_span(slot.number);
-            let gather = |mine: &[f32]| comm.all_gather(&groups.tensor, mine);
+            let gather = |mine: &[f32]| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_gather(&groups.tensor, mine)
+            };
             let (output, keep) = match slot.kind {
                 LayerKind::Transformer => {
                     let mixed = {
@@ -613,14 +687,37 @@ impl Trainer {
             saved.push(keep);
             activations = output;
         }
+        if stage.head.is_some() {
+            let (logits, keep) =
+                stage.head_forward(device.as_ref(), activations, |m| comm.all_gather(&groups.tensor, m))?;
+            saved.push(keep);
+            activations = logits;
+        }
         Ok((activations, saved))
     }
 
+    /// The backward pass of [`Trainer::stage_forward`]: the gradient of the
+    /// stage's input (empty on the first stage, whose input is bytes).
     fn stage_backward(&mut self, saved: &[Saved], mut grad: Vec<f32>) -> Result<Vec<f32>, RankError> {
-        let Trainer { stage, comm, device, groups, .. } = self;
+        let Trainer { stage, comm, device, groups, insight, .. } = self;
+        let first = usize::from(stage.embedding.is_some());
+        if stage.head.is_some() {
+            let keep = &saved[first + stage.layers.len()];
+            grad = stage.head_backward(device.as_ref(), keep, grad, |g| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_reduce(&groups.tensor, g)
+            })?;
+        }
         for index in (0..stage.layers.len()).rev() {
-            grad = stage
-                .layer_backward(device.as_ref(), index, &saved[index], grad, |g| comm.all_reduce(&groups.tensor, g))?;
+            let keep = &saved[first + index];
+            grad = stage.layer_backward(device.as_ref(), index, keep, grad, |g| {
+                let _wait = insight.phases().enter_wait(Phase::TpWait);
+                comm.all_reduce(&groups.tensor, g)
+            })?;
+        }
+        if stage.embedding.is_some() {
+            stage.embed_backward(device.as_ref(), &saved[0], grad);
+            grad = Vec::new();
         }
         Ok(grad)
     }
@@ -629,7 +726,7 @@ impl Trainer {
     /// pipeline schedule runs it: receive the input from the previous stage,
     /// the forward step (`megatron.microbatch.forward`), send the output to
     /// the next stage. Returns the saved activations and, on the last
-    /// stage, the squared-error sum and output gradient.
+    /// stage, the cross-entropy sum and the logits' gradient.
     fn forward_microbatch(
         &mut self,
         split: Split,
@@ -640,20 +737,28 @@ impl Trainer {
             Some(_) => Some(self.recv_pipeline(true, microbatch)?),
             None => None,
         };
+        let (train, inject) = (split == Split::Train, split == Split::Train && microbatch == 0);
         let (output, saved, last) = {
             let _forward = self.telemetry.span(&tx::MICROBATCH_FORWARD, []);
             let first = self.first_sample(step, microbatch);
-            let needs_inputs = received.is_none() || self.is_last_stage();
-            let inputs = needs_inputs.then(|| self.data.inputs(split, first, self.args.micro_batch_size));
-            let activations = match (received, &inputs) {
-                (Some(received), _) => received,
-                (None, Some(inputs)) => inputs.clone(),
-                (None, None) => Vec::new(),
+            let needs_bytes = received.is_none() || self.is_last_stage();
+            if train {
+                self.insight.enter_compute(Phase::Data, inject);
+            }
+            let (inputs, targets) = if needs_bytes {
+                self.data.batch(split, first, self.args.micro_batch_size)
+            } else {
+                Default::default()
             };
-            let (output, saved) = self.stage_forward(activations)?;
+            if train {
+                self.insight.enter_compute(Phase::Forward, inject);
+            }
+            let (output, saved) = match received {
+                Some(received) => self.stage_forward(None, received)?,
+                None => self.stage_forward(Some(&inputs), Vec::new())?,
+            };
             let last = if self.is_last_stage() {
-                let targets = self.data.targets(self.device.as_ref(), inputs.as_deref().unwrap_or(&[]));
-                let (mut sum, mut grad) = mse(&output, &targets, self.normaliser);
+                let (mut sum, mut grad) = cross_entropy(&output, &targets, self.normaliser);
                 if split == Split::Train && self.args.inject_nan_at == Some(self.iteration + 1) && microbatch == 0 {
                     sum = f64::NAN;
                     grad.iter_mut().for_each(|g| *g = f32::NAN);
@@ -709,6 +814,7 @@ impl Trainer {
                 };
                 let grad_input = {
                     let _backward = self.telemetry.span(&tx::MICROBATCH_BACKWARD, []);
+                    self.insight.enter_compute(Phase::Backward, microbatch == 0);
                     self.stage_backward(&saved, grad)?
                 };
                 self.send_pipeline(false, microbatch as u64, &grad_input)?;
@@ -726,6 +832,7 @@ impl Trainer {
             }
             {
                 let _finish = self.telemetry.span(&tx::GRAD_SYNC_FINISH, []);
+                let _wait = self.insight.phases().enter(Phase::DpWait);
                 self.comm.all_reduce_finish(&group, &mut self.stage.grads)?;
             }
         }
@@ -740,7 +847,11 @@ impl Trainer {
         control[CONTROL_STOP] = f64::from(u8::from(self.stop_requested.load(Ordering::Relaxed)));
         control[CONTROL_SAVE_DONE] = f64::from(u8::from(self.pending_save.as_ref().is_some_and(PendingSave::is_done)));
         let world = self.groups.world.clone();
-        self.comm.all_reduce(&world, &mut control)?;
+        {
+            // The per-iteration control reduction: a wait like the gradients'.
+            let _wait = self.insight.phases().enter(Phase::DpWait);
+            self.comm.all_reduce(&world, &mut control)?;
+        }
         let loss = control[CONTROL_LOSS] / self.normaliser;
         let grad_norm = control[CONTROL_GRAD_SUMSQ].sqrt();
         let stop = control[CONTROL_STOP] > 0.0;
@@ -757,12 +868,14 @@ impl Trainer {
         let skipped = !(loss.is_finite() && grad_norm.is_finite());
         {
             let span = self.telemetry.span(&tx::TRAIN_ITERATION_OPTIMIZER, []);
+            self.insight.enter_compute(Phase::Optimizer, true);
             if !skipped {
                 let clip = self.args.clip_grad;
                 let scale = if clip > 0.0 && grad_norm > clip { (clip / (grad_norm + 1e-6)) as f32 } else { 1.0 };
                 self.optimizer.step(&mut self.stage.params, &self.stage.grads, learning_rate, scale);
             }
             self.telemetry.mark_update(&span, !skipped);
+            self.insight.phases().mark(Phase::Other);
         }
         Ok(StepResult { loss, grad_norm, learning_rate, skipped, stop })
     }
@@ -779,6 +892,8 @@ impl Trainer {
 
     fn evaluate(&mut self) -> Result<f64, RankError> {
         let span = self.telemetry.evaluate();
+        let phases = self.insight.phases().clone();
+        let _eval = phases.enter(Phase::Eval);
         let mut total = [0.0_f64];
         for step in 0..self.args.eval_iters {
             let _step_span = self.telemetry.evaluate_step(step);
@@ -804,6 +919,8 @@ impl Trainer {
             rank: self.rank(),
             num_layers: self.args.num_layers,
             hidden_size: self.args.hidden_size,
+            seq_length: self.args.seq_length,
+            hybrid_override_pattern: self.args.hybrid_override_pattern.clone(),
             optimizer_steps: self.optimizer.steps,
             skipped_iterations: self.skipped,
             params: self.stage.params.clone(),
@@ -815,8 +932,18 @@ impl Trainer {
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
         let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
         std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
+        self.goodput.begin(GoodputPhase::CheckpointSave);
+        let saved = self.save_blocking(&root, iteration);
+        self.goodput.saved(iteration);
+        saved
+    }
+
+    fn save_blocking(&mut self, root: &std::path::Path, iteration: u64) -> Result<(), RankError> {
+        let root = root.to_path_buf();
         let _exposed = self.telemetry.exposed_save(iteration);
         let started = Instant::now();
+        let phases = self.insight.phases().clone();
+        let _checkpoint = phases.enter(Phase::Checkpoint);
         {
             // The step's gradient buffer is not needed until the next step
             // (which re-allocates it): its memory goes back before saving.
@@ -897,6 +1024,8 @@ impl Trainer {
     /// points the tracker at it. Returns the finalized call indices.
     fn finalize_async_save(&mut self) -> Result<Vec<u64>, RankError> {
         let Some(pending) = self.pending_save.take() else { return Ok(Vec::new()) };
+        let phases = self.insight.phases().clone();
+        let _checkpoint = phases.enter(Phase::Checkpoint);
         let (call_index, iteration) = (pending.call_index, pending.iteration);
         let path = pending.wait().map_err(RankError::new)?;
         let world = self.groups.world.clone();
@@ -946,8 +1075,8 @@ fn trim_heap() {
     }
 }
 
-/// The last stage's share of a microbatch's loss: the sum of squared
-/// errors and the output gradient.
+/// The last stage's share of a microbatch's loss: the cross-entropy sum
+/// and the logits' gradient.
 type LossPart = (f64, Vec<f32>);
 
 struct StepResult {

@@ -340,8 +340,15 @@ fn prometheus_scrapes_every_seed_metric_name_with_the_run_id_filter() {
 fn prometheus_port_is_the_base_unless_several_ranks_of_the_host_export() {
     const NODE_RANKS: u16 = 4;
     let ctx = Ctx::new("prometheus-ports");
+    // The two runs are at the same time: each saves to its own directory.
     let run = |strategy: &str, base: u16| {
-        ctx.sim(&strs(&sim_args(u32::from(NODE_RANKS), 2)))
+        let mut args = sim_args(u32::from(NODE_RANKS), 2);
+        for arg in &mut args {
+            if arg == "ckpt" {
+                *arg = format!("ckpt-{strategy}");
+            }
+        }
+        ctx.sim(&strs(&args))
             .label(strategy)
             .envs(&[
                 ("MEGATRON_OTEL_RANK_STRATEGY", strategy),

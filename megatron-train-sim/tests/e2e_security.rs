@@ -1,6 +1,8 @@
 //! Security end to end: the token of `OTEL_EXPORTER_OTLP_HEADERS` appears in
 //! no output (every e2e test sends it and scans its whole directory at the
-//! end; this file adds the error paths, where a leak is likeliest), TLS to
+//! end; this file adds the error paths, where a leak is likeliest: a
+//! receiver that refuses the token, one whose errors echo the request's
+//! headers, no receiver, malformed header lists), TLS to
 //! a receiver whose certificate comes from a private CA given in
 //! `OTEL_EXPORTER_OTLP_CERTIFICATE` (and a clear failure with a CA that does
 //! not match), and redaction of sensitive attribute keys in exported spans.
@@ -104,7 +106,7 @@ fn a_ca_that_does_not_match_is_a_clear_failure_and_delivers_nothing() {
 
 #[test]
 fn the_header_token_appears_in_no_output_on_error_paths() {
-    let ctx = Ctx::new("token");
+    let mut ctx = Ctx::new("token");
     // 1. A receiver that refuses the token (401 / UNAUTHENTICATED).
     let picky = Sink::start_with(
         &ctx,
@@ -123,7 +125,24 @@ fn the_header_token_appears_in_no_output_on_error_paths() {
     let refused = picky.stop();
     assert!(!refused.requests.is_empty(), "the refusing sink saw requests");
     assert!(refused.requests.iter().all(|r| !r.header_ok && r.outcome == "unauthenticated"));
-    // 2. Nothing listening (connection refused), both transports.
+    // 2. A receiver that refuses every export with an error that echoes the
+    //    request's headers (HTTP 401 body, gRPC UNAUTHENTICATED message).
+    let echoing = Sink::start_with(&ctx, SinkOptions { fail_mode: Some("echo-headers"), ..SinkOptions::default() });
+    for protocol in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let run = ctx
+            .sim(&strs(&args()))
+            .label("sim-echoed")
+            .otlp(protocol, &echoing.endpoint(protocol))
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", SHORT_TIMEOUT_MS)
+            .run(RUN_LIMIT);
+        run.assert_success("the simulator against a receiver that echoes its headers");
+        assert!(run.stderr.contains("dropped"), "{}: drops reported:\n{}", protocol.as_str(), run.stderr);
+    }
+    let echoed = echoing.stop();
+    assert!(echoed.requests.iter().any(|r| r.transport == "grpc"), "{:?}", echoed.requests);
+    assert!(echoed.requests.iter().any(|r| r.transport == "http/protobuf"), "{:?}", echoed.requests);
+    assert!(echoed.requests.iter().all(|r| r.outcome == "echo-headers"), "{:?}", echoed.requests);
+    // 3. Nothing listening (connection refused), both transports.
     let closed = format!("http://127.0.0.1:{}", free_port());
     for protocol in [Protocol::Grpc, Protocol::HttpJson] {
         let run = ctx
@@ -134,11 +153,16 @@ fn the_header_token_appears_in_no_output_on_error_paths() {
             .run(RUN_LIMIT);
         run.assert_success("the simulator with no collector");
     }
-    // 3. Malformed header lists: a configuration error on every rank that
-    //    must not echo the entry that holds the token.
-    for headers in
-        [format!("{},Bearer {}", canary_headers(), canary_token()), format!("{CANARY_HEADER}={}%zz", canary_token())]
-    {
+    // 4. Malformed header lists: a configuration error on every rank that
+    //    must not echo the entry that holds the token, including a bare
+    //    base64-like token whose first '=' split would make it a "name".
+    let bare = format!("{}QQ", canary_token().replace('-', ""));
+    ctx.add_secret(&bare);
+    for (headers, names) in [
+        (format!("{},Bearer {}", canary_headers(), canary_token()), "entry #3"),
+        (format!("{CANARY_HEADER}={}%zz", canary_token()), CANARY_HEADER),
+        (format!("{},{bare}==", canary_headers()), "entry #3 is malformed"),
+    ] {
         let run = ctx
             .sim(&strs(&args()))
             .label("sim-bad-headers")
@@ -147,8 +171,9 @@ fn the_header_token_appears_in_no_output_on_error_paths() {
             .run(RUN_LIMIT);
         assert_eq!(run.status.code(), Some(2), "a bad header list is a usage error:\n{}", run.stderr);
         assert!(run.stderr.contains("OTEL_EXPORTER_OTLP_HEADERS"), "the message names the variable:\n{}", run.stderr);
+        assert!(run.stderr.contains(names), "the message names the entry or key ({names}):\n{}", run.stderr);
     }
-    // 4. The console exporter prints every span: still no header.
+    // 5. The console exporter prints every span: still no header.
     let run = ctx
         .sim(&strs(&args()))
         .label("sim-console")

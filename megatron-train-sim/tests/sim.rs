@@ -59,6 +59,34 @@ fn one_rank_trains_fifty_iterations_and_the_loss_falls() {
     assert!(left.is_empty(), "a run without --save that ended well leaves its heartbeat behind: {left:?}");
 }
 
+/// The default model is a byte-level language model: it starts near the
+/// loss of a uniform guess over 256 bytes, prints its corpus's single-byte
+/// entropy, and its evaluation loss ends below it (it learns which byte
+/// follows which). Throughput counts the bytes predicted.
+#[test]
+fn the_default_language_model_ends_below_the_corpus_single_byte_entropy() {
+    let dir = temp_dir("lm");
+    let path = dir.join("summary.json");
+    let (status, stderr) = run(&dir, &["--eval-interval", "50", "--summary-json", path.to_str().unwrap()]);
+    assert!(status.success(), "{status}: {stderr}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let entropy = s["corpus_unigram_entropy_nats"].as_f64().unwrap();
+    assert!(stderr.contains(&format!("single-byte entropy {entropy:.4} nats")), "{stderr}");
+    assert!((2.0..4.0).contains(&entropy), "{entropy}");
+    let first = losses(&s)[0].unwrap();
+    assert!((first - 256_f64.ln()).abs() < 0.5, "the untrained model is not near a uniform guess: {first}");
+    let eval = s["eval_losses"].as_array().unwrap();
+    assert_eq!(eval.len(), 1);
+    let eval = eval[0]["loss"].as_f64().unwrap();
+    assert!(eval < entropy, "the evaluation loss {eval} did not end below the single-byte entropy {entropy}");
+    assert!(stderr.contains(&format!("validation at iter 50 | lm loss {eval:.4}")), "{stderr}");
+    // 8 samples of 32 bytes; 4 layers of width 32, the embedding and the output projection.
+    assert_eq!(s["tokens_per_iteration"], 256);
+    let parameters = 256 * 32 + 4 * (32 * 32 + 32) + (32 * 256 + 256);
+    let per_token = 6 * parameters - 2 * 256 * 32;
+    assert_eq!(s["flops_per_iteration"].as_f64().unwrap(), f64::from(per_token * 256));
+}
+
 #[test]
 fn pipeline_data_and_tensor_parallel_runs_compute_what_one_rank_computes() {
     let base = with(SMALL, &["--train-iters", "8", "--log-interval", "4", "--seed", "7"]);
@@ -113,8 +141,10 @@ fn a_damaged_truncated_or_foreign_checkpoint_exits_2_naming_the_file_and_what_is
     let count_end = count_at + text[count_at..].find(|c: char| !c.is_ascii_digit()).unwrap();
     // A header whose parameter count overflows any offset (it panicked).
     let overflowing = [&good[..count_at], b"18446744073709551615", &good[count_end..]].concat();
-    let cases: [(&str, Vec<u8>, &str); 3] = [
+    let old_format = [b"MTSIM-CKPT 1".as_slice(), &good["MTSIM-CKPT 2".len()..]].concat();
+    let cases: [(&str, Vec<u8>, &str); 4] = [
         ("damaged", overflowing, "truncated: the header announces 18446744073709551615 parameter values"),
+        ("old format", old_format, "a megatron-train-sim checkpoint of another format"),
         ("truncated", good[..good.len() / 2].to_vec(), "truncated"),
         ("foreign", b"\x89PNG\r\n\x1a\n not a checkpoint".to_vec(), "not a megatron-train-sim checkpoint"),
     ];

@@ -17,7 +17,9 @@
 //!   against the same budget;
 //! - the simulator: alternating runs at each preset and with telemetry off
 //!   ([`sim`]);
-//! - export throughput to a receiver in another process ([`throughput`]).
+//! - export throughput to a receiver in another process: lens's pipeline
+//!   against the raw SDK's batch processor with the same exporter,
+//!   alternating in rounds, as a ratio of drop-free rates ([`throughput`]).
 //!
 //! The table goes to standard output and `target/bench-report.md`, and with
 //! `--update-docs` between the markers of `docs/performance.md`. The task
@@ -73,7 +75,6 @@ enum Verdict {
     PassByInstructions,
     Fail,
     FailByInstructions,
-    Reported,
 }
 
 impl Verdict {
@@ -83,7 +84,6 @@ impl Verdict {
             Verdict::PassByInstructions => "pass (by instructions)",
             Verdict::Fail => "**FAIL**",
             Verdict::FailByInstructions => "**FAIL** (by instructions)",
-            Verdict::Reported => "reported",
         }
     }
 
@@ -194,7 +194,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         rows.extend(sim_rows(&budgets, options.rounds.max(3) + 2)?);
     }
     if wants("export") {
-        rows.extend(throughput::rows(&budgets, &machine)?);
+        rows.extend(throughput::rows(&budgets, &machine, options.rounds)?);
     }
 
     let table = render(&rows, &machine);
@@ -500,17 +500,6 @@ impl Machine {
     fn describe(&self) -> String {
         format!("{} cores, {}", self.cores, self.model)
     }
-
-    /// The CI machine kind the throughput floors hold on: 2 vCPUs of an AMD
-    /// EPYC of the Zen 5 class (family 26).
-    pub(crate) fn is_ci_kind(&self) -> bool {
-        self.cores == 2 && self.model.contains("AMD EPYC") && cpu_family() == Some(26)
-    }
-}
-
-fn cpu_family() -> Option<u32> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    info.lines().find(|l| l.starts_with("cpu family")).and_then(|l| l.split(':').nth(1)?.trim().parse().ok())
 }
 
 fn machine() -> Machine {

@@ -37,6 +37,8 @@ enum Target {
 const OUTPUTS: &[(&str, &str, Target)] = &[
     ("taxonomy", "docs/span-taxonomy.md", Target::WholeFile),
     ("metrics", "docs/metrics-megatron.md", Target::Between("metrics")),
+    ("goodput", "docs/metrics-megatron.md", Target::Between("goodput")),
+    ("rank-metrics", "docs/metrics-megatron.md", Target::Between("rank-metrics")),
     ("groups", "docs/span-groups.md", Target::Between("groups")),
 ];
 

@@ -17,6 +17,10 @@
 
 use std::fmt;
 
+/// The shortest credential part (after `Bearer `) redacted on its own:
+/// shorter ones would redact ordinary words of a message.
+const MIN_CREDENTIAL_LEN: usize = 6;
+
 /// An ordered list of header names and values whose values are never shown.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Headers {
@@ -30,6 +34,18 @@ pub enum HeaderError {
     /// Entry number `position` (1-based) has no `=`.
     #[error("entry #{position} has no '=' (the entry is not shown, it may hold a secret)")]
     MissingEquals {
+        /// 1-based position of the entry in the list.
+        position: usize,
+    },
+    /// Entry number `position` has nothing after its first `=` but more
+    /// `=` or nothing at all: a bare token (base64 such as `dGVzdA==`
+    /// splits into the "key" `dGVzdA` and the "value" `=`), not a
+    /// `key=value` pair. Neither part is shown: the "key" is the secret.
+    #[error(
+        "entry #{position} is malformed: nothing but '=' follows its first '=' (a bare token such as base64 is not \
+         key=value; write name=value, e.g. Authorization=Bearer%20<token>; the entry is not shown, it may hold a secret)"
+    )]
+    NoValue {
         /// 1-based position of the entry in the list.
         position: usize,
     },
@@ -80,6 +96,9 @@ impl Headers {
                 return Err(HeaderError::MissingEquals { position });
             };
             let key = key.trim();
+            if value.chars().all(|c| c == '=' || c.is_whitespace()) {
+                return Err(HeaderError::NoValue { position });
+            }
             if key.is_empty() {
                 return Err(HeaderError::EmptyKey { position });
             }
@@ -131,6 +150,30 @@ impl Headers {
     /// hand them to the exporter, never to a log.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// What a message must never show: every value and, for a value of
+    /// the form `<scheme> <credential>` (`Bearer s3cr3t`), the credential
+    /// alone too (a collector may echo just that). For
+    /// [`crate::diag::redact`].
+    ///
+    /// ```
+    /// let headers = lens_core::config::Headers::parse("Authorization=Bearer%20s3cr3t").unwrap();
+    /// assert_eq!(headers.secrets(), ["Bearer s3cr3t", "s3cr3t"]);
+    /// ```
+    pub fn secrets(&self) -> Vec<String> {
+        let mut secrets = Vec::new();
+        for (_, value) in &self.entries {
+            secrets.push(value.clone());
+            if let Some((_, credential)) = value.trim().split_once(char::is_whitespace) {
+                let credential = credential.trim();
+                if credential.len() >= MIN_CREDENTIAL_LEN {
+                    secrets.push(credential.to_string());
+                }
+            }
+        }
+        secrets.retain(|s| !s.is_empty());
+        secrets
     }
 
     /// Every key, in order.
@@ -224,9 +267,27 @@ mod tests {
     }
 
     #[test]
+    fn secrets_hold_values_and_bare_credentials() {
+        let h = Headers::parse("Authorization=Bearer%20tok3n-value,x-tenant=a,x-key=Basic%20ab").unwrap();
+        assert_eq!(h.secrets(), ["Bearer tok3n-value", "tok3n-value", "a", "Basic ab"]);
+        let message = crate::diag::redact("401 from collector: echo tok3n-value", &h.secrets());
+        assert_eq!(message, "401 from collector: echo <redacted>");
+    }
+
+    #[test]
     fn rejects_bad_syntax_without_showing_values() {
         assert_eq!(Headers::parse("Bearer secret"), Err(HeaderError::MissingEquals { position: 1 }));
         assert_eq!(Headers::parse("a=1,=secret"), Err(HeaderError::EmptyKey { position: 2 }));
+        // Bare base64 tokens: their first '=' split gives a "key" that is
+        // the secret, which must not be accepted (and so shown) as a name.
+        for list in ["a=1, dGVzdHNlY3JldA==", "a=1,dGVzdHNlY3JldA=", "a=1,dGVzdHNlY3JldA= ="] {
+            let err = Headers::parse(list).unwrap_err();
+            assert_eq!(err, HeaderError::NoValue { position: 2 }, "{list}");
+            let shown = format!("{err} {err:?}");
+            assert!(!shown.contains("dGVzdHNlY3JldA"), "{shown}");
+            assert!(shown.contains("entry #2 is malformed"), "{shown}");
+        }
+        assert_eq!(Headers::parse("k==x").unwrap().get("k"), Some("=x"), "a value may start with '='");
         let err = Headers::parse("k=%zzsecret").unwrap_err();
         assert!(!err.to_string().contains("secret"), "{err}");
         let err = Headers::parse("a=1,Authorization: Bearer s3cr3t=x").unwrap_err();

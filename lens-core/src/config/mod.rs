@@ -145,6 +145,9 @@ pub struct LensConfig {
     pub traces_enabled: bool,
     /// Metrics on or off (`<PREFIX>_METRICS_ENABLED`, default true).
     pub metrics_enabled: bool,
+    /// Per-rank metrics from every rank, whatever the rank strategy
+    /// (`<PREFIX>_RANK_METRICS`, default false; SPEC A16).
+    pub rank_metrics: bool,
     /// Logs on or off (`<PREFIX>_LOGS_ENABLED`, default false).
     pub logs_enabled: bool,
     /// Span-group spec (`<PREFIX>_SPAN_GROUPS`, default `default`).
@@ -182,6 +185,10 @@ pub struct LensConfig {
     /// (`<PREFIX>_PROMETHEUS_RESOURCE_LABELS`, comma-separated, `none` for
     /// none; default `nemo.run.id,service.instance.id`).
     pub prometheus_resource_labels: Vec<String>,
+    /// The accelerator's peak TFLOP/s for the model FLOPs utilisation
+    /// (`<PREFIX>_PEAK_TFLOPS`, a positive number; `None`: the framework's
+    /// table of known GPUs decides, or there is no MFU).
+    pub peak_tflops: Option<f64>,
     /// The standard `OTEL_*` variables.
     pub otel: OtelSettings,
     /// Which variable set each field (for messages).
@@ -200,6 +207,7 @@ impl Default for LensConfig {
             sampling_strategy: String::new(),
             traces_enabled: true,
             metrics_enabled: true,
+            rank_metrics: false,
             logs_enabled: false,
             span_groups: "default".to_string(),
             exporter: None,
@@ -214,6 +222,7 @@ impl Default for LensConfig {
             shutdown_timeout: Duration::from_millis(5000),
             prometheus_linger: Duration::ZERO,
             prometheus_resource_labels: DEFAULT_PROMETHEUS_RESOURCE_LABELS.iter().map(|s| s.to_string()).collect(),
+            peak_tflops: None,
             otel: OtelSettings::default(),
             origins: Origins::default(),
         }
@@ -314,6 +323,9 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     if let Some(v) = r.bool("metrics_enabled", r.prefixed("METRICS_ENABLED")) {
         c.metrics_enabled = v;
     }
+    if let Some(v) = r.bool("rank_metrics", r.prefixed("RANK_METRICS")) {
+        c.rank_metrics = v;
+    }
     if let Some(v) = r.bool("logs_enabled", r.prefixed("LOGS_ENABLED")) {
         c.logs_enabled = v;
     }
@@ -361,6 +373,9 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
         };
         r.record("prometheus_resource_labels", &found, labels.join(","));
         c.prometheus_resource_labels = labels;
+    }
+    if let Some(v) = r.float("peak_tflops", r.prefixed("PEAK_TFLOPS")) {
+        c.peak_tflops = Some(v);
     }
 }
 
@@ -725,6 +740,7 @@ impl LensConfig {
             "sampling_strategy" => self.sampling_strategy.clone(),
             "traces_enabled" => self.traces_enabled.to_string(),
             "metrics_enabled" => self.metrics_enabled.to_string(),
+            "rank_metrics" => self.rank_metrics.to_string(),
             "logs_enabled" => self.logs_enabled.to_string(),
             "span_groups" => self.span_groups.clone(),
             "exporter" => self.exporter?.as_str().into(),
@@ -738,6 +754,7 @@ impl LensConfig {
             "shutdown_timeout" => self.shutdown_timeout.as_millis().to_string(),
             "prometheus_linger" => self.prometheus_linger.as_millis().to_string(),
             "prometheus_resource_labels" => self.prometheus_resource_labels.join(","),
+            "peak_tflops" => py_float(self.peak_tflops?),
             "otel.sdk_disabled" => o.sdk_disabled.to_string(),
             "otel.traces_exporter" => o.traces_exporter?.as_str().into(),
             "otel.metrics_exporter" => o.metrics_exporter?.as_str().into(),
@@ -818,6 +835,13 @@ impl LensConfig {
                     ExporterKind::TRACES_LOGS_NAMES,
                 ));
             }
+        }
+        if let Some(peak) = self.peak_tflops.filter(|p| !(p.is_finite() && *p > 0.0)) {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("peak_tflops"),
+                value: py_float(peak),
+                expected: "a positive number of TFLOP/s, e.g. 989.4".into(),
+            });
         }
         if let Some(ratio) = o.traces_sampler.ratio().filter(|r| !(0.0..=1.0).contains(r)) {
             problems.push(ConfigProblem::InvalidValue {
@@ -922,6 +946,7 @@ impl fmt::Debug for LensConfig {
             .field("sampling_strategy", &self.sampling_strategy)
             .field("traces_enabled", &self.traces_enabled)
             .field("metrics_enabled", &self.metrics_enabled)
+            .field("rank_metrics", &self.rank_metrics)
             .field("logs_enabled", &self.logs_enabled)
             .field("span_groups", &self.span_groups)
             .field("exporter", &self.exporter)
@@ -936,6 +961,7 @@ impl fmt::Debug for LensConfig {
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("prometheus_linger", &self.prometheus_linger)
             .field("prometheus_resource_labels", &self.prometheus_resource_labels)
+            .field("peak_tflops", &self.peak_tflops)
             .field("otel", &self.otel)
             .finish_non_exhaustive()
     }
@@ -973,6 +999,7 @@ impl fmt::Display for LensConfig {
         line(f, "sampling_strategy", "sampling_strategy", &sampling)?;
         line(f, "traces_enabled", "traces_enabled", &self.traces_enabled)?;
         line(f, "metrics_enabled", "metrics_enabled", &self.metrics_enabled)?;
+        line(f, "rank_metrics", "rank_metrics", &self.rank_metrics)?;
         line(f, "logs_enabled", "logs_enabled", &self.logs_enabled)?;
         let groups = match self.resolved_span_groups() {
             Ok(set) => format!("{} = {{{}}}", self.span_groups, self.catalog.names(set).join(", ")),

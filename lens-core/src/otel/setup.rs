@@ -142,7 +142,7 @@ impl Telemetry {
         if let Some(provider) = logger_provider {
             steps.push(("flush logs", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
         }
-        let mut report = run_steps(steps, Instant::now() + timeout);
+        let mut report = run_steps(steps, Instant::now() + timeout, &self.secrets);
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
         report
@@ -191,7 +191,7 @@ impl Telemetry {
                 Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
             ));
         }
-        let mut report = run_steps(steps, deadline);
+        let mut report = run_steps(steps, deadline, &self.secrets);
         report.performed = true;
         report.truncated_spans = truncated.load(Ordering::Relaxed);
         let now = self.report();
@@ -227,7 +227,8 @@ type Step = (&'static str, Box<dyn FnOnce(Duration) -> Result<(), String> + Send
 /// Runs `steps` in order on a helper thread and waits for them until
 /// `deadline`. A step still running at the deadline is left to finish in
 /// the background; it and the steps after it are reported unfinished.
-fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
+/// Every error is passed through [`crate::diag::redact`] with `secrets`.
+fn run_steps(steps: Vec<Step>, deadline: Instant, secrets: &[String]) -> ShutdownReport {
     let names: Vec<&'static str> = steps.iter().map(|(name, _)| *name).collect();
     let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
     let spawned = std::thread::Builder::new().name("lens-shutdown".into()).spawn(move || {
@@ -242,7 +243,7 @@ fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
     });
     let mut report = ShutdownReport::default();
     if let Err(error) = spawned {
-        report.errors.push(format!("could not start the shutdown thread: {error}"));
+        report.errors.push(crate::diag::redact(&format!("could not start the shutdown thread: {error}"), secrets));
         report.unfinished = names;
         return report;
     }
@@ -253,7 +254,7 @@ fn run_steps(steps: Vec<Step>, deadline: Instant) -> ShutdownReport {
             Ok((index, result)) => {
                 finished = index + 1;
                 if let Err(error) = result {
-                    report.errors.push(format!("{}: {error}", names[index]));
+                    report.errors.push(crate::diag::redact(&format!("{}: {error}", names[index]), secrets));
                 }
             }
             Err(_) => break,
@@ -289,14 +290,18 @@ pub(crate) fn setup(
     if enabled && ACTIVE.swap(true, Ordering::AcqRel) {
         return Err(SetupError::AlreadyActive);
     }
-    if !exports {
+    // Per-rank metrics (SPEC A16): with `<PREFIX>_RANK_METRICS` every rank
+    // builds a metrics pipeline; spans, logs and `is_exporting` still follow
+    // the rank strategy.
+    let rank_metrics = enabled && config.rank_metrics && config.metrics_enabled;
+    if !exports && !rank_metrics {
         if enabled {
             // This lifetime owns the gate: nothing is recorded on this rank.
             set_enabled_span_groups(GroupSet::EMPTY);
         }
         return Ok(Telemetry::inert(enabled, rank, String::new(), config.shutdown_timeout));
     }
-    match build(config, rank, resource_attributes, options, records_spans, groups) {
+    match build(config, rank, resource_attributes, options, records_spans, groups, (exports, rank_metrics)) {
         Ok(telemetry) => Ok(telemetry),
         Err(error) => {
             ACTIVE.store(false, Ordering::Release);
@@ -313,6 +318,7 @@ fn build(
     mut options: SetupOptions,
     records_spans: bool,
     groups: GroupSet,
+    (exports, rank_metrics): (bool, bool),
 ) -> Result<Telemetry, SetupError> {
     let env: Box<dyn EnvSource + Send + Sync> = options.env.take().unwrap_or_else(|| Box::new(ProcessEnv));
     let env = &*env;
@@ -413,6 +419,7 @@ fn build(
     let mut logger_provider = None;
     let mut log_counters = None;
     if config.logs_enabled
+        && exports
         && let Some(exporter) = log_exporter(config, rank, &run_id.value, &mut destinations)?
     {
         let batch_config =
@@ -458,8 +465,9 @@ fn build(
         meter,
         otel_meter,
         enabled: true,
-        exporting: true,
+        exporting: exports,
         records_spans: tracer_provider.is_some(),
+        rank_metrics: rank_metrics && meter_provider.is_some(),
         groups,
         rank,
         run_id: run_id.value,
@@ -475,12 +483,13 @@ fn build(
         log_counters,
         parts: Mutex::new(Some(Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus })),
         holds_slot: AtomicBool::new(true),
+        secrets: secrets(config),
     })
 }
 
 /// Header values of every signal: never quoted in a warning.
 fn secrets(config: &LensConfig) -> Vec<String> {
-    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).headers.iter().map(|(_, v)| v.to_string())).collect()
+    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).headers.secrets()).collect()
 }
 
 fn batch_config(config: &LensConfig) -> BatchConfig {
@@ -582,12 +591,11 @@ fn metric_exporter(
             let settings = PrometheusSettings {
                 host: config.otel.prometheus_host.clone(),
                 port: config.otel.prometheus_port,
-                // A strategy given in code has no name. `false`: per-rank
-                // metrics are not configurable yet; `<PREFIX>_RANK_METRICS`
-                // (issue #12) feeds this argument.
+                // A strategy given in code has no name. With rank metrics
+                // every rank of a host exports metrics.
                 local_rank_offset: exporters::prometheus_port_offset(
                     options.rank_strategy.is_none().then_some(config.rank_strategy.as_str()),
-                    false,
+                    config.rank_metrics,
                     rank.local_rank,
                 ),
                 resource_labels: config.prometheus_resource_labels.clone(),
@@ -631,4 +639,27 @@ fn log_exporter(
         ExporterKind::Prometheus | ExporterKind::None => return Ok(None),
     };
     Ok(Some(exporter))
+}
+
+#[cfg(test)]
+mod report_redaction_tests {
+    use super::*;
+
+    #[test]
+    fn shutdown_report_errors_never_show_a_header_value() {
+        let secrets = vec!["Bearer tok3n-value".to_string(), "tok3n-value".to_string()];
+        let steps: Vec<Step> = vec![
+            ("shut down spans", Box::new(|_| Err("401 from collector: authorization: Bearer tok3n-value".to_string()))),
+            ("shut down logs", Box::new(|_| Err("UNAUTHENTICATED: echo x-key=tok3n-value".to_string()))),
+        ];
+        let report = run_steps(steps, Instant::now() + Duration::from_secs(10), &secrets);
+        assert_eq!(
+            report.errors,
+            [
+                "shut down spans: 401 from collector: authorization: <redacted>",
+                "shut down logs: UNAUTHENTICATED: echo x-key=<redacted>"
+            ]
+        );
+        assert!(!format!("{report} {report:?}").contains("tok3n"), "{report}");
+    }
 }

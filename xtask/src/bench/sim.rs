@@ -26,7 +26,11 @@ use crate::{cargo, run_cmd, say, workspace_root};
 
 /// The presets and the budgets file's scenario for each.
 pub(crate) const PRESETS: &[(&str, &str)] =
-    &[("default", "sim_default"), ("per_step", "sim_per_step"), ("all", "sim_all")];
+    &[("default", "sim_default"), ("per_step", "sim_per_step"), ("all", "sim_all"), (RANK_METRICS, "sim_rank_metrics")];
+
+/// The pseudo-preset of `sim_rank_metrics`: the `default` groups with
+/// `MEGATRON_OTEL_RANK_METRICS=1` (phase markers and the per-rank metrics).
+const RANK_METRICS: &str = "rank_metrics";
 
 /// The step time the scenario aims at.
 const TARGET_STEP_MS: f64 = 10.0;
@@ -65,7 +69,11 @@ fn sim_command(binary: &Path, scratch: &Path, preset: Option<&str>, iterations: 
         .args(["--train-iters", &iterations.to_string(), "--log-interval", "10"])
         .args(["--step-sleep-ms", &sleep_ms.to_string()]);
     if let Some(preset) = preset {
-        cmd.args(["--otel-enabled", "--otel-span-groups", preset]);
+        let groups = if preset == RANK_METRICS { "default" } else { preset };
+        cmd.args(["--otel-enabled", "--otel-span-groups", groups]);
+        if preset == RANK_METRICS {
+            cmd.env("MEGATRON_OTEL_RANK_METRICS", "1");
+        }
     }
     cmd
 }

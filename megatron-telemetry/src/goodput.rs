@@ -1,0 +1,608 @@
+//! Goodput: where a training job's wall-clock time went, across restarts
+//! (SPEC A18, issue #13).
+//!
+//! Every second of an attempt's wall clock, from its launch stamp on, goes to
+//! exactly one [`Bucket`]. The accounting is a pure state machine,
+//! [`Accountant`], fed explicit lifecycle events with times in seconds since
+//! the attempt's launch stamp (so that tests inject the times): the end of
+//! startup, each completed iteration, the begin and end of a checkpoint save,
+//! a checkpoint load and an evaluation, and the normal end. Time between two
+//! events goes to the bucket that was current in between, so nested phases
+//! (a load inside startup, an evaluation inside the loop) are never counted
+//! twice and the buckets always sum to the time of the latest event.
+//!
+//! - `startup`: launch stamp to the start of the training loop, less any
+//!   checkpoint load inside it;
+//! - `pending`: loop time (iterations, logging) not yet covered by a
+//!   checkpoint; the end of a save, or a normal end, moves it to
+//!   `productive`;
+//! - `checkpoint_save`, `checkpoint_load`, `evaluation`: the loop blocked
+//!   by them;
+//! - `lost_progress`: a dead attempt's `pending` time, from its last
+//!   checkpoint to its last progress record, charged when the next attempt
+//!   resumes from that checkpoint ([`GoodputTotals::resume`]);
+//! - `other`: the rest (after the normal end: barriers, shutdown).
+//!
+//! Restarts: one rank writes a [`ProgressRecord`] (the run's totals so far)
+//! beside the checkpoints, atomically, at every log interval and every save
+//! ([`ProgressRecord::write_atomic`]); the next attempt reads it from its
+//! `--load` directory ([`ProgressRecord::read`]), charges the dead
+//! attempt's pending time as lost and continues the totals. A dead attempt's
+//! time after its last record is not seen by anyone (at most one log
+//! interval plus the crash itself).
+//!
+//! [`GoodputMetrics`] exports the totals as gauges on the export rank
+//! (`megatron.goodput.time` per bucket, `megatron.goodput.ratio`), with the
+//! model FLOPs utilisation of [`crate::mfu`] (`megatron.training.mfu`); like
+//! the training metrics it is the module's one `cfg` seam.
+//!
+//! ```
+//! use megatron_telemetry::goodput::{Accountant, Bucket, GoodputTotals, Phase};
+//!
+//! let mut goodput = Accountant::new(GoodputTotals::default());
+//! goodput.begin(Phase::CheckpointLoad, 1.0);
+//! goodput.end(Phase::CheckpointLoad, 3.0);
+//! goodput.training_started(4.0);
+//! goodput.iteration_completed(5.0);
+//! goodput.iteration_completed(6.0);
+//! goodput.begin(Phase::CheckpointSave, 6.0);
+//! goodput.end(Phase::CheckpointSave, 6.5);
+//! goodput.iteration_completed(7.5); // not covered by a checkpoint yet
+//! let totals = goodput.snapshot(7.5);
+//! assert_eq!(totals.seconds(Bucket::Startup), 2.0);
+//! assert_eq!(totals.seconds(Bucket::CheckpointLoad), 2.0);
+//! assert_eq!(totals.seconds(Bucket::Productive), 2.0);
+//! assert_eq!(totals.seconds(Bucket::Pending), 1.0);
+//! assert_eq!(totals.total_seconds(), 7.5);
+//! assert_eq!((totals.productive_iterations, totals.pending_iterations), (2, 1));
+//! ```
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Where a second of wall-clock time went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Bucket {
+    /// Iterations whose result was kept (covered by a checkpoint, or
+    /// completed in an attempt that ended normally).
+    Productive,
+    /// Iterations completed but not yet covered by a checkpoint.
+    Pending,
+    /// Launch stamp to the start of the training loop.
+    Startup,
+    /// The loop blocked by saving a checkpoint.
+    CheckpointSave,
+    /// Loading a checkpoint.
+    CheckpointLoad,
+    /// Evaluation.
+    Evaluation,
+    /// A dead attempt's pending time, charged when the next attempt resumes.
+    LostProgress,
+    /// The rest.
+    Other,
+}
+
+impl Bucket {
+    /// Every bucket, in the order of the docs.
+    pub const ALL: [Bucket; 8] = [
+        Bucket::Productive,
+        Bucket::Pending,
+        Bucket::Startup,
+        Bucket::CheckpointSave,
+        Bucket::CheckpointLoad,
+        Bucket::Evaluation,
+        Bucket::LostProgress,
+        Bucket::Other,
+    ];
+
+    /// The value of the `megatron.goodput.bucket` attribute and the key in
+    /// the progress record and the summary.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Bucket::Productive => "productive",
+            Bucket::Pending => "pending",
+            Bucket::Startup => "startup",
+            Bucket::CheckpointSave => "checkpoint_save",
+            Bucket::CheckpointLoad => "checkpoint_load",
+            Bucket::Evaluation => "evaluation",
+            Bucket::LostProgress => "lost_progress",
+            Bucket::Other => "other",
+        }
+    }
+
+    /// The bucket named `name` (as [`Bucket::as_str`] spells it).
+    pub fn from_name(name: &str) -> Option<Bucket> {
+        Bucket::ALL.into_iter().find(|bucket| bucket.as_str() == name)
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A phase that blocks the loop and has a bucket of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// A checkpoint save (its blocking part); its end covers the pending
+    /// iterations.
+    CheckpointSave,
+    /// A checkpoint load.
+    CheckpointLoad,
+    /// An evaluation.
+    Evaluation,
+}
+
+impl Phase {
+    /// The bucket its time goes to.
+    pub const fn bucket(self) -> Bucket {
+        match self {
+            Phase::CheckpointSave => Bucket::CheckpointSave,
+            Phase::CheckpointLoad => Bucket::CheckpointLoad,
+            Phase::Evaluation => Bucket::Evaluation,
+        }
+    }
+}
+
+/// The run's totals over its attempts so far: seconds per bucket and the
+/// iterations behind `productive`, `pending` and `lost_progress`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GoodputTotals {
+    seconds: [f64; 8],
+    /// Iterations whose result was kept.
+    pub productive_iterations: u64,
+    /// Iterations completed but not yet covered by a checkpoint.
+    pub pending_iterations: u64,
+    /// Iterations a crash threw away.
+    pub lost_iterations: u64,
+    /// Attempts counted so far (this one included).
+    pub attempts: u32,
+}
+
+impl GoodputTotals {
+    /// The seconds in `bucket`.
+    pub fn seconds(&self, bucket: Bucket) -> f64 {
+        self.seconds[bucket.index()]
+    }
+
+    /// Sets the seconds in `bucket` (negative or non-finite values become 0).
+    pub fn set_seconds(&mut self, bucket: Bucket, seconds: f64) {
+        self.seconds[bucket.index()] = if seconds.is_finite() { seconds.max(0.0) } else { 0.0 };
+    }
+
+    /// Every bucket with its seconds, in [`Bucket::ALL`] order.
+    pub fn buckets(&self) -> impl Iterator<Item = (Bucket, f64)> + '_ {
+        Bucket::ALL.into_iter().map(|bucket| (bucket, self.seconds(bucket)))
+    }
+
+    /// The sum of the buckets: the wall time of the attempts so far.
+    pub fn total_seconds(&self) -> f64 {
+        self.seconds.iter().sum()
+    }
+
+    /// Goodput: `productive` over the total, or `None` before any time
+    /// was counted.
+    pub fn ratio(&self) -> Option<f64> {
+        let total = self.total_seconds();
+        (total > 0.0).then(|| self.seconds(Bucket::Productive) / total)
+    }
+
+    /// The totals a new attempt continues from, given the previous
+    /// attempt's (from its progress record): its `pending` time and
+    /// iterations become `lost_progress` (they were not covered by the
+    /// checkpoint the new attempt resumes from), and the attempt count goes
+    /// up by one. After a normal end there is nothing pending, so nothing is
+    /// lost.
+    #[must_use]
+    pub fn resume(mut self) -> GoodputTotals {
+        self.seconds[Bucket::LostProgress.index()] += self.seconds[Bucket::Pending.index()];
+        self.seconds[Bucket::Pending.index()] = 0.0;
+        self.lost_iterations += self.pending_iterations;
+        self.pending_iterations = 0;
+        self
+    }
+
+    fn add(&mut self, other: &GoodputTotals) {
+        for (mine, theirs) in self.seconds.iter_mut().zip(other.seconds) {
+            *mine += theirs;
+        }
+        self.productive_iterations += other.productive_iterations;
+        self.pending_iterations += other.pending_iterations;
+        self.lost_iterations += other.lost_iterations;
+    }
+}
+
+/// Nesting deeper than this is counted in the innermost tracked phase.
+const MAX_DEPTH: usize = 4;
+
+/// One attempt's goodput state machine; see the module documentation.
+///
+/// Times are seconds since the attempt's launch stamp, from one clock; a
+/// time earlier than the latest one seen counts as the latest (nothing is
+/// ever negative). It allocates nothing and costs a few additions per event.
+#[derive(Clone, Debug)]
+pub struct Accountant {
+    prior: GoodputTotals,
+    attempt: GoodputTotals,
+    cursor: f64,
+    base: Bucket,
+    stack: [Bucket; MAX_DEPTH],
+    depth: usize,
+    overflow: usize,
+}
+
+impl Accountant {
+    /// An attempt at its launch stamp (time 0), in startup, continuing from
+    /// `prior` (the earlier attempts' totals, already
+    /// [resumed](GoodputTotals::resume); the default for a fresh run).
+    pub fn new(prior: GoodputTotals) -> Accountant {
+        let mut prior = prior;
+        prior.attempts = prior.attempts.saturating_add(1);
+        Accountant {
+            prior,
+            attempt: GoodputTotals::default(),
+            cursor: 0.0,
+            base: Bucket::Startup,
+            stack: [Bucket::Other; MAX_DEPTH],
+            depth: 0,
+            overflow: 0,
+        }
+    }
+
+    fn current(&self) -> Bucket {
+        if self.depth == 0 { self.base } else { self.stack[self.depth - 1] }
+    }
+
+    /// Gives the time since the previous event to the current bucket.
+    #[inline]
+    fn advance(&mut self, now: f64) {
+        if now > self.cursor {
+            let bucket = self.current();
+            self.attempt.seconds[bucket.index()] += now - self.cursor;
+            self.cursor = now;
+        }
+    }
+
+    fn cover_pending(&mut self) {
+        let a = &mut self.attempt;
+        a.seconds[Bucket::Productive.index()] += a.seconds[Bucket::Pending.index()];
+        a.seconds[Bucket::Pending.index()] = 0.0;
+        a.productive_iterations += a.pending_iterations;
+        a.pending_iterations = 0;
+    }
+
+    /// `phase` begins at `now`.
+    pub fn begin(&mut self, phase: Phase, now: f64) {
+        self.advance(now);
+        if self.depth < MAX_DEPTH {
+            self.stack[self.depth] = phase.bucket();
+            self.depth += 1;
+        } else {
+            self.overflow += 1;
+        }
+    }
+
+    /// `phase` ends at `now`; the end of a save covers the pending
+    /// iterations. An end without its begin only advances the clock.
+    pub fn end(&mut self, phase: Phase, now: f64) {
+        self.advance(now);
+        if self.overflow > 0 {
+            self.overflow -= 1;
+        } else if self.depth > 0 && self.stack[self.depth - 1] == phase.bucket() {
+            self.depth -= 1;
+        } else {
+            return;
+        }
+        if phase == Phase::CheckpointSave {
+            self.cover_pending();
+        }
+    }
+
+    /// Startup ends at `now`: from here on, loop time is `pending`.
+    pub fn training_started(&mut self, now: f64) {
+        self.advance(now);
+        if self.base == Bucket::Startup {
+            self.base = Bucket::Pending;
+        }
+    }
+
+    /// An iteration completed at `now`.
+    #[inline]
+    pub fn iteration_completed(&mut self, now: f64) {
+        if self.base == Bucket::Startup {
+            self.training_started(now);
+        } else {
+            self.advance(now);
+        }
+        self.attempt.pending_iterations += 1;
+    }
+
+    /// The attempt ended normally at `now`: what is pending is kept, and the
+    /// time after this goes to `other`.
+    pub fn finish(&mut self, now: f64) {
+        self.advance(now);
+        self.cover_pending();
+        self.base = Bucket::Other;
+        self.depth = 0;
+        self.overflow = 0;
+    }
+
+    /// The run's totals at `now`: the earlier attempts', plus this one's,
+    /// with the time since the last event in the current bucket. The
+    /// buckets sum to the earlier attempts' time plus `now` (or the latest
+    /// event's time, when later).
+    pub fn snapshot(&self, now: f64) -> GoodputTotals {
+        let mut totals = self.prior;
+        totals.add(&self.attempt);
+        if now > self.cursor {
+            totals.seconds[self.current().index()] += now - self.cursor;
+        }
+        totals
+    }
+
+    /// Continues from `prior` (the earlier attempts' totals, already
+    /// [resumed](GoodputTotals::resume)) instead of what [`Accountant::new`]
+    /// was given: for a resume that is known only once the checkpoint is
+    /// found, inside startup.
+    pub fn continue_from(&mut self, prior: GoodputTotals) {
+        self.prior = prior;
+        self.prior.attempts = self.prior.attempts.saturating_add(1);
+    }
+
+    /// The earlier attempts' totals this attempt continues from.
+    pub fn prior(&self) -> &GoodputTotals {
+        &self.prior
+    }
+}
+
+/// The file name of the progress record, in the `--save` directory.
+pub const PROGRESS_RECORD_FILE: &str = "goodput.json";
+
+/// The `schema` field of a progress record.
+pub const PROGRESS_RECORD_SCHEMA: &str = "megatron.goodput.progress/1";
+
+/// What an attempt leaves beside its checkpoints so that the next one can
+/// charge the lost time and continue the totals (written by global rank 0).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgressRecord {
+    /// The run id (a record of another run is not continued).
+    pub run_id: String,
+    /// The last iteration completed when the record was written.
+    pub iteration: u64,
+    /// The iteration of the latest checkpoint saved, if any.
+    pub checkpoint_iteration: Option<u64>,
+    /// The run's totals when the record was written.
+    pub totals: GoodputTotals,
+}
+
+/// Why a progress record could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The file exists but could not be read, or could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The content is not a progress record this version understands.
+    #[error(
+        "{path} is not a goodput progress record ({problem}); expected JSON with \"schema\": \"{PROGRESS_RECORD_SCHEMA}\""
+    )]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+impl ProgressRecord {
+    /// The record as JSON (one object; see `docs/goodput.md`).
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{\n");
+        let _ = writeln!(out, "  \"schema\": \"{PROGRESS_RECORD_SCHEMA}\",");
+        let _ = writeln!(out, "  \"run_id\": {},", serde_json::Value::from(self.run_id.as_str()));
+        let _ = writeln!(out, "  \"iteration\": {},", self.iteration);
+        match self.checkpoint_iteration {
+            Some(it) => writeln!(out, "  \"checkpoint_iteration\": {it},"),
+            None => writeln!(out, "  \"checkpoint_iteration\": null,"),
+        }
+        .ok();
+        let t = &self.totals;
+        let _ = writeln!(out, "  \"attempts\": {},", t.attempts);
+        let _ = writeln!(out, "  \"productive_iterations\": {},", t.productive_iterations);
+        let _ = writeln!(out, "  \"pending_iterations\": {},", t.pending_iterations);
+        let _ = writeln!(out, "  \"lost_iterations\": {},", t.lost_iterations);
+        out.push_str("  \"seconds\": {");
+        for (i, (bucket, seconds)) in t.buckets().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            let _ = write!(out, "{sep}\"{}\": {}", bucket.as_str(), serde_json::Value::from(seconds));
+        }
+        out.push_str("}\n}\n");
+        out
+    }
+
+    /// Parses a record written by [`ProgressRecord::to_json`]; `path` is for
+    /// the error only.
+    pub fn from_json(text: &str, path: &Path) -> Result<ProgressRecord, RecordError> {
+        let invalid = |problem: String| RecordError::Invalid { path: path.to_path_buf(), problem };
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+        if schema != PROGRESS_RECORD_SCHEMA {
+            return Err(invalid(format!("schema {schema:?}")));
+        }
+        let count = |key: &str| -> Result<u64, RecordError> {
+            value.get(key).and_then(serde_json::Value::as_u64).ok_or_else(|| invalid(format!("no count {key:?}")))
+        };
+        let mut totals = GoodputTotals {
+            productive_iterations: count("productive_iterations")?,
+            pending_iterations: count("pending_iterations")?,
+            lost_iterations: count("lost_iterations")?,
+            attempts: u32::try_from(count("attempts")?).map_err(|_| invalid("attempts out of range".into()))?,
+            ..GoodputTotals::default()
+        };
+        let seconds = value.get("seconds").ok_or_else(|| invalid("no \"seconds\"".into()))?;
+        for bucket in Bucket::ALL {
+            let v = seconds
+                .get(bucket.as_str())
+                .and_then(serde_json::Value::as_f64)
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| invalid(format!("seconds.{} is not a non-negative number", bucket.as_str())))?;
+            totals.set_seconds(bucket, v);
+        }
+        let checkpoint_iteration = match value.get("checkpoint_iteration") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| invalid("checkpoint_iteration is not a count".into()))?),
+        };
+        Ok(ProgressRecord {
+            run_id: value.get("run_id").and_then(|s| s.as_str()).unwrap_or("").to_string(),
+            iteration: count("iteration")?,
+            checkpoint_iteration,
+            totals,
+        })
+    }
+
+    /// Writes the record to `dir`/[`PROGRESS_RECORD_FILE`] atomically: a
+    /// temporary file in the same directory, then a rename, so a crash
+    /// leaves the previous record or the new one, never half of one.
+    pub fn write_atomic(&self, dir: &Path) -> Result<(), RecordError> {
+        let path = dir.join(PROGRESS_RECORD_FILE);
+        let temp = dir.join(format!(".{PROGRESS_RECORD_FILE}.tmp{}", std::process::id()));
+        let io = |source| RecordError::Io { path: path.clone(), source };
+        std::fs::write(&temp, self.to_json()).map_err(io)?;
+        std::fs::rename(&temp, &path).map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
+            io(e)
+        })
+    }
+
+    /// Reads `dir`/[`PROGRESS_RECORD_FILE`]: `Ok(None)` when there is none
+    /// (a checkpoint directory of a run without goodput accounting).
+    pub fn read(dir: &Path) -> Result<Option<ProgressRecord>, RecordError> {
+        let path = dir.join(PROGRESS_RECORD_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => ProgressRecord::from_json(&text, &path).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(RecordError::Io { path, source }),
+        }
+    }
+}
+
+/// The goodput metrics (names, kinds, units as data, like
+/// [`crate::metrics::METRICS`]).
+pub const GOODPUT_TIME: crate::metrics::MetricDef = crate::metrics::MetricDef {
+    name: "megatron.goodput.time",
+    kind: crate::metrics::InstrumentKind::Gauge,
+    unit: Some("s"),
+    value_unit: Some("s"),
+    description: "Wall-clock time of the run's attempts so far in one goodput bucket (attribute megatron.goodput.bucket)",
+    prometheus_name: "megatron_goodput_time_seconds",
+};
+/// `megatron.goodput.ratio`: productive time over all time, all attempts.
+pub const GOODPUT_RATIO: crate::metrics::MetricDef = crate::metrics::MetricDef {
+    name: "megatron.goodput.ratio",
+    kind: crate::metrics::InstrumentKind::Gauge,
+    unit: None,
+    value_unit: Some("ratio 0..1"),
+    description: "Goodput: productive time over the total wall-clock time of the run's attempts so far",
+    prometheus_name: "megatron_goodput_ratio",
+};
+/// `megatron.training.mfu`: model FLOPs utilisation.
+pub const TRAINING_MFU: crate::metrics::MetricDef = crate::metrics::MetricDef {
+    name: "megatron.training.mfu",
+    kind: crate::metrics::InstrumentKind::Gauge,
+    unit: None,
+    value_unit: Some("ratio 0..1"),
+    description: "Model FLOPs utilisation: model FLOP/s per GPU over the GPU's peak (absent when the peak is unknown)",
+    prometheus_name: "megatron_training_mfu",
+};
+
+/// The goodput and MFU metrics.
+pub const GOODPUT_METRICS: &[crate::metrics::MetricDef] = &[GOODPUT_TIME, GOODPUT_RATIO, TRAINING_MFU];
+
+/// The attribute of `megatron.goodput.time` naming the bucket.
+pub const BUCKET_ATTRIBUTE: &str = "megatron.goodput.bucket";
+
+/// The goodput table of `docs/metrics-megatron.md` (between the
+/// `generated:goodput` markers).
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "| Metric | Type | Declared unit | Values in | Prometheus name | Description |\n|---|---|---|---|---|---|\n",
+    );
+    for metric in GOODPUT_METRICS {
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | `{}` | {} |",
+            metric.name,
+            metric.kind.as_str(),
+            metric.unit.map_or_else(|| "—".to_string(), |u| format!("`{u}`")),
+            metric.value_unit.unwrap_or("—"),
+            metric.prometheus_name,
+            metric.description
+        );
+    }
+    let names: Vec<String> = Bucket::ALL.iter().map(|b| format!("`{}`", b.as_str())).collect();
+    let _ = write!(out, "\nValues of `{BUCKET_ATTRIBUTE}`: {}.\n", names.join(", "));
+    out
+}
+
+/// The goodput gauges and the MFU gauge, created once from a meter (on the
+/// export rank; elsewhere [`GoodputMetrics::noop`]). One definition on lens's
+/// metric handles: without the `otel` feature every handle is a no-op.
+#[derive(Debug)]
+pub struct GoodputMetrics {
+    instruments: Option<GoodputInstruments>,
+}
+
+#[derive(Debug)]
+struct GoodputInstruments {
+    time: lens_fallbacks::Gauge<f64>,
+    ratio: lens_fallbacks::Gauge<f64>,
+    mfu: lens_fallbacks::Gauge<f64>,
+    bucket_attributes: [[lens_fallbacks::KeyValue; 1]; 8],
+}
+
+impl GoodputMetrics {
+    /// Creates the three gauges on `meter` (lens's meter, or anything that
+    /// converts into it).
+    pub fn new<M: Clone + Into<lens_fallbacks::Meter>>(meter: &M) -> GoodputMetrics {
+        let meter: lens_fallbacks::Meter = meter.clone().into();
+        let mut time = meter.f64_gauge(GOODPUT_TIME.name).with_description(GOODPUT_TIME.description);
+        if let Some(unit) = GOODPUT_TIME.unit {
+            time = time.with_unit(unit);
+        }
+        let instruments = GoodputInstruments {
+            time: time.build(),
+            ratio: meter.f64_gauge(GOODPUT_RATIO.name).with_description(GOODPUT_RATIO.description).build(),
+            mfu: meter.f64_gauge(TRAINING_MFU.name).with_description(TRAINING_MFU.description).build(),
+            bucket_attributes: Bucket::ALL.map(|b| [lens_fallbacks::KeyValue::new(BUCKET_ATTRIBUTE, b.as_str())]),
+        };
+        GoodputMetrics { instruments: Some(instruments) }
+    }
+
+    /// A handle that records nothing.
+    pub const fn noop() -> GoodputMetrics {
+        GoodputMetrics { instruments: None }
+    }
+
+    /// Whether this handle records nothing.
+    pub fn is_noop(&self) -> bool {
+        self.instruments.is_none()
+    }
+
+    /// Records every bucket's total, the ratio (when time was counted) and
+    /// the MFU (when known).
+    pub fn record(&self, totals: &GoodputTotals, mfu: Option<f64>) {
+        let Some(i) = &self.instruments else { return };
+        for (bucket, attributes) in Bucket::ALL.into_iter().zip(&i.bucket_attributes) {
+            i.time.record(totals.seconds(bucket), attributes);
+        }
+        if let Some(ratio) = totals.ratio() {
+            i.ratio.record(ratio, &[]);
+        }
+        if let Some(mfu) = mfu {
+            i.mfu.record(mfu, &[]);
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Goodput across a crash and a resume, as a job owner sees it (issue #13,
+//! "Done means"): a run saving every 10 iterations crashes after iteration
+//! 17; the next attempt loads the checkpoint of iteration 10 and finishes the
+//! 40 iterations. The second attempt's summary and its exported gauges
+//! charge the 7 iterations after the checkpoint as lost progress, keep 40
+//! iterations, report a ratio strictly between 0 and 1, and the buckets sum
+//! to both attempts' wall time (within the tolerance of docs/goodput.md).
+//! A clean run loses nothing, and MFU is exported only when a peak is
+//! known (the CPU device has none unless `MEGATRON_OTEL_PEAK_TFLOPS` is set).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod support;
+use support::{SMALL, command, run_command, temp_dir, with};
+
+/// The stated tolerance (docs/goodput.md): what a crashed attempt does after
+/// its last progress record (here: nothing but exiting, the record is
+/// written every iteration) and the process start before the program's first
+/// line are not seen; generous, for a loaded machine.
+const TOLERANCE_S: f64 = 3.0;
+
+/// Runs one attempt with telemetry on (file exporter under `dir`), run id
+/// `run_id`; its exit status, stderr and wall time.
+fn attempt(dir: &Path, run_id: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String, f64) {
+    let mut cmd = command(dir, args);
+    cmd.env("MEGATRON_OTEL_RUN_ID", run_id);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let started = Instant::now();
+    let (status, stderr) = run_command(cmd, Duration::from_secs(180));
+    (status.success(), stderr, started.elapsed().as_secs_f64())
+}
+
+/// The last exported value of each goodput gauge series of `run_id`'s last
+/// rank: `megatron.goodput.time` by bucket, and the ratio and MFU.
+fn exported(dir: &Path, run_id: &str, rank: u32) -> (BTreeMap<String, f64>, Option<f64>, Option<f64>) {
+    let path = dir.join("telemetry").join(run_id).join(format!("metrics-rank{rank}.jsonl"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (mut buckets, mut ratio, mut mfu) = (BTreeMap::new(), None, None);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let request: Value = serde_json::from_str(line).unwrap();
+        for resource in request["resourceMetrics"].as_array().into_iter().flatten() {
+            for scope in resource["scopeMetrics"].as_array().into_iter().flatten() {
+                for metric in scope["metrics"].as_array().into_iter().flatten() {
+                    let points = metric["gauge"]["dataPoints"].as_array().cloned().unwrap_or_default();
+                    for point in points {
+                        let value = point["asDouble"].as_f64().unwrap();
+                        match metric["name"].as_str().unwrap() {
+                            "megatron.goodput.time" => {
+                                assert_eq!(metric["unit"], "s");
+                                let bucket = point["attributes"][0]["value"]["stringValue"].as_str().unwrap();
+                                assert_eq!(point["attributes"][0]["key"], "megatron.goodput.bucket");
+                                buckets.insert(bucket.to_string(), value);
+                            }
+                            "megatron.goodput.ratio" => ratio = Some(value),
+                            "megatron.training.mfu" => mfu = Some(value),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (buckets, ratio, mfu)
+}
+
+fn summary(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_crash_and_resume_charges_the_lost_iterations_and_keeps_forty() {
+    let dir = temp_dir("goodput-crash");
+    // Two ranks (pipeline stages): rank 0 writes the progress record, rank 1
+    // (the last) exports and writes the summary.
+    let base = with(
+        SMALL,
+        &[
+            "--otel-enabled",
+            "--nproc-per-node",
+            "2",
+            "--pipeline-model-parallel-size",
+            "2",
+            "--train-iters",
+            "40",
+            "--log-interval",
+            "1",
+            "--save",
+            "D",
+            "--save-interval",
+            "10",
+        ],
+    );
+    let (ok, stderr, first_wall) = attempt(&dir, "attempt-1", &with(&base, &["--inject-crash-at", "17"]), &[]);
+    assert!(!ok, "the crashed attempt must fail: {stderr}");
+    assert!(stderr.contains("injected crash after iteration 17"), "{stderr}");
+    let tracker = std::fs::read_to_string(dir.join("D").join("latest_checkpointed_iteration.txt")).unwrap();
+    assert_eq!(tracker.trim(), "10", "no save after the crash");
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("D/goodput.json")).unwrap()).unwrap();
+    assert_eq!((record["iteration"].as_u64(), record["checkpoint_iteration"].as_u64()), (Some(17), Some(10)));
+    assert_eq!(record["pending_iterations"], 7);
+
+    let (ok, stderr, second_wall) =
+        attempt(&dir, "attempt-2", &with(&base, &["--load", "D", "--summary-json", "summary.json"]), &[]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("goodput: ") && stderr.contains("7 lost"), "{stderr}");
+    let s = summary(&dir);
+    let g = &s["goodput"];
+    assert_eq!(g["attempts"], 2);
+    assert_eq!(g["productive_iterations"], 40);
+    assert_eq!(g["lost_iterations"], 7);
+    assert_eq!(g["pending_iterations"], 0);
+    let seconds = |bucket: &str| g["seconds"][bucket].as_f64().unwrap();
+    let mean_step_s = s["mean_step_time_ms"].as_f64().unwrap() / 1e3;
+    let lost = seconds("lost_progress");
+    assert!(lost > 0.0 && lost < 7.0 * mean_step_s * 10.0 + 1.0, "lost {lost} s, step {mean_step_s} s");
+    let ratio = g["ratio"].as_f64().unwrap();
+    assert!(ratio > 0.0 && ratio < 1.0, "{ratio}");
+    assert!(seconds("checkpoint_save") > 0.0 && seconds("checkpoint_load") > 0.0 && seconds("startup") > 0.0);
+    let total: f64 = g["seconds"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
+    let wall = first_wall + second_wall;
+    assert!(total <= wall + 0.1 && total >= wall - TOLERANCE_S, "buckets {total} s, wall {wall} s");
+    assert_eq!(g["mfu"], Value::Null, "the CPU device has no known peak");
+
+    // The export rank's gauges say the same (at its normal end).
+    let (buckets, exported_ratio, mfu) = exported(&dir, "attempt-2", 1);
+    assert_eq!(buckets.len(), 8, "{buckets:?}");
+    assert_eq!(buckets["lost_progress"], lost);
+    assert_eq!(buckets["pending"], 0.0);
+    assert!(buckets["productive"] > 0.0 && buckets["productive"] <= seconds("productive"));
+    let exported_ratio = exported_ratio.expect("megatron.goodput.ratio exported");
+    assert!(exported_ratio > 0.0 && exported_ratio < 1.0);
+    assert_eq!(mfu, None, "no MFU without a peak");
+    // Rank 0 exports nothing under the default rank strategy.
+    assert!(!dir.join("telemetry/attempt-2/metrics-rank0.jsonl").exists());
+}
+
+#[test]
+fn a_clean_run_loses_nothing_and_exports_mfu_with_a_configured_peak() {
+    let dir = temp_dir("goodput-clean");
+    let args = with(
+        SMALL,
+        &[
+            "--otel-enabled",
+            "--train-iters",
+            "12",
+            "--log-interval",
+            "4",
+            "--save",
+            "D",
+            "--save-interval",
+            "5",
+            "--summary-json",
+            "summary.json",
+        ],
+    );
+    let (ok, stderr, _) = attempt(&dir, "clean", &args, &[("MEGATRON_OTEL_PEAK_TFLOPS", "0.001")]);
+    assert!(ok, "{stderr}");
+    let s = summary(&dir);
+    let g = &s["goodput"];
+    assert_eq!(g["seconds"]["lost_progress"], 0.0);
+    assert_eq!(g["lost_iterations"], 0);
+    assert_eq!(g["productive_iterations"], 12);
+    assert_eq!(g["attempts"], 1);
+    // MFU = achieved TFLOP/s per GPU over the configured peak.
+    let mfu = g["mfu"].as_f64().expect("an MFU with MEGATRON_OTEL_PEAK_TFLOPS set");
+    assert!(mfu > 0.0 && mfu.is_finite(), "{mfu}");
+    let (buckets, _, exported_mfu) = exported(&dir, "clean", 0);
+    assert_eq!(buckets["lost_progress"], 0.0);
+    assert_eq!(exported_mfu, Some(mfu));
+    // The record of a normal end has nothing pending: a later resume loses nothing.
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("D/goodput.json")).unwrap()).unwrap();
+    assert_eq!(record["pending_iterations"], 0);
+    assert_eq!(record["productive_iterations"], 12);
+
+    // A bad peak is a configuration error naming the variable.
+    let (ok, stderr, _) = attempt(&dir, "bad", &args, &[("MEGATRON_OTEL_PEAK_TFLOPS", "-3")]);
+    assert!(!ok);
+    assert!(stderr.contains("MEGATRON_OTEL_PEAK_TFLOPS"), "{stderr}");
+}
+
+#[test]
+fn a_foreign_progress_record_is_a_warning_and_the_totals_start_fresh() {
+    let dir = temp_dir("goodput-foreign");
+    let base = with(SMALL, &["--otel-enabled", "--log-interval", "2", "--save", "D"]);
+    let (ok, stderr, _) = attempt(&dir, "first", &with(&base, &["--train-iters", "4"]), &[]);
+    assert!(ok, "{stderr}");
+    std::fs::write(dir.join("D/goodput.json"), "{\"schema\": \"someone-else/3\"}").unwrap();
+    let (ok, stderr, _) = attempt(
+        &dir,
+        "second",
+        &with(&base, &["--load", "D", "--train-iters", "6", "--summary-json", "summary.json"]),
+        &[],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("is not a goodput progress record") && stderr.contains("start fresh"), "{stderr}");
+    let g = &summary(&dir)["goodput"];
+    assert_eq!(g["attempts"], 1);
+    assert_eq!(g["productive_iterations"], 2);
+}
