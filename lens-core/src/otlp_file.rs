@@ -1,13 +1,17 @@
-//! A reader of lens's `file` export format for metrics: OTLP/JSON lines,
-//! one `ExportMetricsServiceRequest` a line, in `metrics-rank<N>.jsonl`
-//! (see `otel::exporters::file` and docs/exporters.md).
+//! A reader of lens's `file` export format: OTLP/JSON lines, one
+//! `ExportMetricsServiceRequest` a line in `metrics-rank<N>.jsonl`, one
+//! `ExportTraceServiceRequest` a line in `traces-rank<N>.jsonl` (see
+//! `otel::exporters::file` and docs/exporters.md).
 //!
 //! It is pure (no OpenTelemetry crate) so that offline tools read a run's
 //! directory in either build: the framework layers build their analyses on
 //! the flat [`MetricPoint`]s it returns (Megatron's straggler attribution,
 //! for one). Gauge and sum data points are read; histograms are skipped.
-//! Bad input never panics: a line that is not JSON, or a point without a
-//! value, is counted in [`MetricFile::skipped`].
+//! Spans are read as flat [`SpanRecord`]s (name, times, attributes), for
+//! analyses that need intervals rather than a tree (Megatron's goodput from
+//! the spans, for one). Bad input never panics: a line that is not JSON, a
+//! point without a value or a span without times, is counted in
+//! [`MetricFile::skipped`] or [`SpanFile::skipped`].
 //!
 //! ```
 //! use lens_core::otlp_file::{AttributeValue, read_metric_lines};
@@ -90,17 +94,118 @@ pub struct MetricFile {
 
 /// The `metrics-rank<N>.jsonl` files of `dir`, with their ranks, by rank.
 pub fn metrics_files(dir: &Path) -> io::Result<Vec<(u32, PathBuf)>> {
+    rank_files(dir, "metrics-rank")
+}
+
+/// The `traces-rank<N>.jsonl` files of `dir`, with their ranks, by rank.
+pub fn traces_files(dir: &Path) -> io::Result<Vec<(u32, PathBuf)>> {
+    rank_files(dir, "traces-rank")
+}
+
+fn rank_files(dir: &Path, prefix: &str) -> io::Result<Vec<(u32, PathBuf)>> {
     let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|entry| entry.path())
+        .filter(|path| path.is_file())
         .filter_map(|path| {
             let name = path.file_name()?.to_str()?;
-            let rank = name.strip_prefix("metrics-rank")?.strip_suffix(".jsonl")?.parse().ok()?;
+            let rank = name.strip_prefix(prefix)?.strip_suffix(".jsonl")?.parse().ok()?;
             Some((rank, path))
         })
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// One span, flat: no ids, no tree.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanRecord {
+    /// The rank of the file it came from (`traces-rank<N>.jsonl`).
+    pub file_rank: u32,
+    /// The span name.
+    pub name: String,
+    /// `startTimeUnixNano`.
+    pub start_unix_nano: u64,
+    /// `endTimeUnixNano` (never before the start).
+    pub end_unix_nano: u64,
+    /// The span's attributes.
+    pub attributes: BTreeMap<String, AttributeValue>,
+}
+
+/// What one traces file held.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpanFile {
+    /// The spans, in file order.
+    pub spans: Vec<SpanRecord>,
+    /// The attributes of the last resource seen.
+    pub resource: BTreeMap<String, AttributeValue>,
+    /// Lines or spans that could not be read.
+    pub skipped: u64,
+}
+
+/// Reads the traces file at `path` (of rank `file_rank`).
+pub fn read_span_file(path: &Path, file_rank: u32) -> io::Result<SpanFile> {
+    Ok(read_span_lines(BufReader::new(std::fs::File::open(path)?), file_rank))
+}
+
+/// Reads OTLP/JSON trace lines from `reader`.
+pub fn read_span_lines(reader: impl BufRead, file_rank: u32) -> SpanFile {
+    let mut file = SpanFile::default();
+    for line in reader.lines() {
+        let Ok(line) = line else {
+            file.skipped += 1;
+            break;
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Ok(request) = serde_json::from_str::<Value>(&line) else {
+            file.skipped += 1;
+            continue;
+        };
+        for resource_spans in array(&request, "resourceSpans") {
+            if let Some(resource) = resource_spans.get("resource") {
+                file.resource = attributes(resource);
+            }
+            for scope_spans in array(resource_spans, "scopeSpans") {
+                for span in array(scope_spans, "spans") {
+                    match read_span(span, file_rank) {
+                        Some(span) => file.spans.push(span),
+                        None => file.skipped += 1,
+                    }
+                }
+            }
+        }
+    }
+    file
+}
+
+fn read_span(span: &Value, file_rank: u32) -> Option<SpanRecord> {
+    let time = |key: &str| -> Option<u64> {
+        let time = number(span.get(key)?)?;
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a Unix time in nanoseconds")]
+        (time.is_finite() && time >= 0.0).then_some(time as u64)
+    };
+    // Through f64 a Unix time in nanoseconds keeps ~0.25 µs: enough for
+    // intervals; an integer string is read exactly.
+    let exact = |key: &str| span.get(key).and_then(Value::as_str).and_then(|s| s.trim().parse::<u64>().ok());
+    let start_unix_nano = exact("startTimeUnixNano").or_else(|| time("startTimeUnixNano"))?;
+    let end_unix_nano = exact("endTimeUnixNano").or_else(|| time("endTimeUnixNano"))?.max(start_unix_nano);
+    Some(SpanRecord {
+        file_rank,
+        name: span.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+        start_unix_nano,
+        end_unix_nano,
+        attributes: attributes(span),
+    })
+}
+
+/// The `attributes` list of `holder` as a map.
+fn attributes(holder: &Value) -> BTreeMap<String, AttributeValue> {
+    array(holder, "attributes")
+        .iter()
+        .filter_map(|kv| Some((kv.get("key")?.as_str()?.to_string(), attribute(kv.get("value")?))))
+        .collect()
 }
 
 /// Reads the metrics file at `path` (of rank `file_rank`).
@@ -166,11 +271,7 @@ fn read_point(point: &Value) -> Option<Point> {
     let time = point.get("timeUnixNano").and_then(number).unwrap_or(0.0);
     #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a Unix time in nanoseconds")]
     let time = time.max(0.0) as u64;
-    let attributes = array(point, "attributes")
-        .iter()
-        .filter_map(|kv| Some((kv.get("key")?.as_str()?.to_string(), attribute(kv.get("value")?))))
-        .collect();
-    Some((attributes, time, value))
+    Some((attributes(point), time, value))
 }
 
 /// A number as OTLP/JSON writes it: a JSON number or a decimal string.
@@ -210,5 +311,26 @@ mod tests {
         assert_eq!(file.skipped, 2);
         assert_eq!(file.points.len(), 1);
         assert_eq!((file.points[0].metric.as_str(), file.points[0].value, file.points[0].export), ("m", 1.5, 1));
+    }
+
+    #[test]
+    fn spans_are_read_flat_and_bad_spans_are_counted() {
+        let text = concat!(
+            "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"dl.rank\",\"value\":{\"intValue\":\"1\"}}]},",
+            "\"scopeSpans\":[{\"spans\":[{\"name\":\"a\",\"startTimeUnixNano\":\"1700000000000000123\",",
+            "\"endTimeUnixNano\":\"1700000000000000456\",\"attributes\":[{\"key\":\"i\",\"value\":{\"intValue\":\"7\"}}]},",
+            "{\"name\":\"no times\"}]}]}]}\n",
+            "[1,2\n"
+        );
+        let file = read_span_lines(text.as_bytes(), 1);
+        assert_eq!(file.skipped, 2);
+        assert_eq!(file.spans.len(), 1);
+        let span = &file.spans[0];
+        assert_eq!(
+            (span.name.as_str(), span.start_unix_nano, span.end_unix_nano),
+            ("a", 1_700_000_000_000_000_123, 1_700_000_000_000_000_456)
+        );
+        assert_eq!(span.attributes["i"], AttributeValue::Int(7));
+        assert_eq!(file.resource["dl.rank"], AttributeValue::Int(1));
     }
 }

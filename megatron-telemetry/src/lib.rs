@@ -6,6 +6,7 @@
 //! signals, shutdown).
 
 pub mod goodput;
+pub mod goodput_view;
 pub mod groups;
 pub mod lifecycle;
 pub mod metrics;

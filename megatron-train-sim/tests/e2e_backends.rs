@@ -405,3 +405,97 @@ fn wait_until_len(prometheus: &Prometheus, promql: &str, len: usize) {
         (prometheus.query(promql).len() == len).then_some(())
     });
 }
+
+/// The fenced block after `<!-- recipe: NAME -->` in docs/backends.md.
+fn documented_recipe(page: &str, name: &str) -> String {
+    let marker = format!("<!-- recipe: {name} -->");
+    let after = page.split(&marker).nth(1).unwrap_or_else(|| panic!("docs/backends.md has no {marker}"));
+    let block = after.split("```").nth(1).unwrap_or_else(|| panic!("no code block after {marker}"));
+    block.split_once('\n').map_or(block, |(_, body)| body).trim().to_string()
+}
+
+/// Issue #12 item 3(b): the documented PromQL straggler recipe, asked of a
+/// real Prometheus that scrapes four data-parallel ranks (one of them made
+/// late in `backward` by `--inject-straggler`), returns that rank and that
+/// phase, and nobody else; the dashboard's straggler panel runs the same
+/// query.
+#[test]
+fn prometheus_names_the_injected_straggler_rank_and_phase() {
+    const DP: u16 = 4;
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/backends.md")).unwrap();
+    let recipe = documented_recipe(&page, "straggler");
+    let dashboard = page.split("```json\n").nth(1).and_then(|rest| rest.split("```").next()).unwrap();
+    let dashboard: Value = serde_json::from_str(dashboard).expect("the dashboard JSON of docs/backends.md parses");
+    let panel_exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|panel| panel["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|target| target["expr"].as_str().map(|e| e.split_whitespace().collect::<Vec<_>>().join(" ")))
+        .collect();
+    let one_line = recipe.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(panel_exprs.contains(&one_line), "the dashboard has a panel with the straggler recipe");
+
+    let ctx = Ctx::new("prometheus-straggler");
+    let base = free_ports(DP);
+    let targets: Vec<String> = (0..DP).map(|i| format!("127.0.0.1:{}", base + i)).collect();
+    let prometheus = Prometheus::start(&ctx, &targets);
+    let run_id = format!("e2e-straggler-{}", std::process::id());
+    let args = [
+        "--otel-enabled",
+        "--nproc-per-node",
+        "4",
+        "--hidden-size",
+        "16",
+        "--num-attention-heads",
+        "2",
+        "--num-layers",
+        "2",
+        "--seq-length",
+        "8",
+        "--train-iters",
+        "16",
+        "--log-interval",
+        "2",
+        "--inject-straggler",
+        "2:backward:50",
+    ];
+    let sim = ctx
+        .sim(&args)
+        .envs(&[
+            ("MEGATRON_OTEL_RUN_ID", &run_id),
+            ("MEGATRON_OTEL_RANK_METRICS", "1"),
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", &base.to_string()),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+            ("MEGATRON_OTEL_PROMETHEUS_LINGER_MS", "15000"),
+        ])
+        .spawn();
+
+    // Every rank's last iteration scraped (the values stay up during the
+    // linger), then the recipe.
+    let done = format!("megatron_rank_iteration{{nemo_run_id=\"{run_id}\"}} == 16");
+    prometheus.wait_for_series(&done, Duration::from_secs(60));
+    wait_until_len(&prometheus, &done, usize::from(DP));
+    let query = recipe.replace("$run_id", &run_id);
+    let culprits = prometheus.wait_for_series(&query, Duration::from_secs(20));
+    let found: Vec<(String, String)> = culprits
+        .iter()
+        .map(|s| {
+            (
+                s["metric"]["dl_rank"].as_str().unwrap_or("").into(),
+                s["metric"]["megatron_phase"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    assert_eq!(found, vec![("2".to_string(), "backward".to_string())], "{culprits:?}");
+    let lateness: f64 = culprits[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(lateness > 10.0, "the lateness is over the threshold: {lateness} ms");
+
+    let run = sim.wait(RUN_LIMIT);
+    run.assert_success("the simulator");
+    prometheus.stop();
+    ctx.finish();
+}

@@ -7,21 +7,56 @@
 //! to both attempts' wall time (within the tolerance of docs/goodput.md).
 //! A clean run loses nothing, and MFU is exported only when a peak is
 //! known (the CPU device has none unless `MEGATRON_OTEL_PEAK_TFLOPS` is set).
+//! The viewer (`analyze` on the telemetry directory) computes the same
+//! breakdown from the spans of `per_step` groups, within the tolerance of
+//! docs/goodput.md, and says what is missing under the `default` groups.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod support;
-use support::{SMALL, command, run_command, temp_dir, with};
+use support::{BIN, SMALL, command, run_command, temp_dir, with};
 
 /// The stated tolerance (docs/goodput.md): what a crashed attempt does after
 /// its last progress record (here: nothing but exiting, the record is
 /// written every iteration) and the process start before the program's first
 /// line are not seen; generous, for a loaded machine.
 const TOLERANCE_S: f64 = 3.0;
+
+/// The stated tolerance of the viewer against the summary (docs/goodput.md):
+/// per bucket, in seconds, and on the ratio. The spans are the export
+/// rank's, the summary's dead attempt is rank 0's record: a rank that waits
+/// for another inside a save moves time between `productive` and
+/// `checkpoint_save`; and a dead attempt's tail after its last iteration is
+/// `other` in the viewer, unseen by the summary.
+const VIEW_TOLERANCE_S: f64 = 1.0;
+const VIEW_RATIO_TOLERANCE: f64 = 0.08;
+
+/// `analyze DIR`: its exit status and standard output.
+fn analyze(dir: &Path) -> (bool, String) {
+    let output = Command::new(BIN).arg("analyze").arg(dir).stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(stderr.is_empty() || output.status.success(), "{stderr}");
+    (output.status.success(), stdout)
+}
+
+/// The viewer's goodput section: seconds per bucket (and `total`, `ratio`).
+fn viewer_figures(text: &str) -> BTreeMap<String, f64> {
+    let section = text.split("goodput (from the spans").nth(1).unwrap_or_else(|| panic!("no goodput section: {text}"));
+    section
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (name, value) = (words.next()?, words.next()?.parse().ok()?);
+            Some((name.to_string(), value))
+        })
+        .collect()
+}
 
 /// Runs one attempt with telemetry on (file exporter under `dir`), run id
 /// `run_id`; its exit status, stderr and wall time.
@@ -96,7 +131,9 @@ fn a_crash_and_resume_charges_the_lost_iterations_and_keeps_forty() {
             "10",
         ],
     );
-    let (ok, stderr, first_wall) = attempt(&dir, "attempt-1", &with(&base, &["--inject-crash-at", "17"]), &[]);
+    // `per_step` groups: the viewer's breakdown needs the iteration spans.
+    let groups = [("MEGATRON_OTEL_SPAN_GROUPS", "per_step")];
+    let (ok, stderr, first_wall) = attempt(&dir, "attempt-1", &with(&base, &["--inject-crash-at", "17"]), &groups);
     assert!(!ok, "the crashed attempt must fail: {stderr}");
     assert!(stderr.contains("injected crash after iteration 17"), "{stderr}");
     let tracker = std::fs::read_to_string(dir.join("D").join("latest_checkpointed_iteration.txt")).unwrap();
@@ -106,7 +143,7 @@ fn a_crash_and_resume_charges_the_lost_iterations_and_keeps_forty() {
     assert_eq!(record["pending_iterations"], 7);
 
     let (ok, stderr, second_wall) =
-        attempt(&dir, "attempt-2", &with(&base, &["--load", "D", "--summary-json", "summary.json"]), &[]);
+        attempt(&dir, "attempt-2", &with(&base, &["--load", "D", "--summary-json", "summary.json"]), &groups);
     assert!(ok, "{stderr}");
     assert!(stderr.contains("goodput: ") && stderr.contains("7 lost"), "{stderr}");
     let s = summary(&dir);
@@ -138,6 +175,35 @@ fn a_crash_and_resume_charges_the_lost_iterations_and_keeps_forty() {
     assert_eq!(mfu, None, "no MFU without a peak");
     // Rank 0 exports nothing under the default rank strategy.
     assert!(!dir.join("telemetry/attempt-2/metrics-rank0.jsonl").exists());
+
+    // The viewer, on the telemetry directory of both attempts, computes the
+    // same breakdown from the spans.
+    let (ok, text) = analyze(&dir.join("telemetry"));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("attempt attempt-1: rank 1") && text.contains("iterations 1-17, checkpoint 10, no normal end"),
+        "{text}"
+    );
+    assert!(
+        text.contains("attempt attempt-2: rank 1") && text.contains("iterations 11-40, checkpoint 40, normal end"),
+        "{text}"
+    );
+    assert!(text.contains("iterations: 40 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
+    let view = viewer_figures(&text);
+    for (bucket, value) in g["seconds"].as_object().unwrap() {
+        let summary_value = value.as_f64().unwrap();
+        let viewed = view.get(bucket.as_str()).copied().unwrap_or_else(|| panic!("no {bucket} in {text}"));
+        assert!(
+            (viewed - summary_value).abs() <= VIEW_TOLERANCE_S,
+            "{bucket}: viewer {viewed} s, summary {summary_value} s\n{text}"
+        );
+    }
+    assert!(
+        (view["ratio"] - ratio).abs() <= VIEW_RATIO_TOLERANCE,
+        "viewer ratio {}, summary {ratio}\n{text}",
+        view["ratio"]
+    );
+    assert!(view["lost_progress"] > 0.0 && view["productive"] > 0.0, "{text}");
 }
 
 #[test]
@@ -171,6 +237,12 @@ fn a_clean_run_loses_nothing_and_exports_mfu_with_a_configured_peak() {
     let mfu = g["mfu"].as_f64().expect("an MFU with MEGATRON_OTEL_PEAK_TFLOPS set");
     assert!(mfu > 0.0 && mfu.is_finite(), "{mfu}");
     let (buckets, _, exported_mfu) = exported(&dir, "clean", 0);
+    // Under the `default` groups there are no iteration spans: the viewer
+    // says what is missing instead of a breakdown.
+    let (ok, text) = analyze(&dir.join("telemetry/clean"));
+    assert!(ok, "{text}");
+    assert!(text.contains("not computed") && text.contains("MEGATRON_OTEL_SPAN_GROUPS=per_step"), "{text}");
+    assert!(!text.contains("productive"), "{text}");
     assert_eq!(buckets["lost_progress"], 0.0);
     assert_eq!(exported_mfu, Some(mfu));
     // The record of a normal end has nothing pending: a later resume loses nothing.
