@@ -416,6 +416,24 @@ impl Telemetry {
         report
     }
 
+    /// Queues copies of the spans open now for export, each marked
+    /// `nemo.span.open`, with a fresh span id and a link to its original,
+    /// ended now, the innermost with the event `event` (SPEC A17; see
+    /// [`OpenSpanCloser::open_copies`]); the names of the copies, outermost
+    /// first. Empty where this rank records no spans. Call
+    /// [`force_flush`](Telemetry::force_flush) afterwards to send them.
+    pub fn export_open_span_copies(
+        &self,
+        event: &'static str,
+        attributes: impl IntoIterator<Item = crate::attr::KeyValue>,
+    ) -> Vec<String> {
+        let closer = lock(&self.parts).as_ref().and_then(|p| p.closer.clone());
+        match closer {
+            Some(closer) => closer.export_open_copies(event, attributes.into_iter().map(Into::into).collect()),
+            None => Vec::new(),
+        }
+    }
+
     /// Ends spans still open (innermost first, marked truncated), flushes and
     /// shuts down the providers this handle built, within `timeout` even when
     /// the collector hangs. Idempotent: a second call does nothing and
