@@ -376,6 +376,13 @@ mod running {
         }
     }
 
+    /// Writes `line` on standard error in one `write` call, so that the
+    /// lines of ranks sharing one stderr never interleave mid-line.
+    fn say(line: &str) {
+        use std::io::Write as _;
+        let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
+    }
+
     struct Watch {
         telemetry: Weak<Telemetry>,
         phases: Phases,
@@ -419,19 +426,19 @@ mod running {
                             _ => Vec::new(),
                         };
                         self.record(1);
-                        eprintln!("{}", hang_line(self.rank, stalled, &snapshot, &open));
+                        say(&hang_line(self.rank, stalled, &snapshot, &open));
                         if let Some(t) = telemetry {
                             let _report = t.force_flush(self.flush_timeout);
                         }
                     }
                     Verdict::Recovered { stalled } => {
                         self.record(0);
-                        eprintln!(
+                        say(&format!(
                             "rank {}: iteration {} completed after {:.1} s; hang suspicion cleared",
                             self.rank,
                             snapshot.last_completed_iteration,
                             stalled.as_secs_f64()
-                        );
+                        ));
                     }
                 }
             }
