@@ -467,6 +467,26 @@ impl Telemetry {
         return ShutdownReport::default();
     }
 
+    /// Queues copies of the spans open now for export, each marked
+    /// `nemo.span.open`, with a fresh span id and a link to its original,
+    /// ended now, the innermost with the event `event` (the hang watchdog's
+    /// flight recorder); the names of the copies, outermost first. Empty
+    /// where this rank records no spans, and without `otel`. Call
+    /// [`force_flush`](Telemetry::force_flush) afterwards to send them.
+    pub fn export_open_span_copies(
+        &self,
+        event: &'static str,
+        attributes: impl IntoIterator<Item = crate::attr::KeyValue>,
+    ) -> Vec<String> {
+        #[cfg(feature = "otel")]
+        return self.export_open_span_copies_otel(event, attributes.into_iter().collect());
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = (event, attributes);
+            Vec::new()
+        }
+    }
+
     /// Exports everything recorded so far (spans queued, a metric
     /// collection), waiting at most `timeout`. Open spans stay open. An
     /// empty report without `otel`.

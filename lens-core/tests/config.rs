@@ -879,6 +879,24 @@ fn the_peak_tflops_is_a_positive_number_named_in_its_error() {
     assert!(err.to_string().contains("Invalid float for MEGATRON_OTEL_PEAK_TFLOPS: 'fast'"), "{err}");
 }
 
+#[test]
+fn the_hang_timeout_is_auto_off_or_seconds_and_a_bad_one_says_what_is_accepted() {
+    use lens_core::config::HangTimeout;
+    assert_eq!(megatron(&[]).unwrap().hang_timeout, HangTimeout::Auto);
+    assert_eq!(megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", "0")]).unwrap().hang_timeout, HangTimeout::Off);
+    assert_eq!(megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", "AUTO")]).unwrap().hang_timeout, HangTimeout::Auto);
+    assert_eq!(
+        megatron(&[("NEMO_LENS_HANG_TIMEOUT_S", "2.5")]).unwrap().hang_timeout,
+        HangTimeout::After(std::time::Duration::from_millis(2500)),
+        "the NEMO_LENS fallback is read"
+    );
+    for bad in ["-1", "soon", "inf", "1e99"] {
+        let err = megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", bad)]).unwrap_err();
+        assert!(err.mentions("MEGATRON_OTEL_HANG_TIMEOUT_S"), "{bad}: {err}");
+        assert!(err.to_string().contains("auto, 0 (off) or a positive number of seconds"), "{bad}: {err}");
+    }
+}
+
 // ---------------------------------------------------------------- proptests
 
 /// Every variable the model reads, for the property tests.
@@ -908,6 +926,7 @@ const VARIABLES: &[&str] = &[
     "MEGATRON_OTEL_PROMETHEUS_LINGER_MS",
     "MEGATRON_OTEL_PROMETHEUS_RESOURCE_LABELS",
     "MEGATRON_OTEL_PEAK_TFLOPS",
+    "MEGATRON_OTEL_HANG_TIMEOUT_S",
     "OTEL_SERVICE_NAME",
     "WANDB_ENTITY",
     "WANDB_PROJECT",

@@ -219,4 +219,44 @@ mod with_testing {
         assert!(drained.iter().all(is_truncated));
         assert!(closer.drain_truncated().is_empty());
     }
+
+    #[test]
+    fn open_copies_are_chained_linked_marked_and_the_originals_still_end_normally() {
+        use lens_core::otel::closer::SPAN_OPEN;
+        let setup = setup();
+        let tracer = setup.provider.tracer("test");
+        tracer.start("done").end();
+        let parent = tracer.start("iteration");
+        let parent_cx = Context::current_with_span(parent);
+        let child = tracer.start_with_context("backward", &parent_cx);
+        let child_cx = parent_cx.with_span(child);
+        let names = setup.closer.export_open_copies("hang", vec![KeyValue::new("phase", "backward")]);
+        assert_eq!(names, ["iteration", "backward"], "outermost first");
+        assert!(setup.batch.force_flush_with_timeout(Duration::from_secs(10)).is_ok());
+        let copies: Vec<SpanData> = setup.exported().into_iter().filter(|s| s.name != "done").collect();
+        assert_eq!(copies.len(), 2, "{copies:?}");
+        let (outer, inner) = (&copies[0], &copies[1]);
+        let (parent_id, child_id) =
+            (parent_cx.span().span_context().span_id(), child_cx.span().span_context().span_id());
+        assert_ne!(outer.span_context.span_id(), parent_id, "a fresh span id");
+        assert_ne!(inner.span_context.span_id(), child_id);
+        assert_eq!(inner.parent_span_id, outer.span_context.span_id(), "chained like the originals");
+        assert_eq!(outer.span_context.trace_id(), parent_cx.span().span_context().trace_id());
+        for (copy, original) in [(outer, parent_id), (inner, child_id)] {
+            assert!(copy.attributes.contains(&KeyValue::new(SPAN_OPEN, true)), "{copy:?}");
+            assert_eq!(copy.links.links.len(), 1);
+            assert_eq!(copy.links.links[0].span_context.span_id(), original, "linked to its original");
+            assert!(!is_truncated(copy));
+        }
+        assert!(outer.events.events.is_empty());
+        assert_eq!(inner.events.events.len(), 1, "the event is on the innermost");
+        assert_eq!(inner.events.events[0].name, "hang");
+        assert_eq!(setup.closer.open_count(), 2, "the originals are still open");
+        drop(child_cx);
+        drop(parent_cx);
+        setup.shutdown();
+        let iterations = setup.named("iteration");
+        assert_eq!(iterations.len(), 2, "the copy and the original");
+        assert!(iterations.iter().any(|s| s.span_context.span_id() == parent_id && !is_truncated(s)));
+    }
 }

@@ -18,6 +18,7 @@ pub mod resource;
 pub mod signals;
 pub mod stragglers;
 pub mod taxonomy;
+pub mod watchdog;
 
 /// The Rust examples of `docs/resource-attributes.md`, compiled and run as doc
 /// tests so that the page cannot drift from the API (in both modes: they call

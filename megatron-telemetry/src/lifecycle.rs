@@ -525,6 +525,7 @@ pub struct MegatronTelemetry {
     enabled: bool,
     service_name: String,
     span_groups: String,
+    hang_timeout: lens_core::config::HangTimeout,
 }
 
 impl std::fmt::Debug for MegatronTelemetry {
@@ -612,6 +613,7 @@ impl MegatronTelemetry {
             enabled,
             service_name: config.service_name.clone(),
             span_groups: resolved_spec(&config),
+            hang_timeout: config.hang_timeout,
         };
         lifetime.open_startup(model_type);
         Ok(lifetime)
@@ -631,6 +633,23 @@ impl MegatronTelemetry {
     /// default 5 s), which dropping the handle also uses.
     pub fn shutdown_timeout(&self) -> Duration {
         self.shutdown_timeout
+    }
+
+    /// Starts this rank's hang watchdog on `phases` (`<PREFIX>_HANG_TIMEOUT_S`;
+    /// inert when telemetry is off or the timeout is `0`). See
+    /// [`crate::watchdog`].
+    pub fn hang_watchdog(
+        &self,
+        phases: &crate::phases::Phases,
+        coordinates: crate::rank_metrics::RankCoordinates,
+    ) -> crate::watchdog::HangWatchdog {
+        crate::watchdog::HangWatchdog::start(
+            Arc::downgrade(&self.telemetry),
+            self.hang_timeout,
+            phases,
+            coordinates,
+            self.shutdown_timeout,
+        )
     }
 
     /// The training metrics (a no-op handle on other ranks), for

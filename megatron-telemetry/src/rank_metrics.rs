@@ -63,8 +63,31 @@ pub const ITERATION: MetricDef = MetricDef {
     prometheus_name: "megatron_rank_iteration",
 };
 
-/// The three per-rank metrics, in docs order.
-pub const RANK_METRICS: &[MetricDef] = &[PHASE_DURATION_MS, STEP_DURATION_MS, ITERATION];
+/// `megatron.rank.hang_suspected`: gauge, 1 while this rank's hang watchdog
+/// suspects a hang, 0 otherwise (recorded by `crate::watchdog`, on every
+/// rank that exports metrics, rank metrics on or off).
+pub const HANG_SUSPECTED: MetricDef = MetricDef {
+    name: "megatron.rank.hang_suspected",
+    kind: InstrumentKind::Gauge,
+    unit: None,
+    value_unit: None,
+    description: "1 while this rank's hang watchdog sees no completed iteration for longer than its timeout, 0 otherwise (rank attributes only; recorded where the rank exports metrics).",
+    prometheus_name: "megatron_rank_hang_suspected",
+};
+
+/// The per-rank metrics, in docs order.
+pub const RANK_METRICS: &[MetricDef] = &[PHASE_DURATION_MS, STEP_DURATION_MS, ITERATION, HANG_SUSPECTED];
+
+/// The attributes of a rank's series: `dl.rank` and its coordinates.
+pub(crate) fn rank_attributes(c: RankCoordinates) -> Vec<KeyValue> {
+    use lens_core::semconv;
+    vec![
+        KeyValue::new(semconv::DL_RANK, i64::from(c.rank)),
+        KeyValue::new(semconv::DL_PIPELINE_PARALLEL_RANK, i64::from(c.pipeline)),
+        KeyValue::new(semconv::DL_TENSOR_PARALLEL_RANK, i64::from(c.tensor)),
+        KeyValue::new(semconv::DL_DATA_PARALLEL_RANK, i64::from(c.data)),
+    ]
+}
 
 /// The table of `docs/metrics-megatron.md` between the
 /// `generated:rank-metrics` markers, from [`RANK_METRICS`].
@@ -129,15 +152,8 @@ impl RankMetrics {
         if !telemetry.exports_rank_metrics() {
             return RankMetrics::noop();
         }
-        use lens_core::semconv;
         let meter = telemetry.meter();
-        let c = coordinates;
-        let rank = vec![
-            KeyValue::new(semconv::DL_RANK, i64::from(c.rank)),
-            KeyValue::new(semconv::DL_PIPELINE_PARALLEL_RANK, i64::from(c.pipeline)),
-            KeyValue::new(semconv::DL_TENSOR_PARALLEL_RANK, i64::from(c.tensor)),
-            KeyValue::new(semconv::DL_DATA_PARALLEL_RANK, i64::from(c.data)),
-        ];
+        let rank = rank_attributes(coordinates);
         let per_phase = EXPORTED_PHASES
             .iter()
             .map(|&phase| {

@@ -149,6 +149,10 @@ pub(crate) struct Args {
     /// iteration: a straggler for docs/ranks.md's tools. Repeatable.
     #[arg(long, value_name = "RANK:PHASE:MS", value_parser = crate::faults::parse_straggler)]
     pub(crate) inject_straggler: Vec<crate::faults::Straggler>,
+    /// Make rank RANK stop inside PHASE (data, forward, backward or optimizer) at ITERATION until it is
+    /// killed: a hang for the watchdog (docs/ranks.md). Repeatable.
+    #[arg(long, value_name = "RANK:PHASE:ITERATION", value_parser = crate::faults::parse_hang)]
+    pub(crate) inject_hang: Vec<crate::faults::Hang>,
     /// Sleep this long in every step, on every rank (to simulate a slower step in benchmarks).
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub(crate) step_sleep_ms: u64,
@@ -159,8 +163,9 @@ pub(crate) struct Args {
     /// telemetry, truncating open spans, and exits 1 without saving.
     #[arg(long, value_name = "ITERATION")]
     pub(crate) inject_crash_at: Option<u64>,
-    /// Seconds a rank waits for a message from another rank before it gives up.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    /// Seconds a rank waits for a message from another rank before it gives up (above the hang
+    /// watchdog's 60 s floor, so that the watchdog speaks first).
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub(crate) comm_timeout: u64,
     /// Launcher: write "RANK PID" lines to this file once the ranks are started (test aid).
     #[arg(long, hide = true, value_name = "PATH")]
@@ -317,6 +322,7 @@ impl Args {
         }
 
         problems.extend(crate::faults::check_ranks(&self.inject_straggler, world_size));
+        problems.extend(crate::faults::check_hangs(&self.inject_hang, world_size, self.train_iters));
         let model_parallel = tp * pp;
         let dp = if !world_size.is_multiple_of(model_parallel) {
             problems.push(format!(

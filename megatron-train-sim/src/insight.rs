@@ -1,14 +1,15 @@
 //! Per-rank insight (docs/ranks.md): this rank's phase clock, its
-//! `megatron.rank.*` metrics and the injected straggler delays, in one place
-//! for the training loop. The marker API and the metrics belong to
+//! `megatron.rank.*` metrics, its hang watchdog and the injected straggler
+//! delays and hangs, in one place for the training loop. The marker API and the metrics belong to
 //! megatron-telemetry (`phases`, `rank_metrics`); this module only wires
 //! them to the simulator's rank.
 
 use megatron_telemetry::phases::{Phase, Phases};
 use megatron_telemetry::rank_metrics::{RankCoordinates, RankMetrics};
+use megatron_telemetry::watchdog::HangWatchdog;
 
 use crate::cli::Coords;
-use crate::faults::{Delays, Straggler};
+use crate::faults::{Delays, Hang, Straggler};
 use crate::telemetry::Telemetry;
 
 /// One rank's phase clock, rank metrics and injected delays.
@@ -17,18 +18,44 @@ pub(crate) struct RankInsight {
     phases: Phases,
     metrics: RankMetrics,
     delays: Delays,
+    hangs: Vec<Hang>,
+    /// The iteration running (1-based).
+    iteration: u64,
+    watchdog: HangWatchdog,
 }
 
 impl RankInsight {
     /// The insight of rank `rank` at `coords`: phases marked while telemetry
     /// is enabled, rank metrics where they are exported.
-    pub(crate) fn new(telemetry: &Telemetry, stragglers: &[Straggler], rank: u32, coords: Coords) -> RankInsight {
+    pub(crate) fn new(
+        telemetry: &Telemetry,
+        stragglers: &[Straggler],
+        hangs: &[Hang],
+        rank: u32,
+        coords: Coords,
+    ) -> RankInsight {
         let coordinates = RankCoordinates { rank, pipeline: coords.pp, tensor: coords.tp, data: coords.dp };
+        let phases = Phases::new(telemetry.is_enabled());
+        let watchdog = telemetry.hang_watchdog(&phases, coordinates);
         RankInsight {
-            phases: Phases::new(telemetry.is_enabled()),
+            phases,
             metrics: RankMetrics::new(telemetry.lens(), coordinates),
             delays: Delays::for_rank(stragglers, rank),
+            hangs: hangs.iter().filter(|h| h.rank == rank).copied().collect(),
+            iteration: 0,
+            watchdog,
         }
+    }
+
+    /// Iteration `iteration` (0-based, as the loop counts) starts.
+    pub(crate) fn begin_iteration(&mut self, iteration: u64) {
+        self.phases.begin_iteration(iteration);
+        self.iteration = iteration + 1;
+    }
+
+    /// The training loop ended: the watchdog stops watching.
+    pub(crate) fn stop_watchdog(&mut self) {
+        self.watchdog.stop();
     }
 
     /// The phase clock (a cheap clone shares it).
@@ -36,11 +63,13 @@ impl RankInsight {
         &self.phases
     }
 
-    /// Marks `phase`; on a training step also sleeps the injected delay.
+    /// Marks `phase`; on a training step also sleeps the injected delay,
+    /// or stops for good at an injected hang.
     pub(crate) fn enter_compute(&self, phase: Phase, inject: bool) {
         self.phases.mark(phase);
         if inject {
             self.delays.apply(phase);
+            crate::faults::hang_if_injected(&self.hangs, phase, self.iteration);
         }
     }
 

@@ -186,6 +186,15 @@ impl Telemetry {
         self.lifecycle.telemetry()
     }
 
+    /// This rank's hang watchdog on `phases` (inert with telemetry off).
+    pub(crate) fn hang_watchdog(
+        &self,
+        phases: &megatron_telemetry::phases::Phases,
+        coordinates: megatron_telemetry::rank_metrics::RankCoordinates,
+    ) -> megatron_telemetry::watchdog::HangWatchdog {
+        self.lifecycle.hang_watchdog(phases, coordinates)
+    }
+
     /// Whether this rank exports.
     pub(crate) fn is_exporting(&self) -> bool {
         self.lifecycle.is_exporting()

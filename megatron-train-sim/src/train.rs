@@ -194,7 +194,7 @@ impl Trainer {
         let mut comm = comm;
         let rank = comm.rank();
         let coords = layout.coords(rank);
-        let insight = RankInsight::new(&telemetry, &args.inject_straggler, rank, coords);
+        let insight = RankInsight::new(&telemetry, &args.inject_straggler, &args.inject_hang, rank, coords);
         comm.set_phases(insight.phases().clone());
         let at = |c: Coords| layout.rank(c);
         let groups = Groups {
@@ -268,6 +268,7 @@ impl Trainer {
         self.telemetry.begin_training_loop(self.args.save_interval);
         self.goodput.training_started();
         let outcome = self.train_loop();
+        self.insight.stop_watchdog();
         self.telemetry.end_training_loop();
         outcome
     }
@@ -403,7 +404,7 @@ impl Trainer {
         while self.iteration < self.args.train_iters {
             let save_interval = self.args.save_interval.unwrap_or(0);
             self.telemetry.loop_pass(self.iteration);
-            self.insight.phases().begin_iteration(self.iteration);
+            self.insight.begin_iteration(self.iteration);
             {
                 let _heartbeat = self.telemetry.ft_heartbeat(self.iteration);
                 self.heartbeat.beat(self.iteration);

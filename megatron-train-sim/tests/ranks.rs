@@ -41,6 +41,9 @@ fn train(dir: &Path, rank_metrics: bool, extra: &[&str]) -> Value {
         .env("MEGATRON_OTEL_EXPORTER", "file")
         .env("MEGATRON_OTEL_FILE_DIR", dir.join("telemetry"))
         .env("MEGATRON_OTEL_RANK_METRICS", if rank_metrics { "1" } else { "0" })
+        // With rank metrics, the hang watchdog armed from the first
+        // iteration (it never fires in these runs); without, it is off.
+        .env("MEGATRON_OTEL_HANG_TIMEOUT_S", if rank_metrics { "600" } else { "0" })
         .env("OTEL_METRIC_EXPORT_INTERVAL", "50");
     let (status, stderr) = run_command(command, Duration::from_secs(120));
     assert!(status.success(), "{status}: {stderr}");
@@ -95,7 +98,7 @@ fn a_pipeline_straggler_is_named_and_its_downstream_stage_is_not_blamed() {
 }
 
 #[test]
-fn a_clean_run_names_no_culprit_and_rank_metrics_add_no_message() {
+fn a_clean_run_names_no_culprit_and_rank_metrics_and_the_watchdog_add_no_message() {
     let dir = temp_dir("clean");
     let with_metrics = train(&dir, true, &["--nproc-per-node", "4"]);
     let (found, text) = culprits(&dir);
@@ -112,7 +115,11 @@ fn a_clean_run_names_no_culprit_and_rank_metrics_add_no_message() {
     let plain = train(&temp_dir("clean-off"), false, &["--nproc-per-node", "4"]);
     let sent = |s: &Value| s["messages_sent"].as_u64().expect("messages_sent in the summary");
     assert!(sent(&plain) > 0);
-    assert_eq!(sent(&with_metrics), sent(&plain), "rank metrics must not add a message between ranks");
+    assert_eq!(
+        sent(&with_metrics),
+        sent(&plain),
+        "rank metrics and the hang watchdog must not add a message between ranks"
+    );
 }
 
 #[test]

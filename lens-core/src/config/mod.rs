@@ -189,6 +189,9 @@ pub struct LensConfig {
     /// (`<PREFIX>_PEAK_TFLOPS`, a positive number; `None`: the framework's
     /// table of known GPUs decides, or there is no MFU).
     pub peak_tflops: Option<f64>,
+    /// When the per-rank hang watchdog fires (`<PREFIX>_HANG_TIMEOUT_S`:
+    /// `auto`, `0` for off, or seconds; default `auto`; SPEC A17).
+    pub hang_timeout: HangTimeout,
     /// The standard `OTEL_*` variables.
     pub otel: OtelSettings,
     /// Which variable set each field (for messages).
@@ -223,6 +226,7 @@ impl Default for LensConfig {
             prometheus_linger: Duration::ZERO,
             prometheus_resource_labels: DEFAULT_PROMETHEUS_RESOURCE_LABELS.iter().map(|s| s.to_string()).collect(),
             peak_tflops: None,
+            hang_timeout: HangTimeout::Auto,
             otel: OtelSettings::default(),
             origins: Origins::default(),
         }
@@ -376,6 +380,57 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     }
     if let Some(v) = r.float("peak_tflops", r.prefixed("PEAK_TFLOPS")) {
         c.peak_tflops = Some(v);
+    }
+    if let Some(found) = r.prefixed("HANG_TIMEOUT_S") {
+        match HangTimeout::parse(&found.value) {
+            Some(v) => {
+                r.record("hang_timeout", &found, v.to_string());
+                c.hang_timeout = v;
+            }
+            None => r.push(ConfigProblem::InvalidValue {
+                variable: found.variable,
+                value: found.value,
+                expected: HangTimeout::EXPECTED.into(),
+            }),
+        }
+    }
+}
+
+/// When the hang watchdog fires (`<PREFIX>_HANG_TIMEOUT_S`, SPEC A17).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum HangTimeout {
+    /// Ten times the median recent step time, at least 60 s, armed once 5
+    /// iterations have completed (the default; value `auto`).
+    #[default]
+    Auto,
+    /// No watchdog (value `0`).
+    Off,
+    /// This long without a completed iteration, armed at the first one.
+    After(Duration),
+}
+
+impl HangTimeout {
+    /// What `<PREFIX>_HANG_TIMEOUT_S` accepts, in words.
+    pub const EXPECTED: &'static str = "auto, 0 (off) or a positive number of seconds, e.g. 120";
+
+    /// `auto`, `0` or a positive, finite number of seconds (at most a year).
+    pub fn parse(value: &str) -> Option<HangTimeout> {
+        let value = value.trim();
+        if value.eq_ignore_ascii_case("auto") {
+            return Some(HangTimeout::Auto);
+        }
+        let seconds = value.parse::<f64>().ok().filter(|s| s.is_finite() && (0.0..=31_536_000.0).contains(s))?;
+        Some(if seconds == 0.0 { HangTimeout::Off } else { HangTimeout::After(Duration::from_secs_f64(seconds)) })
+    }
+}
+
+impl fmt::Display for HangTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HangTimeout::Auto => f.write_str("auto"),
+            HangTimeout::Off => f.write_str("0"),
+            HangTimeout::After(d) => write!(f, "{}", py_float(d.as_secs_f64())),
+        }
     }
 }
 
@@ -755,6 +810,7 @@ impl LensConfig {
             "prometheus_linger" => self.prometheus_linger.as_millis().to_string(),
             "prometheus_resource_labels" => self.prometheus_resource_labels.join(","),
             "peak_tflops" => py_float(self.peak_tflops?),
+            "hang_timeout" => self.hang_timeout.to_string(),
             "otel.sdk_disabled" => o.sdk_disabled.to_string(),
             "otel.traces_exporter" => o.traces_exporter?.as_str().into(),
             "otel.metrics_exporter" => o.metrics_exporter?.as_str().into(),
@@ -962,6 +1018,7 @@ impl fmt::Debug for LensConfig {
             .field("prometheus_linger", &self.prometheus_linger)
             .field("prometheus_resource_labels", &self.prometheus_resource_labels)
             .field("peak_tflops", &self.peak_tflops)
+            .field("hang_timeout", &self.hang_timeout)
             .field("otel", &self.otel)
             .finish_non_exhaustive()
     }
@@ -1000,6 +1057,7 @@ impl fmt::Display for LensConfig {
         line(f, "traces_enabled", "traces_enabled", &self.traces_enabled)?;
         line(f, "metrics_enabled", "metrics_enabled", &self.metrics_enabled)?;
         line(f, "rank_metrics", "rank_metrics", &self.rank_metrics)?;
+        line(f, "hang_timeout_s", "hang_timeout", &self.hang_timeout)?;
         line(f, "logs_enabled", "logs_enabled", &self.logs_enabled)?;
         let groups = match self.resolved_span_groups() {
             Ok(set) => format!("{} = {{{}}}", self.span_groups, self.catalog.names(set).join(", ")),

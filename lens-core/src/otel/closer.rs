@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
-use opentelemetry::trace::{Event, SpanId};
+use opentelemetry::trace::{Event, Link, SpanContext, SpanId};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
@@ -70,6 +70,10 @@ pub const SPAN_TRUNCATED: &str = "nemo.span.truncated";
 pub const SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
 /// The value of [`SPAN_TRUNCATED_REASON`].
 pub const SPAN_TRUNCATED_REASON_AT_SHUTDOWN: &str = "still open at telemetry shutdown";
+
+/// The attribute (`true`) on a copy of a span that was still open when a
+/// hang was suspected ([`OpenSpanCloser::export_open_copies`], SPEC A17).
+pub const SPAN_OPEN: &str = "nemo.span.open";
 
 /// Where the truncated copies go at shutdown.
 enum Target {
@@ -182,6 +186,85 @@ impl OpenSpanCloser {
         open.into_iter().map(|(_, span)| truncated(span, now)).collect()
     }
 
+    /// Copies of the spans open now, outermost (earliest started) first,
+    /// each with a fresh span id, its parent the copy of its open parent (or
+    /// the original's parent when that one is not open), marked
+    /// [`SPAN_OPEN`], linked to its original and ended now; the innermost
+    /// also gets the event `event` with `attributes`. The originals stay
+    /// open and end as usual (or truncated at shutdown). Nothing once
+    /// closed.
+    ///
+    /// Takes the closer's lock for the time of a copy of each open span's
+    /// data: a handful of spans, once per suspected hang.
+    pub fn open_copies(&self, event: &'static str, attributes: Vec<KeyValue>) -> Vec<SpanData> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let Some(state) = self.state() else {
+            return Vec::new();
+        };
+        let mut open: Vec<(u64, SpanData)> = state.open.values().cloned().collect();
+        drop(state);
+        open.sort_unstable_by_key(|&(order, _)| order);
+        let fresh: HashMap<SpanId, SpanId> = open
+            .iter()
+            .map(|(_, span)| (span.span_context.span_id(), SpanId::from(super::ids::random_u64().max(1))))
+            .collect();
+        let now = opentelemetry::time::now();
+        let mut copies: Vec<SpanData> = open
+            .into_iter()
+            .map(|(_, mut span)| {
+                let original = span.span_context.clone();
+                span.span_context = SpanContext::new(
+                    original.trace_id(),
+                    fresh[&original.span_id()],
+                    original.trace_flags(),
+                    false,
+                    original.trace_state().clone(),
+                );
+                if let Some(parent) = fresh.get(&span.parent_span_id) {
+                    span.parent_span_id = *parent;
+                    span.parent_span_is_remote = false;
+                }
+                span.end_time = now.max(span.start_time);
+                span.attributes.push(KeyValue::new(SPAN_OPEN, true));
+                span.links.links.push(Link::with_context(original));
+                span
+            })
+            .collect();
+        if let Some(innermost) = copies.last_mut() {
+            let at = innermost.end_time;
+            innermost.events.events.push(Event::new(event, at, attributes, 0));
+        }
+        copies
+    }
+
+    /// [`open_copies`](Self::open_copies), handed to the target (queued on
+    /// the batch processor, or passed to the sink), outermost first; the
+    /// names of the copies, outermost first. Flush afterwards to export them.
+    pub fn export_open_copies(&self, event: &'static str, attributes: Vec<KeyValue>) -> Vec<String> {
+        let copies = self.open_copies(event, attributes);
+        let names = copies.iter().map(|span| span.name.to_string()).collect();
+        self.hand_over(copies);
+        names
+    }
+
+    fn hand_over(&self, spans: Vec<SpanData>) {
+        match &self.inner.target {
+            Target::None => {}
+            Target::Batch(batch) => {
+                for span in spans {
+                    let _queued = batch.enqueue_data(span);
+                }
+            }
+            Target::Sink(sink) => {
+                for span in spans {
+                    let _ignored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(span)));
+                }
+            }
+        }
+    }
+
     /// The state, recovered if poisoned; `None` in a forked child whose
     /// inherited lock is held (by a thread that did not survive the fork).
     fn state(&self) -> Option<MutexGuard<'_, OpenSpans>> {
@@ -256,20 +339,7 @@ impl SpanProcessor for OpenSpanCloser {
     /// Hands truncated copies of the open spans to the target, innermost
     /// first. A second call does nothing.
     fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        let spans = self.drain_truncated();
-        match &self.inner.target {
-            Target::None => {}
-            Target::Batch(batch) => {
-                for span in spans {
-                    let _queued = batch.enqueue_data(span);
-                }
-            }
-            Target::Sink(sink) => {
-                for span in spans {
-                    let _ignored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(span)));
-                }
-            }
-        }
+        self.hand_over(self.drain_truncated());
         Ok(())
     }
 }

@@ -148,6 +148,19 @@ impl Telemetry {
         report
     }
 
+    /// The body of [`Telemetry::export_open_span_copies`].
+    pub(crate) fn export_open_span_copies_otel(
+        &self,
+        event: &'static str,
+        attributes: Vec<crate::attr::KeyValue>,
+    ) -> Vec<String> {
+        let closer = lock(&self.parts).as_ref().and_then(|p| p.closer.clone());
+        match closer {
+            Some(closer) => closer.export_open_copies(event, attributes.into_iter().map(Into::into).collect()),
+            None => Vec::new(),
+        }
+    }
+
     /// Ends spans still open (innermost first, marked truncated), flushes and
     /// shuts down the providers this handle built, within `timeout` even when
     /// the collector hangs. Idempotent: a second call does nothing and

@@ -30,6 +30,9 @@ pub(crate) const PRESETS: &[(&str, &str)] =
 
 /// The pseudo-preset of `sim_rank_metrics`: the `default` groups with
 /// `MEGATRON_OTEL_RANK_METRICS=1` (phase markers and the per-rank metrics).
+/// The hang watchdog runs in it as in every preset with telemetry on (its
+/// default timeout, `auto`, arms after 5 iterations; the environment is
+/// cleared above, so nothing turns it off).
 const RANK_METRICS: &str = "rank_metrics";
 
 /// The step time the scenario aims at.
