@@ -21,6 +21,8 @@
 //!   `Histogram`), one definition for both builds: OpenTelemetry instruments
 //!   with `otel`, inline no-ops without it.
 //! - [`semconv`]: attribute keys shared by every consumer.
+//! - [`tracing_rules`]: the `<PREFIX>_TRACING_GROUPS` rules that map
+//!   `tracing` targets to span groups (read by `lens-tracing`).
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime.
 
@@ -37,6 +39,7 @@ pub mod report;
 pub mod semconv;
 pub mod strategies;
 mod suggest;
+pub mod tracing_rules;
 
 #[cfg(feature = "otel")]
 pub mod otel;
