@@ -1,1 +1,1 @@
-//! stub
+//! placeholder
