@@ -25,7 +25,11 @@ use crate::{cargo, output, run_cmd, say, workspace_root};
 const FORBIDDEN_WITHOUT_OTEL: &[&str] = &["opentelemetry", "tonic", "prost", "reqwest", "hyper", "tokio"];
 
 /// The library crates whose `otel`-off build must stay free of them.
-const LIBRARY_CRATES: &[&str] = &["lens-core", "lens-fallbacks", "megatron-telemetry"];
+const LIBRARY_CRATES: &[&str] = &["lens-core", "lens-fallbacks", "lens-tracing", "megatron-telemetry"];
+
+/// The crates whose `otel`-off build stays free of them with dev-dependencies
+/// too (their tests that need tokio or OpenTelemetry sit behind `testing`).
+const DEV_CLEAN_CRATES: &[&str] = &["lens-tracing"];
 
 /// Which workspace crates each crate may depend on (dependencies flow one
 /// way: sim → megatron-telemetry → lens-fallbacks → lens-instruments → lens-core).
@@ -36,6 +40,9 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
     ("lens-instruments", &["lens-core"]),
     ("lens-macros", &[]),
     ("lens-fallbacks", &["lens-core", "lens-instruments", "lens-macros"]),
+    // The `tracing` bridge sits on the facade; nothing depends on it but
+    // applications (and, later, the simulator's `serve`).
+    ("lens-tracing", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
     ("megatron-telemetry", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
     ("megatron-train-sim", &["megatron-telemetry", "lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
 ];
@@ -62,8 +69,12 @@ fn tree_crates(args: &[&str]) -> Result<Vec<String>> {
 
 fn no_otel_without_feature() -> Result<()> {
     let mut problems = Vec::new();
-    for krate in LIBRARY_CRATES {
-        let crates = tree_crates(&["-p", krate, "--no-default-features", "-e", "normal,build"])?;
+    let checks = LIBRARY_CRATES
+        .iter()
+        .map(|k| (k, "normal,build"))
+        .chain(DEV_CLEAN_CRATES.iter().map(|k| (k, "normal,build,dev")));
+    for (krate, edges) in checks {
+        let crates = tree_crates(&["-p", krate, "--no-default-features", "-e", edges])?;
         for name in &crates {
             if FORBIDDEN_WITHOUT_OTEL.iter().any(|bad| name == bad || name.starts_with(&format!("{bad}-")))
                 || name.starts_with("opentelemetry")
@@ -107,6 +118,7 @@ const CRATES: &[&str] = &[
     "lens-instruments",
     "lens-fallbacks",
     "lens-macros",
+    "lens-tracing",
     "megatron-telemetry",
     "megatron-train-sim",
     "xtask",
