@@ -456,5 +456,35 @@ pub fn enabled_span_groups() -> GroupSet {
 /// code only reads the gate.
 #[cold]
 pub fn set_enabled_span_groups(groups: GroupSet) {
-    ENABLED.store(groups.0, Ordering::Relaxed);
+    let previous = ENABLED.swap(groups.0, Ordering::Relaxed);
+    if previous != groups.0 {
+        notify_group_watchers();
+    }
+}
+
+/// Functions called after the enabled groups change, in registration order.
+static WATCHERS: std::sync::Mutex<Vec<fn()>> = std::sync::Mutex::new(Vec::new());
+
+/// Registers `watcher` to be called, on the writer's thread, every time
+/// [`set_enabled_span_groups`] changes the enabled groups (setup, shutdown,
+/// a later lifetime). A function registered twice is called once.
+///
+/// For bridges that cache decisions made from the gate: `lens-tracing`
+/// rebuilds `tracing`'s interest cache here. The hot path never sees this.
+#[doc(hidden)]
+#[cold]
+pub fn watch_enabled_span_groups(watcher: fn()) {
+    let mut watchers = WATCHERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !watchers.iter().any(|w| std::ptr::fn_addr_eq(*w, watcher)) {
+        watchers.push(watcher);
+    }
+}
+
+#[cold]
+fn notify_group_watchers() {
+    // Copied out so that a watcher may read the gate or register another.
+    let watchers = WATCHERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    for watcher in watchers {
+        watcher();
+    }
 }

@@ -28,6 +28,8 @@
 //!   without it.
 //! - [`setup`]: `setup_telemetry`, the `Telemetry` handle, `SetupOptions`
 //!   and `SetupError`, one definition for both builds (inert without `otel`).
+//! - [`tracing_rules`]: the `<PREFIX>_TRACING_GROUPS` rules that map
+//!   `tracing` targets to span groups (read by `lens-tracing`).
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime
 //! ([`otel`]: setup's internals, exporters, batching, samplers).
@@ -49,6 +51,7 @@ pub mod setup;
 pub mod span;
 pub mod strategies;
 mod suggest;
+pub mod tracing_rules;
 
 #[cfg(feature = "otel")]
 pub mod otel;

@@ -346,6 +346,21 @@ fn an_unknown_span_group_is_an_error_with_a_suggestion_naming_the_variable() {
     assert!(text.contains("did you mean 'checkpoint'?"), "{text}");
 }
 
+#[test]
+fn tracing_groups_are_read_with_the_fallback_prefix_and_checked_against_the_catalog() {
+    let c = megatron(&[("NEMO_LENS_TRACING_GROUPS", "tower_http=job, candle=step:per_entry")]).unwrap();
+    assert_eq!(c.tracing_groups, "tower_http=job, candle=step:per_entry");
+    assert_eq!(c.variable_for("tracing_groups"), Some("NEMO_LENS_TRACING_GROUPS"));
+    assert!(c.tracing_rules().unwrap().decide("candle::nn").per_entry);
+
+    let text = message(&[("MEGATRON_OTEL_TRACING_GROUPS", "tower_http=chekpoint")]);
+    assert!(
+        text.starts_with("Invalid tracing rules in MEGATRON_OTEL_TRACING_GROUPS ('tower_http=chekpoint')"),
+        "{text}"
+    );
+    assert!(text.contains("did you mean 'checkpoint'?"), "{text}");
+}
+
 // ------------------------------------------------------------ sample rate
 
 #[test]
@@ -916,6 +931,7 @@ const VARIABLES: &[&str] = &[
     "MEGATRON_OTEL_RANK_METRICS",
     "MEGATRON_OTEL_LOGS_ENABLED",
     "MEGATRON_OTEL_SPAN_GROUPS",
+    "MEGATRON_OTEL_TRACING_GROUPS",
     "MEGATRON_OTEL_EXPORTER",
     "MEGATRON_OTEL_RUN_ID",
     "MEGATRON_OTEL_LAUNCH_ID",

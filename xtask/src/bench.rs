@@ -45,7 +45,7 @@ const USAGE: &str = "\
 usage: cargo xtask bench [--rounds N] [--only PART,...] [--update-docs]
 
 parts: disabled (gate, disabled managed_span with 0 and 5 attributes, otel-off facade), spans
-(enabled managed_span), metrics, sim, export. Default: all, 3 rounds.";
+(enabled managed_span), metrics, tracing (the lens-tracing bridge against tracing-opentelemetry), sim, export. Default: all, 3 rounds.";
 
 /// Where the report goes (besides standard output).
 const REPORT: &str = "target/bench-report.md";
@@ -109,7 +109,7 @@ struct Options {
     update_docs: bool,
 }
 
-const PARTS: &[&str] = &["disabled", "spans", "metrics", "sim", "export"];
+const PARTS: &[&str] = &["disabled", "spans", "metrics", "tracing", "sim", "export"];
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut options = Options { rounds: 3, parts: PARTS.iter().map(ToString::to_string).collect(), update_docs: false };
@@ -159,6 +159,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .filter(|s| match s.name {
             "span" => wants("disabled") || wants("spans"),
             "facade-noop" | "facade-otel" => wants("disabled"),
+            "tracing" => wants("tracing"),
             _ => wants("metrics"),
         })
         .collect();
@@ -188,6 +189,12 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 let pair = Pair { a: (suite, lens), b: (suite, raw), counted: None };
                 rows.push(ratio_row(&budgets, &medians, scenario, &pair, &mut spans, python)?);
             }
+        }
+        if wants("tracing") {
+            let pair =
+                Pair { a: ("tracing", "bridge_span"), b: ("tracing", "tracing_opentelemetry_lean"), counted: None };
+            rows.push(ratio_row(&budgets, &medians, "tracing_bridge_span", &pair, &mut spans, "")?);
+            rows.push(tracing_disabled_row(&budgets, &medians)?);
         }
     }
     if wants("sim") {
@@ -365,6 +372,25 @@ fn count_instructions() -> Result<Option<Instructions>> {
         counts.push(per_mode);
     }
     Ok(Some(Instructions { otel: counts[0], noop: counts[1] }))
+}
+
+/// A callsite whose group is off under the bridge against the same callsite
+/// with no subscriber (wall time only: nanoseconds added).
+fn tracing_disabled_row(budgets: &Budgets, medians: &Medians) -> Result<Row> {
+    let scenario = "tracing_bridge_disabled_callsite";
+    let max_ns = budgets.get(scenario, "max_ns_added")?;
+    let measured_ns = medians.rounds("tracing", "bridge_disabled_callsite");
+    let baseline = medians.rounds("tracing", "no_subscriber_callsite");
+    let added: Vec<f64> = measured_ns.iter().zip(baseline).map(|(m, b)| m - b).collect();
+    let (lo, hi) = band(&added);
+    let added_ns = median(&added);
+    Ok(Row {
+        scenario: scenario.to_string(),
+        measured: format!("{} per call ({added_ns:+.2} ns; band {lo:+.2}…{hi:+.2} ns)", ns(median(measured_ns))),
+        budget: format!("≤ {max_ns} ns added"),
+        verdict: if added_ns <= max_ns { Verdict::Pass } else { Verdict::Fail },
+        python: "",
+    })
 }
 
 fn disabled_rows(budgets: &Budgets, medians: &Medians) -> Result<Vec<Row>> {

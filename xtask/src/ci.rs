@@ -10,7 +10,7 @@ use crate::{cargo, codegen, run_cmd, say, tidy};
 
 /// The crates with an `otel` feature, tested with it off.
 pub(crate) const OTEL_OFF_CRATES: &[&str] =
-    &["lens-core", "lens-instruments", "lens-fallbacks", "megatron-telemetry", "megatron-train-sim"];
+    &["lens-core", "lens-instruments", "lens-fallbacks", "lens-tracing", "megatron-telemetry", "megatron-train-sim"];
 
 /// The README's main command (after `cargo`); `tidy` checks that the README
 /// states exactly this.

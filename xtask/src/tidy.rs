@@ -26,7 +26,8 @@ const FORBIDDEN_WITHOUT_OTEL: &[&str] = &["opentelemetry", "tonic", "prost", "re
 
 /// The library crates whose `otel`-off build, tests and examples included
 /// (dev edges), must stay free of them.
-const LIBRARY_CRATES: &[&str] = &["lens-core", "lens-instruments", "lens-fallbacks", "megatron-telemetry"];
+const LIBRARY_CRATES: &[&str] =
+    &["lens-core", "lens-instruments", "lens-fallbacks", "lens-tracing", "megatron-telemetry"];
 
 /// The application crates whose `otel`-off build must have no OpenTelemetry
 /// crate (their own runtime, such as the simulator's tokio, is allowed).
@@ -41,6 +42,9 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
     ("lens-instruments", &["lens-core"]),
     ("lens-macros", &[]),
     ("lens-fallbacks", &["lens-core", "lens-instruments", "lens-macros"]),
+    // The `tracing` bridge sits on the facade; nothing depends on it but
+    // applications (and, later, the simulator's `serve`).
+    ("lens-tracing", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
     ("megatron-telemetry", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
     ("megatron-train-sim", &["megatron-telemetry", "lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
 ];
@@ -115,6 +119,7 @@ const CRATES: &[&str] = &[
     "lens-instruments",
     "lens-fallbacks",
     "lens-macros",
+    "lens-tracing",
     "megatron-telemetry",
     "megatron-train-sim",
     "xtask",

@@ -91,6 +91,16 @@ pub enum ConfigProblem {
         /// The parser's error, with the accepted words and a suggestion.
         source: UnknownSpanGroup,
     },
+    /// A `<PREFIX>_TRACING_GROUPS` spec that cannot be parsed.
+    #[error("Invalid tracing rules in {variable} ('{value}'): {source}")]
+    InvalidTracingRules {
+        /// The variable (or field) the spec came from.
+        variable: String,
+        /// The whole spec.
+        value: String,
+        /// What is wrong, with the accepted words and a suggestion.
+        source: crate::tracing_rules::TracingRulesError,
+    },
     /// A canonical variable and its alias are both set and disagree (A1).
     #[error(
         "{variable}='{value}' and its alias {alias}='{alias_value}' disagree. Set only one of them ({variable} is the canonical name)."
@@ -142,6 +152,7 @@ impl ConfigProblem {
             | ConfigProblem::UnknownName { variable, .. }
             | ConfigProblem::UnknownStrategy { variable, .. }
             | ConfigProblem::UnknownSpanGroup { variable, .. }
+            | ConfigProblem::InvalidTracingRules { variable, .. }
             | ConfigProblem::AliasConflict { variable, .. }
             | ConfigProblem::InvalidEndpoint { variable, .. }
             | ConfigProblem::InvalidHeaders { variable, .. } => variable,

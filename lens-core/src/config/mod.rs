@@ -152,6 +152,10 @@ pub struct LensConfig {
     pub logs_enabled: bool,
     /// Span-group spec (`<PREFIX>_SPAN_GROUPS`, default `default`).
     pub span_groups: String,
+    /// Rules mapping `tracing` targets to span groups, for the `lens-tracing`
+    /// bridge (`<PREFIX>_TRACING_GROUPS`, default empty: every target off
+    /// except `lens::<group>`); see [`crate::tracing_rules`].
+    pub tracing_groups: String,
     /// Exporter of every signal (`<PREFIX>_EXPORTER`: `otlp`, `console`,
     /// `file`); `None` when not configured, which means `otlp`.
     pub exporter: Option<ExporterKind>,
@@ -213,6 +217,7 @@ impl Default for LensConfig {
             rank_metrics: false,
             logs_enabled: false,
             span_groups: "default".to_string(),
+            tracing_groups: String::new(),
             exporter: None,
             run_id: String::new(),
             launch_id: String::new(),
@@ -335,6 +340,9 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     }
     if let Some(v) = r.string("span_groups", r.prefixed("SPAN_GROUPS")) {
         c.span_groups = v;
+    }
+    if let Some(v) = r.string("tracing_groups", r.prefixed("TRACING_GROUPS")) {
+        c.tracing_groups = v;
     }
     let found = r.prefixed("EXPORTER");
     if let Some(v) = r.name("exporter", found, "exporter", ExporterKind::ALL_SIGNALS_NAMES, ExporterKind::from_name) {
@@ -734,6 +742,11 @@ impl LensConfig {
         self.enabled && !self.otel.sdk_disabled
     }
 
+    /// The `tracing` rules that `tracing_groups` states, against `catalog`.
+    pub fn tracing_rules(&self) -> Result<crate::tracing_rules::TracingRules, crate::tracing_rules::TracingRulesError> {
+        crate::tracing_rules::TracingRules::parse(&self.tracing_groups, self.catalog)
+    }
+
     /// The span groups that `span_groups` names in `catalog`.
     pub fn resolved_span_groups(&self) -> Result<GroupSet, UnknownSpanGroup> {
         self.catalog.resolve(&self.span_groups)
@@ -798,6 +811,7 @@ impl LensConfig {
             "rank_metrics" => self.rank_metrics.to_string(),
             "logs_enabled" => self.logs_enabled.to_string(),
             "span_groups" => self.span_groups.clone(),
+            "tracing_groups" => self.tracing_groups.clone(),
             "exporter" => self.exporter?.as_str().into(),
             "run_id" => self.run_id.clone(),
             "launch_id" => self.launch_id.clone(),
@@ -871,6 +885,13 @@ impl LensConfig {
             problems.push(ConfigProblem::UnknownSpanGroup {
                 variable: self.source_name("span_groups"),
                 value: self.span_groups.clone(),
+                source,
+            });
+        }
+        if let Err(source) = self.tracing_rules() {
+            problems.push(ConfigProblem::InvalidTracingRules {
+                variable: self.source_name("tracing_groups"),
+                value: self.tracing_groups.clone(),
                 source,
             });
         }
@@ -1005,6 +1026,7 @@ impl fmt::Debug for LensConfig {
             .field("rank_metrics", &self.rank_metrics)
             .field("logs_enabled", &self.logs_enabled)
             .field("span_groups", &self.span_groups)
+            .field("tracing_groups", &self.tracing_groups)
             .field("exporter", &self.exporter)
             .field("run_id", &self.run_id)
             .field("launch_id", &self.launch_id)
@@ -1064,6 +1086,9 @@ impl fmt::Display for LensConfig {
             Err(err) => format!("{} (invalid: {err})", self.span_groups),
         };
         line(f, "span_groups", "span_groups", &groups)?;
+        if !self.tracing_groups.is_empty() {
+            line(f, "tracing_groups", "tracing_groups", &self.tracing_groups)?;
+        }
         for (signal, field) in [
             (Signal::Traces, "otel.traces_exporter"),
             (Signal::Metrics, "otel.metrics_exporter"),

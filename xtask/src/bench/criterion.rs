@@ -59,6 +59,19 @@ pub(crate) const SUITES: &[Suite] = &[
         ids: &["lens_gauge", "raw_gauge", "lens_histogram", "raw_histogram", "lens_counter", "raw_counter"],
     },
     Suite {
+        name: "tracing",
+        cargo_args: &["-p", "lens-tracing", "--features", "testing", "--bench", "bridge"],
+        group: "tracing",
+        ids: &[
+            "bridge_span",
+            "tracing_opentelemetry_lean",
+            "tracing_opentelemetry_default",
+            "registry_noop_layer",
+            "bridge_disabled_callsite",
+            "no_subscriber_callsite",
+        ],
+    },
+    Suite {
         name: "training_metrics",
         cargo_args: &["-p", "megatron-telemetry", "--bench", "training_metrics"],
         group: "training_metrics",

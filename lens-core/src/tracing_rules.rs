@@ -1,0 +1,257 @@
+//! The rules that map `tracing` targets to span groups
+//! (`<PREFIX>_TRACING_GROUPS`), read by the `lens-tracing` bridge.
+//!
+//! A spec is a comma-separated list of `target_prefix=group` items, where
+//! `group` is a group of the catalog or `off`, optionally followed by
+//! `:per_entry` (one span per entry of the `tracing` span instead of one per
+//! span). A prefix matches a target that equals it or that continues with
+//! `::` after it (`h2` matches `h2::proto`, not `h2c`); the longest matching
+//! prefix wins. The prefix `*` is the default for every target that no other
+//! rule matches and that is not a `lens::<group>` target; without it the
+//! default is `off`.
+//!
+//! ```
+//! use lens_core::groups::{LENS_CATALOG, SpanGroup};
+//! use lens_core::tracing_rules::TracingRules;
+//!
+//! let rules = TracingRules::parse("tower_http=job, candle=step:per_entry, h2=off", &LENS_CATALOG).unwrap();
+//! assert_eq!(rules.decide("tower_http::trace::on_request").group, Some(SpanGroup::JOB));
+//! assert!(rules.decide("candle::layer").per_entry);
+//! assert_eq!(rules.decide("h2::proto").group, None);
+//! assert_eq!(rules.decide("lens::checkpoint").group, Some(SpanGroup::CHECKPOINT));
+//! assert_eq!(rules.decide("my_app").group, None, "off unless configured");
+//!
+//! let err = TracingRules::parse("candle=stpe", &LENS_CATALOG).unwrap_err();
+//! assert!(err.to_string().contains("did you mean 'step'?"), "{err}");
+//! ```
+
+use std::fmt;
+
+use crate::groups::{SpanGroup, SpanGroupCatalog};
+
+/// The group word that turns a target off.
+pub const OFF: &str = "off";
+
+/// The rule option that records one span per entry.
+pub const PER_ENTRY: &str = "per_entry";
+
+/// The prefix of a rule that applies to every target no other rule matches.
+pub const DEFAULT_TARGET: &str = "*";
+
+/// The target prefix that names a group directly: `lens::<group>`.
+pub const LENS_TARGET_PREFIX: &str = "lens::";
+
+/// What the rules decide for one target.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracingDecision {
+    /// The span group, or `None` when the target is off.
+    pub group: Option<SpanGroup>,
+    /// Whether each entry of a span is recorded as a span of its own.
+    pub per_entry: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Rule {
+    prefix: String,
+    decision: TracingDecision,
+}
+
+/// Parsed `<PREFIX>_TRACING_GROUPS` rules, with the catalog that resolves
+/// `lens::<group>` targets.
+#[derive(Clone, Debug)]
+pub struct TracingRules {
+    /// Longest prefix first.
+    rules: Vec<Rule>,
+    default: TracingDecision,
+    catalog: &'static SpanGroupCatalog,
+}
+
+impl TracingRules {
+    /// No rules: every target is off except `lens::<group>` targets.
+    pub fn none(catalog: &'static SpanGroupCatalog) -> TracingRules {
+        TracingRules { rules: Vec::new(), default: TracingDecision::default(), catalog }
+    }
+
+    /// Parses `spec` against `catalog` (empty items are skipped; group names
+    /// and options are case-insensitive, target prefixes are not).
+    pub fn parse(spec: &str, catalog: &'static SpanGroupCatalog) -> Result<TracingRules, TracingRulesError> {
+        let mut rules = TracingRules::none(catalog);
+        for item in spec.split(',').map(str::trim).filter(|item| !item.is_empty()) {
+            let Some((prefix, rest)) = item.split_once('=') else {
+                return Err(TracingRulesError::MissingGroup { item: item.to_string() });
+            };
+            let prefix = prefix.trim();
+            if prefix.is_empty() || prefix.chars().any(char::is_whitespace) {
+                return Err(TracingRulesError::BadTarget { item: item.to_string() });
+            }
+            let (group_word, option) = match rest.split_once(':') {
+                Some((group, option)) => (group.trim().to_lowercase(), Some(option.trim().to_lowercase())),
+                None => (rest.trim().to_lowercase(), None),
+            };
+            let group = if group_word == OFF {
+                None
+            } else {
+                match catalog.group(&group_word) {
+                    Some(group) => Some(group),
+                    None => {
+                        let mut valid: Vec<&'static str> = catalog.groups().iter().map(|g| g.name()).collect();
+                        valid.push(OFF);
+                        valid.sort_unstable();
+                        let suggestion = crate::suggest::closest(&group_word, valid.iter().copied());
+                        return Err(TracingRulesError::UnknownGroup {
+                            item: item.to_string(),
+                            word: group_word,
+                            valid,
+                            suggestion,
+                        });
+                    }
+                }
+            };
+            let per_entry = match option.as_deref() {
+                None => false,
+                Some(PER_ENTRY) => true,
+                Some(other) => {
+                    return Err(TracingRulesError::UnknownOption {
+                        item: item.to_string(),
+                        option: other.to_string(),
+                        suggestion: crate::suggest::closest(other, [PER_ENTRY]),
+                    });
+                }
+            };
+            let decision = TracingDecision { group, per_entry };
+            if prefix == DEFAULT_TARGET {
+                rules.default = decision;
+            } else {
+                rules.rules.retain(|rule| rule.prefix != prefix);
+                rules.rules.push(Rule { prefix: prefix.to_string(), decision });
+            }
+        }
+        rules.rules.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        Ok(rules)
+    }
+
+    /// The catalog that names the groups.
+    pub fn catalog(&self) -> &'static SpanGroupCatalog {
+        self.catalog
+    }
+
+    /// The decision for `target`: the longest matching rule, else the group
+    /// of a `lens::<group>` target, else the `*` rule (off without one).
+    pub fn decide(&self, target: &str) -> TracingDecision {
+        if let Some(rule) = self.rules.iter().find(|rule| prefix_matches(&rule.prefix, target)) {
+            return rule.decision;
+        }
+        if let Some(rest) = target.strip_prefix(LENS_TARGET_PREFIX) {
+            let word = rest.split("::").next().unwrap_or(rest);
+            if let Some(group) = self.catalog.group(word) {
+                return TracingDecision { group: Some(group), per_entry: false };
+            }
+        }
+        self.default
+    }
+
+    /// Whether no rule and no default is configured.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.default == TracingDecision::default()
+    }
+}
+
+fn prefix_matches(prefix: &str, target: &str) -> bool {
+    target.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+}
+
+/// A `<PREFIX>_TRACING_GROUPS` spec that cannot be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TracingRulesError {
+    /// An item without `=`.
+    #[error("'{item}' has no group: write target_prefix=group, e.g. 'tower_http=job'")]
+    MissingGroup {
+        /// The item.
+        item: String,
+    },
+    /// An empty target prefix, or one with spaces.
+    #[error(
+        "'{item}' has no valid target prefix: write target_prefix=group, e.g. 'tower_http=job' (or '*=group' for the default)"
+    )]
+    BadTarget {
+        /// The item.
+        item: String,
+    },
+    /// A group that the catalog does not have.
+    #[error("'{item}' names unknown span group '{word}'. Valid options: {}{}", quoted(valid), did_you_mean(*suggestion))]
+    UnknownGroup {
+        /// The item.
+        item: String,
+        /// The group word, lower-cased.
+        word: String,
+        /// Every accepted word (the catalog's groups and `off`), sorted.
+        valid: Vec<&'static str>,
+        /// The closest accepted word, when one is close enough to be a typo.
+        suggestion: Option<&'static str>,
+    },
+    /// An option other than `per_entry`.
+    #[error("'{item}' has unknown option '{option}'. The only option is 'per_entry'{}", did_you_mean(*suggestion))]
+    UnknownOption {
+        /// The item.
+        item: String,
+        /// The option, lower-cased.
+        option: String,
+        /// `per_entry`, when the option is close to it.
+        suggestion: Option<&'static str>,
+    },
+}
+
+fn quoted(words: &[&str]) -> String {
+    let words: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    format!("[{}]", words.join(", "))
+}
+
+fn did_you_mean(suggestion: Option<&str>) -> String {
+    suggestion.map_or_else(String::new, |s| format!(" (did you mean '{s}'?)"))
+}
+
+impl fmt::Display for TracingDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.group {
+            Some(group) => write!(f, "{group}")?,
+            None => f.write_str(OFF)?,
+        }
+        if self.per_entry {
+            write!(f, ":{PER_ENTRY}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::LENS_CATALOG;
+
+    #[test]
+    fn the_longest_prefix_wins_on_module_boundaries() {
+        let rules = TracingRules::parse("tower=job, tower_http=step, h2=off, *=evaluate", &LENS_CATALOG).unwrap();
+        assert_eq!(rules.decide("tower_http::trace").group, Some(SpanGroup::STEP));
+        assert_eq!(rules.decide("tower::buffer").group, Some(SpanGroup::JOB));
+        assert_eq!(rules.decide("h2").group, None);
+        assert_eq!(rules.decide("h2c").group, Some(SpanGroup::EVALUATE), "h2 does not match h2c");
+    }
+
+    #[test]
+    fn a_rule_beats_a_lens_target_and_a_lens_target_beats_the_default() {
+        let rules = TracingRules::parse("lens::job=off, *=step", &LENS_CATALOG).unwrap();
+        assert_eq!(rules.decide("lens::job").group, None);
+        assert_eq!(rules.decide("lens::checkpoint::save").group, Some(SpanGroup::CHECKPOINT));
+        assert_eq!(rules.decide("lens::nope").group, Some(SpanGroup::STEP));
+    }
+
+    #[test]
+    fn bad_items_say_what_to_write() {
+        let err = |spec| TracingRules::parse(spec, &LENS_CATALOG).unwrap_err().to_string();
+        assert!(err("tower_http").contains("write target_prefix=group"));
+        assert!(err("=job").contains("no valid target prefix"));
+        assert!(err("candle=step:per_entyr").contains("did you mean 'per_entry'?"));
+        let text = err("candle=chekpoint");
+        assert!(text.contains("'checkpoint'") && text.contains("'off'") && text.contains("did you mean"), "{text}");
+    }
+}

@@ -1,0 +1,319 @@
+//! The recording side of the bridge (with `otel`): `tracing` spans become
+//! spans of lens's active tracer.
+//!
+//! A recorded span keeps a [`SpanData`] in its registry extensions: the span
+//! builder (name, start time, fields as attributes), the parent context
+//! captured when the span was created, and, once started, the OpenTelemetry
+//! context holding the span. A span starts lazily (first entry, first child,
+//! first event, [`context_of`], or close), so that [`set_parent`] can still
+//! give it a remote parent; its start time is its creation time.
+//!
+//! Entering a span attaches its context (so lens spans and `tracing` spans
+//! opened inside are its children); the attach guards live in a per-thread
+//! stack, popped on exit. A per-entry span starts a fresh span, child of the
+//! context current at entry, on every entry and ends it on exit.
+
+use std::cell::RefCell;
+use std::time::SystemTime;
+
+use lens_core::otel::active;
+use lens_core::tracing_rules::TracingRules;
+use lens_fallbacks::RemoteContext;
+use opentelemetry::trace::{SpanBuilder, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
+use tracing_core::field::{Field, Visit};
+use tracing_core::span::{Attributes, Id, Record};
+use tracing_core::{Dispatch, Event, Subscriber};
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::{GROUP_FIELD, PER_ENTRY_FIELD, decided_per_span, threads};
+
+/// The field `tracing`'s macros give an event's message.
+const MESSAGE_FIELD: &str = "message";
+
+/// The attribute an event gets with its level (`INFO`, `WARN`, ...).
+pub(crate) const LEVEL_ATTRIBUTE: &str = "level";
+
+/// What the bridge keeps in a recorded span's extensions.
+pub(crate) struct SpanData {
+    /// The span to start (for a per-entry span: the template of every entry).
+    builder: SpanBuilder,
+    /// The parent captured at creation (or set by [`set_parent`]).
+    parent: OtelContext,
+    /// The started span, in its context (never set for a per-entry span).
+    started: Option<OtelContext>,
+    per_entry: bool,
+}
+
+impl SpanData {
+    /// The started span's context, starting it now if needed; `None` for a
+    /// per-entry span and when no tracer is installed.
+    fn start(&mut self) -> Option<&OtelContext> {
+        if self.per_entry {
+            return None;
+        }
+        if self.started.is_none() {
+            let tracer = active::tracer()?;
+            let builder = std::mem::take(&mut self.builder);
+            let span = tracer.build_with_context(builder, &self.parent);
+            self.started = Some(self.parent.with_span(span));
+        }
+        self.started.as_ref()
+    }
+}
+
+/// A span entered on this thread: the attach guard, and for a per-entry span
+/// the entry's own span.
+struct Entered {
+    id: u64,
+    guard: ContextGuard,
+    entry: Option<OtelContext>,
+}
+
+thread_local! {
+    static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The context of the innermost entry of span `id` on this thread.
+fn current_entry(id: u64) -> Option<OtelContext> {
+    ENTERED.with_borrow(|entered| entered.iter().rev().find(|e| e.id == id).and_then(|e| e.entry.clone()))
+}
+
+/// Fields as attributes, plus the bridge's own fields.
+#[derive(Default)]
+struct Fields {
+    attributes: Vec<KeyValue>,
+    group: Option<String>,
+    per_entry: Option<bool>,
+    message: Option<String>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            GROUP_FIELD => self.group = Some(value.to_owned()),
+            MESSAGE_FIELD => self.message = Some(value.to_owned()),
+            name => self.attributes.push(KeyValue::new(name, value.to_owned())),
+        }
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        match field.name() {
+            PER_ENTRY_FIELD => self.per_entry = Some(value),
+            name => self.attributes.push(KeyValue::new(name, value)),
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.attributes.push(KeyValue::new(field.name(), value));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        match i64::try_from(value) {
+            Ok(value) => self.attributes.push(KeyValue::new(field.name(), value)),
+            Err(_) => self.attributes.push(KeyValue::new(field.name(), value.to_string())),
+        }
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.attributes.push(KeyValue::new(field.name(), value));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            MESSAGE_FIELD => self.message = Some(format!("{value:?}")),
+            GROUP_FIELD => self.group = Some(format!("{value:?}")),
+            name => self.attributes.push(KeyValue::new(name, format!("{value:?}"))),
+        }
+    }
+}
+
+pub(crate) fn on_new_span<S>(rules: &TracingRules, attrs: &Attributes<'_>, id: &Id, ctx: &Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    if threads::on_export_path() {
+        return;
+    }
+    let metadata = attrs.metadata();
+    let mut fields = Fields::default();
+    attrs.record(&mut fields);
+    let decision = rules.decide(metadata.target());
+    if decided_per_span(metadata) {
+        let group = fields.group.as_deref().and_then(|name| rules.catalog().group(&name.trim().to_lowercase()));
+        if !group.is_some_and(lens_core::groups::is_span_group_enabled) {
+            return;
+        }
+    }
+    let parent = match attrs.parent() {
+        Some(parent) => ctx
+            .span(parent)
+            .and_then(|span| span.extensions_mut().get_mut::<SpanData>().and_then(|d| d.start().cloned()))
+            .unwrap_or_else(OtelContext::current),
+        None if attrs.is_root() => OtelContext::new(),
+        None => OtelContext::current(),
+    };
+    let mut builder = SpanBuilder::from_name(metadata.name()).with_start_time(SystemTime::now());
+    if !fields.attributes.is_empty() {
+        builder.attributes = Some(fields.attributes);
+    }
+    let per_entry = fields.per_entry.unwrap_or(decision.per_entry);
+    if let Some(span) = ctx.span(id) {
+        span.extensions_mut().insert(SpanData { builder, parent, started: None, per_entry });
+    }
+}
+
+pub(crate) fn on_record<S>(id: &Id, values: &Record<'_>, ctx: &Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(span) = ctx.span(id) else { return };
+    let mut extensions = span.extensions_mut();
+    let Some(data) = extensions.get_mut::<SpanData>() else { return };
+    let mut fields = Fields::default();
+    values.record(&mut fields);
+    if fields.attributes.is_empty() {
+        return;
+    }
+    if data.per_entry {
+        // The current entry gets the value, and so do later entries.
+        if let Some(cx) = current_entry(id.into_u64()) {
+            cx.span().set_attributes(fields.attributes.iter().cloned());
+        }
+        data.builder.attributes.get_or_insert_with(Vec::new).extend(fields.attributes);
+    } else if let Some(cx) = &data.started {
+        cx.span().set_attributes(fields.attributes);
+    } else {
+        data.builder.attributes.get_or_insert_with(Vec::new).extend(fields.attributes);
+    }
+}
+
+pub(crate) fn on_event<S>(event: &Event<'_>, ctx: &Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    if threads::on_export_path() {
+        return;
+    }
+    let Some(span) = ctx.event_span(event) else { return };
+    let mut extensions = span.extensions_mut();
+    let Some(data) = extensions.get_mut::<SpanData>() else { return };
+    let target = if data.per_entry { current_entry(span.id().into_u64()) } else { data.start().cloned() };
+    let Some(cx) = target else { return };
+    let mut fields = Fields::default();
+    event.record(&mut fields);
+    let metadata = event.metadata();
+    fields.attributes.push(KeyValue::new(LEVEL_ATTRIBUTE, metadata.level().as_str()));
+    let name = fields.message.take().map_or(std::borrow::Cow::Borrowed(metadata.name()), std::borrow::Cow::Owned);
+    cx.span().add_event(name, fields.attributes);
+}
+
+pub(crate) fn on_enter<S>(id: &Id, ctx: &Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(span) = ctx.span(id) else { return };
+    let mut extensions = span.extensions_mut();
+    let Some(data) = extensions.get_mut::<SpanData>() else { return };
+    let (cx, entry) = if data.per_entry {
+        let Some(tracer) = active::tracer() else { return };
+        let builder = data.builder.clone().with_start_time(SystemTime::now());
+        let cx = OtelContext::map_current(|current| current.with_span(tracer.build_with_context(builder, current)));
+        (cx.clone(), Some(cx))
+    } else {
+        let Some(cx) = data.start() else { return };
+        (cx.clone(), None)
+    };
+    drop(extensions);
+    let guard = cx.attach();
+    ENTERED.with_borrow_mut(|entered| entered.push(Entered { id: id.into_u64(), guard, entry }));
+}
+
+pub(crate) fn on_exit<S>(id: &Id, _ctx: &Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let id = id.into_u64();
+    let popped = ENTERED.with_borrow_mut(|entered| {
+        let position = entered.iter().rposition(|e| e.id == id)?;
+        Some(entered.remove(position))
+    });
+    // Dropped outside the borrow: detach first, then end the entry's span.
+    if let Some(Entered { guard, entry, .. }) = popped {
+        drop(guard);
+        if let Some(entry) = entry {
+            entry.span().end();
+        }
+    }
+}
+
+pub(crate) fn on_close<S>(id: &Id, ctx: &Context<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(span) = ctx.span(id) else { return };
+    let Some(mut data) = span.extensions_mut().remove::<SpanData>() else { return };
+    if let Some(cx) = data.start() {
+        cx.span().end();
+    }
+}
+
+/// The hook [`set_parent`] and [`context_of`] reach the span's data through:
+/// found by `Dispatch::downcast_ref`, as the layer hands it out from
+/// `downcast_raw`.
+pub(crate) struct WithData(fn(&Dispatch, &Id, &mut dyn FnMut(&mut SpanData)));
+
+impl WithData {
+    pub(crate) fn new<S>() -> WithData
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        WithData(with_data::<S>)
+    }
+}
+
+fn with_data<S>(dispatch: &Dispatch, id: &Id, f: &mut dyn FnMut(&mut SpanData))
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(subscriber) = dispatch.downcast_ref::<S>() else { return };
+    let Some(span) = subscriber.span(id) else { return };
+    let mut extensions = span.extensions_mut();
+    if let Some(data) = extensions.get_mut::<SpanData>() {
+        f(data);
+    }
+}
+
+fn on_data(span: &tracing::Span, f: &mut dyn FnMut(&mut SpanData)) {
+    span.with_subscriber(|(id, dispatch)| {
+        if let Some(with) = dispatch.downcast_ref::<WithData>() {
+            (with.0)(dispatch, id, f);
+        }
+    });
+}
+
+pub(crate) fn set_parent(span: &tracing::Span, parent: &RemoteContext) {
+    if !parent.is_valid() {
+        return;
+    }
+    on_data(span, &mut |data| {
+        if data.started.is_none() {
+            data.parent = parent.otel_context().clone();
+        }
+    });
+}
+
+pub(crate) fn context_of(span: &tracing::Span) -> RemoteContext {
+    let mut found = None;
+    let entry = span.id().and_then(|id| current_entry(id.into_u64()));
+    on_data(span, &mut |data| {
+        found = if data.per_entry { entry.clone() } else { data.start().cloned() };
+    });
+    match found {
+        Some(cx) if cx.span().span_context().is_valid() => {
+            RemoteContext::from_otel(OtelContext::new().with_remote_span_context(cx.span().span_context().clone()))
+        }
+        _ => RemoteContext::none(),
+    }
+}

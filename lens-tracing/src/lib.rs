@@ -1,0 +1,262 @@
+//! The `tracing` bridge: a [`tracing_subscriber::Layer`] that records
+//! `tracing` spans as lens spans, in lens's traces, decided by span groups.
+//!
+//! [`layer`] returns the bridge already wrapped in its per-layer filter
+//! ([`GroupFilter`]): add it to a `tracing_subscriber::Registry` beside any
+//! other layer (a `fmt` layer keeps printing every callsite the bridge turns
+//! off). A span's group comes from the `<PREFIX>_TRACING_GROUPS` rules
+//! ([`lens_core::tracing_rules`]), else from a `lens::<group>` target, else
+//! from the `*` rule (off without one); a [`GROUP_FIELD`] field names the group
+//! per span. A callsite whose group is disabled, or every callsite on a rank
+//! that records no spans, gets [`Interest::never`] from this filter only, so it
+//! costs what any filtered-out `tracing` callsite costs; when lens's enabled
+//! groups change, `tracing`'s interest cache is rebuilt.
+//!
+//! A recorded span is a lens span: a child of the lens (or bridged `tracing`)
+//! span current where it was created, current itself (OpenTelemetry's context
+//! is attached) while it is entered, with its fields as attributes and the
+//! events inside it as span events. [`set_parent`] gives it a remote parent.
+//! [`PER_ENTRY_FIELD`] or the `:per_entry` rule option records one span per
+//! entry. Spans and events on lens's own export threads are never recorded.
+//!
+//! Without the `otel` feature the layer is a no-op whose filter answers
+//! `never` for every callsite, and no OpenTelemetry crate is built.
+//!
+//! See `docs/tracing.md` ("Using lens with tracing") for the rules, the
+//! groups, per-entry spans and the cost.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use lens_core::config::LensConfig;
+use lens_core::groups::is_span_group_enabled;
+use lens_core::tracing_rules::{TracingDecision, TracingRules, TracingRulesError};
+use lens_fallbacks::RemoteContext;
+use tracing_core::subscriber::Interest;
+use tracing_core::{Metadata, Subscriber};
+use tracing_subscriber::filter::Filtered;
+use tracing_subscriber::layer::{Context, Filter, Layer};
+use tracing_subscriber::registry::LookupSpan;
+
+#[cfg(feature = "otel")]
+mod bridge;
+mod threads;
+
+/// The field that names a span's group per span (a string, decided when the
+/// span is created): `tracing::info_span!("load", lens.group = "checkpoint")`.
+pub const GROUP_FIELD: &str = "lens.group";
+
+/// The field that asks for one span per entry (`lens.per_entry = true`).
+pub const PER_ENTRY_FIELD: &str = "lens.per_entry";
+
+/// The thread-name prefixes of the export path: lens's own threads and the
+/// runtime thread of the blocking HTTP client lens's OTLP/HTTP exporter
+/// uses. Nothing on these threads is recorded.
+pub const EXPORT_THREAD_PREFIXES: &[&str] = &["lens-", "reqwest-internal-sync-runtime"];
+
+/// The bridge wrapped in its per-layer filter: what [`layer`] returns.
+pub type LensTracingLayer<S> = Filtered<LensLayer<S>, GroupFilter, S>;
+
+/// The bridge with `rules` (see [`lens_core::tracing_rules`]).
+///
+/// ```
+/// use lens_core::groups::LENS_CATALOG;
+/// use lens_core::tracing_rules::TracingRules;
+/// use tracing_subscriber::layer::SubscriberExt as _;
+///
+/// let rules = TracingRules::parse("tower_http=job, candle=step:per_entry", &LENS_CATALOG).unwrap();
+/// let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules));
+/// tracing::subscriber::with_default(subscriber, || {
+///     let _span = tracing::info_span!(target: "tower_http::trace", "request").entered();
+/// });
+/// ```
+pub fn layer<S>(rules: TracingRules) -> LensTracingLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let filter = GroupFilter::new(rules);
+    LensLayer::new(Arc::clone(&filter.rules)).with_filter(filter)
+}
+
+/// The bridge with the rules of `config.tracing_groups`
+/// (`<PREFIX>_TRACING_GROUPS`), checked against `config.catalog`.
+pub fn layer_from_config<S>(config: &LensConfig) -> Result<LensTracingLayer<S>, TracingRulesError>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    Ok(layer(config.tracing_rules()?))
+}
+
+/// Gives `span` a remote parent (an incoming `traceparent`, see
+/// `lens_fallbacks::extract_context`), as `tracing-opentelemetry`'s
+/// `set_parent` does, so that a server's span joins its client's trace.
+///
+/// Call it before the span is first entered: a recorded span starts when it
+/// is first entered (or gets a child, an event or closes), and its parent is
+/// fixed from then on. Does nothing for a span the bridge does not record, for
+/// a "no context" `parent`, and without `otel`.
+pub fn set_parent(span: &tracing::Span, parent: &RemoteContext) {
+    #[cfg(feature = "otel")]
+    bridge::set_parent(span, parent);
+    #[cfg(not(feature = "otel"))]
+    let _ = (span, parent);
+}
+
+/// The context of `span` as the bridge records it, to propagate it (inject it
+/// into an outgoing request); "no context" for a span the bridge does not
+/// record, and without `otel`.
+pub fn context_of(span: &tracing::Span) -> RemoteContext {
+    #[cfg(feature = "otel")]
+    return bridge::context_of(span);
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = span;
+        RemoteContext::none()
+    }
+}
+
+/// The per-layer filter of the bridge: decides each callsite from the rules
+/// and lens's enabled groups, for the bridge only.
+#[derive(Debug)]
+pub struct GroupFilter {
+    rules: Arc<TracingRules>,
+}
+
+impl GroupFilter {
+    /// A filter deciding with `rules`. With `otel`, registers the rebuild of
+    /// `tracing`'s interest cache for every change of lens's enabled groups.
+    pub fn new(rules: TracingRules) -> GroupFilter {
+        #[cfg(feature = "otel")]
+        lens_core::groups::watch_enabled_span_groups(tracing_core::callsite::rebuild_interest_cache);
+        GroupFilter { rules: Arc::new(rules) }
+    }
+
+    /// What the rules decide for `metadata`'s target.
+    pub fn decide(&self, metadata: &Metadata<'_>) -> TracingDecision {
+        self.rules.decide(metadata.target())
+    }
+
+    /// The rules.
+    pub fn rules(&self) -> &TracingRules {
+        &self.rules
+    }
+}
+
+/// Whether a callsite's group is decided per span, by its [`GROUP_FIELD`].
+fn decided_per_span(metadata: &Metadata<'_>) -> bool {
+    metadata.fields().field(GROUP_FIELD).is_some()
+}
+
+impl<S> Filter<S> for GroupFilter {
+    fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if !cfg!(feature = "otel") || lens_core::groups::enabled_span_groups().is_empty() {
+            return Interest::never();
+        }
+        if decided_per_span(metadata) {
+            return Interest::sometimes();
+        }
+        match self.decide(metadata).group {
+            Some(group) if is_span_group_enabled(group) => Interest::always(),
+            _ => Interest::never(),
+        }
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        // Reached for `sometimes` callsites (and when another layer's filter
+        // makes the whole callsite `sometimes`): the decision again, and the
+        // export-path check, which `always` callsites get in the layer.
+        if !cfg!(feature = "otel") || threads::on_export_path() {
+            return false;
+        }
+        if decided_per_span(metadata) {
+            return !lens_core::groups::enabled_span_groups().is_empty();
+        }
+        self.decide(metadata).group.is_some_and(is_span_group_enabled)
+    }
+}
+
+/// The bridge layer; use it through [`layer`], which adds its filter.
+pub struct LensLayer<S> {
+    #[cfg_attr(not(feature = "otel"), expect(dead_code, reason = "the no-op layer reads no rules"))]
+    rules: Arc<TracingRules>,
+    #[cfg(feature = "otel")]
+    with_data: bridge::WithData,
+    _subscriber: PhantomData<fn(S)>,
+}
+
+impl<S> std::fmt::Debug for LensLayer<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LensLayer").finish_non_exhaustive()
+    }
+}
+
+impl<S> LensLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    /// The bridge layer, unfiltered, reading per-entry options from
+    /// `rules`: wrap it in a [`GroupFilter`] with the same rules ([`layer`]
+    /// does both).
+    pub fn new(rules: Arc<TracingRules>) -> LensLayer<S> {
+        LensLayer {
+            rules,
+            #[cfg(feature = "otel")]
+            with_data: bridge::WithData::new::<S>(),
+            _subscriber: PhantomData,
+        }
+    }
+}
+
+#[cfg(feature = "otel")]
+impl<S> Layer<S> for LensLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing_core::span::Attributes<'_>,
+        id: &tracing_core::span::Id,
+        ctx: Context<'_, S>,
+    ) {
+        bridge::on_new_span(&self.rules, attrs, id, &ctx);
+    }
+
+    fn on_record(&self, id: &tracing_core::span::Id, values: &tracing_core::span::Record<'_>, ctx: Context<'_, S>) {
+        bridge::on_record(id, values, &ctx);
+    }
+
+    fn on_event(&self, event: &tracing_core::Event<'_>, ctx: Context<'_, S>) {
+        bridge::on_event(event, &ctx);
+    }
+
+    fn on_enter(&self, id: &tracing_core::span::Id, ctx: Context<'_, S>) {
+        bridge::on_enter(id, &ctx);
+    }
+
+    fn on_exit(&self, id: &tracing_core::span::Id, ctx: Context<'_, S>) {
+        bridge::on_exit(id, &ctx);
+    }
+
+    fn on_close(&self, id: tracing_core::span::Id, ctx: Context<'_, S>) {
+        bridge::on_close(&id, &ctx);
+    }
+
+    unsafe fn downcast_raw(&self, id: std::any::TypeId) -> Option<*const ()> {
+        if id == std::any::TypeId::of::<Self>() {
+            Some(self as *const Self as *const ())
+        } else if id == std::any::TypeId::of::<bridge::WithData>() {
+            Some(&self.with_data as *const bridge::WithData as *const ())
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(not(feature = "otel"))]
+impl<S> Layer<S> for LensLayer<S> where S: Subscriber + for<'a> LookupSpan<'a> {}
+
+/// The page "Using lens with tracing" (`docs/tracing.md`), whose examples run
+/// as doc tests.
+#[cfg(all(doctest, feature = "otel"))]
+#[doc = include_str!("../../docs/tracing.md")]
+pub struct TracingDocExamples;

@@ -1,0 +1,263 @@
+//! The bridge against a real SDK tracer with an in-memory exporter: which
+//! `tracing` spans are recorded, how they nest with lens's spans, their
+//! attributes and events, per-entry spans, remote parents, and that a
+//! disabled group leaves the callsite to the other layers.
+//!
+//! The active tracer and the group gate are process-global, so the tests take
+//! a lock. Run with `cargo test -p lens-tracing --features testing --test bridge`.
+
+use std::fmt;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup, set_enabled_span_groups};
+use lens_core::otel::active;
+use lens_core::otel::propagation::RemoteContext;
+use lens_core::otel::span::managed_span;
+use lens_core::tracing_rules::TracingRules;
+use opentelemetry::trace::{SpanId, TracerProvider as _};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use tracing_subscriber::layer::SubscriberExt as _;
+
+static LOCK: Mutex<()> = Mutex::new(());
+static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
+
+fn setup(groups: &[SpanGroup]) -> (MutexGuard<'static, ()>, InMemorySpanExporter) {
+    let lock = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    let exporter = EXPORTER
+        .get_or_init(|| {
+            let exporter = InMemorySpanExporter::default();
+            let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+            active::install(provider.tracer("lens-tracing-test")).expect("no tracer is installed yet");
+            exporter
+        })
+        .clone();
+    exporter.reset();
+    set_enabled_span_groups(GroupSet::of(groups));
+    (lock, exporter)
+}
+
+fn rules(spec: &str) -> TracingRules {
+    TracingRules::parse(spec, &LENS_CATALOG).unwrap()
+}
+
+fn spans(exporter: &InMemorySpanExporter) -> Vec<SpanData> {
+    exporter.get_finished_spans().unwrap()
+}
+
+fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
+    spans.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no span {name} in {:?}", names(spans)))
+}
+
+fn names(spans: &[SpanData]) -> Vec<String> {
+    spans.iter().map(|s| s.name.to_string()).collect()
+}
+
+fn attribute(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.to_string())
+}
+
+#[test]
+fn tracing_and_lens_spans_nest_both_ways_in_one_trace() {
+    let (_lock, exporter) = setup(&[SpanGroup::JOB, SpanGroup::STEP]);
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=job")));
+    tracing::subscriber::with_default(subscriber, || {
+        let _outer = managed_span(SpanGroup::STEP, "lens.outer", []);
+        let request = tracing::info_span!(target: "my_app::server", "request");
+        let _entered = request.enter();
+        let _inner = managed_span(SpanGroup::STEP, "lens.inner", []);
+    });
+    let spans = spans(&exporter);
+    let (outer, request, inner) = (named(&spans, "lens.outer"), named(&spans, "request"), named(&spans, "lens.inner"));
+    assert_eq!(request.parent_span_id, outer.span_context.span_id(), "the tracing span is the lens span's child");
+    assert_eq!(inner.parent_span_id, request.span_context.span_id(), "the lens span is the tracing span's child");
+    assert_eq!(inner.span_context.trace_id(), outer.span_context.trace_id());
+}
+
+#[test]
+fn fields_become_attributes_record_adds_them_and_events_become_span_events() {
+    let (_lock, exporter) = setup(&[SpanGroup::JOB]);
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=job")));
+    tracing::subscriber::with_default(subscriber, || {
+        let span = tracing::info_span!(target: "my_app", "handle", user = "ada", retries = 2_u64, status = tracing::field::Empty);
+        let _entered = span.enter();
+        tracing::warn!(target: "my_app", attempt = 3, "slow backend");
+        span.record("status", 200);
+    });
+    let spans = spans(&exporter);
+    let span = named(&spans, "handle");
+    assert_eq!(attribute(span, "user").as_deref(), Some("ada"));
+    assert_eq!(attribute(span, "retries").as_deref(), Some("2"));
+    assert_eq!(attribute(span, "status").as_deref(), Some("200"));
+    let event = span.events.iter().next().expect("the event is on the span");
+    assert_eq!(event.name, "slow backend");
+    let event_attr =
+        |key: &str| event.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.to_string());
+    assert_eq!(event_attr("attempt").as_deref(), Some("3"));
+    assert_eq!(event_attr("level").as_deref(), Some("WARN"));
+}
+
+#[test]
+fn a_span_entered_1000_times_with_per_entry_recording_gives_1000_spans() {
+    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let subscriber =
+        tracing_subscriber::registry().with(lens_tracing::layer(rules("candle=step:per_entry, my_app=step")));
+    tracing::subscriber::with_default(subscriber, || {
+        // A layer span made once, as candle does, and entered on every forward pass.
+        let layer_span = tracing::info_span!(target: "candle::nn", "linear", layer = 3);
+        let by_field = tracing::info_span!(target: "my_app", "block", lens.per_entry = true);
+        for _ in 0..1000 {
+            let _pass = managed_span(SpanGroup::STEP, "forward", []);
+            let _entered = layer_span.enter();
+        }
+        for _ in 0..5 {
+            let _entered = by_field.enter();
+        }
+    });
+    let spans = spans(&exporter);
+    let layer_spans: Vec<&SpanData> = spans.iter().filter(|s| s.name == "linear").collect();
+    assert_eq!(layer_spans.len(), 1000);
+    assert_eq!(spans.iter().filter(|s| s.name == "block").count(), 5);
+    // Each entry is a child of the forward pass it ran in.
+    let forwards: Vec<SpanId> =
+        spans.iter().filter(|s| s.name == "forward").map(|s| s.span_context.span_id()).collect();
+    assert!(layer_spans.iter().all(|s| forwards.contains(&s.parent_span_id)));
+    assert_eq!(attribute(layer_spans[999], "layer").as_deref(), Some("3"));
+}
+
+/// Counts how often `tracing` formats it: only a layer that records the
+/// callsite does.
+struct Probe(Arc<AtomicUsize>);
+
+impl fmt::Debug for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        f.write_str("probe")
+    }
+}
+
+#[derive(Clone, Default)]
+struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_disabled_groups_callsite_is_never_called_into_yet_fmt_beside_the_bridge_prints_it() {
+    let (_lock, exporter) = setup(&[SpanGroup::JOB]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules("h2=off, my_app=step")));
+    tracing::subscriber::with_default(subscriber, || {
+        for _ in 0..3 {
+            let span = tracing::info_span!(target: "h2::proto", "stream", probe = ?Probe(calls.clone()));
+            assert!(span.is_disabled(), "an off target's span is disabled like a filtered-out callsite");
+            let span = tracing::info_span!(target: "my_app", "step", probe = ?Probe(calls.clone()));
+            assert!(span.is_disabled(), "a disabled group's span is disabled like a filtered-out callsite");
+            tracing::info!(target: "my_app", probe = ?Probe(calls.clone()), "event");
+        }
+    });
+    assert_eq!(calls.load(Ordering::Relaxed), 0, "the disabled callsites' fields were never evaluated");
+
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::registry()
+        .with(lens_tracing::layer(rules("my_app=step")))
+        .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || writer.clone()));
+    tracing::subscriber::with_default(subscriber, || {
+        let span = tracing::info_span!(target: "my_app", "step");
+        let _entered = span.enter();
+        tracing::info!(target: "my_app", "printed by fmt");
+    });
+    let printed = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    assert!(printed.contains("printed by fmt") && printed.contains("step"), "{printed}");
+    assert!(spans(&exporter).is_empty(), "the bridge recorded nothing: {:?}", names(&spans(&exporter)));
+}
+
+#[test]
+fn changing_the_enabled_groups_rebuilds_the_interest_cache() {
+    let (_lock, exporter) = setup(&[]);
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=step")));
+    // As in a job: the subscriber is the default while setup and shutdown
+    // change the groups, and one callsite is hit in every phase.
+    tracing::subscriber::with_default(subscriber, || {
+        let open = || drop(tracing::info_span!(target: "my_app", "lifetime"));
+        open(); // before setup: off
+        set_enabled_span_groups(GroupSet::of(&[SpanGroup::STEP]));
+        open(); // first lifetime: on
+        set_enabled_span_groups(GroupSet::EMPTY);
+        open(); // shutdown: off
+        set_enabled_span_groups(GroupSet::of(&[SpanGroup::STEP]));
+        open(); // second lifetime: on again
+    });
+    assert_eq!(spans(&exporter).len(), 2);
+}
+
+#[test]
+fn a_lens_group_field_decides_per_span() {
+    let (_lock, exporter) = setup(&[SpanGroup::CHECKPOINT]);
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules("")));
+    tracing::subscriber::with_default(subscriber, || {
+        for group in ["checkpoint", "step", "nope"] {
+            drop(tracing::info_span!(target: "my_app", "save", lens.group = group));
+        }
+        drop(tracing::info_span!(target: "lens::checkpoint", "by_target"));
+        drop(tracing::info_span!(target: "my_app", "unruled"));
+    });
+    let spans = spans(&exporter);
+    assert_eq!(names(&spans), ["save", "by_target"], "only the enabled group's spans");
+    assert_eq!(attribute(&spans[0], "lens.group"), None, "the control field is not an attribute");
+}
+
+#[test]
+fn set_parent_joins_a_remote_trace_and_context_of_propagates_a_span() {
+    let (_lock, exporter) = setup(&[SpanGroup::JOB]);
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=job")));
+    let carrier = std::collections::HashMap::from([(
+        "traceparent".to_string(),
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string(),
+    )]);
+    let remote = lens_core::otel::propagation::extract_context(&carrier);
+    assert!(remote.is_valid());
+    let mut propagated = RemoteContext::none();
+    tracing::subscriber::with_default(subscriber, || {
+        let span = tracing::info_span!(target: "my_app", "server_request");
+        lens_tracing::set_parent(&span, &remote);
+        let _entered = span.enter();
+        propagated = lens_tracing::context_of(&span);
+    });
+    let spans = spans(&exporter);
+    let span = named(&spans, "server_request");
+    assert_eq!(span.span_context.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(span.parent_span_id.to_string(), "00f067aa0ba902b7");
+    assert_eq!(propagated.span_id_hex(), Some(span.span_context.span_id().to_string()));
+}
+
+#[test]
+fn spans_on_lens_export_threads_are_never_recorded_whatever_the_rules_say() {
+    let (_lock, exporter) = setup(&[SpanGroup::JOB]);
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(lens_tracing::layer(rules("*=job"))));
+    for name in ["lens-otlp", "lens-send-0", "user-thread"] {
+        let dispatch = dispatch.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    let _span = tracing::info_span!(target: "h2::proto", "send").entered();
+                    tracing::info!(target: "hyper_util", "connected");
+                });
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+    assert_eq!(names(&spans(&exporter)), ["send"], "only the user thread's span");
+}

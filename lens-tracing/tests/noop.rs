@@ -1,0 +1,25 @@
+//! The bridge with nothing to record: without `otel`, or before setup, the
+//! bridge's filter turns every callsite off for the bridge alone, so a span
+//! with no other layer is disabled (it costs what a filtered-out callsite
+//! costs) and the application's own calls behave as without the bridge.
+//! Compiled in both feature modes (`cargo test -p lens-tracing --test noop`,
+//! with and without `--no-default-features`).
+
+use lens_core::groups::LENS_CATALOG;
+use lens_core::tracing_rules::TracingRules;
+use tracing_subscriber::layer::SubscriberExt as _;
+
+#[test]
+fn with_nothing_to_record_every_callsite_is_off_for_the_bridge() {
+    let rules = TracingRules::parse("*=job, tower_http=job", &LENS_CATALOG).unwrap();
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules));
+    let answer = tracing::subscriber::with_default(subscriber, || {
+        let span = tracing::info_span!(target: "tower_http::trace", "request", method = "GET");
+        assert!(span.is_disabled());
+        lens_tracing::set_parent(&span, &lens_fallbacks::RemoteContext::none());
+        assert!(!lens_tracing::context_of(&span).is_valid());
+        let _entered = span.enter();
+        40 + 2
+    });
+    assert_eq!(answer, 42);
+}
