@@ -9,19 +9,31 @@
 //!   exporter built the same way (`build_otlp_span_exporter` from the same
 //!   configuration), spans ended with the SDK tracer.
 //!
-//! Either ends spans from one thread at a paced rate for a few seconds, shuts
-//! down, and prints one JSON line with what happened.
+//! - `lens-batch`: lens's batch processor alone (built as `setup_telemetry`
+//!   builds it) in the raw pipeline's place, spans ended with the same SDK
+//!   tracer call as `raw`: the two differ only in the processor, so this is
+//!   the comparison of export pipelines. `lens` adds what a job's calling
+//!   thread also pays per span (the open-span closer's snapshot, the
+//!   sampler wrapper, the facade), which `managed_span_enabled` budgets.
+//!
+//! Either ends spans from one thread at a paced rate for a few seconds (or,
+//! with `count N`, N spans as fast as it can, for callgrind), shuts down, and
+//! prints one JSON line with what happened.
 //!
 //! ```text
-//! otlp-load <lens|raw> <endpoint> <grpc|http/protobuf> <attributes: 0|5> <spans per second> <seconds>
+//! otlp-load <lens|lens-batch|raw> <endpoint> <grpc|http/protobuf> <attributes: 0|5> <spans per second> <seconds>
+//! otlp-load <lens|lens-batch|raw> <endpoint> <grpc|http/protobuf> <attributes: 0|5> count <spans>
 //! ```
 //!
 //! The JSON line: `offered` (spans ended), `produce_s` (seconds spent
 //! ending them), `total_s` (until shutdown returned: everything exported),
 //! `exported`, `dropped` (queue full, failed exports and left at shutdown),
-//! `export_errors`, `peak_rss_kib` (the process's high-water mark) and
+//! `export_errors`, `peak_rss_kib` (the process's high-water mark),
 //! `span_data_bytes` (the size of one queued span's record, without its
-//! heap parts). The configuration comes from a map, never from the process
+//! heap parts), `cpu_s` and `main_cpu_s` (CPU seconds of the whole process
+//! and of the producing thread, until shutdown returned), `threads` (the
+//! process's threads just before shutdown) and `voluntary_switches` (context
+//! switches of all its threads, summed). The configuration comes from a map, never from the process
 //! environment; the receiver is `examples/otlp-sink.rs` in another process.
 
 use std::collections::BTreeMap;
@@ -34,6 +46,7 @@ use lens_core::attr::KeyValue;
 use lens_core::config::{LensConfig, Signal};
 use lens_core::groups::{LENS_CATALOG, SpanGroup};
 use lens_core::identity::RankContext;
+use lens_core::otel::batch::{BatchConfig, LensBatchSpanProcessor};
 use lens_core::otel::exporters::build_otlp_span_exporter;
 use lens_core::otel::setup::{SetupOptions, setup_telemetry};
 use lens_core::otel::span::managed_span;
@@ -105,11 +118,30 @@ impl<E: SpanExporter> SpanExporter for Counting<E> {
     }
 }
 
+/// How many spans to end, and how fast.
+#[derive(Clone, Copy, Debug)]
+enum Load {
+    /// `rate` per second for `seconds`.
+    Paced { rate: u64, seconds: u64 },
+    /// This many, unpaced.
+    Count(u64),
+}
+
 /// Ends spans with `end_one(index)` at `rate` per second for `seconds`,
 /// paced in 1 ms ticks: each tick ends its share, then waits for the next
 /// (a producer that cannot keep up simply offers less). Returns the spans
 /// offered and the seconds spent.
-fn produce(rate: u64, seconds: u64, mut end_one: impl FnMut(u64)) -> (u64, f64) {
+fn produce(load: Load, mut end_one: impl FnMut(u64)) -> (u64, f64) {
+    let (rate, seconds) = match load {
+        Load::Paced { rate, seconds } => (rate, seconds),
+        Load::Count(count) => {
+            let start = Instant::now();
+            for index in 0..count {
+                end_one(index);
+            }
+            return (count, start.elapsed().as_secs_f64());
+        }
+    };
     let per_tick = (rate / 1000).max(1);
     let ticks = seconds * 1000;
     let start = Instant::now();
@@ -127,14 +159,63 @@ fn produce(rate: u64, seconds: u64, mut end_one: impl FnMut(u64)) -> (u64, f64) 
     (offered, start.elapsed().as_secs_f64())
 }
 
-/// The JSON result line.
-fn result_line(offered: u64, produce_s: f64, total_s: f64, exported: u64, dropped: u64, errors: u64) -> String {
-    format!(
-        "{{\"offered\":{offered},\"produce_s\":{produce_s},\"total_s\":{total_s},\"exported\":{exported},\
-         \"dropped\":{dropped},\"export_errors\":{errors},\"peak_rss_kib\":{},\"span_data_bytes\":{}}}",
-        peak_rss_kib(),
-        std::mem::size_of::<SpanData>(),
-    )
+/// What a run did, for the JSON result line.
+struct Outcome {
+    offered: u64,
+    produce_s: f64,
+    total_s: f64,
+    exported: u64,
+    dropped: u64,
+    errors: u64,
+    /// Threads of the process just before shutdown.
+    threads: usize,
+}
+
+impl Outcome {
+    fn line(&self) -> String {
+        let Outcome { offered, produce_s, total_s, exported, dropped, errors, threads } = self;
+        let (cpu_s, switches) = process_cpu_and_switches();
+        format!(
+            "{{\"offered\":{offered},\"produce_s\":{produce_s},\"total_s\":{total_s},\"exported\":{exported},\
+             \"dropped\":{dropped},\"export_errors\":{errors},\"peak_rss_kib\":{},\"span_data_bytes\":{},\
+             \"cpu_s\":{cpu_s},\"main_cpu_s\":{},\"threads\":{threads},\"voluntary_switches\":{switches}}}",
+            peak_rss_kib(),
+            std::mem::size_of::<SpanData>(),
+            thread_cpu_s("/proc/thread-self/stat"),
+        )
+    }
+}
+
+/// The threads of this process now.
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |dir| dir.count())
+}
+
+/// User plus system CPU seconds from a `/proc/.../stat` file (fields 14 and
+/// 15 after the command name, in clock ticks of 1/100 s).
+fn thread_cpu_s(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else { return 0.0 };
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// The process's CPU seconds (its threads, live and ended) and the
+/// voluntary context switches of its live threads.
+fn process_cpu_and_switches() -> (f64, u64) {
+    let cpu = thread_cpu_s("/proc/self/stat");
+    let switches = std::fs::read_dir("/proc/self/task")
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+                .filter_map(|status| {
+                    status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")?.trim().parse::<u64>().ok())
+                })
+                .sum()
+        })
+        .unwrap_or(0);
+    (cpu, switches)
 }
 
 fn peak_rss_kib() -> u64 {
@@ -166,19 +247,67 @@ fn config(endpoint: &str, protocol: &str) -> Result<(LensConfig, BTreeMap<String
     Ok((config, env))
 }
 
-fn run_lens(endpoint: &str, protocol: &str, attrs: usize, rate: u64, seconds: u64) -> Result<String, String> {
+fn run_lens(endpoint: &str, protocol: &str, attrs: usize, load: Load) -> Result<String, String> {
     let (config, env) = config(endpoint, protocol)?;
     let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), SetupOptions::new().with_env(env))
         .map_err(|e| e.to_string())?;
     let start = Instant::now();
     let (offered, produce_s) =
-        produce(rate, seconds, |index| drop(managed_span(SpanGroup::STEP, "bench.span", attributes(attrs, index))));
+        produce(load, |index| drop(managed_span(SpanGroup::STEP, "bench.span", attributes(attrs, index))));
+    let threads = thread_count();
     let report = telemetry.shutdown(Duration::from_secs(60));
     let s = &report.spans;
-    Ok(result_line(offered, produce_s, start.elapsed().as_secs_f64(), s.exported, s.dropped(), s.export_errors))
+    let total_s = start.elapsed().as_secs_f64();
+    let (exported, dropped, errors) = (s.exported, s.dropped(), s.export_errors);
+    Ok(Outcome { offered, produce_s, total_s, exported, dropped, errors, threads }.line())
 }
 
-fn run_raw(endpoint: &str, protocol: &str, attrs: usize, rate: u64, seconds: u64) -> Result<String, String> {
+/// Ends spans with the SDK tracer of `provider` (the `raw` and
+/// `lens-batch` pipelines), shuts down and reports.
+fn run_sdk(
+    provider: &SdkTracerProvider,
+    attrs: usize,
+    load: Load,
+    counts: impl FnOnce(u64) -> (u64, u64, u64),
+) -> String {
+    let tracer = provider.tracer("xtask-bench");
+    let start = Instant::now();
+    let (offered, produce_s) = produce(load, |index| {
+        drop(tracer.span_builder("bench.span").with_attributes(sdk_attributes(attrs, index)).start(&tracer));
+    });
+    let threads = thread_count();
+    let _ = provider.shutdown_with_timeout(Duration::from_secs(60));
+    let total_s = start.elapsed().as_secs_f64();
+    let (exported, dropped, errors) = counts(offered);
+    Outcome { offered, produce_s, total_s, exported, dropped, errors, threads }.line()
+}
+
+fn run_lens_batch(endpoint: &str, protocol: &str, attrs: usize, load: Load) -> Result<String, String> {
+    let (config, _) = config(endpoint, protocol)?;
+    let exporter = build_otlp_span_exporter(config.otel.otlp(Signal::Traces)).map_err(|e| e.to_string())?;
+    let b = &config.otel.batch;
+    // As `setup_telemetry` builds it (its `batch_config`).
+    let batch = LensBatchSpanProcessor::new(
+        exporter,
+        BatchConfig {
+            max_queue_size: b.max_queue_size,
+            max_export_batch_size: b.max_export_batch_size,
+            scheduled_delay: b.schedule_delay,
+            max_concurrent_exports: b.max_concurrent_exports,
+            export_timeout: config.otel.otlp(Signal::Traces).timeout,
+            retry_window: config.export_retry_window,
+            ..BatchConfig::default()
+        },
+    );
+    let counters = batch.counters();
+    let provider = SdkTracerProvider::builder().with_span_processor(batch).build();
+    Ok(run_sdk(&provider, attrs, load, |_| {
+        let s = counters.snapshot();
+        (s.exported, s.dropped(), s.export_errors)
+    }))
+}
+
+fn run_raw(endpoint: &str, protocol: &str, attrs: usize, load: Load) -> Result<String, String> {
     let (config, _) = config(endpoint, protocol)?;
     let exporter = build_otlp_span_exporter(config.otel.otlp(Signal::Traces)).map_err(|e| e.to_string())?;
     let (exported, errors) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -192,48 +321,48 @@ fn run_raw(endpoint: &str, protocol: &str, attrs: usize, rate: u64, seconds: u64
     let provider = SdkTracerProvider::builder()
         .with_span_processor(BatchSpanProcessor::builder(counting).with_batch_config(batch).build())
         .build();
-    let tracer = provider.tracer("xtask-bench");
-    let start = Instant::now();
-    let (offered, produce_s) = produce(rate, seconds, |index| {
-        drop(tracer.span_builder("bench.span").with_attributes(sdk_attributes(attrs, index)).start(&tracer));
-    });
     // The SDK's processor counts nothing: what it did not hand on
     // acknowledged was dropped (queue full, failed, or left at shutdown).
-    let _ = provider.shutdown_with_timeout(Duration::from_secs(60));
-    let exported = exported.load(Ordering::Relaxed);
-    let errors = errors.load(Ordering::Relaxed);
-    Ok(result_line(
-        offered,
-        produce_s,
-        start.elapsed().as_secs_f64(),
-        exported,
-        offered.saturating_sub(exported),
-        errors,
-    ))
+    Ok(run_sdk(&provider, attrs, load, |offered| {
+        let exported = exported.load(Ordering::Relaxed);
+        (exported, offered.saturating_sub(exported), errors.load(Ordering::Relaxed))
+    }))
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    type Run = fn(&str, &str, usize, Load) -> Result<String, String>;
     let parsed = match args.as_slice() {
-        [pipeline, endpoint, protocol, attrs, rate, seconds] if pipeline == "lens" || pipeline == "raw" => {
-            match (attrs.parse::<usize>(), rate.parse::<u64>(), seconds.parse::<u64>()) {
-                (Ok(attrs), Ok(rate), Ok(seconds)) => {
-                    Some((pipeline == "raw", endpoint, protocol, attrs, rate, seconds))
-                }
+        [pipeline, endpoint, protocol, attrs, rate, seconds] => {
+            let run: Option<Run> = match pipeline.as_str() {
+                "lens" => Some(run_lens),
+                "lens-batch" => Some(run_lens_batch),
+                "raw" => Some(run_raw),
+                _ => None,
+            };
+            let load = match (rate.as_str(), seconds.parse::<u64>()) {
+                ("count", Ok(count)) => Some(Load::Count(count)),
+                (rate, Ok(seconds)) => rate.parse().ok().map(|rate| Load::Paced { rate, seconds }),
+                _ => None,
+            };
+            match (run, attrs.parse::<usize>(), load) {
+                (Some(run), Ok(attrs), Some(load)) => Some((run, endpoint, protocol, attrs, load)),
                 _ => None,
             }
         }
         _ => None,
     };
-    let Some((raw, endpoint, protocol, attrs, rate, seconds)) = parsed else {
+    let Some((run, endpoint, protocol, attrs, load)) = parsed else {
         #[expect(clippy::print_stderr, reason = "a usage error of a command-line tool")]
         {
-            eprintln!("usage: otlp-load <lens|raw> <endpoint> <grpc|http/protobuf> <0|5> <spans per second> <seconds>");
+            eprintln!(
+                "usage: otlp-load <lens|lens-batch|raw> <endpoint> <grpc|http/protobuf> <0|5> \
+                 <spans per second> <seconds> | count <spans>"
+            );
         }
         return ExitCode::from(2);
     };
-    let run = if raw { run_raw } else { run_lens };
-    match run(endpoint, protocol, attrs, rate, seconds) {
+    match run(endpoint, protocol, attrs, load) {
         Ok(line) => {
             #[expect(clippy::print_stdout, reason = "the result line the xtask reads")]
             {

@@ -77,6 +77,20 @@ pub(crate) fn main_thread_total(program: &Path, args: &[&str], scratch: &Path) -
     totals(&text).with_context(|| format!("no totals line in {}", main_file.display()))
 }
 
+/// Instructions of every thread together in the per-thread files that
+/// [`main_thread_total`] left in `scratch` (its last run).
+pub(crate) fn all_threads_total(scratch: &Path) -> Result<u64> {
+    let mut sum = 0;
+    for entry in std::fs::read_dir(scratch).with_context(|| format!("could not read {}", scratch.display()))? {
+        let path = entry?.path();
+        if path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("cg.out-")) {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("could not read {}", path.display()))?;
+            sum += totals(&text).with_context(|| format!("no totals line in {}", path.display()))?;
+        }
+    }
+    Ok(sum)
+}
+
 /// The `totals:` (or `summary:`) line of a callgrind output file.
 fn totals(text: &str) -> Option<u64> {
     text.lines()
