@@ -130,6 +130,72 @@ impl SpanLink {
     }
 }
 
+pub use lens_core::attr::SpanKind;
+
+/// An inert detached span, zero-sized. Like the real one it is `Send`.
+#[must_use = "the span ends when it is dropped"]
+#[derive(Debug)]
+pub struct DetachedSpan;
+
+impl DetachedSpan {
+    /// An inert span.
+    #[inline(always)]
+    pub const fn noop() -> DetachedSpan {
+        DetachedSpan
+    }
+
+    /// Always false.
+    #[inline(always)]
+    pub fn is_recording(&self) -> bool {
+        false
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn set_attribute(&self, key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) {
+        let _ = (key, value);
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn set_attributes(&self, attributes: impl IntoIterator<Item = KeyValue>) {
+        let _ = attributes;
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn set_status_error(&self, description: impl Into<Cow<'static, str>>) {
+        let _ = description;
+    }
+
+    /// Always "no context".
+    #[inline(always)]
+    pub fn remote_context(&self) -> RemoteContext {
+        RemoteContext
+    }
+
+    /// Does nothing.
+    #[inline(always)]
+    pub fn end_at(self, end_time: SystemTime) {
+        let _ = end_time;
+    }
+}
+
+/// An inert detached span.
+#[inline(always)]
+pub fn detached_span(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    kind: SpanKind,
+    parent: &RemoteContext,
+    start_time: Option<SystemTime>,
+    links: impl IntoIterator<Item = SpanLink>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> DetachedSpan {
+    let _ = (group, name, kind, parent, start_time, links, attributes);
+    DetachedSpan
+}
+
 /// An inert span guard, zero-sized. Like the real guard it is neither `Send`
 /// nor `Sync`, so code that compiles in one mode compiles in the other.
 #[must_use = "the span ends when the guard is dropped: bind it with `let _span = ...`"]

@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
 use lens_fallbacks::{
-    AttachedContext, AttrValue, DEFAULT_REDACT_KEYS, GroupSet, InvalidBootstrap, KeyValue, LazyAttributes, REDACTED,
+    AttachedContext, AttrValue, DEFAULT_REDACT_KEYS, DetachedSpan, SpanKind, detached_span, GroupSet, InvalidBootstrap, KeyValue, LazyAttributes, REDACTED,
     RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanGroup, SpanGuard, SpanLink, WorkerBootstrap,
     backdated_span, context_from_env, create_linked_span, create_linked_span_since, current_context, decode_context,
     encode_context, extract_context, in_managed_span, inject_context, instrument_future, is_span_group_enabled,
@@ -186,6 +186,30 @@ fn propagation_without_a_span_carries_nothing() {
     drop(create_linked_span(None, String::from("parity.linked"), &from_pairs, [KeyValue::new("prompt", "p")]));
     let since = std::time::SystemTime::now();
     drop(create_linked_span_since(Some(SpanGroup::STEP), "parity.linked", &from_pairs, since, []));
+}
+
+#[test]
+fn a_detached_span_is_send_and_inert_without_setup() {
+    fn assert_send<T: Send>(_: &T) {}
+    let parent = extract_context(&[("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]);
+    let span: DetachedSpan = detached_span(
+        SpanGroup::JOB,
+        "POST /v1/completions",
+        SpanKind::Server,
+        &parent,
+        Some(SystemTime::now()),
+        [SpanLink::new(&parent)],
+        [KeyValue::new("http.request.method", "POST")],
+    );
+    assert_send(&span);
+    assert!(!span.is_recording());
+    span.set_attribute("http.response.status_code", 200_i64);
+    span.set_attributes([KeyValue::new("error.type", "overloaded")]);
+    span.set_status_error("overloaded");
+    assert!(!span.remote_context().is_valid());
+    span.end_at(SystemTime::now());
+    assert!(!DetachedSpan::noop().is_recording());
+    assert_eq!(SpanKind::default(), SpanKind::Internal);
 }
 
 #[test]

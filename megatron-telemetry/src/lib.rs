@@ -6,6 +6,7 @@
 //! signals, shutdown).
 
 pub mod groups;
+pub mod inference;
 pub mod lifecycle;
 pub mod metrics;
 pub mod nvml;

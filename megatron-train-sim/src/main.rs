@@ -13,7 +13,9 @@
 //! [`comm`] (rendezvous, TCP mesh, collectives), [`device`] (matrix
 //! products), [`model`] (layers, data, optimizer, schedule), [`train`] (the
 //! loop), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
-//! and [`telemetry`], the only module that calls the telemetry API.
+//! and [`telemetry`], the only module that calls the telemetry API besides
+//! [`serve`] (the `serve` subcommand: an OpenAI-compatible server over
+//! [`lm`], whose spans are megatron-telemetry's `inference` module).
 //!
 //! Startup is measured as Megatron measures it ([`StartupTimestamps`]): the
 //! first line of `main`, each startup phase's end, and, from the launcher,
@@ -30,8 +32,10 @@ mod cli;
 mod comm;
 mod device;
 mod launcher;
+mod lm;
 mod model;
 mod output;
+mod serve;
 mod signals;
 mod telemetry;
 mod trace_view;
@@ -75,8 +79,10 @@ fn main() -> ExitCode {
     let is_rank = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_some();
     let main_entry = SystemTime::now();
     let args = Args::parse();
-    if let Some(trace_view::Tool::TraceView(view)) = &args.tool {
-        return trace_view::run(view);
+    match &args.tool {
+        Some(trace_view::Tool::TraceView(view)) => return trace_view::run(view),
+        Some(trace_view::Tool::Serve(serve)) => return serve::run(serve, program_start),
+        None => {}
     }
     match (args.nproc_per_node, is_rank) {
         (Some(nproc), false) => run_launcher(&args, nproc, program_start),

@@ -60,6 +60,8 @@ pub(crate) enum Tool {
     /// Turn a `file` export into a Chrome/Perfetto trace (one process per
     /// rank, spans as slices, links as flows) and print a per-span table.
     TraceView(TraceViewArgs),
+    /// Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md).
+    Serve(crate::serve::ServeArgs),
 }
 
 /// `trace-view`: convert a `file` export into a Chrome/Perfetto trace and
