@@ -6,9 +6,10 @@ pub use lens_core::otel::propagation::{
     create_linked_span_since, current_context, decode_context, encode_context, extract_context, inject_context,
 };
 pub use lens_core::otel::span::{
-    DEFAULT_REDACT_KEYS, DetachedSpan, SpanKind, detached_span, LazyAttributes, REDACTED, SpanGuard, SpanLink, backdated_span, in_managed_span,
-    instrument_future, lazy_attributes, managed_span, managed_span_since, new_trace_linked, redact_value,
-    root_span_with_trace_id, safe_set_span_attributes, span_cm, try_in_managed_span, try_instrument_future,
+    DEFAULT_REDACT_KEYS, DetachedSpan, LazyAttributes, REDACTED, SpanGuard, SpanKind, SpanLink, backdated_span,
+    detached_span, in_managed_span, instrument_future, lazy_attributes, managed_span, managed_span_since,
+    new_trace_linked, redact_value, root_span_with_trace_id, safe_set_span_attributes, span_cm, try_in_managed_span,
+    try_instrument_future,
 };
 
 pub use lens_core::otel::opentelemetry::metrics::Meter;

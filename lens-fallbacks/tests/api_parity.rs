@@ -17,13 +17,13 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
 use lens_fallbacks::{
-    AttachedContext, AttrValue, DEFAULT_REDACT_KEYS, DetachedSpan, SpanKind, detached_span, GroupSet, InvalidBootstrap, KeyValue, LazyAttributes, REDACTED,
-    RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanGroup, SpanGuard, SpanLink, WorkerBootstrap,
-    backdated_span, context_from_env, create_linked_span, create_linked_span_since, current_context, decode_context,
-    encode_context, extract_context, in_managed_span, inject_context, instrument_future, is_span_group_enabled,
-    lazy_attributes, managed_span, managed_span_since, new_trace_linked, redact_value, root_span_with_trace_id,
-    safe_set_span_attributes, sampling_key, set_enabled_span_groups, span_cm, trace_fn, try_in_managed_span,
-    try_instrument_future,
+    AttachedContext, AttrValue, DEFAULT_REDACT_KEYS, DetachedSpan, GroupSet, InvalidBootstrap, KeyValue,
+    LazyAttributes, REDACTED, RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanGroup, SpanGuard,
+    SpanKind, SpanLink, WorkerBootstrap, backdated_span, context_from_env, create_linked_span,
+    create_linked_span_since, current_context, decode_context, detached_span, encode_context, extract_context,
+    in_managed_span, inject_context, instrument_future, is_span_group_enabled, lazy_attributes, managed_span,
+    managed_span_since, new_trace_linked, redact_value, root_span_with_trace_id, safe_set_span_attributes,
+    sampling_key, set_enabled_span_groups, span_cm, trace_fn, try_in_managed_span, try_instrument_future,
 };
 
 fn block_on<F: Future>(future: F) -> F::Output {

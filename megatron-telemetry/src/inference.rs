@@ -363,8 +363,7 @@ pub fn phase_span(
     end: SystemTime,
     attributes: impl IntoIterator<Item = KeyValue>,
 ) {
-    let span =
-        detached_span(def.group, def.name, SpanKind::Internal, parent, Some(start), [], attributes);
+    let span = detached_span(def.group, def.name, SpanKind::Internal, parent, Some(start), [], attributes);
     span.end_at(end);
 }
 

@@ -55,7 +55,8 @@ fn the_trace_roots_are_pre_startup_startup_train_and_the_inference_request_and_s
             "megatron.inference.step"
         ]
     );
-    let training_roots = SPANS.iter().filter(|s| s.parent.is_none() && s.group != G::INFERENCE && s.group != G::INFERENCE_STEP);
+    let training_roots =
+        SPANS.iter().filter(|s| s.parent.is_none() && s.group != G::INFERENCE && s.group != G::INFERENCE_STEP);
     assert!(training_roots.clone().all(|s| s.group == G::JOB), "training roots are structural");
 }
 

@@ -34,7 +34,11 @@ impl InferenceModel {
             format!("{} is not a training checkpoint (reading {}: {error})", dir.display(), tracker.display())
         })?;
         let iteration: u64 = text.trim().parse().map_err(|_| {
-            format!("{}: {:?} is not an iteration number; is this a checkpoint directory?", tracker.display(), text.trim())
+            format!(
+                "{}: {:?} is not an iteration number; is this a checkpoint directory?",
+                tracker.display(),
+                text.trim()
+            )
         })?;
         let mut state = iteration.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut next = move || {

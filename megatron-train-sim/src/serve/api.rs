@@ -20,12 +20,24 @@ pub(crate) struct ApiError {
 impl ApiError {
     /// 400 for an invalid field.
     pub(crate) fn invalid(param: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status: 400, kind: "invalid_request_error", param: Some(param), code: "invalid_value", message: message.into() }
+        ApiError {
+            status: 400,
+            kind: "invalid_request_error",
+            param: Some(param),
+            code: "invalid_value",
+            message: message.into(),
+        }
     }
 
     /// 400 for a body that is not a JSON object.
     pub(crate) fn malformed(message: impl Into<String>) -> ApiError {
-        ApiError { status: 400, kind: "invalid_request_error", param: None, code: "invalid_json", message: message.into() }
+        ApiError {
+            status: 400,
+            kind: "invalid_request_error",
+            param: None,
+            code: "invalid_json",
+            message: message.into(),
+        }
     }
 
     /// The error's JSON body.
@@ -125,7 +137,10 @@ fn number(body: &Map<String, Value>, key: &'static str, default: f64, range: (f6
         return Err(ApiError::invalid(key, format!("`{key}` must be a number, not {}", type_name(value))));
     };
     if !(range.0..=range.1).contains(&number) {
-        return Err(ApiError::invalid(key, format!("`{key}` is {number}; it must be between {} and {}", range.0, range.1)));
+        return Err(ApiError::invalid(
+            key,
+            format!("`{key}` is {number}; it must be between {} and {}", range.0, range.1),
+        ));
     }
     Ok(number)
 }
@@ -152,9 +167,7 @@ fn prompts(body: &Map<String, Value>) -> Result<Vec<Vec<u8>>, ApiError> {
     match prompt {
         Value::String(_) => Ok(vec![text_of(prompt, "prompt", "`prompt`")?]),
         Value::Array(items) if items.is_empty() => Err(ApiError::invalid("prompt", "`prompt` is an empty list")),
-        Value::Array(items) => {
-            items.iter().map(|item| text_of(item, "prompt", "every entry of `prompt`")).collect()
-        }
+        Value::Array(items) => items.iter().map(|item| text_of(item, "prompt", "every entry of `prompt`")).collect(),
         other => Err(ApiError::invalid(
             "prompt",
             format!("`prompt` must be a string or a list of strings, not {}", type_name(other)),
@@ -201,7 +214,10 @@ fn messages(body: &Map<String, Value>) -> Result<Vec<u8>, ApiError> {
     let mut parsed = Vec::with_capacity(items.len());
     for item in items {
         let Value::Object(message) = item else {
-            return Err(ApiError::invalid("messages", format!("every message must be an object, not {}", type_name(item))));
+            return Err(ApiError::invalid(
+                "messages",
+                format!("every message must be an object, not {}", type_name(item)),
+            ));
         };
         let role = match message.get("role") {
             Some(Value::String(role))
@@ -237,7 +253,10 @@ fn stop(body: &Map<String, Value>) -> Result<Vec<Vec<u8>>, ApiError> {
         }
     };
     if list.len() > MAX_STOP_SEQUENCES {
-        return Err(ApiError::invalid("stop", format!("`stop` has {} sequences; at most {MAX_STOP_SEQUENCES}", list.len())));
+        return Err(ApiError::invalid(
+            "stop",
+            format!("`stop` has {} sequences; at most {MAX_STOP_SEQUENCES}", list.len()),
+        ));
     }
     if list.iter().any(Vec::is_empty) {
         return Err(ApiError::invalid("stop", "`stop` sequences must not be empty"));
@@ -296,13 +315,19 @@ pub(crate) fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<
                 return Err(ApiError::invalid("max_tokens", format!("`max_tokens` must be an integer, not {value}")));
             };
             if requested < 1 {
-                return Err(ApiError::invalid("max_tokens", format!("`max_tokens` is {requested}; it must be at least 1")));
+                return Err(ApiError::invalid(
+                    "max_tokens",
+                    format!("`max_tokens` is {requested}; it must be at least 1"),
+                ));
             }
             let requested = requested as u64;
             if requested > limits.max_tokens {
                 return Err(ApiError::invalid(
                     "max_tokens",
-                    format!("`max_tokens` is {requested}; this server allows at most {} (--max-tokens)", limits.max_tokens),
+                    format!(
+                        "`max_tokens` is {requested}; this server allows at most {} (--max-tokens)",
+                        limits.max_tokens
+                    ),
                 ));
             }
             if requested > room {
@@ -426,7 +451,14 @@ pub(crate) fn chunk(
 }
 
 /// The usage chunk of `stream_options.include_usage` (no choices).
-pub(crate) fn usage_chunk(endpoint: Endpoint, id: &str, created: u64, model: &str, prompt: u64, completion: u64) -> Value {
+pub(crate) fn usage_chunk(
+    endpoint: Endpoint,
+    id: &str,
+    created: u64,
+    model: &str,
+    prompt: u64,
+    completion: u64,
+) -> Value {
     let object = match endpoint {
         Endpoint::Completions => "text_completion",
         Endpoint::Chat => "chat.completion.chunk",
@@ -460,7 +492,10 @@ mod tests {
         assert_eq!(param_of(c, r#"{"model":"m","prompt":"a","stop":[1]}"#), Some("stop"));
         assert_eq!(param_of(c, r#"{"model":"m","prompt":"a","stream":"yes"}"#), Some("stream"));
         assert_eq!(param_of(c, r#"{"model":7,"prompt":"a"}"#), Some("model"));
-        assert_eq!(param_of(Endpoint::Chat, r#"{"model":"m","messages":[{"role":"x","content":"a"}]}"#), Some("messages"));
+        assert_eq!(
+            param_of(Endpoint::Chat, r#"{"model":"m","messages":[{"role":"x","content":"a"}]}"#),
+            Some("messages")
+        );
         let long = format!(r#"{{"model":"m","prompt":"{}"}}"#, "a".repeat(64));
         assert_eq!(param_of(c, &long), Some("prompt"));
         let unknown = parse(c, br#"{"model":"other","prompt":"a"}"#, &limits()).unwrap_err();

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
-use lens_fallbacks::{KeyValue, RemoteContext};
 use lens_core::semconv;
+use lens_fallbacks::{KeyValue, RemoteContext};
 use megatron_telemetry::inference::{self as telemetry, RequestValues, ServerMetrics};
 use megatron_telemetry::taxonomy;
 use tokio::sync::mpsc::UnboundedSender;
@@ -234,7 +234,9 @@ fn retire(entry: Running, reason: &'static str, config: &EngineConfig, metrics: 
     }
     let ttft = first_token.map(|(at, _)| at.duration_since(job.arrived).as_secs_f64());
     let tpot = match first_token {
-        Some((at, _)) if output_tokens > 1 => Some(end_instant.duration_since(at).as_secs_f64() / (output_tokens - 1) as f64),
+        Some((at, _)) if output_tokens > 1 => {
+            Some(end_instant.duration_since(at).as_secs_f64() / (output_tokens - 1) as f64)
+        }
         _ => None,
     };
     metrics.record_request(&RequestValues {

@@ -303,8 +303,8 @@ async fn accept(
         return Err(too_large(shared.max_body_bytes, Some(length)));
     }
     let body = axum::body::to_bytes(body, shared.max_body_bytes).await.map_err(|error| {
-        let too_big = std::error::Error::source(&error)
-            .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+        let too_big =
+            std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
         if too_big {
             too_large(shared.max_body_bytes, None)
         } else {

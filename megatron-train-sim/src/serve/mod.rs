@@ -102,7 +102,9 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
     let address = format!("{}:{}", args.host, args.port);
     let listener = match std::net::TcpListener::bind(&address) {
         Ok(listener) => listener,
-        Err(error) => return usage_error(&format!("--host {} --port {}: cannot listen: {error}", args.host, args.port)),
+        Err(error) => {
+            return usage_error(&format!("--host {} --port {}: cannot listen: {error}", args.host, args.port));
+        }
     };
     let local: SocketAddr = match listener.local_addr() {
         Ok(local) => local,
