@@ -1,14 +1,14 @@
 //! `megatron-train-sim serve` end to end: a checkpoint trained here, one
 //! server, real clients nobody here wrote.
 //!
-//! - [`openai_clients_load_and_telemetry`]: the official `openai` Python
+//! - `openai_clients_load_and_telemetry`: the official `openai` Python
 //!   package (`e2e/openai_client.py`, `max_retries=0`) for completions and
 //!   chat, streaming and not, each with its own `traceparent`, then 64
 //!   concurrent streaming requests; the OTLP sink sees the HTTP server span
 //!   as the child of that context, the GenAI span under it with the GenAI
 //!   attributes, usage equal to the tokens returned, and token-usage totals
 //!   equal to the sum over the responses.
-//! - [`bad_requests_get_openai_errors_and_the_server_keeps_serving`]: raw
+//! - `bad_requests_get_openai_errors_and_the_server_keeps_serving`: raw
 //!   HTTP/1.1 over `TcpStream`: malformed JSON, wrong types, bad values,
 //!   unknown model, over-long prompt, oversized body, a client that
 //!   disconnects mid-stream, a full queue, and the drain's 503, each with
