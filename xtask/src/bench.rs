@@ -26,6 +26,7 @@
 mod budgets;
 mod callgrind;
 mod criterion;
+mod serve;
 mod sim;
 mod throughput;
 
@@ -109,7 +110,7 @@ struct Options {
     update_docs: bool,
 }
 
-const PARTS: &[&str] = &["disabled", "spans", "metrics", "sim", "export"];
+const PARTS: &[&str] = &["disabled", "spans", "metrics", "sim", "serve", "export"];
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut options = Options { rounds: 3, parts: PARTS.iter().map(ToString::to_string).collect(), update_docs: false };
@@ -192,6 +193,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     if wants("sim") {
         rows.extend(sim_rows(&budgets, options.rounds.max(3) + 2)?);
+    }
+    if wants("serve") {
+        rows.extend(serve_rows(&budgets, options.rounds.max(3))?);
     }
     if wants("export") {
         rows.extend(throughput::rows(&budgets, &machine)?);
@@ -483,6 +487,45 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
             budget: format!("≤ {max}×"),
             verdict,
             python: "",
+        });
+    }
+    Ok(rows)
+}
+
+/// The inference server's rows: tokens per second (off over on) and p99
+/// latency (on over off), each the median of the per-round ratios.
+fn serve_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
+    let binary = sim::build()?;
+    let scratch = workspace_root().join("target/xtask-bench/serve");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
+    let measured = serve::measure(&binary, &scratch, rounds)?;
+    let mut rows = Vec::new();
+    for scenario in ["serve_tokens_per_sec", "serve_p99"] {
+        let max = budgets.get(scenario, "max_ratio")?;
+        let (ratios, on, off): (Vec<f64>, Vec<f64>, Vec<f64>) = if scenario == "serve_p99" {
+            let r = measured.rounds.iter().map(|(off, on)| on.p99_ms / off.p99_ms).collect();
+            (
+                r,
+                measured.rounds.iter().map(|(_, on)| on.p99_ms).collect(),
+                measured.rounds.iter().map(|(off, _)| off.p99_ms).collect(),
+            )
+        } else {
+            let r = measured.rounds.iter().map(|(off, on)| off.tokens_per_sec / on.tokens_per_sec).collect();
+            let on = measured.rounds.iter().map(|(_, on)| on.tokens_per_sec).collect();
+            (r, on, measured.rounds.iter().map(|(off, _)| off.tokens_per_sec).collect())
+        };
+        let ratio = median(&ratios);
+        let (lo, hi) = band(&ratios);
+        let unit = if scenario == "serve_p99" { "ms p99" } else { "tokens/s" };
+        let measured = format!(
+            "{ratio:.3}× ({:.1} vs {:.1} {unit} with `default` vs off; band {lo:.3}–{hi:.3})",
+            median(&on),
+            median(&off)
+        );
+        let verdict = if ratio <= max { Verdict::Pass } else { Verdict::Fail };
+        rows.push(Row {
+            scenario: scenario.to_string(), measured, budget: format!("≤ {max}×"), verdict, python: ""
         });
     }
     Ok(rows)
