@@ -44,7 +44,7 @@ const USAGE: &str = "\
 usage: cargo xtask bench [--rounds N] [--only PART,...] [--update-docs]
 
 parts: disabled (gate, disabled managed_span with 0 and 5 attributes, otel-off facade), spans
-(enabled managed_span), metrics, sim, export. Default: all, 3 rounds.";
+(enabled managed_span), metrics, sim, serve, export. Default: all, 3 rounds.";
 
 /// Where the report goes (besides standard output).
 const REPORT: &str = "target/bench-report.md";
