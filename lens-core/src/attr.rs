@@ -245,3 +245,35 @@ mod otel_conversions {
         }
     }
 }
+
+/// The role of a span in a request between processes (OpenTelemetry's
+/// `SpanKind`): a [`Server`](SpanKind::Server) span handles a request that
+/// arrived from elsewhere, an [`Internal`](SpanKind::Internal) one is work
+/// inside the process. Pure data, the same type in both facade modes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SpanKind {
+    /// Work inside the process (the default).
+    #[default]
+    Internal,
+    /// The handling of a request from a remote client.
+    Server,
+    /// A request to a remote server.
+    Client,
+    /// A message sent for later processing.
+    Producer,
+    /// The processing of a message from a producer.
+    Consumer,
+}
+
+#[cfg(feature = "otel")]
+impl From<SpanKind> for opentelemetry::trace::SpanKind {
+    fn from(kind: SpanKind) -> opentelemetry::trace::SpanKind {
+        match kind {
+            SpanKind::Internal => opentelemetry::trace::SpanKind::Internal,
+            SpanKind::Server => opentelemetry::trace::SpanKind::Server,
+            SpanKind::Client => opentelemetry::trace::SpanKind::Client,
+            SpanKind::Producer => opentelemetry::trace::SpanKind::Producer,
+            SpanKind::Consumer => opentelemetry::trace::SpanKind::Consumer,
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! Metric handles: [`Meter`], [`Counter`], [`Gauge`] and [`Histogram`],
+//! Metric handles: [`Meter`], [`Counter`], [`UpDownCounter`], [`Gauge`] and [`Histogram`],
 //! defined once for both builds.
 //!
 //! With the `otel` feature a handle wraps the OpenTelemetry instrument it was
@@ -90,6 +90,12 @@ impl Meter {
 
     /// A counter of `f64` values.
     pub fn f64_counter(&self, name: &'static str) -> InstrumentBuilder<'_, Counter<f64>> {
+        self.builder(name)
+    }
+
+    /// An up-down counter of `i64` values (a count that rises and falls,
+    /// such as requests in flight).
+    pub fn i64_up_down_counter(&self, name: &'static str) -> InstrumentBuilder<'_, UpDownCounter<i64>> {
         self.builder(name)
     }
 
@@ -249,6 +255,12 @@ instrument!(
     "Adds"
 );
 instrument!(
+    /// An up-down counter: values (positive or negative) are added.
+    UpDownCounter,
+    add,
+    "Adds"
+);
+instrument!(
     /// A gauge: the last value recorded wins.
     Gauge,
     record,
@@ -291,6 +303,7 @@ macro_rules! build {
 
 build!(Counter<u64>, u64_counter,);
 build!(Counter<f64>, f64_counter,);
+build!(UpDownCounter<i64>, i64_up_down_counter,);
 build!(Gauge<u64>, u64_gauge,);
 build!(Gauge<i64>, i64_gauge,);
 build!(Gauge<f64>, f64_gauge,);

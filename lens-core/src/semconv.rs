@@ -148,6 +148,36 @@ keys! {
     GENAI_REQUEST_MODEL = "gen_ai.request.model", Experimental;
     /// `input` or `output` tokens.
     GENAI_TOKEN_TYPE = "gen_ai.token.type", Experimental;
+    /// The maximum number of tokens the request asked for.
+    GENAI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens", Experimental;
+    /// The sampling temperature of the request.
+    GENAI_REQUEST_TEMPERATURE = "gen_ai.request.temperature", Experimental;
+    /// The nucleus-sampling `top_p` of the request.
+    GENAI_REQUEST_TOP_P = "gen_ai.request.top_p", Experimental;
+    /// The sampling seed of the request.
+    GENAI_REQUEST_SEED = "gen_ai.request.seed", Experimental;
+    /// The id of the completion the server returned.
+    GENAI_RESPONSE_ID = "gen_ai.response.id", Experimental;
+    /// The model that generated the response.
+    GENAI_RESPONSE_MODEL = "gen_ai.response.model", Experimental;
+    /// Why generation stopped, one entry per choice (`stop`, `length`).
+    GENAI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons", Experimental;
+    /// Tokens in the prompt.
+    GENAI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens", Experimental;
+    /// Tokens generated.
+    GENAI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens", Experimental;
+
+    // HTTP servers.
+    /// The request method, such as `POST`.
+    HTTP_REQUEST_METHOD = "http.request.method", Stable;
+    /// The status code of the response.
+    HTTP_RESPONSE_STATUS_CODE = "http.response.status_code", Stable;
+    /// The matched route, such as `/v1/completions`.
+    HTTP_ROUTE = "http.route", Stable;
+    /// The path of the request URL.
+    URL_PATH = "url.path", Stable;
+    /// The class of error an operation ended with.
+    ERROR_TYPE = "error.type", Stable;
 
     // Reinforcement learning.
     /// The algorithm, such as `grpo`.

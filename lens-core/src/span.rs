@@ -901,3 +901,164 @@ pub(crate) fn redact(kv: KeyValue, redact_keys: &[&str]) -> KeyValue {
         _ => kv,
     }
 }
+
+pub use crate::attr::SpanKind;
+
+/// A span that is never current, so that it can be opened on one thread and
+/// ended on another (it is `Send`): for work that crosses `.await` points and
+/// threads, such as a request that an HTTP task receives and an engine thread
+/// runs. Children name it as their parent explicitly, through
+/// [`remote_context`](DetachedSpan::remote_context). Dropping it ends the
+/// span; an inert one (disabled group, before setup) does nothing.
+#[must_use = "the span ends when it is dropped"]
+pub struct DetachedSpan {
+    #[cfg(feature = "otel")]
+    open: Option<OpenSpan>,
+}
+
+impl DetachedSpan {
+    /// An inert span.
+    #[inline]
+    pub const fn noop() -> DetachedSpan {
+        DetachedSpan {
+            #[cfg(feature = "otel")]
+            open: None,
+        }
+    }
+
+    #[cfg(feature = "otel")]
+    fn span(&self) -> Option<SpanRef<'_>> {
+        self.open.as_ref().map(OpenSpan::span)
+    }
+
+    /// Whether the span is recorded.
+    #[inline]
+    pub fn is_recording(&self) -> bool {
+        #[cfg(feature = "otel")]
+        return self.span().is_some_and(|span| span.is_recording());
+        #[cfg(not(feature = "otel"))]
+        false
+    }
+
+    /// Sets one attribute.
+    pub fn set_attribute(&self, key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) {
+        #[cfg(feature = "otel")]
+        if let Some(span) = self.span() {
+            span.set_attribute(KeyValue::new(key, value).into());
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = (key, value);
+    }
+
+    /// Sets several attributes.
+    pub fn set_attributes(&self, attributes: impl IntoIterator<Item = KeyValue>) {
+        #[cfg(feature = "otel")]
+        if let Some(span) = self.span() {
+            span.set_attributes(attributes.into_iter().map(opentelemetry::KeyValue::from));
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = attributes;
+    }
+
+    /// Marks the span `ERROR` with `description`.
+    pub fn set_status_error(&self, description: impl Into<Cow<'static, str>>) {
+        #[cfg(feature = "otel")]
+        if let Some(span) = self.span() {
+            span.set_status(Status::error(description));
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = description;
+    }
+
+    /// The span's context: the parent of its children, or a link target
+    /// ("no context" when inert).
+    pub fn remote_context(&self) -> RemoteContext {
+        #[cfg(feature = "otel")]
+        return match &self.open {
+            Some(open) => RemoteContext::from_otel(open.cx.clone()),
+            None => RemoteContext::none(),
+        };
+        #[cfg(not(feature = "otel"))]
+        RemoteContext::none()
+    }
+
+    /// Ends the span at `end_time`.
+    pub fn end_at(mut self, end_time: SystemTime) {
+        #[cfg(feature = "otel")]
+        if let Some(open) = &mut self.open {
+            open.end_time = Some(end_time);
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = (&mut self, end_time);
+    }
+}
+
+impl fmt::Debug for DetachedSpan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        #[cfg(not(feature = "otel"))]
+        return f.write_str("DetachedSpan(inert)");
+        #[cfg(feature = "otel")]
+        match self.span() {
+            None => f.write_str("DetachedSpan(inert)"),
+            Some(span) => f
+                .debug_struct("DetachedSpan")
+                .field("trace_id", &span.span_context().trace_id())
+                .field("span_id", &span.span_context().span_id())
+                .finish(),
+        }
+    }
+}
+
+/// Opens a [`DetachedSpan`] of `group` with `kind`, under `parent` (a new
+/// trace when `parent` is "no context"), linked to `links`; `start_time`
+/// backdates its start when given. A disabled group costs the gate and gives
+/// an inert span.
+///
+/// ```
+/// use lens_core::groups::SpanGroup;
+/// use lens_core::propagation::RemoteContext;
+/// use lens_core::span::{SpanKind, detached_span};
+///
+/// // Before setup the span is inert.
+/// let span = detached_span(SpanGroup::JOB, "POST /v1/completions", SpanKind::Server, &RemoteContext::none(), None, [], []);
+/// assert!(!span.is_recording());
+/// ```
+#[inline]
+pub fn detached_span(
+    group: SpanGroup,
+    name: impl Into<Cow<'static, str>>,
+    kind: SpanKind,
+    parent: &RemoteContext,
+    start_time: Option<SystemTime>,
+    links: impl IntoIterator<Item = SpanLink>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> DetachedSpan {
+    if !is_span_group_enabled(group) {
+        return DetachedSpan::noop();
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (name, kind, parent, start_time, links, attributes);
+        DetachedSpan::noop()
+    }
+    #[cfg(feature = "otel")]
+    {
+        let Some(tracer) = active::tracer() else {
+            return DetachedSpan::noop();
+        };
+        let mut builder = SpanBuilder::from_name(name.into());
+        builder.span_kind = Some(kind.into());
+        builder.start_time = start_time;
+        let attributes = to_otel(attributes);
+        if !attributes.is_empty() {
+            builder.attributes = Some(attributes);
+        }
+        let links: Vec<Link> = links.into_iter().filter_map(SpanLink::into_link).collect();
+        if !links.is_empty() {
+            builder.links = Some(links);
+        }
+        let parent_cx = if parent.is_valid() { parent.otel_context().clone() } else { Context::new() };
+        let span = tracer.build_with_context(builder, &parent_cx);
+        DetachedSpan { open: Some(OpenSpan { cx: parent_cx.with_span(span), end_time: None }) }
+    }
+}

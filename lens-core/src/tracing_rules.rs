@@ -126,7 +126,7 @@ impl TracingRules {
                 rules.rules.push(Rule { prefix: prefix.to_string(), decision });
             }
         }
-        rules.rules.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        rules.rules.sort_by_key(|rule| std::cmp::Reverse(rule.prefix.len()));
         Ok(rules)
     }
 

@@ -19,6 +19,12 @@ const STABLE: &[(&str, &str)] = &[
     (semconv::K8S_NODE_NAME, resource::K8S_NODE_NAME),
     (semconv::K8S_CONTAINER_NAME, resource::K8S_CONTAINER_NAME),
     (semconv::K8S_JOB_NAME, resource::K8S_JOB_NAME),
+    // Stable span attributes (the inference server's HTTP server span).
+    (semconv::HTTP_REQUEST_METHOD, attribute::HTTP_REQUEST_METHOD),
+    (semconv::HTTP_RESPONSE_STATUS_CODE, attribute::HTTP_RESPONSE_STATUS_CODE),
+    (semconv::HTTP_ROUTE, attribute::HTTP_ROUTE),
+    (semconv::URL_PATH, attribute::URL_PATH),
+    (semconv::ERROR_TYPE, attribute::ERROR_TYPE),
 ];
 
 #[test]
@@ -54,4 +60,13 @@ fn deprecated_keys_match_opentelemetry() {
     assert_eq!(semconv::GENAI_PROVIDER_NAME, attribute::GEN_AI_PROVIDER_NAME);
     assert_eq!(semconv::GENAI_REQUEST_MODEL, attribute::GEN_AI_REQUEST_MODEL);
     assert_eq!(semconv::GENAI_TOKEN_TYPE, attribute::GEN_AI_TOKEN_TYPE);
+    assert_eq!(semconv::GENAI_REQUEST_MAX_TOKENS, attribute::GEN_AI_REQUEST_MAX_TOKENS);
+    assert_eq!(semconv::GENAI_REQUEST_TEMPERATURE, attribute::GEN_AI_REQUEST_TEMPERATURE);
+    assert_eq!(semconv::GENAI_REQUEST_TOP_P, attribute::GEN_AI_REQUEST_TOP_P);
+    assert_eq!(semconv::GENAI_REQUEST_SEED, attribute::GEN_AI_REQUEST_SEED);
+    assert_eq!(semconv::GENAI_RESPONSE_ID, attribute::GEN_AI_RESPONSE_ID);
+    assert_eq!(semconv::GENAI_RESPONSE_MODEL, attribute::GEN_AI_RESPONSE_MODEL);
+    assert_eq!(semconv::GENAI_RESPONSE_FINISH_REASONS, attribute::GEN_AI_RESPONSE_FINISH_REASONS);
+    assert_eq!(semconv::GENAI_USAGE_INPUT_TOKENS, attribute::GEN_AI_USAGE_INPUT_TOKENS);
+    assert_eq!(semconv::GENAI_USAGE_OUTPUT_TOKENS, attribute::GEN_AI_USAGE_OUTPUT_TOKENS);
 }

@@ -30,6 +30,16 @@ pub const GEN_AI_TOKEN_USAGE: &[f64] = &[
     67108864.0,
 ];
 
+/// `gen_ai.server.time_to_first_token`, in seconds: 1 ms to 10 s (the GenAI
+/// semantic conventions' recommendation).
+pub const GEN_AI_TIME_TO_FIRST_TOKEN_S: &[f64] =
+    &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
+
+/// `gen_ai.server.time_per_output_token`, in seconds: 10 ms to 2.5 s (the
+/// GenAI semantic conventions' recommendation).
+pub const GEN_AI_TIME_PER_OUTPUT_TOKEN_S: &[f64] =
+    &[0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
+
 /// Server requests and verifications, in milliseconds: 1 ms to 5 min
 /// (`gym.server.request_duration_ms`, `gym.verify.duration_ms`).
 pub const REQUEST_DURATION_MS: &[f64] = &[
@@ -54,6 +64,8 @@ mod tests {
         for (name, list) in [
             ("GEN_AI_REQUEST_DURATION_S", GEN_AI_REQUEST_DURATION_S),
             ("GEN_AI_TOKEN_USAGE", GEN_AI_TOKEN_USAGE),
+            ("GEN_AI_TIME_TO_FIRST_TOKEN_S", GEN_AI_TIME_TO_FIRST_TOKEN_S),
+            ("GEN_AI_TIME_PER_OUTPUT_TOKEN_S", GEN_AI_TIME_PER_OUTPUT_TOKEN_S),
             ("REQUEST_DURATION_MS", REQUEST_DURATION_MS),
             ("ROLLOUT_DURATION_MS", ROLLOUT_DURATION_MS),
         ] {

@@ -78,7 +78,8 @@ pub const TOKEN_USAGE: InstrumentDescriptor = InstrumentDescriptor {
 };
 
 /// Every instrument of this module, in the docs table's order.
-pub const INSTRUMENTS: &[InstrumentDescriptor] = &[REQUEST_DURATION, TOKEN_USAGE];
+pub const INSTRUMENTS: &[InstrumentDescriptor] =
+    &[REQUEST_DURATION, TOKEN_USAGE, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN];
 
 pub use lens_core::instrument_values::InferenceValues;
 
@@ -168,3 +169,34 @@ fn name_or(given: Option<&str>, default: &'static str) -> AttrValue {
         _ => default.into(),
     }
 }
+
+// ---- Server latency: time to first token, time per output token -------------
+//
+// The two streaming-latency histograms of the GenAI semantic conventions'
+// server metrics. An inference server records them once per request, beside
+// `gen_ai.server.request.duration` and the token usage (megatron-telemetry's
+// `inference` module does, for `megatron-train-sim serve`). Token usage keeps
+// the name `gen_ai.client.token.usage` on the server too, as Lens records it,
+// for compatibility with existing dashboards.
+
+/// `gen_ai.server.time_to_first_token`: histogram, seconds, from the
+/// request's arrival to its first output token (queueing and prefill).
+pub const TIME_TO_FIRST_TOKEN: InstrumentDescriptor = InstrumentDescriptor {
+    name: "gen_ai.server.time_to_first_token",
+    kind: InstrumentKind::Histogram,
+    unit: "s",
+    description: "Time to generate first token for successful responses.",
+    attributes: &[semconv::GENAI_OPERATION_NAME, semconv::GENAI_PROVIDER_NAME, semconv::GENAI_REQUEST_MODEL],
+    boundaries: buckets::GEN_AI_TIME_TO_FIRST_TOKEN_S,
+};
+
+/// `gen_ai.server.time_per_output_token`: histogram, seconds, the decode
+/// time after the first token divided by the output tokens after the first.
+pub const TIME_PER_OUTPUT_TOKEN: InstrumentDescriptor = InstrumentDescriptor {
+    name: "gen_ai.server.time_per_output_token",
+    kind: InstrumentKind::Histogram,
+    unit: "s",
+    description: "Time per output token generated after the first token for successful responses.",
+    attributes: &[semconv::GENAI_OPERATION_NAME, semconv::GENAI_PROVIDER_NAME, semconv::GENAI_REQUEST_MODEL],
+    boundaries: buckets::GEN_AI_TIME_PER_OUTPUT_TOKEN_S,
+};

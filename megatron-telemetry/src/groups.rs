@@ -1,14 +1,14 @@
 //! Megatron's span groups and presets (SPEC B 4.2, A9, A10).
 //!
 //! Lens knows eight base groups (bits 0 to 7, [`LENS_GROUPS`]); Megatron adds
-//! eight of its own (bits 8 to 15) and replaces the base presets with its own
+//! nine of its own (bits 8 to 16) and replaces the base presets with its own
 //! four: `default`, `per_step`, `profiling` and `all`. There is no `full`
 //! preset (the original's command-line help advertised one that never
 //! existed; SPEC A9).
 //!
 //! [`MEGATRON_CATALOG`] is the catalog that setup resolves the span-group spec
 //! against (`--otel-span-groups`, `MEGATRON_OTEL_SPAN_GROUPS`), and
-//! [`MegatronSpanGroup`] names all sixteen groups for the call sites that gate
+//! [`MegatronSpanGroup`] names all seventeen groups for the call sites that gate
 //! a span on one. The catalog is pure data: it resolves specs in every build,
 //! with or without the `otel` feature, so that every rank can validate the
 //! configuration before anything is installed (SPEC A3).
@@ -30,8 +30,8 @@ use std::fmt::Write as _;
 
 use lens_core::groups::{GroupSet, LENS_GROUPS, Preset, SpanGroup, SpanGroupCatalog, UnknownSpanGroup};
 
-/// The sixteen span groups Megatron gates its spans on, as associated
-/// constants (the base eight of Lens re-exposed, then Megatron's own eight).
+/// The seventeen span groups Megatron gates its spans on, as associated
+/// constants (the base eight of Lens re-exposed, then Megatron's own nine).
 ///
 /// A unit struct, so that call sites read like the original
 /// (`MegatronSpanGroup::MICROBATCH`).
@@ -95,11 +95,16 @@ impl MegatronSpanGroup {
     /// `trace_region(...)` markers (checkpoint, dataset and load sub-phases).
     /// Nothing emits it yet; typical use is `per_step,trace_region`.
     pub const TRACE_REGION: SpanGroup = SpanGroup::new("trace_region", 14);
-    /// `inference` (bit 15): inference-server request spans. Nothing emits it
-    /// yet (the original reverted its server spans before merging).
+    /// `inference` (bit 15): inference-server request spans, one trace per
+    /// request (`megatron-train-sim serve`: the HTTP server span, the GenAI
+    /// span and its queue, prefill and decode children).
     pub const INFERENCE: SpanGroup = SpanGroup::new("inference", 15);
+    /// `inference_step` (bit 16): one root span per decode step of the
+    /// inference server's running batch, linked to every request it serves.
+    /// Many spans per request; in `profiling` and `all` only.
+    pub const INFERENCE_STEP: SpanGroup = SpanGroup::new("inference_step", 16);
 
-    /// All sixteen groups, bits 0 to 15.
+    /// All seventeen groups, bits 0 to 16.
     pub const ALL_GROUPS: GroupSet = GroupSet::of(&MEGATRON_GROUPS);
 
     /// Resolves a span-group spec against [`MEGATRON_CATALOG`]; the grammar is
@@ -117,8 +122,8 @@ impl MegatronSpanGroup {
     }
 }
 
-/// Megatron's own eight groups, bits 8 to 15, in bit order.
-pub const MEGATRON_ONLY_GROUPS: [SpanGroup; 8] = [
+/// Megatron's own nine groups, bits 8 to 16, in bit order.
+pub const MEGATRON_ONLY_GROUPS: [SpanGroup; 9] = [
     MegatronSpanGroup::MICROBATCH,
     MegatronSpanGroup::LAYER,
     MegatronSpanGroup::COMMUNICATION,
@@ -127,11 +132,12 @@ pub const MEGATRON_ONLY_GROUPS: [SpanGroup; 8] = [
     MegatronSpanGroup::FIRST_ITERATION,
     MegatronSpanGroup::TRACE_REGION,
     MegatronSpanGroup::INFERENCE,
+    MegatronSpanGroup::INFERENCE_STEP,
 ];
 
-/// All sixteen groups in bit order: [`LENS_GROUPS`], then
+/// All seventeen groups in bit order: [`LENS_GROUPS`], then
 /// [`MEGATRON_ONLY_GROUPS`].
-pub const MEGATRON_GROUPS: [SpanGroup; 16] = [
+pub const MEGATRON_GROUPS: [SpanGroup; 17] = [
     LENS_GROUPS[0],
     LENS_GROUPS[1],
     LENS_GROUPS[2],
@@ -148,6 +154,7 @@ pub const MEGATRON_GROUPS: [SpanGroup; 16] = [
     MEGATRON_ONLY_GROUPS[5],
     MEGATRON_ONLY_GROUPS[6],
     MEGATRON_ONLY_GROUPS[7],
+    MEGATRON_ONLY_GROUPS[8],
 ];
 
 /// Preset `default`: job, checkpoint, evaluate, first_iteration, inference.
@@ -196,7 +203,7 @@ pub const PRESET_ALL: Preset = Preset::new("all", &MEGATRON_GROUPS);
 /// Megatron's presets, exactly these four.
 pub const MEGATRON_PRESETS: [Preset; 4] = [PRESET_DEFAULT, PRESET_PER_STEP, PRESET_PROFILING, PRESET_ALL];
 
-/// The Megatron catalog: sixteen groups and four presets. Setup resolves the
+/// The Megatron catalog: seventeen groups and four presets. Setup resolves the
 /// span-group spec against it.
 pub const MEGATRON_CATALOG: SpanGroupCatalog = SpanGroupCatalog::new("megatron", &MEGATRON_GROUPS, &MEGATRON_PRESETS);
 
@@ -225,7 +232,8 @@ pub fn summary(group: SpanGroup) -> Option<&'static str> {
         12 => "Building the data loaders during startup.",
         13 => "The first iteration this process executes (warm-up), and one-time hooks after it.",
         14 => "Reserved: spans shadowing the profiler's `trace_region` markers (no emitter yet).",
-        15 => "Reserved: inference-server request spans (no emitter yet).",
+        15 => "Inference-server requests: the HTTP server span, the GenAI span, its queue, prefill and decode.",
+        16 => "One span per decode step of the inference server's batch, linked to the requests it serves.",
         _ => return None,
     };
     Some(text)

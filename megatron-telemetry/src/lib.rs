@@ -8,6 +8,7 @@
 pub mod goodput;
 pub mod goodput_view;
 pub mod groups;
+pub mod inference;
 pub mod lifecycle;
 pub mod metrics;
 pub mod mfu;

@@ -15,6 +15,9 @@
 //! `megatron.startup` each root a trace of their own; every checkpoint
 //! interval roots a fresh `megatron.train` trace, linked to the one before;
 //! the per-iteration spans are children of the current `megatron.train`.
+//! The inference server (`megatron-train-sim serve`) roots one trace per
+//! request (its HTTP server span, or the caller's trace through
+//! `traceparent`) and one per decode step (`megatron.inference.step`).
 //!
 //! ```
 //! use megatron_telemetry::taxonomy::{self, SPANS};
@@ -24,7 +27,10 @@
 //! assert_eq!(iteration.group, MegatronSpanGroup::STEP);
 //! assert_eq!(iteration.parent, Some(taxonomy::TRAIN.name));
 //! assert!(iteration.attributes.contains(&taxonomy::attr::ITERATION));
-//! assert!(SPANS.iter().all(|s| s.name == "pre_startup" || s.name.starts_with("megatron.")));
+//! // Besides `pre_startup`, only the inference server's HTTP and GenAI spans
+//! // are not `megatron.` paths: their names are the semantic conventions'
+//! // templates (`{http.request.method} {http.route}`), filled in per request.
+//! assert!(SPANS.iter().all(|s| s.name == "pre_startup" || s.name.starts_with("megatron.") || s.name.starts_with('{')));
 //! ```
 
 use std::fmt::Write as _;
@@ -73,6 +79,9 @@ pub mod attr {
     pub const PIPELINE_PARALLEL_RANK: &str = "dl.pipeline_parallel.rank";
     /// `dl.microbatch_id` (int): the microbatch a linked receive span carries.
     pub const MICROBATCH_ID: &str = "dl.microbatch_id";
+    /// `megatron.inference.batch_size` (int): the requests in one decode
+    /// step of the inference server.
+    pub const INFERENCE_BATCH_SIZE: &str = "megatron.inference.batch_size";
 
     /// Every key above.
     pub const ALL: &[&str] = &[
@@ -89,6 +98,7 @@ pub mod attr {
         IS_GOODPUT_SPAN,
         PIPELINE_PARALLEL_RANK,
         MICROBATCH_ID,
+        INFERENCE_BATCH_SIZE,
     ];
 }
 
@@ -115,6 +125,10 @@ pub enum Frequency {
     PerEvalStep,
     /// At an interval set by a command-line flag (sniff tests, manual GC).
     Periodic,
+    /// Once per inference-server request.
+    PerRequest,
+    /// Once per decode step of the inference server's running batch.
+    PerDecodeStep,
 }
 
 impl Frequency {
@@ -131,6 +145,8 @@ impl Frequency {
             Frequency::PerEvaluation => "per evaluation",
             Frequency::PerEvalStep => "per evaluation step",
             Frequency::Periodic => "periodic (flag interval)",
+            Frequency::PerRequest => "per request",
+            Frequency::PerDecodeStep => "per decode step",
         }
     }
 }
@@ -179,9 +195,12 @@ impl Sampling {
         };
         match frequency {
             Frequency::EveryIteration | Frequency::Periodic if below_interval => Sampling::Iteration,
-            Frequency::EveryIteration | Frequency::Periodic | Frequency::PerMicrobatch | Frequency::PerLayer => {
-                Sampling::Parent
-            }
+            Frequency::EveryIteration
+            | Frequency::Periodic
+            | Frequency::PerMicrobatch
+            | Frequency::PerLayer
+            | Frequency::PerRequest
+            | Frequency::PerDecodeStep => Sampling::Parent,
             Frequency::OncePerRun
             | Frequency::OncePerInterval
             | Frequency::OncePerLoop
@@ -811,6 +830,94 @@ pub const CHECKPOINT_EXIT_FINALIZE: SpanDef = span(
     &[NVRX_CALL_IDX],
 );
 
+// ---- Inference server (`megatron-train-sim serve`) ---------------------------
+
+/// The HTTP server span of one request, named after the HTTP semantic
+/// conventions (`POST /v1/completions`): a trace root, or the child of the
+/// request's W3C `traceparent`. Its name is a template, as the conventions
+/// define it.
+pub const INFERENCE_HTTP_SERVER: SpanDef = span(
+    "{http.request.method} {http.route}",
+    G::INFERENCE,
+    false,
+    None,
+    PerRequest,
+    "kind SERVER; the child of the request's `traceparent` when present; every request, errors included",
+    &[
+        lens_core::semconv::HTTP_REQUEST_METHOD,
+        lens_core::semconv::HTTP_ROUTE,
+        lens_core::semconv::URL_PATH,
+        lens_core::semconv::HTTP_RESPONSE_STATUS_CODE,
+        lens_core::semconv::ERROR_TYPE,
+    ],
+);
+/// The GenAI span of one request's model run (`text_completion megatron-sim`,
+/// `chat megatron-sim`), under the HTTP server span.
+pub const INFERENCE_GENERATE: SpanDef = span(
+    "{gen_ai.operation.name} {gen_ai.request.model}",
+    G::INFERENCE,
+    false,
+    Some(&INFERENCE_HTTP_SERVER),
+    PerRequest,
+    "kind INTERNAL; the GenAI semantic conventions for a model run in-process",
+    &[
+        lens_core::semconv::GENAI_OPERATION_NAME,
+        lens_core::semconv::GENAI_PROVIDER_NAME,
+        lens_core::semconv::GENAI_REQUEST_MODEL,
+        lens_core::semconv::GENAI_REQUEST_MAX_TOKENS,
+        lens_core::semconv::GENAI_REQUEST_TEMPERATURE,
+        lens_core::semconv::GENAI_REQUEST_TOP_P,
+        lens_core::semconv::GENAI_REQUEST_SEED,
+        lens_core::semconv::GENAI_RESPONSE_ID,
+        lens_core::semconv::GENAI_RESPONSE_MODEL,
+        lens_core::semconv::GENAI_RESPONSE_FINISH_REASONS,
+        lens_core::semconv::GENAI_USAGE_INPUT_TOKENS,
+        lens_core::semconv::GENAI_USAGE_OUTPUT_TOKENS,
+        lens_core::semconv::ERROR_TYPE,
+    ],
+);
+/// `megatron.inference.queue`: the wait in the server's queue.
+pub const INFERENCE_QUEUE: SpanDef = span(
+    "megatron.inference.queue",
+    G::INFERENCE,
+    false,
+    Some(&INFERENCE_GENERATE),
+    PerRequest,
+    "from acceptance to admission into the running batch",
+    &[],
+);
+/// `megatron.inference.prefill`: the prompt's forward pass.
+pub const INFERENCE_PREFILL: SpanDef = span(
+    "megatron.inference.prefill",
+    G::INFERENCE,
+    false,
+    Some(&INFERENCE_GENERATE),
+    PerRequest,
+    "the prompt's forward pass, up to the first output token",
+    &[lens_core::semconv::GENAI_USAGE_INPUT_TOKENS],
+);
+/// `megatron.inference.decode`: the output tokens after the first.
+pub const INFERENCE_DECODE: SpanDef = span(
+    "megatron.inference.decode",
+    G::INFERENCE,
+    false,
+    Some(&INFERENCE_GENERATE),
+    PerRequest,
+    "from the first output token to the last",
+    &[lens_core::semconv::GENAI_USAGE_OUTPUT_TOKENS],
+);
+/// `megatron.inference.step`: one step of the running batch, which serves
+/// many requests, so a root linked to each request's GenAI span.
+pub const INFERENCE_STEP: SpanDef = span(
+    "megatron.inference.step",
+    G::INFERENCE_STEP,
+    false,
+    None,
+    PerDecodeStep,
+    "a trace root linked to the GenAI span of every request in the batch",
+    &[attr::INFERENCE_BATCH_SIZE],
+);
+
 /// Every span, in tree order (a parent before its children).
 pub const SPANS: &[SpanDef] = &[
     PRE_STARTUP,
@@ -870,6 +977,12 @@ pub const SPANS: &[SpanDef] = &[
     CHECKPOINT_GC_COLLECT,
     CHECKPOINT_TIMERS_LOG,
     CHECKPOINT_EXIT_FINALIZE,
+    INFERENCE_HTTP_SERVER,
+    INFERENCE_GENERATE,
+    INFERENCE_QUEUE,
+    INFERENCE_PREFILL,
+    INFERENCE_DECODE,
+    INFERENCE_STEP,
 ];
 
 /// The span named `name`, if the taxonomy has it.

@@ -15,7 +15,7 @@ fn preset(name: &str) -> GroupSet {
 }
 
 #[test]
-fn megatron_groups_have_the_original_names_and_bits_8_to_15() {
+fn megatron_groups_have_the_original_names_and_bits_8_to_15_then_inference_step() {
     let expected = [
         (G::MICROBATCH, "microbatch"),
         (G::LAYER, "layer"),
@@ -25,6 +25,7 @@ fn megatron_groups_have_the_original_names_and_bits_8_to_15() {
         (G::FIRST_ITERATION, "first_iteration"),
         (G::TRACE_REGION, "trace_region"),
         (G::INFERENCE, "inference"),
+        (G::INFERENCE_STEP, "inference_step"),
     ];
     for (i, (group, name)) in expected.iter().enumerate() {
         assert_eq!(group.name(), *name);
@@ -37,8 +38,8 @@ fn megatron_groups_have_the_original_names_and_bits_8_to_15() {
 fn megatron_groups_are_distinct() {
     let names: HashSet<_> = MEGATRON_ONLY_GROUPS.iter().map(|g| g.name()).collect();
     let bits: HashSet<_> = MEGATRON_ONLY_GROUPS.iter().map(|g| g.bit()).collect();
-    assert_eq!(names.len(), 8);
-    assert_eq!(bits.len(), 8);
+    assert_eq!(names.len(), 9);
+    assert_eq!(bits.len(), 9);
 }
 
 #[test]
@@ -77,9 +78,9 @@ fn all_groups_is_the_union_of_base_and_megatron_groups() {
     assert!(G::ALL_GROUPS.is_superset(base));
     assert!(G::ALL_GROUPS.is_superset(own));
     assert_eq!(G::ALL_GROUPS, base.union(own));
-    assert_eq!(G::ALL_GROUPS.len(), 16);
+    assert_eq!(G::ALL_GROUPS.len(), 17);
     assert_eq!(MEGATRON_CATALOG.all_groups(), G::ALL_GROUPS);
-    assert_eq!(G::ALL_GROUPS.bits(), 0xffff, "bits 0 to 15");
+    assert_eq!(G::ALL_GROUPS.bits(), 0x1ffff, "bits 0 to 16");
 }
 
 #[test]
@@ -194,6 +195,12 @@ fn unknown_words_are_errors_naming_the_valid_words() {
 
     let err = G::resolve("per-step").unwrap_err();
     assert_eq!(err.suggestion, Some("per_step"));
+}
+
+#[test]
+fn inference_step_is_in_profiling_and_all_only() {
+    assert_eq!(megatron_telemetry::groups::presets_containing(G::INFERENCE_STEP), ["profiling", "all"]);
+    assert!(megatron_telemetry::groups::presets_containing(G::INFERENCE).contains(&"default"));
 }
 
 #[test]

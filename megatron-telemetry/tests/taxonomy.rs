@@ -8,9 +8,17 @@ use megatron_telemetry::groups::{MEGATRON_CATALOG, MegatronSpanGroup as G};
 use megatron_telemetry::taxonomy::{self, Frequency, SPANS, attr};
 
 #[test]
-fn names_are_megatron_tree_paths_except_pre_startup() {
+fn names_are_megatron_tree_paths_except_pre_startup_and_the_semconv_templates() {
+    // The inference server's HTTP and GenAI spans are named by the semantic
+    // conventions' templates, filled in per request.
+    let templates = [taxonomy::INFERENCE_HTTP_SERVER.name, taxonomy::INFERENCE_GENERATE.name];
+    assert_eq!(templates, ["{http.request.method} {http.route}", "{gen_ai.operation.name} {gen_ai.request.model}"]);
     for span in SPANS {
-        assert!(span.name == "pre_startup" || span.name.starts_with("megatron."), "{}", span.name);
+        assert!(
+            span.name == "pre_startup" || span.name.starts_with("megatron.") || templates.contains(&span.name),
+            "{}",
+            span.name
+        );
         assert!(!span.name.ends_with('.') && !span.name.contains(".."), "{}", span.name);
     }
 }
@@ -35,10 +43,21 @@ fn every_parent_is_in_the_table_and_comes_before_its_children() {
 }
 
 #[test]
-fn the_trace_roots_are_pre_startup_startup_and_train() {
+fn the_trace_roots_are_pre_startup_startup_train_and_the_inference_request_and_step() {
     let roots: Vec<_> = SPANS.iter().filter(|s| s.parent.is_none()).map(|s| s.name).collect();
-    assert_eq!(roots, ["pre_startup", "megatron.startup", "megatron.train"]);
-    assert!(SPANS.iter().filter(|s| s.parent.is_none()).all(|s| s.group == G::JOB), "roots are structural");
+    assert_eq!(
+        roots,
+        [
+            "pre_startup",
+            "megatron.startup",
+            "megatron.train",
+            "{http.request.method} {http.route}",
+            "megatron.inference.step"
+        ]
+    );
+    let training_roots =
+        SPANS.iter().filter(|s| s.parent.is_none() && s.group != G::INFERENCE && s.group != G::INFERENCE_STEP);
+    assert!(training_roots.clone().all(|s| s.group == G::JOB), "training roots are structural");
 }
 
 #[test]
@@ -49,7 +68,7 @@ fn counts_match_the_original() {
     assert_eq!(count("megatron.startup."), 12);
     assert_eq!(count("megatron.checkpoint."), 13);
     assert_eq!(count("megatron.train.") - count("megatron.train.iteration."), 9);
-    assert_eq!(SPANS.len(), 57);
+    assert_eq!(SPANS.len(), 63);
 }
 
 #[test]
@@ -59,9 +78,8 @@ fn every_group_is_in_the_megatron_catalog() {
     }
     // Reserved groups with no emitter yet.
     assert_eq!(taxonomy::spans_in(G::TRACE_REGION).count(), 0);
-    assert_eq!(taxonomy::spans_in(G::INFERENCE).count(), 0);
     for group in MEGATRON_CATALOG.groups() {
-        if *group != G::TRACE_REGION && *group != G::INFERENCE {
+        if *group != G::TRACE_REGION {
             assert!(taxonomy::spans_in(*group).count() > 0, "{group} has no span");
         }
     }
@@ -132,8 +150,11 @@ fn pipeline_parallel_linked_spans_are_communication_with_rank_and_microbatch() {
 
 #[test]
 fn attributes_are_known_keys_on_the_right_spans() {
-    let known: HashSet<_> = attr::ALL.iter().copied().collect();
+    let mut known: HashSet<_> = attr::ALL.iter().copied().collect();
     assert_eq!(known.len(), attr::ALL.len(), "attribute keys are unique");
+    // The inference server's spans carry the HTTP and GenAI semantic
+    // conventions' keys, which are lens-core's.
+    known.extend(lens_core::semconv::ALL.iter().map(|key| key.key));
     for span in SPANS {
         for key in span.attributes {
             assert!(known.contains(key), "{}: unknown attribute {key}", span.name);
@@ -192,7 +213,10 @@ fn the_sampling_column_keys_per_iteration_spans_and_keeps_the_structure() {
         if matches!(span.frequency, Frequency::PerMicrobatch | Frequency::PerLayer) {
             assert_eq!(span.sampling, Sampling::Parent, "{}", span.name);
         }
-        if span.sampling == Sampling::Parent {
+        // The inference request tree follows its root, the HTTP server span
+        // (itself parent-based on the request's `traceparent`).
+        let inference = span.group == G::INFERENCE || span.group == G::INFERENCE_STEP;
+        if span.sampling == Sampling::Parent && !inference {
             let parent = taxonomy::find(span.parent.unwrap()).unwrap();
             assert_ne!(parent.sampling, Sampling::Structural, "{} follows a structural parent", span.name);
             assert_eq!(span.parent_group, Some(parent.group), "{}", span.name);

@@ -14,7 +14,9 @@
 //! products), [`model`] (the byte-level language model, optimizer, schedule), [`corpus`]
 //! (the synthetic text it learns), [`lm`] (the trained model for inference), [`train`] (the
 //! loop), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
-//! and [`telemetry`], the only module that calls the telemetry API.
+//! and [`telemetry`], the only module that calls the telemetry API besides
+//! [`serve`] (the `serve` subcommand: an OpenAI-compatible server over
+//! [`lm`], whose spans are megatron-telemetry's `inference` module).
 //!
 //! Startup is measured as Megatron measures it ([`StartupTimestamps`]): the
 //! first line of `main`, each startup phase's end, and, from the launcher,
@@ -36,10 +38,10 @@ mod faults;
 mod goodput;
 mod insight;
 mod launcher;
-#[cfg_attr(not(test), expect(dead_code, reason = "the interface the serve subcommand runs the model through"))]
 mod lm;
 mod model;
 mod output;
+mod serve;
 mod signals;
 mod telemetry;
 mod trace_view;
@@ -83,11 +85,11 @@ fn main() -> ExitCode {
     let is_rank = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_some();
     let main_entry = SystemTime::now();
     let args = Args::parse();
-    if let Some(trace_view::Tool::TraceView(view)) = &args.tool {
-        return trace_view::run(view);
-    }
-    if let Some(trace_view::Tool::Analyze(analyze)) = &args.tool {
-        return analyze::run(analyze);
+    match &args.tool {
+        Some(trace_view::Tool::TraceView(view)) => return trace_view::run(view),
+        Some(trace_view::Tool::Analyze(analyze)) => return analyze::run(analyze),
+        Some(trace_view::Tool::Serve(serve)) => return serve::run(serve, program_start),
+        None => {}
     }
     match (args.nproc_per_node, is_rank) {
         (Some(nproc), false) => run_launcher(&args, nproc, program_start),

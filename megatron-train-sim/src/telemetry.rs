@@ -398,6 +398,17 @@ impl Telemetry {
         }
     }
 
+    /// For `serve`: ends the startup trace (the server is ready) and gives
+    /// the inference server's metrics (no-op handles when not exporting).
+    pub(crate) fn serve_ready(&mut self) -> megatron_telemetry::inference::ServerMetrics {
+        self.lifecycle.end_startup();
+        if self.lifecycle.is_exporting() {
+            megatron_telemetry::inference::ServerMetrics::new(self.lifecycle.telemetry().meter())
+        } else {
+            megatron_telemetry::inference::ServerMetrics::noop()
+        }
+    }
+
     /// Ends the structural spans, removes the signal handlers, then shuts
     /// telemetry down (flush, bounded by `MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS`).
     /// Idempotent.

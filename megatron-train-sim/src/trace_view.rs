@@ -63,6 +63,8 @@ pub(crate) enum Tool {
     /// Cross-rank analyses of a `file` export: the "stragglers" section
     /// (docs/ranks.md).
     Analyze(crate::analyze::AnalyzeArgs),
+    /// Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md).
+    Serve(crate::serve::ServeArgs),
 }
 
 /// `trace-view`: convert a `file` export into a Chrome/Perfetto trace and

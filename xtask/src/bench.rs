@@ -28,6 +28,7 @@
 mod budgets;
 mod callgrind;
 mod criterion;
+mod serve;
 mod sim;
 mod throughput;
 
@@ -45,7 +46,7 @@ const USAGE: &str = "\
 usage: cargo xtask bench [--rounds N] [--only PART,...] [--update-docs]
 
 parts: disabled (gate, disabled managed_span with 0 and 5 attributes, otel-off facade), spans
-(enabled managed_span), metrics, tracing (the lens-tracing bridge against tracing-opentelemetry), sim, export. Default: all, 3 rounds.";
+(enabled managed_span), metrics, tracing (the lens-tracing bridge against tracing-opentelemetry), sim, serve, export. Default: all, 3 rounds.";
 
 /// Where the report goes (besides standard output).
 const REPORT: &str = "target/bench-report.md";
@@ -109,7 +110,7 @@ struct Options {
     update_docs: bool,
 }
 
-const PARTS: &[&str] = &["disabled", "spans", "metrics", "tracing", "sim", "export"];
+const PARTS: &[&str] = &["disabled", "spans", "metrics", "tracing", "sim", "serve", "export"];
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut options = Options { rounds: 3, parts: PARTS.iter().map(ToString::to_string).collect(), update_docs: false };
@@ -199,6 +200,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     if wants("sim") {
         rows.extend(sim_rows(&budgets, options.rounds.max(3) + 2)?);
+    }
+    if wants("serve") {
+        rows.extend(serve_rows(&budgets, options.rounds.max(3))?);
     }
     if wants("export") {
         rows.extend(throughput::rows(&budgets, &machine, options.rounds)?);
@@ -509,6 +513,45 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
             budget: format!("≤ {max}×"),
             verdict,
             python: "",
+        });
+    }
+    Ok(rows)
+}
+
+/// The inference server's rows: tokens per second (off over on) and p99
+/// latency (on over off), each the median of the per-round ratios.
+fn serve_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
+    let binary = sim::build()?;
+    let scratch = workspace_root().join("target/xtask-bench/serve");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
+    let measured = serve::measure(&binary, &scratch, rounds)?;
+    let mut rows = Vec::new();
+    for scenario in ["serve_tokens_per_sec", "serve_p99"] {
+        let max = budgets.get(scenario, "max_ratio")?;
+        let (ratios, on, off): (Vec<f64>, Vec<f64>, Vec<f64>) = if scenario == "serve_p99" {
+            let r = measured.rounds.iter().map(|(off, on)| on.p99_ms / off.p99_ms).collect();
+            (
+                r,
+                measured.rounds.iter().map(|(_, on)| on.p99_ms).collect(),
+                measured.rounds.iter().map(|(off, _)| off.p99_ms).collect(),
+            )
+        } else {
+            let r = measured.rounds.iter().map(|(off, on)| off.tokens_per_sec / on.tokens_per_sec).collect();
+            let on = measured.rounds.iter().map(|(_, on)| on.tokens_per_sec).collect();
+            (r, on, measured.rounds.iter().map(|(off, _)| off.tokens_per_sec).collect())
+        };
+        let ratio = median(&ratios);
+        let (lo, hi) = band(&ratios);
+        let unit = if scenario == "serve_p99" { "ms p99" } else { "tokens/s" };
+        let measured = format!(
+            "{ratio:.3}× ({:.1} vs {:.1} {unit} with `default` vs off; band {lo:.3}–{hi:.3})",
+            median(&on),
+            median(&off)
+        );
+        let verdict = if ratio <= max { Verdict::Pass } else { Verdict::Fail };
+        rows.push(Row {
+            scenario: scenario.to_string(), measured, budget: format!("≤ {max}×"), verdict, python: ""
         });
     }
     Ok(rows)

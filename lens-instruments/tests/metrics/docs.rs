@@ -56,6 +56,8 @@ fn bucket_table_matches_the_constants() {
     let lists = [
         ("GEN_AI_REQUEST_DURATION_S", buckets::GEN_AI_REQUEST_DURATION_S),
         ("GEN_AI_TOKEN_USAGE", buckets::GEN_AI_TOKEN_USAGE),
+        ("GEN_AI_TIME_TO_FIRST_TOKEN_S", buckets::GEN_AI_TIME_TO_FIRST_TOKEN_S),
+        ("GEN_AI_TIME_PER_OUTPUT_TOKEN_S", buckets::GEN_AI_TIME_PER_OUTPUT_TOKEN_S),
         ("REQUEST_DURATION_MS", buckets::REQUEST_DURATION_MS),
         ("ROLLOUT_DURATION_MS", buckets::ROLLOUT_DURATION_MS),
     ];

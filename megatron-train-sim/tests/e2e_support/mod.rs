@@ -44,7 +44,7 @@ pub(crate) const SMALL: &[&str] = &["--hidden-size", "32", "--seq-length", "16"]
 /// The header that carries [`canary_token`] on every OTLP run.
 pub(crate) const CANARY_HEADER: &str = "x-lens-e2e-token";
 /// What to install when a program or package is missing.
-pub(crate) const INSTALL_HINT: &str = "run .ci/run, or: python3 -m pip install opentelemetry-proto grpcio protobuf \
+pub(crate) const INSTALL_HINT: &str = "run .ci/run, or: python3 -m pip install opentelemetry-proto grpcio protobuf openai \
      rotel opentelemetry-sdk && apt-get install -y prometheus openssl";
 /// How long a child may take to say it is ready.
 pub(crate) const READY_LIMIT: Duration = Duration::from_secs(30);

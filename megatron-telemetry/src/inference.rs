@@ -1,0 +1,421 @@
+//! The inference server's telemetry: the spans of one request and of one
+//! decode step (groups `inference` and `inference_step`, see
+//! [`crate::taxonomy`]) and the per-request metrics.
+//!
+//! A request crosses threads (the HTTP task receives it, the engine thread
+//! runs it), so its spans are [`DetachedSpan`]s: never current, `Send`, and
+//! each child names its parent explicitly. The tree of one request:
+//!
+//! - `POST /v1/completions` (kind SERVER, HTTP semantic conventions), the
+//!   child of the request's W3C `traceparent` when it has one;
+//!   - `text_completion megatron-sim` or `chat megatron-sim` (INTERNAL,
+//!     GenAI semantic conventions);
+//!     - `megatron.inference.queue`, `megatron.inference.prefill`,
+//!       `megatron.inference.decode`.
+//!
+//! `megatron.inference.step` is one root per step of the running batch,
+//! linked to the GenAI span of every request in it.
+//!
+//! Metrics ([`ServerMetrics`], lens-core's handles, so one definition for
+//! both builds): `gen_ai.server.request.duration`,
+//! `gen_ai.server.time_to_first_token`, `gen_ai.server.time_per_output_token`
+//! (seconds, the GenAI conventions' buckets), `gen_ai.client.token.usage`
+//! (per `gen_ai.token.type`; the name Lens records on the server, kept for
+//! compatibility), and the UpDownCounters `megatron.inference.requests.running`
+//! and `megatron.inference.requests.waiting`. The GenAI names, units and
+//! buckets are lens-instruments' descriptors (a test checks they agree; that
+//! crate needs OpenTelemetry, this module must not).
+//!
+//! ```
+//! use megatron_telemetry::inference::{RequestValues, ServerMetrics};
+//!
+//! let metrics = ServerMetrics::noop();
+//! metrics.waiting_add(1);
+//! metrics.record_request(&RequestValues {
+//!     operation: "text_completion",
+//!     model: "megatron-sim",
+//!     duration_s: 0.5,
+//!     time_to_first_token_s: Some(0.1),
+//!     time_per_output_token_s: Some(0.01),
+//!     input_tokens: 12,
+//!     output_tokens: 40,
+//! });
+//! ```
+
+use std::time::SystemTime;
+
+use lens_core::attr::KeyValue;
+use lens_core::metrics::{Histogram, Meter, UpDownCounter};
+use lens_core::semconv;
+use lens_fallbacks::{DetachedSpan, RemoteContext, SpanKind, SpanLink, detached_span};
+
+use crate::groups::MegatronSpanGroup;
+use crate::taxonomy::{self, SpanDef};
+
+/// `gen_ai.operation.name` of `POST /v1/completions`.
+pub const OPERATION_TEXT_COMPLETION: &str = "text_completion";
+/// `gen_ai.operation.name` of `POST /v1/chat/completions`.
+pub const OPERATION_CHAT: &str = "chat";
+/// `gen_ai.provider.name` (the Lens default).
+pub const PROVIDER_NAME: &str = "nemo";
+/// `gen_ai.token.type` of prompt tokens.
+pub const TOKEN_TYPE_INPUT: &str = "input";
+/// `gen_ai.token.type` of generated tokens.
+pub const TOKEN_TYPE_OUTPUT: &str = "output";
+
+/// One metric of the server: names, unit, buckets, Prometheus name.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ServerMetricDef {
+    /// The instrument name.
+    pub name: &'static str,
+    /// `Histogram` or `UpDownCounter`.
+    pub kind: &'static str,
+    /// The declared unit (UCUM).
+    pub unit: &'static str,
+    /// The description (`# HELP`).
+    pub description: &'static str,
+    /// Explicit bucket boundaries (histograms).
+    pub boundaries: &'static [f64],
+    /// The name a Prometheus scrape shows (the `_bucket`/`_sum`/`_count`
+    /// series of a histogram add those suffixes).
+    pub prometheus: &'static str,
+}
+
+/// `gen_ai.server.request.duration`.
+pub const REQUEST_DURATION: ServerMetricDef = ServerMetricDef {
+    name: "gen_ai.server.request.duration",
+    kind: "Histogram",
+    unit: "s",
+    description: "Generative AI server request duration such as time-to-last byte or last output token.",
+    boundaries: &[0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92],
+    prometheus: "gen_ai_server_request_duration_seconds",
+};
+/// `gen_ai.server.time_to_first_token`.
+pub const TIME_TO_FIRST_TOKEN: ServerMetricDef = ServerMetricDef {
+    name: "gen_ai.server.time_to_first_token",
+    kind: "Histogram",
+    unit: "s",
+    description: "Time to generate first token for successful responses.",
+    boundaries: &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0],
+    prometheus: "gen_ai_server_time_to_first_token_seconds",
+};
+/// `gen_ai.server.time_per_output_token`.
+pub const TIME_PER_OUTPUT_TOKEN: ServerMetricDef = ServerMetricDef {
+    name: "gen_ai.server.time_per_output_token",
+    kind: "Histogram",
+    unit: "s",
+    description: "Time per output token generated after the first token for successful responses.",
+    boundaries: &[0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5],
+    prometheus: "gen_ai_server_time_per_output_token_seconds",
+};
+/// `gen_ai.client.token.usage` (the name Lens records on the server).
+pub const TOKEN_USAGE: ServerMetricDef = ServerMetricDef {
+    name: "gen_ai.client.token.usage",
+    kind: "Histogram",
+    unit: "{token}",
+    description: "Number of input and output tokens used.",
+    boundaries: &[
+        1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
+        67108864.0,
+    ],
+    prometheus: "gen_ai_client_token_usage",
+};
+/// `megatron.inference.requests.running`.
+pub const REQUESTS_RUNNING: ServerMetricDef = ServerMetricDef {
+    name: "megatron.inference.requests.running",
+    kind: "UpDownCounter",
+    unit: "{request}",
+    description: "Requests in the running decode batch.",
+    boundaries: &[],
+    prometheus: "megatron_inference_requests_running",
+};
+/// `megatron.inference.requests.waiting`.
+pub const REQUESTS_WAITING: ServerMetricDef = ServerMetricDef {
+    name: "megatron.inference.requests.waiting",
+    kind: "UpDownCounter",
+    unit: "{request}",
+    description: "Requests accepted and waiting for a place in the batch.",
+    boundaries: &[],
+    prometheus: "megatron_inference_requests_waiting",
+};
+
+/// Every server metric, in the docs table's order.
+pub const SERVER_METRICS: &[ServerMetricDef] =
+    &[REQUEST_DURATION, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN, TOKEN_USAGE, REQUESTS_RUNNING, REQUESTS_WAITING];
+
+/// What one finished request records.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestValues<'a> {
+    /// `text_completion` or `chat`.
+    pub operation: &'a str,
+    /// The served model name.
+    pub model: &'a str,
+    /// Arrival to last byte, seconds.
+    pub duration_s: f64,
+    /// Arrival to first output token, seconds (none without output).
+    pub time_to_first_token_s: Option<f64>,
+    /// Per output token after the first, seconds (none with fewer than two).
+    pub time_per_output_token_s: Option<f64>,
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+}
+
+/// The server's instruments, created once.
+#[derive(Clone, Debug)]
+pub struct ServerMetrics {
+    request_duration: Histogram<f64>,
+    time_to_first_token: Histogram<f64>,
+    time_per_output_token: Histogram<f64>,
+    token_usage: Histogram<u64>,
+    running: UpDownCounter<i64>,
+    waiting: UpDownCounter<i64>,
+}
+
+fn histogram_f64(meter: &Meter, def: &ServerMetricDef) -> Histogram<f64> {
+    meter
+        .f64_histogram(def.name)
+        .with_description(def.description)
+        .with_unit(def.unit)
+        .with_boundaries(def.boundaries.to_vec())
+        .build()
+}
+
+fn up_down(meter: &Meter, def: &ServerMetricDef) -> UpDownCounter<i64> {
+    meter.i64_up_down_counter(def.name).with_description(def.description).with_unit(def.unit).build()
+}
+
+impl ServerMetrics {
+    /// Creates the instruments on `meter` (lens's, or with `otel` an
+    /// OpenTelemetry meter).
+    pub fn new<M: Clone + Into<Meter>>(meter: &M) -> ServerMetrics {
+        let meter: Meter = meter.clone().into();
+        ServerMetrics {
+            request_duration: histogram_f64(&meter, &REQUEST_DURATION),
+            time_to_first_token: histogram_f64(&meter, &TIME_TO_FIRST_TOKEN),
+            time_per_output_token: histogram_f64(&meter, &TIME_PER_OUTPUT_TOKEN),
+            token_usage: meter
+                .u64_histogram(TOKEN_USAGE.name)
+                .with_description(TOKEN_USAGE.description)
+                .with_unit(TOKEN_USAGE.unit)
+                .with_boundaries(TOKEN_USAGE.boundaries.to_vec())
+                .build(),
+            running: up_down(&meter, &REQUESTS_RUNNING),
+            waiting: up_down(&meter, &REQUESTS_WAITING),
+        }
+    }
+
+    /// Handles that record nothing.
+    pub fn noop() -> ServerMetrics {
+        ServerMetrics::new(&Meter::noop())
+    }
+
+    /// Records one finished request: its duration, latencies and token usage
+    /// (one data point per token type).
+    pub fn record_request(&self, values: &RequestValues<'_>) {
+        let mut attributes = [
+            KeyValue::new(semconv::GENAI_OPERATION_NAME, values.operation.to_owned()),
+            KeyValue::new(semconv::GENAI_PROVIDER_NAME, PROVIDER_NAME),
+            KeyValue::new(semconv::GENAI_REQUEST_MODEL, values.model.to_owned()),
+            KeyValue::new(semconv::GENAI_TOKEN_TYPE, TOKEN_TYPE_INPUT),
+        ];
+        self.request_duration.record(values.duration_s, &attributes[..3]);
+        if let Some(ttft) = values.time_to_first_token_s {
+            self.time_to_first_token.record(ttft, &attributes[..3]);
+        }
+        if let Some(tpot) = values.time_per_output_token_s {
+            self.time_per_output_token.record(tpot, &attributes[..3]);
+        }
+        self.token_usage.record(values.input_tokens, &attributes);
+        attributes[3] = KeyValue::new(semconv::GENAI_TOKEN_TYPE, TOKEN_TYPE_OUTPUT);
+        self.token_usage.record(values.output_tokens, &attributes);
+    }
+
+    /// Adds `delta` to the requests in the running batch.
+    pub fn running_add(&self, delta: i64) {
+        self.running.add(delta, &[]);
+    }
+
+    /// Adds `delta` to the requests waiting in the queue.
+    pub fn waiting_add(&self, delta: i64) {
+        self.waiting.add(delta, &[]);
+    }
+}
+
+/// The HTTP server span of one request (`{method} {route}`), under
+/// `parent` (the request's `traceparent`, or "no context" for a new trace).
+pub fn http_server_span(method: &str, route: &'static str, path: &str, parent: &RemoteContext) -> DetachedSpan {
+    detached_span(
+        MegatronSpanGroup::INFERENCE,
+        format!("{method} {route}"),
+        SpanKind::Server,
+        parent,
+        None,
+        [],
+        [
+            KeyValue::new(semconv::HTTP_REQUEST_METHOD, method.to_owned()),
+            KeyValue::new(semconv::HTTP_ROUTE, route),
+            KeyValue::new(semconv::URL_PATH, path.to_owned()),
+        ],
+    )
+}
+
+/// Ends the HTTP server span with the response's status (and `error.type`,
+/// the status code as the HTTP conventions say, for 4xx and 5xx).
+pub fn end_http_server_span(span: DetachedSpan, status: u16) {
+    span.set_attribute(semconv::HTTP_RESPONSE_STATUS_CODE, i64::from(status));
+    if status >= 400 {
+        span.set_attribute(semconv::ERROR_TYPE, status.to_string());
+    }
+    if status >= 500 {
+        span.set_status_error(format!("HTTP {status}"));
+    }
+    drop(span);
+}
+
+/// The request parameters the GenAI span records at its start.
+#[derive(Clone, Copy, Debug)]
+pub struct GenerateRequest<'a> {
+    /// `text_completion` or `chat`.
+    pub operation: &'static str,
+    /// The requested (served) model.
+    pub model: &'a str,
+    /// `max_tokens`.
+    pub max_tokens: u64,
+    /// `temperature`.
+    pub temperature: f64,
+    /// `top_p`.
+    pub top_p: f64,
+    /// `seed`, when given.
+    pub seed: Option<i64>,
+    /// Prompt tokens.
+    pub input_tokens: u64,
+}
+
+/// The GenAI span of one request's model run, under `parent` (the HTTP
+/// server span).
+pub fn generate_span(parent: &RemoteContext, request: &GenerateRequest<'_>) -> DetachedSpan {
+    let mut attributes = vec![
+        KeyValue::new(semconv::GENAI_OPERATION_NAME, request.operation),
+        KeyValue::new(semconv::GENAI_PROVIDER_NAME, PROVIDER_NAME),
+        KeyValue::new(semconv::GENAI_REQUEST_MODEL, request.model.to_owned()),
+        KeyValue::new(semconv::GENAI_REQUEST_MAX_TOKENS, i64::try_from(request.max_tokens).unwrap_or(i64::MAX)),
+        KeyValue::new(semconv::GENAI_REQUEST_TEMPERATURE, request.temperature),
+        KeyValue::new(semconv::GENAI_REQUEST_TOP_P, request.top_p),
+        KeyValue::new(semconv::GENAI_USAGE_INPUT_TOKENS, i64::try_from(request.input_tokens).unwrap_or(i64::MAX)),
+    ];
+    if let Some(seed) = request.seed {
+        attributes.push(KeyValue::new(semconv::GENAI_REQUEST_SEED, seed));
+    }
+    detached_span(
+        MegatronSpanGroup::INFERENCE,
+        format!("{} {}", request.operation, request.model),
+        SpanKind::Internal,
+        parent,
+        None,
+        [],
+        attributes,
+    )
+}
+
+/// What the GenAI span records at its end.
+#[derive(Clone, Copy, Debug)]
+pub struct GenerateOutcome<'a> {
+    /// The completion id returned to the client.
+    pub response_id: &'a str,
+    /// The model that answered.
+    pub response_model: &'a str,
+    /// `stop` or `length`, one per choice (empty when the request failed).
+    pub finish_reasons: &'a [&'a str],
+    /// Generated tokens.
+    pub output_tokens: u64,
+    /// `error.type` when the run failed (such as `client_disconnected`).
+    pub error_type: Option<&'a str>,
+}
+
+/// Ends the GenAI span with the response's attributes.
+pub fn end_generate_span(span: DetachedSpan, outcome: &GenerateOutcome<'_>) {
+    span.set_attributes([
+        KeyValue::new(semconv::GENAI_RESPONSE_ID, outcome.response_id.to_owned()),
+        KeyValue::new(semconv::GENAI_RESPONSE_MODEL, outcome.response_model.to_owned()),
+        KeyValue::new(semconv::GENAI_USAGE_OUTPUT_TOKENS, i64::try_from(outcome.output_tokens).unwrap_or(i64::MAX)),
+    ]);
+    if !outcome.finish_reasons.is_empty() {
+        let reasons: Vec<String> = outcome.finish_reasons.iter().map(|reason| (*reason).to_owned()).collect();
+        span.set_attribute(semconv::GENAI_RESPONSE_FINISH_REASONS, reasons);
+    }
+    if let Some(error) = outcome.error_type {
+        span.set_attribute(semconv::ERROR_TYPE, error.to_owned());
+        span.set_status_error(error.to_owned());
+    }
+    drop(span);
+}
+
+/// Records a finished phase of a request (`def` one of
+/// [`taxonomy::INFERENCE_QUEUE`], [`taxonomy::INFERENCE_PREFILL`],
+/// [`taxonomy::INFERENCE_DECODE`]) under the GenAI span `parent`, from
+/// `start` to `end`.
+pub fn phase_span(
+    def: &'static SpanDef,
+    parent: &RemoteContext,
+    start: SystemTime,
+    end: SystemTime,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) {
+    let span = detached_span(def.group, def.name, SpanKind::Internal, parent, Some(start), [], attributes);
+    span.end_at(end);
+}
+
+/// Opens the span of one decode step (a root linked to the GenAI span of
+/// every request in the batch). Costs the gate when `inference_step` is off.
+pub fn step_span<'a>(requests: impl IntoIterator<Item = &'a RemoteContext>, batch_size: usize) -> DetachedSpan {
+    if !lens_fallbacks::is_span_group_enabled(MegatronSpanGroup::INFERENCE_STEP) {
+        return DetachedSpan::noop();
+    }
+    detached_span(
+        taxonomy::INFERENCE_STEP.group,
+        taxonomy::INFERENCE_STEP.name,
+        SpanKind::Internal,
+        &RemoteContext::none(),
+        None,
+        requests.into_iter().map(SpanLink::new),
+        [KeyValue::new(taxonomy::attr::INFERENCE_BATCH_SIZE, i64::try_from(batch_size).unwrap_or(i64::MAX))],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gen_ai_metrics_are_lens_instruments_descriptors() {
+        use lens_instruments::inference as lens;
+        for (ours, theirs) in [
+            (REQUEST_DURATION, lens::REQUEST_DURATION),
+            (TIME_TO_FIRST_TOKEN, lens::TIME_TO_FIRST_TOKEN),
+            (TIME_PER_OUTPUT_TOKEN, lens::TIME_PER_OUTPUT_TOKEN),
+            (TOKEN_USAGE, lens::TOKEN_USAGE),
+        ] {
+            assert_eq!(ours.name, theirs.name);
+            assert_eq!(ours.unit, theirs.unit, "{}", ours.name);
+            assert_eq!(ours.description, theirs.description, "{}", ours.name);
+            assert_eq!(ours.boundaries, theirs.boundaries, "{}", ours.name);
+            assert_eq!(ours.kind, theirs.kind.as_str(), "{}", ours.name);
+        }
+        assert_eq!(PROVIDER_NAME, lens::DEFAULT_PROVIDER_NAME);
+        assert_eq!(OPERATION_TEXT_COMPLETION, lens::DEFAULT_OPERATION_NAME);
+    }
+
+    #[test]
+    fn every_metric_has_a_prometheus_name_from_its_otel_name_and_unit() {
+        for def in SERVER_METRICS {
+            let base = def.name.replace('.', "_");
+            let expected = match def.unit {
+                "s" => format!("{base}_seconds"),
+                _ => base,
+            };
+            assert_eq!(def.prometheus, expected, "{}", def.name);
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! The HTTP side: axum routes, admission (drain, body limit, queue bound),
+//! the traces of each request, and the server-sent-event stream.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http_body::Frame;
+use lens_fallbacks::{DetachedSpan, extract_context};
+use megatron_telemetry::inference::{self as telemetry, GenerateOutcome, GenerateRequest, ServerMetrics};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+use super::api::{self, ApiError, Choice, Endpoint, Generation, Limits};
+use super::engine::{Event, Job};
+
+/// Seconds a client is told to wait (`Retry-After`) on 429 and 503.
+pub(crate) const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// What every handler shares.
+pub(crate) struct Shared {
+    pub(crate) limits: Limits,
+    /// Requests admitted beyond the running batch before 429.
+    pub(crate) capacity: usize,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) jobs: std::sync::mpsc::Sender<Job>,
+    pub(crate) metrics: ServerMetrics,
+    /// Set on SIGTERM/SIGINT: every new request gets 503.
+    pub(crate) draining: AtomicBool,
+    /// Generation requests admitted and not finished (the drain waits for
+    /// them to reach 0).
+    pub(crate) in_flight: AtomicUsize,
+    /// Choices admitted and not finished (the queue bound).
+    pub(crate) jobs_in_flight: AtomicUsize,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        limits: Limits,
+        capacity: usize,
+        max_body_bytes: usize,
+        jobs: std::sync::mpsc::Sender<Job>,
+        metrics: ServerMetrics,
+    ) -> Shared {
+        let seed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;
+        Shared {
+            limits,
+            capacity,
+            max_body_bytes,
+            jobs,
+            metrics,
+            draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            jobs_in_flight: AtomicUsize::new(0),
+            next_id: AtomicU64::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D)),
+        }
+    }
+}
+
+/// The routes.
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+fn json_response(status: u16, body: &Value) -> Response {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn error_response(error: &ApiError) -> Response {
+    let mut response = json_response(error.status, &error.body());
+    if error.status == 429 || error.status == 503 {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+    }
+    response
+}
+
+fn draining_error() -> ApiError {
+    ApiError {
+        status: 503,
+        kind: "service_unavailable",
+        param: None,
+        code: "draining",
+        message: "the server is shutting down and accepts no new requests; retry against another replica".into(),
+    }
+}
+
+async fn not_found(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.draining.load(Ordering::Acquire) {
+        return error_response(&draining_error());
+    }
+    error_response(&ApiError {
+        status: 404,
+        kind: "invalid_request_error",
+        param: None,
+        code: "unknown_url",
+        message: "unknown path: the server answers POST /v1/completions, POST /v1/chat/completions, GET /v1/models and GET /health".into(),
+    })
+}
+
+async fn health(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.draining.load(Ordering::Acquire) {
+        return error_response(&draining_error());
+    }
+    json_response(200, &json!({"status": "ok"}))
+}
+
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.draining.load(Ordering::Acquire) {
+        return error_response(&draining_error());
+    }
+    json_response(
+        200,
+        &json!({"object": "list", "data": [{
+            "id": shared.limits.model_name, "object": "model", "created": unix_now(), "owned_by": "megatron-train-sim",
+            "max_model_len": shared.limits.max_model_len,
+        }]}),
+    )
+}
+
+async fn completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    generate(shared, Endpoint::Completions, headers, body).await
+}
+
+async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    generate(shared, Endpoint::Chat, headers, body).await
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+/// Decrements the in-flight counters when a request is done (however it ends).
+struct Admission {
+    shared: Arc<Shared>,
+    jobs: usize,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.shared.jobs_in_flight.fetch_sub(self.jobs, Ordering::AcqRel);
+        self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The spans of one request.
+struct RequestSpans {
+    server: DetachedSpan,
+    generate: Option<DetachedSpan>,
+}
+
+impl RequestSpans {
+    fn end(mut self, status: u16, outcome: Option<&GenerateOutcome<'_>>) {
+        if let (Some(span), Some(outcome)) = (self.generate.take(), outcome) {
+            telemetry::end_generate_span(span, outcome);
+        }
+        telemetry::end_http_server_span(self.server, status);
+    }
+}
+
+/// A request that passed every check and was handed to the engine.
+struct Accepted {
+    generation: Generation,
+    events: UnboundedReceiver<Event>,
+    admission: Admission,
+    id: String,
+    created: u64,
+}
+
+async fn generate(shared: Arc<Shared>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
+    let arrived = Instant::now();
+    let carrier: Vec<(&str, &str)> = ["traceparent", "tracestate"]
+        .into_iter()
+        .filter_map(|key| headers.get(key).and_then(|value| value.to_str().ok()).map(|value| (key, value)))
+        .collect();
+    let parent = extract_context(carrier.as_slice());
+    let mut spans = RequestSpans {
+        server: telemetry::http_server_span("POST", endpoint.route(), endpoint.route(), &parent),
+        generate: None,
+    };
+    let accepted = match accept(&shared, endpoint, &headers, body, &mut spans, arrived).await {
+        Ok(accepted) => accepted,
+        Err(error) => {
+            let outcome = GenerateOutcome {
+                response_id: "",
+                response_model: &shared.limits.model_name,
+                finish_reasons: &[],
+                output_tokens: 0,
+                error_type: Some(error.code),
+            };
+            spans.end(error.status, Some(&outcome));
+            return error_response(&error);
+        }
+    };
+    if accepted.generation.stream {
+        let mut response = Response::new(Body::new(SseBody::new(shared.limits.model_name.clone(), accepted, spans)));
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return response;
+    }
+    let Accepted { generation, mut events, admission, id, created } = accepted;
+    let mut choices = vec![Choice::default(); generation.prompts.len()];
+    let mut remaining = choices.len();
+    while remaining > 0 {
+        match events.recv().await {
+            Some(Event::Text { index, text }) => choices[index].text.push_str(&String::from_utf8_lossy(&text)),
+            Some(Event::Done { index, finish_reason, prompt_tokens, completion_tokens }) => {
+                let choice = &mut choices[index];
+                (choice.finish_reason, choice.prompt_tokens, choice.completion_tokens) =
+                    (finish_reason, prompt_tokens, completion_tokens);
+                remaining -= 1;
+            }
+            Some(Event::Failed { message }) => return engine_failed(&shared, spans, message),
+            None => return engine_failed(&shared, spans, "the engine stopped".into()),
+        }
+    }
+    drop(admission);
+    let finish: Vec<&str> = choices.iter().map(|c| c.finish_reason).collect();
+    let output_tokens = choices.iter().map(|c| c.completion_tokens).sum();
+    spans.end(
+        200,
+        Some(&GenerateOutcome {
+            response_id: &id,
+            response_model: &shared.limits.model_name,
+            finish_reasons: &finish,
+            output_tokens,
+            error_type: None,
+        }),
+    );
+    json_response(200, &api::response(endpoint, &id, created, &shared.limits.model_name, &choices))
+}
+
+fn shutting_down(message: String) -> ApiError {
+    ApiError { status: 503, kind: "service_unavailable", param: None, code: "shutting_down", message }
+}
+
+fn engine_failed(shared: &Shared, spans: RequestSpans, message: String) -> Response {
+    let error = shutting_down(message);
+    let outcome = GenerateOutcome {
+        response_id: "",
+        response_model: &shared.limits.model_name,
+        finish_reasons: &[],
+        output_tokens: 0,
+        error_type: Some(error.code),
+    };
+    spans.end(error.status, Some(&outcome));
+    error_response(&error)
+}
+
+fn too_large(limit: usize, size: Option<u64>) -> ApiError {
+    let size = size.map_or_else(|| "more than that".to_string(), |size| format!("{size} bytes"));
+    ApiError {
+        status: 413,
+        kind: "invalid_request_error",
+        param: None,
+        code: "request_too_large",
+        message: format!("the request body is {size}; this server accepts at most {limit} bytes (--max-body-bytes)"),
+    }
+}
+
+/// Every check before the engine, then the hand-over.
+async fn accept(
+    shared: &Arc<Shared>,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+    spans: &mut RequestSpans,
+    arrived: Instant,
+) -> Result<Accepted, ApiError> {
+    if shared.draining.load(Ordering::Acquire) {
+        return Err(draining_error());
+    }
+    let declared = match headers.get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(value) => match value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+            Some(length) => Some(length),
+            None => return Err(ApiError::malformed("the Content-Length header is not a number")),
+        },
+    };
+    if let Some(length) = declared
+        && length > shared.max_body_bytes as u64
+    {
+        return Err(too_large(shared.max_body_bytes, Some(length)));
+    }
+    let body = axum::body::to_bytes(body, shared.max_body_bytes).await.map_err(|error| {
+        let too_big =
+            std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+        if too_big {
+            too_large(shared.max_body_bytes, None)
+        } else {
+            ApiError::malformed(format!("the request body could not be read: {error}"))
+        }
+    })?;
+    let generation = api::parse(endpoint, &body, &shared.limits)?;
+    let choices = generation.prompts.len();
+    let limit = shared.capacity;
+    if shared.jobs_in_flight.fetch_add(choices, Ordering::AcqRel) + choices > limit {
+        shared.jobs_in_flight.fetch_sub(choices, Ordering::AcqRel);
+        return Err(ApiError {
+            status: 429,
+            kind: "rate_limit_error",
+            param: None,
+            code: "queue_full",
+            message: format!(
+                "the server's queue is full ({limit} requests running or waiting: --max-batch-size plus --max-queue); retry later"
+            ),
+        });
+    }
+    shared.in_flight.fetch_add(1, Ordering::AcqRel);
+    let admission = Admission { shared: Arc::clone(shared), jobs: choices };
+    let serial = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let id = match endpoint {
+        Endpoint::Completions => format!("cmpl-{serial:016x}"),
+        Endpoint::Chat => format!("chatcmpl-{serial:016x}"),
+    };
+    let input_tokens = generation.prompts.iter().map(|p| p.len() as u64).sum();
+    let span = telemetry::generate_span(
+        &spans.server.remote_context(),
+        &GenerateRequest {
+            operation: endpoint.operation(),
+            model: &shared.limits.model_name,
+            max_tokens: generation.max_tokens,
+            temperature: f64::from(generation.temperature),
+            top_p: f64::from(generation.top_p),
+            seed: generation.seed,
+            input_tokens,
+        },
+    );
+    let span_context = span.remote_context();
+    spans.generate = Some(span);
+    let (sender, events) = unbounded_channel();
+    let accepted_at = SystemTime::now();
+    for (index, prompt) in generation.prompts.iter().enumerate() {
+        let seed = generation.seed.map_or(serial ^ index as u64, |seed| (seed as u64) ^ (index as u64).rotate_left(32));
+        shared.metrics.waiting_add(1);
+        let job = Job {
+            index,
+            prompt: prompt.clone(),
+            max_tokens: generation.max_tokens,
+            temperature: generation.temperature,
+            top_p: generation.top_p,
+            seed,
+            stop: generation.stop.clone(),
+            events: sender.clone(),
+            span_context: span_context.clone(),
+            operation: endpoint.operation(),
+            arrived,
+            accepted_at,
+        };
+        if shared.jobs.send(job).is_err() {
+            shared.metrics.waiting_add(-1);
+            return Err(shutting_down("the engine has stopped".into()));
+        }
+    }
+    Ok(Accepted { generation, events, admission, id, created: unix_now() })
+}
+
+/// The server-sent events of a streaming response: one `data:` line per
+/// chunk, the usage chunk with `stream_options.include_usage`, then
+/// `data: [DONE]`. An error after the stream started is one
+/// `data: {"error": ...}` event, then `data: [DONE]`.
+struct SseBody {
+    model: String,
+    accepted: Accepted,
+    spans: Option<RequestSpans>,
+    remaining: usize,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    finish_reasons: Vec<&'static str>,
+    finished: bool,
+}
+
+/// Events folded into one frame at most (a frame per poll otherwise).
+const EVENTS_PER_FRAME: usize = 64;
+
+impl SseBody {
+    fn new(model: String, accepted: Accepted, spans: RequestSpans) -> SseBody {
+        let remaining = accepted.generation.prompts.len();
+        SseBody {
+            model,
+            accepted,
+            spans: Some(spans),
+            remaining,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            finish_reasons: vec![""; remaining],
+            finished: false,
+        }
+    }
+
+    fn push(out: &mut String, value: &Value) {
+        out.push_str("data: ");
+        out.push_str(&value.to_string());
+        out.push_str("\n\n");
+    }
+
+    fn handle(&mut self, event: Option<Event>, out: &mut String) {
+        let endpoint = self.accepted.generation.endpoint;
+        let (id, created) = (&self.accepted.id, self.accepted.created);
+        match event {
+            Some(Event::Text { index, text }) => {
+                let text = String::from_utf8_lossy(&text);
+                Self::push(out, &api::chunk(endpoint, id, created, &self.model, index, Some(&text), None));
+            }
+            Some(Event::Done { index, finish_reason, prompt_tokens, completion_tokens }) => {
+                Self::push(out, &api::chunk(endpoint, id, created, &self.model, index, None, Some(finish_reason)));
+                self.prompt_tokens += prompt_tokens;
+                self.completion_tokens += completion_tokens;
+                self.finish_reasons[index] = finish_reason;
+                self.remaining -= 1;
+                if self.remaining == 0 {
+                    if self.accepted.generation.include_usage {
+                        let usage = api::usage_chunk(
+                            endpoint,
+                            id,
+                            created,
+                            &self.model,
+                            self.prompt_tokens,
+                            self.completion_tokens,
+                        );
+                        Self::push(out, &usage);
+                    }
+                    out.push_str("data: [DONE]\n\n");
+                    self.finish(None);
+                }
+            }
+            Some(Event::Failed { message }) => self.fail(out, message),
+            None => self.fail(out, "the engine stopped".into()),
+        }
+    }
+
+    fn fail(&mut self, out: &mut String, message: String) {
+        let error = shutting_down(message);
+        Self::push(out, &error.body());
+        out.push_str("data: [DONE]\n\n");
+        self.finish(Some(error.code));
+    }
+
+    fn finish(&mut self, error_type: Option<&str>) {
+        self.finished = true;
+        if let Some(spans) = self.spans.take() {
+            let reasons: Vec<&str> = if error_type.is_some() { Vec::new() } else { self.finish_reasons.clone() };
+            spans.end(
+                200,
+                Some(&GenerateOutcome {
+                    response_id: &self.accepted.id,
+                    response_model: &self.model,
+                    finish_reasons: &reasons,
+                    output_tokens: self.completion_tokens,
+                    error_type,
+                }),
+            );
+        }
+    }
+}
+
+impl Drop for SseBody {
+    fn drop(&mut self) {
+        if !self.finished {
+            // The client went away mid-stream.
+            self.finish(Some("client_disconnected"));
+        }
+    }
+}
+
+impl http_body::Body for SseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.finished {
+            return Poll::Ready(None);
+        }
+        let mut out = String::new();
+        for _ in 0..EVENTS_PER_FRAME {
+            match self.accepted.events.poll_recv(cx) {
+                Poll::Ready(event) => {
+                    self.handle(event, &mut out);
+                    if self.finished {
+                        break;
+                    }
+                }
+                Poll::Pending => break,
+            }
+        }
+        if out.is_empty() {
+            // Either a waker is registered (Pending) or the loop ran dry
+            // of its budget without output, which cannot happen: every
+            // event writes something.
+            return if self.finished { Poll::Ready(None) } else { Poll::Pending };
+        }
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
+    }
+}

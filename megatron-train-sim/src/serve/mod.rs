@@ -1,0 +1,254 @@
+//! `megatron-train-sim serve`: an OpenAI-compatible text-generation server
+//! for a checkpoint that training wrote (docs/serving.md).
+//!
+//! - [`api`]: request parsing and checks (errors name their field), the
+//!   chat template, the JSON of responses, stream chunks and errors;
+//! - [`engine`]: the engine thread, which owns the model and runs
+//!   continuous batching;
+//! - [`http`]: the axum routes, admission (drain, body limit, queue bound),
+//!   the spans of each request and the server-sent-event stream.
+//!
+//! Telemetry is set up exactly as for a training rank (the lifecycle, the
+//! `file` exporter when nothing is configured); spans and metrics are
+//! megatron-telemetry's `inference` module.
+//!
+//! Shutdown: SIGTERM or SIGINT starts a drain. The listener stays open and
+//! answers every new request 503 with `Retry-After`; the requests in flight
+//! finish, for at most `--drain-timeout` seconds (the ones still running
+//! then end with an error event); telemetry is flushed; the exit status is 0.
+
+mod api;
+mod engine;
+mod http;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use lens_core::config::CliOverrides;
+use lens_core::env::ProcessEnv;
+use lens_core::identity::RankContext;
+
+use crate::lm::InferenceModel;
+use crate::telemetry::{RankSetup, ResourceArgs, StartupTimestamps, Telemetry};
+use crate::{SimEnv, output, signals, telemetry};
+
+/// `serve`: the flags.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// The checkpoint directory a training run saved to (its `--save`); any TP/PP layout, merged on load.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) load: PathBuf,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) host: String,
+    /// The port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8000)]
+    pub(crate) port: u16,
+    /// The model name clients send as `model` (and `GET /v1/models` lists).
+    #[arg(long, default_value = "megatron-sim")]
+    pub(crate) served_model_name: String,
+    /// Requests (choices) in the running decode batch at most.
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) max_batch_size: u32,
+    /// The largest `max_tokens` a request may ask for (without one, a request gets 16).
+    #[arg(long, default_value_t = 1024, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_tokens: u64,
+    /// Tokens of context per request, prompt plus output (default: the model's maximum).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..))]
+    pub(crate) max_model_len: Option<u64>,
+    /// Requests waiting for a place in the batch at most; beyond it new requests get 429.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub(crate) max_queue: u32,
+    /// The largest request body accepted; larger ones get 413 (decided from Content-Length before reading).
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
+    pub(crate) max_body_bytes: u64,
+    /// Seconds the drain (after SIGTERM/SIGINT) waits for the requests in flight.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub(crate) drain_timeout: u64,
+    /// Pause this long in every decode step (test and benchmark aid).
+    #[arg(long, default_value_t = 0, value_name = "MS", hide = true)]
+    pub(crate) decode_step_delay_ms: u64,
+    /// Telemetry overrides (they win over every environment variable).
+    #[command(flatten)]
+    pub(crate) otel: CliOverrides,
+}
+
+/// Runs the server until a signal's drain ends. Exit status: 0 after a
+/// drain, 2 for bad flags, a checkpoint that cannot be loaded or an address
+/// that cannot be bound, 1 when the runtime cannot start.
+pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
+    let rank = match RankContext::detect(&ProcessEnv) {
+        Ok(rank) => rank,
+        Err(error) => return usage_error(&error),
+    };
+    let model = match InferenceModel::load(&args.load) {
+        Ok(model) => model,
+        Err(error) => return usage_error(&format!("--load {}: {error}", args.load.display())),
+    };
+    let max_model_len = match args.max_model_len {
+        None => model.max_context(),
+        Some(len) if len as usize <= model.max_context() => len as usize,
+        Some(len) => {
+            return usage_error(&format!(
+                "--max-model-len {len} is larger than the model's context of {} tokens",
+                model.max_context()
+            ));
+        }
+    };
+    let address = format!("{}:{}", args.host, args.port);
+    let listener = match std::net::TcpListener::bind(&address) {
+        Ok(listener) => listener,
+        Err(error) => {
+            return usage_error(&format!("--host {} --port {}: cannot listen: {error}", args.host, args.port));
+        }
+    };
+    let local: SocketAddr = match listener.local_addr() {
+        Ok(local) => local,
+        Err(error) => return usage_error(&format!("cannot read the listening address: {error}")),
+    };
+    // The drain flag before telemetry, so that the lifecycle's handler
+    // flushes and passes the signal on (as with --exit-signal-handler).
+    let stop = match signals::install_drain_flag(true) {
+        Ok(stop) => stop,
+        Err(error) => {
+            output::error(None, &format!("could not install the signal handlers: {error}"));
+            return ExitCode::from(1);
+        }
+    };
+    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
+    let stamps = StartupTimestamps { program_start: Some(program_start), ..StartupTimestamps::default() };
+    let setup = RankSetup { rank: &rank, args: ResourceArgs::default(), env, stamps, graceful_signals: true };
+    let mut telemetry = match Telemetry::setup(&args.otel, setup) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            output::error(None, &format!("telemetry setup failed: {error}"));
+            return ExitCode::from(2);
+        }
+    };
+    if telemetry.is_exporting() && env.default_file_exporter {
+        output::note(&format!("no exporter configured: telemetry goes to {}", telemetry.destinations().join(", ")));
+    }
+    let metrics = telemetry.serve_ready();
+    let code = serve(args, model, max_model_len, listener, local, &stop, metrics);
+    let summary = output::TelemetrySummary {
+        enabled: telemetry.is_enabled(),
+        exporting: telemetry.is_exporting(),
+        destinations: telemetry.destinations(),
+        report: telemetry.shutdown(),
+        // A server trains nothing: no goodput.
+        goodput: (None, None),
+    };
+    output::print_telemetry(rank.rank, &summary, true);
+    code
+}
+
+fn usage_error(message: &dyn std::fmt::Display) -> ExitCode {
+    output::error(None, message);
+    ExitCode::from(2)
+}
+
+fn serve(
+    args: &ServeArgs,
+    model: InferenceModel,
+    max_model_len: usize,
+    listener: std::net::TcpListener,
+    local: SocketAddr,
+    stop: &signals::StopFlag,
+    metrics: megatron_telemetry::inference::ServerMetrics,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("serve-http")
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            output::error(None, &format!("cannot start the HTTP runtime: {error}"));
+            return ExitCode::from(1);
+        }
+    };
+    let limits = api::Limits { model_name: args.served_model_name.clone(), max_tokens: args.max_tokens, max_model_len };
+    let (jobs, receiver) = std::sync::mpsc::channel();
+    let capacity = args.max_batch_size as usize + args.max_queue as usize;
+    let shared = Arc::new(http::Shared::new(limits, capacity, args.max_body_bytes as usize, jobs, metrics.clone()));
+    let abort = Arc::new(AtomicBool::new(false));
+    let engine_config = engine::EngineConfig {
+        max_batch_size: args.max_batch_size as usize,
+        max_model_len,
+        model_name: args.served_model_name.clone(),
+        step_delay: Duration::from_millis(args.decode_step_delay_ms),
+    };
+    let engine_abort = Arc::clone(&abort);
+    let flops_per_token = model.forward_flops_per_token();
+    let engine = std::thread::Builder::new()
+        .name("serve-engine".into())
+        .spawn(move || engine::run(&model, &engine_config, &receiver, &metrics, &engine_abort));
+    let engine = match engine {
+        Ok(engine) => engine,
+        Err(error) => {
+            output::error(None, &format!("cannot start the engine thread: {error}"));
+            return ExitCode::from(1);
+        }
+    };
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let router = http::router(Arc::clone(&shared));
+    let server = runtime.spawn(async move {
+        let _ = listener.set_nonblocking(true);
+        match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => {
+                let graceful = async move {
+                    let _ = shutdown_rx.await;
+                };
+                if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(graceful).await {
+                    output::error(None, &format!("the HTTP server failed: {error}"));
+                }
+            }
+            Err(error) => output::error(None, &format!("cannot listen: {error}")),
+        }
+    });
+    // The address on stdout (for scripts and tests; port 0 picks one).
+    {
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "serving {} on http://{local}", args.served_model_name);
+        let _ = stdout.flush();
+    }
+    output::note(&format!(
+        "model: context {max_model_len} tokens, batch {}, {flops_per_token} FLOPs per token",
+        args.max_batch_size
+    ));
+
+    while !stop.load(Ordering::Acquire) && !server.is_finished() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Drain: new requests get 503, the ones in flight finish (bounded).
+    shared.draining.store(true, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
+    let in_flight = || shared.in_flight.load(Ordering::Acquire);
+    output::note(&format!("draining: {} requests in flight, at most {} s", in_flight(), args.drain_timeout));
+    while in_flight() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = in_flight();
+    abort.store(true, Ordering::Release);
+    let _ = engine.join();
+    // Let the streams of aborted requests write their error event.
+    let grace = Instant::now() + Duration::from_secs(2);
+    while in_flight() > 0 && Instant::now() < grace {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = shutdown_tx.send(());
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    if left > 0 {
+        output::note(&format!("drain timed out: {left} requests ended with an error"));
+    } else {
+        output::note(&"drained: every request in flight finished");
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,450 @@
+//! `megatron-train-sim serve` end to end: a checkpoint trained here, one
+//! server, real clients nobody here wrote.
+//!
+//! - `openai_clients_load_and_telemetry`: the official `openai` Python
+//!   package (`e2e/openai_client.py`, `max_retries=0`) for completions and
+//!   chat, streaming and not, each with its own `traceparent`, then 64
+//!   concurrent streaming requests; the OTLP sink sees the HTTP server span
+//!   as the child of that context, the GenAI span under it with the GenAI
+//!   attributes, usage equal to the tokens returned, and token-usage totals
+//!   equal to the sum over the responses.
+//! - `bad_requests_get_openai_errors_and_the_server_keeps_serving`: raw
+//!   HTTP/1.1 over `TcpStream`: malformed JSON, wrong types, bad values,
+//!   unknown model, over-long prompt, oversized body, a client that
+//!   disconnects mid-stream, a full queue, and the drain's 503, each with
+//!   its status and an OpenAI-shaped error naming the problem, while good
+//!   requests keep succeeding.
+//!
+//! The tests hold for any model: they check token counts, lengths,
+//! printable text and statuses, never the text itself.
+
+mod e2e_support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use e2e_support::{Ctx, Proc, Protocol, READY_LIMIT, SMALL, Sink, clean_command, python, repo_root};
+use serde_json::Value;
+
+const MODEL: &str = "megatron-sim";
+
+/// Trains the smallest checkpoint (two iterations) into `ckpt/`.
+fn train_checkpoint(ctx: &Ctx) {
+    let mut args = vec!["--train-iters", "2", "--save", "ckpt"];
+    args.extend_from_slice(SMALL);
+    ctx.sim(&args).label("train").run(Duration::from_secs(120)).assert_success("training the checkpoint");
+}
+
+/// Starts the server with `extra` flags; returns it and its port.
+fn start_server(ctx: &Ctx, sink: Option<&Sink>, extra: &[&str]) -> (Proc, u16) {
+    let mut args = vec!["serve", "--load", "ckpt", "--port", "0"];
+    args.extend_from_slice(extra);
+    let mut sim = ctx.sim(&args).label("serve");
+    if let Some(sink) = sink {
+        sim = sim.otlp(Protocol::HttpProtobuf, &sink.endpoint(Protocol::HttpProtobuf));
+    }
+    let mut server = sim.spawn();
+    let line = server.wait_for_stdout_line(&format!("serving {MODEL} on http://127.0.0.1:"), READY_LIMIT);
+    let port = line.rsplit(':').next().and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+    (server, port)
+}
+
+fn stop_server(server: Proc, what: &str) -> String {
+    server.signal(libc::SIGTERM);
+    let finished = server.wait(Duration::from_secs(60));
+    finished.assert_success(what);
+    finished.stderr
+}
+
+fn attr<'a>(span: &'a e2e_support::SinkSpan, key: &str) -> &'a Value {
+    span.attributes.get(key).unwrap_or_else(|| panic!("{} has no {key}: {:?}", span.name, span.attributes))
+}
+
+#[test]
+fn openai_clients_load_and_telemetry() {
+    let ctx = Ctx::new("serve-openai");
+    train_checkpoint(&ctx);
+    let sink = Sink::start(&ctx);
+    let (server, port) = start_server(
+        &ctx,
+        Some(&sink),
+        &[
+            "--otel-enabled",
+            "--otel-span-groups",
+            "default,inference_step",
+            "--max-batch-size",
+            "16",
+            "--max-queue",
+            "128",
+        ],
+    );
+    let out = ctx.path("client.json");
+    let mut client = clean_command(python());
+    client
+        .arg(repo_root().join("e2e/openai_client.py"))
+        .args(["--base-url", &format!("http://127.0.0.1:{port}/v1"), "--model", MODEL])
+        .args(["--max-tokens", "12", "--concurrency", "64", "--load-tokens", "24", "--out"])
+        .arg(&out);
+    let finished = Proc::spawn(&ctx, "openai-client", client).wait(Duration::from_secs(180));
+    finished.assert_success("the openai client (is the `openai` package installed? see .ci/run)");
+    let results: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    stop_server(server, "the server's drain after the clients");
+
+    // What the clients got.
+    let mut prompt_total = 0;
+    let mut completion_total = 0;
+    for case in ["completions", "completions_stream", "chat", "chat_stream"] {
+        let result = &results[case];
+        let text = result["text"].as_str().unwrap();
+        let usage = &result["usage"];
+        assert_eq!(text.len(), 12, "{case}: max_tokens 12 and no stop sequence: {result}");
+        assert!(text.bytes().all(|b| b == b'\n' || (0x20..0x7f).contains(&b)), "{case}: printable: {text:?}");
+        assert_eq!(usage["completion_tokens"].as_u64(), Some(text.len() as u64), "{case}: usage = tokens returned");
+        let (prompt, completion) =
+            (usage["prompt_tokens"].as_u64().unwrap(), usage["completion_tokens"].as_u64().unwrap());
+        assert_eq!(usage["total_tokens"].as_u64(), Some(prompt + completion), "{case}");
+        assert_eq!(result["finish_reason"], "length", "{case}");
+        prompt_total += prompt;
+        completion_total += completion;
+    }
+    assert_eq!(results["chat"]["role"], "assistant");
+    assert_eq!(results["models"], serde_json::json!([MODEL]));
+    assert_eq!(results["unknown_model"]["status"], 404);
+    assert_eq!(results["unknown_model"]["body"]["param"], "model");
+    let load = results["load"].as_array().unwrap();
+    assert_eq!(load.len(), 64);
+    for (i, response) in load.iter().enumerate() {
+        assert!(response["error"].is_null(), "load request {i}: {response}");
+        assert_eq!(response["text_len"], 24, "load request {i}: tokens as asked");
+        assert_eq!(response["usage"]["completion_tokens"], 24, "load request {i}");
+        prompt_total += response["usage"]["prompt_tokens"].as_u64().unwrap();
+        completion_total += 24;
+    }
+
+    // What the sink got: the traces.
+    let records = sink.stop();
+    for (case, route, operation) in [
+        ("completions", "/v1/completions", "text_completion"),
+        ("completions_stream", "/v1/completions", "text_completion"),
+        ("chat", "/v1/chat/completions", "chat"),
+        ("chat_stream", "/v1/chat/completions", "chat"),
+    ] {
+        let result = &results[case];
+        let traceparent: Vec<&str> = result["traceparent"].as_str().unwrap().split('-').collect();
+        let (trace_id, parent_id) = (traceparent[1], traceparent[2]);
+        let server_name = format!("POST {route}");
+        let server: Vec<_> = records
+            .spans_named(&server_name)
+            .filter(|s| s.trace_id == trace_id && s.parent_span_id == parent_id)
+            .collect();
+        assert_eq!(server.len(), 1, "{case}: one {server_name} span, the child of its traceparent");
+        let server = server[0];
+        assert_eq!(server.kind, "server", "{case}");
+        assert_eq!(attr(server, "http.request.method"), "POST");
+        assert_eq!(attr(server, "url.path"), route);
+        assert_eq!(attr(server, "http.response.status_code"), 200);
+        let genai_name = format!("{operation} {MODEL}");
+        let genai: Vec<_> = records.spans_named(&genai_name).filter(|s| s.parent_span_id == server.span_id).collect();
+        assert_eq!(genai.len(), 1, "{case}: one {genai_name} span under the server span");
+        let genai = genai[0];
+        assert_eq!(genai.kind, "internal");
+        assert_eq!(attr(genai, "gen_ai.operation.name"), operation);
+        assert_eq!(attr(genai, "gen_ai.provider.name"), "nemo");
+        assert_eq!(attr(genai, "gen_ai.request.model"), MODEL);
+        assert_eq!(attr(genai, "gen_ai.response.model"), MODEL);
+        assert_eq!(attr(genai, "gen_ai.request.max_tokens"), 12);
+        assert_eq!(attr(genai, "gen_ai.response.finish_reasons"), &serde_json::json!(["length"]));
+        assert_eq!(attr(genai, "gen_ai.usage.input_tokens"), &result["usage"]["prompt_tokens"]);
+        assert_eq!(attr(genai, "gen_ai.usage.output_tokens"), &result["usage"]["completion_tokens"]);
+        assert!(attr(genai, "gen_ai.response.id").as_str().is_some_and(|id| !id.is_empty()));
+        if let Some(id) = result["id"].as_str() {
+            assert_eq!(attr(genai, "gen_ai.response.id"), id, "{case}");
+        }
+        assert!(attr(genai, "gen_ai.request.temperature").is_number());
+        assert!(attr(genai, "gen_ai.request.top_p").is_number());
+        for child in ["megatron.inference.queue", "megatron.inference.prefill", "megatron.inference.decode"] {
+            let found = records.spans_named(child).filter(|s| s.parent_span_id == genai.span_id).count();
+            assert_eq!(found, 1, "{case}: one {child} under the GenAI span");
+        }
+        let linked = records
+            .spans_named("megatron.inference.step")
+            .filter(|s| s.parent_span_id.is_empty() && s.links.iter().any(|(_, span)| *span == genai.span_id))
+            .count();
+        assert!(linked >= 12, "{case}: every decode step of the request is a root linked to it ({linked})");
+    }
+    let completions = &records.spans_named("text_completion megatron-sim").next().unwrap();
+    assert_eq!(attr(completions, "gen_ai.request.seed"), 11);
+
+    // The token-usage totals: the last (cumulative) export's sum per token
+    // type, over its series (one per operation), equals the sum over every
+    // response.
+    let mut totals: BTreeMap<String, f64> = BTreeMap::new();
+    for metric in records.metrics_named("gen_ai.client.token.usage") {
+        assert_eq!(metric.temporality.as_deref(), Some("cumulative"));
+        let mut export: BTreeMap<String, f64> = BTreeMap::new();
+        for point in &metric.data_points {
+            let kind = point["attributes"]["gen_ai.token.type"].as_str().unwrap().to_string();
+            *export.entry(kind).or_default() += point["sum"].as_f64().unwrap();
+        }
+        for (kind, sum) in export {
+            let entry = totals.entry(kind).or_default();
+            *entry = entry.max(sum);
+        }
+    }
+    assert_eq!(totals.get("input"), Some(&(prompt_total as f64)), "input tokens exported = prompt tokens returned");
+    assert_eq!(totals.get("output"), Some(&(completion_total as f64)), "output tokens exported = tokens returned");
+    for name in [
+        "gen_ai.server.request.duration",
+        "gen_ai.server.time_to_first_token",
+        "gen_ai.server.time_per_output_token",
+        "megatron.inference.requests.running",
+        "megatron.inference.requests.waiting",
+    ] {
+        assert!(records.metrics_named(name).next().is_some(), "{name} was exported");
+    }
+    ctx.finish();
+}
+
+// ---- Raw HTTP/1.1 -------------------------------------------------------------
+
+/// One response: status, headers (lower-case names), body.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    fn error(&self) -> &'static str {
+        let value: Value = serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {:?}", self.body));
+        let error = &value["error"];
+        for field in ["message", "type", "param", "code"] {
+            assert!(error.get(field).is_some(), "OpenAI-shaped error lacks {field}: {}", self.body);
+        }
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+        Box::leak(error["param"].as_str().unwrap_or("").to_string().into_boxed_str())
+    }
+}
+
+fn connect(port: u16) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    stream
+}
+
+/// Sends `head` + `body` raw and reads the whole response.
+fn raw(port: u16, head: &str, body: &[u8]) -> Reply {
+    let mut stream = connect(port);
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    read_reply(BufReader::new(stream))
+}
+
+fn read_reply(mut reader: BufReader<TcpStream>) -> Reply {
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        let trimmed = line.trim_end();
+        if trimmed.is_empty() {
+            break;
+        }
+        let (k, v) = trimmed.split_once(':').unwrap();
+        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let mut body = Vec::new();
+    let length = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse::<usize>().ok());
+    match length {
+        Some(length) => {
+            body.resize(length, 0);
+            reader.read_exact(&mut body).unwrap();
+        }
+        None => {
+            // Chunked (the event stream): read to the end.
+            let _ = reader.read_to_end(&mut body);
+        }
+    }
+    Reply { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
+}
+
+fn post(port: u16, path: &str, body: &str) -> Reply {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    raw(port, &head, body.as_bytes())
+}
+
+fn good_request_succeeds(port: u16) {
+    let reply = post(port, "/v1/completions", r#"{"model":"megatron-sim","prompt":"ok","max_tokens":3}"#);
+    assert_eq!(reply.status, 200, "a good request still succeeds: {}", reply.body);
+    let value: Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(value["usage"]["completion_tokens"], 3);
+    assert_eq!(value["choices"][0]["text"].as_str().map(str::len), Some(3));
+}
+
+#[test]
+fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
+    let ctx = Ctx::new("serve-bad");
+    train_checkpoint(&ctx);
+    let (server, port) = start_server(
+        &ctx,
+        None,
+        &[
+            "--max-batch-size",
+            "1",
+            "--max-queue",
+            "1",
+            "--max-tokens",
+            "400",
+            "--max-model-len",
+            "512",
+            "--max-body-bytes",
+            "4096",
+            "--decode-step-delay-ms",
+            "5",
+            "--drain-timeout",
+            "20",
+        ],
+    );
+    let c = "/v1/completions";
+    let chat = "/v1/chat/completions";
+    let long_prompt = format!(r#"{{"model":"megatron-sim","prompt":"{}"}}"#, "a".repeat(600));
+    let long_plus_output = format!(r#"{{"model":"megatron-sim","prompt":"{}","max_tokens":100}}"#, "a".repeat(450));
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        (c, "{not json".into(), 400, ""),
+        (c, "[1, 2]".into(), 400, ""),
+        (c, r#"{"prompt":"a"}"#.into(), 400, "model"),
+        (c, r#"{"model":5,"prompt":"a"}"#.into(), 400, "model"),
+        (c, r#"{"model":"gpt-4","prompt":"a"}"#.into(), 404, "model"),
+        (c, r#"{"model":"megatron-sim"}"#.into(), 400, "prompt"),
+        (c, r#"{"model":"megatron-sim","prompt":42}"#.into(), 400, "prompt"),
+        (c, r#"{"model":"megatron-sim","prompt":["a",7]}"#.into(), 400, "prompt"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","max_tokens":-5}"#.into(), 400, "max_tokens"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","max_tokens":0}"#.into(), 400, "max_tokens"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","max_tokens":100000000000}"#.into(), 400, "max_tokens"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","max_tokens":1e300}"#.into(), 400, "max_tokens"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","max_tokens":"ten"}"#.into(), 400, "max_tokens"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","n":2}"#.into(), 400, "n"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","temperature":"hot"}"#.into(), 400, "temperature"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","temperature":9}"#.into(), 400, "temperature"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","top_p":1.5}"#.into(), 400, "top_p"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","seed":"x"}"#.into(), 400, "seed"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","stop":[1]}"#.into(), 400, "stop"),
+        (c, r#"{"model":"megatron-sim","prompt":"a","stream":"yes"}"#.into(), 400, "stream"),
+        (
+            c,
+            r#"{"model":"megatron-sim","prompt":"a","stream_options":{"include_usage":true}}"#.into(),
+            400,
+            "stream_options",
+        ),
+        (c, long_prompt, 400, "prompt"),
+        (c, long_plus_output, 400, "max_tokens"),
+        (chat, r#"{"model":"megatron-sim","messages":"hi"}"#.into(), 400, "messages"),
+        (chat, r#"{"model":"megatron-sim","messages":[]}"#.into(), 400, "messages"),
+        (chat, r#"{"model":"megatron-sim","messages":[{"role":"wizard","content":"x"}]}"#.into(), 400, "messages"),
+        (chat, r#"{"model":"megatron-sim","messages":[{"role":"user","content":5}]}"#.into(), 400, "messages"),
+    ];
+    for (i, (path, body, status, param)) in cases.iter().enumerate() {
+        let reply = post(port, path, body);
+        assert_eq!(reply.status, *status, "case {i} ({body}): {}", reply.body);
+        assert_eq!(reply.error(), *param, "case {i} ({body}) names {param:?}: {}", reply.body);
+        if i % 9 == 0 {
+            good_request_succeeds(port);
+        }
+    }
+
+    // Oversized: 413 from Content-Length alone, before any body byte.
+    let head = format!(
+        "POST {c} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\nConnection: close\r\n\r\n"
+    );
+    let reply = raw(port, &head, b"");
+    assert_eq!(reply.status, 413, "{}", reply.body);
+    assert_eq!(reply.error(), "");
+    assert!(reply.body.contains("4096"), "names the limit: {}", reply.body);
+    // Unknown fields are ignored.
+    let reply = post(port, c, r#"{"model":"megatron-sim","prompt":"a","max_tokens":2,"logit_bias":{},"user":"u"}"#);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let reply = post(port, "/v2/nothing", "{}");
+    assert_eq!(reply.status, 404);
+    reply.error();
+
+    // A client that disconnects mid-stream: the server goes on.
+    {
+        let body = r#"{"model":"megatron-sim","prompt":"bye","max_tokens":300,"stream":true}"#;
+        let mut stream = connect(port);
+        let head = format!("POST {c} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len());
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body.as_bytes()).unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert!(line.contains(" 200 "), "{line:?}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !line.starts_with("data: {") && Instant::now() < deadline {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+        }
+        assert!(line.starts_with("data: {"), "the stream started: {line:?}");
+        drop(reader);
+    }
+    good_request_succeeds(port);
+
+    // The queue overflowing: one running (slow), one waiting, the rest 429.
+    let slow = r#"{"model":"megatron-sim","prompt":"slow","max_tokens":200}"#;
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            let handle = std::thread::spawn(move || post(port, "/v1/completions", slow));
+            std::thread::sleep(Duration::from_millis(200));
+            handle
+        })
+        .collect();
+    let mut rejected = 0;
+    for _ in 0..3 {
+        let reply = post(port, c, r#"{"model":"megatron-sim","prompt":"x","max_tokens":1}"#);
+        if reply.status == 429 {
+            assert!(reply.header("retry-after").is_some(), "429 carries Retry-After");
+            assert_eq!(reply.error(), "");
+            assert!(reply.body.contains("queue"), "{}", reply.body);
+            rejected += 1;
+        }
+    }
+    assert!(rejected >= 1, "with --max-batch-size 1 --max-queue 1 and two slow requests, new ones get 429");
+    for holder in holders {
+        let reply = holder.join().unwrap();
+        assert_eq!(reply.status, 200, "the slow requests finish: {}", reply.body);
+    }
+    good_request_succeeds(port);
+
+    // The drain: a request in flight finishes, new ones get 503.
+    let in_flight = std::thread::spawn(move || post(port, "/v1/completions", slow));
+    std::thread::sleep(Duration::from_millis(300));
+    server.signal(libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let draining = loop {
+        let reply = post(port, c, r#"{"model":"megatron-sim","prompt":"x","max_tokens":1}"#);
+        if reply.status == 503 || Instant::now() > deadline {
+            break reply;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(draining.status, 503, "{}", draining.body);
+    assert!(draining.header("retry-after").is_some(), "503 carries Retry-After");
+    draining.error();
+    let finished = in_flight.join().unwrap();
+    assert_eq!(finished.status, 200, "the request in flight finished during the drain: {}", finished.body);
+    let done = server.wait(Duration::from_secs(60));
+    done.assert_success("the drain");
+    assert!(!done.stderr.contains("panicked"), "{}", done.stderr);
+    ctx.finish();
+}

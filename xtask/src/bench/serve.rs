@@ -1,0 +1,162 @@
+//! The inference server's tokens per second and p99 request latency at a
+//! fixed concurrency, telemetry off against the `default` span groups.
+//!
+//! The simulator trains a two-iteration checkpoint once, then each round
+//! starts `megatron-train-sim serve` twice (off, then `--otel-enabled
+//! --otel-span-groups default`, the file exporter in a scratch directory)
+//! and drives it with a small std-only HTTP/1.1 load client: `CONCURRENCY`
+//! threads, each sending `REQUESTS` non-streaming completions of
+//! `MAX_TOKENS` tokens one after the other. Throughput is the tokens
+//! returned over the wall time; p99 is over every request's latency. The
+//! ratios (off over on for throughput, on over off for p99) are the medians
+//! of the per-round ratios.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::say;
+
+const CONCURRENCY: usize = 16;
+const REQUESTS: usize = 20;
+const MAX_TOKENS: u64 = 64;
+
+/// One run: tokens per second and the p99 latency in milliseconds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Load {
+    pub(crate) tokens_per_sec: f64,
+    pub(crate) p99_ms: f64,
+}
+
+/// Every round's (off, on) loads.
+pub(crate) struct Measured {
+    pub(crate) rounds: Vec<(Load, Load)>,
+}
+
+fn clean(binary: &Path, scratch: &Path) -> Command {
+    let mut cmd = Command::new(binary);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("OTEL_") || key.starts_with("MEGATRON_OTEL") || key.starts_with("NEMO_LENS") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("MEGATRON_OTEL_FILE_DIR", scratch.join("telemetry")).env("MEGATRON_OTEL_RUN_ID", "xtask-bench-serve");
+    cmd.current_dir(scratch);
+    cmd
+}
+
+fn start(binary: &Path, scratch: &Path, telemetry: bool) -> Result<(Child, u16)> {
+    let mut cmd = clean(binary, scratch);
+    cmd.args(["serve", "--load", "ckpt", "--port", "0", "--max-batch-size", &CONCURRENCY.to_string()]);
+    if telemetry {
+        cmd.args(["--otel-enabled", "--otel-span-groups", "default"]);
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().context("could not start the server")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
+    match port {
+        Some(port) => Ok((child, port)),
+        None => {
+            let _ = child.kill();
+            bail!("the server printed no address: {line:?}")
+        }
+    }
+}
+
+fn stop(mut child: Child) -> Result<()> {
+    Command::new("kill").arg("-TERM").arg(child.id().to_string()).status()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!("the server exited with {status}");
+            }
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("the server did not drain within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One completion; the tokens it returned.
+fn request(port: u16, client: usize, index: usize) -> Result<u64> {
+    let body = format!(
+        r#"{{"model":"megatron-sim","prompt":"client {client} request {index}: ","max_tokens":{MAX_TOKENS},"seed":{index}}}"#
+    );
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP answer")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("the server answered {head}: {body}");
+    }
+    let value: serde_json::Value = serde_json::from_str(body)?;
+    value["usage"]["completion_tokens"].as_u64().context("no usage in the answer")
+}
+
+fn drive(port: u16) -> Result<Load> {
+    let started = Instant::now();
+    let clients: Vec<_> = (0..CONCURRENCY)
+        .map(|client| {
+            std::thread::spawn(move || -> Result<Vec<(u64, Duration)>> {
+                (0..REQUESTS)
+                    .map(|index| {
+                        let t = Instant::now();
+                        Ok((request(port, client, index)?, t.elapsed()))
+                    })
+                    .collect()
+            })
+        })
+        .collect();
+    let mut tokens = 0;
+    let mut latencies = Vec::new();
+    for client in clients {
+        for (n, latency) in client.join().map_err(|_| anyhow::anyhow!("a load thread panicked"))?? {
+            tokens += n;
+            latencies.push(latency.as_secs_f64() * 1e3);
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let p99 = latencies[((latencies.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)];
+    Ok(Load { tokens_per_sec: tokens as f64 / wall, p99_ms: p99 })
+}
+
+/// Trains the checkpoint, then runs `rounds` alternating rounds.
+pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Measured> {
+    let out = clean(binary, scratch).args(["--train-iters", "2", "--save", "ckpt"]).output()?;
+    if !out.status.success() {
+        bail!("training the checkpoint failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut measured = Measured { rounds: Vec::new() };
+    for round in 0..rounds {
+        say(&format!("xtask bench: serve round {}/{rounds}", round + 1));
+        let mut pair = [None, None];
+        for (slot, telemetry) in [(0, false), (1, true)] {
+            let (child, port) = start(binary, scratch, telemetry)?;
+            let load = drive(port);
+            stop(child)?;
+            pair[slot] = Some(load?);
+        }
+        if let [Some(off), Some(on)] = pair {
+            measured.rounds.push((off, on));
+        }
+    }
+    Ok(measured)
+}
