@@ -262,7 +262,10 @@ where
 /// The hook [`set_parent`] and [`context_of`] reach the span's data through:
 /// found by `Dispatch::downcast_ref`, as the layer hands it out from
 /// `downcast_raw`.
-pub(crate) struct WithData(fn(&Dispatch, &Id, &mut dyn FnMut(&mut SpanData)));
+pub(crate) struct WithData(WithDataFn);
+
+/// Runs a closure on the data of span `id` of the dispatch's subscriber.
+type WithDataFn = fn(&Dispatch, &Id, &mut dyn FnMut(&mut SpanData));
 
 impl WithData {
     pub(crate) fn new<S>() -> WithData
