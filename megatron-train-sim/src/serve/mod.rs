@@ -57,9 +57,10 @@ pub(crate) struct ServeArgs {
     /// The largest `max_tokens` a request may ask for (without one, a request gets 16).
     #[arg(long, default_value_t = 1024, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_tokens: u64,
-    /// Tokens of context per request, prompt plus output (default: the model's maximum).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..))]
-    pub(crate) max_model_len: Option<u64>,
+    /// Tokens per request, prompt plus output. The model reads the last
+    /// window of its training sequence length, so a request may be longer.
+    #[arg(long, default_value_t = 2048, value_name = "N", value_parser = clap::value_parser!(u64).range(2..=1 << 20))]
+    pub(crate) max_model_len: u64,
     /// Requests waiting for a place in the batch at most; beyond it new requests get 429.
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub(crate) max_queue: u32,
@@ -89,16 +90,9 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
         Ok(model) => model,
         Err(error) => return usage_error(&format!("--load {}: {error}", args.load.display())),
     };
-    let max_model_len = match args.max_model_len {
-        None => model.max_context(),
-        Some(len) if len as usize <= model.max_context() => len as usize,
-        Some(len) => {
-            return usage_error(&format!(
-                "--max-model-len {len} is larger than the model's context of {} tokens",
-                model.max_context()
-            ));
-        }
-    };
+    // The model attends to the last `max_context()` bytes of a longer
+    // context (a sliding window), so the limit is the server's choice.
+    let max_model_len = usize::try_from(args.max_model_len).unwrap_or(usize::MAX);
     let address = format!("{}:{}", args.host, args.port);
     let listener = match std::net::TcpListener::bind(&address) {
         Ok(listener) => listener,
