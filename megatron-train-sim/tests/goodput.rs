@@ -82,6 +82,10 @@ fn exported(dir: &Path, run_id: &str, rank: u32) -> (BTreeMap<String, f64>, Opti
         for resource in request["resourceMetrics"].as_array().into_iter().flatten() {
             for scope in resource["scopeMetrics"].as_array().into_iter().flatten() {
                 for metric in scope["metrics"].as_array().into_iter().flatten() {
+                    let name = metric["name"].as_str().unwrap();
+                    if !name.starts_with("megatron.goodput.") && name != "megatron.training.mfu" {
+                        continue; // other gauges (the watchdog's, integers) are not ours to read
+                    }
                     let points = metric["gauge"]["dataPoints"].as_array().cloned().unwrap_or_default();
                     for point in points {
                         let value = point["asDouble"].as_f64().unwrap();
