@@ -18,6 +18,10 @@
 //! The tests hold for any model: they check token counts, lengths,
 //! printable text and statuses, never the text itself.
 
+// Spans, metrics and token totals need telemetry compiled in; the otel-off
+// build of the server is exercised by its unit tests.
+#![cfg(feature = "otel")]
+
 mod e2e_support;
 
 use std::collections::BTreeMap;

@@ -11,6 +11,9 @@
 //! breakdown from the spans of `per_step` groups, within the tolerance of
 //! docs/goodput.md, and says what is missing under the `default` groups.
 
+// Goodput accounting runs while telemetry does: it needs `otel` compiled in.
+#![cfg(feature = "otel")]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
