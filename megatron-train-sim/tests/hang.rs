@@ -5,6 +5,9 @@
 //! gauge and the copies of its open spans reach the `file` export through the
 //! forced flush, before anything ends the run; SIGTERM then ends it as usual.
 
+// The watchdog runs while telemetry does: it needs `otel` compiled in.
+#![cfg(feature = "otel")]
+
 use std::collections::BTreeMap;
 use std::io::BufRead as _;
 use std::path::Path;

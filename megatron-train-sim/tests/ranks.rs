@@ -3,6 +3,9 @@
 //! `megatron-train-sim analyze` on the `file` export. Every rank's model is
 //! tiny so that an injected 40 ms stands out of a loaded machine's noise.
 
+// Rank metrics and the straggler analysis need `otel` compiled in.
+#![cfg(feature = "otel")]
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
