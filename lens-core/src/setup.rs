@@ -1,7 +1,28 @@
 //! Setting telemetry up and the handle of one telemetry lifetime, defined
-//! once for both builds: [`setup_telemetry`], [`Telemetry`],
-//! [`SetupOptions`], [`SetupError`] (and [`ExporterError`], one of its
+//! once for both builds: [`Telemetry::from_env`] (the one call a program
+//! makes), [`TelemetryBuilder`] (the same with resource attributes, an
+//! injected environment and options), [`setup_telemetry`] (for a framework
+//! that reads its configuration itself), [`Telemetry`], [`SetupOptions`],
+//! [`SetupError`] (the one error type; [`ExporterError`] is one of its
 //! causes).
+//!
+//! ```
+//! use lens_core::setup::Telemetry;
+//!
+//! // `MYJOB_OTEL_*`, then `NEMO_LENS_*`; the rank from RANK/WORLD_SIZE or SLURM.
+//! let telemetry = Telemetry::from_env("MYJOB_OTEL")?;
+//! // ... the training loop ...
+//! let report = telemetry.shutdown(std::time::Duration::from_secs(5));
+//! # drop(report);
+//! # Ok::<(), lens_core::setup::SetupError>(())
+//! ```
+//!
+//! With telemetry not enabled, a bad value in another telemetry variable is
+//! one warning and setup returns a disabled handle: a typo never stops a job
+//! that does not use telemetry. With telemetry enabled a bad configuration is
+//! an error before anything is installed (SPEC A3); a program that would
+//! rather train on without telemetry writes
+//! `Telemetry::from_env("MYJOB_OTEL").unwrap_or_else(Telemetry::off_with_warning)`.
 //!
 //! With the `otel` feature setup builds the OpenTelemetry runtime
 //! (`lens_core::otel::setup` holds the providers, exporters and shutdown);
@@ -17,14 +38,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::attr::KeyValue;
-use crate::config::{ConfigError, LensConfig};
-use crate::env::EnvSource;
-use crate::groups::GroupSet;
-use crate::identity::{RankContext, RunIdSource};
+use crate::attr::{AttrValue, KeyValue};
+use crate::bootstrap::InvalidBootstrap;
+use crate::config::{ConfigError, ConfigLoader, DEFAULT_PREFIX, DEFAULT_SERVICE_NAME, LensConfig};
+use crate::env::{EnvSource, ProcessEnv};
+use crate::groups::{GroupSet, LENS_CATALOG, SpanGroupCatalog, UnknownSpanGroup};
+use crate::identity::{RankContext, RankContextError, RunIdSource};
 use crate::propagation::RemoteContext;
 pub use crate::report::ShutdownReport;
 use crate::strategies::{RankStrategy, StrategyError};
+use crate::tracing_rules::TracingRulesError;
 
 /// A setup error of an exporter. Its `Display` names the variable to fix and
 /// what is accepted; it never contains a header value.
@@ -116,8 +139,10 @@ pub enum ExporterError {
 /// The instrumentation scope of lens's own tracer and meter.
 pub const DEFAULT_SCOPE: &str = "nemo.lens";
 
-/// Why setup refused to start.
+/// Why setup refused to start: the one error type of lens's API.
 ///
+/// Every other error of the facade converts into it with `From`, so `?`
+/// works on all of them in a function returning `Result<_, SetupError>`.
 /// The same variants in both builds. `Debug` prints the same message as
 /// `Display`, so `fn main() -> Result<(), SetupError>` shows the message a
 /// person can act on rather than the structure.
@@ -134,6 +159,19 @@ pub enum SetupError {
     /// Only with `otel`, which builds exporters; the variant exists in both.
     #[error("{0}")]
     Exporter(#[from] ExporterError),
+    /// The rank context (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, SLURM) cannot
+    /// be read.
+    #[error("{0}")]
+    Rank(#[from] RankContextError),
+    /// A worker bootstrap cannot be read back from the environment.
+    #[error("{0}")]
+    Bootstrap(#[from] InvalidBootstrap),
+    /// A span-group spec names a group or preset the catalog lacks.
+    #[error("{0}")]
+    SpanGroups(#[from] UnknownSpanGroup),
+    /// The `tracing` rules cannot be parsed.
+    #[error("{0}")]
+    TracingRules(#[from] TracingRulesError),
     /// Telemetry is already set up in this process (only with `otel`; the
     /// variant exists in both).
     #[error(
@@ -176,6 +214,7 @@ pub struct SetupOptions {
     pub(crate) lazy_resource: Vec<LazyAttributes>,
     pub(crate) scope: Cow<'static, str>,
     pub(crate) env: Option<Box<dyn EnvSource + Send + Sync>>,
+    pub(crate) service_version: Option<String>,
 }
 
 impl Default for SetupOptions {
@@ -192,6 +231,7 @@ impl fmt::Debug for SetupOptions {
             .field("custom_rank_strategy", &self.rank_strategy.is_some())
             .field("lazy_resource", &self.lazy_resource.len())
             .field("scope", &self.scope)
+            .field("service_version", &self.service_version)
             .finish_non_exhaustive()
     }
 }
@@ -223,6 +263,7 @@ impl SetupOptions {
             lazy_resource: Vec::new(),
             scope: Cow::Borrowed(DEFAULT_SCOPE),
             env: None,
+            service_version: None,
         }
     }
 
@@ -251,6 +292,15 @@ impl SetupOptions {
     #[must_use]
     pub fn with_scope(mut self, scope: impl Into<Cow<'static, str>>) -> Self {
         self.scope = scope.into();
+        self
+    }
+
+    /// The application's version, exported as the resource attribute
+    /// `service.version` (unset by default: lens's own version is the
+    /// instrumentation scope's, never the service's).
+    #[must_use]
+    pub fn with_service_version(mut self, version: impl Into<String>) -> Self {
+        self.service_version = Some(version.into());
         self
     }
 
@@ -307,6 +357,8 @@ pub struct Telemetry {
     /// Header values, removed from the report's error strings.
     #[cfg(feature = "otel")]
     pub(crate) secrets: Vec<String>,
+    /// The warnings setup gave (also written on standard error).
+    pub(crate) warnings: Vec<String>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -364,7 +416,64 @@ impl Telemetry {
             holds_slot: std::sync::atomic::AtomicBool::new(enabled),
             #[cfg(feature = "otel")]
             secrets: Vec::new(),
+            warnings: Vec::new(),
         }
+    }
+
+    /// Sets telemetry up from the environment: `<prefix>_*` variables, then
+    /// `NEMO_LENS_*` where those are unset, then the defaults; the rank
+    /// context from the same environment (`RANK`/`WORLD_SIZE`/`LOCAL_RANK`,
+    /// else SLURM's). The one line a program writes; see
+    /// [`Telemetry::builder`] for resource attributes, an injected
+    /// environment and options.
+    ///
+    /// With telemetry not enabled a bad value in another variable is one
+    /// warning and the handle is disabled; with it enabled every problem is
+    /// an error, before anything is installed.
+    ///
+    /// ```
+    /// use lens_core::setup::Telemetry;
+    ///
+    /// let telemetry = Telemetry::from_env("MYJOB_OTEL")?;
+    /// # assert!(!telemetry.is_exporting());
+    /// # Ok::<(), lens_core::setup::SetupError>(())
+    /// ```
+    pub fn from_env(prefix: &str) -> Result<Telemetry, SetupError> {
+        Telemetry::builder(prefix).setup()
+    }
+
+    /// A builder for setup with `<prefix>_*` variables (see
+    /// [`TelemetryBuilder`]).
+    pub fn builder(prefix: &str) -> TelemetryBuilder {
+        TelemetryBuilder::new(prefix)
+    }
+
+    /// A handle with telemetry off: records and exports nothing, installs
+    /// nothing.
+    pub fn disabled() -> Telemetry {
+        Telemetry::inert(false, RankContext::SINGLE, String::new(), LensConfig::default().shutdown_timeout)
+    }
+
+    /// Writes `error` as one warning and returns a [`disabled`](Telemetry::disabled)
+    /// handle: for a program that would rather train on without telemetry
+    /// than stop on a bad telemetry configuration.
+    ///
+    /// ```
+    /// use lens_core::setup::Telemetry;
+    ///
+    /// let telemetry = Telemetry::from_env("MYJOB_OTEL").unwrap_or_else(Telemetry::off_with_warning);
+    /// # drop(telemetry);
+    /// ```
+    pub fn off_with_warning(error: SetupError) -> Telemetry {
+        let mut telemetry = Telemetry::disabled();
+        warn_into(&mut telemetry.warnings, format!("telemetry is off for this run: {error}"));
+        telemetry
+    }
+
+    /// The warnings setup gave for this handle, in order (each was also
+    /// written on standard error as `lens: warning: ...`).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The tracer (a no-op tracer when this rank does not export). `otel`
@@ -553,6 +662,235 @@ pub fn setup_telemetry(
     {
         let _ = (resource_attributes, options);
         config.validate()?;
-        Ok(Telemetry::inert(config.telemetry_enabled(), *rank, String::new(), config.shutdown_timeout))
+        let mut telemetry = Telemetry::inert(config.telemetry_enabled(), *rank, String::new(), config.shutdown_timeout);
+        if telemetry.enabled && !WARNED_COMPILED_OUT.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let variable = config.variable_for("enabled").unwrap_or("LensConfig.enabled");
+            warn_into(
+                &mut telemetry.warnings,
+                format!(
+                    "{variable} enables telemetry, but this program was built without the `otel` feature of \
+                     lens-fallbacks, so nothing is recorded or exported; build the application with \
+                     `lens-fallbacks = {{ version = \"...\", features = [\"otel\"] }}`, or unset {variable}"
+                ),
+            );
+        }
+        Ok(telemetry)
+    }
+}
+
+/// The compiled-out warning is given once per process.
+#[cfg(not(feature = "otel"))]
+static WARNED_COMPILED_OUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes `message` as a lens warning and keeps it in `warnings`.
+fn warn_into(warnings: &mut Vec<String>, message: String) {
+    crate::diag::warn(&message);
+    warnings.push(message);
+}
+
+/// Setup from the environment with a prefix, built step by step; see
+/// [`Telemetry::builder`] and [`Telemetry::from_env`].
+///
+/// Defaults: the fallback prefix `NEMO_LENS`, the Lens span-group catalog,
+/// the service name `nemo` (unless `OTEL_SERVICE_NAME` says otherwise), no
+/// `service.version`, the process environment, the rank context detected
+/// from that environment.
+///
+/// ```
+/// use lens_core::attr::KeyValue;
+/// use lens_core::setup::{SetupOptions, Telemetry};
+///
+/// let env = [("MYJOB_OTEL_SPAN_GROUPS", "default")];
+/// let telemetry = Telemetry::builder("MYJOB_OTEL")
+///     .default_service_name("myjob")
+///     .service_version("1.4.2")
+///     .resource_attribute("myjob.dataset", "wiki-2024")
+///     .env(env)
+///     .options(SetupOptions::new().with_scope("myjob"))
+///     .setup()?;
+/// assert!(!telemetry.is_enabled());
+/// # Ok::<(), lens_core::setup::SetupError>(())
+/// ```
+#[must_use = "the builder does nothing until `setup` is called"]
+pub struct TelemetryBuilder {
+    prefix: String,
+    fallback_prefix: Option<String>,
+    catalog: &'static SpanGroupCatalog,
+    default_service_name: String,
+    resource: Vec<KeyValue>,
+    env: Option<Box<dyn EnvSource + Send + Sync>>,
+    rank: Option<RankContext>,
+    options: SetupOptions,
+}
+
+impl fmt::Debug for TelemetryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelemetryBuilder")
+            .field("prefix", &self.prefix)
+            .field("fallback_prefix", &self.fallback_prefix)
+            .field("default_service_name", &self.default_service_name)
+            .field("resource", &self.resource.len())
+            .field("custom_env", &self.env.is_some())
+            .field("rank", &self.rank)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TelemetryBuilder {
+    fn new(prefix: &str) -> TelemetryBuilder {
+        TelemetryBuilder {
+            prefix: prefix.to_string(),
+            fallback_prefix: (prefix != DEFAULT_PREFIX).then(|| DEFAULT_PREFIX.to_string()),
+            catalog: &LENS_CATALOG,
+            default_service_name: DEFAULT_SERVICE_NAME.to_string(),
+            resource: Vec::new(),
+            env: None,
+            rank: None,
+            options: SetupOptions::new(),
+        }
+    }
+
+    /// Read `<fallback>_*` where `<prefix>_*` is unset, instead of
+    /// `NEMO_LENS_*`; `None` reads the prefix alone.
+    pub fn fallback_prefix(mut self, fallback: Option<&str>) -> TelemetryBuilder {
+        self.fallback_prefix = fallback.map(str::to_string);
+        self
+    }
+
+    /// The catalog that span-group specs resolve against (default: Lens's
+    /// groups and presets).
+    pub fn catalog(mut self, catalog: &'static SpanGroupCatalog) -> TelemetryBuilder {
+        self.catalog = catalog;
+        self
+    }
+
+    /// `service.name` when `OTEL_SERVICE_NAME` is unset (default `nemo`).
+    pub fn default_service_name(mut self, name: &str) -> TelemetryBuilder {
+        self.default_service_name = name.to_string();
+        self
+    }
+
+    /// The application's version, exported as `service.version` (unset by
+    /// default).
+    pub fn service_version(mut self, version: impl Into<String>) -> TelemetryBuilder {
+        self.options = self.options.with_service_version(version);
+        self
+    }
+
+    /// One resource attribute of the application's; it wins over detected
+    /// attributes, and lens's identity keys win over it.
+    pub fn resource_attribute(
+        mut self,
+        key: impl Into<Cow<'static, str>>,
+        value: impl Into<AttrValue>,
+    ) -> TelemetryBuilder {
+        self.resource.push(KeyValue::new(key, value));
+        self
+    }
+
+    /// Resource attributes of the application's (see
+    /// [`resource_attribute`](TelemetryBuilder::resource_attribute)).
+    pub fn resource_attributes(mut self, attributes: impl IntoIterator<Item = KeyValue>) -> TelemetryBuilder {
+        self.resource.extend(attributes);
+        self
+    }
+
+    /// Read the configuration, the rank context, the run id and everything
+    /// else from `env` instead of the process environment (for tests).
+    pub fn env(mut self, env: impl EnvSource + Send + Sync + 'static) -> TelemetryBuilder {
+        self.env = Some(Box::new(env));
+        self
+    }
+
+    /// This process's rank context, instead of detecting it.
+    pub fn rank(mut self, rank: RankContext) -> TelemetryBuilder {
+        self.rank = Some(rank);
+        self
+    }
+
+    /// Setup's options (rank strategy, lazy resource attributes, scope; with
+    /// `otel`, custom exporters). A service version or environment given to
+    /// the builder wins over the options'.
+    pub fn options(mut self, options: SetupOptions) -> TelemetryBuilder {
+        let version = self.options.service_version.take();
+        self.options = options;
+        if version.is_some() {
+            self.options.service_version = version;
+        }
+        self
+    }
+
+    /// Reads the configuration and the rank context and sets telemetry up
+    /// (see [`Telemetry::from_env`] for what is an error and what a warning).
+    pub fn setup(self) -> Result<Telemetry, SetupError> {
+        let TelemetryBuilder { prefix, fallback_prefix, catalog, default_service_name, resource, env, rank, options } =
+            self;
+        let mut options = options;
+        let env: Box<dyn EnvSource + Send + Sync> =
+            env.or_else(|| options.env.take()).unwrap_or_else(|| Box::new(ProcessEnv));
+        let mut loader = ConfigLoader::new(&prefix).catalog(catalog).default_service_name(&default_service_name);
+        if let Some(fallback) = &fallback_prefix {
+            loader = loader.fallback_prefix(fallback);
+        }
+        let mut warnings = Vec::new();
+        let config =
+            load_or_disabled(&loader, &*env, &[Some(prefix.as_str()), fallback_prefix.as_deref()], &mut warnings)?;
+        let rank = match rank {
+            Some(rank) => rank,
+            None => match RankContext::detect(&*env) {
+                Ok(rank) => rank,
+                Err(error) if !config.telemetry_enabled() => {
+                    warn_into(&mut warnings, format!("telemetry is not enabled, so this is ignored: {error}"));
+                    RankContext::SINGLE
+                }
+                Err(error) => return Err(error.into()),
+            },
+        };
+        options.env = Some(env);
+        let mut telemetry = setup_telemetry(&config, &rank, resource, options)?;
+        warnings.append(&mut telemetry.warnings);
+        telemetry.warnings = warnings;
+        Ok(telemetry)
+    }
+}
+
+/// Reads the configuration with `loader`. When it has problems but the
+/// environment does not enable telemetry (`<prefix>_ENABLED` unset or false
+/// for every prefix in `prefixes`, or `OTEL_SDK_DISABLED=true`), the problems
+/// are one warning and the result is the disabled configuration; otherwise
+/// they are the error.
+fn load_or_disabled(
+    loader: &ConfigLoader<'_>,
+    env: &(dyn EnvSource + Send + Sync),
+    prefixes: &[Option<&str>],
+    warnings: &mut Vec<String>,
+) -> Result<LensConfig, ConfigError> {
+    let error = match loader.load(env) {
+        Ok(config) => return Ok(config),
+        Err(error) => error,
+    };
+    let switches: Vec<String> = prefixes
+        .iter()
+        .flatten()
+        .map(|prefix| format!("{prefix}_ENABLED"))
+        .chain(["OTEL_SDK_DISABLED".to_string()])
+        .collect();
+    let switches_only =
+        crate::env::FnEnv(|key: &str| if switches.iter().any(|s| s == key) { env.var(key) } else { None });
+    match loader.load(&switches_only) {
+        Ok(config) if !config.telemetry_enabled() => {
+            let names: Vec<&str> = switches[..switches.len() - 1].iter().map(String::as_str).collect();
+            warn_into(
+                warnings,
+                format!(
+                    "telemetry is not enabled ({} not set to 1), so this problem in its configuration is ignored; \
+                     fix it before enabling telemetry: {error}",
+                    names.join(" or ")
+                ),
+            );
+            Ok(config)
+        }
+        _ => Err(error),
     }
 }

@@ -415,7 +415,8 @@ fn base_attributes() {
     i.wandb_project = "gpt".into();
     let attrs = build_resource(&i, &env(&[("DEPLOYMENT_ENV", "prod"), ("ENVIRONMENT", "dev")]), &probe());
     assert_eq!(attrs.get("service.name"), Some(&s("megatron-lm")));
-    assert_eq!(attrs.get("service.version"), Some(&s(env!("CARGO_PKG_VERSION"))));
+    // The application gave no version: lens's own is the scope's, not the service's.
+    assert_eq!(attrs.get("service.version"), None);
     assert_eq!(attrs.get("dl.rank"), Some(&AttrValue::I64(3)));
     assert_eq!(attrs.get("dl.world_size"), Some(&AttrValue::I64(8)));
     assert_eq!(attrs.get("nemo.run.id"), Some(&s("4242")));

@@ -55,6 +55,16 @@ pub use lens_core::span::{
     try_instrument_future,
 };
 pub use lens_macros::trace_fn;
+// Setting telemetry up from the facade alone: `Telemetry::from_env`, its
+// builder, the environment sources it reads, and every error that converts
+// into `SetupError`.
+pub use lens_core::config::ConfigError;
+pub use lens_core::env::{FnEnv, ProcessEnv};
+pub use lens_core::groups::{LENS_CATALOG, SpanGroupCatalog, UnknownSpanGroup};
+pub use lens_core::identity::RankContextError;
+pub use lens_core::setup::{ExporterError, TelemetryBuilder};
+pub use lens_core::strategies::StrategyError;
+pub use lens_core::tracing_rules::TracingRulesError;
 
 /// Opens a span of a group, current until the guard drops, and evaluates its
 /// attributes only when the group is enabled.

@@ -20,7 +20,8 @@
 //!    them, a later duplicate wins). The caller knows better than a guess
 //!    from the environment. (The original let the detectors overwrite
 //!    caller values, B 13 item 10; we do not.)
-//! 3. **Lens's own attributes**: `service.version` (this crate's version),
+//! 3. **Lens's own attributes**: `service.version` (the application's,
+//!    [`ResourceInputs::service_version`]; unset unless it gives one),
 //!    `nemo.user.id`, `wandb.entity`, `wandb.project`,
 //!    `deployment.environment` (`DEPLOYMENT_ENV`, else `ENVIRONMENT`).
 //! 4. **`OTEL_RESOURCE_ATTRIBUTES`** (`key=value` pairs, comma-separated,
@@ -420,6 +421,9 @@ pub struct ResourceInputs {
     pub wandb_entity: String,
     /// `wandb.project` (the configuration's, from the bare `WANDB_PROJECT`).
     pub wandb_project: String,
+    /// `service.version`: the application's version, when it gives one
+    /// (lens's own version is the instrumentation scope's, not the service's).
+    pub service_version: Option<String>,
     /// The caller's own attributes; they win over everything except the
     /// identity keys (see the [module documentation](self)).
     pub caller_attributes: Vec<KeyValue>,
@@ -435,6 +439,7 @@ impl ResourceInputs {
             user_id: String::new(),
             wandb_entity: String::new(),
             wandb_project: String::new(),
+            service_version: None,
             caller_attributes: Vec::new(),
         }
     }
@@ -465,7 +470,7 @@ pub fn build_resource(
 
     // 3. Lens's own.
     let mut own = ResourceAttributes::new();
-    own.insert(semconv::SERVICE_VERSION, env!("CARGO_PKG_VERSION"));
+    own.insert_str(semconv::SERVICE_VERSION, inputs.service_version.clone());
     own.insert_str(semconv::NEMO_USER_ID, Some(inputs.user_id.clone()));
     own.insert_str(semconv::WANDB_ENTITY, Some(inputs.wandb_entity.clone()));
     own.insert_str(semconv::WANDB_PROJECT, Some(inputs.wandb_project.clone()));

@@ -352,6 +352,7 @@ fn build(
     inputs.user_id = config.user.clone();
     inputs.wandb_entity = config.wandb_entity.clone();
     inputs.wandb_project = config.wandb_project.clone();
+    inputs.service_version = options.service_version.clone();
     inputs.caller_attributes = caller;
     let attributes = build_resource(&inputs, env, &OsProbe);
     let resource = Resource::builder_empty()
@@ -497,6 +498,7 @@ fn build(
         parts: Mutex::new(Some(Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus })),
         holds_slot: AtomicBool::new(true),
         secrets: secrets(config),
+        warnings: Vec::new(),
     })
 }
 
@@ -538,8 +540,58 @@ fn sampler(config: &LensConfig, rank: RankContext) -> LensSampler {
     }
 }
 
-fn dir(config: &LensConfig, run_id: &str) -> std::path::PathBuf {
-    config.file_dir_for(run_id)
+/// What differs between the signals when their exporter is built: how to
+/// build the OTLP, console and file exporter of `signal`. [`select_exporter`]
+/// is the one place that maps the configured [`ExporterKind`] onto them.
+struct SignalExporters<E> {
+    signal: Signal,
+    /// The exporter and its endpoint in words (`grpc http://...`).
+    otlp: fn(&crate::config::OtlpSettings) -> Result<(E, String), ExporterError>,
+    console: fn() -> E,
+    /// The exporter and the file it appends to.
+    file: fn(&std::path::Path, u32) -> Result<(E, std::path::PathBuf), ExporterError>,
+}
+
+fn endpoint_words(endpoint: &exporters::ResolvedEndpoint) -> String {
+    format!("{} {}", endpoint.protocol.as_str(), endpoint.url)
+}
+
+/// The exporter of one signal as configured (`None` for `none`, and for a
+/// kind that signal has not), with where it goes added to `destinations`.
+/// `prometheus` builds the pull exporter (metrics only).
+fn select_exporter<E>(
+    config: &LensConfig,
+    rank: RankContext,
+    run_id: &str,
+    destinations: &mut Vec<String>,
+    kinds: SignalExporters<E>,
+    prometheus: impl FnOnce(&mut Vec<String>) -> Result<Option<E>, ExporterError>,
+) -> Result<Option<E>, ExporterError> {
+    let name = kinds.signal.as_str();
+    let exporter = match config.exporter_for(kinds.signal) {
+        ExporterKind::Otlp => {
+            let (exporter, endpoint) = (kinds.otlp)(config.otel.otlp(kinds.signal))?;
+            destinations.push(format!("{name}: OTLP {endpoint}"));
+            exporter
+        }
+        ExporterKind::Console => {
+            destinations.push(format!("{name}: console (standard output)"));
+            (kinds.console)()
+        }
+        ExporterKind::File => {
+            let (exporter, path) = (kinds.file)(&config.file_dir_for(run_id), rank.rank)?;
+            destinations.push(format!("{name}: file {}", path.display()));
+            exporter
+        }
+        ExporterKind::Prometheus => return prometheus(destinations),
+        ExporterKind::None => return Ok(None),
+    };
+    Ok(Some(exporter))
+}
+
+/// Signals without a pull exporter: `prometheus` selects nothing.
+fn no_pull_exporter<E>(_: &mut Vec<String>) -> Result<Option<E>, ExporterError> {
+    Ok(None)
 }
 
 fn span_exporter(
@@ -548,28 +600,21 @@ fn span_exporter(
     run_id: &str,
     destinations: &mut Vec<String>,
 ) -> Result<Option<LensSpanExporter>, ExporterError> {
-    let exporter = match config.exporter_for(Signal::Traces) {
-        ExporterKind::Otlp => {
-            let exporter = exporters::build_otlp_span_exporter(config.otel.otlp(Signal::Traces))?;
-            destinations.push(format!(
-                "traces: OTLP {} {}",
-                exporter.endpoint().protocol.as_str(),
-                exporter.endpoint().url
-            ));
-            LensSpanExporter::Otlp(Box::new(exporter))
-        }
-        ExporterKind::Console => {
-            destinations.push("traces: console (standard output)".into());
-            LensSpanExporter::Console(ConsoleSpanExporter::stdout())
-        }
-        ExporterKind::File => {
-            let exporter = FileSpanExporter::create(&dir(config, run_id), rank.rank)?;
-            destinations.push(format!("traces: file {}", exporter.path().display()));
-            LensSpanExporter::File(exporter)
-        }
-        ExporterKind::Prometheus | ExporterKind::None => return Ok(None),
+    let kinds = SignalExporters {
+        signal: Signal::Traces,
+        otlp: |settings| {
+            let exporter = exporters::build_otlp_span_exporter(settings)?;
+            let endpoint = endpoint_words(exporter.endpoint());
+            Ok((LensSpanExporter::Otlp(Box::new(exporter)), endpoint))
+        },
+        console: || LensSpanExporter::Console(ConsoleSpanExporter::stdout()),
+        file: |dir, rank| {
+            let exporter = FileSpanExporter::create(dir, rank)?;
+            let path = exporter.path().to_path_buf();
+            Ok((LensSpanExporter::File(exporter), path))
+        },
     };
-    Ok(Some(exporter))
+    select_exporter(config, rank, run_id, destinations, kinds, no_pull_exporter)
 }
 
 fn metric_exporter(
@@ -580,48 +625,39 @@ fn metric_exporter(
     destinations: &mut Vec<String>,
     prometheus: &mut Option<PrometheusExporter>,
 ) -> Result<Option<LensMetricExporter>, ExporterError> {
-    let exporter = match config.exporter_for(Signal::Metrics) {
-        ExporterKind::Otlp => {
-            let exporter =
-                exporters::build_otlp_metric_exporter(config.otel.otlp(Signal::Metrics), Temporality::Cumulative)?;
-            destinations.push(format!(
-                "metrics: OTLP {} {}",
-                exporter.endpoint().protocol.as_str(),
-                exporter.endpoint().url
-            ));
-            LensMetricExporter::Otlp(Box::new(exporter))
-        }
-        ExporterKind::Console => {
-            destinations.push("metrics: console (standard output)".into());
-            LensMetricExporter::Console(ConsoleMetricExporter::stdout())
-        }
-        ExporterKind::File => {
-            let exporter = FileMetricExporter::create(&dir(config, run_id), rank.rank)?;
-            destinations.push(format!("metrics: file {}", exporter.path().display()));
-            LensMetricExporter::File(exporter)
-        }
-        ExporterKind::Prometheus => {
-            let settings = PrometheusSettings {
-                host: config.otel.prometheus_host.clone(),
-                port: config.otel.prometheus_port,
-                // A strategy given in code has no name. With rank metrics
-                // every rank of a host exports metrics.
-                local_rank_offset: exporters::prometheus_port_offset(
-                    options.rank_strategy.is_none().then_some(config.rank_strategy.as_str()),
-                    config.rank_metrics,
-                    rank.local_rank,
-                ),
-                resource_labels: config.prometheus_resource_labels.clone(),
-                linger: config.prometheus_linger,
-            };
-            let exporter = PrometheusExporter::start(&settings)?;
-            destinations.push(format!("metrics: Prometheus http://{}/metrics", exporter.local_addr()));
-            *prometheus = Some(exporter.clone());
-            LensMetricExporter::Prometheus(exporter)
-        }
-        ExporterKind::None => return Ok(None),
+    let kinds = SignalExporters {
+        signal: Signal::Metrics,
+        otlp: |settings| {
+            let exporter = exporters::build_otlp_metric_exporter(settings, Temporality::Cumulative)?;
+            let endpoint = endpoint_words(exporter.endpoint());
+            Ok((LensMetricExporter::Otlp(Box::new(exporter)), endpoint))
+        },
+        console: || LensMetricExporter::Console(ConsoleMetricExporter::stdout()),
+        file: |dir, rank| {
+            let exporter = FileMetricExporter::create(dir, rank)?;
+            let path = exporter.path().to_path_buf();
+            Ok((LensMetricExporter::File(exporter), path))
+        },
     };
-    Ok(Some(exporter))
+    select_exporter(config, rank, run_id, destinations, kinds, |destinations| {
+        let settings = PrometheusSettings {
+            host: config.otel.prometheus_host.clone(),
+            port: config.otel.prometheus_port,
+            // A strategy given in code has no name. With rank metrics
+            // every rank of a host exports metrics.
+            local_rank_offset: exporters::prometheus_port_offset(
+                options.rank_strategy.is_none().then_some(config.rank_strategy.as_str()),
+                config.rank_metrics,
+                rank.local_rank,
+            ),
+            resource_labels: config.prometheus_resource_labels.clone(),
+            linger: config.prometheus_linger,
+        };
+        let exporter = PrometheusExporter::start(&settings)?;
+        destinations.push(format!("metrics: Prometheus http://{}/metrics", exporter.local_addr()));
+        *prometheus = Some(exporter.clone());
+        Ok(Some(LensMetricExporter::Prometheus(exporter)))
+    })
 }
 
 fn log_exporter(
@@ -630,28 +666,21 @@ fn log_exporter(
     run_id: &str,
     destinations: &mut Vec<String>,
 ) -> Result<Option<LensLogExporter>, ExporterError> {
-    let exporter = match config.exporter_for(Signal::Logs) {
-        ExporterKind::Otlp => {
-            let exporter = exporters::build_otlp_log_exporter(config.otel.otlp(Signal::Logs))?;
-            destinations.push(format!(
-                "logs: OTLP {} {}",
-                exporter.endpoint().protocol.as_str(),
-                exporter.endpoint().url
-            ));
-            LensLogExporter::Otlp(Box::new(exporter))
-        }
-        ExporterKind::Console => {
-            destinations.push("logs: console (standard output)".into());
-            LensLogExporter::Console(ConsoleLogExporter::stdout())
-        }
-        ExporterKind::File => {
-            let exporter = FileLogExporter::create(&dir(config, run_id), rank.rank)?;
-            destinations.push(format!("logs: file {}", exporter.path().display()));
-            LensLogExporter::File(exporter)
-        }
-        ExporterKind::Prometheus | ExporterKind::None => return Ok(None),
+    let kinds = SignalExporters {
+        signal: Signal::Logs,
+        otlp: |settings| {
+            let exporter = exporters::build_otlp_log_exporter(settings)?;
+            let endpoint = endpoint_words(exporter.endpoint());
+            Ok((LensLogExporter::Otlp(Box::new(exporter)), endpoint))
+        },
+        console: || LensLogExporter::Console(ConsoleLogExporter::stdout()),
+        file: |dir, rank| {
+            let exporter = FileLogExporter::create(dir, rank)?;
+            let path = exporter.path().to_path_buf();
+            Ok((LensLogExporter::File(exporter), path))
+        },
     };
-    Ok(Some(exporter))
+    select_exporter(config, rank, run_id, destinations, kinds, no_pull_exporter)
 }
 
 #[cfg(test)]

@@ -1,0 +1,194 @@
+//! The one-line setup as a program uses it: `Telemetry::from_env(prefix)`
+//! and its builder, in both builds (the tests that read exported data need
+//! the `testing` feature and say so).
+//!
+//! Setup owns process-global state (the active lifetime, the gate), so this
+//! file is its own test binary and every test takes [`serial`] first.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use lens_core::bootstrap::InvalidBootstrap;
+use lens_core::config::{ConfigError, LensConfig};
+use lens_core::groups::{LENS_CATALOG, UnknownSpanGroup};
+use lens_core::identity::{RankContext, RankContextError};
+use lens_core::setup::{ExporterError, SetupError, Telemetry};
+use lens_core::strategies::StrategyError;
+use lens_core::tracing_rules::TracingRulesError;
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An environment that sends nothing anywhere when telemetry is enabled.
+const NO_EXPORTERS: [(&str, &str); 3] =
+    [("OTEL_TRACES_EXPORTER", "none"), ("OTEL_METRICS_EXPORTER", "none"), ("OTEL_LOGS_EXPORTER", "none")];
+
+fn env(pairs: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    NO_EXPORTERS.iter().copied().chain(pairs.iter().copied()).collect()
+}
+
+fn setup(pairs: &[(&'static str, &'static str)]) -> Result<Telemetry, SetupError> {
+    let env: std::collections::HashMap<String, String> =
+        env(pairs).into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Telemetry::builder("MYJOB_OTEL").env(env).setup()
+}
+
+#[test]
+fn from_env_reads_the_prefix_then_nemo_lens() {
+    let _serial = serial();
+    // Enabled through the fallback prefix; the rank from the same environment.
+    let telemetry = setup(&[("NEMO_LENS_ENABLED", "1"), ("RANK", "1"), ("WORLD_SIZE", "2")]).unwrap();
+    assert!(telemetry.is_enabled());
+    assert_eq!((telemetry.rank().rank, telemetry.rank().world_size), (1, 2));
+    telemetry.shutdown(Duration::from_secs(1));
+
+    // The fallback's value is the one read when the prefix's is unset ...
+    let error = setup(&[("MYJOB_OTEL_ENABLED", "1"), ("NEMO_LENS_EXPORT_SAMPLE_RATE", "2")]).unwrap_err();
+    assert!(error.to_string().contains("NEMO_LENS_EXPORT_SAMPLE_RATE"), "{error}");
+    // ... and the prefix's wins over it.
+    let error = setup(&[
+        ("MYJOB_OTEL_ENABLED", "1"),
+        ("MYJOB_OTEL_EXPORT_SAMPLE_RATE", "3"),
+        ("NEMO_LENS_EXPORT_SAMPLE_RATE", "2"),
+    ])
+    .unwrap_err();
+    assert!(error.to_string().contains("MYJOB_OTEL_EXPORT_SAMPLE_RATE"), "{error}");
+    assert!(!error.to_string().contains("NEMO_LENS_EXPORT_SAMPLE_RATE"), "{error}");
+
+    // Telemetry off: an inert handle.
+    let telemetry = setup(&[]).unwrap();
+    assert!(!telemetry.is_enabled());
+    assert!(telemetry.warnings().is_empty(), "{:?}", telemetry.warnings());
+}
+
+#[test]
+fn a_typo_with_telemetry_off_is_one_warning_and_a_disabled_handle() {
+    let _serial = serial();
+    let telemetry = setup(&[("MYJOB_OTEL_SPAN_GROUPS", "stpe"), ("RANK", "two")]).unwrap();
+    assert!(!telemetry.is_enabled());
+    assert!(!telemetry.is_exporting());
+    assert!(telemetry.enabled_groups().is_empty());
+    let warnings = telemetry.warnings();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].contains("MYJOB_OTEL_SPAN_GROUPS") && warnings[0].contains("'stpe'"), "{warnings:?}");
+    assert!(warnings[0].contains("MYJOB_OTEL_ENABLED or NEMO_LENS_ENABLED not set to 1"), "{warnings:?}");
+    assert!(warnings[1].contains("RANK") && warnings[1].contains("\"two\""), "{warnings:?}");
+
+    // Explicitly off is off too.
+    let telemetry = setup(&[("MYJOB_OTEL_ENABLED", "0"), ("MYJOB_OTEL_SPAN_GROUPS", "stpe")]).unwrap();
+    assert!(!telemetry.is_enabled());
+    assert_eq!(telemetry.warnings().len(), 1);
+}
+
+#[test]
+fn a_typo_with_telemetry_on_is_an_error_that_says_what_to_fix() {
+    let _serial = serial();
+    let error = setup(&[("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_SPAN_GROUPS", "stpe")]).unwrap_err();
+    let message = error.to_string();
+    // `fn main() -> Result<(), SetupError>` prints the Debug form.
+    assert_eq!(format!("{error:?}"), message);
+    assert!(message.contains("MYJOB_OTEL_SPAN_GROUPS"), "{message}");
+    assert!(message.contains("'stpe'"), "{message}");
+    assert!(message.contains("Valid options") && message.contains("'step'"), "{message}");
+    // A bad enable switch is never ignored.
+    let error = setup(&[("MYJOB_OTEL_ENABLED", "maybe"), ("MYJOB_OTEL_SPAN_GROUPS", "stpe")]).unwrap_err();
+    assert!(error.to_string().contains("MYJOB_OTEL_ENABLED: 'maybe'"), "{error}");
+    // A bad rank context with telemetry on is an error too.
+    let error = setup(&[("MYJOB_OTEL_ENABLED", "1"), ("RANK", "two")]).unwrap_err();
+    assert!(matches!(error, SetupError::Rank(_)), "{error}");
+}
+
+#[test]
+fn a_program_can_train_on_without_telemetry_instead() {
+    let _serial = serial();
+    let telemetry = setup(&[("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_SPAN_GROUPS", "stpe")])
+        .unwrap_or_else(Telemetry::off_with_warning);
+    assert!(!telemetry.is_enabled());
+    assert_eq!(telemetry.warnings().len(), 1);
+    assert!(telemetry.warnings()[0].starts_with("telemetry is off for this run: "), "{:?}", telemetry.warnings());
+    assert!(telemetry.warnings()[0].contains("MYJOB_OTEL_SPAN_GROUPS"), "{:?}", telemetry.warnings());
+}
+
+/// Each of lens's error types goes through `?` into the one error type, with
+/// its message intact.
+#[test]
+fn question_mark_converts_every_error_into_setup_error() {
+    fn config() -> Result<(), SetupError> {
+        LensConfig::from_env(&[("NEMO_LENS_ENABLED", "maybe")], "NEMO_LENS", None, &LENS_CATALOG)?;
+        Ok(())
+    }
+    fn rank() -> Result<(), SetupError> {
+        RankContext::detect(&[("RANK", "x")])?;
+        Ok(())
+    }
+    fn span_groups() -> Result<(), SetupError> {
+        LENS_CATALOG.resolve("stpe")?;
+        Ok(())
+    }
+    fn strategy() -> Result<(), SetupError> {
+        lens_core::strategies::rank_strategy("no_such_strategy")?;
+        Ok(())
+    }
+    fn tracing_rules() -> Result<(), SetupError> {
+        LensConfig { tracing_groups: "=".into(), ..LensConfig::default() }.tracing_rules()?;
+        Ok(())
+    }
+    fn bootstrap() -> Result<(), SetupError> {
+        Err(InvalidBootstrap { variable: "X_ENABLED".into(), value: "maybe".into() })?
+    }
+    fn exporter() -> Result<(), SetupError> {
+        Err(ExporterError::Runtime { reason: "no threads".into() })?
+    }
+    let config_error: ConfigError =
+        LensConfig::from_env(&[("NEMO_LENS_ENABLED", "maybe")], "NEMO_LENS", None, &LENS_CATALOG).unwrap_err();
+    let rank_error: RankContextError = RankContext::detect(&[("RANK", "x")]).unwrap_err();
+    let groups_error: UnknownSpanGroup = LENS_CATALOG.resolve("stpe").unwrap_err();
+    let strategy_error: StrategyError = lens_core::strategies::rank_strategy("no_such_strategy").err().unwrap();
+    let rules_error: TracingRulesError =
+        LensConfig { tracing_groups: "=".into(), ..LensConfig::default() }.tracing_rules().unwrap_err();
+    for (converted, original) in [
+        (config().unwrap_err(), config_error.to_string()),
+        (rank().unwrap_err(), rank_error.to_string()),
+        (span_groups().unwrap_err(), groups_error.to_string()),
+        (strategy().unwrap_err(), strategy_error.to_string()),
+        (tracing_rules().unwrap_err(), rules_error.to_string()),
+        (bootstrap().unwrap_err(), "invalid boolean for X_ENABLED: \"maybe\"".to_string()),
+        (exporter().unwrap_err(), "no threads".to_string()),
+    ] {
+        assert!(converted.to_string().contains(&original), "{converted} lacks {original}");
+        assert_eq!(format!("{converted:?}"), converted.to_string());
+    }
+}
+
+/// `service.version` is the application's; lens's own version is the
+/// instrumentation scope's.
+#[cfg(feature = "testing")]
+#[test]
+fn service_version_is_the_applications_and_the_scope_carries_lens_version() {
+    use lens_core::setup::SetupOptions;
+    use opentelemetry::Key;
+    use opentelemetry_sdk::metrics::InMemoryMetricExporter;
+
+    let _serial = serial();
+    let exported = |version: Option<&str>| {
+        let metrics = InMemoryMetricExporter::default();
+        let mut builder = Telemetry::builder("MYJOB_OTEL")
+            .env([("MYJOB_OTEL_ENABLED", "1"), ("OTEL_TRACES_EXPORTER", "none"), ("OTEL_LOGS_EXPORTER", "none")])
+            .options(SetupOptions::new().with_metric_exporter(metrics.clone()));
+        if let Some(version) = version {
+            builder = builder.service_version(version);
+        }
+        let telemetry = builder.setup().unwrap();
+        telemetry.meter().u64_counter("myjob.samples").build().add(1, &[]);
+        telemetry.shutdown(Duration::from_secs(5));
+        let finished = metrics.get_finished_metrics().unwrap();
+        let last = finished.last().expect("one export");
+        let service_version = last.resource().get(&Key::from_static_str("service.version"));
+        let scope = last.scope_metrics().next().expect("one scope").scope().clone();
+        (service_version.map(|v| v.to_string()), scope.version().map(str::to_string))
+    };
+    assert_eq!(exported(Some("1.4.2")), (Some("1.4.2".to_string()), Some(env!("CARGO_PKG_VERSION").to_string())));
+    assert_eq!(exported(None), (None, Some(env!("CARGO_PKG_VERSION").to_string())));
+}
