@@ -504,6 +504,7 @@ fn marks(def: &SpanDef) -> [Option<KeyValue>; 2] {
 
 /// One telemetry lifetime of a Megatron training process; see the module
 /// documentation.
+#[must_use = "dropping the lifetime shuts telemetry down: keep it alive for the whole run"]
 pub struct MegatronTelemetry {
     // Field order matters for `Drop`'s fallbacks: spans before the handle.
     interval: Option<SpanGuard>,

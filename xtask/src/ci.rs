@@ -40,10 +40,22 @@ pub(crate) fn run() -> Result<()> {
     for krate in OTEL_OFF_CRATES {
         run_cmd(cargo(&["test", "-p", krate, "--no-default-features"]))?;
     }
-    // The same instrumented program builds and runs in both modes, and the
-    // README's main command runs.
-    run_cmd(cargo(&["run", "-p", "lens-fallbacks", "--example", "instrumented"]))?;
-    run_cmd(cargo(&["run", "-p", "lens-fallbacks", "--no-default-features", "--example", "instrumented"]))?;
+    // The same instrumented program builds and runs in both modes, set up
+    // from its environment with telemetry enabled (with `otel` it exports its
+    // spans and its counter, gauge and histogram to files; without it, it
+    // warns once that telemetry is compiled out), and the README's main
+    // command runs.
+    for mode in [&["--example", "instrumented"][..], &["--no-default-features", "--example", "instrumented"]] {
+        let mut example = cargo(&["run", "-p", "lens-fallbacks"]);
+        example.args(mode);
+        example.envs([
+            ("EXAMPLE_OTEL_ENABLED", "1"),
+            ("EXAMPLE_OTEL_SPAN_GROUPS", "all"),
+            ("EXAMPLE_OTEL_EXPORTER", "file"),
+            ("EXAMPLE_OTEL_FILE_DIR", "target/example-telemetry"),
+        ]);
+        run_cmd(example)?;
+    }
     run_cmd(cargo(MAIN_COMMAND))?;
     let mut doc = cargo(&["doc", "--workspace", "--all-features", "--no-deps"]);
     doc.env("RUSTDOCFLAGS", "-D warnings");
