@@ -4,6 +4,9 @@
 //!
 //! - no OpenTelemetry crate with `otel` off, and dependencies flow one way
 //!   (from `cargo tree`);
+//! - the feature rule: a library crate depends on a workspace crate that has
+//!   an `otel` feature with `default-features = false` and without turning
+//!   `otel` on (from `cargo metadata`); only applications turn it on;
 //! - every `.rs` file under a crate's `src/` starts with `//!`;
 //! - every configuration variable the code reads is in
 //!   `docs/configuration.md` and every one there is read (lens-core's
@@ -51,6 +54,7 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
 
 pub(crate) fn run() -> Result<()> {
     no_otel_without_feature()?;
+    feature_rule()?;
     dependency_direction()?;
     module_docs()?;
     readme_commands()?;
@@ -91,6 +95,78 @@ fn no_otel_without_feature() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether `feature` of a package with the feature table `features` turns
+/// `otel` on, itself or through the features it enables.
+fn enables_otel(features: &serde_json::Value, feature: &str, depth: usize) -> bool {
+    feature == "otel"
+        || (depth < 16
+            && features[feature]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str())
+                .any(|f| !f.contains(':') && !f.contains('/') && enables_otel(features, f, depth + 1)))
+}
+
+/// The feature rule of `docs/architecture.md`: every library crate of the
+/// workspace depends on the workspace crates that have an `otel` feature
+/// with `default-features = false` and without naming a feature that turns
+/// `otel` on, so that one dependency cannot switch OpenTelemetry back on
+/// behind a user's back. Applications ([`APPLICATION_CRATES`], xtask) may.
+/// Dev-dependencies do not reach a user's build and are not checked.
+fn feature_rule() -> Result<()> {
+    let text = output(cargo(&["metadata", "--format-version", "1", "--no-deps"]))?;
+    let metadata: serde_json::Value = serde_json::from_str(&text).context("cargo metadata printed no JSON")?;
+    let packages: Vec<&serde_json::Value> = metadata["packages"].as_array().into_iter().flatten().collect();
+    let problems = feature_rule_problems(&packages);
+    if !problems.is_empty() {
+        bail!(
+            "the feature rule is broken: library crates depend on lens crates with `default-features = false` and \
+             leave `otel` to the application\n  {}",
+            problems.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+fn feature_rule_problems(packages: &[&serde_json::Value]) -> Vec<String> {
+    let with_otel: Vec<(&str, &serde_json::Value)> = packages
+        .iter()
+        .filter(|p| p["features"].get("otel").is_some())
+        .filter_map(|p| Some((p["name"].as_str()?, &p["features"])))
+        .collect();
+    let mut problems = Vec::new();
+    for package in packages {
+        let name = package["name"].as_str().unwrap_or("?");
+        if APPLICATION_CRATES.contains(&name) || name == "xtask" {
+            continue;
+        }
+        for dependency in package["dependencies"].as_array().into_iter().flatten() {
+            let Some((dep, features)) =
+                with_otel.iter().find(|(n, _)| Some(*n) == dependency["name"].as_str()).copied()
+            else {
+                continue;
+            };
+            if dependency["kind"].as_str() == Some("dev") {
+                continue;
+            }
+            if dependency["uses_default_features"].as_bool() != Some(false) {
+                problems.push(format!(
+                    "{name} depends on {dep} with its default features (`otel`): add `default-features = false`"
+                ));
+            }
+            for feature in dependency["features"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
+                if enables_otel(features, feature, 0) {
+                    problems.push(format!(
+                        "{name} turns on {dep}'s `{feature}`, which enables `otel`: forward it from a feature of {name}'s own instead"
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 fn dependency_direction() -> Result<()> {
@@ -280,7 +356,34 @@ fn licenses() -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::license_ok;
+    use super::{feature_rule_problems, license_ok};
+
+    #[test]
+    fn a_library_that_turns_otel_on_breaks_the_feature_rule() {
+        let core = serde_json::json!({
+            "name": "lens-core", "dependencies": [],
+            "features": { "default": [], "otel": ["dep:opentelemetry"], "testing": ["otel"] }
+        });
+        let library = |uses_default: bool, features: serde_json::Value, kind: Option<&str>| {
+            serde_json::json!({
+                "name": "my-lib", "features": {},
+                "dependencies": [{ "name": "lens-core", "kind": kind, "uses_default_features": uses_default, "features": features }]
+            })
+        };
+        let ok = library(false, serde_json::json!(["clap"]), None);
+        assert!(feature_rule_problems(&[&core, &ok]).is_empty());
+        let defaults = library(true, serde_json::json!([]), None);
+        assert_eq!(feature_rule_problems(&[&core, &defaults]).len(), 1);
+        let testing = library(false, serde_json::json!(["testing"]), None);
+        let problems = feature_rule_problems(&[&core, &testing]);
+        assert!(problems[0].contains("`testing`, which enables `otel`"), "{problems:?}");
+        // Dev-dependencies never reach a user's build; applications may turn otel on.
+        let dev = library(true, serde_json::json!(["otel"]), Some("dev"));
+        assert!(feature_rule_problems(&[&core, &dev]).is_empty());
+        let mut app = library(true, serde_json::json!(["otel"]), None);
+        app["name"] = "megatron-train-sim".into();
+        assert!(feature_rule_problems(&[&core, &app]).is_empty());
+    }
 
     #[test]
     fn license_expressions() {
