@@ -155,3 +155,9 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/instrumenting.md")]
 pub struct InstrumentingDocExamples;
+
+/// The Rust examples of `docs/own-program.md` ("Using lens in your own
+/// program"), compiled and run as doc tests in both modes.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/own-program.md")]
+pub struct OwnProgramDocExamples;
