@@ -40,3 +40,10 @@ pub struct MetricsMegatronDocExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/goodput.md")]
 pub struct GoodputDocExamples;
+
+/// The Rust examples of `docs/integrating.md` (the one-line setup of a loop
+/// of one's own; the Megatron fragments there are excerpts of the compiled
+/// example of [`lifecycle`]), compiled and run as doc tests in both modes.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/integrating.md")]
+pub struct IntegratingDocExamples;
