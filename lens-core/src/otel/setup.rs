@@ -540,16 +540,19 @@ fn sampler(config: &LensConfig, rank: RankContext) -> LensSampler {
     }
 }
 
+/// A built exporter with where it goes (an endpoint in words, a file).
+type Built<E, Where> = Result<(E, Where), ExporterError>;
+
 /// What differs between the signals when their exporter is built: how to
 /// build the OTLP, console and file exporter of `signal`. [`select_exporter`]
 /// is the one place that maps the configured [`ExporterKind`] onto them.
 struct SignalExporters<E> {
     signal: Signal,
     /// The exporter and its endpoint in words (`grpc http://...`).
-    otlp: fn(&crate::config::OtlpSettings) -> Result<(E, String), ExporterError>,
+    otlp: fn(&crate::config::OtlpSettings) -> Built<E, String>,
     console: fn() -> E,
     /// The exporter and the file it appends to.
-    file: fn(&std::path::Path, u32) -> Result<(E, std::path::PathBuf), ExporterError>,
+    file: fn(&std::path::Path, u32) -> Built<E, std::path::PathBuf>,
 }
 
 fn endpoint_words(endpoint: &exporters::ResolvedEndpoint) -> String {
