@@ -87,13 +87,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let telemetry = Telemetry::from_env("EXAMPLE_OTEL")?;
     let metrics = LoopMetrics::new(telemetry.meter());
     let loss = train(4, &metrics)?;
-    let startup = backdated_span(SpanGroup::JOB, "example.startup", started, SystemTime::now(), []);
+    let _startup = backdated_span(SpanGroup::JOB, "example.startup", started, SystemTime::now(), []);
 
     let mut carrier = HashMap::new();
     inject_context(&mut carrier);
     let worker = WorkerBootstrap::capture(telemetry.is_enabled(), None, None);
     report(loss, carrier.len(), &worker.to_env_vars("EXAMPLE"));
-    drop(startup);
     let shutdown = telemetry.shutdown(Duration::from_secs(5));
     summary(telemetry.is_enabled(), &shutdown);
     Ok(())
