@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use lens_fallbacks::{
-    KeyValue, SpanGroup, WorkerBootstrap, backdated_span, in_managed_span, inject_context, lazy_attributes,
-    managed_span, trace_fn, try_in_managed_span,
+    KeyValue, SpanGroup, WorkerBootstrap, in_managed_span, inject_context, lazy_attributes, managed_span, span,
+    trace_fn, try_in_managed_span,
 };
 
 #[trace_fn(group = SpanGroup::FORWARD_BACKWARD, name = "example.forward_backward")]
@@ -52,7 +52,7 @@ fn main() -> Result<(), String> {
     // With `otel` on, set telemetry up here (the setup API of lens-core).
     let started = SystemTime::now();
     let loss = train(4)?;
-    let _startup = backdated_span(SpanGroup::JOB, "example.startup", started, SystemTime::now(), []);
+    let _startup = span(SpanGroup::JOB, "example.startup").start_time(started).end_at(SystemTime::now());
 
     let mut carrier = HashMap::new();
     inject_context(&mut carrier);
