@@ -27,11 +27,12 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use lens_core::attr::KeyValue;
-use lens_core::groups::{GroupSet, SpanGroup, is_span_group_enabled, set_enabled_span_groups};
+use lens_core::groups::{GroupSet, SpanGroup, is_span_group_enabled};
 use lens_core::otel::active;
 use lens_core::otel::batch::{BatchConfig, LensBatchSpanProcessor};
 use lens_core::otel::ids::SeedIndependentIdGenerator;
 use lens_core::otel::span::managed_span;
+use lens_core::testing::set_enabled_span_groups;
 use opentelemetry::Context;
 use opentelemetry::trace::{TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry_sdk::error::OTelSdkResult;

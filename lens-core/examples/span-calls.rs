@@ -23,11 +23,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lens_core::attr::KeyValue;
-use lens_core::groups::{GroupSet, SpanGroup, set_enabled_span_groups};
+use lens_core::groups::{GroupSet, SpanGroup};
 use lens_core::otel::active;
 use lens_core::otel::batch::{BatchConfig, LensBatchSpanProcessor};
 use lens_core::otel::ids::SeedIndependentIdGenerator;
 use lens_core::otel::span::managed_span;
+use lens_core::testing::set_enabled_span_groups;
 use opentelemetry::Context;
 use opentelemetry::trace::{TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry_sdk::error::OTelSdkResult;

@@ -147,8 +147,8 @@ impl KeyValue {
     }
 }
 
-/// The keys whose string values the span helpers' `safe_set_span_attributes`
-/// replaces with [`REDACTED`], as in the original: exact, case-sensitive
+/// The keys whose string values `SpanGuard::set_attributes_redacted` (the
+/// original's `safe_set_span_attributes`) replaces with [`REDACTED`], as in the original: exact, case-sensitive
 /// matches.
 pub const DEFAULT_REDACT_KEYS: &[&str] =
     &["prompt", "input_text", "output_text", "text", "password", "token", "secret", "key"];

@@ -9,7 +9,8 @@
 //! The process-wide gate is one `AtomicU64`. [`is_span_group_enabled`] is a
 //! relaxed load and a mask test, with no lock and no allocation, so that a
 //! disabled span costs about as much as an empty function call. Only setup
-//! and shutdown call [`set_enabled_span_groups`].
+//! and shutdown write the gate (tests do through `lens_core::testing`, with
+//! the `testing` feature).
 //!
 //! ```
 //! use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup};
@@ -452,10 +453,12 @@ pub fn enabled_span_groups() -> GroupSet {
     GroupSet(ENABLED.load(Ordering::Relaxed))
 }
 
-/// Replaces the enabled groups. Setup and shutdown call this; instrumented
-/// code only reads the gate.
+/// Replaces the enabled groups. Setup and shutdown call this (and, for
+/// tests, `testing::set_enabled_span_groups` with the `testing` feature);
+/// instrumented code only reads the gate.
+#[cfg(feature = "otel")]
 #[cold]
-pub fn set_enabled_span_groups(groups: GroupSet) {
+pub(crate) fn set_enabled_span_groups(groups: GroupSet) {
     let previous = ENABLED.swap(groups.0, Ordering::Relaxed);
     if previous != groups.0 {
         notify_group_watchers();
@@ -466,7 +469,7 @@ pub fn set_enabled_span_groups(groups: GroupSet) {
 static WATCHERS: std::sync::Mutex<Vec<fn()>> = std::sync::Mutex::new(Vec::new());
 
 /// Registers `watcher` to be called, on the writer's thread, every time
-/// [`set_enabled_span_groups`] changes the enabled groups (setup, shutdown,
+/// the enabled groups change (setup, shutdown,
 /// a later lifetime). A function registered twice is called once.
 ///
 /// For bridges that cache decisions made from the gate: `lens-tracing`
@@ -480,6 +483,7 @@ pub fn watch_enabled_span_groups(watcher: fn()) {
     }
 }
 
+#[cfg(feature = "otel")]
 #[cold]
 fn notify_group_watchers() {
     // Copied out so that a watcher may read the gate or register another.

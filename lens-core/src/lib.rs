@@ -21,7 +21,8 @@
 //!   `Histogram`), one definition for both builds: OpenTelemetry instruments
 //!   with `otel`, inline no-ops without it.
 //! - [`semconv`]: attribute keys shared by every consumer.
-//! - [`span`]: the span guard, the span helpers and their closure forms;
+//! - [`span`]: the span guard, the everyday span helpers and their closure
+//!   forms, and the [`span::SpanBuilder`] for the rare options;
 //!   [`propagation`]: context and its propagation (carriers, bytes, the
 //!   worker bootstrap). One definition each for both builds: OpenTelemetry
 //!   fields and bodies with `otel`, zero-sized types and inline no-ops
@@ -32,7 +33,8 @@
 //!   `tracing` targets to span groups (read by `lens-tracing`).
 //!
 //! With the `otel` feature the crate also holds the OpenTelemetry runtime
-//! ([`otel`]: setup's internals, exporters, batching, samplers).
+//! ([`otel`]: setup's internals, exporters, batching, samplers), and with
+//! `testing` the test support (`testing`: span capture, the gate's writer).
 
 pub mod attr;
 pub mod bootstrap;
@@ -51,6 +53,8 @@ pub mod setup;
 pub mod span;
 pub mod strategies;
 mod suggest;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tracing_rules;
 
 #[cfg(feature = "otel")]

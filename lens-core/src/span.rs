@@ -8,7 +8,16 @@
 //! body), and [`is_span_group_enabled`] is the constant `false`, so a call
 //! compiles to the evaluation of its arguments.
 //!
-//! Every helper but [`span_cm`] is gated by a span group: when the group is
+//! The everyday forms are [`managed_span`] (and the facade's
+//! `managed_span!`, which builds its attributes only past the gate), the
+//! closure forms [`in_managed_span`] and [`try_in_managed_span`], and the
+//! future forms [`instrument_future`] and [`try_instrument_future`]. The
+//! rare options (an explicit parent, links, a kind, a start time, a
+//! sampling key, a chosen trace id; a span that is not current, one that is
+//! detached, one that already happened) go through one builder, [`span`]
+//! returning a [`SpanBuilder`].
+//!
+//! Every helper but [`enter_span`] and [`ungated_span`] is gated by a span group: when the group is
 //! disabled the helper costs the gate (one relaxed load and a mask test) and
 //! returns an inert [`SpanGuard`]; it allocates nothing, takes no lock and
 //! does not even read the active tracer. When the group is enabled the helper
@@ -65,7 +74,7 @@ use std::time::SystemTime;
 #[cfg(feature = "otel")]
 use opentelemetry::context::FutureExt as _;
 #[cfg(feature = "otel")]
-use opentelemetry::trace::{Link, SpanBuilder, SpanRef, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{Link, SpanBuilder as OtelSpanBuilder, SpanRef, Status, TraceContextExt as _, Tracer as _};
 #[cfg(feature = "otel")]
 use opentelemetry::{Context, ContextGuard};
 #[cfg(feature = "otel")]
@@ -81,6 +90,9 @@ use crate::groups::SpanGroup;
 #[cfg(feature = "otel")]
 use crate::otel::active;
 use crate::propagation::RemoteContext;
+
+mod builder;
+pub use builder::{SpanBuilder, span, ungated_span};
 
 /// Whether spans of `group` are recorded in this process: the gate
 /// ([`crate::groups::is_span_group_enabled`], one relaxed load and a mask
@@ -302,7 +314,8 @@ impl SpanGuard {
     }
 
     /// Sets one attribute. Values have lens's types ([`AttrValue`]); use
-    /// [`safe_set_span_attributes`] for values that may need redaction.
+    /// [`set_attributes_redacted`](SpanGuard::set_attributes_redacted) for
+    /// values that may need redaction.
     #[inline]
     pub fn set_attribute(&self, key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) {
         #[cfg(feature = "otel")]
@@ -322,6 +335,34 @@ impl SpanGuard {
         }
         #[cfg(not(feature = "otel"))]
         let _ = attributes;
+    }
+
+    /// Sets attributes with the original's rules for values that may carry
+    /// user text: `None` entries are skipped, string values whose key is in
+    /// `redact_keys` become [`REDACTED`], lists are set as they are (never
+    /// redacted). Does nothing on a span that is not recording.
+    ///
+    /// ```
+    /// use lens_core::attr::KeyValue;
+    /// use lens_core::span::{DEFAULT_REDACT_KEYS, SpanGuard};
+    ///
+    /// let span = SpanGuard::noop();
+    /// let maybe_model: Option<KeyValue> = None;
+    /// span.set_attributes_redacted([Some(KeyValue::new("prompt", "secret text")), maybe_model], DEFAULT_REDACT_KEYS);
+    /// ```
+    #[doc(alias = "safe_set_span_attributes")]
+    #[inline]
+    pub fn set_attributes_redacted(
+        &self,
+        attributes: impl IntoIterator<Item = impl Into<Option<KeyValue>>>,
+        redact_keys: &[&str],
+    ) {
+        #[cfg(feature = "otel")]
+        if self.is_recording() {
+            self.set_attributes(redacted(attributes, redact_keys));
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = (attributes, redact_keys);
     }
 
     /// Adds an event with attributes, timestamped now.
@@ -377,7 +418,7 @@ impl SpanGuard {
     pub fn end(self) {}
 
     /// Ends the span with an explicit end time (for spans measured after the
-    /// fact; see also [`backdated_span`]).
+    /// fact; see also [`SpanBuilder::end_at`]).
     #[inline]
     pub fn end_at(self, end_time: SystemTime) {
         #[cfg(feature = "otel")]
@@ -437,31 +478,31 @@ impl fmt::Debug for SpanGuard {
 
 /// Where a new span takes its parent from.
 #[cfg(feature = "otel")]
-pub(crate) enum Parent<'a> {
+pub(crate) enum Parent {
     /// The current context (the usual case).
     Current,
     /// No parent: the span starts a new trace (the current context's other
     /// entries, such as baggage, are kept when it is made current).
     NewTrace,
-    /// An explicit context.
-    #[expect(dead_code, reason = "the hook for the lifecycle code, which starts spans under an explicit parent")]
-    Context(&'a Context),
+    /// An explicit context (an empty one starts a new trace).
+    Context(Context),
 }
 
-/// How to start a span; the lifecycle code can start spans with an explicit
-/// parent or start time through [`start_span`].
+/// How to start a span: what [`SpanBuilder`] collected, or a helper's
+/// defaults.
 #[cfg(feature = "otel")]
-pub(crate) struct StartOptions<'a> {
-    pub(crate) parent: Parent<'a>,
+pub(crate) struct StartOptions {
+    pub(crate) parent: Parent,
+    pub(crate) kind: Option<SpanKind>,
     pub(crate) start_time: Option<SystemTime>,
     pub(crate) links: Vec<Link>,
     pub(crate) make_current: bool,
 }
 
 #[cfg(feature = "otel")]
-impl StartOptions<'_> {
-    pub(crate) fn current() -> StartOptions<'static> {
-        StartOptions { parent: Parent::Current, start_time: None, links: Vec::new(), make_current: true }
+impl StartOptions {
+    pub(crate) fn current() -> StartOptions {
+        StartOptions { parent: Parent::Current, kind: None, start_time: None, links: Vec::new(), make_current: true }
     }
 }
 
@@ -476,10 +517,11 @@ pub(crate) fn start_span(
     tracer: &SdkTracer,
     name: Cow<'static, str>,
     attributes: Vec<opentelemetry::KeyValue>,
-    options: StartOptions<'_>,
+    options: StartOptions,
 ) -> SpanGuard {
-    let mut builder = SpanBuilder::from_name(name);
+    let mut builder = OtelSpanBuilder::from_name(name);
     builder.start_time = options.start_time;
+    builder.span_kind = options.kind.map(Into::into);
     if !attributes.is_empty() {
         builder.attributes = Some(attributes);
     }
@@ -496,7 +538,7 @@ pub(crate) fn start_span(
             Context::current_with_span(span)
         }
         Parent::Context(parent) => {
-            let span = tracer.build_with_context(builder, parent);
+            let span = tracer.build_with_context(builder, &parent);
             parent.with_span(span)
         }
     };
@@ -516,12 +558,14 @@ fn start_current(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValu
     }
 }
 
-/// Opens a span that is always recorded while telemetry is set up (no group
-/// gate), current until the guard drops: for cold paths.
+/// Opens a span that is recorded whenever telemetry is set up, whatever the
+/// span groups (no gate), current until the guard drops: for cold paths,
+/// such as a one-off setup step.
 ///
 /// Before setup, and after shutdown, the guard is inert.
+#[doc(alias = "span_cm")]
 #[inline]
-pub fn span_cm(name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
+pub fn enter_span(name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
     #[cfg(feature = "otel")]
     return start_current(name.into(), to_otel(attributes));
     #[cfg(not(feature = "otel"))]
@@ -549,155 +593,6 @@ pub fn managed_span(
     #[cfg(not(feature = "otel"))]
     {
         let _ = (name, attributes);
-        SpanGuard::noop()
-    }
-}
-
-/// Like [`managed_span`], with the span's start time set explicitly (it began
-/// before the code could open it). End it at a known time with
-/// [`SpanGuard::end_at`].
-#[inline]
-pub fn managed_span_since(
-    group: SpanGroup,
-    name: impl Into<Cow<'static, str>>,
-    start_time: SystemTime,
-    attributes: impl IntoIterator<Item = KeyValue>,
-) -> SpanGuard {
-    if !is_span_group_enabled(group) {
-        return SpanGuard::noop();
-    }
-    #[cfg(feature = "otel")]
-    return match active::tracer() {
-        Some(tracer) => start_span(
-            tracer,
-            name.into(),
-            to_otel(attributes),
-            StartOptions { start_time: Some(start_time), ..StartOptions::current() },
-        ),
-        None => SpanGuard::noop(),
-    };
-    #[cfg(not(feature = "otel"))]
-    {
-        let _ = (name, start_time, attributes);
-        SpanGuard::noop()
-    }
-}
-
-/// Records a span of `group` that already happened, from `start_time` to
-/// `end_time`, as a child of the current span; returns its context (to link
-/// to it), or "no context" when the group is disabled.
-#[inline]
-pub fn backdated_span(
-    group: SpanGroup,
-    name: impl Into<Cow<'static, str>>,
-    start_time: SystemTime,
-    end_time: SystemTime,
-    attributes: impl IntoIterator<Item = KeyValue>,
-) -> RemoteContext {
-    if !is_span_group_enabled(group) {
-        return RemoteContext::none();
-    }
-    #[cfg(feature = "otel")]
-    {
-        let Some(tracer) = active::tracer() else {
-            return RemoteContext::none();
-        };
-        let guard = start_span(
-            tracer,
-            name.into(),
-            to_otel(attributes),
-            StartOptions { start_time: Some(start_time), make_current: false, ..StartOptions::current() },
-        );
-        let context = guard.remote_context();
-        guard.end_at(end_time);
-        context
-    }
-    #[cfg(not(feature = "otel"))]
-    {
-        let _ = (name, start_time, end_time, attributes);
-        RemoteContext::none()
-    }
-}
-
-/// Opens a span of `group` that starts a new trace (no parent) and links to
-/// `links`, current until the guard drops: for the segmented traces of a long
-/// job, where each segment links to the one before.
-#[inline]
-pub fn new_trace_linked(
-    group: SpanGroup,
-    name: impl Into<Cow<'static, str>>,
-    links: impl IntoIterator<Item = SpanLink>,
-    attributes: impl IntoIterator<Item = KeyValue>,
-) -> SpanGuard {
-    if !is_span_group_enabled(group) {
-        return SpanGuard::noop();
-    }
-    #[cfg(feature = "otel")]
-    {
-        let Some(tracer) = active::tracer() else {
-            return SpanGuard::noop();
-        };
-        let links = links.into_iter().filter_map(SpanLink::into_link).collect();
-        start_span(
-            tracer,
-            name.into(),
-            to_otel(attributes),
-            StartOptions { parent: Parent::NewTrace, links, ..StartOptions::current() },
-        )
-    }
-    #[cfg(not(feature = "otel"))]
-    {
-        let _ = (name, links, attributes);
-        SpanGuard::noop()
-    }
-}
-
-/// Opens a span of `group` that starts a new trace whose trace id is
-/// `trace_id` (not a random one), linked to `links`, current until the guard
-/// drops; `start_time` backdates its start when given.
-///
-/// For the structural traces of SPEC A15: every rank derives the same id for
-/// the same interval (from the run id, the restart attempt, the lifetime and
-/// the interval's first iteration), so their interval spans land in one trace
-/// without any communication; span ids stay random. An all-zero `trace_id` is
-/// invalid and gets a random id instead. A disabled group costs the gate and
-/// yields an inert guard.
-///
-/// ```
-/// use lens_core::groups::SpanGroup;
-/// use lens_core::span::root_span_with_trace_id;
-///
-/// // Before setup the guard is inert.
-/// let span = root_span_with_trace_id(SpanGroup::JOB, "megatron.train", [7; 16], None, [], []);
-/// assert!(!span.is_recording());
-/// ```
-#[inline]
-pub fn root_span_with_trace_id(
-    group: SpanGroup,
-    name: impl Into<Cow<'static, str>>,
-    trace_id: [u8; 16],
-    start_time: Option<SystemTime>,
-    links: impl IntoIterator<Item = SpanLink>,
-    attributes: impl IntoIterator<Item = KeyValue>,
-) -> SpanGuard {
-    if !is_span_group_enabled(group) {
-        return SpanGuard::noop();
-    }
-    #[cfg(feature = "otel")]
-    {
-        let Some(tracer) = active::tracer() else {
-            return SpanGuard::noop();
-        };
-        let links = links.into_iter().filter_map(SpanLink::into_link).collect();
-        let options = StartOptions { parent: Parent::NewTrace, start_time, links, ..StartOptions::current() };
-        let (name, attributes) = (name.into(), to_otel(attributes));
-        crate::otel::ids::with_next_trace_id(u128::from_be_bytes(trace_id), || {
-            start_span(tracer, name, attributes, options)
-        })
-    }
-    #[cfg(not(feature = "otel"))]
-    {
-        let _ = (name, trace_id, start_time, links, attributes);
         SpanGuard::noop()
     }
 }
@@ -866,36 +761,18 @@ pub fn try_instrument_future<T, E: fmt::Display, F: Future<Output = Result<T, E>
     }
 }
 
-/// Sets attributes on `span` with the original's rules: `None` entries are
-/// skipped, string values whose key is in `redact_keys` become
-/// [`REDACTED`], lists are set as they are (never redacted). Does nothing on
-/// a span that is not recording.
-///
-/// ```
-/// use lens_core::attr::KeyValue;
-/// use lens_core::span::{DEFAULT_REDACT_KEYS, SpanGuard, safe_set_span_attributes};
-///
-/// let span = SpanGuard::noop();
-/// let maybe_model: Option<KeyValue> = None;
-/// safe_set_span_attributes(&span, [Some(KeyValue::new("prompt", "secret text")), maybe_model], DEFAULT_REDACT_KEYS);
-/// ```
-pub fn safe_set_span_attributes(
-    span: &SpanGuard,
+/// The present entries of `attributes`, each redacted under `redact_keys`.
+#[cfg(feature = "otel")]
+fn redacted(
     attributes: impl IntoIterator<Item = impl Into<Option<KeyValue>>>,
     redact_keys: &[&str],
-) {
-    if !span.is_recording() {
-        return;
-    }
-    #[cfg(feature = "otel")]
-    span.set_attributes(attributes.into_iter().filter_map(Into::into).map(|kv| redact(kv, redact_keys)));
-    #[cfg(not(feature = "otel"))]
-    let _ = (attributes, redact_keys);
+) -> impl Iterator<Item = KeyValue> {
+    attributes.into_iter().filter_map(Into::into).map(move |kv| redact(kv, redact_keys))
 }
 
 /// Redacts a string value under a redacted key (lists are left alone).
 #[cfg(feature = "otel")]
-pub(crate) fn redact(kv: KeyValue, redact_keys: &[&str]) -> KeyValue {
+fn redact(kv: KeyValue, redact_keys: &[&str]) -> KeyValue {
     match kv.value {
         AttrValue::Str(_) => KeyValue { value: redact_value(&kv.key, kv.value, redact_keys), key: kv.key },
         _ => kv,
@@ -1006,59 +883,5 @@ impl fmt::Debug for DetachedSpan {
                 .field("span_id", &span.span_context().span_id())
                 .finish(),
         }
-    }
-}
-
-/// Opens a [`DetachedSpan`] of `group` with `kind`, under `parent` (a new
-/// trace when `parent` is "no context"), linked to `links`; `start_time`
-/// backdates its start when given. A disabled group costs the gate and gives
-/// an inert span.
-///
-/// ```
-/// use lens_core::groups::SpanGroup;
-/// use lens_core::propagation::RemoteContext;
-/// use lens_core::span::{SpanKind, detached_span};
-///
-/// // Before setup the span is inert.
-/// let span = detached_span(SpanGroup::JOB, "POST /v1/completions", SpanKind::Server, &RemoteContext::none(), None, [], []);
-/// assert!(!span.is_recording());
-/// ```
-#[inline]
-pub fn detached_span(
-    group: SpanGroup,
-    name: impl Into<Cow<'static, str>>,
-    kind: SpanKind,
-    parent: &RemoteContext,
-    start_time: Option<SystemTime>,
-    links: impl IntoIterator<Item = SpanLink>,
-    attributes: impl IntoIterator<Item = KeyValue>,
-) -> DetachedSpan {
-    if !is_span_group_enabled(group) {
-        return DetachedSpan::noop();
-    }
-    #[cfg(not(feature = "otel"))]
-    {
-        let _ = (name, kind, parent, start_time, links, attributes);
-        DetachedSpan::noop()
-    }
-    #[cfg(feature = "otel")]
-    {
-        let Some(tracer) = active::tracer() else {
-            return DetachedSpan::noop();
-        };
-        let mut builder = SpanBuilder::from_name(name.into());
-        builder.span_kind = Some(kind.into());
-        builder.start_time = start_time;
-        let attributes = to_otel(attributes);
-        if !attributes.is_empty() {
-            builder.attributes = Some(attributes);
-        }
-        let links: Vec<Link> = links.into_iter().filter_map(SpanLink::into_link).collect();
-        if !links.is_empty() {
-            builder.links = Some(links);
-        }
-        let parent_cx = if parent.is_valid() { parent.otel_context().clone() } else { Context::new() };
-        let span = tracer.build_with_context(builder, &parent_cx);
-        DetachedSpan { open: Some(OpenSpan { cx: parent_cx.with_span(span), end_time: None }) }
     }
 }

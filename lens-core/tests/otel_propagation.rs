@@ -6,42 +6,23 @@
 //! `cargo test -p lens-core --features testing --test otel_propagation`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use lens_core::attr::KeyValue;
-use lens_core::groups::{GroupSet, SpanGroup, set_enabled_span_groups};
-use lens_core::otel::active;
+use lens_core::groups::SpanGroup;
 use lens_core::otel::propagation::{
-    InvalidBootstrap, RemoteContext, WorkerBootstrap, context_from_env, create_linked_span, create_linked_span_since,
-    current_context, decode_context, encode_context, extract_context, inject_context,
+    InvalidBootstrap, RemoteContext, WorkerBootstrap, context_from_env, current_context, decode_context,
+    encode_context, extract_context, inject_context,
 };
-use lens_core::otel::span::managed_span;
+use lens_core::otel::span::{DEFAULT_REDACT_KEYS, SpanLink, managed_span, span, ungated_span};
+use lens_core::testing::{Capture, capture};
 use opentelemetry::Value;
 use opentelemetry::baggage::BaggageExt as _;
-use opentelemetry::trace::{SpanId, TracerProvider as _};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry::trace::SpanId;
+use opentelemetry_sdk::trace::SpanData;
 use proptest::prelude::*;
 
-static LOCK: Mutex<()> = Mutex::new(());
-static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
-
-fn setup(groups: &[SpanGroup]) -> (MutexGuard<'static, ()>, InMemorySpanExporter) {
-    let lock = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
-    let exporter = EXPORTER
-        .get_or_init(|| {
-            let exporter = InMemorySpanExporter::default();
-            let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-            active::install(provider.tracer("lens-test")).expect("no tracer is installed yet");
-            exporter
-        })
-        .clone();
-    exporter.reset();
-    set_enabled_span_groups(GroupSet::of(groups));
-    (lock, exporter)
-}
-
-fn spans(exporter: &InMemorySpanExporter) -> Vec<SpanData> {
-    exporter.get_finished_spans().expect("the in-memory exporter is readable")
+fn spans(exporter: &Capture) -> Vec<SpanData> {
+    exporter.finished_spans()
 }
 
 fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
@@ -52,7 +33,7 @@ const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-
 
 #[test]
 fn inject_writes_a_w3c_traceparent_for_the_current_span() {
-    let (_lock, exporter) = setup(&[SpanGroup::JOB]);
+    let exporter = capture(&[SpanGroup::JOB]);
     let mut carrier = HashMap::new();
     {
         let _span = managed_span(SpanGroup::JOB, "test.launch", []);
@@ -76,7 +57,7 @@ fn inject_writes_a_w3c_traceparent_for_the_current_span() {
 
 #[test]
 fn extract_reads_traceparent_and_baggage_and_rejects_empty_or_malformed_carriers() {
-    let (_lock, _exporter) = setup(&[]);
+    let _exporter = capture(&[]);
     assert!(!extract_context(&HashMap::<String, String>::new()).is_valid());
     for bad in ["", "garbage", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "00-4bf9-00f0-01"] {
         assert!(!extract_context(&[("traceparent", bad)]).is_valid(), "{bad:?} was accepted");
@@ -96,7 +77,7 @@ fn extract_reads_traceparent_and_baggage_and_rejects_empty_or_malformed_carriers
 
 #[test]
 fn bytes_roundtrip_and_bad_bytes_are_no_context() {
-    let (_lock, _exporter) = setup(&[SpanGroup::JOB]);
+    let _exporter = capture(&[SpanGroup::JOB]);
     let (bytes, ids) = {
         let span = managed_span(SpanGroup::JOB, "test.broadcast", []);
         (encode_context(), span.remote_context())
@@ -141,16 +122,17 @@ fn serde_like_object(pairs: &[(&str, &str)]) -> String {
 
 #[test]
 fn a_linked_span_carries_the_link_and_is_not_made_current() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::STEP]);
     let remote = extract_context(&[("traceparent", TRACEPARENT)]);
     {
         let _step = managed_span(SpanGroup::STEP, "test.step", []);
-        let linked = create_linked_span(
-            Some(SpanGroup::STEP),
-            "test.recv_forward.linked",
-            &remote,
-            [KeyValue::new("dl.microbatch_id", 3), KeyValue::new("prompt", "do not export")],
-        );
+        let linked = span(SpanGroup::STEP, "test.recv_forward.linked")
+            .links([SpanLink::new(&remote)])
+            .attributes_redacted(
+                [KeyValue::new("dl.microbatch_id", 3), KeyValue::new("prompt", "do not export")],
+                DEFAULT_REDACT_KEYS,
+            )
+            .start_unattached();
         assert!(linked.is_recording());
         let _next = managed_span(SpanGroup::STEP, "test.next", []);
     }
@@ -169,8 +151,8 @@ fn a_linked_span_carries_the_link_and_is_not_made_current() {
     assert_eq!(prompt, Some(Value::from("[REDACTED]")));
 
     exporter.reset();
-    assert!(!create_linked_span(Some(SpanGroup::OPTIMIZER), "test.off", &remote, []).is_recording());
-    let ungated = create_linked_span(None, "test.ungated", &RemoteContext::none(), []);
+    assert!(!span(SpanGroup::OPTIMIZER, "test.off").links([SpanLink::new(&remote)]).start_unattached().is_recording());
+    let ungated = ungated_span("test.ungated").links([SpanLink::new(&RemoteContext::none())]).start_unattached();
     assert!(ungated.is_recording());
     drop(ungated);
     let spans = self::spans(&exporter);
@@ -180,21 +162,29 @@ fn a_linked_span_carries_the_link_and_is_not_made_current() {
 
 #[test]
 fn a_linked_span_since_starts_when_it_is_told_and_carries_the_link() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::STEP]);
     let remote = extract_context(&[("traceparent", TRACEPARENT)]);
     let began = std::time::SystemTime::now() - std::time::Duration::from_secs(5);
-    drop(create_linked_span_since(Some(SpanGroup::STEP), "test.recv.linked", &remote, began, []));
+    drop(
+        span(SpanGroup::STEP, "test.recv.linked").links([SpanLink::new(&remote)]).start_time(began).start_unattached(),
+    );
     let spans = spans(&exporter);
     let linked = named(&spans, "test.recv.linked");
     assert_eq!(linked.start_time, began);
     assert!(linked.end_time.duration_since(linked.start_time).unwrap() >= std::time::Duration::from_secs(5));
     assert_eq!(linked.links.links.len(), 1);
-    assert!(!create_linked_span_since(Some(SpanGroup::OPTIMIZER), "test.off", &remote, began, []).is_recording());
+    assert!(
+        !span(SpanGroup::OPTIMIZER, "test.off")
+            .links([SpanLink::new(&remote)])
+            .start_time(began)
+            .start_unattached()
+            .is_recording()
+    );
 }
 
 #[test]
 fn an_attached_remote_context_parents_new_spans_and_is_detached_on_drop() {
-    let (_lock, exporter) = setup(&[SpanGroup::EVALUATE]);
+    let exporter = capture(&[SpanGroup::EVALUATE]);
     let remote = extract_context(&[("traceparent", TRACEPARENT)]);
     {
         let _context = remote.attach();
@@ -212,7 +202,7 @@ fn an_attached_remote_context_parents_new_spans_and_is_detached_on_drop() {
 
 #[test]
 fn the_environment_carrier_is_read_through_an_env_source() {
-    let (_lock, _exporter) = setup(&[]);
+    let _exporter = capture(&[]);
     let env = HashMap::from([
         ("TRACEPARENT".to_string(), TRACEPARENT.to_string()),
         ("TRACESTATE".to_string(), "vendor=x".to_string()),
@@ -231,7 +221,7 @@ use opentelemetry::trace::TraceContextExt as _;
 
 #[test]
 fn the_worker_bootstrap_carries_settings_and_context_to_a_worker() {
-    let (_lock, exporter) = setup(&[SpanGroup::CHECKPOINT]);
+    let exporter = capture(&[SpanGroup::CHECKPOINT]);
     let bootstrap = {
         let _save = managed_span(SpanGroup::CHECKPOINT, "test.save", []);
         WorkerBootstrap::capture(true, Some("megatron-lm".into()), Some("default,step".into()))
@@ -254,7 +244,7 @@ fn the_worker_bootstrap_carries_settings_and_context_to_a_worker() {
 
 #[test]
 fn a_disabled_bootstrap_is_inert() {
-    let (_lock, _exporter) = setup(&[SpanGroup::JOB]);
+    let _exporter = capture(&[SpanGroup::JOB]);
     let _span = managed_span(SpanGroup::JOB, "test.parent", []);
     let bootstrap = WorkerBootstrap::capture(false, Some("svc".into()), None);
     assert_eq!(bootstrap, WorkerBootstrap::disabled());

@@ -10,53 +10,27 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
 use lens_core::attr::{AttrValue, KeyValue};
-use lens_core::groups::{GroupSet, SpanGroup, set_enabled_span_groups};
+use lens_core::groups::SpanGroup;
 use lens_core::otel::active;
 use lens_core::otel::propagation::RemoteContext;
 use lens_core::otel::span::{
-    DEFAULT_REDACT_KEYS, SpanGuard, SpanLink, backdated_span, in_managed_span, instrument_future, lazy_attributes,
-    managed_span, managed_span_since, new_trace_linked, safe_set_span_attributes, span_cm, try_in_managed_span,
-    try_instrument_future,
+    DEFAULT_REDACT_KEYS, SAMPLING_KEY_ATTRIBUTE, SpanGuard, SpanKind, SpanLink, enter_span, in_managed_span,
+    instrument_future, lazy_attributes, managed_span, span, try_in_managed_span, try_instrument_future, ungated_span,
 };
+use lens_core::testing::{Capture, capture};
 use opentelemetry::trace::{SpanId, Status, TracerProvider as _};
 use opentelemetry::{Array, Value};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
 
-static LOCK: Mutex<()> = Mutex::new(());
-static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
-
-/// Installs a tracer exporting to `exporter`.
-fn install_tracer(exporter: &InMemorySpanExporter) {
-    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-    active::install(provider.tracer("lens-test")).expect("no tracer is installed yet");
+fn spans(exporter: &Capture) -> Vec<SpanData> {
+    exporter.finished_spans()
 }
 
-/// Takes the lock, makes sure the test tracer is installed, clears the
-/// exported spans and enables exactly `groups`.
-fn setup(groups: &[SpanGroup]) -> (MutexGuard<'static, ()>, InMemorySpanExporter) {
-    let lock = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
-    let exporter = EXPORTER
-        .get_or_init(|| {
-            let exporter = InMemorySpanExporter::default();
-            install_tracer(&exporter);
-            exporter
-        })
-        .clone();
-    exporter.reset();
-    set_enabled_span_groups(GroupSet::of(groups));
-    (lock, exporter)
-}
-
-fn spans(exporter: &InMemorySpanExporter) -> Vec<SpanData> {
-    exporter.get_finished_spans().expect("the in-memory exporter is readable")
-}
-
-fn only_span(exporter: &InMemorySpanExporter) -> SpanData {
+fn only_span(exporter: &Capture) -> SpanData {
     let mut spans = spans(exporter);
     assert_eq!(spans.len(), 1, "expected one span, got {:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
     spans.remove(0)
@@ -110,7 +84,7 @@ impl Future for YieldOnce {
 
 #[test]
 fn disabled_group_records_nothing_and_never_computes_lazy_attributes() {
-    let (_lock, exporter) = setup(&[SpanGroup::JOB]);
+    let exporter = capture(&[SpanGroup::JOB]);
     let computed = AtomicUsize::new(0);
     let span = managed_span(
         SpanGroup::STEP,
@@ -136,7 +110,7 @@ fn disabled_group_records_nothing_and_never_computes_lazy_attributes() {
 
 #[test]
 fn enabled_group_records_the_span_with_its_name_and_attributes() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::STEP]);
     {
         let span = managed_span(
             SpanGroup::STEP,
@@ -160,7 +134,7 @@ fn enabled_group_records_the_span_with_its_name_and_attributes() {
 
 #[test]
 fn nested_managed_spans_are_parent_and_child_and_the_parent_is_restored() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP, SpanGroup::OPTIMIZER]);
+    let exporter = capture(&[SpanGroup::STEP, SpanGroup::OPTIMIZER]);
     {
         let _step = managed_span(SpanGroup::STEP, "test.step", []);
         in_managed_span(SpanGroup::OPTIMIZER, "test.optimizer", [], |_| {
@@ -186,10 +160,10 @@ fn nested_managed_spans_are_parent_and_child_and_the_parent_is_restored() {
 }
 
 #[test]
-fn span_cm_records_without_any_group_and_is_inert_without_a_tracer() {
-    let (_lock, exporter) = setup(&[]);
+fn enter_span_records_without_any_group_and_is_inert_without_a_tracer() {
+    let exporter = capture(&[]);
     {
-        let span = span_cm("test.cold", [KeyValue::new("test.param_count", 1e9)]);
+        let span = enter_span("test.cold", [KeyValue::new("test.param_count", 1e9)]);
         assert!(span.is_recording());
     }
     let span = only_span(&exporter);
@@ -198,27 +172,25 @@ fn span_cm_records_without_any_group_and_is_inert_without_a_tracer() {
 
     exporter.reset();
     assert!(active::uninstall());
-    let cold = span_cm("test.cold", []);
-    set_enabled_span_groups(GroupSet::of(&[SpanGroup::STEP]));
+    let cold = enter_span("test.cold", []);
+    exporter.enable(&[SpanGroup::STEP]);
     let managed = managed_span(SpanGroup::STEP, "test.step", []);
     let recording = (cold.is_recording(), managed.is_recording());
     drop((cold, managed));
-    // Put a tracer back for the other tests before asserting.
-    install_tracer(&exporter);
     assert_eq!(recording, (false, false));
     assert!(spans(&exporter).is_empty());
 }
 
 #[test]
 fn a_second_install_is_refused() {
-    let (_lock, _exporter) = setup(&[]);
+    let _exporter = capture(&[]);
     let provider = SdkTracerProvider::builder().build();
     assert!(active::install(provider.tracer("second")).is_err());
 }
 
 #[test]
 fn err_marks_the_span_error_with_an_exception_event_and_still_ends_it() {
-    let (_lock, exporter) = setup(&[SpanGroup::CHECKPOINT]);
+    let exporter = capture(&[SpanGroup::CHECKPOINT]);
     let result: Result<u32, std::io::Error> =
         try_in_managed_span(SpanGroup::CHECKPOINT, "test.save", [], |_| Err(std::io::Error::other("disk full")));
     assert_eq!(result.unwrap_err().to_string(), "disk full");
@@ -236,7 +208,7 @@ fn err_marks_the_span_error_with_an_exception_event_and_still_ends_it() {
 
 #[test]
 fn question_mark_through_a_guard_still_ends_the_span() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::STEP]);
     fn step() -> Result<(), std::num::ParseIntError> {
         let _span = managed_span(SpanGroup::STEP, "test.parse", []);
         let _n: i32 = "not a number".parse()?;
@@ -248,7 +220,7 @@ fn question_mark_through_a_guard_still_ends_the_span() {
 
 #[test]
 fn panic_in_the_closure_form_marks_error_with_the_message_and_ends_the_span() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::STEP]);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         in_managed_span(SpanGroup::STEP, "test.boom", [], |_| -> u32 { panic!("exploded at step 3") })
     }));
@@ -262,7 +234,7 @@ fn panic_in_the_closure_form_marks_error_with_the_message_and_ends_the_span() {
 
 #[test]
 fn panic_through_a_guard_marks_error_and_ends_the_span() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::STEP]);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let _span = managed_span(SpanGroup::STEP, "test.guarded", []);
         panic!("guarded panic");
@@ -275,7 +247,7 @@ fn panic_through_a_guard_marks_error_and_ends_the_span() {
 
 #[test]
 fn record_error_and_set_status_error_mark_the_span() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::STEP]);
     {
         let span = managed_span(SpanGroup::STEP, "test.recorded", []);
         span.record_error(&std::io::Error::other("bad batch"));
@@ -290,13 +262,12 @@ fn record_error_and_set_status_error_mark_the_span() {
 }
 
 #[test]
-fn safe_set_redacts_sensitive_strings_skips_none_and_keeps_lists() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+fn set_attributes_redacted_redacts_sensitive_strings_skips_none_and_keeps_lists() {
+    let exporter = capture(&[SpanGroup::STEP]);
     {
         let span = managed_span(SpanGroup::STEP, "test.safe", []);
         let missing: Option<KeyValue> = None;
-        safe_set_span_attributes(
-            &span,
+        span.set_attributes_redacted(
             [
                 Some(KeyValue::new("password", "hunter2")),
                 Some(KeyValue::new("Password", "case matters")),
@@ -307,7 +278,7 @@ fn safe_set_redacts_sensitive_strings_skips_none_and_keeps_lists() {
             ],
             DEFAULT_REDACT_KEYS,
         );
-        safe_set_span_attributes(&span, [KeyValue::new("model_path", "/secret/path")], &["model_path"]);
+        span.set_attributes_redacted([KeyValue::new("model_path", "/secret/path")], &["model_path"]);
     }
     let span = only_span(&exporter);
     assert_eq!(attribute(&span, "password"), Some(Value::from("[REDACTED]")));
@@ -325,12 +296,15 @@ fn safe_set_redacts_sensitive_strings_skips_none_and_keeps_lists() {
 
 #[test]
 fn backdated_spans_carry_the_given_times_and_parent() {
-    let (_lock, exporter) = setup(&[SpanGroup::JOB]);
+    let exporter = capture(&[SpanGroup::JOB]);
     let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     let end = start + Duration::from_millis(1500);
     let context = {
         let _parent = managed_span(SpanGroup::JOB, "test.startup", []);
-        backdated_span(SpanGroup::JOB, "test.startup.init", start, end, [KeyValue::new("test.phase", "init")])
+        span(SpanGroup::JOB, "test.startup.init")
+            .start_time(start)
+            .attributes([KeyValue::new("test.phase", "init")])
+            .end_at(end)
     };
     assert!(context.is_valid());
     let spans = spans(&exporter);
@@ -339,27 +313,25 @@ fn backdated_spans_carry_the_given_times_and_parent() {
     assert_eq!(init.parent_span_id, named(&spans, "test.startup").span_context.span_id());
     assert_eq!(context.span_id_hex(), Some(init.span_context.span_id().to_string()));
     assert_eq!(attribute(init, "test.phase"), Some(Value::from("init")));
-    assert!(!backdated_span(SpanGroup::STEP, "test.off", start, end, []).is_valid());
+    assert!(!span(SpanGroup::STEP, "test.off").start_time(start).end_at(end).is_valid());
 
     exporter.reset();
-    let since = managed_span_since(SpanGroup::JOB, "test.since", start, []);
+    let since = span(SpanGroup::JOB, "test.since").start_time(start).start();
     since.end_at(end);
     let span = only_span(&exporter);
     assert_eq!((span.start_time, span.end_time), (start, end));
 }
 
 #[test]
-fn new_trace_linked_starts_a_fresh_trace_that_links_to_the_previous_one() {
-    let (_lock, exporter) = setup(&[SpanGroup::JOB, SpanGroup::STEP]);
+fn a_new_trace_builder_starts_a_fresh_trace_that_links_to_the_previous_one() {
+    let exporter = capture(&[SpanGroup::JOB, SpanGroup::STEP]);
     let startup = managed_span(SpanGroup::JOB, "test.startup", []);
     let previous = startup.remote_context();
     {
-        let interval = new_trace_linked(
-            SpanGroup::JOB,
-            "test.train",
-            [SpanLink::new(&previous).with_attributes([KeyValue::new("test.link", "previous")])],
-            [],
-        );
+        let interval = span(SpanGroup::JOB, "test.train")
+            .new_trace()
+            .links([SpanLink::new(&previous).with_attributes([KeyValue::new("test.link", "previous")])])
+            .start();
         let _iteration = managed_span(SpanGroup::STEP, "test.iteration", []);
         assert!(interval.is_recording());
     }
@@ -377,15 +349,14 @@ fn new_trace_linked_starts_a_fresh_trace_that_links_to_the_previous_one() {
     assert_eq!(iteration.span_context.trace_id(), train.span_context.trace_id());
 
     // A link to "no context" is skipped.
-    let exporter2 = exporter.clone();
-    exporter2.reset();
-    drop(new_trace_linked(SpanGroup::JOB, "test.unlinked", [SpanLink::new(&RemoteContext::none())], []));
-    assert!(only_span(&exporter2).links.links.is_empty());
+    exporter.reset();
+    drop(span(SpanGroup::JOB, "test.unlinked").new_trace().links([SpanLink::new(&RemoteContext::none())]).start());
+    assert!(only_span(&exporter).links.links.is_empty());
 }
 
 #[test]
 fn instrument_future_keeps_the_span_current_across_await_points() {
-    let (_lock, exporter) = setup(&[SpanGroup::EVALUATE, SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::EVALUATE, SpanGroup::STEP]);
     let future = instrument_future(SpanGroup::EVALUATE, "test.request", [KeyValue::new("test.id", 1)], async {
         YieldOnce(false).await;
         drop(managed_span(SpanGroup::STEP, "test.after_await", []));
@@ -407,7 +378,7 @@ fn instrument_future_keeps_the_span_current_across_await_points() {
 
 #[test]
 fn try_instrument_future_marks_err_and_a_disabled_group_only_polls() {
-    let (_lock, exporter) = setup(&[SpanGroup::EVALUATE]);
+    let exporter = capture(&[SpanGroup::EVALUATE]);
     let failed: Result<(), String> =
         block_on(try_instrument_future(SpanGroup::EVALUATE, "test.request", [], async { Err("timeout".to_string()) }));
     assert!(failed.is_err());
@@ -421,7 +392,7 @@ fn try_instrument_future_marks_err_and_a_disabled_group_only_polls() {
 
 #[test]
 fn a_cancelled_future_still_ends_its_span() {
-    let (_lock, exporter) = setup(&[SpanGroup::EVALUATE]);
+    let exporter = capture(&[SpanGroup::EVALUATE]);
     let mut future = Box::pin(instrument_future(SpanGroup::EVALUATE, "test.cancelled", [], async {
         YieldOnce(false).await;
     }));
@@ -433,7 +404,7 @@ fn a_cancelled_future_still_ends_its_span() {
 
 #[test]
 fn attributes_are_visible_at_creation_and_values_keep_their_types() {
-    let (_lock, exporter) = setup(&[SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::STEP]);
     drop(managed_span(
         SpanGroup::STEP,
         "test.types",
@@ -453,11 +424,162 @@ fn attributes_are_visible_at_creation_and_values_keep_their_types() {
 
 #[test]
 fn an_inert_guard_is_small_and_does_nothing() {
-    let (_lock, exporter) = setup(&[]);
+    let exporter = capture(&[]);
     let guard = SpanGuard::noop();
     guard.set_status_error("ignored");
     guard.record_error(&std::io::Error::other("ignored"));
     assert!(format!("{guard:?}").contains("inert"));
     guard.end();
     assert!(spans(&exporter).is_empty());
+}
+
+// The span builder: each option shows in the exported span.
+
+#[test]
+fn builder_parent_puts_the_span_under_that_context_not_the_current_span() {
+    let exporter = capture(&[SpanGroup::STEP]);
+    let remote = lens_core::propagation::extract_context(&[(
+        "traceparent",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    )]);
+    {
+        let _current = managed_span(SpanGroup::STEP, "test.current", []);
+        let child = span(SpanGroup::STEP, "test.child").parent(&remote).start();
+        let _grandchild = managed_span(SpanGroup::STEP, "test.grandchild", []);
+        drop(_grandchild);
+        drop(child);
+    }
+    let spans = spans(&exporter);
+    let child = named(&spans, "test.child");
+    assert_eq!(child.span_context.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(child.parent_span_id.to_string(), "00f067aa0ba902b7");
+    assert_eq!(
+        named(&spans, "test.grandchild").parent_span_id,
+        child.span_context.span_id(),
+        "start() makes it current"
+    );
+
+    exporter.reset();
+    drop(span(SpanGroup::STEP, "test.root").parent(&RemoteContext::none()).start());
+    assert_eq!(only_span(&exporter).parent_span_id, SpanId::INVALID, "no context: a new trace");
+}
+
+#[test]
+fn builder_links_point_at_each_valid_context() {
+    let exporter = capture(&[SpanGroup::STEP]);
+    let (first, second) = {
+        let a = managed_span(SpanGroup::STEP, "test.a", []);
+        let b = managed_span(SpanGroup::STEP, "test.b", []);
+        (a.remote_context(), b.remote_context())
+    };
+    drop(
+        span(SpanGroup::STEP, "test.linked")
+            .links([SpanLink::new(&first), SpanLink::new(&RemoteContext::none())])
+            .links([SpanLink::new(&second)])
+            .start(),
+    );
+    let spans = spans(&exporter);
+    let linked = named(&spans, "test.linked");
+    let targets: Vec<SpanId> = linked.links.links.iter().map(|l| l.span_context.span_id()).collect();
+    assert_eq!(
+        targets,
+        [named(&spans, "test.a").span_context.span_id(), named(&spans, "test.b").span_context.span_id()]
+    );
+}
+
+#[test]
+fn builder_kind_is_exported() {
+    let exporter = capture(&[SpanGroup::STEP]);
+    drop(span(SpanGroup::STEP, "test.server").kind(SpanKind::Server).start());
+    drop(span(SpanGroup::STEP, "test.default").start());
+    let spans = spans(&exporter);
+    assert_eq!(named(&spans, "test.server").span_kind, opentelemetry::trace::SpanKind::Server);
+    assert_eq!(named(&spans, "test.default").span_kind, opentelemetry::trace::SpanKind::Internal);
+}
+
+#[test]
+fn builder_start_time_backdates_the_start() {
+    let exporter = capture(&[SpanGroup::STEP]);
+    let began = SystemTime::now() - Duration::from_secs(30);
+    drop(span(SpanGroup::STEP, "test.late").start_time(began).start());
+    let span = only_span(&exporter);
+    assert_eq!(span.start_time, began);
+    assert!(span.end_time.duration_since(began).unwrap() >= Duration::from_secs(30));
+}
+
+#[test]
+fn builder_sampling_key_is_a_start_attribute() {
+    let exporter = capture(&[SpanGroup::STEP]);
+    let key = lens_core::span::sampling_key("run", 0, 7);
+    drop(span(SpanGroup::STEP, "test.keyed").sampling_key(key).attributes([KeyValue::new("test.i", 7)]).start());
+    let span = only_span(&exporter);
+    assert_eq!(attribute(&span, SAMPLING_KEY_ATTRIBUTE), Some(Value::I64(key)));
+    assert_eq!(attribute(&span, "test.i"), Some(Value::I64(7)));
+}
+
+#[test]
+fn builder_trace_id_starts_a_trace_with_that_id() {
+    let exporter = capture(&[SpanGroup::JOB]);
+    let id = [0x11_u8; 16];
+    {
+        let _outer = managed_span(SpanGroup::JOB, "test.outer", []);
+        drop(span(SpanGroup::JOB, "test.interval").trace_id(id).start());
+    }
+    let spans = spans(&exporter);
+    let interval = named(&spans, "test.interval");
+    assert_eq!(interval.span_context.trace_id().to_bytes(), id);
+    assert_eq!(interval.parent_span_id, SpanId::INVALID, "a chosen trace id makes a root");
+    assert_ne!(named(&spans, "test.outer").span_context.trace_id().to_bytes(), id);
+}
+
+#[test]
+fn builder_start_unattached_is_a_child_but_not_current_and_start_detached_is_send() {
+    let exporter = capture(&[SpanGroup::STEP]);
+    {
+        let _step = managed_span(SpanGroup::STEP, "test.step", []);
+        let beside = span(SpanGroup::STEP, "test.beside")
+            .attributes_redacted([KeyValue::new("prompt", "do not export")], DEFAULT_REDACT_KEYS)
+            .start_unattached();
+        assert!(beside.is_recording());
+        drop(managed_span(SpanGroup::STEP, "test.next", []));
+        let detached = span(SpanGroup::STEP, "test.detached").start_detached();
+        std::thread::spawn(move || drop(detached)).join().unwrap();
+    }
+    let spans = spans(&exporter);
+    let step = named(&spans, "test.step").span_context.span_id();
+    assert_eq!(named(&spans, "test.beside").parent_span_id, step);
+    assert_eq!(named(&spans, "test.next").parent_span_id, step, "the unattached span is not current");
+    assert_eq!(named(&spans, "test.detached").parent_span_id, step);
+    assert_eq!(attribute(named(&spans, "test.beside"), "prompt"), Some(Value::from("[REDACTED]")));
+}
+
+#[test]
+fn a_disabled_builder_records_nothing_and_never_iterates_its_arguments() {
+    let exporter = capture(&[SpanGroup::JOB]);
+    let iterated = AtomicUsize::new(0);
+    let builder = span(SpanGroup::STEP, "test.off")
+        .links((0..3).map(|_| {
+            iterated.fetch_add(1, Ordering::Relaxed);
+            SpanLink::new(&RemoteContext::none())
+        }))
+        .attributes((0..3).map(|i| {
+            iterated.fetch_add(1, Ordering::Relaxed);
+            KeyValue::new("test.i", i)
+        }))
+        .kind(SpanKind::Server)
+        .start_time(SystemTime::now())
+        .sampling_key(1)
+        .trace_id([1; 16]);
+    assert!(!builder.is_enabled());
+    let guard = builder.start();
+    assert!(!guard.is_recording());
+    drop(guard);
+    assert!(!span(SpanGroup::STEP, "test.off").start_detached().is_recording());
+    assert!(!span(SpanGroup::STEP, "test.off").end_at(SystemTime::now()).is_valid());
+    assert_eq!(iterated.load(Ordering::Relaxed), 0);
+    assert!(spans(&exporter).is_empty());
+
+    // The ungated builder records whatever the groups.
+    drop(ungated_span("test.ungated").start());
+    assert_eq!(only_span(&exporter).name, "test.ungated");
 }

@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use lens_fallbacks::{
-    Counter, Gauge, Histogram, KeyValue, Meter, SpanGroup, Telemetry, WorkerBootstrap, backdated_span, in_managed_span,
-    inject_context, lazy_attributes, managed_span, trace_fn, try_in_managed_span,
+    Counter, Gauge, Histogram, KeyValue, Meter, SpanGroup, Telemetry, WorkerBootstrap, in_managed_span, inject_context,
+    lazy_attributes, managed_span, span, trace_fn, try_in_managed_span,
 };
 
 /// The example's own metrics, created once from the handle's meter (no-op
@@ -87,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let telemetry = Telemetry::from_env("EXAMPLE_OTEL")?;
     let metrics = LoopMetrics::new(telemetry.meter());
     let loss = train(4, &metrics)?;
-    let _startup = backdated_span(SpanGroup::JOB, "example.startup", started, SystemTime::now(), []);
+    let _startup = span(SpanGroup::JOB, "example.startup").start_time(started).end_at(SystemTime::now());
 
     let mut carrier = HashMap::new();
     inject_context(&mut carrier);

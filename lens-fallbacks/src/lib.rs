@@ -39,20 +39,19 @@ pub use lens_core::attr::{
 pub use lens_core::bootstrap::InvalidBootstrap;
 pub use lens_core::config;
 pub use lens_core::env::EnvSource;
-pub use lens_core::groups::{GroupSet, SpanGroup, set_enabled_span_groups};
+pub use lens_core::groups::{GroupSet, SpanGroup};
 pub use lens_core::identity::RankContext;
 pub use lens_core::metrics::{Counter, Gauge, Histogram, InstrumentBuilder, Meter, UpDownCounter};
 pub use lens_core::propagation::{
-    AttachedContext, RemoteContext, WorkerBootstrap, context_from_env, create_linked_span, create_linked_span_since,
-    current_context, decode_context, encode_context, extract_context, inject_context,
+    AttachedContext, RemoteContext, WorkerBootstrap, context_from_env, current_context, decode_context, encode_context,
+    extract_context, inject_context,
 };
 pub use lens_core::report::{MetricExportSnapshot, ShutdownReport, SpanExportSnapshot};
 pub use lens_core::setup::{SetupError, SetupOptions, Telemetry, setup_telemetry};
 pub use lens_core::span::{
-    DetachedSpan, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanGuard, SpanKind, SpanLink, backdated_span,
-    detached_span, in_managed_span, instrument_future, is_span_group_enabled, managed_span, managed_span_since,
-    new_trace_linked, root_span_with_trace_id, safe_set_span_attributes, sampling_key, span_cm, try_in_managed_span,
-    try_instrument_future,
+    DetachedSpan, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanBuilder, SpanGuard, SpanKind, SpanLink, enter_span,
+    in_managed_span, instrument_future, is_span_group_enabled, managed_span, sampling_key, span, try_in_managed_span,
+    try_instrument_future, ungated_span,
 };
 pub use lens_macros::trace_fn;
 // Setting telemetry up from the facade alone: `Telemetry::from_env`, its
@@ -135,6 +134,13 @@ pub mod instruments {
     pub mod gym {
         pub use lens_instruments::gym::{GymMetrics, GymValues, record_gym_metrics};
     }
+}
+
+/// Test support (feature `testing`): span capture and the gate's writer
+/// (`lens_core::testing`).
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use lens_core::testing::*;
 }
 
 /// What `#[trace_fn]` expands to. Not a public API.

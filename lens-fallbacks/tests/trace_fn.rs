@@ -9,33 +9,15 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use lens_fallbacks::{GroupSet, SpanGroup, managed_span, set_enabled_span_groups, trace_fn};
-use opentelemetry::trace::{Status, TracerProvider as _};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use lens_fallbacks::testing::{Capture, capture};
+use lens_fallbacks::{SpanGroup, managed_span, trace_fn};
+use opentelemetry::trace::Status;
+use opentelemetry_sdk::trace::SpanData;
 
-static LOCK: Mutex<()> = Mutex::new(());
-static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
-
-fn setup(groups: &[SpanGroup]) -> (MutexGuard<'static, ()>, InMemorySpanExporter) {
-    let lock = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
-    let exporter = EXPORTER
-        .get_or_init(|| {
-            let exporter = InMemorySpanExporter::default();
-            let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-            lens_core::otel::active::install(provider.tracer("lens-test")).expect("no tracer is installed yet");
-            exporter
-        })
-        .clone();
-    exporter.reset();
-    set_enabled_span_groups(GroupSet::of(groups));
-    (lock, exporter)
-}
-
-fn spans(exporter: &InMemorySpanExporter) -> Vec<SpanData> {
-    exporter.get_finished_spans().expect("the in-memory exporter is readable")
+fn spans(exporter: &Capture) -> Vec<SpanData> {
+    exporter.finished_spans()
 }
 
 fn block_on<F: Future>(future: F) -> F::Output {
@@ -67,11 +49,11 @@ async fn serve(x: u32) -> u32 {
 
 #[test]
 fn the_group_is_checked_at_call_time() {
-    let (_lock, exporter) = setup(&[]);
+    let exporter = capture(&[]);
     assert_eq!(train_step(1), 2);
     assert!(spans(&exporter).is_empty());
 
-    set_enabled_span_groups(GroupSet::of(&[SpanGroup::STEP]));
+    exporter.enable(&[SpanGroup::STEP]);
     assert_eq!(train_step(2), 3);
     let spans = spans(&exporter);
     assert_eq!(spans.len(), 1);
@@ -80,7 +62,7 @@ fn the_group_is_checked_at_call_time() {
 
 #[test]
 fn a_traced_function_nests_under_the_current_span() {
-    let (_lock, exporter) = setup(&[SpanGroup::JOB, SpanGroup::STEP]);
+    let exporter = capture(&[SpanGroup::JOB, SpanGroup::STEP]);
     {
         let _job = managed_span(SpanGroup::JOB, "test.job", []);
         train_step(0);
@@ -93,7 +75,7 @@ fn a_traced_function_nests_under_the_current_span() {
 
 #[test]
 fn an_err_result_marks_the_span_error() {
-    let (_lock, exporter) = setup(&[SpanGroup::CHECKPOINT]);
+    let exporter = capture(&[SpanGroup::CHECKPOINT]);
     assert!(save(true).is_err());
     assert!(save(false).is_ok());
     let spans = spans(&exporter);
@@ -104,7 +86,7 @@ fn an_err_result_marks_the_span_error() {
 
 #[test]
 fn an_async_traced_function_keeps_its_span_current() {
-    let (_lock, exporter) = setup(&[SpanGroup::EVALUATE]);
+    let exporter = capture(&[SpanGroup::EVALUATE]);
     assert_eq!(block_on(serve(2)), 6);
     let spans = spans(&exporter);
     let serve = spans.iter().find(|s| s.name == "test.serve").expect("serve span");

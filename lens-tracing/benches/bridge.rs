@@ -19,8 +19,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup, set_enabled_span_groups};
+use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup};
 use lens_core::otel::active;
+use lens_core::testing::set_enabled_span_groups;
 use lens_core::tracing_rules::TracingRules;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;

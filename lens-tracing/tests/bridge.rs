@@ -11,10 +11,11 @@ use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup, set_enabled_span_groups};
+use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup};
 use lens_core::otel::active;
 use lens_core::otel::propagation::RemoteContext;
 use lens_core::otel::span::managed_span;
+use lens_core::testing::set_enabled_span_groups;
 use lens_core::tracing_rules::TracingRules;
 use opentelemetry::trace::{SpanId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};

@@ -47,7 +47,7 @@ use std::time::SystemTime;
 use lens_core::attr::KeyValue;
 use lens_core::metrics::{Histogram, Meter, UpDownCounter};
 use lens_core::semconv;
-use lens_fallbacks::{DetachedSpan, RemoteContext, SpanKind, SpanLink, detached_span};
+use lens_fallbacks::{DetachedSpan, RemoteContext, SpanKind, SpanLink, span};
 
 use crate::groups::MegatronSpanGroup;
 use crate::taxonomy::{self, SpanDef};
@@ -246,19 +246,15 @@ impl ServerMetrics {
 /// The HTTP server span of one request (`{method} {route}`), under
 /// `parent` (the request's `traceparent`, or "no context" for a new trace).
 pub fn http_server_span(method: &str, route: &'static str, path: &str, parent: &RemoteContext) -> DetachedSpan {
-    detached_span(
-        MegatronSpanGroup::INFERENCE,
-        format!("{method} {route}"),
-        SpanKind::Server,
-        parent,
-        None,
-        [],
-        [
+    span(MegatronSpanGroup::INFERENCE, format!("{method} {route}"))
+        .kind(SpanKind::Server)
+        .parent(parent)
+        .attributes([
             KeyValue::new(semconv::HTTP_REQUEST_METHOD, method.to_owned()),
             KeyValue::new(semconv::HTTP_ROUTE, route),
             KeyValue::new(semconv::URL_PATH, path.to_owned()),
-        ],
-    )
+        ])
+        .start_detached()
 }
 
 /// Ends the HTTP server span with the response's status (and `error.type`,
@@ -308,15 +304,11 @@ pub fn generate_span(parent: &RemoteContext, request: &GenerateRequest<'_>) -> D
     if let Some(seed) = request.seed {
         attributes.push(KeyValue::new(semconv::GENAI_REQUEST_SEED, seed));
     }
-    detached_span(
-        MegatronSpanGroup::INFERENCE,
-        format!("{} {}", request.operation, request.model),
-        SpanKind::Internal,
-        parent,
-        None,
-        [],
-        attributes,
-    )
+    span(MegatronSpanGroup::INFERENCE, format!("{} {}", request.operation, request.model))
+        .kind(SpanKind::Internal)
+        .parent(parent)
+        .attributes(attributes)
+        .start_detached()
 }
 
 /// What the GenAI span records at its end.
@@ -363,7 +355,12 @@ pub fn phase_span(
     end: SystemTime,
     attributes: impl IntoIterator<Item = KeyValue>,
 ) {
-    let span = detached_span(def.group, def.name, SpanKind::Internal, parent, Some(start), [], attributes);
+    let span = span(def.group, def.name)
+        .kind(SpanKind::Internal)
+        .parent(parent)
+        .start_time(start)
+        .attributes(attributes)
+        .start_detached();
     span.end_at(end);
 }
 
@@ -373,15 +370,15 @@ pub fn step_span<'a>(requests: impl IntoIterator<Item = &'a RemoteContext>, batc
     if !lens_fallbacks::is_span_group_enabled(MegatronSpanGroup::INFERENCE_STEP) {
         return DetachedSpan::noop();
     }
-    detached_span(
-        taxonomy::INFERENCE_STEP.group,
-        taxonomy::INFERENCE_STEP.name,
-        SpanKind::Internal,
-        &RemoteContext::none(),
-        None,
-        requests.into_iter().map(SpanLink::new),
-        [KeyValue::new(taxonomy::attr::INFERENCE_BATCH_SIZE, i64::try_from(batch_size).unwrap_or(i64::MAX))],
-    )
+    span(taxonomy::INFERENCE_STEP.group, taxonomy::INFERENCE_STEP.name)
+        .kind(SpanKind::Internal)
+        .parent(&RemoteContext::none())
+        .links(requests.into_iter().map(SpanLink::new))
+        .attributes([KeyValue::new(
+            taxonomy::attr::INFERENCE_BATCH_SIZE,
+            i64::try_from(batch_size).unwrap_or(i64::MAX),
+        )])
+        .start_detached()
 }
 
 #[cfg(test)]

@@ -96,8 +96,8 @@ use lens_core::env::EnvSource;
 use lens_core::identity::{RankContext, resolve_launch_id};
 use lens_fallbacks::{
     AttachedContext, KeyValue, RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SetupError, SetupOptions,
-    ShutdownReport, SpanGuard, SpanLink, Telemetry, WorkerBootstrap, backdated_span, is_span_group_enabled,
-    lazy_attributes, managed_span, managed_span_since, root_span_with_trace_id, sampling_key, setup_telemetry,
+    ShutdownReport, SpanGuard, SpanLink, Telemetry, WorkerBootstrap, is_span_group_enabled, lazy_attributes,
+    managed_span, sampling_key, setup_telemetry,
 };
 use md5::{Digest as _, Md5};
 
@@ -691,8 +691,11 @@ impl MegatronTelemetry {
             let run = run_and_launch(run_id, launch_id);
             let id = trace_id_of(&format!("{}/{run}/{restart}/{lifetime}", taxonomy::PRE_STARTUP.name));
             let def = &taxonomy::PRE_STARTUP;
-            let span =
-                root_span_with_trace_id(def.group, def.name, id, Some(job_start), [], marks(def).into_iter().flatten());
+            let span = lens_fallbacks::span(def.group, def.name)
+                .trace_id(id)
+                .start_time(job_start)
+                .attributes(marks(def).into_iter().flatten())
+                .start();
             span.end_at(launch);
         }
 
@@ -705,13 +708,19 @@ impl MegatronTelemetry {
             Some(incoming) => {
                 self.incoming = Some(incoming.attach());
                 match start {
-                    Some(start) => managed_span_since(def.group, def.name, start, attributes),
+                    Some(start) => {
+                        lens_fallbacks::span(def.group, def.name).start_time(start).attributes(attributes).start()
+                    }
                     None => managed_span(def.group, def.name, attributes),
                 }
             }
             None => {
                 let id = derived_trace_id(run_id, launch_id, restart, lifetime, STARTUP_TRACE);
-                root_span_with_trace_id(def.group, def.name, id, start, [], attributes)
+                let builder = lens_fallbacks::span(def.group, def.name).trace_id(id).attributes(attributes);
+                match start {
+                    Some(start) => builder.start_time(start).start(),
+                    None => builder.start(),
+                }
             }
         };
         self.startup_context = span.remote_context();
@@ -737,7 +746,10 @@ impl MegatronTelemetry {
             }
             if let (Some(start), Some(end)) = (start, end) {
                 self.recorded_phases |= bit;
-                let _ = backdated_span(def.group, def.name, start, end, marks(def).into_iter().flatten());
+                let _ = lens_fallbacks::span(def.group, def.name)
+                    .start_time(start)
+                    .attributes(marks(def).into_iter().flatten())
+                    .end_at(end);
             }
         }
     }
@@ -790,7 +802,11 @@ impl MegatronTelemetry {
             telemetry.lifetime_index(),
             first_iteration,
         );
-        let span = root_span_with_trace_id(def.group, def.name, id, None, [link], marks(def).into_iter().flatten());
+        let span = lens_fallbacks::span(def.group, def.name)
+            .trace_id(id)
+            .links([link])
+            .attributes(marks(def).into_iter().flatten())
+            .start();
         self.previous_interval = span.remote_context();
         self.interval = Some(span);
     }

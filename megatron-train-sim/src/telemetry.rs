@@ -27,8 +27,8 @@ use lens_core::config::{CliOverrides, LensConfig};
 use lens_core::env::EnvSource;
 use lens_core::identity::RankContext;
 use lens_fallbacks::{
-    KeyValue, RemoteContext, SetupError, ShutdownReport, SpanGuard, create_linked_span_since, decode_context,
-    encode_context, is_span_group_enabled, managed_span,
+    KeyValue, RemoteContext, SetupError, ShutdownReport, SpanGuard, SpanLink, decode_context, encode_context,
+    is_span_group_enabled, managed_span,
 };
 use megatron_telemetry::groups::MegatronSpanGroup;
 use megatron_telemetry::lifecycle::{self, IterationSpans, LifecycleOptions, MegatronTelemetry};
@@ -341,16 +341,14 @@ impl Telemetry {
             return SpanGuard::noop();
         }
         let remote = decode_context(context).unwrap_or_else(RemoteContext::none);
-        create_linked_span_since(
-            Some(def.group),
-            def.name,
-            &remote,
-            waiting,
-            [
+        lens_fallbacks::span(def.group, def.name)
+            .links([SpanLink::new(&remote)])
+            .start_time(waiting)
+            .attributes([
                 KeyValue::new(attr::PIPELINE_PARALLEL_RANK, i64::from(sender_stage)),
                 KeyValue::new(attr::MICROBATCH_ID, as_i64(microbatch)),
-            ],
-        )
+            ])
+            .start_unattached()
     }
 
     /// The current context as bytes, for a worker thread (async save).

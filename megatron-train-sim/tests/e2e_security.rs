@@ -9,7 +9,7 @@
 //!
 //! The simulator sets no user attributes with a sensitive key, so redaction
 //! goes through a small program in this test binary: lens-fallbacks' setup
-//! and `safe_set_span_attributes`, exporting to the sink over OTLP. It
+//! and `SpanGuard::set_attributes_redacted`, exporting to the sink over OTLP. It
 //! installs process-global telemetry, which is why it lives in this file
 //! and no other test here does so.
 #![cfg(feature = "otel")]
@@ -190,8 +190,7 @@ fn the_header_token_appears_in_no_output_on_error_paths() {
 fn sensitive_attribute_keys_are_redacted_in_exported_spans() {
     use lens_fallbacks::config::LensConfig;
     use lens_fallbacks::{
-        DEFAULT_REDACT_KEYS, KeyValue, REDACTED, RankContext, SetupOptions, SpanGroup, managed_span,
-        safe_set_span_attributes, setup_telemetry,
+        DEFAULT_REDACT_KEYS, KeyValue, REDACTED, RankContext, SetupOptions, SpanGroup, managed_span, setup_telemetry,
     };
 
     let mut ctx = Ctx::new("redaction");
@@ -220,8 +219,7 @@ fn sensitive_attribute_keys_are_redacted_in_exported_spans() {
         .expect("telemetry set up");
     {
         let span = managed_span(SpanGroup::JOB, "e2e.redaction", []);
-        safe_set_span_attributes(
-            &span,
+        span.set_attributes_redacted(
             [
                 Some(KeyValue::new("password", password.clone())),
                 Some(KeyValue::new("prompt", prompt)),

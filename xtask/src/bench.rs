@@ -281,7 +281,7 @@ impl SpanCounter {
                     "-p",
                     "lens-core",
                     "--features",
-                    "otel",
+                    "testing",
                     "--profile",
                     "bench",
                     "--example",
