@@ -89,7 +89,7 @@ pub enum StrategyError {
     /// Looking up a name that is not registered.
     #[error(
         "Unknown {kind} '{name}'. Registered strategies: {}.{}",
-        crate::config::py_list_pub(registered),
+        crate::config::pyrepr::py_list(registered),
         suggestion.as_ref().map(|s| format!(" Did you mean '{s}'?")).unwrap_or_default()
     )]
     Unknown {

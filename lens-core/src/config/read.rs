@@ -10,7 +10,7 @@
 use std::str::FromStr;
 
 use super::error::ConfigProblem;
-use super::{Origins, parse_bool};
+use super::model::{Origins, parse_bool};
 use crate::env::EnvSource;
 
 /// A variable that was set: its name and trimmed, non-empty value.
@@ -165,7 +165,7 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
         let found = found?;
         match found.value.parse::<f64>() {
             Ok(x) => {
-                self.record(field, &found, super::error::py_float(x));
+                self.record(field, &found, super::pyrepr::py_float(x));
                 Some(x)
             }
             Err(_) => {
