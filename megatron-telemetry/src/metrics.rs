@@ -38,7 +38,6 @@
 //! assert_eq!(peak.peak_gib(), Some(3.0));
 //! ```
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The kind of an instrument (lens-core's, the same type as
@@ -294,31 +293,9 @@ impl PeakTracker {
     }
 }
 
-/// The metrics table of `docs/metrics-megatron.md` (between the
-/// `generated:metrics` markers), from [`METRICS`].
-pub fn markdown_table() -> String {
-    let mut out = String::from(
-        "| Metric | Type | Declared unit | Values in | Prometheus name | Description |\n|---|---|---|---|---|---|\n",
-    );
-    for metric in METRICS {
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} | `{}` | {} |",
-            metric.name,
-            metric.kind.as_str(),
-            metric.unit.map_or_else(|| "—".to_string(), |u| format!("`{u}`")),
-            metric.value_unit.unwrap_or("—"),
-            metric.prometheus_name,
-            metric.description
-        );
-    }
-    let _ = write!(
-        out,
-        "\nStep-duration bucket boundaries (ms): {}.\n",
-        STEP_DURATION_BOUNDARIES_MS.iter().map(|b| format!("{b}")).collect::<Vec<_>>().join(", ")
-    );
-    out
-}
+/// The metrics table of `docs/metrics-megatron.md` (rendered by
+/// [`crate::markdown::training_metrics`]).
+pub use crate::markdown::training_metrics as markdown_table;
 
 use std::sync::atomic::AtomicBool;
 
