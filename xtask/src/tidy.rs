@@ -9,8 +9,10 @@
 //!   `docs/configuration.md` and every one there is read (lens-core's
 //!   `tests/config.rs` holds that logic; tidy runs those tests);
 //! - the README states the two commands CI runs (`cargo xtask ci` and
-//!   [`MAIN_COMMAND`](crate::ci::MAIN_COMMAND));
-//! - every dependency's license is permissive (from `cargo metadata`).
+//!   [`MAIN_COMMAND`](crate::commands::MAIN_COMMAND));
+//! - every dependency's license is permissive (from `cargo metadata`);
+//! - no two modules of a crate import each other, directly or through others
+//!   ([`crate::circles`]).
 //!
 //! The generated docs tables are checked by `cargo xtask codegen --check`,
 //! which `ci` runs right after this.
@@ -55,6 +57,7 @@ pub(crate) fn run() -> Result<()> {
     module_docs()?;
     readme_commands()?;
     licenses()?;
+    crate::circles::no_import_circles(CRATES)?;
     // Logic that lives in the crates' own tests, run here by name.
     run_cmd(cargo(&["test", "-p", "lens-core", "--test", "config", "documented"]))?;
     say("xtask tidy: ok");
@@ -166,7 +169,7 @@ fn module_docs() -> Result<()> {
 /// The README's two commands are the ones CI runs.
 fn readme_commands() -> Result<()> {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).context("could not read README.md")?;
-    let main = format!("cargo {}", crate::ci::MAIN_COMMAND.join(" "));
+    let main = format!("cargo {}", crate::commands::MAIN_COMMAND.join(" "));
     let mut problems = Vec::new();
     for command in [main.as_str(), "cargo xtask ci"] {
         if !readme.lines().any(|line| line.trim() == command) {
