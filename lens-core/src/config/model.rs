@@ -64,7 +64,7 @@ impl Origins {
 /// The whole configuration of one process.
 ///
 /// Field defaults are the original's (SPEC B 1.1); lens's additions follow.
-/// Build one with [`LensConfig::from_env`] / [`ConfigLoader`], or from
+/// Build one with [`LensConfig::from_env`] / [`ConfigLoader`](super::ConfigLoader), or from
 /// [`LensConfig::default`] in code, then call [`LensConfig::validate`].
 #[derive(Clone)]
 pub struct LensConfig {

@@ -17,7 +17,7 @@ impl LensConfig {
     /// the span-group spec, exporter names per signal, endpoint URLs,
     /// timeouts, the export interval, the sampler ratio, the Prometheus host,
     /// the batch settings and the Prometheus labels. (Booleans, integers,
-    /// protocol names and header syntax are checked when read; [`Headers`]
+    /// protocol names and header syntax are checked when read; [`Headers`](super::Headers)
     /// cannot hold a malformed header.)
     ///
     /// ```
