@@ -1,5 +1,5 @@
 //! Goodput: where a training job's wall-clock time went, across restarts
-//! (SPEC A18, issue #13).
+//! (issue #13).
 //!
 //! Every second of an attempt's wall clock, from its launch stamp on, goes to
 //! exactly one [`Bucket`]. The accounting is a pure state machine,

@@ -1,17 +1,17 @@
-//! Megatron's span groups and presets (SPEC B 4.2, A9, A10).
+//! Megatron's span groups and presets.
 //!
 //! Lens knows eight base groups (bits 0 to 7, [`LENS_GROUPS`]); Megatron adds
 //! nine of its own (bits 8 to 16) and replaces the base presets with its own
 //! four: `default`, `per_step`, `profiling` and `all`. There is no `full`
 //! preset (the original's command-line help advertised one that never
-//! existed; SPEC A9).
+//! existed).
 //!
 //! [`MEGATRON_CATALOG`] is the catalog that setup resolves the span-group spec
 //! against (`--otel-span-groups`, `MEGATRON_OTEL_SPAN_GROUPS`), and
 //! [`MegatronSpanGroup`] names all seventeen groups for the call sites that gate
 //! a span on one. The catalog is pure data: it resolves specs in every build,
 //! with or without the `otel` feature, so that every rank can validate the
-//! configuration before anything is installed (SPEC A3).
+//! configuration before anything is installed.
 //!
 //! Which spans each group controls is in [`crate::taxonomy`];
 //! `docs/span-groups.md` lists them per group, generated from that table.

@@ -1,5 +1,5 @@
-//! The eight `megatron.training.*` metrics (seed page "Metrics", SPEC B 9.4,
-//! A9).
+//! The eight `megatron.training.*` metrics (the original's
+//! metrics page).
 //!
 //! The names, kinds, units, descriptions and Prometheus names are data:
 //! [`METRICS`] holds one [`MetricDef`] per instrument, the instruments are
@@ -181,7 +181,7 @@ pub struct TrainingValues {
     pub memory_allocated_gb: Option<f64>,
 }
 
-/// The loss key that wins when present (SPEC A9).
+/// The loss key that wins when present.
 pub const LM_LOSS_KEY: &str = "lm loss";
 
 /// Keys of a loss dict that are counters, not losses; [`select_loss`]
@@ -218,7 +218,7 @@ impl LossChoice<'_> {
     }
 }
 
-/// Picks the loss to export from a loss dict (SPEC A9): the `lm loss` key
+/// Picks the loss to export from a loss dict: the `lm loss` key
 /// when present, otherwise the only non-meta key; several non-meta keys
 /// without `lm loss` are [`LossChoice::Ambiguous`]. The meta keys
 /// ([`META_LOSS_KEYS`]) are ignored. Values are returned as given: pass the

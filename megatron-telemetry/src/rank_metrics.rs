@@ -1,4 +1,4 @@
-//! The per-rank metrics (`megatron.rank.*`, SPEC A16): every rank's phase
+//! The per-rank metrics (`megatron.rank.*`): every rank's phase
 //! durations, step time and progress, recorded on every rank when
 //! `<PREFIX>_RANK_METRICS=1`, whatever the rank strategy.
 //!

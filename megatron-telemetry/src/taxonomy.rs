@@ -1,8 +1,8 @@
 //! The span taxonomy as data: every span Megatron emits, with its group,
-//! goodput flag, usual parent, frequency and attribute keys (SPEC B 11.1,
-//! B 11.2, and the pipeline-parallel linked spans of A9).
+//! goodput flag, usual parent, frequency and attribute keys (the
+//! original's, and the pipeline-parallel linked spans it documented but never emitted).
 //!
-//! The original's docs drifted from its code (SPEC B 11.3): they described
+//! The original's docs drifted from its code: they described
 //! span names that were renamed long before. Here the names are `pub const`
 //! items collected in one table, [`SPANS`]; the lifecycle and the call sites
 //! use these constants, `docs/span-taxonomy.md` is generated from the table
@@ -51,7 +51,7 @@ pub mod attr {
     pub const SKIPPED: &str = "megatron.skipped";
     /// `num_microbatches` (int): the microbatches in one forward-backward
     /// schedule. A bare key, without a `megatron.` prefix, as the original
-    /// emits it (its docs said `megatron.num_microbatches`; SPEC B 11.2).
+    /// emits it (its docs said `megatron.num_microbatches`).
     pub const NUM_MICROBATCHES: &str = "num_microbatches";
     /// `megatron.update_successful` (bool): the optimizer applied its update.
     pub const UPDATE_SUCCESSFUL: &str = "megatron.update_successful";
@@ -149,7 +149,7 @@ impl Frequency {
     }
 }
 
-/// How a ratio sampler treats a span (SPEC A4): the lifecycle reads it from
+/// How a ratio sampler treats a span: the lifecycle reads it from
 /// the table and gives the span the matching marker, so no call site needs
 /// to know about sampling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -584,8 +584,8 @@ pub const P2P_SEND_BACKWARD: SpanDef = span(
     "pipeline-parallel send of gradients to the previous stage; its context travels with the message",
     &[],
 );
-/// `megatron.pp.recv_forward.linked` (SPEC A9; documented but never
-/// implemented by the original).
+/// `megatron.pp.recv_forward.linked` (documented by the original but never
+/// implemented).
 pub const PP_RECV_FORWARD_LINKED: SpanDef = span(
     "megatron.pp.recv_forward.linked",
     G::COMMUNICATION,
@@ -595,7 +595,7 @@ pub const PP_RECV_FORWARD_LINKED: SpanDef = span(
     "linked to the sending rank's `megatron.p2p.send_forward` span, whose context travels inside the point-to-point message",
     &[PIPELINE_PARALLEL_RANK, MICROBATCH_ID],
 );
-/// `megatron.pp.recv_backward.linked` (SPEC A9).
+/// `megatron.pp.recv_backward.linked` (documented by the original but never emitted).
 pub const PP_RECV_BACKWARD_LINKED: SpanDef = span(
     "megatron.pp.recv_backward.linked",
     G::COMMUNICATION,

@@ -23,7 +23,8 @@ use anyhow::{Context, Result, bail};
 
 use crate::{cargo, output, run_cmd, say, workspace_root};
 
-/// Crates that must never be built when `otel` is off (SPEC A11).
+/// Crates that must never be built when `otel` is off (the facade's no-op
+/// build stays free of OpenTelemetry and its transports).
 const FORBIDDEN_WITHOUT_OTEL: &[&str] = &["opentelemetry", "tonic", "prost", "reqwest", "hyper", "tokio"];
 
 /// The library crates whose `otel`-off build, tests and examples included

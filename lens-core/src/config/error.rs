@@ -102,7 +102,7 @@ pub enum ConfigProblem {
         /// What is wrong, with the accepted words and a suggestion.
         source: crate::tracing_rules::TracingRulesError,
     },
-    /// A canonical variable and its alias are both set and disagree (A1).
+    /// A canonical variable and its alias are both set and disagree.
     #[error(
         "{variable}='{value}' and its alias {alias}='{alias_value}' disagree. Set only one of them ({variable} is the canonical name)."
     )]

@@ -127,7 +127,8 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     if let Some(v) = r.name("exporter", found, "exporter", ExporterKind::ALL_SIGNALS_NAMES, ExporterKind::from_name) {
         c.exporter = Some(v);
     }
-    // A13: `<PREFIX>_RUN_ID` > `NEMO_LENS_RUN_ID`, whatever the fallback prefix.
+    // The run id: `<PREFIX>_RUN_ID` > `NEMO_LENS_RUN_ID`, whatever the fallback prefix, so a
+    // launcher that sets Lens's variable pins the run of every framework.
     let found = r.prefixed("RUN_ID").or_else(|| r.bare("NEMO_LENS_RUN_ID"));
     if let Some(v) = r.string("run_id", found) {
         c.run_id = v;
@@ -406,7 +407,7 @@ impl LensConfig {
         self
     }
 
-    /// Applies command-line overrides (they win over every variable, A2).
+    /// Applies command-line overrides (they win over every variable).
     ///
     /// `--otel-enabled` only turns telemetry on; `OTEL_SDK_DISABLED=true`
     /// still wins, with a one-line warning. Empty values count as unset.

@@ -1,19 +1,20 @@
 //! The configuration model: one [`LensConfig`] per process, read from the
 //! environment, overridden from the command line, validated as a whole.
 //!
-//! Precedence (SPEC A2): command-line flag ([`CliOverrides`]) > the primary
+//! Precedence: command-line flag ([`CliOverrides`]) > the primary
 //! prefix (`MEGATRON_OTEL_*`) > the fallback prefix (`NEMO_LENS_*`) > the
 //! default. An empty value counts as unset. Within one prefix a canonical
 //! name and its Lens v0.2.0 alias are read together, and a disagreement is an
-//! error naming both (A1): `*_EXPORT_STRATEGY` means `*_RANK_STRATEGY`,
+//! error naming both: `*_EXPORT_STRATEGY` means `*_RANK_STRATEGY`,
 //! `*_SAMPLER_ENABLED=1` means `*_SAMPLING_STRATEGY=rank_aware`.
 //!
 //! The standard `OTEL_*` variables are part of the model ([`OtelSettings`]),
-//! typed, because lens sets every SDK option itself (A14).
+//! typed, because lens sets every SDK option itself (the SDK reads no
+//! environment on its own).
 //!
 //! Reading and [`LensConfig::validate`] collect every problem and report them
 //! together in a [`ConfigError`], each naming the variable that was actually
-//! read, the value and what is accepted (A3). Header values of
+//! read, the value and what is accepted, before anything is installed. Header values of
 //! `OTEL_EXPORTER_OTLP_HEADERS` never appear in `Debug`, `Display` or errors.
 //!
 //! ```

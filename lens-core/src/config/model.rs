@@ -63,7 +63,7 @@ impl Origins {
 
 /// The whole configuration of one process.
 ///
-/// Field defaults are the original's (SPEC B 1.1); lens's additions follow.
+/// Field defaults are the Python original's; lens's additions follow.
 /// Build one with [`LensConfig::from_env`] / [`ConfigLoader`](super::ConfigLoader), or from
 /// [`LensConfig::default`] in code, then call [`LensConfig::validate`].
 #[derive(Clone)]
@@ -91,7 +91,7 @@ pub struct LensConfig {
     /// Metrics on or off (`<PREFIX>_METRICS_ENABLED`, default true).
     pub metrics_enabled: bool,
     /// Per-rank metrics from every rank, whatever the rank strategy
-    /// (`<PREFIX>_RANK_METRICS`, default false; SPEC A16).
+    /// (`<PREFIX>_RANK_METRICS`, default false).
     pub rank_metrics: bool,
     /// Logs on or off (`<PREFIX>_LOGS_ENABLED`, default false).
     pub logs_enabled: bool,
@@ -139,7 +139,7 @@ pub struct LensConfig {
     /// table of known GPUs decides, or there is no MFU).
     pub peak_tflops: Option<f64>,
     /// When the per-rank hang watchdog fires (`<PREFIX>_HANG_TIMEOUT_S`:
-    /// `auto`, `0` for off, or seconds; default `auto`; SPEC A17).
+    /// `auto`, `0` for off, or seconds; default `auto`).
     pub hang_timeout: HangTimeout,
     /// The standard `OTEL_*` variables.
     pub otel: OtelSettings,
@@ -218,7 +218,7 @@ impl LensConfig {
     }
 }
 
-/// When the hang watchdog fires (`<PREFIX>_HANG_TIMEOUT_S`, SPEC A17).
+/// When the hang watchdog fires (`<PREFIX>_HANG_TIMEOUT_S`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum HangTimeout {
     /// Ten times the median recent step time, at least 60 s, armed once 5
@@ -256,7 +256,7 @@ impl fmt::Display for HangTimeout {
     }
 }
 
-/// The command-line overrides of SPEC A2, as a clap-based binary fills them
+/// The command-line overrides (they win over every variable), as a clap-based binary fills them
 /// (with the `clap` feature, `#[command(flatten)]` this struct).
 ///
 /// ```

@@ -11,7 +11,7 @@ use super::read::unknown_name;
 use super::standard::{self, ExporterKind, Signal};
 
 impl LensConfig {
-    /// Checks everything of SPEC A3 on this configuration, including values
+    /// Checks every value that reading cannot check alone on this configuration, including values
     /// set or changed in code, and reports every problem at once: the sample
     /// rate, the rank and sampling strategy names (against the registries),
     /// the span-group spec, exporter names per signal, endpoint URLs,

@@ -16,7 +16,7 @@ pub const FALLBACK_ENV_PREFIX: &str = "NEMO_LENS";
 /// `--otel-service-name` sets one.
 pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 
-/// Megatron's configuration (SPEC B 1.4): the loader with Megatron's
+/// Megatron's configuration, as Megatron sets it up: the loader with Megatron's
 /// prefixes, catalog and service name, then the command line, validated.
 ///
 /// ```

@@ -1,37 +1,37 @@
 //! The lifecycle of Megatron's telemetry: one module, not helpers scattered
-//! through the training loop (issue 4 item 6; SPEC A4, A6, A9, A12, A15,
-//! B 1.4, B 6.7, B 10.5, B 11).
+//! through the training loop.
 //!
 //! [`MegatronTelemetry`] is one telemetry lifetime. It owns the facade's
 //! [`Telemetry`] handle and everything the training loop needs around it:
 //!
-//! - **setup** as Megatron does it (B 1.4): configuration from
+//! - **setup** as Megatron does it: configuration from
 //!   `MEGATRON_OTEL_*`, falling back to `NEMO_LENS_*`, resolved against
 //!   [`MEGATRON_CATALOG`](crate::groups::MEGATRON_CATALOG), service name `megatron-lm` unless
 //!   `OTEL_SERVICE_NAME` says otherwise, then the command-line flags;
 //!   resource attributes are computed only when telemetry is enabled, and
 //!   the GPU identity (NVML) only on an exporting rank;
-//! - **the startup trace** (B 11.1): `pre_startup` when the SLURM job start
+//! - **the startup trace**: `pre_startup` when the SLURM job start
 //!   and the launch-script start are both known and ordered, then
 //!   `megatron.startup`, open until the training loop starts, with backdated
 //!   children for the phases whose [`StartupTimestamps`] are known. Its trace
 //!   id is derived ([`derived_trace_id`]), or, when the job was launched with
-//!   a `TRACEPARENT` (A12), it is a child of that context in the launcher's
+//!   a `TRACEPARENT`, it is a child of that context in the launcher's
 //!   trace;
 //! - **interval re-rooting**: a `megatron.train` span per checkpoint
 //!   interval, each the root of a fresh trace whose id every rank derives
-//!   alike (A15), linked to the previous interval, the first to startup; one
-//!   interval for the whole loop without a save interval (A9);
-//! - **the per-iteration spans** with the sampling key of A4, the
+//!   alike, linked to the previous interval, the first to startup; one
+//!   interval for the whole loop without a save interval;
+//! - **the per-iteration spans** with their iteration's sampling key, the
 //!   first-iteration wrapper, checkpoint and evaluation spans;
 //! - **training metrics**, recorded only on the exporting rank;
 //! - **SIGTERM and SIGINT** ([`crate::signals`]), only on exporting ranks;
 //! - **shutdown**, explicit or on drop, idempotent; all state is per
-//!   lifetime, so a second setup in one process works and exports (A6);
-//! - the **async-checkpoint worker bootstrap** (B 10.5 with A9's fix).
+//!   lifetime, so a second setup in one process works and exports;
+//! - the **async-checkpoint worker bootstrap**, which carries the whole
+//!   configuration to the worker.
 //!
 //! Sampling follows the taxonomy's [`Sampling`] column, so no call site needs
-//! to know about it (SPEC A4): structural spans (startup and its children,
+//! to know about it: structural spans (startup and its children,
 //! the intervals, checkpoint save and load, evaluation, the warm-up and
 //! closing spans) carry `lens.sampling.structural = true`, so a ratio sampler
 //! never drops them; every span emitted every iteration or every log
@@ -163,7 +163,7 @@ impl MegatronTelemetry {
     ///
     /// Reads the configuration from `env` (`MEGATRON_OTEL_*`, then
     /// `NEMO_LENS_*`, then the defaults; service name `megatron-lm`), applies
-    /// `cli` (which wins), validates everything on every rank (SPEC A3), and
+    /// `cli` (which wins), validates everything on every rank before anything is installed, and
     /// only then builds anything. `env` also feeds the run id, the restart
     /// attempt, the incoming `TRACEPARENT` and the launcher's startup stamps;
     /// pass `lens_core::env::ProcessEnv` in a real job.
@@ -527,9 +527,9 @@ impl MegatronTelemetry {
         }
     }
 
-    /// The bootstrap for the async-checkpoint worker process (SPEC B 10.5):
+    /// The bootstrap for the async-checkpoint worker process:
     /// enabled exactly when this process's telemetry is (environment or
-    /// command line; A9 fixes the original, which forwarded only the flag),
+    /// command line; the original forwarded only the flag),
     /// with the service name and the resolved span groups as a
     /// comma-separated list, and the current context. Inert when telemetry
     /// is off (and always without the `otel` feature). Pass

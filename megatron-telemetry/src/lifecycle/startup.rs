@@ -17,7 +17,7 @@ pub const LAUNCH_SCRIPT_PRESRUN_ENV: &str = "LENS_LAUNCH_SCRIPT_PRESRUN_TIME";
 pub const SLURM_JOB_START_ENV: &str = "SLURM_JOB_START_TIME";
 
 /// Moments of the startup, captured as early as possible (before telemetry
-/// is set up) and turned into backdated spans (SPEC B 11.1). Missing stamps
+/// is set up) and turned into backdated spans of the startup trace. Missing stamps
 /// skip the spans that need them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StartupTimestamps {

@@ -13,7 +13,7 @@ use crate::taxonomy;
 /// trace" rather than an interval.
 pub const STARTUP_TRACE: u64 = u64::MAX;
 
-/// The trace id of a structural trace (SPEC A15): the 16 bytes of the MD5
+/// The trace id of a structural trace, alike on every rank: the 16 bytes of the MD5
 /// digest of the UTF-8 text
 /// `"megatron.train/{run}/{restart_attempt}/{lifetime}/{first_iteration}"`
 /// for an interval, or `"megatron.startup/{run}/{restart_attempt}/{lifetime}"`
@@ -96,7 +96,7 @@ pub(super) fn trace_id_of(text: &str) -> [u8; 16] {
 ///
 /// With a save interval `n > 0`: every `n` passes, starting with the first.
 /// Without one (`None` or 0): only the first pass, so the whole loop is one
-/// interval (SPEC A9; the original opened none).
+/// interval (the original opened none).
 ///
 /// ```
 /// use megatron_telemetry::lifecycle::should_reroot;
