@@ -3,12 +3,12 @@
 //!
 //! A strategy is a pure decision from the configuration and the rank
 //! context, taken once per process at setup. The built-in rank strategies
-//! are the original's (SPEC B 2): `single_rank` (the default; `export_rank`
+//! are the Python original's: `single_rank` (the default; `export_rank`
 //! `-1` means the last rank), `all_ranks`, `sampled` and
 //! `first_rank_per_node`. The built-in sampling strategy is `rank_aware`
-//! (A4). `sampled` and `rank_aware` pick ranks with the original's hash,
+//! (it records spans on a sample of the exporting ranks). `sampled` and `rank_aware` pick ranks with the original's hash,
 //! `(int(md5(str(rank)).hexdigest(), 16) % 10000) / 10000 < rate`, so a mixed
-//! Python and Rust job picks the same ranks (A5).
+//! Python and Rust job picks the same ranks.
 //!
 //! Frameworks add their own with [`register_rank_strategy`] and
 //! [`register_sampling_strategy`]; a configuration then names them in
@@ -89,7 +89,7 @@ pub enum StrategyError {
     /// Looking up a name that is not registered.
     #[error(
         "Unknown {kind} '{name}'. Registered strategies: {}.{}",
-        crate::config::py_list_pub(registered),
+        crate::config::pyrepr::py_list(registered),
         suggestion.as_ref().map(|s| format!(" Did you mean '{s}'?")).unwrap_or_default()
     )]
     Unknown {

@@ -1,5 +1,5 @@
 //! Goodput: where a training job's wall-clock time went, across restarts
-//! (SPEC A18, issue #13).
+//! (issue #13).
 //!
 //! Every second of an attempt's wall clock, from its launch stamp on, goes to
 //! exactly one [`Bucket`]. The accounting is a pure state machine,
@@ -524,28 +524,9 @@ pub const GOODPUT_METRICS: &[crate::metrics::MetricDef] = &[GOODPUT_TIME, GOODPU
 /// The attribute of `megatron.goodput.time` naming the bucket.
 pub const BUCKET_ATTRIBUTE: &str = "megatron.goodput.bucket";
 
-/// The goodput table of `docs/metrics-megatron.md` (between the
-/// `generated:goodput` markers).
-pub fn markdown_table() -> String {
-    let mut out = String::from(
-        "| Metric | Type | Declared unit | Values in | Prometheus name | Description |\n|---|---|---|---|---|---|\n",
-    );
-    for metric in GOODPUT_METRICS {
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} | `{}` | {} |",
-            metric.name,
-            metric.kind.as_str(),
-            metric.unit.map_or_else(|| "—".to_string(), |u| format!("`{u}`")),
-            metric.value_unit.unwrap_or("—"),
-            metric.prometheus_name,
-            metric.description
-        );
-    }
-    let names: Vec<String> = Bucket::ALL.iter().map(|b| format!("`{}`", b.as_str())).collect();
-    let _ = write!(out, "\nValues of `{BUCKET_ATTRIBUTE}`: {}.\n", names.join(", "));
-    out
-}
+/// The goodput table of `docs/metrics-megatron.md` (rendered by
+/// [`crate::markdown::goodput_metrics`]).
+pub use crate::markdown::goodput_metrics as markdown_table;
 
 /// The goodput gauges and the MFU gauge, created once from a meter (on the
 /// export rank; elsewhere [`GoodputMetrics::noop`]). One definition on lens's

@@ -1,17 +1,17 @@
-//! Megatron's span groups and presets (SPEC B 4.2, A9, A10).
+//! Megatron's span groups and presets.
 //!
 //! Lens knows eight base groups (bits 0 to 7, [`LENS_GROUPS`]); Megatron adds
 //! nine of its own (bits 8 to 16) and replaces the base presets with its own
 //! four: `default`, `per_step`, `profiling` and `all`. There is no `full`
 //! preset (the original's command-line help advertised one that never
-//! existed; SPEC A9).
+//! existed).
 //!
 //! [`MEGATRON_CATALOG`] is the catalog that setup resolves the span-group spec
 //! against (`--otel-span-groups`, `MEGATRON_OTEL_SPAN_GROUPS`), and
 //! [`MegatronSpanGroup`] names all seventeen groups for the call sites that gate
 //! a span on one. The catalog is pure data: it resolves specs in every build,
 //! with or without the `otel` feature, so that every rank can validate the
-//! configuration before anything is installed (SPEC A3).
+//! configuration before anything is installed.
 //!
 //! Which spans each group controls is in [`crate::taxonomy`];
 //! `docs/span-groups.md` lists them per group, generated from that table.
@@ -25,8 +25,6 @@
 //! assert!(!groups.contains(MegatronSpanGroup::STEP));
 //! assert!(MEGATRON_CATALOG.resolve("full").is_err());
 //! ```
-
-use std::fmt::Write as _;
 
 use lens_core::groups::{GroupSet, LENS_GROUPS, Preset, SpanGroup, SpanGroupCatalog, UnknownSpanGroup};
 
@@ -244,48 +242,6 @@ pub fn presets_containing(group: SpanGroup) -> Vec<&'static str> {
     MEGATRON_CATALOG.presets().iter().filter(|p| p.groups.contains(group)).map(|p| p.name).collect()
 }
 
-/// The group and preset reference of `docs/span-groups.md`: the presets
-/// table, then per group its summary, the presets that contain it and the
-/// spans it controls (from [`crate::taxonomy::SPANS`]) with their frequency.
-///
-/// `cargo xtask codegen` writes it between the `generated:groups` markers.
-pub fn markdown_reference() -> String {
-    let mut out = String::new();
-    out.push_str("### Presets\n\n| Preset | Groups |\n|---|---|\n");
-    for preset in MEGATRON_CATALOG.presets() {
-        let names = MEGATRON_CATALOG.names(preset.groups);
-        let _ = writeln!(out, "| `{}` | {} |", preset.name, code_list(&names));
-    }
-    out.push_str("\n### Groups\n\n| Group | Bit | Presets | Covers |\n|---|---|---|---|\n");
-    for group in MEGATRON_CATALOG.groups() {
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} |",
-            group.name(),
-            group.bit(),
-            code_list(&presets_containing(*group)),
-            summary(*group).unwrap_or("")
-        );
-    }
-    for group in MEGATRON_CATALOG.groups() {
-        let _ = write!(out, "\n### `{}`\n\n", group.name());
-        let spans: Vec<_> = crate::taxonomy::spans_in(*group).collect();
-        if spans.is_empty() {
-            out.push_str("No span is emitted in this group yet.\n");
-            continue;
-        }
-        out.push_str("| Span | Frequency | Goodput |\n|---|---|---|\n");
-        for span in spans {
-            let goodput = if span.goodput { "yes" } else { "no" };
-            let _ = writeln!(out, "| `{}` | {} | {} |", span.name, span.frequency.as_str(), goodput);
-        }
-    }
-    out
-}
-
-fn code_list(names: &[&str]) -> String {
-    if names.is_empty() {
-        return "—".to_string();
-    }
-    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-}
+/// The group and preset reference of `docs/span-groups.md` (rendered by
+/// [`crate::markdown::groups_reference`]).
+pub use crate::markdown::groups_reference as markdown_reference;

@@ -10,6 +10,7 @@ pub mod goodput_view;
 pub mod groups;
 pub mod inference;
 pub mod lifecycle;
+pub mod markdown;
 pub mod metrics;
 pub mod mfu;
 pub mod nvml;

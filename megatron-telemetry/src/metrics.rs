@@ -1,5 +1,5 @@
-//! The eight `megatron.training.*` metrics (seed page "Metrics", SPEC B 9.4,
-//! A9).
+//! The eight `megatron.training.*` metrics (the original's
+//! metrics page).
 //!
 //! The names, kinds, units, descriptions and Prometheus names are data:
 //! [`METRICS`] holds one [`MetricDef`] per instrument, the instruments are
@@ -38,7 +38,6 @@
 //! assert_eq!(peak.peak_gib(), Some(3.0));
 //! ```
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The kind of an instrument (lens-core's, the same type as
@@ -182,7 +181,7 @@ pub struct TrainingValues {
     pub memory_allocated_gb: Option<f64>,
 }
 
-/// The loss key that wins when present (SPEC A9).
+/// The loss key that wins when present.
 pub const LM_LOSS_KEY: &str = "lm loss";
 
 /// Keys of a loss dict that are counters, not losses; [`select_loss`]
@@ -219,7 +218,7 @@ impl LossChoice<'_> {
     }
 }
 
-/// Picks the loss to export from a loss dict (SPEC A9): the `lm loss` key
+/// Picks the loss to export from a loss dict: the `lm loss` key
 /// when present, otherwise the only non-meta key; several non-meta keys
 /// without `lm loss` are [`LossChoice::Ambiguous`]. The meta keys
 /// ([`META_LOSS_KEYS`]) are ignored. Values are returned as given: pass the
@@ -294,31 +293,9 @@ impl PeakTracker {
     }
 }
 
-/// The metrics table of `docs/metrics-megatron.md` (between the
-/// `generated:metrics` markers), from [`METRICS`].
-pub fn markdown_table() -> String {
-    let mut out = String::from(
-        "| Metric | Type | Declared unit | Values in | Prometheus name | Description |\n|---|---|---|---|---|---|\n",
-    );
-    for metric in METRICS {
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} | `{}` | {} |",
-            metric.name,
-            metric.kind.as_str(),
-            metric.unit.map_or_else(|| "—".to_string(), |u| format!("`{u}`")),
-            metric.value_unit.unwrap_or("—"),
-            metric.prometheus_name,
-            metric.description
-        );
-    }
-    let _ = write!(
-        out,
-        "\nStep-duration bucket boundaries (ms): {}.\n",
-        STEP_DURATION_BOUNDARIES_MS.iter().map(|b| format!("{b}")).collect::<Vec<_>>().join(", ")
-    );
-    out
-}
+/// The metrics table of `docs/metrics-megatron.md` (rendered by
+/// [`crate::markdown::training_metrics`]).
+pub use crate::markdown::training_metrics as markdown_table;
 
 use std::sync::atomic::AtomicBool;
 

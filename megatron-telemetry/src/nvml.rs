@@ -1,5 +1,5 @@
 //! The one place that reads NVML, the NVIDIA Management Library: the GPU
-//! identity resource attributes (`dl.gpu.*`, SPEC B 7.3), and the GPU count
+//! identity resource attributes (`dl.gpu.*`, as the original names them), and the GPU count
 //! and memory the simulator reports.
 //!
 //! NVML is loaded at run time (`dlopen("libnvidia-ml.so.1")`, through the

@@ -1,5 +1,5 @@
 //! Phase markers: where each rank spends its iterations, at the cost of a
-//! clock read and a few relaxed stores per boundary (SPEC A16).
+//! clock read and a few relaxed stores per boundary.
 //!
 //! The training loop marks phase boundaries ([`Phase`]: `data`, `forward`,
 //! `backward`, `optimizer`, the three waits `dp_wait`, `pp_wait`, `tp_wait`,

@@ -1,4 +1,4 @@
-//! The per-rank metrics (`megatron.rank.*`, SPEC A16): every rank's phase
+//! The per-rank metrics (`megatron.rank.*`): every rank's phase
 //! durations, step time and progress, recorded on every rank when
 //! `<PREFIX>_RANK_METRICS=1`, whatever the rank strategy.
 //!
@@ -22,8 +22,6 @@
 //! assert!(metrics.is_noop());
 //! # let _ = RankCoordinates { rank: 3, pipeline: 1, tensor: 0, data: 1 };
 //! ```
-
-use std::fmt::Write as _;
 
 use crate::metrics::{InstrumentKind, MetricDef};
 use lens_fallbacks::{Gauge, KeyValue};
@@ -89,28 +87,9 @@ pub(crate) fn rank_attributes(c: RankCoordinates) -> Vec<KeyValue> {
     ]
 }
 
-/// The table of `docs/metrics-megatron.md` between the
-/// `generated:rank-metrics` markers, from [`RANK_METRICS`].
-pub fn markdown_table() -> String {
-    let mut out = String::from(
-        "| Metric | Type | Declared unit | Values in | Prometheus name | Description |\n|---|---|---|---|---|---|\n",
-    );
-    for metric in RANK_METRICS {
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} | `{}` | {} |",
-            metric.name,
-            metric.kind.as_str(),
-            metric.unit.map_or_else(|| "—".to_string(), |u| format!("`{u}`")),
-            metric.value_unit.unwrap_or("—"),
-            metric.prometheus_name,
-            metric.description
-        );
-    }
-    let phases: Vec<String> = crate::phases::EXPORTED_PHASES.iter().map(|p| format!("`{}`", p.as_str())).collect();
-    let _ = write!(out, "\n`{PHASE_ATTRIBUTE}` values: {}.\n", phases.join(", "));
-    out
-}
+/// The table of `docs/metrics-megatron.md` between the `generated:rank-metrics`
+/// markers (rendered by [`crate::markdown::rank_metrics`]).
+pub use crate::markdown::rank_metrics as markdown_table;
 
 /// Where a rank sits in the job: the attributes of its series.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

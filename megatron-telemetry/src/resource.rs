@@ -1,7 +1,7 @@
 //! The resource attributes Megatron adds to lens's resource: the training
 //! configuration (seed page "Configuration", table "Resource attributes"),
 //! the precision, the SLURM and NVIDIA Resiliency Extension (NVRx) variables
-//! and the deterministic job and run UUIDs (SPEC B 7.3).
+//! and the deterministic job and run UUIDs (the original's uuid5 recipes).
 //!
 //! They describe the whole run, not one span, so they go on the resource:
 //! every span and data point of the run carries them (Jaeger shows them as

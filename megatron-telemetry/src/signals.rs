@@ -1,4 +1,4 @@
-//! SIGTERM and SIGINT for the lifecycle (SPEC B 6.7, issue 4 item 6).
+//! SIGTERM and SIGINT for the lifecycle (flush telemetry, then exit as the signal would have).
 //!
 //! A job killed by SIGTERM (a SLURM time limit, a preemption, a launcher
 //! tearing ranks down) would lose the spans still open, the current

@@ -1,5 +1,5 @@
-//! Straggler attribution from the per-rank metrics, outside the job (SPEC
-//! A16): which rank is slow, in which phase, by how much.
+//! Straggler attribution from the per-rank metrics, outside the job
+//! (`megatron.rank.*`): which rank is slow, in which phase, by how much.
 //!
 //! A data-parallel all-reduce equalises step times, so comparing step
 //! durations finds nothing: the culprit is the rank that arrives late and

@@ -1,4 +1,4 @@
-//! The hang watchdog (SPEC A17, docs/ranks.md): a thread per rank that says
+//! The hang watchdog (docs/ranks.md): a thread per rank that says
 //! which rank is stuck, where, and leaves the evidence behind before the job
 //! is killed.
 //!

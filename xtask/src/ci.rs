@@ -6,25 +6,12 @@
 
 use anyhow::Result;
 
+use crate::commands::MAIN_COMMAND;
 use crate::{cargo, codegen, run_cmd, say, tidy};
 
 /// The crates with an `otel` feature, tested with it off.
 pub(crate) const OTEL_OFF_CRATES: &[&str] =
     &["lens-core", "lens-instruments", "lens-fallbacks", "lens-tracing", "megatron-telemetry", "megatron-train-sim"];
-
-/// The README's main command (after `cargo`); `tidy` checks that the README
-/// states exactly this.
-pub(crate) const MAIN_COMMAND: &[&str] = &[
-    "run",
-    "-p",
-    "megatron-train-sim",
-    "--",
-    "--otel-enabled",
-    "--nproc-per-node",
-    "2",
-    "--pipeline-model-parallel-size",
-    "2",
-];
 
 pub(crate) fn run() -> Result<()> {
     run_cmd(cargo(&["fmt", "--all", "--check"]))?;

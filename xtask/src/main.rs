@@ -12,13 +12,17 @@
 
 mod bench;
 mod ci;
+mod circles;
+mod cmd;
 mod codegen;
+mod commands;
 mod gpu_check;
 mod tidy;
 
-use std::process::Command;
+use anyhow::{Result, bail};
 
-use anyhow::{Context, Result, bail};
+// The helpers every task uses, reachable as `crate::say` and so on.
+use cmd::{cargo, output, run_cmd, say, workspace_root};
 
 const USAGE: &str = "\
 usage: cargo xtask <task>
@@ -54,52 +58,4 @@ fn main() -> Result<()> {
         }
         Some(other) => bail!("unknown task '{other}'\n\n{USAGE}"),
     }
-}
-
-/// Prints a line of progress on standard error.
-fn say(line: &str) {
-    #[expect(clippy::print_stderr, reason = "xtask reports progress on standard error")]
-    {
-        eprintln!("{line}");
-    }
-}
-
-/// The workspace root (the parent of this crate's directory).
-fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(ToOwned::to_owned).unwrap_or_default()
-}
-
-/// A `cargo` command run in the workspace root.
-fn cargo(args: &[&str]) -> Command {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
-    cmd.args(args).current_dir(workspace_root());
-    cmd
-}
-
-/// Runs `cmd`, echoing it first, and fails when it fails.
-fn run_cmd(mut cmd: Command) -> Result<()> {
-    say(&format!("$ {}", display(&cmd)));
-    let status = cmd.status().with_context(|| format!("could not start {}", display(&cmd)))?;
-    if !status.success() {
-        bail!("{} failed with {status}", display(&cmd));
-    }
-    Ok(())
-}
-
-/// Runs `cmd` and returns its standard output.
-fn output(mut cmd: Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("could not start {}", display(&cmd)))?;
-    if !out.status.success() {
-        bail!("{} failed with {}:\n{}", display(&cmd), out.status, String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8(out.stdout)?)
-}
-
-fn display(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for arg in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&arg.to_string_lossy());
-    }
-    s
 }

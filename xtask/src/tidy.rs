@@ -12,8 +12,10 @@
 //!   `docs/configuration.md` and every one there is read (lens-core's
 //!   `tests/config.rs` holds that logic; tidy runs those tests);
 //! - the README states the two commands CI runs (`cargo xtask ci` and
-//!   [`MAIN_COMMAND`](crate::ci::MAIN_COMMAND));
-//! - every dependency's license is permissive (from `cargo metadata`).
+//!   [`MAIN_COMMAND`](crate::commands::MAIN_COMMAND));
+//! - every dependency's license is permissive (from `cargo metadata`);
+//! - no two modules of a crate import each other, directly or through others
+//!   ([`crate::circles`]).
 //!
 //! The generated docs tables are checked by `cargo xtask codegen --check`,
 //! which `ci` runs right after this.
@@ -24,7 +26,8 @@ use anyhow::{Context, Result, bail};
 
 use crate::{cargo, output, run_cmd, say, workspace_root};
 
-/// Crates that must never be built when `otel` is off (SPEC A11).
+/// Crates that must never be built when `otel` is off (the facade's no-op
+/// build stays free of OpenTelemetry and its transports).
 const FORBIDDEN_WITHOUT_OTEL: &[&str] = &["opentelemetry", "tonic", "prost", "reqwest", "hyper", "tokio"];
 
 /// The library crates whose `otel`-off build, tests and examples included
@@ -59,6 +62,7 @@ pub(crate) fn run() -> Result<()> {
     module_docs()?;
     readme_commands()?;
     licenses()?;
+    crate::circles::no_import_circles(CRATES)?;
     // Logic that lives in the crates' own tests, run here by name.
     run_cmd(cargo(&["test", "-p", "lens-core", "--test", "config", "documented"]))?;
     say("xtask tidy: ok");
@@ -242,7 +246,7 @@ fn module_docs() -> Result<()> {
 /// The README's two commands are the ones CI runs.
 fn readme_commands() -> Result<()> {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).context("could not read README.md")?;
-    let main = format!("cargo {}", crate::ci::MAIN_COMMAND.join(" "));
+    let main = format!("cargo {}", crate::commands::MAIN_COMMAND.join(" "));
     let mut problems = Vec::new();
     for command in [main.as_str(), "cargo xtask ci"] {
         if !readme.lines().any(|line| line.trim() == command) {

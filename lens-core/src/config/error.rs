@@ -10,6 +10,7 @@
 
 use std::fmt;
 
+use super::pyrepr::{did_you_mean, py_float, py_list};
 use crate::groups::UnknownSpanGroup;
 use crate::strategies::StrategyError;
 
@@ -101,7 +102,7 @@ pub enum ConfigProblem {
         /// What is wrong, with the accepted words and a suggestion.
         source: crate::tracing_rules::TracingRulesError,
     },
-    /// A canonical variable and its alias are both set and disagree (A1).
+    /// A canonical variable and its alias are both set and disagree.
     #[error(
         "{variable}='{value}' and its alias {alias}='{alias_value}' disagree. Set only one of them ({variable} is the canonical name)."
     )]
@@ -209,35 +210,3 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
-
-/// A float as Python's `repr` writes it (`1.0`, `1.5`, `-0.1`, `nan`, `inf`).
-pub(crate) fn py_float(x: f64) -> String {
-    if x.is_nan() {
-        "nan".to_string()
-    } else if x.is_infinite() {
-        if x > 0.0 { "inf".to_string() } else { "-inf".to_string() }
-    } else if x.fract() == 0.0 && x.abs() < 1e16 {
-        format!("{x:.1}")
-    } else {
-        format!("{x}")
-    }
-}
-
-/// A list as Python's `repr` of a list of strings writes it: `['a', 'b']`.
-pub(crate) fn py_list<S: AsRef<str>>(items: &[S]) -> String {
-    let mut out = String::from("[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        out.push('\'');
-        out.push_str(item.as_ref());
-        out.push('\'');
-    }
-    out.push(']');
-    out
-}
-
-pub(crate) fn did_you_mean(suggestion: Option<&str>) -> String {
-    suggestion.map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default()
-}

@@ -1,8 +1,8 @@
 //! Reading typed values from an [`EnvSource`], collecting every problem.
 //!
 //! A value is looked up under the primary prefix, then the fallback prefix
-//! (A2); within one prefix a canonical name and its alias are read together
-//! (A1). An empty value (after trimming) counts as unset. Each problem names
+//! (a flag on the command line wins over both); within one prefix a canonical
+//! name and its Lens v0.2.0 alias are read together, and must agree. An empty value (after trimming) counts as unset. Each problem names
 //! the variable that was actually read, so a bad value from the fallback
 //! prefix is reported under the fallback name (the original named the
 //! primary one). Each value read is recorded in [`Origins`].
@@ -10,7 +10,7 @@
 use std::str::FromStr;
 
 use super::error::ConfigProblem;
-use super::{Origins, parse_bool};
+use super::model::{Origins, parse_bool};
 use crate::env::EnvSource;
 
 /// A variable that was set: its name and trimmed, non-empty value.
@@ -165,7 +165,7 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
         let found = found?;
         match found.value.parse::<f64>() {
             Ok(x) => {
-                self.record(field, &found, super::error::py_float(x));
+                self.record(field, &found, super::pyrepr::py_float(x));
                 Some(x)
             }
             Err(_) => {

@@ -1,6 +1,6 @@
-//! The standard `OTEL_*` variables, typed (SPEC A2, A8, A14).
+//! The standard `OTEL_*` variables, typed.
 //!
-//! The OpenTelemetry SDK reads no environment on its own in lens (A14): the
+//! The OpenTelemetry SDK reads no environment on its own in lens: the
 //! runtime builds every provider and exporter from these settings, so each
 //! variable is read exactly once, validated with the rest of the
 //! configuration, and can be injected in tests.
@@ -226,7 +226,7 @@ impl Compression {
 /// The trace sampler of `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`.
 ///
 /// The `rank_aware` sampling strategy delegates to this one on ranks that
-/// record spans (A4).
+/// record spans.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum TracesSampler {
     /// Record every span (`always_on`).
@@ -444,7 +444,7 @@ impl Default for BatchSettings {
 /// The standard `OTEL_*` settings that lens honours.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OtelSettings {
-    /// `OTEL_SDK_DISABLED=true`: telemetry off, whatever else says (A2).
+    /// `OTEL_SDK_DISABLED=true`: telemetry off, whatever else says (it wins over every other switch).
     pub sdk_disabled: bool,
     /// `OTEL_TRACES_EXPORTER`, when set.
     pub traces_exporter: Option<ExporterKind>,

@@ -1,37 +1,37 @@
 //! The lifecycle of Megatron's telemetry: one module, not helpers scattered
-//! through the training loop (issue 4 item 6; SPEC A4, A6, A9, A12, A15,
-//! B 1.4, B 6.7, B 10.5, B 11).
+//! through the training loop.
 //!
 //! [`MegatronTelemetry`] is one telemetry lifetime. It owns the facade's
 //! [`Telemetry`] handle and everything the training loop needs around it:
 //!
-//! - **setup** as Megatron does it (B 1.4): configuration from
+//! - **setup** as Megatron does it: configuration from
 //!   `MEGATRON_OTEL_*`, falling back to `NEMO_LENS_*`, resolved against
-//!   [`MEGATRON_CATALOG`], service name `megatron-lm` unless
+//!   [`MEGATRON_CATALOG`](crate::groups::MEGATRON_CATALOG), service name `megatron-lm` unless
 //!   `OTEL_SERVICE_NAME` says otherwise, then the command-line flags;
 //!   resource attributes are computed only when telemetry is enabled, and
 //!   the GPU identity (NVML) only on an exporting rank;
-//! - **the startup trace** (B 11.1): `pre_startup` when the SLURM job start
+//! - **the startup trace**: `pre_startup` when the SLURM job start
 //!   and the launch-script start are both known and ordered, then
 //!   `megatron.startup`, open until the training loop starts, with backdated
 //!   children for the phases whose [`StartupTimestamps`] are known. Its trace
 //!   id is derived ([`derived_trace_id`]), or, when the job was launched with
-//!   a `TRACEPARENT` (A12), it is a child of that context in the launcher's
+//!   a `TRACEPARENT`, it is a child of that context in the launcher's
 //!   trace;
 //! - **interval re-rooting**: a `megatron.train` span per checkpoint
 //!   interval, each the root of a fresh trace whose id every rank derives
-//!   alike (A15), linked to the previous interval, the first to startup; one
-//!   interval for the whole loop without a save interval (A9);
-//! - **the per-iteration spans** with the sampling key of A4, the
+//!   alike, linked to the previous interval, the first to startup; one
+//!   interval for the whole loop without a save interval;
+//! - **the per-iteration spans** with their iteration's sampling key, the
 //!   first-iteration wrapper, checkpoint and evaluation spans;
 //! - **training metrics**, recorded only on the exporting rank;
 //! - **SIGTERM and SIGINT** ([`crate::signals`]), only on exporting ranks;
 //! - **shutdown**, explicit or on drop, idempotent; all state is per
-//!   lifetime, so a second setup in one process works and exports (A6);
-//! - the **async-checkpoint worker bootstrap** (B 10.5 with A9's fix).
+//!   lifetime, so a second setup in one process works and exports;
+//! - the **async-checkpoint worker bootstrap**, which carries the whole
+//!   configuration to the worker.
 //!
 //! Sampling follows the taxonomy's [`Sampling`] column, so no call site needs
-//! to know about it (SPEC A4): structural spans (startup and its children,
+//! to know about it: structural spans (startup and its children,
 //! the intervals, checkpoint save and load, evaluation, the warm-up and
 //! closing spans) carry `lens.sampling.structural = true`, so a ratio sampler
 //! never drops them; every span emitted every iteration or every log
@@ -87,420 +87,37 @@
 //! # Ok::<(), lens_fallbacks::SetupError>(())
 //! ```
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod configuration;
+mod options;
+mod spans;
+mod startup;
+mod trace_ids;
 
-use lens_core::config::{CliOverrides, ConfigLoader, LensConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lens_core::config::CliOverrides;
 use lens_core::env::EnvSource;
 use lens_core::identity::{RankContext, resolve_launch_id};
 use lens_fallbacks::{
-    AttachedContext, KeyValue, RemoteContext, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SetupError, SetupOptions,
-    ShutdownReport, SpanGuard, SpanLink, Telemetry, WorkerBootstrap, is_span_group_enabled, lazy_attributes,
-    managed_span, sampling_key, setup_telemetry,
+    AttachedContext, KeyValue, RemoteContext, SAMPLING_KEY_ATTRIBUTE, SetupError, ShutdownReport, SpanGuard, SpanLink,
+    Telemetry, WorkerBootstrap, is_span_group_enabled, lazy_attributes, managed_span, sampling_key, setup_telemetry,
 };
-use md5::{Digest as _, Md5};
 
-use crate::groups::MEGATRON_CATALOG;
 use crate::metrics::{TrainingMetrics, TrainingValues};
 use crate::signals::{self, ExitMode, SignalGuard};
 use crate::taxonomy::{self, Sampling, SpanDef, attr};
 
-/// The prefix of Megatron's variables (`MEGATRON_OTEL_*`).
-pub const ENV_PREFIX: &str = "MEGATRON_OTEL";
-/// The prefix read where `MEGATRON_OTEL_*` is unset (`NEMO_LENS_*`).
-pub const FALLBACK_ENV_PREFIX: &str = "NEMO_LENS";
-/// The service name when neither `OTEL_SERVICE_NAME` nor
-/// `--otel-service-name` sets one.
-pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
+pub use configuration::{DEFAULT_SERVICE_NAME, ENV_PREFIX, FALLBACK_ENV_PREFIX, load_config};
+pub use options::LifecycleOptions;
+pub use spans::{IterationSpans, span};
+pub use startup::{LAUNCH_SCRIPT_PRESRUN_ENV, LAUNCH_SCRIPT_START_ENV, SLURM_JOB_START_ENV, StartupTimestamps};
+pub use trace_ids::{STARTUP_TRACE, derived_trace_id, should_reroot};
 
-/// Launch-script start, in seconds since the epoch (a float, as Python's
-/// `time.time()` prints it).
-pub const LAUNCH_SCRIPT_START_ENV: &str = "LENS_LAUNCH_SCRIPT_START_TIME";
-/// Launch-script time just before `srun`, in seconds since the epoch.
-pub const LAUNCH_SCRIPT_PRESRUN_ENV: &str = "LENS_LAUNCH_SCRIPT_PRESRUN_TIME";
-/// The SLURM job's start, in seconds since the epoch (set by SLURM).
-pub const SLURM_JOB_START_ENV: &str = "SLURM_JOB_START_TIME";
-
-/// The `first_iteration` that [`derived_trace_id`] reads as "the startup
-/// trace" rather than an interval.
-pub const STARTUP_TRACE: u64 = u64::MAX;
-
-/// The trace id of a structural trace (SPEC A15): the 16 bytes of the MD5
-/// digest of the UTF-8 text
-/// `"megatron.train/{run}/{restart_attempt}/{lifetime}/{first_iteration}"`
-/// for an interval, or `"megatron.startup/{run}/{restart_attempt}/{lifetime}"`
-/// when `first_iteration` is [`STARTUP_TRACE`], where `{run}` is the run id,
-/// followed by `@{launch_id}` when there is a launch id.
-///
-/// Every rank computes the same id for the same interval with no
-/// communication, on every platform (Python:
-/// `hashlib.md5(text.encode()).digest()`). The first iteration is the
-/// absolute one, so a resumed run does not reuse an earlier trace; the
-/// launch id ([`lens_core::identity::resolve_launch_id`]) keeps two launches
-/// of one pinned run id apart, such as a hand resubmission that resumes at
-/// the iteration where the crashed launch opened an interval; the restart
-/// attempt and the lifetime index keep restarts and a second lifetime in one
-/// process apart. An all-zero digest (invalid as a trace id) has its last
-/// byte set to 1.
-///
-/// ```
-/// use megatron_telemetry::lifecycle::{STARTUP_TRACE, derived_trace_id};
-///
-/// let a = derived_trace_id("run-1", None, 0, 1, 100);
-/// assert_eq!(a, derived_trace_id("run-1", None, 0, 1, 100));
-/// assert_ne!(a, derived_trace_id("run-1", None, 0, 1, 200)); // next interval
-/// assert_ne!(a, derived_trace_id("run-1", None, 1, 1, 100)); // restart attempt
-/// assert_ne!(a, derived_trace_id("run-1", None, 0, 2, 100)); // second lifetime
-/// assert_ne!(a, derived_trace_id("run-1", None, 0, 1, STARTUP_TRACE));
-/// // A resubmission of the pinned run id "run-1", resuming at iteration 100:
-/// assert_ne!(derived_trace_id("run-1", Some("job-7"), 0, 1, 100), derived_trace_id("run-1", Some("job-8"), 0, 1, 100));
-/// ```
-pub fn derived_trace_id(
-    run_id: &str,
-    launch_id: Option<&str>,
-    restart_attempt: u32,
-    lifetime: u32,
-    first_iteration: u64,
-) -> [u8; 16] {
-    let run = run_and_launch(run_id, launch_id);
-    let text = if first_iteration == STARTUP_TRACE {
-        format!("{}/{run}/{restart_attempt}/{lifetime}", taxonomy::STARTUP.name)
-    } else {
-        format!("{}/{run}/{restart_attempt}/{lifetime}/{first_iteration}", taxonomy::TRAIN.name)
-    };
-    trace_id_of(&text)
-}
-
-/// `{run_id}`, or `{run_id}@{launch_id}` with a launch id: the run part of
-/// the texts that the structural trace ids are digests of.
-fn run_and_launch(run_id: &str, launch_id: Option<&str>) -> String {
-    match launch_id {
-        Some(launch) => format!("{run_id}@{launch}"),
-        None => run_id.to_string(),
-    }
-}
-
-/// The warning, once per process, when the run id is pinned and no launch id
-/// exists (see [`derived_trace_id`]).
-static WARNED_NO_LAUNCH_ID: AtomicBool = AtomicBool::new(false);
-
-fn warn_no_launch_id(run_id_variable: &str) {
-    if !WARNED_NO_LAUNCH_ID.swap(true, Ordering::Relaxed) {
-        lens_core::diag::warn(format_args!(
-            "the run id is pinned ({run_id_variable}) and no launch id is set ({ENV_PREFIX}_LAUNCH_ID, SLURM_JOB_ID \
-             or TORCHELASTIC_RUN_ID): a resubmission of this run that resumes from a checkpoint reuses this \
-             launch's trace ids; have the launcher set {ENV_PREFIX}_LAUNCH_ID to a fresh id for every launch"
-        ));
-    }
-}
-
-fn trace_id_of(text: &str) -> [u8; 16] {
-    let mut id: [u8; 16] = Md5::digest(text.as_bytes()).into();
-    if id == [0; 16] {
-        id[15] = 1;
-    }
-    id
-}
-
-/// Whether the loop pass numbered `loop_counter` (0 for the first pass of
-/// each training loop, independent of the iteration a resumed run starts
-/// at) opens a new `megatron.train` interval.
-///
-/// With a save interval `n > 0`: every `n` passes, starting with the first.
-/// Without one (`None` or 0): only the first pass, so the whole loop is one
-/// interval (SPEC A9; the original opened none).
-///
-/// ```
-/// use megatron_telemetry::lifecycle::should_reroot;
-///
-/// assert!(should_reroot(0, Some(100)));
-/// assert!(!should_reroot(99, Some(100)));
-/// assert!(should_reroot(100, Some(100)));
-/// assert!(should_reroot(0, None) && !should_reroot(1, None));
-/// assert!(should_reroot(0, Some(0)) && !should_reroot(5, Some(0)));
-/// ```
-pub const fn should_reroot(loop_counter: u64, save_interval: Option<u64>) -> bool {
-    match save_interval {
-        Some(n) if n > 0 => loop_counter.is_multiple_of(n),
-        _ => loop_counter == 0,
-    }
-}
-
-/// Moments of the startup, captured as early as possible (before telemetry
-/// is set up) and turned into backdated spans (SPEC B 11.1). Missing stamps
-/// skip the spans that need them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StartupTimestamps {
-    /// The SLURM job's start (`SLURM_JOB_START_TIME`).
-    pub slurm_job_start: Option<SystemTime>,
-    /// The launch script's start (`LENS_LAUNCH_SCRIPT_START_TIME`).
-    pub launch_script_start: Option<SystemTime>,
-    /// The launch script, just before `srun` (`LENS_LAUNCH_SCRIPT_PRESRUN_TIME`).
-    pub launch_script_presrun: Option<SystemTime>,
-    /// The program's first line.
-    pub program_start: Option<SystemTime>,
-    /// `main` entered (imports done).
-    pub main_entry: Option<SystemTime>,
-    /// `pretrain` entered (arguments parsed).
-    pub pretrain_entry: Option<SystemTime>,
-    /// In-process restart setup done.
-    pub after_inprocess: Option<SystemTime>,
-    /// Fault-tolerance setup done.
-    pub after_ft_setup: Option<SystemTime>,
-    /// Distributed initialisation done.
-    pub after_initialize_megatron: Option<SystemTime>,
-    /// JIT fusion options set.
-    pub after_jit_fusion: Option<SystemTime>,
-}
-
-/// The backdated startup phases, in order: the span, its start, its end,
-/// and whether it exists only when the launch phases fold.
-type Phase = (&'static SpanDef, Option<SystemTime>, Option<SystemTime>, bool);
-
-impl StartupTimestamps {
-    /// Fills the three launcher stamps that are still `None` from `env`
-    /// ([`LAUNCH_SCRIPT_START_ENV`], [`LAUNCH_SCRIPT_PRESRUN_ENV`],
-    /// [`SLURM_JOB_START_ENV`]: seconds since the epoch, integer or
-    /// fractional). A value that is not a finite, non-negative number is
-    /// ignored; all such values are named in one warning.
-    ///
-    /// ```
-    /// use std::time::{Duration, UNIX_EPOCH};
-    /// use megatron_telemetry::lifecycle::StartupTimestamps;
-    ///
-    /// let env = [("LENS_LAUNCH_SCRIPT_START_TIME", "1700000000.5"), ("SLURM_JOB_START_TIME", "soon")];
-    /// let stamps = StartupTimestamps::default().with_env(&env);
-    /// assert_eq!(stamps.launch_script_start, Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_500)));
-    /// assert_eq!(stamps.slurm_job_start, None); // ignored, with a warning
-    /// ```
-    #[must_use]
-    pub fn with_env(mut self, env: &(impl EnvSource + ?Sized)) -> StartupTimestamps {
-        let mut bad = Vec::new();
-        let mut read = |slot: &mut Option<SystemTime>, variable: &'static str| {
-            if slot.is_some() {
-                return;
-            }
-            if let Some(value) = env.non_empty(variable) {
-                match parse_epoch_seconds(&value) {
-                    Some(time) => *slot = Some(time),
-                    None => bad.push(format!("{variable}={value:?}")),
-                }
-            }
-        };
-        read(&mut self.launch_script_start, LAUNCH_SCRIPT_START_ENV);
-        read(&mut self.launch_script_presrun, LAUNCH_SCRIPT_PRESRUN_ENV);
-        read(&mut self.slurm_job_start, SLURM_JOB_START_ENV);
-        if !bad.is_empty() {
-            lens_core::diag::warn(format_args!(
-                "ignoring startup timestamps that are not seconds since the epoch: {}",
-                bad.join(", ")
-            ));
-        }
-        self
-    }
-
-    /// Whether the launch phases fold into the startup trace: launch-script
-    /// start ≤ pre-srun ≤ program start, all known. The startup span then
-    /// starts at the launch-script start, else at the program start.
-    pub fn launch_folds(&self) -> bool {
-        matches!(
-            (self.launch_script_start, self.launch_script_presrun, self.program_start),
-            (Some(a), Some(b), Some(c)) if a <= b && b <= c
-        )
-    }
-
-    fn phases(&self) -> [Phase; 8] {
-        [
-            (&taxonomy::STARTUP_LAUNCH_SCRIPT, self.launch_script_start, self.launch_script_presrun, true),
-            (&taxonomy::STARTUP_CONTAINER_LOAD, self.launch_script_presrun, self.program_start, true),
-            (&taxonomy::STARTUP_IMPORTS, self.program_start, self.main_entry, false),
-            (&taxonomy::STARTUP_ARG_PARSE, self.main_entry, self.pretrain_entry, false),
-            (&taxonomy::STARTUP_INPROCESS_SETUP, self.pretrain_entry, self.after_inprocess, false),
-            (&taxonomy::STARTUP_IN_JOB_SETUP, self.after_inprocess, self.after_ft_setup, false),
-            (&taxonomy::STARTUP_INITIALIZE_MEGATRON, self.after_ft_setup, self.after_initialize_megatron, false),
-            (&taxonomy::STARTUP_JIT_FUSION_OPTIONS, self.after_initialize_megatron, self.after_jit_fusion, false),
-        ]
-    }
-}
-
-fn parse_epoch_seconds(value: &str) -> Option<SystemTime> {
-    let seconds: f64 = value.trim().parse().ok()?;
-    if !seconds.is_finite() || seconds < 0.0 {
-        return None;
-    }
-    let duration = Duration::try_from_secs_f64(seconds).ok()?;
-    UNIX_EPOCH.checked_add(duration)
-}
-
-type LazyResource = Box<dyn FnOnce() -> Vec<KeyValue> + Send + 'static>;
-
-/// What setup takes besides the command line, the rank and the environment.
-///
-/// ```
-/// use megatron_telemetry::lifecycle::LifecycleOptions;
-///
-/// let options = LifecycleOptions::new()
-///     .with_resource(Vec::new) // from megatron_telemetry::resource, computed only when enabled
-///     .with_gpu_identity(Vec::new) // NVML, probed only on an exporting rank
-///     .with_exit_signal_handler(true); // --exit-signal-handler: signals only flush
-/// # drop(options);
-/// ```
-#[must_use]
-pub struct LifecycleOptions {
-    resource: Option<LazyResource>,
-    gpu_identity: Option<LazyResource>,
-    startup: StartupTimestamps,
-    model_type: Option<String>,
-    exit_signal_handler: bool,
-    signal_handlers: bool,
-    setup: SetupOptions,
-}
-
-impl Default for LifecycleOptions {
-    fn default() -> Self {
-        LifecycleOptions::new()
-    }
-}
-
-impl std::fmt::Debug for LifecycleOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LifecycleOptions")
-            .field("resource", &self.resource.is_some())
-            .field("gpu_identity", &self.gpu_identity.is_some())
-            .field("startup", &self.startup)
-            .field("model_type", &self.model_type)
-            .field("exit_signal_handler", &self.exit_signal_handler)
-            .field("signal_handlers", &self.signal_handlers)
-            .finish_non_exhaustive()
-    }
-}
-
-impl LifecycleOptions {
-    /// No resource attributes, no startup stamps (the launcher's are still
-    /// read from the environment), signal handlers that terminate.
-    pub fn new() -> LifecycleOptions {
-        LifecycleOptions {
-            resource: None,
-            gpu_identity: None,
-            startup: StartupTimestamps::default(),
-            model_type: None,
-            exit_signal_handler: false,
-            signal_handlers: true,
-            setup: SetupOptions::new(),
-        }
-    }
-
-    /// Resource attributes from the training arguments
-    /// ([`crate::resource`]); `compute` runs only when telemetry is enabled.
-    pub fn with_resource(mut self, compute: impl FnOnce() -> Vec<KeyValue> + Send + 'static) -> LifecycleOptions {
-        self.resource = Some(Box::new(compute));
-        self
-    }
-
-    /// The GPU identity attributes (NVML); `probe` runs only on an exporting
-    /// rank, after the export decision.
-    pub fn with_gpu_identity(mut self, probe: impl FnOnce() -> Vec<KeyValue> + Send + 'static) -> LifecycleOptions {
-        self.gpu_identity = Some(Box::new(probe));
-        self
-    }
-
-    /// The startup stamps captured so far.
-    pub fn with_startup(mut self, stamps: StartupTimestamps) -> LifecycleOptions {
-        self.startup = stamps;
-        self
-    }
-
-    /// The model type, set as `megatron.model_type` on the startup span.
-    pub fn with_model_type(mut self, model_type: impl Into<String>) -> LifecycleOptions {
-        self.model_type = Some(model_type.into());
-        self
-    }
-
-    /// `--exit-signal-handler`: the training loop drains on SIGTERM by
-    /// itself, so the handlers only flush ([`ExitMode::Graceful`]).
-    pub fn with_exit_signal_handler(mut self, graceful: bool) -> LifecycleOptions {
-        self.exit_signal_handler = graceful;
-        self
-    }
-
-    /// Whether to install SIGTERM/SIGINT handlers at all on an exporting rank
-    /// (default true; embedders that own signal handling turn it off).
-    pub fn with_signal_handlers(mut self, install: bool) -> LifecycleOptions {
-        self.signal_handlers = install;
-        self
-    }
-
-    /// The facade's setup options (custom exporters in tests, a rank
-    /// strategy). Their environment is replaced by the one given to setup.
-    pub fn with_setup_options(mut self, options: SetupOptions) -> LifecycleOptions {
-        self.setup = options;
-        self
-    }
-}
-
-/// The spans of one iteration: `megatron.train.iteration` and, around the
-/// first iteration this process executes, `megatron.train.first_iteration`.
-/// Dropping it ends both, the iteration first.
-#[must_use = "the iteration span ends when this is dropped: bind it with `let _step = ...`"]
-#[derive(Debug)]
-pub struct IterationSpans {
-    // Declaration order is drop order: the iteration before its wrapper.
-    span: SpanGuard,
-    first: Option<SpanGuard>,
-}
-
-impl IterationSpans {
-    /// The iteration span, for attributes of the caller's own.
-    pub fn span(&self) -> &SpanGuard {
-        &self.span
-    }
-
-    /// Whether this is the first iteration executed by this lifetime (it has
-    /// the `megatron.train.first_iteration` wrapper).
-    pub fn is_first(&self) -> bool {
-        self.first.is_some()
-    }
-
-    /// Sets `megatron.skipped` after the step: the optimizer skipped its
-    /// update (NaN or inf in the gradients).
-    pub fn set_skipped(&self, skipped: bool) {
-        self.span.set_attribute(attr::SKIPPED, skipped);
-    }
-}
-
-/// One span of the taxonomy, gated by its group, current until the guard
-/// drops, with `is_goodput_span = true` when the table says so, and the
-/// structural marker for [`Sampling::Structural`] spans. For the spans that
-/// need nothing more: live startup phases, `megatron.checkpoint.save.state_dict`,
-/// the spans inside the iteration, ...
-///
-/// This function knows no iteration, so it gives no sampling key: open the
-/// per-iteration spans outside the iteration span ([`Sampling::Iteration`],
-/// such as `megatron.train.log`) with [`MegatronTelemetry::span`], which keys
-/// them by the loop pass's iteration.
-///
-/// ```
-/// use megatron_telemetry::{lifecycle, taxonomy};
-///
-/// let _write = lifecycle::span(&taxonomy::CHECKPOINT_SAVE_IO_WRITE, []);
-/// ```
-#[inline]
-pub fn span(def: &'static SpanDef, attributes: impl IntoIterator<Item = KeyValue>) -> SpanGuard {
-    if !is_span_group_enabled(def.group) {
-        return SpanGuard::noop();
-    }
-    managed_span(def.group, def.name, marks(def).into_iter().flatten().chain(attributes))
-}
-
-/// The attributes that the table implies for `def`: the goodput flag, and
-/// the structural marker for [`Sampling::Structural`] spans.
-fn marks(def: &SpanDef) -> [Option<KeyValue>; 2] {
-    [
-        def.goodput.then(|| KeyValue::new(attr::IS_GOODPUT_SPAN, true)),
-        (def.sampling == Sampling::Structural).then(|| KeyValue::new(STRUCTURAL_ATTRIBUTE, true)),
-    ]
-}
+use configuration::resolved_spec;
+use spans::{iteration_value, marks};
+use startup::merge;
+use trace_ids::{run_and_launch, trace_id_of, warn_no_launch_id};
 
 /// One telemetry lifetime of a Megatron training process; see the module
 /// documentation.
@@ -546,7 +163,7 @@ impl MegatronTelemetry {
     ///
     /// Reads the configuration from `env` (`MEGATRON_OTEL_*`, then
     /// `NEMO_LENS_*`, then the defaults; service name `megatron-lm`), applies
-    /// `cli` (which wins), validates everything on every rank (SPEC A3), and
+    /// `cli` (which wins), validates everything on every rank before anything is installed, and
     /// only then builds anything. `env` also feeds the run id, the restart
     /// attempt, the incoming `TRACEPARENT` and the launcher's startup stamps;
     /// pass `lens_core::env::ProcessEnv` in a real job.
@@ -926,9 +543,9 @@ impl MegatronTelemetry {
         }
     }
 
-    /// The bootstrap for the async-checkpoint worker process (SPEC B 10.5):
+    /// The bootstrap for the async-checkpoint worker process:
     /// enabled exactly when this process's telemetry is (environment or
-    /// command line; A9 fixes the original, which forwarded only the flag),
+    /// command line; the original forwarded only the flag),
     /// with the service name and the resolved span groups as a
     /// comma-separated list, and the current context. Inert when telemetry
     /// is off (and always without the `otel` feature). Pass
@@ -955,63 +572,4 @@ impl Drop for MegatronTelemetry {
     fn drop(&mut self) {
         self.shutdown(self.shutdown_timeout);
     }
-}
-
-/// `megatron.iteration` is an `i64` attribute; an iteration beyond it is
-/// clamped (never reached in practice).
-fn iteration_value(iteration: u64) -> i64 {
-    i64::try_from(iteration).unwrap_or(i64::MAX)
-}
-
-fn merge(mut known: StartupTimestamps, new: &StartupTimestamps) -> StartupTimestamps {
-    let pairs = [
-        (&mut known.slurm_job_start, new.slurm_job_start),
-        (&mut known.launch_script_start, new.launch_script_start),
-        (&mut known.launch_script_presrun, new.launch_script_presrun),
-        (&mut known.program_start, new.program_start),
-        (&mut known.main_entry, new.main_entry),
-        (&mut known.pretrain_entry, new.pretrain_entry),
-        (&mut known.after_inprocess, new.after_inprocess),
-        (&mut known.after_ft_setup, new.after_ft_setup),
-        (&mut known.after_initialize_megatron, new.after_initialize_megatron),
-        (&mut known.after_jit_fusion, new.after_jit_fusion),
-    ];
-    for (slot, value) in pairs {
-        if slot.is_none() {
-            *slot = value;
-        }
-    }
-    known
-}
-
-/// Megatron's configuration (SPEC B 1.4): the loader with Megatron's
-/// prefixes, catalog and service name, then the command line, validated.
-///
-/// ```
-/// use lens_core::config::CliOverrides;
-/// use megatron_telemetry::lifecycle::load_config;
-///
-/// let env = [("NEMO_LENS_SPAN_GROUPS", "per_step")];
-/// let cli = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
-/// let config = load_config(&cli, &env).unwrap();
-/// assert!(config.enabled);
-/// assert_eq!(config.service_name, "megatron-lm");
-/// assert_eq!(config.span_groups, "per_step");
-/// ```
-pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Result<LensConfig, SetupError> {
-    let mut config = ConfigLoader::new(ENV_PREFIX)
-        .fallback_prefix(FALLBACK_ENV_PREFIX)
-        .catalog(&MEGATRON_CATALOG)
-        .default_service_name(DEFAULT_SERVICE_NAME)
-        .load(env)?;
-    config.apply_cli(cli);
-    config.validate()?;
-    Ok(config)
-}
-
-/// The resolved span groups as a comma-separated list of names (the spec
-/// itself if it resolves to nothing).
-fn resolved_spec(config: &LensConfig) -> String {
-    let names = config.resolved_span_groups().map(|groups| MEGATRON_CATALOG.names(groups)).unwrap_or_default();
-    if names.is_empty() { config.span_groups.clone() } else { names.join(",") }
 }

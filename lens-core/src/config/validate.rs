@@ -1,0 +1,175 @@
+//! [`LensConfig::validate`]: every semantic check on a whole configuration,
+//! all problems reported at once.
+
+use std::time::Duration;
+
+use super::error::{ConfigError, ConfigProblem};
+use super::keys::otlp_fields;
+use super::model::LensConfig;
+use super::pyrepr::py_float;
+use super::read::unknown_name;
+use super::standard::{self, ExporterKind, Signal};
+
+impl LensConfig {
+    /// Checks every value that reading cannot check alone on this configuration, including values
+    /// set or changed in code, and reports every problem at once: the sample
+    /// rate, the rank and sampling strategy names (against the registries),
+    /// the span-group spec, exporter names per signal, endpoint URLs,
+    /// timeouts, the export interval, the sampler ratio, the Prometheus host,
+    /// the batch settings and the Prometheus labels. (Booleans, integers,
+    /// protocol names and header syntax are checked when read; [`Headers`](super::Headers)
+    /// cannot hold a malformed header.)
+    ///
+    /// ```
+    /// use lens_core::config::LensConfig;
+    ///
+    /// let config = LensConfig { export_sample_rate: 1.5, ..LensConfig::default() };
+    /// let err = config.validate().unwrap_err();
+    /// assert!(err.to_string().contains("export_sample_rate must be in [0.0, 1.0], got 1.5"));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let o = &self.otel;
+        if !(0.0..=1.0).contains(&self.export_sample_rate) {
+            problems.push(ConfigProblem::SampleRateOutOfRange {
+                variable: self.source_name("export_sample_rate"),
+                value: self.export_sample_rate,
+            });
+        }
+        if let Err(source) = crate::strategies::rank_strategy(&self.rank_strategy) {
+            problems.push(ConfigProblem::UnknownStrategy { variable: self.source_name("rank_strategy"), source });
+        }
+        if !self.sampling_strategy.is_empty()
+            && let Err(source) = crate::strategies::sampling_strategy(&self.sampling_strategy)
+        {
+            problems.push(ConfigProblem::UnknownStrategy { variable: self.source_name("sampling_strategy"), source });
+        }
+        if let Err(source) = self.resolved_span_groups() {
+            problems.push(ConfigProblem::UnknownSpanGroup {
+                variable: self.source_name("span_groups"),
+                value: self.span_groups.clone(),
+                source,
+            });
+        }
+        if let Err(source) = self.tracing_rules() {
+            problems.push(ConfigProblem::InvalidTracingRules {
+                variable: self.source_name("tracing_groups"),
+                value: self.tracing_groups.clone(),
+                source,
+            });
+        }
+        if let Some(kind) = self.exporter.filter(|k| !ExporterKind::ALL_SIGNALS_NAMES.contains(&k.as_str())) {
+            problems.push(unknown_name(
+                self.source_name("exporter"),
+                "exporter",
+                kind.as_str().into(),
+                ExporterKind::ALL_SIGNALS_NAMES,
+            ));
+        }
+        for (field, signal) in [("otel.traces_exporter", Signal::Traces), ("otel.logs_exporter", Signal::Logs)] {
+            if o.exporter_override(signal) == Some(ExporterKind::Prometheus) {
+                problems.push(unknown_name(
+                    self.source_name(field),
+                    "exporter",
+                    "prometheus".into(),
+                    ExporterKind::TRACES_LOGS_NAMES,
+                ));
+            }
+        }
+        if let Some(peak) = self.peak_tflops.filter(|p| !(p.is_finite() && *p > 0.0)) {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("peak_tflops"),
+                value: py_float(peak),
+                expected: "a positive number of TFLOP/s, e.g. 989.4".into(),
+            });
+        }
+        if let Some(ratio) = o.traces_sampler.ratio().filter(|r| !(0.0..=1.0).contains(r)) {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("otel.traces_sampler_arg"),
+                value: py_float(ratio),
+                expected: "a number from 0.0 to 1.0".into(),
+            });
+        }
+        for signal in Signal::ALL {
+            let fields = otlp_fields(signal);
+            let s = o.otlp(signal);
+            if let Some(endpoint) = &s.endpoint
+                && let Err(reason) = standard::check_endpoint(&endpoint.url)
+            {
+                problems.push(ConfigProblem::InvalidEndpoint {
+                    variable: self.source_name(fields.endpoint),
+                    value: standard::redact_endpoint(&endpoint.url),
+                    reason: reason.into(),
+                });
+            }
+            if s.timeout.is_zero() {
+                problems.push(self.positive_millis(fields.timeout, s.timeout));
+            }
+        }
+        if o.metric_export_interval.is_zero() {
+            problems.push(self.positive_millis("otel.metric_export_interval", o.metric_export_interval));
+        }
+        if o.batch.schedule_delay.is_zero() {
+            problems.push(self.positive_millis("otel.batch.schedule_delay", o.batch.schedule_delay));
+        }
+        if o.prometheus_host.trim().is_empty() || o.prometheus_host.chars().any(char::is_whitespace) {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("otel.prometheus_host"),
+                value: o.prometheus_host.clone(),
+                expected: "a host name or IP address without spaces, e.g. 'localhost' or '0.0.0.0'".into(),
+            });
+        }
+        for (field, n) in [
+            ("otel.batch.max_queue_size", o.batch.max_queue_size),
+            ("otel.batch.max_export_batch_size", o.batch.max_export_batch_size),
+            ("otel.batch.max_concurrent_exports", o.batch.max_concurrent_exports),
+        ] {
+            if n == 0 {
+                problems.push(ConfigProblem::InvalidValue {
+                    variable: self.source_name(field),
+                    value: "0".into(),
+                    expected: "a whole number, 1 or more".into(),
+                });
+            }
+        }
+        if o.batch.max_export_batch_size > o.batch.max_queue_size && o.batch.max_queue_size > 0 {
+            // Name the setting that was changed: the batch size if it was,
+            // else the queue size that became too small for the default batch.
+            let problem = if self.variable_for("otel.batch.max_export_batch_size").is_some()
+                || self.variable_for("otel.batch.max_queue_size").is_none()
+            {
+                ConfigProblem::InvalidValue {
+                    variable: self.source_name("otel.batch.max_export_batch_size"),
+                    value: o.batch.max_export_batch_size.to_string(),
+                    expected: format!("a batch size no larger than the queue size ({})", o.batch.max_queue_size),
+                }
+            } else {
+                ConfigProblem::InvalidValue {
+                    variable: self.source_name("otel.batch.max_queue_size"),
+                    value: o.batch.max_queue_size.to_string(),
+                    expected: format!(
+                        "a queue size at least the export batch size (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, {})",
+                        o.batch.max_export_batch_size
+                    ),
+                }
+            };
+            problems.push(problem);
+        }
+        if self.prometheus_resource_labels.iter().any(|l| l.trim().is_empty()) {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("prometheus_resource_labels"),
+                value: self.prometheus_resource_labels.join(","),
+                expected: "resource attribute keys such as 'nemo.run.id', none of them empty".into(),
+            });
+        }
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError::new(problems)) }
+    }
+
+    fn positive_millis(&self, field: &'static str, value: Duration) -> ConfigProblem {
+        ConfigProblem::InvalidValue {
+            variable: self.source_name(field),
+            value: value.as_millis().to_string(),
+            expected: "a whole number of milliseconds, 1 or more".into(),
+        }
+    }
+}

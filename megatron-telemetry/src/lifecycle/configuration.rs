@@ -1,0 +1,49 @@
+//! Megatron's configuration: its variable prefixes, its default service
+//! name, and [`load_config`] (the loader with Megatron's catalog, then the
+//! command line, validated).
+
+use lens_core::config::{CliOverrides, ConfigLoader, LensConfig};
+use lens_core::env::EnvSource;
+use lens_fallbacks::SetupError;
+
+use crate::groups::MEGATRON_CATALOG;
+
+/// The prefix of Megatron's variables (`MEGATRON_OTEL_*`).
+pub const ENV_PREFIX: &str = "MEGATRON_OTEL";
+/// The prefix read where `MEGATRON_OTEL_*` is unset (`NEMO_LENS_*`).
+pub const FALLBACK_ENV_PREFIX: &str = "NEMO_LENS";
+/// The service name when neither `OTEL_SERVICE_NAME` nor
+/// `--otel-service-name` sets one.
+pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
+
+/// Megatron's configuration, as Megatron sets it up: the loader with Megatron's
+/// prefixes, catalog and service name, then the command line, validated.
+///
+/// ```
+/// use lens_core::config::CliOverrides;
+/// use megatron_telemetry::lifecycle::load_config;
+///
+/// let env = [("NEMO_LENS_SPAN_GROUPS", "per_step")];
+/// let cli = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
+/// let config = load_config(&cli, &env).unwrap();
+/// assert!(config.enabled);
+/// assert_eq!(config.service_name, "megatron-lm");
+/// assert_eq!(config.span_groups, "per_step");
+/// ```
+pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Result<LensConfig, SetupError> {
+    let mut config = ConfigLoader::new(ENV_PREFIX)
+        .fallback_prefix(FALLBACK_ENV_PREFIX)
+        .catalog(&MEGATRON_CATALOG)
+        .default_service_name(DEFAULT_SERVICE_NAME)
+        .load(env)?;
+    config.apply_cli(cli);
+    config.validate()?;
+    Ok(config)
+}
+
+/// The resolved span groups as a comma-separated list of names (the spec
+/// itself if it resolves to nothing).
+pub(super) fn resolved_spec(config: &LensConfig) -> String {
+    let names = config.resolved_span_groups().map(|groups| MEGATRON_CATALOG.names(groups)).unwrap_or_default();
+    if names.is_empty() { config.span_groups.clone() } else { names.join(",") }
+}
