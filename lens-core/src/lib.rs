@@ -41,6 +41,7 @@ pub mod bootstrap;
 pub mod config;
 pub mod diag;
 pub mod env;
+mod exporter_error;
 pub mod groups;
 pub mod identity;
 pub mod instrument_values;

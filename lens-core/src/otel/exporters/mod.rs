@@ -67,7 +67,7 @@ pub use runtime::OtlpRuntime;
 
 // The exporters' setup error is plain data, defined once for both builds
 // with the setup error it is a cause of.
-pub use crate::setup::ExporterError;
+pub use crate::exporter_error::ExporterError;
 
 /// A span exporter chosen at run time (`OTEL_TRACES_EXPORTER`).
 #[derive(Debug)]

@@ -1,0 +1,89 @@
+//! [`ExporterError`]: what can be wrong with an exporter's settings or
+//! resources at setup. A leaf module: the exporters and setup both name it.
+
+/// A setup error of an exporter. Its `Display` names the variable to fix and
+/// what is accepted; it never contains a header value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExporterError {
+    /// The OTLP endpoint is not an `http://` or `https://` URL.
+    #[error(
+        "{variable}={value:?} is not a valid OTLP endpoint ({reason}); expected an http:// or https:// URL such as http://localhost:4317 (gRPC) or http://localhost:4318 (HTTP)"
+    )]
+    InvalidEndpoint {
+        /// The variable the endpoint came from.
+        variable: &'static str,
+        /// The endpoint.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A header name or value cannot be sent. Only the name is reported.
+    #[error(
+        "OTEL_EXPORTER_OTLP_HEADERS: the header {name:?} cannot be sent ({reason}); expected comma-separated key=value pairs of visible ASCII characters"
+    )]
+    InvalidHeader {
+        /// The header name (never its value).
+        name: String,
+        /// What is wrong: with the name or with the value.
+        reason: &'static str,
+    },
+    /// The private CA file cannot be read or holds no PEM certificate.
+    #[error(
+        "OTEL_EXPORTER_OTLP_CERTIFICATE={path}: {reason}; expected a readable PEM file with the certificate of the CA that signed the collector's certificate"
+    )]
+    Certificate {
+        /// The file named by the variable.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The OTLP exporter could not be built.
+    #[error("cannot build the OTLP {signal} exporter for {endpoint}: {reason}")]
+    Build {
+        /// The signal.
+        signal: crate::config::Signal,
+        /// The resolved endpoint.
+        endpoint: String,
+        /// The reason given by the transport.
+        reason: String,
+    },
+    /// The private runtime of the gRPC exporters could not start.
+    #[error("cannot start the lens-otlp runtime thread for the gRPC exporter: {reason}")]
+    Runtime {
+        /// The reason.
+        reason: String,
+    },
+    /// A telemetry file cannot be created or opened.
+    #[error(
+        "MEGATRON_OTEL_FILE_DIR: cannot open {path} for appending: {source}; choose a writable directory with MEGATRON_OTEL_FILE_DIR"
+    )]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Prometheus host does not resolve to an address.
+    #[error(
+        "OTEL_EXPORTER_PROMETHEUS_HOST={host:?} does not resolve to an address to listen on ({reason}); expected a host name or IP address such as localhost or 0.0.0.0"
+    )]
+    PrometheusHost {
+        /// The host.
+        host: String,
+        /// The resolver's reason.
+        reason: String,
+    },
+    /// The Prometheus port cannot be bound.
+    #[error(
+        "OTEL_EXPORTER_PROMETHEUS_PORT: cannot serve Prometheus metrics on {address}: {source}; choose a free port with OTEL_EXPORTER_PROMETHEUS_PORT (when several ranks of a host export metrics, each uses the port plus its local rank)"
+    )]
+    PrometheusBind {
+        /// The address that could not be bound.
+        address: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
