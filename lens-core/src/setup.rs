@@ -773,11 +773,30 @@ impl TelemetryBuilder {
 /// Reads the configuration with `loader`. When it has problems but the
 /// environment does not enable telemetry (`<prefix>_ENABLED` unset or false
 /// for every prefix in `prefixes`, or `OTEL_SDK_DISABLED=true`), the problems
-/// are one warning and the result is the disabled configuration; otherwise
-/// they are the error.
-fn load_or_disabled(
+/// are one warning (written on standard error and kept in `warnings`) and the
+/// result is the disabled configuration; otherwise they are the error.
+///
+/// A framework that reads its configuration itself uses this where its
+/// command line does not turn telemetry on, so that a typo in a telemetry
+/// variable never stops a job that does not use telemetry:
+///
+/// ```
+/// use lens_core::config::ConfigLoader;
+/// use lens_core::setup::load_or_disabled;
+///
+/// let env = [("MYJOB_OTEL_SPAN_GROUPS", "per_stpe")];
+/// let mut warnings = Vec::new();
+/// let config = load_or_disabled(&ConfigLoader::new("MYJOB_OTEL"), &env, &[Some("MYJOB_OTEL")], &mut warnings)?;
+/// assert!(!config.telemetry_enabled());
+/// assert!(warnings[0].contains("MYJOB_OTEL_SPAN_GROUPS"));
+///
+/// let env = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_SPAN_GROUPS", "per_stpe")];
+/// assert!(load_or_disabled(&ConfigLoader::new("MYJOB_OTEL"), &env, &[Some("MYJOB_OTEL")], &mut warnings).is_err());
+/// # Ok::<(), lens_core::config::ConfigError>(())
+/// ```
+pub fn load_or_disabled(
     loader: &ConfigLoader<'_>,
-    env: &(dyn EnvSource + Send + Sync),
+    env: &(impl EnvSource + ?Sized),
     prefixes: &[Option<&str>],
     warnings: &mut Vec<String>,
 ) -> Result<LensConfig, ConfigError> {

@@ -213,6 +213,17 @@ fn bad_telemetry_configuration_exits_2_naming_the_variable() {
 }
 
 #[test]
+fn a_bad_telemetry_value_with_telemetry_off_is_a_warning_and_training_runs() {
+    let dir = temp_dir("badenv-off");
+    let mut child = command(&dir, &["--train-iters", "2"]).env("MEGATRON_OTEL_SPAN_GROUPS", "stepz").spawn().unwrap();
+    let status = wait_bounded(&mut child, Duration::from_secs(60));
+    let stderr = stderr_of(&mut child);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("warning") && stderr.contains("MEGATRON_OTEL_SPAN_GROUPS"), "{stderr}");
+    assert!(stderr.contains("telemetry is not enabled"), "{stderr}");
+}
+
+#[test]
 fn a_nan_loss_skips_its_iteration_and_training_goes_on() {
     let s = summary(
         &temp_dir("nan"),

@@ -4,6 +4,7 @@
 
 use lens_core::config::{CliOverrides, ConfigLoader, LensConfig};
 use lens_core::env::EnvSource;
+use lens_core::setup::load_or_disabled;
 use lens_fallbacks::SetupError;
 
 use crate::groups::MEGATRON_CATALOG;
@@ -30,12 +31,34 @@ pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 /// assert_eq!(config.service_name, "megatron-lm");
 /// assert_eq!(config.span_groups, "per_step");
 /// ```
+///
+/// With telemetry not enabled (neither `--otel-enabled` nor
+/// `MEGATRON_OTEL_ENABLED`/`NEMO_LENS_ENABLED`), a bad value in another
+/// telemetry variable is one warning and the configuration is the disabled
+/// one: a typo never stops a job that does not use telemetry. With telemetry
+/// enabled it is the error, before anything is exported.
+///
+/// ```
+/// use lens_core::config::CliOverrides;
+/// use megatron_telemetry::lifecycle::load_config;
+///
+/// let env = [("MEGATRON_OTEL_SPAN_GROUPS", "per_stpe")];
+/// let config = load_config(&CliOverrides::default(), &env).unwrap();
+/// assert!(!config.enabled);
+/// let enabled = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
+/// let error = load_config(&enabled, &env).unwrap_err().to_string();
+/// assert!(error.contains("MEGATRON_OTEL_SPAN_GROUPS"), "{error}");
+/// ```
 pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Result<LensConfig, SetupError> {
-    let mut config = ConfigLoader::new(ENV_PREFIX)
+    let loader = ConfigLoader::new(ENV_PREFIX)
         .fallback_prefix(FALLBACK_ENV_PREFIX)
         .catalog(&MEGATRON_CATALOG)
-        .default_service_name(DEFAULT_SERVICE_NAME)
-        .load(env)?;
+        .default_service_name(DEFAULT_SERVICE_NAME);
+    let mut config = if cli.otel_enabled {
+        loader.load(env)?
+    } else {
+        load_or_disabled(&loader, env, &[Some(ENV_PREFIX), Some(FALLBACK_ENV_PREFIX)], &mut Vec::new())?
+    };
     config.apply_cli(cli);
     config.validate()?;
     Ok(config)
