@@ -19,7 +19,7 @@
 //! - `auto`: GPU `r` when the feature is compiled in and the driver sees
 //!   it, else the CPU (with a note when a GPU was there but unusable).
 
-use crate::cli::DeviceChoice;
+use crate::config::DeviceChoice;
 
 #[cfg(feature = "cuda")]
 mod cuda;

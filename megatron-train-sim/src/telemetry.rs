@@ -10,7 +10,8 @@
 //!
 //! - the launcher's side: [`exporter_unconfigured`] (the zero-setup `file`
 //!   default), one run id for every rank ([`RUN_ID_VARIABLE`]), the
-//!   launcher's startup stamps for its ranks ([`launcher_stamps`]), and the
+//!   launcher's startup stamps for its ranks ([`launcher_stamps`]), the
+//!   environment every role reads it through ([`SimEnv`]), and the
 //!   configuration check before any rank starts ([`load_config`], the
 //!   lifecycle's own loader);
 //! - the context bytes that travel inside pipeline messages and the linked
@@ -24,7 +25,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lens_core::config::{CliOverrides, LensConfig};
-use lens_core::env::EnvSource;
+use lens_core::env::{EnvSource, ProcessEnv};
 use lens_core::identity::RankContext;
 use lens_fallbacks::{
     KeyValue, RemoteContext, SetupError, ShutdownReport, SpanGuard, create_linked_span_since, decode_context,
@@ -73,6 +74,24 @@ pub(crate) const RUN_ID_VARIABLE: &str = "MEGATRON_OTEL_RUN_ID";
 /// Whether no exporter or collector is configured in `env`.
 pub(crate) fn exporter_unconfigured(env: &(impl EnvSource + ?Sized)) -> bool {
     EXPORTER_VARIABLES.iter().all(|variable| env.non_empty(variable).is_none())
+}
+
+/// The process environment, plus `MEGATRON_OTEL_EXPORTER=file` when no
+/// exporter is configured (the zero-setup default of the simulator).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SimEnv {
+    /// Whether to add [`DEFAULT_EXPORTER_VARIABLE`]`=file` (from
+    /// [`exporter_unconfigured`]).
+    pub(crate) default_file_exporter: bool,
+}
+
+impl EnvSource for SimEnv {
+    fn var(&self, key: &str) -> Option<String> {
+        if self.default_file_exporter && key == DEFAULT_EXPORTER_VARIABLE {
+            return Some("file".to_string());
+        }
+        ProcessEnv.var(key)
+    }
 }
 
 /// A fresh run id (12 hex characters), for the launcher.

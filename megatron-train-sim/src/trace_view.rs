@@ -53,20 +53,6 @@ const TICKS_PER_US: f64 = 8.0;
 /// input must not loop forever).
 const MAX_DEPTH: usize = 256;
 
-/// The binary's subcommands (tools that work on a finished run); with
-/// none, the binary trains.
-#[derive(Clone, Debug, clap::Subcommand)]
-pub(crate) enum Tool {
-    /// Turn a `file` export into a Chrome/Perfetto trace (one process per
-    /// rank, spans as slices, links as flows) and print a per-span table.
-    TraceView(TraceViewArgs),
-    /// Cross-rank analyses of a `file` export: the "stragglers" section
-    /// (docs/ranks.md).
-    Analyze(crate::analyze::AnalyzeArgs),
-    /// Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md).
-    Serve(crate::serve::ServeArgs),
-}
-
 /// `trace-view`: convert a `file` export into a Chrome/Perfetto trace and
 /// print a per-span-name table.
 #[derive(Clone, Debug, clap::Args)]
