@@ -16,9 +16,11 @@
 //! products), [`model`] (the byte-level language model, optimizer, schedule), [`corpus`]
 //! (the synthetic text it learns), [`lm`] (the trained model for inference), [`train`] (the
 //! loop, returning an [`outcome`]), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
-//! and [`telemetry`], the only module that calls the telemetry API besides
-//! [`serve`] (the `serve` subcommand: an OpenAI-compatible server over
-//! [`lm`], whose spans are megatron-telemetry's `inference` module).
+//! and [`telemetry`], the adapter over megatron-telemetry's lifecycle (the
+//! loop also calls megatron-telemetry's `pipeline`, `workers` and
+//! `attributes` directly, as a Megatron port would), besides [`serve`] (the
+//! `serve` subcommand: an OpenAI-compatible server over [`lm`], whose spans
+//! are megatron-telemetry's `inference` module).
 //!
 //! Startup is measured as Megatron measures it ([`StartupTimestamps`]): the
 //! first line of `main`, each startup phase's end, and, from the launcher,

@@ -37,8 +37,11 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use megatron_telemetry::attributes;
 use megatron_telemetry::metrics::{LM_LOSS_KEY, select_loss};
+use megatron_telemetry::pipeline::{self, Direction};
 use megatron_telemetry::taxonomy as tx;
+use megatron_telemetry::workers;
 
 use crate::checkpoint::{self, PendingSave, RankState};
 use crate::cli::Args;
@@ -287,7 +290,7 @@ impl Trainer {
         }
         if self.args.gpu_sniff_test_interval.is_some() {
             let span = self.telemetry.span(&tx::STARTUP_SNIFF_TEST, []);
-            self.telemetry.mark_sniff_tag(&span, None);
+            attributes::set_sniff_test_tag(&span, None);
             device::sniff_test(self.device.as_ref()).map_err(|e| RankError::new(format!("sniff test failed: {e}")))?;
         }
         if self.args.check_weight_hash_across_dp_replicas_interval.is_some() {
@@ -363,7 +366,7 @@ impl Trainer {
                 let span = self.telemetry.save_finalize(self.iteration);
                 if self.save_ready {
                     let finalized = self.finalize_async_save()?;
-                    self.telemetry.mark_call_indices(&span, &finalized);
+                    attributes::set_call_indices(&span, &finalized);
                 }
             }
             if self.args.enable_cuda_graph && loop_counter == self.args.cuda_graph_warmup_steps {
@@ -471,7 +474,7 @@ impl Trainer {
                 && iteration.is_multiple_of(every)
             {
                 let span = self.telemetry.span(&tx::TRAIN_SNIFF_TEST, []);
-                self.telemetry.mark_sniff_tag(&span, Some(iteration));
+                attributes::set_sniff_test_tag(&span, Some(iteration));
                 device::sniff_test(self.device.as_ref())
                     .map_err(|e| RankError::new(format!("sniff test failed: {e}")))?;
             }
@@ -505,7 +508,7 @@ impl Trainer {
             let span = self.telemetry.span(&tx::CHECKPOINT_EXIT_FINALIZE, []);
             if self.pending_save.is_some() {
                 let finalized = self.finalize_async_save()?;
-                self.telemetry.mark_call_indices(&span, &finalized);
+                attributes::set_call_indices(&span, &finalized);
             }
         }
         self.goodput.finish();
@@ -546,7 +549,7 @@ impl Trainer {
         };
         let Some(peer) = peer else { return Ok(()) };
         let _span = self.telemetry.span(def, []);
-        let context = self.telemetry.outgoing_context();
+        let context = pipeline::outgoing_context();
         let mut payload = Vec::with_capacity(12 + context.len() + values.len() * 4);
         payload.extend_from_slice(&microbatch.to_le_bytes());
         payload.extend_from_slice(&(context.len() as u32).to_le_bytes());
@@ -557,16 +560,16 @@ impl Trainer {
     }
 
     fn recv_pipeline(&mut self, forward: bool, microbatch: u64) -> Result<Vec<f32>, RankError> {
-        let (def, linked, peer, frame_tag, sender_stage) = if forward {
+        let (def, direction, peer, frame_tag, sender_stage) = if forward {
             (
                 &tx::P2P_RECV_FORWARD,
-                &tx::PP_RECV_FORWARD_LINKED,
+                Direction::Forward,
                 self.groups.previous,
                 tag::FORWARD,
                 self.coords.pp.wrapping_sub(1),
             )
         } else {
-            (&tx::P2P_RECV_BACKWARD, &tx::PP_RECV_BACKWARD_LINKED, self.groups.next, tag::BACKWARD, self.coords.pp + 1)
+            (&tx::P2P_RECV_BACKWARD, Direction::Backward, self.groups.next, tag::BACKWARD, self.coords.pp + 1)
         };
         let peer = peer.ok_or_else(|| RankError::new("pipeline receive without a neighbour"))?;
         let _span = self.telemetry.span(def, []);
@@ -588,7 +591,7 @@ impl Trainer {
                 self.rank()
             )));
         }
-        let _linked = self.telemetry.linked_receive(linked, context, waiting, sender_stage, microbatch);
+        let _linked = pipeline::linked_receive(direction, context, waiting, sender_stage, microbatch);
         Ok(payload[12 + context_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
@@ -734,7 +737,7 @@ impl Trainer {
         let mut loss_sum = 0.0_f64;
         {
             let span = self.telemetry.span(&tx::TRAIN_ITERATION_FORWARD_BACKWARD, []);
-            self.telemetry.mark_microbatches(&span, self.microbatches);
+            attributes::set_num_microbatches(&span, self.microbatches);
             let mut saved_all = Vec::with_capacity(self.microbatches as usize);
             let mut grads_all = Vec::with_capacity(self.microbatches as usize);
             for microbatch in 0..self.microbatches {
@@ -825,7 +828,7 @@ impl Trainer {
                 let scale = if clip > 0.0 && grad_norm > clip { (clip / (grad_norm + 1e-6)) as f32 } else { 1.0 };
                 self.optimizer.step(&mut self.stage.params, &self.stage.grads, learning_rate, scale);
             }
-            self.telemetry.mark_update(&span, !skipped);
+            attributes::set_update_successful(&span, !skipped);
             self.insight.phases().mark(Phase::Other);
         }
         Ok(StepResult { loss, grad_norm, learning_rate, skipped, stop })
@@ -859,7 +862,7 @@ impl Trainer {
         }
         let world = self.groups.world.clone();
         self.comm.all_reduce(&world, &mut total)?;
-        self.telemetry.mark_eval_iters(&span, self.args.eval_iters);
+        attributes::set_eval_iters(&span, self.args.eval_iters);
         Ok(total[0] / (self.normaliser * self.args.eval_iters.max(1) as f64))
     }
 
@@ -915,15 +918,15 @@ impl Trainer {
             if self.args.async_save {
                 let call_index = self.call_index;
                 self.call_index += 1;
-                let context = self.telemetry.current_context_bytes();
+                let context = workers::worker_context();
                 let worker_root = root.clone();
                 let pending = PendingSave::dispatch(call_index, iteration, move || {
-                    Telemetry::in_worker_context(&context, &tx::CHECKPOINT_SAVE_IO_WRITE, call_index, || {
+                    workers::in_worker_span(&context, &tx::CHECKPOINT_SAVE_IO_WRITE, call_index, || {
                         checkpoint::write_rank(&worker_root, &state)
                     })
                 })
                 .map_err(|e| RankError::new(format!("starting the async save worker: {e}")))?;
-                self.telemetry.mark_call_index(&save_span, call_index);
+                attributes::set_call_index(&save_span, call_index);
                 self.pending_save = Some(pending);
                 self.save_ready = false;
             } else {
