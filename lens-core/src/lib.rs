@@ -67,3 +67,9 @@ pub mod otel;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/configuration.md")]
 pub struct ConfigurationDocExamples;
+
+/// The Rust example of `docs/trace-view.md` (reading an export with
+/// `otlp_file::tree`), compiled and run as a doc test in both modes.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/trace-view.md")]
+pub struct TraceViewDocExamples;

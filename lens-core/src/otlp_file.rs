@@ -13,6 +13,9 @@
 //! point without a value or a span without times, is counted in
 //! [`MetricFile::skipped`] or [`SpanFile::skipped`].
 //!
+//! [`tree`] reads the same traces files with ids, parents, links and status,
+//! for tools that rebuild the traces (the simulator's `trace-view`).
+//!
 //! ```
 //! use lens_core::otlp_file::{AttributeValue, read_metric_lines};
 //!
@@ -30,6 +33,8 @@ use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+pub mod tree;
 
 /// An attribute value as the file holds it.
 #[derive(Clone, Debug, PartialEq)]
@@ -107,14 +112,16 @@ fn rank_files(dir: &Path, prefix: &str) -> io::Result<Vec<(u32, PathBuf)>> {
         .filter_map(Result::ok)
         .map(|entry| entry.path())
         .filter(|path| path.is_file())
-        .filter_map(|path| {
-            let name = path.file_name()?.to_str()?;
-            let rank = name.strip_prefix(prefix)?.strip_suffix(".jsonl")?.parse().ok()?;
-            Some((rank, path))
-        })
+        .filter_map(|path| Some((rank_in_name(&path, prefix)?, path)))
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// The rank in a `<prefix><N>.jsonl` file name.
+fn rank_in_name(path: &Path, prefix: &str) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix(prefix)?.strip_suffix(".jsonl")?.parse().ok()
 }
 
 /// One span, flat: no ids, no tree.

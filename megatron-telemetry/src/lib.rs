@@ -5,6 +5,7 @@
 //! training arguments, and the lifecycle (startup trace, interval re-rooting,
 //! signals, shutdown).
 
+pub mod attributes;
 pub mod goodput;
 pub mod goodput_view;
 pub mod groups;
@@ -15,12 +16,14 @@ pub mod metrics;
 pub mod mfu;
 pub mod nvml;
 pub mod phases;
+pub mod pipeline;
 pub mod rank_metrics;
 pub mod resource;
 pub mod signals;
 pub mod stragglers;
 pub mod taxonomy;
 pub mod watchdog;
+pub mod workers;
 
 /// The Rust examples of `docs/resource-attributes.md`, compiled and run as doc
 /// tests so that the page cannot drift from the API (in both modes: they call

@@ -27,7 +27,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use crate::cli::Layout;
+use crate::config::Layout;
 
 const MAGIC: &str = "MTSIM-CKPT 2";
 /// What every format's magic line starts with.

@@ -12,8 +12,10 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use lens_core::config::CliOverrides;
+
+use crate::config::{DecayStyle, DeviceChoice, Layout, OptimizerKind};
 
 /// A reference Megatron-style training loop: real ranks (one process each),
 /// real communication over TCP, a small MLP trained on synthetic data, real
@@ -175,82 +177,21 @@ pub(crate) struct Args {
     pub(crate) otel: CliOverrides,
     /// A tool instead of a training run (without one, the binary trains).
     #[command(subcommand)]
-    pub(crate) tool: Option<crate::trace_view::Tool>,
+    pub(crate) tool: Option<Tool>,
 }
 
-/// The learning-rate decay after the warm-up (Megatron's `--lr-decay-style`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum DecayStyle {
-    /// Stay at --lr.
-    Constant,
-    /// Straight line from --lr to --min-lr.
-    Linear,
-    /// Half a cosine from --lr to --min-lr.
-    Cosine,
-}
-
-/// The optimizer (Megatron's `--optimizer`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum OptimizerKind {
-    /// Adam (beta1 0.9, beta2 0.999, eps 1e-8), no weight decay.
-    Adam,
-    /// Plain stochastic gradient descent.
-    Sgd,
-}
-
-/// Where the matrix products run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum DeviceChoice {
-    /// The CPU.
-    Cpu,
-    /// An NVIDIA GPU (needs the `cuda` cargo feature).
-    Cuda,
-    /// A GPU when one is usable, else the CPU.
-    Auto,
-}
-
-/// The parallel layout: world = TP × PP × DP.
-///
-/// Ranks are numbered as Megatron numbers them with its default order
-/// `tp-cp-ep-dp-pp` (context and expert parallelism are 1 here): the
-/// tensor-parallel rank varies fastest, then the data-parallel rank, then the
-/// pipeline stage: `rank = tp + TP·dp + TP·DP·pp`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Layout {
-    /// Tensor-parallel size.
-    pub(crate) tp: u32,
-    /// Pipeline-parallel size.
-    pub(crate) pp: u32,
-    /// Data-parallel size.
-    pub(crate) dp: u32,
-}
-
-/// One rank's coordinates in a [`Layout`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Coords {
-    /// Tensor-parallel rank.
-    pub(crate) tp: u32,
-    /// Data-parallel rank.
-    pub(crate) dp: u32,
-    /// Pipeline stage.
-    pub(crate) pp: u32,
-}
-
-impl Layout {
-    /// The number of ranks.
-    pub(crate) fn world(self) -> u32 {
-        self.tp * self.pp * self.dp
-    }
-
-    /// The coordinates of `rank`.
-    pub(crate) fn coords(self, rank: u32) -> Coords {
-        Coords { tp: rank % self.tp, dp: (rank / self.tp) % self.dp, pp: rank / (self.tp * self.dp) }
-    }
-
-    /// The rank at `coords`.
-    pub(crate) fn rank(self, coords: Coords) -> u32 {
-        coords.tp + self.tp * coords.dp + self.tp * self.dp * coords.pp
-    }
+/// The binary's subcommands (tools that work on a finished run); with
+/// none, the binary trains.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub(crate) enum Tool {
+    /// Turn a `file` export into a Chrome/Perfetto trace (one process per
+    /// rank, spans as slices, links as flows) and print a per-span table.
+    TraceView(crate::trace_view::TraceViewArgs),
+    /// Cross-rank analyses of a `file` export: the "stragglers" section
+    /// (docs/ranks.md).
+    Analyze(crate::analyze::AnalyzeArgs),
+    /// Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md).
+    Serve(crate::serve::ServeArgs),
 }
 
 /// Arguments that cannot work together. Its `Display` names the flags and
@@ -427,17 +368,6 @@ mod tests {
         let mut argv = vec!["megatron-train-sim"];
         argv.extend_from_slice(extra);
         Args::parse_from(argv)
-    }
-
-    #[test]
-    fn megatron_rank_order_puts_tensor_parallel_fastest_then_data_then_pipeline() {
-        let layout = Layout { tp: 2, pp: 2, dp: 2 };
-        assert_eq!(layout.coords(1), Coords { tp: 1, dp: 0, pp: 0 });
-        assert_eq!(layout.coords(2), Coords { tp: 0, dp: 1, pp: 0 });
-        assert_eq!(layout.coords(4), Coords { tp: 0, dp: 0, pp: 1 });
-        for rank in 0..8 {
-            assert_eq!(layout.rank(layout.coords(rank)), rank);
-        }
     }
 
     #[test]

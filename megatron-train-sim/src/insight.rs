@@ -8,7 +8,7 @@ use megatron_telemetry::phases::{Phase, Phases};
 use megatron_telemetry::rank_metrics::{RankCoordinates, RankMetrics};
 use megatron_telemetry::watchdog::HangWatchdog;
 
-use crate::cli::Coords;
+use crate::config::Coords;
 use crate::faults::{Delays, Hang, Straggler};
 use crate::telemetry::Telemetry;
 

@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use crate::checkpoint::{self, Expected, LoadError};
-use crate::cli::Coords;
+use crate::config::Coords;
 use crate::corpus::is_printable;
 use crate::device::Cpu;
 use crate::model::{self, LayerKind, Stage, VOCAB};
@@ -219,90 +219,6 @@ pub(crate) fn sample_printable(logits: &[f32; 256], temperature: f32, top_p: f32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Args;
-    use crate::comm::{Comm, Rendezvous};
-    use crate::telemetry::{RankSetup, Telemetry};
-    use crate::train::Trainer;
-    use clap::Parser as _;
-    use lens_core::identity::RankContext;
-    use std::collections::BTreeMap;
-    use std::path::PathBuf;
-    use std::time::Duration;
-
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
-
-    /// Trains with `extra` flags on `world` ranks (threads of this process,
-    /// connected as the launcher's processes are), saving under a fresh
-    /// directory; the directory.
-    fn train(name: &str, world: u32, extra: &[&str]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("mtsim-lm-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let save = dir.to_str().unwrap().to_string();
-        let mut argv = vec!["megatron-train-sim", "--hidden-size", "32", "--seq-length", "16", "--train-iters", "6"];
-        argv.extend(["--log-interval", "6", "--seed", "11", "--save", &save]);
-        argv.extend(extra);
-        let rendezvous =
-            Rendezvous { master_addr: "127.0.0.1".into(), master_port: free_port(), deadline: Duration::from_secs(20) };
-        let ranks: Vec<_> = (0..world)
-            .map(|rank| {
-                let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-                let rendezvous = rendezvous.clone();
-                std::thread::spawn(move || {
-                    let args = Args::parse_from(argv);
-                    let layout = args.validate(world, "the test").unwrap();
-                    let comm = Comm::connect(rank, world, &rendezvous, Duration::from_secs(20)).unwrap();
-                    let context = RankContext { rank, world_size: world, local_rank: rank, node_rank: None };
-                    let setup = RankSetup {
-                        rank: &context,
-                        args: crate::telemetry::ResourceArgs::default(),
-                        env: BTreeMap::<String, String>::new(),
-                        stamps: Default::default(),
-                        graceful_signals: false,
-                    };
-                    let telemetry = Telemetry::setup(&args.otel, setup).unwrap();
-                    let stop = crate::signals::StopFlag::default();
-                    let mut trainer = Trainer::new(args, layout, comm, Box::new(Cpu), telemetry, stop);
-                    let outcome = trainer.run().unwrap_or_else(|e| panic!("rank {rank}: {e}"));
-                    trainer.finish_comm();
-                    outcome.final_iteration
-                })
-            })
-            .collect();
-        for rank in ranks {
-            assert_eq!(rank.join().unwrap(), 6);
-        }
-        dir
-    }
-
-    #[test]
-    fn single_rank_tp2_and_pp2_checkpoints_load_as_the_same_model() {
-        let contexts: [&[u8]; 3] = [b"Ba", b"Tomorrow, the sun. Stai", b"x"];
-        let single = InferenceModel::load(&train("single", 1, &[])).unwrap();
-        let expected = single.next_logits(&contexts);
-        assert_eq!(single.max_context(), 16);
-        assert_eq!(single.forward_flops_per_token(), 2 * model::model_parameters(4, 32));
-        let layouts: [(&str, u32, &[&str]); 2] =
-            [("tp2", 2, &["--tensor-model-parallel-size", "2"]), ("pp2", 2, &["--pipeline-model-parallel-size", "2"])];
-        for (name, world, flags) in layouts {
-            let dir = train(name, world, flags);
-            let model = InferenceModel::load(&dir).unwrap();
-            let got = model.next_logits(&contexts);
-            for (a, b) in expected.iter().flatten().zip(got.iter().flatten()) {
-                assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{name}: {a} vs {b}");
-            }
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        // A context's logits do not depend on the others in its batch, and
-        // a longer context reads its last `max_context()` bytes.
-        let alone = single.next_logits(&[b"Ba"]);
-        assert_eq!(alone[0], expected[0]);
-        let long = [b"Some very long preamble; ".as_slice(), b"Tomorrow, the sun. Stai"].concat();
-        let window = &contexts[1][contexts[1].len() - 16..];
-        assert_eq!(single.next_logits(&[&long])[0], single.next_logits(&[window])[0]);
-        assert_ne!(expected[0], expected[2], "different contexts, same logits");
-    }
 
     #[test]
     fn a_missing_or_damaged_checkpoint_is_refused_naming_the_file() {

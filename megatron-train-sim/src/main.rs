@@ -9,14 +9,18 @@
 //!   `MASTER_ADDR` and `MASTER_PORT` like any torchrun or srun program (none
 //!   set: a single-rank job).
 //!
-//! Module map: [`cli`] (flags, layout, consistency checks), [`launcher`],
+//! Module map: [`cli`] (flags, subcommands, consistency checks), [`config`]
+//! (the layout and the other configuration types it parses into),
+//! [`launcher`],
 //! [`comm`] (rendezvous, TCP mesh, collectives), [`device`] (matrix
 //! products), [`model`] (the byte-level language model, optimizer, schedule), [`corpus`]
 //! (the synthetic text it learns), [`lm`] (the trained model for inference), [`train`] (the
-//! loop), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
-//! and [`telemetry`], the only module that calls the telemetry API besides
-//! [`serve`] (the `serve` subcommand: an OpenAI-compatible server over
-//! [`lm`], whose spans are megatron-telemetry's `inference` module).
+//! loop, returning an [`outcome`]), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
+//! and [`telemetry`], the adapter over megatron-telemetry's lifecycle (the
+//! loop also calls megatron-telemetry's `pipeline`, `workers` and
+//! `attributes` directly, as a Megatron port would), besides [`serve`] (the
+//! `serve` subcommand: an OpenAI-compatible server over [`lm`], whose spans
+//! are megatron-telemetry's `inference` module).
 //!
 //! Startup is measured as Megatron measures it ([`StartupTimestamps`]): the
 //! first line of `main`, each startup phase's end, and, from the launcher,
@@ -32,6 +36,7 @@ mod analyze;
 mod checkpoint;
 mod cli;
 mod comm;
+mod config;
 mod corpus;
 mod device;
 mod faults;
@@ -40,6 +45,7 @@ mod insight;
 mod launcher;
 mod lm;
 mod model;
+mod outcome;
 mod output;
 mod serve;
 mod signals;
@@ -56,24 +62,8 @@ use lens_core::identity::RankContext;
 
 use crate::cli::Args;
 use crate::comm::{Comm, Rendezvous};
-use crate::telemetry::{RankSetup, StartupTimestamps, Telemetry};
+use crate::telemetry::{RankSetup, SimEnv, StartupTimestamps, Telemetry};
 use crate::train::Trainer;
-
-/// The process environment, plus `MEGATRON_OTEL_EXPORTER=file` when no
-/// exporter is configured (the zero-setup default of the simulator).
-#[derive(Clone, Copy, Debug)]
-struct SimEnv {
-    default_file_exporter: bool,
-}
-
-impl EnvSource for SimEnv {
-    fn var(&self, key: &str) -> Option<String> {
-        if self.default_file_exporter && key == telemetry::DEFAULT_EXPORTER_VARIABLE {
-            return Some("file".to_string());
-        }
-        ProcessEnv.var(key)
-    }
-}
 
 fn usage_error(message: &dyn std::fmt::Display) -> ExitCode {
     output::error(None, message);
@@ -86,9 +76,9 @@ fn main() -> ExitCode {
     let main_entry = SystemTime::now();
     let args = Args::parse();
     match &args.tool {
-        Some(trace_view::Tool::TraceView(view)) => return trace_view::run(view),
-        Some(trace_view::Tool::Analyze(analyze)) => return analyze::run(analyze),
-        Some(trace_view::Tool::Serve(serve)) => return serve::run(serve, program_start),
+        Some(cli::Tool::TraceView(view)) => return trace_view::run(view),
+        Some(cli::Tool::Analyze(analyze)) => return analyze::run(analyze),
+        Some(cli::Tool::Serve(serve)) => return serve::run(serve, program_start),
         None => {}
     }
     match (args.nproc_per_node, is_rank) {

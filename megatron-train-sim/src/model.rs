@@ -654,9 +654,9 @@ pub(crate) fn learning_rate(
     min_lr: f64,
     warmup: u64,
     decay_iters: u64,
-    style: crate::cli::DecayStyle,
+    style: crate::config::DecayStyle,
 ) -> f64 {
-    use crate::cli::DecayStyle;
+    use crate::config::DecayStyle;
     if warmup > 0 && step <= warmup {
         return lr * step as f64 / warmup as f64;
     }
@@ -720,7 +720,7 @@ impl Optimizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::DecayStyle;
+    use crate::config::DecayStyle;
     use crate::device::Cpu;
 
     #[test]

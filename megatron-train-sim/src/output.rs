@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::train::Outcome;
+use crate::outcome::{ExitReason, Outcome};
 
 /// Writes one line on standard error in a single `write` call, so that the
 /// lines of several rank processes sharing one stderr never interleave
@@ -181,7 +181,7 @@ fn print_goodput(telemetry: &TelemetrySummary) {
 /// The machine-readable summary (schema in docs/simulator.md).
 pub(crate) fn summary_json(
     outcome: &Outcome,
-    layout: crate::cli::Layout,
+    layout: crate::config::Layout,
     run_id: &str,
     precision: &str,
     telemetry: &TelemetrySummary,
@@ -235,7 +235,7 @@ fn mean(values: &[f64]) -> Option<f64> {
 }
 
 /// Prints the end-of-run summary (the last rank).
-pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telemetry: &TelemetrySummary) {
+pub(crate) fn print_summary(outcome: &Outcome, layout: crate::config::Layout, telemetry: &TelemetrySummary) {
     let step_times: Vec<f64> = outcome.iterations.iter().map(|(_, ms, _)| *ms).collect();
     let mean_ms = mean(&step_times).unwrap_or(0.0);
     let tokens_per_sec = if mean_ms > 0.0 { outcome.tokens_per_iteration as f64 / (mean_ms / 1e3) } else { 0.0 };
@@ -244,11 +244,7 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::cli::Layout, telem
         "done: {} ({}) | iterations {} -> {} ({} run, {} skipped) | mean step {mean_ms:.1} ms | {} tok/s | \
          final lm loss {} | {} rank(s): TP {} × PP {} × DP {} on {}",
         outcome.exit_reason.as_str(),
-        if outcome.exit_reason == crate::train::ExitReason::Signal {
-            "drained after a signal"
-        } else {
-            "all iterations"
-        },
+        if outcome.exit_reason == ExitReason::Signal { "drained after a signal" } else { "all iterations" },
         outcome.start_iteration,
         outcome.final_iteration,
         outcome.iterations.len(),

@@ -1,4 +1,4 @@
-//! The simulator's only door to telemetry: a thin adapter over
+//! The simulator's door to the telemetry lifecycle: a thin adapter over
 //! megatron-telemetry's lifecycle ([`MegatronTelemetry`]), so that the
 //! training loop reads like Megatron's and every structural decision
 //! (the startup trace and its backdated phases, the `megatron.train`
@@ -6,17 +6,18 @@
 //! sampling keys, the first-iteration wrapper, metrics on the exporting rank
 //! only, SIGTERM/SIGINT on exporting ranks, shutdown) is the lifecycle's.
 //!
-//! What stays here is what only a multi-process simulator needs:
+//! What stays here is what only a multi-process simulator needs: the
+//! launcher's side, [`exporter_unconfigured`] (the zero-setup `file`
+//! default) and the environment with that default ([`SimEnv`]), one run id
+//! for every rank ([`RUN_ID_VARIABLE`]), the launcher's startup stamps for
+//! its ranks ([`launcher_stamps`]), and the configuration check before any
+//! rank starts ([`load_config`], the lifecycle's own loader).
 //!
-//! - the launcher's side: [`exporter_unconfigured`] (the zero-setup `file`
-//!   default), one run id for every rank ([`RUN_ID_VARIABLE`]), the
-//!   launcher's startup stamps for its ranks ([`launcher_stamps`]), and the
-//!   configuration check before any rank starts ([`load_config`], the
-//!   lifecycle's own loader);
-//! - the context bytes that travel inside pipeline messages and the linked
-//!   receive spans made from them (SPEC A9), and the context handed to the
-//!   asynchronous-save thread;
-//! - small setters for the attributes of the taxonomy.
+//! What a Megatron port needs as well is megatron-telemetry's, and the loop
+//! calls it directly: the pipeline context and linked receive spans
+//! (`megatron_telemetry::pipeline`, SPEC A9), the async-save worker's span
+//! (`megatron_telemetry::workers`) and the typed attribute setters
+//! (`megatron_telemetry::attributes`).
 //!
 //! The simulator defines no span, metric or attribute name of its own:
 //! they all come from `megatron_telemetry::taxonomy` and `::metrics`.
@@ -24,13 +25,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lens_core::config::{CliOverrides, LensConfig};
-use lens_core::env::EnvSource;
+use lens_core::env::{EnvSource, ProcessEnv};
 use lens_core::identity::RankContext;
-use lens_fallbacks::{
-    KeyValue, RemoteContext, SetupError, ShutdownReport, SpanGuard, SpanLink, decode_context, encode_context,
-    is_span_group_enabled, managed_span,
-};
-use megatron_telemetry::groups::MegatronSpanGroup;
+use lens_fallbacks::{KeyValue, SetupError, ShutdownReport, SpanGuard};
 use megatron_telemetry::lifecycle::{self, IterationSpans, LifecycleOptions, MegatronTelemetry};
 use megatron_telemetry::resource::{TrainingArgs, training_resource_attributes};
 use megatron_telemetry::taxonomy::{self, SpanDef, attr};
@@ -73,6 +70,24 @@ pub(crate) const RUN_ID_VARIABLE: &str = "MEGATRON_OTEL_RUN_ID";
 /// Whether no exporter or collector is configured in `env`.
 pub(crate) fn exporter_unconfigured(env: &(impl EnvSource + ?Sized)) -> bool {
     EXPORTER_VARIABLES.iter().all(|variable| env.non_empty(variable).is_none())
+}
+
+/// The process environment, plus `MEGATRON_OTEL_EXPORTER=file` when no
+/// exporter is configured (the zero-setup default of the simulator).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SimEnv {
+    /// Whether to add [`DEFAULT_EXPORTER_VARIABLE`]`=file` (from
+    /// [`exporter_unconfigured`]).
+    pub(crate) default_file_exporter: bool,
+}
+
+impl EnvSource for SimEnv {
+    fn var(&self, key: &str) -> Option<String> {
+        if self.default_file_exporter && key == DEFAULT_EXPORTER_VARIABLE {
+            return Some("file".to_string());
+        }
+        ProcessEnv.var(key)
+    }
 }
 
 /// A fresh run id (12 hex characters), for the launcher.
@@ -277,108 +292,6 @@ impl Telemetry {
     /// The loop exited: the interval ends.
     pub(crate) fn end_training_loop(&mut self) {
         self.lifecycle.end_training_loop();
-    }
-
-    /// Sets `megatron.update_successful` on an optimizer span.
-    pub(crate) fn mark_update(&self, span: &Span, successful: bool) {
-        span.set_attribute(attr::UPDATE_SUCCESSFUL, successful);
-    }
-
-    /// Sets `num_microbatches` on a forward-backward span.
-    pub(crate) fn mark_microbatches(&self, span: &Span, microbatches: u64) {
-        span.set_attribute(attr::NUM_MICROBATCHES, as_i64(microbatches));
-    }
-
-    /// Sets `megatron.eval_iters` on an evaluation span.
-    pub(crate) fn mark_eval_iters(&self, span: &Span, steps: u64) {
-        span.set_attribute(attr::EVAL_ITERS, as_i64(steps));
-    }
-
-    /// Sets `megatron.sniff_test.tag`: `before training`, or `iteration`
-    /// and the number right-aligned in seven columns.
-    pub(crate) fn mark_sniff_tag(&self, span: &Span, iteration: Option<u64>) {
-        let tag = match iteration {
-            None => "before training".to_string(),
-            Some(n) => format!("iteration {n:7}"),
-        };
-        span.set_attribute(attr::SNIFF_TEST_TAG, tag);
-    }
-
-    /// Sets `nvrx.call_idx` (an int) on the span that dispatched an async save.
-    pub(crate) fn mark_call_index(&self, span: &Span, call_index: u64) {
-        span.set_attribute(attr::NVRX_CALL_IDX, as_i64(call_index));
-    }
-
-    /// Sets `nvrx.call_idx` (a list) on a finalize span, when something was finalized.
-    pub(crate) fn mark_call_indices(&self, span: &Span, call_indices: &[u64]) {
-        if !call_indices.is_empty() {
-            let list: Vec<i64> = call_indices.iter().map(|&i| as_i64(i)).collect();
-            span.set_attribute(attr::NVRX_CALL_IDX, list);
-        }
-    }
-
-    /// The current span's context as bytes, to travel inside a pipeline
-    /// message (empty when the communication group is off).
-    pub(crate) fn outgoing_context(&self) -> Vec<u8> {
-        if is_span_group_enabled(MegatronSpanGroup::COMMUNICATION) { encode_context() } else { Vec::new() }
-    }
-
-    /// The linked receive span (`megatron.pp.recv_forward.linked` or
-    /// `megatron.pp.recv_backward.linked`, SPEC A9) for a message from
-    /// pipeline stage `sender_stage` carrying `context` (the sender's send
-    /// span) about `microbatch`. A child of the current (receive) span,
-    /// linked to the sender's span, starting at `waiting`: when the blocking
-    /// receive began (the context arrives only inside the message).
-    pub(crate) fn linked_receive(
-        &self,
-        def: &'static SpanDef,
-        context: &[u8],
-        waiting: SystemTime,
-        sender_stage: u32,
-        microbatch: u64,
-    ) -> Span {
-        if !is_span_group_enabled(def.group) {
-            return SpanGuard::noop();
-        }
-        let remote = decode_context(context).unwrap_or_else(RemoteContext::none);
-        lens_fallbacks::span(def.group, def.name)
-            .links([SpanLink::new(&remote)])
-            .start_time(waiting)
-            .attributes([
-                KeyValue::new(attr::PIPELINE_PARALLEL_RANK, i64::from(sender_stage)),
-                KeyValue::new(attr::MICROBATCH_ID, as_i64(microbatch)),
-            ])
-            .start_unattached()
-    }
-
-    /// The current context as bytes, for a worker thread (async save).
-    pub(crate) fn current_context_bytes(&self) -> Vec<u8> {
-        encode_context()
-    }
-
-    /// Runs `body` on a worker thread with `context` (from
-    /// [`Telemetry::current_context_bytes`]) current, inside the span `def`
-    /// with `nvrx.call_idx`.
-    pub(crate) fn in_worker_context<R>(
-        context: &[u8],
-        def: &'static SpanDef,
-        call_index: u64,
-        body: impl FnOnce() -> R,
-    ) -> R {
-        let remote = decode_context(context).unwrap_or_else(RemoteContext::none);
-        let _context = remote.attach();
-        let _span = if is_span_group_enabled(def.group) {
-            managed_span(
-                def.group,
-                def.name,
-                [KeyValue::new(attr::NVRX_CALL_IDX, as_i64(call_index))]
-                    .into_iter()
-                    .chain(def.goodput.then(|| KeyValue::new(attr::IS_GOODPUT_SPAN, true))),
-            )
-        } else {
-            SpanGuard::noop()
-        };
-        body()
     }
 
     /// Records the training metrics of one log interval (the exporting rank

@@ -31,18 +31,21 @@
 //! span without ids or times are skipped and counted. An input that holds
 //! no traces file, or no span at all, is a usage error (exit 2).
 //!
-//! The module is self-contained: the CLI calls [`run`] with the parsed
-//! [`TraceViewArgs`]; tests call [`view`] and [`write_table`].
+//! Reading the export is lens-core's (`lens_core::otlp_file::tree`, next
+//! to the `file` exporter whose format it is); this module is the viewer:
+//! the CLI calls [`run`] with the parsed [`TraceViewArgs`]; tests call
+//! [`view`] and [`write_table`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::ValueEnum;
-use serde_json::{Map, Value, json};
+use lens_core::otlp_file::{self, tree::SpanStatus, tree::SpanTree, tree::TreeSpan};
+use serde_json::{Value, json};
 
 /// Nanoseconds per tick of the output grid (1/8 µs: exactly representable
 /// in binary floating point, and a whole number of nanoseconds).
@@ -52,20 +55,6 @@ const TICKS_PER_US: f64 = 8.0;
 /// Parent chains longer than this are treated as broken (a cycle in bad
 /// input must not loop forever).
 const MAX_DEPTH: usize = 256;
-
-/// The binary's subcommands (tools that work on a finished run); with
-/// none, the binary trains.
-#[derive(Clone, Debug, clap::Subcommand)]
-pub(crate) enum Tool {
-    /// Turn a `file` export into a Chrome/Perfetto trace (one process per
-    /// rank, spans as slices, links as flows) and print a per-span table.
-    TraceView(TraceViewArgs),
-    /// Cross-rank analyses of a `file` export: the "stragglers" section
-    /// (docs/ranks.md).
-    Analyze(crate::analyze::AnalyzeArgs),
-    /// Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md).
-    Serve(crate::serve::ServeArgs),
-}
 
 /// `trace-view`: convert a `file` export into a Chrome/Perfetto trace and
 /// print a per-span-name table.
@@ -232,29 +221,12 @@ fn write_trace(path: &Path, trace: &Value) -> Result<(), TraceViewError> {
     writer.write_all(b"\n").and_then(|()| writer.flush()).map_err(failure)
 }
 
-/// One span as read from the export.
-#[derive(Clone, Debug)]
-struct Span {
-    rank: u32,
-    trace_id: String,
-    span_id: String,
-    parent_span_id: Option<String>,
-    name: String,
-    scope: String,
-    start_ns: u64,
-    end_ns: u64,
-    attributes: Map<String, Value>,
-    status: Option<(i64, String)>,
-    links: Vec<(String, String)>,
-}
-
-/// What was read from an export.
+/// What was read from an export: the spans (lens-core's reader) and the
+/// files they came from.
 #[derive(Debug, Default)]
 struct Export {
-    spans: Vec<Span>,
+    tree: SpanTree,
     files: Vec<PathBuf>,
-    malformed_lines: usize,
-    malformed_spans: usize,
 }
 
 /// Statistics of one span name, over every rank.
@@ -302,31 +274,15 @@ pub(crate) struct View {
 /// converts it.
 pub(crate) fn view(input: &Path) -> Result<View, TraceViewError> {
     let export = read_export(input)?;
-    if export.spans.is_empty() {
-        return Err(TraceViewError::NoSpans { files: export.files, malformed_lines: export.malformed_lines });
+    if export.tree.spans.is_empty() {
+        return Err(TraceViewError::NoSpans { files: export.files, malformed_lines: export.tree.malformed_lines });
     }
     Ok(convert(export))
 }
 
-/// The rank in a `traces-rank<N>.jsonl` file name.
-fn file_rank(path: &Path) -> Option<u32> {
-    let name = path.file_name()?.to_str()?;
-    name.strip_prefix("traces-rank")?.strip_suffix(".jsonl")?.parse().ok()
-}
-
 /// The traces files directly under `dir`, by rank.
 fn traces_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut files: Vec<(u32, PathBuf)> = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if let Some(rank) = file_rank(&path)
-            && path.is_file()
-        {
-            files.push((rank, path));
-        }
-    }
-    files.sort();
-    Ok(files.into_iter().map(|(_, path)| path).collect())
+    Ok(otlp_file::traces_files(dir)?.into_iter().map(|(_, path)| path).collect())
 }
 
 fn read_export(input: &Path) -> Result<Export, TraceViewError> {
@@ -344,7 +300,7 @@ fn read_export(input: &Path) -> Result<Export, TraceViewError> {
     };
     let mut export = Export::default();
     for path in files {
-        read_file(&path, &mut export)?;
+        export.tree.read_file(&path, 0).map_err(|source| TraceViewError::Read { path: path.clone(), source })?;
         export.files.push(path);
     }
     Ok(export)
@@ -362,138 +318,6 @@ fn runs_below(dir: &Path) -> Vec<PathBuf> {
     runs
 }
 
-fn read_file(path: &Path, export: &mut Export) -> Result<(), TraceViewError> {
-    let failure = |source| TraceViewError::Read { path: path.to_path_buf(), source };
-    let mut reader = BufReader::new(File::open(path).map_err(failure)?);
-    let fallback_rank = file_rank(path).unwrap_or(0);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line).map_err(failure)? == 0 {
-            return Ok(());
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<Value>(&line) {
-            Ok(request) if request.get("resourceSpans").is_some_and(Value::is_array) => {
-                read_request(&request, fallback_rank, export);
-            }
-            _ => export.malformed_lines += 1,
-        }
-    }
-}
-
-fn array<'a>(value: &'a Value, key: &str) -> &'a [Value] {
-    value.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
-}
-
-fn read_request(request: &Value, fallback_rank: u32, export: &mut Export) {
-    for resource_spans in array(request, "resourceSpans") {
-        let resource = attributes(resource_spans.get("resource").map_or(&[], |r| array(r, "attributes")));
-        let rank = resource
-            .get("dl.rank")
-            .and_then(Value::as_i64)
-            .and_then(|rank| u32::try_from(rank).ok())
-            .unwrap_or(fallback_rank);
-        for scope_spans in array(resource_spans, "scopeSpans") {
-            let scope = scope_spans.get("scope").and_then(|s| s.get("name")).and_then(Value::as_str).unwrap_or("");
-            for span in array(scope_spans, "spans") {
-                match read_span(span, rank, scope) {
-                    Some(span) => export.spans.push(span),
-                    None => export.malformed_spans += 1,
-                }
-            }
-        }
-    }
-}
-
-fn read_span(span: &Value, rank: u32, scope: &str) -> Option<Span> {
-    let id = |key: &str| span.get(key).and_then(Value::as_str).filter(|id| !id.is_empty()).map(str::to_ascii_lowercase);
-    let start_ns = nanos(span.get("startTimeUnixNano")?)?;
-    let end_ns = nanos(span.get("endTimeUnixNano")?)?.max(start_ns);
-    let status = span.get("status").and_then(|status| {
-        let code = status.get("code").and_then(integer).unwrap_or(0);
-        let message = status.get("message").and_then(Value::as_str).unwrap_or("");
-        (code != 0 || !message.is_empty()).then(|| (code, message.to_string()))
-    });
-    let links = array(span, "links")
-        .iter()
-        .filter_map(|link| {
-            let trace_id = link.get("traceId")?.as_str()?.to_ascii_lowercase();
-            let span_id = link.get("spanId")?.as_str()?.to_ascii_lowercase();
-            Some((trace_id, span_id))
-        })
-        .collect();
-    Some(Span {
-        rank,
-        trace_id: id("traceId")?,
-        span_id: id("spanId")?,
-        parent_span_id: id("parentSpanId"),
-        name: span.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
-        scope: scope.to_string(),
-        start_ns,
-        end_ns,
-        attributes: attributes(array(span, "attributes")),
-        status,
-        links,
-    })
-}
-
-/// A 64-bit integer as OTLP/JSON writes it: a decimal string or a number.
-fn integer(value: &Value) -> Option<i64> {
-    match value {
-        Value::String(text) => text.trim().parse().ok(),
-        Value::Number(number) => number.as_i64(),
-        _ => None,
-    }
-}
-
-/// A Unix time in nanoseconds: a decimal string or a number.
-fn nanos(value: &Value) -> Option<u64> {
-    match value {
-        Value::String(text) => text.trim().parse().ok(),
-        Value::Number(number) => number.as_u64().or_else(|| {
-            let float = number.as_f64()?;
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                reason = "checked finite and non-negative"
-            )]
-            (float.is_finite() && float >= 0.0).then_some(float as u64)
-        }),
-        _ => None,
-    }
-}
-
-/// OTLP `KeyValue`s as a JSON object of plain values.
-fn attributes(list: &[Value]) -> Map<String, Value> {
-    list.iter()
-        .filter_map(|kv| Some((kv.get("key")?.as_str()?.to_string(), kv.get("value").map_or(Value::Null, any_value))))
-        .collect()
-}
-
-/// An OTLP `AnyValue` (`{"stringValue": ...}`, `{"intValue": "5"}`, ...) as
-/// a plain JSON value.
-fn any_value(value: &Value) -> Value {
-    let Some(object) = value.as_object() else { return Value::Null };
-    if let Some(int) = object.get("intValue") {
-        return integer(int).map_or_else(|| int.clone(), Value::from);
-    }
-    if let Some(array) = object.get("arrayValue") {
-        return Value::Array(
-            array.get("values").and_then(Value::as_array).map_or_else(Vec::new, |v| v.iter().map(any_value).collect()),
-        );
-    }
-    if let Some(list) = object.get("kvlistValue") {
-        return Value::Object(attributes(list.get("values").and_then(Value::as_array).map_or(&[], Vec::as_slice)));
-    }
-    ["stringValue", "doubleValue", "boolValue", "bytesValue"]
-        .iter()
-        .find_map(|key| object.get(*key).cloned())
-        .unwrap_or(Value::Null)
-}
-
 /// Where a span landed: its thread (lane) and its interval in ticks.
 #[derive(Clone, Copy, Debug, Default)]
 struct Placement {
@@ -507,7 +331,7 @@ struct Placement {
 /// its ancestors. Returns the lane count and, per span, the spans directly
 /// inside it on its lane (in time order).
 fn assign_lanes(
-    spans: &[Span],
+    spans: &[TreeSpan],
     members: &[usize],
     placements: &mut [Placement],
 ) -> (usize, HashMap<usize, Vec<usize>>) {
@@ -607,11 +431,13 @@ fn micros(ticks: u64) -> Value {
 }
 
 fn convert(export: Export) -> View {
-    let Export { spans, files, malformed_lines, malformed_spans } = export;
-    let origin = spans.iter().map(|span| span.start_ns).min().unwrap_or(0);
+    let Export { tree: SpanTree { spans, malformed_lines, malformed_spans }, files } = export;
+    let origin = spans.iter().map(|span| span.start_unix_nano).min().unwrap_or(0);
     let tick = |ns: u64| (ns.saturating_sub(origin) + TICK_NS / 2) / TICK_NS;
-    let mut placements: Vec<Placement> =
-        spans.iter().map(|span| Placement { lane: 0, start: tick(span.start_ns), end: tick(span.end_ns) }).collect();
+    let mut placements: Vec<Placement> = spans
+        .iter()
+        .map(|span| Placement { lane: 0, start: tick(span.start_unix_nano), end: tick(span.end_unix_nano) })
+        .collect();
 
     let mut by_rank: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, span) in spans.iter().enumerate() {
@@ -648,7 +474,7 @@ fn convert(export: Export) -> View {
         if let Some(parent) = &span.parent_span_id {
             args.insert("parent_span_id".into(), json!(parent));
         }
-        if let Some((code, message)) = &span.status {
+        if let Some(SpanStatus { code, message }) = &span.status {
             let code = match code {
                 1 => "OK".to_string(),
                 2 => "ERROR".to_string(),
@@ -660,11 +486,12 @@ fn convert(export: Export) -> View {
             }
         }
         if !span.links.is_empty() {
-            let links: Vec<String> = span.links.iter().map(|(trace, span)| format!("{trace}:{span}")).collect();
+            let links: Vec<String> =
+                span.links.iter().map(|link| format!("{}:{}", link.trace_id, link.span_id)).collect();
             args.insert("links".into(), json!(links));
         }
-        args.insert("start_time_unix_nano".into(), json!(span.start_ns.to_string()));
-        args.insert("duration_ns".into(), json!(span.end_ns - span.start_ns));
+        args.insert("start_time_unix_nano".into(), json!(span.start_unix_nano.to_string()));
+        args.insert("duration_ns".into(), json!(span.end_unix_nano - span.start_unix_nano));
         events.push(json!({
             "ph": "X",
             "name": span.name,
@@ -682,8 +509,8 @@ fn convert(export: Export) -> View {
     let mut flows = 0_u64;
     let mut unresolved_links = 0;
     for &target in &order {
-        for (trace_id, span_id) in &spans[target].links {
-            let Some(&source) = index.get(&(trace_id.as_str(), span_id.as_str())) else {
+        for link in &spans[target].links {
+            let Some(&source) = index.get(&(link.trace_id.as_str(), link.span_id.as_str())) else {
                 unresolved_links += 1;
                 continue;
             };
@@ -734,10 +561,10 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 
 /// Per span name: count, total, mean, p50, p99 (nearest rank), by total
 /// duration, largest first (ties by name).
-fn table(spans: &[Span]) -> Vec<NameStats> {
+fn table(spans: &[TreeSpan]) -> Vec<NameStats> {
     let mut durations: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for span in spans {
-        durations.entry(span.name.as_str()).or_default().push(span.end_ns - span.start_ns);
+        durations.entry(span.name.as_str()).or_default().push(span.end_unix_nano - span.start_unix_nano);
     }
     let mut rows: Vec<NameStats> = durations
         .into_iter()
@@ -816,6 +643,7 @@ fn write_footer(out: &mut dyn Write, view: &View, path: &Path) -> io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lens_core::otlp_file::tree::SpanLink;
 
     #[test]
     fn nearest_rank_percentiles() {
@@ -829,41 +657,24 @@ mod tests {
         assert_eq!(percentile(&[1, 2, 3], 50), 2);
     }
 
-    #[test]
-    fn otlp_values_become_plain_json() {
-        assert_eq!(any_value(&json!({"intValue": "42"})), json!(42));
-        assert_eq!(any_value(&json!({"intValue": 42})), json!(42));
-        assert_eq!(any_value(&json!({"stringValue": "x"})), json!("x"));
-        assert_eq!(any_value(&json!({"boolValue": true})), json!(true));
-        assert_eq!(any_value(&json!({"doubleValue": 1.5})), json!(1.5));
-        assert_eq!(
-            any_value(&json!({"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}})),
-            json!([1, "a"])
-        );
-        assert_eq!(nanos(&json!("1700000000000000123")), Some(1_700_000_000_000_000_123));
-        assert_eq!(nanos(&json!(1_700_000_000_000_000_123_u64)), Some(1_700_000_000_000_000_123));
-        assert_eq!(nanos(&json!(-1)), None);
-        assert_eq!(nanos(&json!("soon")), None);
-    }
-
-    fn span(name: &str, id: &str, parent: Option<&str>, start_us: u64, end_us: u64) -> Span {
-        Span {
+    fn span(name: &str, id: &str, parent: Option<&str>, start_us: u64, end_us: u64) -> TreeSpan {
+        TreeSpan {
             rank: 0,
             trace_id: "t".into(),
             span_id: id.into(),
             parent_span_id: parent.map(str::to_string),
             name: name.into(),
             scope: String::new(),
-            start_ns: start_us * 1000,
-            end_ns: end_us * 1000,
-            attributes: Map::new(),
+            start_unix_nano: start_us * 1000,
+            end_unix_nano: end_us * 1000,
+            attributes: serde_json::Map::new(),
             status: None,
             links: Vec::new(),
         }
     }
 
-    fn lanes_of(spans: Vec<Span>) -> Vec<usize> {
-        let view = convert(Export { spans, ..Export::default() });
+    fn lanes_of(spans: Vec<TreeSpan>) -> Vec<usize> {
+        let view = convert(Export { tree: SpanTree { spans, ..SpanTree::default() }, ..Export::default() });
         let mut lanes: Vec<(String, usize)> = view.trace["traceEvents"]
             .as_array()
             .unwrap()
@@ -896,8 +707,9 @@ mod tests {
         // a [0,100] with a child b [0,50] on its lane: a's first free moment
         // is just after b ends; b's last free moment is just before its end.
         let mut linked = span("b", "b", Some("a"), 0, 50);
-        linked.links.push(("t".into(), "a".into()));
-        let view = convert(Export { spans: vec![span("a", "a", None, 0, 100), linked], ..Export::default() });
+        linked.links.push(SpanLink { trace_id: "t".into(), span_id: "a".into() });
+        let spans = vec![span("a", "a", None, 0, 100), linked];
+        let view = convert(Export { tree: SpanTree { spans, ..SpanTree::default() }, ..Export::default() });
         let events = view.trace["traceEvents"].as_array().unwrap();
         let start = events.iter().find(|e| e["ph"] == "s").unwrap();
         let finish = events.iter().find(|e| e["ph"] == "f").unwrap();

@@ -37,17 +37,22 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use megatron_telemetry::attributes;
 use megatron_telemetry::metrics::{LM_LOSS_KEY, select_loss};
+use megatron_telemetry::pipeline::{self, Direction};
 use megatron_telemetry::taxonomy as tx;
+use megatron_telemetry::workers;
 
 use crate::checkpoint::{self, PendingSave, RankState};
-use crate::cli::{Args, Coords, Layout, OptimizerKind};
+use crate::cli::Args;
 use crate::comm::{Comm, CommError, tag};
+use crate::config::{Coords, Layout, OptimizerKind};
 use crate::corpus::Corpus;
 use crate::device::{self, Device};
 use crate::goodput::{Goodput, Phase as GoodputPhase};
 use crate::insight::RankInsight;
 use crate::model::{self, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, cross_entropy, learning_rate};
+use crate::outcome::{ExitReason, Outcome};
 use crate::output;
 use crate::signals::StopFlag;
 use crate::telemetry::{MetricValues, Telemetry};
@@ -84,58 +89,6 @@ impl From<checkpoint::LoadError> for RankError {
     fn from(error: checkpoint::LoadError) -> RankError {
         RankError { message: error.to_string(), bad_input: true }
     }
-}
-
-/// How the loop ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ExitReason {
-    /// All `--train-iters` iterations ran.
-    Completed,
-    /// A signal with `--exit-signal-handler`: the loop drained.
-    Signal,
-}
-
-impl ExitReason {
-    /// The name the summary uses.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ExitReason::Completed => "completed",
-            ExitReason::Signal => "signal",
-        }
-    }
-}
-
-/// What a rank's run produced (the last rank's is the summary).
-#[derive(Debug)]
-pub(crate) struct Outcome {
-    /// The iteration the run started from (0, or the loaded checkpoint's).
-    pub(crate) start_iteration: u64,
-    /// The iterations completed at the end.
-    pub(crate) final_iteration: u64,
-    /// Each executed iteration: its number (1-based), step time in ms and loss (`None` when skipped).
-    pub(crate) iterations: Vec<(u64, f64, Option<f64>)>,
-    /// The mean loss of each log interval (`None` when every iteration of it was skipped).
-    pub(crate) log_losses: Vec<(u64, Option<f64>)>,
-    /// Evaluation losses.
-    pub(crate) eval_losses: Vec<(u64, f64)>,
-    /// Skipped iterations in total (including before a resume).
-    pub(crate) skipped_iterations: u64,
-    /// Checkpoints written: iteration and this rank's file.
-    pub(crate) checkpoints: Vec<(u64, PathBuf)>,
-    /// How the loop ended.
-    pub(crate) exit_reason: ExitReason,
-    /// Model FLOPs per iteration (`6 × parameters × tokens`, see [`model`]).
-    pub(crate) flops_per_iteration: f64,
-    /// Tokens per iteration (global batch × sequence length: bytes predicted).
-    pub(crate) tokens_per_iteration: u64,
-    /// The training corpus's single-byte entropy, nats.
-    pub(crate) corpus_entropy_nats: f64,
-    /// Peak memory of this rank, bytes.
-    pub(crate) peak_memory_bytes: Option<u64>,
-    /// The device's name.
-    pub(crate) device: String,
-    /// Frames this rank sent to other ranks (a count: rank metrics add none).
-    pub(crate) messages_sent: u64,
 }
 
 struct Groups {
@@ -337,7 +290,7 @@ impl Trainer {
         }
         if self.args.gpu_sniff_test_interval.is_some() {
             let span = self.telemetry.span(&tx::STARTUP_SNIFF_TEST, []);
-            self.telemetry.mark_sniff_tag(&span, None);
+            attributes::set_sniff_test_tag(&span, None);
             device::sniff_test(self.device.as_ref()).map_err(|e| RankError::new(format!("sniff test failed: {e}")))?;
         }
         if self.args.check_weight_hash_across_dp_replicas_interval.is_some() {
@@ -413,7 +366,7 @@ impl Trainer {
                 let span = self.telemetry.save_finalize(self.iteration);
                 if self.save_ready {
                     let finalized = self.finalize_async_save()?;
-                    self.telemetry.mark_call_indices(&span, &finalized);
+                    attributes::set_call_indices(&span, &finalized);
                 }
             }
             if self.args.enable_cuda_graph && loop_counter == self.args.cuda_graph_warmup_steps {
@@ -521,7 +474,7 @@ impl Trainer {
                 && iteration.is_multiple_of(every)
             {
                 let span = self.telemetry.span(&tx::TRAIN_SNIFF_TEST, []);
-                self.telemetry.mark_sniff_tag(&span, Some(iteration));
+                attributes::set_sniff_test_tag(&span, Some(iteration));
                 device::sniff_test(self.device.as_ref())
                     .map_err(|e| RankError::new(format!("sniff test failed: {e}")))?;
             }
@@ -555,7 +508,7 @@ impl Trainer {
             let span = self.telemetry.span(&tx::CHECKPOINT_EXIT_FINALIZE, []);
             if self.pending_save.is_some() {
                 let finalized = self.finalize_async_save()?;
-                self.telemetry.mark_call_indices(&span, &finalized);
+                attributes::set_call_indices(&span, &finalized);
             }
         }
         self.goodput.finish();
@@ -596,7 +549,7 @@ impl Trainer {
         };
         let Some(peer) = peer else { return Ok(()) };
         let _span = self.telemetry.span(def, []);
-        let context = self.telemetry.outgoing_context();
+        let context = pipeline::outgoing_context();
         let mut payload = Vec::with_capacity(12 + context.len() + values.len() * 4);
         payload.extend_from_slice(&microbatch.to_le_bytes());
         payload.extend_from_slice(&(context.len() as u32).to_le_bytes());
@@ -607,16 +560,16 @@ impl Trainer {
     }
 
     fn recv_pipeline(&mut self, forward: bool, microbatch: u64) -> Result<Vec<f32>, RankError> {
-        let (def, linked, peer, frame_tag, sender_stage) = if forward {
+        let (def, direction, peer, frame_tag, sender_stage) = if forward {
             (
                 &tx::P2P_RECV_FORWARD,
-                &tx::PP_RECV_FORWARD_LINKED,
+                Direction::Forward,
                 self.groups.previous,
                 tag::FORWARD,
                 self.coords.pp.wrapping_sub(1),
             )
         } else {
-            (&tx::P2P_RECV_BACKWARD, &tx::PP_RECV_BACKWARD_LINKED, self.groups.next, tag::BACKWARD, self.coords.pp + 1)
+            (&tx::P2P_RECV_BACKWARD, Direction::Backward, self.groups.next, tag::BACKWARD, self.coords.pp + 1)
         };
         let peer = peer.ok_or_else(|| RankError::new("pipeline receive without a neighbour"))?;
         let _span = self.telemetry.span(def, []);
@@ -638,7 +591,7 @@ impl Trainer {
                 self.rank()
             )));
         }
-        let _linked = self.telemetry.linked_receive(linked, context, waiting, sender_stage, microbatch);
+        let _linked = pipeline::linked_receive(direction, context, waiting, sender_stage, microbatch);
         Ok(payload[12 + context_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
@@ -784,7 +737,7 @@ impl Trainer {
         let mut loss_sum = 0.0_f64;
         {
             let span = self.telemetry.span(&tx::TRAIN_ITERATION_FORWARD_BACKWARD, []);
-            self.telemetry.mark_microbatches(&span, self.microbatches);
+            attributes::set_num_microbatches(&span, self.microbatches);
             let mut saved_all = Vec::with_capacity(self.microbatches as usize);
             let mut grads_all = Vec::with_capacity(self.microbatches as usize);
             for microbatch in 0..self.microbatches {
@@ -875,7 +828,7 @@ impl Trainer {
                 let scale = if clip > 0.0 && grad_norm > clip { (clip / (grad_norm + 1e-6)) as f32 } else { 1.0 };
                 self.optimizer.step(&mut self.stage.params, &self.stage.grads, learning_rate, scale);
             }
-            self.telemetry.mark_update(&span, !skipped);
+            attributes::set_update_successful(&span, !skipped);
             self.insight.phases().mark(Phase::Other);
         }
         Ok(StepResult { loss, grad_norm, learning_rate, skipped, stop })
@@ -909,7 +862,7 @@ impl Trainer {
         }
         let world = self.groups.world.clone();
         self.comm.all_reduce(&world, &mut total)?;
-        self.telemetry.mark_eval_iters(&span, self.args.eval_iters);
+        attributes::set_eval_iters(&span, self.args.eval_iters);
         Ok(total[0] / (self.normaliser * self.args.eval_iters.max(1) as f64))
     }
 
@@ -965,15 +918,15 @@ impl Trainer {
             if self.args.async_save {
                 let call_index = self.call_index;
                 self.call_index += 1;
-                let context = self.telemetry.current_context_bytes();
+                let context = workers::worker_context();
                 let worker_root = root.clone();
                 let pending = PendingSave::dispatch(call_index, iteration, move || {
-                    Telemetry::in_worker_context(&context, &tx::CHECKPOINT_SAVE_IO_WRITE, call_index, || {
+                    workers::in_worker_span(&context, &tx::CHECKPOINT_SAVE_IO_WRITE, call_index, || {
                         checkpoint::write_rank(&worker_root, &state)
                     })
                 })
                 .map_err(|e| RankError::new(format!("starting the async save worker: {e}")))?;
-                self.telemetry.mark_call_index(&save_span, call_index);
+                attributes::set_call_index(&save_span, call_index);
                 self.pending_save = Some(pending);
                 self.save_ready = false;
             } else {
@@ -1086,4 +1039,94 @@ struct StepResult {
     learning_rate: f64,
     skipped: bool,
     stop: bool,
+}
+
+/// The trained model read back for inference: these tests train with the
+/// loop, so they live with it (the inference side, [`crate::lm`], does not
+/// depend on the loop).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::Rendezvous;
+    use crate::device::Cpu;
+    use crate::lm::InferenceModel;
+    use crate::telemetry::RankSetup;
+    use clap::Parser as _;
+    use lens_core::identity::RankContext;
+    use std::collections::BTreeMap;
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// Trains with `extra` flags on `world` ranks (threads of this process,
+    /// connected as the launcher's processes are), saving under a fresh
+    /// directory; the directory.
+    fn train(name: &str, world: u32, extra: &[&str]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("mtsim-lm-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let save = dir.to_str().unwrap().to_string();
+        let mut argv = vec!["megatron-train-sim", "--hidden-size", "32", "--seq-length", "16", "--train-iters", "6"];
+        argv.extend(["--log-interval", "6", "--seed", "11", "--save", &save]);
+        argv.extend(extra);
+        let rendezvous =
+            Rendezvous { master_addr: "127.0.0.1".into(), master_port: free_port(), deadline: Duration::from_secs(20) };
+        let ranks: Vec<_> = (0..world)
+            .map(|rank| {
+                let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+                let rendezvous = rendezvous.clone();
+                std::thread::spawn(move || {
+                    let args = Args::parse_from(argv);
+                    let layout = args.validate(world, "the test").unwrap();
+                    let comm = Comm::connect(rank, world, &rendezvous, Duration::from_secs(20)).unwrap();
+                    let context = RankContext { rank, world_size: world, local_rank: rank, node_rank: None };
+                    let setup = RankSetup {
+                        rank: &context,
+                        args: crate::telemetry::ResourceArgs::default(),
+                        env: BTreeMap::<String, String>::new(),
+                        stamps: Default::default(),
+                        graceful_signals: false,
+                    };
+                    let telemetry = Telemetry::setup(&args.otel, setup).unwrap();
+                    let stop = crate::signals::StopFlag::default();
+                    let mut trainer = Trainer::new(args, layout, comm, Box::new(Cpu), telemetry, stop);
+                    let outcome = trainer.run().unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                    trainer.finish_comm();
+                    outcome.final_iteration
+                })
+            })
+            .collect();
+        for rank in ranks {
+            assert_eq!(rank.join().unwrap(), 6);
+        }
+        dir
+    }
+
+    #[test]
+    fn single_rank_tp2_and_pp2_checkpoints_load_as_the_same_model() {
+        let contexts: [&[u8]; 3] = [b"Ba", b"Tomorrow, the sun. Stai", b"x"];
+        let single = InferenceModel::load(&train("single", 1, &[])).unwrap();
+        let expected = single.next_logits(&contexts);
+        assert_eq!(single.max_context(), 16);
+        assert_eq!(single.forward_flops_per_token(), 2 * model::model_parameters(4, 32));
+        let layouts: [(&str, u32, &[&str]); 2] =
+            [("tp2", 2, &["--tensor-model-parallel-size", "2"]), ("pp2", 2, &["--pipeline-model-parallel-size", "2"])];
+        for (name, world, flags) in layouts {
+            let dir = train(name, world, flags);
+            let model = InferenceModel::load(&dir).unwrap();
+            let got = model.next_logits(&contexts);
+            for (a, b) in expected.iter().flatten().zip(got.iter().flatten()) {
+                assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{name}: {a} vs {b}");
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        // A context's logits do not depend on the others in its batch, and
+        // a longer context reads its last `max_context()` bytes.
+        let alone = single.next_logits(&[b"Ba"]);
+        assert_eq!(alone[0], expected[0]);
+        let long = [b"Some very long preamble; ".as_slice(), b"Tomorrow, the sun. Stai"].concat();
+        let window = &contexts[1][contexts[1].len() - 16..];
+        assert_eq!(single.next_logits(&[&long])[0], single.next_logits(&[window])[0]);
+        assert_ne!(expected[0], expected[2], "different contexts, same logits");
+    }
 }
