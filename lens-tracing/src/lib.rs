@@ -49,6 +49,22 @@ pub const GROUP_FIELD: &str = "lens.group";
 /// The field that asks for one span per entry (`lens.per_entry = true`).
 pub const PER_ENTRY_FIELD: &str = "lens.per_entry";
 
+/// The field that names the recorded span, when its name is not known at
+/// compile time (`otel.name = format!("{method} {route}")`), as
+/// `tracing-opentelemetry` reads it; recording it later renames the span.
+pub const NAME_FIELD: &str = "otel.name";
+
+/// The field that gives the span's kind: `server`, `client`, `producer`,
+/// `consumer` or `internal` (the default), as `tracing-opentelemetry` reads it.
+pub const KIND_FIELD: &str = "otel.kind";
+
+/// The field that sets the span's status: `error`, `ok` or `unset`, as
+/// `tracing-opentelemetry` reads it (record it when the outcome is known).
+pub const STATUS_CODE_FIELD: &str = "otel.status_code";
+
+/// The field with the description of an `error` status.
+pub const STATUS_DESCRIPTION_FIELD: &str = "otel.status_description";
+
 /// The thread-name prefixes of the export path: lens's own threads and the
 /// runtime thread of the blocking HTTP client lens's OTLP/HTTP exporter
 /// uses. Nothing on these threads is recorded.
@@ -179,6 +195,9 @@ impl<S> Filter<S> for GroupFilter {
 pub struct LensLayer<S> {
     #[cfg_attr(not(feature = "otel"), expect(dead_code, reason = "the no-op layer reads no rules"))]
     rules: Arc<TracingRules>,
+    /// Whether any rule asks for per-entry spans (read once, not per span).
+    #[cfg_attr(not(feature = "otel"), expect(dead_code, reason = "the no-op layer reads no rules"))]
+    per_entry_rules: bool,
     #[cfg(feature = "otel")]
     with_data: bridge::WithData,
     _subscriber: PhantomData<fn(S)>,
@@ -199,6 +218,7 @@ where
     /// does both).
     pub fn new(rules: Arc<TracingRules>) -> LensLayer<S> {
         LensLayer {
+            per_entry_rules: rules.has_per_entry(),
             rules,
             #[cfg(feature = "otel")]
             with_data: bridge::WithData::new::<S>(),
@@ -218,7 +238,7 @@ where
         id: &tracing_core::span::Id,
         ctx: Context<'_, S>,
     ) {
-        bridge::on_new_span(&self.rules, attrs, id, &ctx);
+        bridge::on_new_span(&self.rules, self.per_entry_rules, attrs, id, &ctx);
     }
 
     fn on_record(&self, id: &tracing_core::span::Id, values: &tracing_core::span::Record<'_>, ctx: Context<'_, S>) {
