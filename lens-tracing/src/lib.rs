@@ -34,7 +34,7 @@ use lens_core::tracing_rules::{TracingDecision, TracingRules, TracingRulesError}
 use lens_fallbacks::RemoteContext;
 use tracing_core::subscriber::Interest;
 use tracing_core::{Metadata, Subscriber};
-use tracing_subscriber::filter::Filtered;
+use tracing_subscriber::filter::{Filtered, LevelFilter};
 use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -177,6 +177,18 @@ impl<S> Filter<S> for GroupFilter {
         }
     }
 
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        // With nothing to record, the bridge wants no level at all: alone in
+        // a subscriber, every callsite then stops at `tracing`'s global
+        // level check, as with no subscriber (another layer's hint still
+        // counts; the cache rebuild on a change of the groups recomputes it).
+        if !cfg!(feature = "otel") || lens_core::groups::enabled_span_groups().is_empty() {
+            Some(LevelFilter::OFF)
+        } else {
+            None
+        }
+    }
+
     fn enabled(&self, metadata: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
         // Reached for `sometimes` callsites (and when another layer's filter
         // makes the whole callsite `sometimes`): the decision again, and the
@@ -276,7 +288,7 @@ where
 impl<S> Layer<S> for LensLayer<S> where S: Subscriber + for<'a> LookupSpan<'a> {}
 
 /// The page "Using lens with tracing" (`docs/tracing.md`), whose examples run
-/// as doc tests.
-#[cfg(all(doctest, feature = "otel"))]
+/// as doc tests (with `testing`: the server example needs axum and tower-http).
+#[cfg(all(doctest, feature = "testing"))]
 #[doc = include_str!("../../docs/tracing.md")]
 pub struct TracingDocExamples;
