@@ -17,6 +17,7 @@
 //! let rules = TracingRules::parse("tower_http=job, candle=step:per_entry, h2=off", &LENS_CATALOG).unwrap();
 //! assert_eq!(rules.decide("tower_http::trace::on_request").group, Some(SpanGroup::JOB));
 //! assert!(rules.decide("candle::layer").per_entry);
+//! assert!(rules.has_per_entry() && !TracingRules::parse("h2=off", &LENS_CATALOG).unwrap().has_per_entry());
 //! assert_eq!(rules.decide("h2::proto").group, None);
 //! assert_eq!(rules.decide("lens::checkpoint").group, Some(SpanGroup::CHECKPOINT));
 //! assert_eq!(rules.decide("my_app").group, None, "off unless configured");
@@ -148,6 +149,12 @@ impl TracingRules {
             }
         }
         self.default
+    }
+
+    /// Whether any rule (or the default) asks for per-entry spans: without
+    /// one, the bridge never needs a span's decision after its filter.
+    pub fn has_per_entry(&self) -> bool {
+        self.default.per_entry || self.rules.iter().any(|rule| rule.decision.per_entry)
     }
 
     /// Whether no rule and no default is configured.

@@ -13,13 +13,14 @@
 //! stack, popped on exit. A per-entry span starts a fresh span, child of the
 //! context current at entry, on every entry and ends it on exit.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::time::SystemTime;
 
 use lens_core::otel::active;
 use lens_core::tracing_rules::TracingRules;
 use lens_fallbacks::RemoteContext;
-use opentelemetry::trace::{SpanBuilder, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
@@ -27,7 +28,10 @@ use tracing_core::{Dispatch, Event, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::{GROUP_FIELD, PER_ENTRY_FIELD, decided_per_span, threads};
+use crate::{
+    GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD,
+    decided_per_span, threads,
+};
 
 /// The field `tracing`'s macros give an event's message.
 const MESSAGE_FIELD: &str = "message";
@@ -43,6 +47,8 @@ pub(crate) struct SpanData {
     parent: OtelContext,
     /// The started span, in its context (never set for a per-entry span).
     started: Option<OtelContext>,
+    /// A status recorded before the span started.
+    status: Option<Status>,
     per_entry: bool,
 }
 
@@ -57,7 +63,11 @@ impl SpanData {
             let tracer = active::tracer()?;
             let builder = std::mem::take(&mut self.builder);
             let span = tracer.build_with_context(builder, &self.parent);
-            self.started = Some(self.parent.with_span(span));
+            let cx = std::mem::take(&mut self.parent).with_span(span);
+            if let Some(status) = self.status.take() {
+                cx.span().set_status(status);
+            }
+            self.started = Some(cx);
         }
         self.started.as_ref()
     }
@@ -87,15 +97,73 @@ struct Fields {
     group: Option<String>,
     per_entry: Option<bool>,
     message: Option<String>,
+    name: Option<String>,
+    kind: Option<SpanKind>,
+    status_code: Option<StatusCode>,
+    status_description: Option<String>,
+}
+
+/// An `otel.status_code` value.
+#[derive(Clone, Copy)]
+enum StatusCode {
+    Unset,
+    Ok,
+    Error,
+}
+
+/// `otel.kind`'s values, as `tracing-opentelemetry` reads them
+/// (case-insensitive).
+fn span_kind(value: &str) -> Option<SpanKind> {
+    const KINDS: [(&str, SpanKind); 5] = [
+        ("server", SpanKind::Server),
+        ("client", SpanKind::Client),
+        ("producer", SpanKind::Producer),
+        ("consumer", SpanKind::Consumer),
+        ("internal", SpanKind::Internal),
+    ];
+    KINDS.into_iter().find(|(name, _)| value.eq_ignore_ascii_case(name)).map(|(_, kind)| kind)
+}
+
+/// `otel.status_code`'s values (case-insensitive).
+fn status_code(value: &str) -> Option<StatusCode> {
+    const CODES: [(&str, StatusCode); 3] =
+        [("error", StatusCode::Error), ("ok", StatusCode::Ok), ("unset", StatusCode::Unset)];
+    CODES.into_iter().find(|(name, _)| value.eq_ignore_ascii_case(name)).map(|(_, code)| code)
+}
+
+impl Fields {
+    /// Room for every field of `metadata`, so that the attributes take one
+    /// allocation.
+    fn for_fields(count: usize) -> Fields {
+        Fields { attributes: Vec::with_capacity(count), ..Fields::default() }
+    }
+
+    /// The status the fields state, if any.
+    fn status(&mut self) -> Option<Status> {
+        Some(match self.status_code? {
+            StatusCode::Unset => Status::Unset,
+            StatusCode::Ok => Status::Ok,
+            StatusCode::Error => Status::error(self.status_description.take().unwrap_or_default()),
+        })
+    }
+
+    /// A string field: the bridge's own, or an attribute.
+    fn string(&mut self, field: &Field, value: Cow<'_, str>) {
+        match field.name() {
+            GROUP_FIELD => self.group = Some(value.into_owned()),
+            MESSAGE_FIELD => self.message = Some(value.into_owned()),
+            NAME_FIELD => self.name = Some(value.into_owned()),
+            KIND_FIELD => self.kind = span_kind(&value),
+            STATUS_CODE_FIELD => self.status_code = status_code(&value),
+            STATUS_DESCRIPTION_FIELD => self.status_description = Some(value.into_owned()),
+            name => self.attributes.push(KeyValue::new(name, value.into_owned())),
+        }
+    }
 }
 
 impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
-        match field.name() {
-            GROUP_FIELD => self.group = Some(value.to_owned()),
-            MESSAGE_FIELD => self.message = Some(value.to_owned()),
-            name => self.attributes.push(KeyValue::new(name, value.to_owned())),
-        }
+        self.string(field, Cow::Borrowed(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
@@ -121,31 +189,34 @@ impl Visit for Fields {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            MESSAGE_FIELD => self.message = Some(format!("{value:?}")),
-            GROUP_FIELD => self.group = Some(format!("{value:?}")),
-            name => self.attributes.push(KeyValue::new(name, format!("{value:?}"))),
-        }
+        self.string(field, Cow::Owned(format!("{value:?}")));
     }
 }
 
-pub(crate) fn on_new_span<S>(rules: &TracingRules, attrs: &Attributes<'_>, id: &Id, ctx: &Context<'_, S>)
-where
+/// Records span `id`. `per_entry_rules`: whether any rule asks for
+/// per-entry spans (without one, the target is not looked up again).
+pub(crate) fn on_new_span<S>(
+    rules: &TracingRules,
+    per_entry_rules: bool,
+    attrs: &Attributes<'_>,
+    id: &Id,
+    ctx: &Context<'_, S>,
+) where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     if threads::on_export_path() {
         return;
     }
     let metadata = attrs.metadata();
-    let mut fields = Fields::default();
+    let mut fields = Fields::for_fields(metadata.fields().len());
     attrs.record(&mut fields);
-    let decision = rules.decide(metadata.target());
     if decided_per_span(metadata) {
         let group = fields.group.as_deref().and_then(|name| rules.catalog().group(&name.trim().to_lowercase()));
         if !group.is_some_and(lens_core::groups::is_span_group_enabled) {
             return;
         }
     }
+    let Some(span) = ctx.span(id) else { return };
     let parent = match attrs.parent() {
         Some(parent) => ctx
             .span(parent)
@@ -154,14 +225,18 @@ where
         None if attrs.is_root() => OtelContext::new(),
         None => OtelContext::current(),
     };
-    let mut builder = SpanBuilder::from_name(metadata.name()).with_start_time(SystemTime::now());
-    if !fields.attributes.is_empty() {
-        builder.attributes = Some(fields.attributes);
-    }
-    let per_entry = fields.per_entry.unwrap_or(decision.per_entry);
-    if let Some(span) = ctx.span(id) {
-        span.extensions_mut().insert(SpanData { builder, parent, started: None, per_entry });
-    }
+    let name = fields.name.take().map_or(Cow::Borrowed(metadata.name()), Cow::Owned);
+    let status = fields.status();
+    let builder = SpanBuilder {
+        name,
+        span_kind: fields.kind,
+        start_time: Some(SystemTime::now()),
+        attributes: (!fields.attributes.is_empty()).then_some(fields.attributes),
+        events: None,
+        links: None,
+    };
+    let per_entry = fields.per_entry.unwrap_or_else(|| per_entry_rules && rules.decide(metadata.target()).per_entry);
+    span.extensions_mut().insert(SpanData { builder, parent, started: None, status, per_entry });
 }
 
 pub(crate) fn on_record<S>(id: &Id, values: &Record<'_>, ctx: &Context<'_, S>)
@@ -173,19 +248,48 @@ where
     let Some(data) = extensions.get_mut::<SpanData>() else { return };
     let mut fields = Fields::default();
     values.record(&mut fields);
-    if fields.attributes.is_empty() {
-        return;
-    }
+    let status = fields.status();
     if data.per_entry {
-        // The current entry gets the value, and so do later entries.
+        // The current entry gets the values, and so do later entries.
         if let Some(cx) = current_entry(id.into_u64()) {
-            cx.span().set_attributes(fields.attributes.iter().cloned());
+            update(&cx, &fields, status);
         }
-        data.builder.attributes.get_or_insert_with(Vec::new).extend(fields.attributes);
+        update_builder(&mut data.builder, fields);
     } else if let Some(cx) = &data.started {
-        cx.span().set_attributes(fields.attributes);
+        update(cx, &fields, status);
     } else {
-        data.builder.attributes.get_or_insert_with(Vec::new).extend(fields.attributes);
+        if status.is_some() {
+            data.status = status;
+        }
+        update_builder(&mut data.builder, fields);
+    }
+}
+
+/// Recorded values on a started span.
+fn update(cx: &OtelContext, fields: &Fields, status: Option<Status>) {
+    let span = cx.span();
+    if let Some(name) = &fields.name {
+        span.update_name(name.clone());
+    }
+    if let Some(status) = status {
+        span.set_status(status);
+    }
+    if !fields.attributes.is_empty() {
+        span.set_attributes(fields.attributes.iter().cloned());
+    }
+}
+
+/// Recorded values on a span not started yet (or the template of a
+/// per-entry span).
+fn update_builder(builder: &mut SpanBuilder, fields: Fields) {
+    if let Some(name) = fields.name {
+        builder.name = Cow::Owned(name);
+    }
+    if fields.kind.is_some() {
+        builder.span_kind = fields.kind;
+    }
+    if !fields.attributes.is_empty() {
+        builder.attributes.get_or_insert_with(Vec::new).extend(fields.attributes);
     }
 }
 

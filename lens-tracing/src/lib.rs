@@ -34,7 +34,7 @@ use lens_core::tracing_rules::{TracingDecision, TracingRules, TracingRulesError}
 use lens_fallbacks::RemoteContext;
 use tracing_core::subscriber::Interest;
 use tracing_core::{Metadata, Subscriber};
-use tracing_subscriber::filter::Filtered;
+use tracing_subscriber::filter::{Filtered, LevelFilter};
 use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -48,6 +48,22 @@ pub const GROUP_FIELD: &str = "lens.group";
 
 /// The field that asks for one span per entry (`lens.per_entry = true`).
 pub const PER_ENTRY_FIELD: &str = "lens.per_entry";
+
+/// The field that names the recorded span, when its name is not known at
+/// compile time (`otel.name = format!("{method} {route}")`), as
+/// `tracing-opentelemetry` reads it; recording it later renames the span.
+pub const NAME_FIELD: &str = "otel.name";
+
+/// The field that gives the span's kind: `server`, `client`, `producer`,
+/// `consumer` or `internal` (the default), as `tracing-opentelemetry` reads it.
+pub const KIND_FIELD: &str = "otel.kind";
+
+/// The field that sets the span's status: `error`, `ok` or `unset`, as
+/// `tracing-opentelemetry` reads it (record it when the outcome is known).
+pub const STATUS_CODE_FIELD: &str = "otel.status_code";
+
+/// The field with the description of an `error` status.
+pub const STATUS_DESCRIPTION_FIELD: &str = "otel.status_description";
 
 /// The thread-name prefixes of the export path: lens's own threads and the
 /// runtime thread of the blocking HTTP client lens's OTLP/HTTP exporter
@@ -161,6 +177,18 @@ impl<S> Filter<S> for GroupFilter {
         }
     }
 
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        // With nothing to record, the bridge wants no level at all: alone in
+        // a subscriber, every callsite then stops at `tracing`'s global
+        // level check, as with no subscriber (another layer's hint still
+        // counts; the cache rebuild on a change of the groups recomputes it).
+        if !cfg!(feature = "otel") || lens_core::groups::enabled_span_groups().is_empty() {
+            Some(LevelFilter::OFF)
+        } else {
+            None
+        }
+    }
+
     fn enabled(&self, metadata: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
         // Reached for `sometimes` callsites (and when another layer's filter
         // makes the whole callsite `sometimes`): the decision again, and the
@@ -179,6 +207,9 @@ impl<S> Filter<S> for GroupFilter {
 pub struct LensLayer<S> {
     #[cfg_attr(not(feature = "otel"), expect(dead_code, reason = "the no-op layer reads no rules"))]
     rules: Arc<TracingRules>,
+    /// Whether any rule asks for per-entry spans (read once, not per span).
+    #[cfg_attr(not(feature = "otel"), expect(dead_code, reason = "the no-op layer reads no rules"))]
+    per_entry_rules: bool,
     #[cfg(feature = "otel")]
     with_data: bridge::WithData,
     _subscriber: PhantomData<fn(S)>,
@@ -199,6 +230,7 @@ where
     /// does both).
     pub fn new(rules: Arc<TracingRules>) -> LensLayer<S> {
         LensLayer {
+            per_entry_rules: rules.has_per_entry(),
             rules,
             #[cfg(feature = "otel")]
             with_data: bridge::WithData::new::<S>(),
@@ -218,7 +250,7 @@ where
         id: &tracing_core::span::Id,
         ctx: Context<'_, S>,
     ) {
-        bridge::on_new_span(&self.rules, attrs, id, &ctx);
+        bridge::on_new_span(&self.rules, self.per_entry_rules, attrs, id, &ctx);
     }
 
     fn on_record(&self, id: &tracing_core::span::Id, values: &tracing_core::span::Record<'_>, ctx: Context<'_, S>) {
@@ -256,7 +288,7 @@ where
 impl<S> Layer<S> for LensLayer<S> where S: Subscriber + for<'a> LookupSpan<'a> {}
 
 /// The page "Using lens with tracing" (`docs/tracing.md`), whose examples run
-/// as doc tests.
-#[cfg(all(doctest, feature = "otel"))]
+/// as doc tests (with `testing`: the server example needs axum and tower-http).
+#[cfg(all(doctest, feature = "testing"))]
 #[doc = include_str!("../../docs/tracing.md")]
 pub struct TracingDocExamples;

@@ -262,3 +262,39 @@ fn spans_on_lens_export_threads_are_never_recorded_whatever_the_rules_say() {
     }
     assert_eq!(names(&spans(&exporter)), ["send"], "only the user thread's span");
 }
+
+#[test]
+fn otel_fields_name_the_span_and_give_its_kind_and_status() {
+    let (_lock, exporter) = setup(&[SpanGroup::JOB]);
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=job")));
+    tracing::subscriber::with_default(subscriber, || {
+        let route = "/v1/completions";
+        let span = tracing::info_span!(
+            target: "my_app",
+            "request",
+            otel.name = format!("POST {route}"),
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+        );
+        let entered = span.enter();
+        // Recorded after the span started, as a server does with the response.
+        span.record("http.response.status_code", 503);
+        span.record("otel.status_code", "error");
+        drop(entered);
+        // Before the span starts: the status waits for it.
+        let early = tracing::info_span!(target: "my_app", "early", otel.status_code = "ok", otel.kind = "client");
+        drop(early);
+    });
+    let spans = spans(&exporter);
+    let span = named(&spans, "POST /v1/completions");
+    assert_eq!(span.span_kind, opentelemetry::trace::SpanKind::Server);
+    assert!(matches!(span.status, opentelemetry::trace::Status::Error { .. }), "{:?}", span.status);
+    assert_eq!(attribute(span, "http.response.status_code").as_deref(), Some("503"));
+    let early = named(&spans, "early");
+    assert_eq!(early.span_kind, opentelemetry::trace::SpanKind::Client);
+    assert_eq!(early.status, opentelemetry::trace::Status::Ok);
+    for span in [span, early] {
+        assert!(span.attributes.iter().all(|kv| !kv.key.as_str().starts_with("otel.")), "{:?}", span.attributes);
+    }
+}

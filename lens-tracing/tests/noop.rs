@@ -14,6 +14,9 @@ fn with_nothing_to_record_every_callsite_is_off_for_the_bridge() {
     let rules = TracingRules::parse("*=job, tower_http=job", &LENS_CATALOG).unwrap();
     let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules));
     let answer = tracing::subscriber::with_default(subscriber, || {
+        // The bridge alone wants no level: `tracing`'s global check stops
+        // every callsite, as with no subscriber.
+        assert_eq!(tracing::level_filters::LevelFilter::current(), tracing::level_filters::LevelFilter::OFF);
         let span = tracing::info_span!(target: "tower_http::trace", "request", method = "GET");
         assert!(span.is_disabled());
         lens_tracing::set_parent(&span, &lens_fallbacks::RemoteContext::none());

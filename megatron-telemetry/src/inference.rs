@@ -7,7 +7,9 @@
 //! each child names its parent explicitly. The tree of one request:
 //!
 //! - `POST /v1/completions` (kind SERVER, HTTP semantic conventions), the
-//!   child of the request's W3C `traceparent` when it has one;
+//!   child of the request's W3C `traceparent` when it has one: the server's
+//!   HTTP stack makes it (tower-http's trace layer, a `tracing` span with the
+//!   target [`HTTP_SERVER_TARGET`], recorded by the lens-tracing bridge);
 //!   - `text_completion megatron-sim` or `chat megatron-sim` (INTERNAL,
 //!     GenAI semantic conventions);
 //!     - `megatron.inference.queue`, `megatron.inference.prefill`,
@@ -51,6 +53,11 @@ use lens_fallbacks::{DetachedSpan, RemoteContext, SpanKind, SpanLink, span};
 
 use crate::groups::MegatronSpanGroup;
 use crate::taxonomy::{self, SpanDef};
+
+/// The `tracing` target of the server's HTTP SERVER span: a `lens::<group>`
+/// target, so the lens-tracing bridge records it in the `inference` group
+/// without a `<PREFIX>_TRACING_GROUPS` rule.
+pub const HTTP_SERVER_TARGET: &str = "lens::inference::http";
 
 /// `gen_ai.operation.name` of `POST /v1/completions`.
 pub const OPERATION_TEXT_COMPLETION: &str = "text_completion";
@@ -243,33 +250,6 @@ impl ServerMetrics {
     }
 }
 
-/// The HTTP server span of one request (`{method} {route}`), under
-/// `parent` (the request's `traceparent`, or "no context" for a new trace).
-pub fn http_server_span(method: &str, route: &'static str, path: &str, parent: &RemoteContext) -> DetachedSpan {
-    span(MegatronSpanGroup::INFERENCE, format!("{method} {route}"))
-        .kind(SpanKind::Server)
-        .parent(parent)
-        .attributes([
-            KeyValue::new(semconv::HTTP_REQUEST_METHOD, method.to_owned()),
-            KeyValue::new(semconv::HTTP_ROUTE, route),
-            KeyValue::new(semconv::URL_PATH, path.to_owned()),
-        ])
-        .start_detached()
-}
-
-/// Ends the HTTP server span with the response's status (and `error.type`,
-/// the status code as the HTTP conventions say, for 4xx and 5xx).
-pub fn end_http_server_span(span: DetachedSpan, status: u16) {
-    span.set_attribute(semconv::HTTP_RESPONSE_STATUS_CODE, i64::from(status));
-    if status >= 400 {
-        span.set_attribute(semconv::ERROR_TYPE, status.to_string());
-    }
-    if status >= 500 {
-        span.set_status_error(format!("HTTP {status}"));
-    }
-    drop(span);
-}
-
 /// The request parameters the GenAI span records at its start.
 #[derive(Clone, Copy, Debug)]
 pub struct GenerateRequest<'a> {
@@ -384,6 +364,12 @@ pub fn step_span<'a>(requests: impl IntoIterator<Item = &'a RemoteContext>, batc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_http_server_target_is_in_the_inference_group_without_a_rule() {
+        let rules = lens_core::tracing_rules::TracingRules::none(&crate::groups::MEGATRON_CATALOG);
+        assert_eq!(rules.decide(HTTP_SERVER_TARGET).group, Some(MegatronSpanGroup::INFERENCE));
+    }
 
     #[test]
     fn the_gen_ai_metrics_are_lens_instruments_descriptors() {

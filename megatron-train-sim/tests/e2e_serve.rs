@@ -129,6 +129,20 @@ fn openai_clients_load_and_telemetry() {
 
     // What the sink got: the traces.
     let records = sink.stop();
+    // tower-http's trace layer makes the server span of every route, not
+    // only the generating ones: the model list, and the 404 of an unknown
+    // model with its `error.type`.
+    let listed: Vec<_> = records.spans_named("GET /v1/models").collect();
+    assert_eq!(listed.len(), 1, "one GET /v1/models server span");
+    assert_eq!(listed[0].kind, "server");
+    assert_eq!(attr(listed[0], "http.route"), "/v1/models");
+    assert_eq!(attr(listed[0], "http.response.status_code"), 200);
+    let rejected: Vec<_> = records
+        .spans_named("POST /v1/completions")
+        .filter(|s| s.attributes.get("http.response.status_code") == Some(&serde_json::json!(404)))
+        .collect();
+    assert_eq!(rejected.len(), 1, "the unknown model's request");
+    assert_eq!(attr(rejected[0], "error.type"), "404");
     for (case, route, operation) in [
         ("completions", "/v1/completions", "text_completion"),
         ("completions_stream", "/v1/completions", "text_completion"),
@@ -148,11 +162,13 @@ fn openai_clients_load_and_telemetry() {
         assert_eq!(server.kind, "server", "{case}");
         assert_eq!(attr(server, "http.request.method"), "POST");
         assert_eq!(attr(server, "url.path"), route);
+        assert_eq!(attr(server, "http.route"), route);
         assert_eq!(attr(server, "http.response.status_code"), 200);
         let genai_name = format!("{operation} {MODEL}");
         let genai: Vec<_> = records.spans_named(&genai_name).filter(|s| s.parent_span_id == server.span_id).collect();
         assert_eq!(genai.len(), 1, "{case}: one {genai_name} span under the server span");
         let genai = genai[0];
+        assert_eq!(genai.trace_id, trace_id, "{case}: the GenAI span is in the client's trace");
         assert_eq!(genai.kind, "internal");
         assert_eq!(attr(genai, "gen_ai.operation.name"), operation);
         assert_eq!(attr(genai, "gen_ai.provider.name"), "nemo");

@@ -49,10 +49,13 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
     ("lens-macros", &[]),
     ("lens-fallbacks", &["lens-core", "lens-instruments", "lens-macros"]),
     // The `tracing` bridge sits on the facade; nothing depends on it but
-    // applications (and, later, the simulator's `serve`).
+    // applications (the simulator's `serve`: its HTTP SERVER span).
     ("lens-tracing", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
     ("megatron-telemetry", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
-    ("megatron-train-sim", &["megatron-telemetry", "lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
+    (
+        "megatron-train-sim",
+        &["megatron-telemetry", "lens-tracing", "lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"],
+    ),
 ];
 
 pub(crate) fn run() -> Result<()> {

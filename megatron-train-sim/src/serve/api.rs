@@ -56,7 +56,7 @@ pub(crate) enum Endpoint {
 }
 
 impl Endpoint {
-    /// The route, for the HTTP server span.
+    /// The route (the router's, so the HTTP server span's `http.route`).
     pub(crate) fn route(self) -> &'static str {
         match self {
             Endpoint::Completions => "/v1/completions",

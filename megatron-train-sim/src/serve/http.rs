@@ -1,25 +1,36 @@
 //! The HTTP side: axum routes, admission (drain, body limit, queue bound),
 //! the traces of each request, and the server-sent-event stream.
+//!
+//! Each request's HTTP SERVER span is the `tracing` span of tower-http's
+//! trace layer ([`server_span`]), recorded by the lens-tracing bridge
+//! ([`install_tracing`]) in the `inference` group and parented on the
+//! request's `traceparent`; the GenAI span is its child, in the same trace.
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{MatchedPath, State};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use bytes::Bytes;
 use http_body::Frame;
+use lens_core::config::CliOverrides;
+use lens_core::env::ProcessEnv;
+use lens_core::tracing_rules::TracingRules;
 use lens_fallbacks::{DetachedSpan, extract_context};
+use megatron_telemetry::groups::MEGATRON_CATALOG;
 use megatron_telemetry::inference::{self as telemetry, GenerateOutcome, GenerateRequest, ServerMetrics};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tower_http::trace::TraceLayer;
+use tracing_subscriber::layer::SubscriberExt as _;
 
 use super::api::{self, ApiError, Choice, Endpoint, Generation, Limits};
 use super::engine::{Event, Job};
@@ -68,15 +79,77 @@ impl Shared {
     }
 }
 
-/// The routes.
+/// The routes, each request under tower-http's trace layer.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    let trace = TraceLayer::new_for_http().make_span_with(server_span).on_response(record_response);
     Router::new()
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat))
+        .route(Endpoint::Completions.route(), post(completions))
+        .route(Endpoint::Chat.route(), post(chat))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .fallback(not_found)
+        .layer(trace)
         .with_state(shared)
+}
+
+/// Installs the process's `tracing` subscriber: the lens-tracing bridge with
+/// the `<PREFIX>_TRACING_GROUPS` rules. Called before telemetry setup, so
+/// that setup's change of the enabled groups rebuilds `tracing`'s interest
+/// cache for it. A configuration that does not load is reported by setup
+/// right after; the bridge then keeps its `lens::<group>` targets only,
+/// which the server span's is.
+pub(crate) fn install_tracing(cli: &CliOverrides) {
+    let rules = megatron_telemetry::lifecycle::load_config(cli, &ProcessEnv)
+        .ok()
+        .and_then(|config| config.tracing_rules().ok())
+        .unwrap_or_else(|| TracingRules::none(&MEGATRON_CATALOG));
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules));
+    // Fails only when a subscriber is already installed (a second server in
+    // one process, in tests): that one stays.
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
+/// tower-http's span of one request: the HTTP SERVER span (target
+/// [`telemetry::HTTP_SERVER_TARGET`], so the `inference` group), named
+/// `{method} {route}` (`{method}` for an unknown path) with the HTTP semantic
+/// conventions' attributes, the child of the request's `traceparent`.
+fn server_span(request: &Request<Body>) -> tracing::Span {
+    let method = request.method().as_str();
+    let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    let span = tracing::info_span!(
+        target: telemetry::HTTP_SERVER_TARGET,
+        "http.server.request",
+        otel.name = route.map_or_else(|| method.to_owned(), |route| format!("{method} {route}")),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = method,
+        http.route = route,
+        url.path = request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let headers = request.headers();
+        let carrier: Vec<(&str, &str)> = ["traceparent", "tracestate"]
+            .into_iter()
+            .filter_map(|key| headers.get(key).and_then(|value| value.to_str().ok()).map(|value| (key, value)))
+            .collect();
+        lens_tracing::set_parent(&span, &extract_context(carrier.as_slice()));
+    }
+    span
+}
+
+/// The response's status on the server span (and `error.type`, the status
+/// code as the HTTP conventions say, for 4xx and 5xx; an error status for 5xx).
+fn record_response(response: &Response, _latency: Duration, span: &tracing::Span) {
+    let status = response.status().as_u16();
+    span.record("http.response.status_code", status);
+    if status >= 400 {
+        span.record("error.type", status.to_string().as_str());
+    }
+    if status >= 500 {
+        span.record("otel.status_code", "error");
+    }
 }
 
 fn json_response(status: u16, body: &Value) -> Response {
@@ -162,18 +235,16 @@ impl Drop for Admission {
     }
 }
 
-/// The spans of one request.
+/// The lens spans of one request (the server span is tower-http's).
 struct RequestSpans {
-    server: DetachedSpan,
     generate: Option<DetachedSpan>,
 }
 
 impl RequestSpans {
-    fn end(mut self, status: u16, outcome: Option<&GenerateOutcome<'_>>) {
-        if let (Some(span), Some(outcome)) = (self.generate.take(), outcome) {
+    fn end(mut self, outcome: &GenerateOutcome<'_>) {
+        if let Some(span) = self.generate.take() {
             telemetry::end_generate_span(span, outcome);
         }
-        telemetry::end_http_server_span(self.server, status);
     }
 }
 
@@ -188,15 +259,7 @@ struct Accepted {
 
 async fn generate(shared: Arc<Shared>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
     let arrived = Instant::now();
-    let carrier: Vec<(&str, &str)> = ["traceparent", "tracestate"]
-        .into_iter()
-        .filter_map(|key| headers.get(key).and_then(|value| value.to_str().ok()).map(|value| (key, value)))
-        .collect();
-    let parent = extract_context(carrier.as_slice());
-    let mut spans = RequestSpans {
-        server: telemetry::http_server_span("POST", endpoint.route(), endpoint.route(), &parent),
-        generate: None,
-    };
+    let mut spans = RequestSpans { generate: None };
     let accepted = match accept(&shared, endpoint, &headers, body, &mut spans, arrived).await {
         Ok(accepted) => accepted,
         Err(error) => {
@@ -207,7 +270,7 @@ async fn generate(shared: Arc<Shared>, endpoint: Endpoint, headers: HeaderMap, b
                 output_tokens: 0,
                 error_type: Some(error.code),
             };
-            spans.end(error.status, Some(&outcome));
+            spans.end(&outcome);
             return error_response(&error);
         }
     };
@@ -237,16 +300,13 @@ async fn generate(shared: Arc<Shared>, endpoint: Endpoint, headers: HeaderMap, b
     drop(admission);
     let finish: Vec<&str> = choices.iter().map(|c| c.finish_reason).collect();
     let output_tokens = choices.iter().map(|c| c.completion_tokens).sum();
-    spans.end(
-        200,
-        Some(&GenerateOutcome {
-            response_id: &id,
-            response_model: &shared.limits.model_name,
-            finish_reasons: &finish,
-            output_tokens,
-            error_type: None,
-        }),
-    );
+    spans.end(&GenerateOutcome {
+        response_id: &id,
+        response_model: &shared.limits.model_name,
+        finish_reasons: &finish,
+        output_tokens,
+        error_type: None,
+    });
     json_response(200, &api::response(endpoint, &id, created, &shared.limits.model_name, &choices))
 }
 
@@ -263,7 +323,7 @@ fn engine_failed(shared: &Shared, spans: RequestSpans, message: String) -> Respo
         output_tokens: 0,
         error_type: Some(error.code),
     };
-    spans.end(error.status, Some(&outcome));
+    spans.end(&outcome);
     error_response(&error)
 }
 
@@ -334,8 +394,9 @@ async fn accept(
         Endpoint::Chat => format!("chatcmpl-{serial:016x}"),
     };
     let input_tokens = generation.prompts.iter().map(|p| p.len() as u64).sum();
+    // The handler runs inside tower-http's span (its future is instrumented).
     let span = telemetry::generate_span(
-        &spans.server.remote_context(),
+        &lens_tracing::context_of(&tracing::Span::current()),
         &GenerateRequest {
             operation: endpoint.operation(),
             model: &shared.limits.model_name,
@@ -460,16 +521,13 @@ impl SseBody {
         self.finished = true;
         if let Some(spans) = self.spans.take() {
             let reasons: Vec<&str> = if error_type.is_some() { Vec::new() } else { self.finish_reasons.clone() };
-            spans.end(
-                200,
-                Some(&GenerateOutcome {
-                    response_id: &self.accepted.id,
-                    response_model: &self.model,
-                    finish_reasons: &reasons,
-                    output_tokens: self.completion_tokens,
-                    error_type,
-                }),
-            );
+            spans.end(&GenerateOutcome {
+                response_id: &self.accepted.id,
+                response_model: &self.model,
+                finish_reasons: &reasons,
+                output_tokens: self.completion_tokens,
+                error_type,
+            });
         }
     }
 }

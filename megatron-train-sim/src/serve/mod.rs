@@ -10,7 +10,8 @@
 //!
 //! Telemetry is set up exactly as for a training rank (the lifecycle, the
 //! `file` exporter when nothing is configured); spans and metrics are
-//! megatron-telemetry's `inference` module.
+//! megatron-telemetry's `inference` module, except the HTTP SERVER span,
+//! which is tower-http's `tracing` span through the lens-tracing bridge.
 //!
 //! Shutdown: SIGTERM or SIGINT starts a drain. The listener stays open and
 //! answers every new request 503 with `Retry-After`; the requests in flight
@@ -114,6 +115,7 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
         }
     };
     let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
+    http::install_tracing(&args.otel);
     let stamps = StartupTimestamps { program_start: Some(program_start), ..StartupTimestamps::default() };
     let setup = RankSetup { rank: &rank, args: ResourceArgs::default(), env, stamps, graceful_signals: true };
     let mut telemetry = match Telemetry::setup(&args.otel, setup) {
