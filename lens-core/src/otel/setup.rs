@@ -323,6 +323,18 @@ pub(crate) fn setup(
     }
 }
 
+/// The variables that pin the run id, as this configuration reads them:
+/// `<PREFIX>_RUN_ID` for each of its prefixes, then Lens's own
+/// `NEMO_LENS_RUN_ID` (read whatever the prefixes), joined with "or".
+fn run_id_variables(config: &LensConfig) -> String {
+    let mut names = config.origins.prefixed_names("RUN_ID");
+    let lens = format!("{}_RUN_ID", crate::config::DEFAULT_PREFIX);
+    if !names.contains(&lens) {
+        names.push(lens);
+    }
+    names.join(" or ")
+}
+
 /// Builds the providers of an exporting rank.
 fn build(
     config: &LensConfig,
@@ -338,9 +350,10 @@ fn build(
     let run_id = resolve_run_id(&config.run_id, env);
     if rank.world_size > 1 && !run_id.source.is_shared() && !WARNED_RANDOM_RUN_ID.swap(true, Ordering::Relaxed) {
         crate::diag::warn(format_args!(
-            "no run id is shared by the {} ranks of this job (set MEGATRON_OTEL_RUN_ID or NEMO_LENS_RUN_ID, or \
-             launch under SLURM or torchrun): each rank drew its own, so their traces will not join",
-            rank.world_size
+            "no run id is shared by the {} ranks of this job (set {}, or launch under SLURM or torchrun): each rank \
+             drew its own, so their traces will not join",
+            rank.world_size,
+            run_id_variables(config)
         ));
     }
 
@@ -582,7 +595,14 @@ fn select_exporter<E>(
             (kinds.console)()
         }
         ExporterKind::File => {
-            let (exporter, path) = (kinds.file)(&config.file_dir_for(run_id), rank.rank)?;
+            let (exporter, path) =
+                (kinds.file)(&config.file_dir_for(run_id), rank.rank).map_err(|error| match error {
+                    // Name the variable this program reads, under its own prefix.
+                    ExporterError::File { path, source, .. } => {
+                        ExporterError::File { variable: config.variable_to_set("file_dir", "FILE_DIR"), path, source }
+                    }
+                    other => other,
+                })?;
             destinations.push(format!("{name}: file {}", path.display()));
             exporter
         }
@@ -684,6 +704,24 @@ fn log_exporter(
         },
     };
     select_exporter(config, rank, run_id, destinations, kinds, no_pull_exporter)
+}
+
+#[cfg(test)]
+mod run_id_warning_tests {
+    use super::*;
+    use crate::groups::LENS_CATALOG;
+
+    #[test]
+    fn the_run_id_warning_names_the_programs_own_variables() {
+        let config = |prefix, fallback| LensConfig::from_env(&[("X", "y")], prefix, fallback, &LENS_CATALOG).unwrap();
+        assert_eq!(run_id_variables(&config("MYJOB_OTEL", Some("NEMO_LENS"))), "MYJOB_OTEL_RUN_ID or NEMO_LENS_RUN_ID");
+        assert_eq!(
+            run_id_variables(&config("MEGATRON_OTEL", Some("NEMO_LENS"))),
+            "MEGATRON_OTEL_RUN_ID or NEMO_LENS_RUN_ID"
+        );
+        assert_eq!(run_id_variables(&config("NEMO_LENS", None)), "NEMO_LENS_RUN_ID");
+        assert_eq!(run_id_variables(&LensConfig::default()), "NEMO_LENS_RUN_ID");
+    }
 }
 
 #[cfg(test)]

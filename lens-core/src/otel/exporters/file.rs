@@ -67,7 +67,11 @@ impl JsonLines {
         let path = file_path(dir, signal, rank);
         let file = std::fs::create_dir_all(dir)
             .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
-            .map_err(|source| ExporterError::File { path: path.clone(), source })?;
+            .map_err(|source| ExporterError::File {
+                variable: "the file exporter's directory".to_string(),
+                path: path.clone(),
+                source,
+            })?;
         Ok(JsonLines { path, writer: Mutex::new(Some(BufWriter::new(file))) })
     }
 
