@@ -55,10 +55,12 @@ pub enum ExporterError {
         reason: String,
     },
     /// A telemetry file cannot be created or opened.
-    #[error(
-        "MEGATRON_OTEL_FILE_DIR: cannot open {path} for appending: {source}; choose a writable directory with MEGATRON_OTEL_FILE_DIR"
-    )]
+    #[error("{variable}: cannot open {path} for appending: {source}; choose a writable directory with {variable}")]
     File {
+        /// What chose the directory: the variable setup reads it from
+        /// (`MYJOB_OTEL_FILE_DIR`, `NEMO_LENS_FILE_DIR`, ...), or "the file
+        /// exporter's directory" when a file exporter is created directly.
+        variable: String,
         /// The file.
         path: std::path::PathBuf,
         /// The I/O error.

@@ -20,7 +20,7 @@
 //! With telemetry not enabled, a bad value in another telemetry variable is
 //! one warning and setup returns a disabled handle: a typo never stops a job
 //! that does not use telemetry. With telemetry enabled a bad configuration is
-//! an error before anything is installed (SPEC A3); a program that would
+//! an error before anything is installed; a program that would
 //! rather train on without telemetry writes
 //! `Telemetry::from_env("MYJOB_OTEL").unwrap_or_else(Telemetry::off_with_warning)`.
 //!
@@ -467,7 +467,7 @@ impl Telemetry {
     }
 
     /// The context handed in by whatever launched the job (`TRACEPARENT`,
-    /// `TRACESTATE`, `BAGGAGE`), when there is a valid one (A12).
+    /// `TRACESTATE`, `BAGGAGE`), when there is a valid one.
     pub fn incoming_context(&self) -> Option<&RemoteContext> {
         self.incoming.as_ref()
     }

@@ -1,6 +1,7 @@
 //! The configuration model: defaults, environment parsing, prefixes and
 //! aliases, command-line overrides, the standard `OTEL_*` variables and
-//! validation (SPEC A1 to A3, A8, A14, B 1, B 12.2 "config").
+//! validation (the original's `config` tests, and this project's names,
+//! precedence and exporter selection).
 //!
 //! Every environment here is a map: no test touches the process environment.
 
@@ -405,7 +406,7 @@ fn a_value_changed_in_code_is_named_by_its_field_not_the_variable() {
     );
 }
 
-// ----------------------------------------------------------- aliases (A1)
+// ------------------------------------------------ Lens v0.2.0 aliases
 
 #[test]
 fn export_strategy_is_an_alias_of_rank_strategy() {
@@ -493,7 +494,7 @@ fn an_unknown_sampling_strategy_is_reported_even_when_telemetry_is_disabled() {
     assert!(text.contains("Did you mean 'rank_aware'?"), "{text}");
 }
 
-// ----------------------------------------------- every problem at once (A3)
+// ----------------------------------------------- every problem at once
 
 #[test]
 fn every_problem_is_reported_at_once_one_per_line() {
@@ -537,7 +538,7 @@ fn an_unknown_exporter_gets_the_accepted_names_and_a_suggestion() {
     assert!(message(&[("OTEL_TRACES_EXPORTER", "prometheus")]).contains("OTEL_TRACES_EXPORTER"));
 }
 
-// ---------------------------------------------- command-line overrides (A2)
+// ---------------------------------------------- command-line overrides
 
 #[test]
 fn cli_flags_win_over_every_variable() {
@@ -616,7 +617,7 @@ fn clap_parses_the_flags() {
     assert_eq!(Args::try_parse_from(["x"]).unwrap().otel, CliOverrides::default());
 }
 
-// ------------------------------------------------- exporters per signal (A8)
+// ------------------------------------------------- exporters per signal
 
 #[test]
 fn prefix_exporter_sets_every_signal_and_otel_variables_override_one() {

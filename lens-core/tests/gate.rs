@@ -1,4 +1,4 @@
-//! The process-wide gate (SPEC B 4.4, B 12.2 "state"). Its own test binary,
+//! The process-wide gate (the original's `state` tests). Its own test binary,
 //! because it changes process-global state; one test, so that no other test
 //! in this binary races with it.
 

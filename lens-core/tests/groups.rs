@@ -1,5 +1,6 @@
 //! Span groups: presets, the spec grammar and the catalog extension
-//! mechanism (SPEC A10, B 4, B 12.2 "groups").
+//! mechanism (the original's `groups` tests, and the catalog that
+//! frameworks extend).
 
 use lens_core::groups::{GroupSet, LENS_CATALOG, LENS_GROUPS, Preset, SpanGroup, SpanGroupCatalog};
 use proptest::prelude::*;

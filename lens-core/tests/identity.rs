@@ -516,7 +516,7 @@ fn resource_keys_are_unique_and_identity_comes_first() {
 type Pairs = &'static [(&'static str, &'static str)];
 
 /// Test vectors computed once with Python's `uuid.uuid5`, following the
-/// original's recipe (B 7.3):
+/// original's recipe (Megatron's `build_telemetry_resource_attrs`):
 ///
 /// ```python
 /// cluster = env.get("SLURM_CLUSTER_NAME") or "nocluster"

@@ -198,11 +198,15 @@ fn file_exporters_append_otlp_json_requests_per_rank() {
 }
 
 #[test]
-fn an_unwritable_file_dir_names_the_variable() {
+fn an_unwritable_file_dir_names_the_file() {
+    // Created directly, the exporter knows no variable: it names the file
+    // and says the directory is what to change (setup names the variable,
+    // see tests/setup_from_env.rs).
     let file = temp_dir("not-a-dir");
     std::fs::write(&file, b"x").unwrap();
     let error = FileSpanExporter::create(&file, 0).unwrap_err().to_string();
-    assert!(error.contains("MEGATRON_OTEL_FILE_DIR") && error.contains("traces-rank0.jsonl"), "{error}");
+    assert!(error.contains("traces-rank0.jsonl") && error.contains("the file exporter's directory"), "{error}");
+    assert!(!error.contains("MEGATRON"), "{error}");
     std::fs::remove_file(&file).ok();
 }
 

@@ -1,5 +1,6 @@
 //! Span and trace IDs differ across processes and across a real `fork`
-//! (SPEC B 6.4). Own test binary: it forks and re-executes itself.
+//! (a seeded RNG would repeat them across identically seeded ranks). Own
+//! test binary: it forks and re-executes itself.
 
 use std::collections::HashSet;
 use std::process::Command;

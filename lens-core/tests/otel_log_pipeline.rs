@@ -1,5 +1,4 @@
-//! Log records go through lens's batch pipeline (issue #10 item 5, SPEC A7,
-//! A14): counted in the shutdown report, dropped and counted when the queue
+//! Log records go through lens's batch pipeline (issue #10 item 5): counted in the shutdown report, dropped and counted when the queue
 //! is full, and configured from the validated configuration only:
 //! `OTEL_BLRP_*` in the environment changes nothing.
 //!

@@ -1,4 +1,4 @@
-//! Failed metric exports are kept and resent (SPEC A7 amended, issue #10):
+//! Failed metric exports are kept and resent (issue #10):
 //! a collector that is down for several export intervals and comes back
 //! within the retry window receives every collection taken meanwhile, oldest
 //! first, with its original timestamps; beyond the cap of kept collections

@@ -1,6 +1,7 @@
 //! The lens sampler as a user sees it: the rank decision of the sampling
 //! strategy, its composition with `OTEL_TRACES_SAMPLER`, structural spans and
-//! per-iteration sampling keys (SPEC A4, A5; B 12.2 sampling_integration).
+//! per-iteration sampling keys (and the original's `sampling_integration`
+//! tests).
 
 use lens_core::otel::sampler::{
     DelegateSampler, LensSampler, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, delegate_from, ratio_keeps_key,
@@ -14,7 +15,8 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SdkTracerProvider, ShouldSample};
 
-/// SPEC A5, written out here as the original's Python computes it.
+/// The rank decision, `(int(md5(decimal rank), 16) mod 10000) / 10000 < rate`,
+/// written out here as the original's Python computes it.
 fn rank_passes(rank: u32, rate: f64) -> bool {
     if rate >= 1.0 {
         return true;

@@ -1,6 +1,7 @@
-//! Setup and the telemetry handle as a framework uses them (SPEC A3, A6, A7,
-//! A12, A14; B 6, B 12.2 "handle" and the strategy tests that go through
-//! setup).
+//! Setup and the telemetry handle as a framework uses them: validation
+//! before anything is installed, lifetimes, a hanging collector, the incoming
+//! context and explicit exporter settings (the original's `handle` tests and
+//! the strategy tests that go through setup).
 //!
 //! Setup owns process-global state (the active lifetime, the gate, the
 //! tracer slot), so this file is its own test binary and every test takes

@@ -192,3 +192,44 @@ fn service_version_is_the_applications_and_the_scope_carries_lens_version() {
     assert_eq!(exported(Some("1.4.2")), (Some("1.4.2".to_string()), Some(env!("CARGO_PKG_VERSION").to_string())));
     assert_eq!(exported(None), (None, Some(env!("CARGO_PKG_VERSION").to_string())));
 }
+
+/// An unwritable file directory is a setup error naming the variable this
+/// program reads, under its own prefix (or the fallback's, when that set
+/// it), never another framework's.
+#[cfg(feature = "otel")]
+#[test]
+fn an_unwritable_file_dir_names_the_programs_own_variable() {
+    let _serial = serial();
+    let root = std::env::temp_dir().join(format!("lens-file-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    // A directory under a regular file cannot be created.
+    let blocker = root.join("a-file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let dir = blocker.join("telemetry").display().to_string();
+    let error_for = |prefix: &str, variable: &str| {
+        let env: std::collections::HashMap<String, String> = [
+            (format!("{prefix}_ENABLED"), "1".to_string()),
+            (format!("{prefix}_EXPORTER"), "file".to_string()),
+            (variable.to_string(), dir.clone()),
+        ]
+        .into_iter()
+        .collect();
+        Telemetry::builder(prefix).env(env).setup().unwrap_err().to_string()
+    };
+
+    let error = error_for("MYJOB_OTEL", "MYJOB_OTEL_FILE_DIR");
+    assert!(error.contains("MYJOB_OTEL_FILE_DIR: cannot open"), "{error}");
+    assert!(error.contains("choose a writable directory with MYJOB_OTEL_FILE_DIR"), "{error}");
+    assert!(error.contains("traces-rank0.jsonl") && !error.contains("MEGATRON"), "{error}");
+
+    // Set through the fallback prefix: that is the variable named.
+    let error = error_for("MYJOB_OTEL", "NEMO_LENS_FILE_DIR");
+    assert!(error.contains("choose a writable directory with NEMO_LENS_FILE_DIR"), "{error}");
+    assert!(!error.contains("MYJOB_OTEL_FILE_DIR") && !error.contains("MEGATRON"), "{error}");
+
+    // Megatron's prefix reads as it always did.
+    let error = error_for("MEGATRON_OTEL", "MEGATRON_OTEL_FILE_DIR");
+    assert!(error.contains("MEGATRON_OTEL_FILE_DIR: cannot open"), "{error}");
+    assert!(error.contains("choose a writable directory with MEGATRON_OTEL_FILE_DIR"), "{error}");
+    std::fs::remove_dir_all(&root).ok();
+}

@@ -1,7 +1,7 @@
 //! Rank and sampling strategies: the built-ins, the registries with their
-//! protection rules and error texts, and the original's rank hash (SPEC A1,
-//! A4, A5, B 2, B 3, B 12.2 "strategies" and the `_should_export` matrix of
-//! "handle").
+//! protection rules and error texts, the Lens v0.2.0 aliases, and the
+//! original's rank hash (the Python `strategies` tests and the
+//! `_should_export` matrix of its `handle` tests).
 //!
 //! The registries are process-global: tests that register use names of
 //! their own, and the one that replaces a built-in keeps its behaviour.

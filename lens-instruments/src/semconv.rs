@@ -1,5 +1,5 @@
 //! The attribute keys and metric names this crate uses: the `gen_ai.*`,
-//! `rl.*` and `gym.*` keys of NeMo Lens's semantic conventions (SPEC B 8),
+//! `rl.*` and `gym.*` keys of NeMo Lens's semantic conventions,
 //! re-exported from lens-core's `semconv` module, which defines every key
 //! once.
 //!

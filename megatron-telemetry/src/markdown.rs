@@ -45,8 +45,8 @@ pub fn span_taxonomy() -> String {
          these docs cannot drift from the code. Names are tree paths: a prefix such as `megatron.checkpoint.` \
          selects a subtree. A span is recorded only when its group is enabled (see [span groups](span-groups.md)), \
          and only on a rank that records spans.\n\n\
-         Trace roots (each starts a trace of its own; SPEC A15 derives the ids of the structural traces so that \
-         every rank's spans of one interval share a trace):\n\n",
+         Trace roots (each starts a trace of its own; the ids of the structural traces are derived from the run \
+         identity, so that every rank's spans of one interval share a trace with no communication):\n\n",
     );
     for root in taxonomy::SPANS.iter().filter(|s| s.parent.is_none()) {
         let _ = writeln!(out, "- `{}` ({}): {}", root.name, root.frequency.as_str(), root.kind_note);

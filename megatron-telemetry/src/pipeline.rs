@@ -1,4 +1,5 @@
-//! Pipeline-parallel point-to-point tracing (SPEC A9): the context a send
+//! Pipeline-parallel point-to-point tracing, which Megatron documents but
+//! never implemented: the context a send
 //! puts inside its message, and the linked receive span made from it.
 //!
 //! A stage's `megatron.p2p.send_forward` (or `send_backward`) span cannot be

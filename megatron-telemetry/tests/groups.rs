@@ -1,5 +1,5 @@
-//! Megatron's span-group catalog: the original's `test_span_groups` (SPEC B
-//! 12.1) adapted. The catalog is pure data, so every test here also runs in
+//! Megatron's span-group catalog: the original's `test_span_groups`
+//! adapted. The catalog is pure data, so every test here also runs in
 //! the build without `otel` (the original's "without Lens" stub cases become
 //! "the no-otel build still resolves specs").
 
@@ -94,7 +94,10 @@ fn groups_are_listed_in_bit_order() {
 fn presets_are_exactly_default_per_step_profiling_all() {
     let names: Vec<_> = MEGATRON_CATALOG.presets().iter().map(|p| p.name).collect();
     assert_eq!(names, ["default", "per_step", "profiling", "all"]);
-    assert!(MEGATRON_CATALOG.preset("full").is_none(), "no `full` preset (SPEC A9)");
+    assert!(
+        MEGATRON_CATALOG.preset("full").is_none(),
+        "no `full` preset: Megatron's help advertised one that does not exist"
+    );
 }
 
 #[test]

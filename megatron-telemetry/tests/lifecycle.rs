@@ -91,7 +91,7 @@ fn trace_id(bytes: [u8; 16]) -> TraceId {
 }
 
 /// A resumed run (iterations 10 to 14) with save interval 2 and some
-/// startup stamps: the whole structure of B 11 as exported.
+/// startup stamps: the whole span structure Megatron emits, as exported.
 #[test]
 fn startup_intervals_and_iterations_have_the_documented_structure() {
     let _serial = serial();
@@ -256,7 +256,7 @@ fn startup_and_interval_traces(env: HashMap<String, String>) -> (TraceId, TraceI
     (trace(taxonomy::STARTUP.name), trace(taxonomy::TRAIN.name), lifetime)
 }
 
-/// SPEC A15 amended: a hand resubmission of a pinned run id (no restart
+/// Two launches never share a trace id: a hand resubmission of a pinned run id (no restart
 /// count) that resumes at the iteration where the crashed launch opened an
 /// interval gets fresh startup and interval traces, because each launch has
 /// its own launch id; the lifetime index is the same in both processes.
@@ -289,8 +289,8 @@ fn two_launches_of_one_pinned_run_id_never_share_a_trace() {
     assert_eq!(none, trace_id(derived_trace_id(RUN, None, 0, lifetime, 50)));
 }
 
-/// SPEC A4 amended, under `traceidratio` (which ignores the parent): the
-/// spans of one loop pass follow their iteration's key, the spans inside the
+/// Structure is never sampled away, under `traceidratio` (which ignores the
+/// parent): the spans of one loop pass follow their iteration's key, the spans inside the
 /// iteration follow it, and checkpoint, evaluation and closing spans are kept
 /// whatever the ratio.
 #[test]

@@ -1,5 +1,5 @@
 //! The `megatron.training.*` metrics: the original's `test_training_metrics`
-//! (SPEC B 12.1) adapted. The table and the pure helpers are tested in every
+//! adapted. The table and the pure helpers are tested in every
 //! build; with `otel` the instruments are read back through the SDK's
 //! in-memory exporter; without it, the same calls compile and record nothing
 //! even when handed a real meter.

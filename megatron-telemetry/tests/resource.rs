@@ -1,5 +1,6 @@
 //! The resource attributes derived from training arguments and the
-//! environment (seed page "Configuration", SPEC B 7.3), and their docs page.
+//! environment (the table of the configuration page, as Megatron's
+//! `build_telemetry_resource_attrs` builds it), and their docs page.
 
 use std::collections::HashMap;
 

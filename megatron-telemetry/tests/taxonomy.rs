@@ -1,5 +1,5 @@
 //! The span taxonomy table: names form a tree, the groups, goodput flags and
-//! attributes are the original's (SPEC B 11), and the generated docs page
+//! attributes are the ones Megatron emits, and the generated docs page
 //! matches the table.
 
 use std::collections::HashSet;
@@ -197,8 +197,8 @@ fn span_taxonomy_docs_are_up_to_date() {
     assert!(text == taxonomy::markdown_table(), "docs/span-taxonomy.md is out of date: run `cargo xtask codegen`");
 }
 
-/// SPEC A4 amended: every span emitted every iteration or log interval
-/// directly below the interval is keyed by its iteration; the spans inside
+/// Structure is never sampled away: every span emitted every iteration or
+/// log interval directly below the interval is keyed by its iteration; the spans inside
 /// them follow their parent; startup, the intervals, checkpoint save and load,
 /// evaluation and the closing spans are structural.
 #[test]

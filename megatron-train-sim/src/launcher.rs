@@ -6,12 +6,13 @@
 //! Each rank gets `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`,
 //! `MASTER_ADDR=127.0.0.1` and `MASTER_PORT` (a port free at launch), one
 //! run id for all (`MEGATRON_OTEL_RUN_ID`, unless a run-id variable is
-//! already set, SPEC A13), one fresh launch id per launch
+//! already set), one fresh launch id per launch
 //! (`MEGATRON_OTEL_LAUNCH_ID`, unless a launch-id variable is already set,
-//! A15: two launches of one pinned run id never share a trace id),
+//! so that two launches of one pinned run id never share a trace id),
 //! `MEGATRON_OTEL_EXPORTER=file` when no exporter is
 //! configured, and the launcher's own environment, so `TRACEPARENT`,
-//! `TRACESTATE` and `BAGGAGE` pass on (A12).
+//! `TRACESTATE` and `BAGGAGE` pass on and every rank joins the launcher's
+//! trace.
 //!
 //! Exit status: 0 when every rank exits 0; after a forwarded signal,
 //! `128 + signal` unless every rank drained to 0; otherwise the status of the

@@ -15,7 +15,7 @@
 //!
 //! What a Megatron port needs as well is megatron-telemetry's, and the loop
 //! calls it directly: the pipeline context and linked receive spans
-//! (`megatron_telemetry::pipeline`, SPEC A9), the async-save worker's span
+//! (`megatron_telemetry::pipeline`), the async-save worker's span
 //! (`megatron_telemetry::workers`) and the typed attribute setters
 //! (`megatron_telemetry::attributes`).
 //!
@@ -42,7 +42,8 @@ pub(crate) type Span = SpanGuard;
 /// wrapper the first time).
 pub(crate) type Iteration = IterationSpans;
 
-/// The training arguments the resource reports (SPEC B 7.3).
+/// The training arguments the resource reports (`dl.*` and `megatron.*`
+/// keys, as Megatron's `build_telemetry_resource_attrs`).
 pub(crate) type ResourceArgs = TrainingArgs;
 
 /// The variables any of which means "the user chose where telemetry goes".
@@ -95,7 +96,8 @@ pub(crate) fn random_run_id() -> String {
     lens_core::identity::random_run_id()
 }
 
-/// The run id the configuration resolves to in `env` (SPEC A13).
+/// The run id the configuration resolves to in `env` (`<PREFIX>_RUN_ID`,
+/// `NEMO_LENS_RUN_ID`, `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else random).
 pub(crate) fn resolve_run_id(config: &LensConfig, env: &(impl EnvSource + ?Sized)) -> String {
     lens_core::identity::resolve_run_id(&config.run_id, env).value
 }

@@ -330,7 +330,7 @@ fn prometheus_scrapes_every_seed_metric_name_with_the_run_id_filter() {
     ctx.finish();
 }
 
-/// SPEC A8 (amended): the Prometheus port is the base port when at most one
+/// The Prometheus port is the base port when at most one
 /// rank of a host exports metrics (`single_rank`: only the last rank, local
 /// rank 3 of 4, serves, on the base port), and base + local rank when several
 /// do (`all_ranks`: base..base+3, each page from its own rank). Both runs at

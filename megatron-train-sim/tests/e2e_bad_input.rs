@@ -1,4 +1,4 @@
-//! Bad configuration, run as a user runs it (SPEC A3): every malformed
+//! Bad configuration, run as a user runs it: every malformed
 //! boolean, number, rate, strategy or group name, exporter, protocol,
 //! endpoint, header list, interval, rank variable and simulator flag of the
 //! table below makes the binary exit with status 2 and one clear message

@@ -1,5 +1,5 @@
 //! A collector that is absent, hangs, answers errors or restarts must cost
-//! the training run nothing (SPEC A7): the run completes, no step waits on
+//! the training run nothing: the run completes, no step waits on
 //! export, the process exits within the shutdown timeout plus a small
 //! margin, what is lost is counted and reported, memory stays bounded when
 //! the collector never comes, and a collector that comes back within the

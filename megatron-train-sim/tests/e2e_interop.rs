@@ -1,9 +1,9 @@
-//! Interoperability with the Python OpenTelemetry stack (SPEC A12): a Python
+//! Interoperability with the Python OpenTelemetry stack: a Python
 //! process using the official SDK (`e2e/launch_with_traceparent.py`) starts
 //! a job-level span and launches the simulator with its `TRACEPARENT`; at
 //! the OTLP sink, every rank's `megatron.startup` span is a child of that
 //! Python span, in its trace, and the first `megatron.train` interval links
-//! to startup while keeping its own derived trace id (A15).
+//! to startup while keeping its own trace id, derived from the run identity.
 #![cfg(feature = "otel")]
 
 mod e2e_support;
@@ -83,7 +83,7 @@ fn startup_joins_the_trace_of_a_python_sdk_launcher() {
         assert!(first.parent_span_id.is_empty(), "rank {rank}: the interval is a root of its own trace");
         assert_ne!(first.trace_id, trace_id, "rank {rank}: the interval keeps its derived trace id");
     }
-    // Both ranks' first intervals share one trace (A15), not the launcher's.
+    // Both ranks' first intervals share one derived trace, not the launcher's.
     let first_traces: BTreeSet<_> = records
         .spans_named(taxonomy::TRAIN.name)
         .filter(|s| s.links.first().is_some_and(|(t, _)| t == trace_id))

@@ -1,5 +1,5 @@
 //! Sampling and trace ids as a user of the simulator sees them in the `file`
-//! exporter's output (SPEC A4, A15):
+//! exporter's output:
 //!
 //! - with the "per-step granularity with trace sampling" configuration, every
 //!   span emitted every iteration or every log interval is kept for about

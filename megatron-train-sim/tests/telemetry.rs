@@ -166,7 +166,7 @@ fn under_all_every_taxonomy_span_is_emitted_with_its_parent_and_links_join_the_r
     let ids: BTreeSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
     assert_eq!(ids.len(), spans.len(), "span ids repeat across ranks");
 
-    // A15: every rank's interval spans start at the same iterations and
+    // Every rank's interval spans start at the same iterations and
     // share one trace per interval; each is a root linked to the previous
     // interval, the first to startup.
     let intervals = |rank: &RankTraces| -> Vec<(String, Vec<(String, String)>)> {
@@ -189,7 +189,7 @@ fn under_all_every_taxonomy_span_is_emitted_with_its_parent_and_links_join_the_r
         }
     }
 
-    // A9: each linked receive points at the other stage's send span.
+    // Each linked receive points at the other stage's send span.
     let sends: HashMap<&str, &Span> = spans
         .iter()
         .filter(|s| s.name == taxonomy::P2P_SEND_FORWARD.name || s.name == taxonomy::P2P_SEND_BACKWARD.name)
@@ -276,7 +276,7 @@ fn the_default_preset_emits_only_its_groups_and_startup_joins_an_incoming_tracep
             "1",
         ],
     );
-    // The job was launched inside a CI trace (A12): startup joins it.
+    // The job was launched inside a CI trace: startup joins it.
     let (incoming_trace, incoming_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     let mut command = command(&dir, &args);
     command

@@ -130,6 +130,31 @@ impl LensConfig {
         (self.current_repr(field).as_deref() == Some(repr.as_str())).then_some(variable.as_str())
     }
 
+    /// The variable a user sets to change `field`: the one that set it, else
+    /// `<PREFIX>_<key>` under the primary prefix the configuration was read
+    /// with, else `LensConfig.<field>` for a configuration built in code.
+    ///
+    /// ```
+    /// use lens_core::config::LensConfig;
+    /// use lens_core::groups::LENS_CATALOG;
+    ///
+    /// let env = [("NEMO_LENS_FILE_DIR", "/scratch/t")];
+    /// let config = LensConfig::from_env(&env, "MYJOB_OTEL", Some("NEMO_LENS"), &LENS_CATALOG)?;
+    /// assert_eq!(config.variable_to_set("file_dir", "FILE_DIR"), "NEMO_LENS_FILE_DIR");
+    /// let config = LensConfig::from_env(&[("X", "y")], "MYJOB_OTEL", Some("NEMO_LENS"), &LENS_CATALOG)?;
+    /// assert_eq!(config.variable_to_set("file_dir", "FILE_DIR"), "MYJOB_OTEL_FILE_DIR");
+    /// assert_eq!(LensConfig::default().variable_to_set("file_dir", "FILE_DIR"), "LensConfig.file_dir");
+    /// # Ok::<(), lens_core::config::ConfigError>(())
+    /// ```
+    pub fn variable_to_set(&self, field: &str, key: &str) -> String {
+        match self.variable_for(field) {
+            Some(variable) => variable.to_string(),
+            None => {
+                self.origins.prefixed_names(key).into_iter().next().unwrap_or_else(|| format!("LensConfig.{field}"))
+            }
+        }
+    }
+
     /// The name a problem about `field` uses: the variable that set it, or
     /// `LensConfig.<field>` when it was set in code.
     pub(super) fn source_name(&self, field: &str) -> String {

@@ -44,6 +44,9 @@ pub fn parse_bool(value: &str) -> Option<bool> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Origins {
     pub(super) fields: BTreeMap<&'static str, (String, String)>,
+    /// The prefixes the configuration was read with, primary first (empty
+    /// for a configuration built in code).
+    pub(super) prefixes: Vec<String>,
 }
 
 impl Origins {
@@ -52,6 +55,13 @@ impl Origins {
     /// field holds now.
     pub fn variable(&self, field: &str) -> Option<&str> {
         self.fields.get(field).map(|(variable, _)| variable.as_str())
+    }
+
+    /// `<PREFIX>_<key>` for each prefix the configuration was read with,
+    /// primary first: the variables a user can set for `key` (`FILE_DIR`,
+    /// `RUN_ID`); empty for a configuration built in code.
+    pub fn prefixed_names(&self, key: &str) -> Vec<String> {
+        self.prefixes.iter().map(|prefix| format!("{prefix}_{key}")).collect()
     }
 
     pub(super) fn set(&mut self, field: &'static str, variable: &str, repr: String) {

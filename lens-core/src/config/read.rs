@@ -41,7 +41,8 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
         if let Some(fallback) = fallback_prefix.filter(|f| *f != prefix) {
             prefixes.push(fallback.to_string());
         }
-        Reader { env, prefixes, problems: Vec::new(), origins: Origins::default() }
+        let origins = Origins { prefixes: prefixes.clone(), ..Origins::default() };
+        Reader { env, prefixes, problems: Vec::new(), origins }
     }
 
     /// A bare variable (no prefix), trimmed, empty = unset.

@@ -1,5 +1,6 @@
 //! The launch id: one value per launch of the job, shared by every rank of
-//! that launch, different for the next launch (SPEC A15, amended).
+//! that launch, different for the next launch, so that two launches of one
+//! pinned run id never share a trace id.
 //!
 //! The run id names the run across its attempts, and a user may pin it
 //! (`MEGATRON_OTEL_RUN_ID`) so that a hand resubmission that resumes from a

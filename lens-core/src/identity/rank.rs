@@ -4,7 +4,7 @@
 //! Rank strategies, the resource (`dl.rank`, `dl.world_size`) and the
 //! `service.instance.id` all start from a [`RankContext`]. The launchers in
 //! use set different variables, so detection reads them in a fixed order
-//! (A13):
+//! (torchrun's `RANK` / `WORLD_SIZE` / `LOCAL_RANK` before SLURM's):
 //!
 //! | Field | Read from, first set wins | Unset |
 //! |---|---|---|

@@ -19,7 +19,7 @@
 //! 2. **Caller attributes** ([`ResourceInputs::caller_attributes`]; among
 //!    them, a later duplicate wins). The caller knows better than a guess
 //!    from the environment. (The original let the detectors overwrite
-//!    caller values, B 13 item 10; we do not.)
+//!    caller values; we do not.)
 //! 3. **Lens's own attributes**: `service.version` (the application's,
 //!    [`ResourceInputs::service_version`]; unset unless it gives one),
 //!    `nemo.user.id`, `wandb.entity`, `wandb.project`,
@@ -284,7 +284,8 @@ pub fn detect_host(env: &(impl EnvSource + ?Sized), probe: &(impl SystemProbe + 
     attrs
 }
 
-/// The SLURM variables and the keys they become (B 7.2).
+/// The SLURM variables and the keys they become (the original's
+/// `detect_slurm`; only non-empty values).
 const SLURM_VARIABLES: [(&str, &str); 7] = [
     ("SLURM_JOB_ID", semconv::SLURM_JOB_ID),
     ("SLURM_JOB_NAME", semconv::SLURM_JOB_NAME),
@@ -310,7 +311,8 @@ pub fn detect_slurm(env: &(impl EnvSource + ?Sized)) -> ResourceAttributes {
     attrs
 }
 
-/// The Kubernetes variables and the keys they become (B 7.2).
+/// The Kubernetes variables and the keys they become (the original's
+/// `detect_kubernetes`).
 const KUBERNETES_VARIABLES: [(&str, &str); 5] = [
     ("K8S_NAMESPACE", semconv::K8S_NAMESPACE_NAME),
     ("K8S_POD_UID", semconv::K8S_POD_UID),

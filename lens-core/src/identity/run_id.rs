@@ -3,8 +3,8 @@
 //! Every rank of one job must agree on the run id, because it names the job
 //! in the resource (`nemo.run.id`, `service.instance.id`) and seeds the
 //! deterministic trace ids that let the ranks' spans land in one trace
-//! without any communication (A15). [`resolve_run_id`] takes the first of
-//! (A13):
+//! without any communication between ranks. [`resolve_run_id`] takes the
+//! first of:
 //!
 //! 1. the configured id (`<PREFIX>_RUN_ID`, read by the configuration),
 //! 2. `NEMO_LENS_RUN_ID`,
@@ -93,7 +93,8 @@ const NEMO_LENS_RUN_ID: &str = "NEMO_LENS_RUN_ID";
 const SLURM_JOB_ID: &str = "SLURM_JOB_ID";
 const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
 
-/// The run id by the priority of A13 (see the [module documentation](self)).
+/// The run id: the first source that has one, in the order of the [module
+/// documentation](self).
 ///
 /// `configured` is the configuration's `run_id` (empty when unset). Values
 /// are trimmed; an empty one counts as unset. Never fails.
@@ -137,7 +138,7 @@ pub fn random_run_id() -> String {
 }
 
 /// The restart attempt of this incarnation of the job, one of the inputs of
-/// the deterministic trace ids (A15): `SLURM_RESTART_COUNT` (requeues) in
+/// the deterministic trace ids of the structural traces: `SLURM_RESTART_COUNT` (requeues) in
 /// the high 16 bits and `TORCHELASTIC_RESTART_COUNT` (torchrun restarts) in
 /// the low 16 bits, each saturating at 65535, so that two incarnations
 /// with different counts never share an attempt. 0 when neither is set;

@@ -3,7 +3,7 @@
 //! every rank and the asynchronous checkpoint worker agree without any
 //! communication, and so that a mixed Python/Rust job agrees too.
 //!
-//! The recipe is the original's (B 7.3), byte for byte:
+//! The recipe is Megatron's `build_telemetry_resource_attrs`, byte for byte:
 //!
 //! - `cluster` = `SLURM_CLUSTER_NAME`, or `nocluster` when unset or empty;
 //! - an *array* job is one where `SLURM_ARRAY_TASK_ID` is present (even

@@ -1,5 +1,6 @@
 //! Counting what the metric pipeline exports and loses, and resending the
-//! collections whose export failed (SPEC A7).
+//! collections whose export failed: telemetry that cannot be exported is
+//! counted and reported, never allowed to fail or block the job.
 //!
 //! The SDK's periodic reader logs a failed export and moves on; it keeps no
 //! count and never retries. [`CountingMetricExporter`] wraps any push

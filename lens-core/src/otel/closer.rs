@@ -1,5 +1,6 @@
 //! The open-span closer: spans still open at telemetry shutdown are exported,
-//! innermost first, marked `nemo.span.truncated` (SPEC A6, B 6.5).
+//! innermost first, marked `nemo.span.truncated`, so that a job that stops
+//! with spans open still shows them.
 //!
 //! A job that stops while spans are open (an exception unwinding past a
 //! step, a signal handler calling shutdown, a span leaked by mistake) would
@@ -72,7 +73,8 @@ pub const SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
 pub const SPAN_TRUNCATED_REASON_AT_SHUTDOWN: &str = "still open at telemetry shutdown";
 
 /// The attribute (`true`) on a copy of a span that was still open when a
-/// hang was suspected ([`OpenSpanCloser::export_open_copies`], SPEC A17).
+/// hang was suspected ([`OpenSpanCloser::export_open_copies`], called by the
+/// hang watchdog).
 pub const SPAN_OPEN: &str = "nemo.span.open";
 
 /// Where the truncated copies go at shutdown.

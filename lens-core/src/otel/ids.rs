@@ -1,5 +1,5 @@
 //! Trace and span IDs that never repeat across ranks, threads or forked
-//! children (SPEC B 6.4).
+//! children.
 //!
 //! Megatron seeds every data-parallel rank identically. In the Python
 //! original that made OpenTelemetry's default generator, which draws from the
@@ -77,8 +77,8 @@ thread_local! {
 }
 
 /// Runs `start` with `trace_id` as the trace id that the generator hands to
-/// the next root span started on this thread (SPEC A15: the structural traces
-/// have derived ids, so that every rank's spans of one interval share a
+/// the next root span started on this thread (the structural traces have ids
+/// derived from the run identity, so that every rank's spans of one interval share a
 /// trace). The override is cleared afterwards whether or not `start` used it,
 /// so it never leaks into a later span. A zero `trace_id` is invalid and is
 /// ignored (the span gets a random id).

@@ -12,7 +12,8 @@
 //! process. The forwarding logger is installed the first time
 //! [`install_log_bridge`] runs, and the provider it forwards to sits in a slot
 //! that later calls replace and [`uninstall_log_bridge`] empties; so a second
-//! telemetry lifetime in the same process (SPEC A6) bridges to its own provider.
+//! telemetry lifetime in the same process (setup after shutdown) bridges to
+//! its own provider.
 //! When another logger (env_logger, a framework's) is already installed, the
 //! bridge is not installed and [`LogBridgeError::OtherLoggerInstalled`] says so;
 //! composing with an existing logger is out of scope.

@@ -1,6 +1,8 @@
 //! The sampler of the lens runtime: the per-process rank decision of the
 //! sampling strategy, composed with the sampler configured by
-//! `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` (SPEC A4, A5).
+//! `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`: a rank that passes the
+//! rank decision (the original's hash, so a mixed Python/Rust job picks the
+//! same ranks) delegates to that sampler instead of replacing it.
 //!
 //! [`LensSampler`] wraps a *delegate* (by default parent-based always-on,
 //! built from the configuration with [`delegate_from`], or any user
@@ -223,8 +225,8 @@ impl LensSampler {
     }
 
     /// The `rank_aware` sampling strategy: `records_spans` is this process's
-    /// decision for `rank` at `rate` (SPEC A5, computed by
-    /// [`crate::strategies`]); a rank that does not record spans drops every
+    /// decision for `rank` at `rate` (the original's md5 hash of the rank,
+    /// computed by [`crate::strategies`]); a rank that does not record spans drops every
     /// span. The description is the original's
     /// `RankAwareSampler(rank={rank}, rate={rate})`.
     pub fn rank_aware(delegate: impl Into<Box<dyn ShouldSample>>, rank: u32, rate: f64, records_spans: bool) -> Self {

@@ -1,15 +1,16 @@
 //! Setting telemetry up for one rank, and shutting it down again.
 //!
 //! [`setup_telemetry`] is the one call a framework makes per process. It
-//! validates the whole configuration first (SPEC A3, on every rank, before
-//! anything is installed), then asks the rank strategy whether this rank
+//! validates the whole configuration first (on every rank, whether or not it
+//! exports, before anything is installed), then asks the rank strategy whether this rank
 //! exports, and only then builds providers. A disabled configuration or a
 //! rank that does not export gets a [`Telemetry`] with no-op tracer and meter
 //! and an empty span-group set, and touches nothing else: no thread, no file,
 //! no socket, no lazy resource attribute (so no NVML).
 //!
 //! On an exporting rank it builds, from the validated configuration only
-//! (A14: every exporter and provider option is set explicitly):
+//! (every exporter and provider option is set explicitly; the SDK reads no
+//! environment on its own):
 //!
 //! - a tracer provider with the seed-independent ID generator, the lens
 //!   sampler (rank-aware or registered strategy, structural spans, sampling
@@ -27,7 +28,8 @@
 //! One telemetry lifetime is active per process at a time: a second enabled
 //! setup while one is active is [`SetupError::AlreadyActive`]. After
 //! [`Telemetry::shutdown`], setup works again and the new lifetime exports
-//! (A6). Shutdown is idempotent and bounded by its timeout even against a
+//! (the Python original could not: its latches were never reset). Shutdown
+//! is idempotent and bounded by its timeout even against a
 //! hung collector: flush and shutdown run on a helper thread against one
 //! deadline, and the [`ShutdownReport`] says what did not finish.
 //!
@@ -79,8 +81,8 @@ pub use crate::setup::{DEFAULT_SCOPE, SetupError, SetupOptions, Telemetry, setup
 
 /// Whether an enabled lifetime is active in this process.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// How many enabled lifetimes this process has started (A15 derives the
-/// structural trace ids from it).
+/// How many enabled lifetimes this process has started (an input of the
+/// derived structural trace ids, so a second lifetime gets traces of its own).
 static LIFETIMES: AtomicU32 = AtomicU32::new(0);
 /// The multi-rank "traces will not join" warning is given once per process.
 static WARNED_RANDOM_RUN_ID: AtomicBool = AtomicBool::new(false);
@@ -303,7 +305,7 @@ pub(crate) fn setup(
     if enabled && ACTIVE.swap(true, Ordering::AcqRel) {
         return Err(SetupError::AlreadyActive);
     }
-    // Per-rank metrics (SPEC A16): with `<PREFIX>_RANK_METRICS` every rank
+    // Per-rank metrics (per-rank insight without communication): with `<PREFIX>_RANK_METRICS` every rank
     // builds a metrics pipeline; spans, logs and `is_exporting` still follow
     // the rank strategy.
     let rank_metrics = enabled && config.rank_metrics && config.metrics_enabled;
@@ -323,6 +325,18 @@ pub(crate) fn setup(
     }
 }
 
+/// The variables that pin the run id, as this configuration reads them:
+/// `<PREFIX>_RUN_ID` for each of its prefixes, then Lens's own
+/// `NEMO_LENS_RUN_ID` (read whatever the prefixes), joined with "or".
+fn run_id_variables(config: &LensConfig) -> String {
+    let mut names = config.origins.prefixed_names("RUN_ID");
+    let lens = format!("{}_RUN_ID", crate::config::DEFAULT_PREFIX);
+    if !names.contains(&lens) {
+        names.push(lens);
+    }
+    names.join(" or ")
+}
+
 /// Builds the providers of an exporting rank.
 fn build(
     config: &LensConfig,
@@ -338,9 +352,10 @@ fn build(
     let run_id = resolve_run_id(&config.run_id, env);
     if rank.world_size > 1 && !run_id.source.is_shared() && !WARNED_RANDOM_RUN_ID.swap(true, Ordering::Relaxed) {
         crate::diag::warn(format_args!(
-            "no run id is shared by the {} ranks of this job (set MEGATRON_OTEL_RUN_ID or NEMO_LENS_RUN_ID, or \
-             launch under SLURM or torchrun): each rank drew its own, so their traces will not join",
-            rank.world_size
+            "no run id is shared by the {} ranks of this job (set {}, or launch under SLURM or torchrun): each rank \
+             drew its own, so their traces will not join",
+            rank.world_size,
+            run_id_variables(config)
         ));
     }
 
@@ -409,7 +424,8 @@ fn build(
             }
             None => metric_exporter(config, rank, &options, &run_id.value, &mut destinations, &mut prometheus)?.map(
                 |exporter| {
-                    // OTLP collections that fail are kept and resent (A7).
+                    // OTLP collections that fail are kept and resent within the
+                    // retry window.
                     let resender = match &exporter {
                         LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
                         _ => None,
@@ -582,7 +598,14 @@ fn select_exporter<E>(
             (kinds.console)()
         }
         ExporterKind::File => {
-            let (exporter, path) = (kinds.file)(&config.file_dir_for(run_id), rank.rank)?;
+            let (exporter, path) =
+                (kinds.file)(&config.file_dir_for(run_id), rank.rank).map_err(|error| match error {
+                    // Name the variable this program reads, under its own prefix.
+                    ExporterError::File { path, source, .. } => {
+                        ExporterError::File { variable: config.variable_to_set("file_dir", "FILE_DIR"), path, source }
+                    }
+                    other => other,
+                })?;
             destinations.push(format!("{name}: file {}", path.display()));
             exporter
         }
@@ -684,6 +707,24 @@ fn log_exporter(
         },
     };
     select_exporter(config, rank, run_id, destinations, kinds, no_pull_exporter)
+}
+
+#[cfg(test)]
+mod run_id_warning_tests {
+    use super::*;
+    use crate::groups::LENS_CATALOG;
+
+    #[test]
+    fn the_run_id_warning_names_the_programs_own_variables() {
+        let config = |prefix, fallback| LensConfig::from_env(&[("X", "y")], prefix, fallback, &LENS_CATALOG).unwrap();
+        assert_eq!(run_id_variables(&config("MYJOB_OTEL", Some("NEMO_LENS"))), "MYJOB_OTEL_RUN_ID or NEMO_LENS_RUN_ID");
+        assert_eq!(
+            run_id_variables(&config("MEGATRON_OTEL", Some("NEMO_LENS"))),
+            "MEGATRON_OTEL_RUN_ID or NEMO_LENS_RUN_ID"
+        );
+        assert_eq!(run_id_variables(&config("NEMO_LENS", None)), "NEMO_LENS_RUN_ID");
+        assert_eq!(run_id_variables(&LensConfig::default()), "NEMO_LENS_RUN_ID");
+    }
 }
 
 #[cfg(test)]

@@ -16,9 +16,9 @@
 //!   of the string carrier, the format of the original's NCCL transport, so a
 //!   Python rank can read it; bad bytes decode to `None`, never a panic.
 //! - The environment carrier `TRACEPARENT` / `TRACESTATE` / `BAGGAGE` that CI
-//!   systems and launchers set (SPEC A12): [`context_from_env`].
-//! - A span that links to a remote span (the original's `create_linked_span`,
-//!   SPEC B 10.2) is a [`crate::span::span`] builder with
+//!   systems and launchers set: [`context_from_env`].
+//! - A span that links to a remote span (the original's `create_linked_span`)
+//!   is a [`crate::span::span`] builder with
 //!   [`links`](crate::span::SpanBuilder::links); this module knows nothing of
 //!   spans.
 //! - [`WorkerBootstrap`]: plain strings that carry the telemetry settings and

@@ -1,6 +1,7 @@
 //! The W3C codecs: the `traceparent` / `tracestate` / `baggage` string
 //! carrier, its JSON byte encoding for other ranks, and the environment
-//! carrier `TRACEPARENT` / `TRACESTATE` / `BAGGAGE` (SPEC A12).
+//! carrier `TRACEPARENT` / `TRACESTATE` / `BAGGAGE` that CI systems and
+//! orchestrators set, so that a job joins the trace of whatever launched it.
 
 use std::collections::HashMap;
 #[cfg(feature = "otel")]
@@ -23,7 +24,8 @@ pub const TRACESTATE: &str = "tracestate";
 /// The W3C Baggage header.
 pub const BAGGAGE: &str = "baggage";
 
-/// The environment variables of the environment carrier (SPEC A12).
+/// The environment variables of the environment carrier, as CI systems and
+/// orchestrators set them.
 pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
 /// See [`TRACEPARENT_ENV`].
 pub const TRACESTATE_ENV: &str = "TRACESTATE";
@@ -203,7 +205,8 @@ pub fn extract_context(carrier: &(impl EnvSource + ?Sized)) -> RemoteContext {
 }
 
 /// Reads the environment carrier `TRACEPARENT` / `TRACESTATE` / `BAGGAGE`
-/// (SPEC A12); `None` when `TRACEPARENT` is unset or invalid.
+/// handed in by whatever launched the job; `None` when `TRACEPARENT` is
+/// unset or invalid.
 pub fn context_from_env(env: &(impl EnvSource + ?Sized)) -> Option<RemoteContext> {
     let extractor = FieldExtractor::from_fields(|field| {
         let variable = match field {

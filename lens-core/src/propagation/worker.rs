@@ -8,7 +8,8 @@ use crate::config::parse_bool;
 use crate::env::EnvSource;
 
 /// The telemetry settings and trace context that a spawned thread or process
-/// needs, as plain strings (SPEC B 10.5, A9).
+/// needs, as plain strings, so that a worker (Megatron's async-checkpoint
+/// process) follows an environment-enabled run and joins its trace.
 ///
 /// The parent builds it with [`WorkerBootstrap::capture`] and passes
 /// [`to_env_vars`](WorkerBootstrap::to_env_vars) to the child's environment
@@ -16,7 +17,7 @@ use crate::env::EnvSource;
 /// child reads it back with [`from_env`](WorkerBootstrap::from_env). The
 /// variables are the ones the child's own configuration reads
 /// (`<PREFIX>_ENABLED`, `OTEL_SERVICE_NAME`, `<PREFIX>_SPAN_GROUPS`) and the
-/// environment carrier of SPEC A12, so a child that sets up telemetry from
+/// environment carrier (`TRACEPARENT`, `TRACESTATE`, `BAGGAGE`), so a child that sets up telemetry from
 /// its environment needs nothing else. A disabled bootstrap is inert: it
 /// carries no context and tells the child to stay off. Without `otel` every
 /// bootstrap is disabled (captured or read back), so a worker of a build

@@ -213,7 +213,8 @@ impl SpanBuilder {
         }
     }
 
-    /// The sampling key the span and its subtree follow (SPEC A4): usually
+    /// The sampling key the span and its subtree follow (one ratio decision per
+    /// key, the same on every rank): usually
     /// [`sampling_key`](super::sampling_key) of an iteration. It is set as
     /// the start attribute [`SAMPLING_KEY_ATTRIBUTE`](super::SAMPLING_KEY_ATTRIBUTE),
     /// which lens's sampler reads.
@@ -231,8 +232,8 @@ impl SpanBuilder {
     }
 
     /// Starts a new trace whose trace id is `trace_id` rather than a random
-    /// one (span ids stay random): for the structural traces of SPEC A15,
-    /// where every rank derives the same id for the same interval. An
+    /// one (span ids stay random): for the structural traces (startup and the
+    /// training intervals), where every rank derives the same id for the same interval. An
     /// all-zero id is invalid and gets a random one instead. Implies
     /// [`new_trace`](SpanBuilder::new_trace) unless a parent is set after it.
     #[doc(alias = "root_span_with_trace_id")]

@@ -5,7 +5,8 @@ use lens_instruments::{InstrumentKind, buckets, semconv};
 
 use crate::common::{Harness, Number, bucket_of, names};
 
-/// SPEC B 9.3, written out: name, kind, unit, number type.
+/// The original's `record_gym_metrics` instruments, written out: name,
+/// kind, unit, number type.
 const EXPECTED: [(&str, InstrumentKind, &str, Number); 5] = [
     ("gym.rollout.duration_ms", InstrumentKind::Histogram, "ms", Number::F64),
     ("gym.server.request_duration_ms", InstrumentKind::Histogram, "ms", Number::F64),

@@ -5,7 +5,8 @@ use lens_instruments::{InstrumentKind, semconv};
 
 use crate::common::{Harness, Number, bucket_of, names};
 
-/// SPEC B 9.2, written out: name, kind, unit.
+/// The original's `record_rl_metrics` instruments, written out: name, kind,
+/// unit.
 const EXPECTED: [(&str, InstrumentKind, &str); 11] = [
     ("rl.entropy", InstrumentKind::Gauge, ""),
     ("rl.generation.duration_ms", InstrumentKind::Histogram, "ms"),

@@ -1,4 +1,5 @@
-//! The `console` exporters: compact JSON lines (SPEC A8, B 13 item 18).
+//! The `console` exporters: compact JSON lines (as the original forces them,
+//! rather than the SDK's pretty-printed JSON).
 //!
 //! One line per span, one line per metric batch, one line per log record,
 //! each a complete JSON object, written to standard output or to any

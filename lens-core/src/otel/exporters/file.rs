@@ -1,4 +1,4 @@
-//! The `file` exporters: OTLP/JSON lines per signal per rank (SPEC A8).
+//! The `file` exporters: OTLP/JSON lines per signal per rank.
 //!
 //! Each export appends one line holding one `ExportTraceServiceRequest`,
 //! `ExportMetricsServiceRequest` or `ExportLogsServiceRequest` in the OTLP
@@ -8,7 +8,7 @@
 //!
 //! Files are `traces-rank<N>.jsonl`, `metrics-rank<N>.jsonl` and
 //! `logs-rank<N>.jsonl` under a directory the caller chooses (the runtime
-//! glue uses `MEGATRON_OTEL_FILE_DIR`, default `telemetry/<run_id>/`),
+//! glue uses `<PREFIX>_FILE_DIR`, default `telemetry/<run_id>/`),
 //! created with its parents, opened for appending (a restarted rank adds to
 //! its file), and flushed after every export so that a killed job loses at
 //! most the batch in flight.
@@ -67,7 +67,11 @@ impl JsonLines {
         let path = file_path(dir, signal, rank);
         let file = std::fs::create_dir_all(dir)
             .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
-            .map_err(|source| ExporterError::File { path: path.clone(), source })?;
+            .map_err(|source| ExporterError::File {
+                variable: "the file exporter's directory".to_string(),
+                path: path.clone(),
+                source,
+            })?;
         Ok(JsonLines { path, writer: Mutex::new(Some(BufWriter::new(file))) })
     }
 

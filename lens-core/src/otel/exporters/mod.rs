@@ -1,5 +1,6 @@
-//! The exporters of the lens runtime (SPEC A8, A14): where spans, metrics and
-//! log records go once a rank has decided to export.
+//! The exporters of the lens runtime: where spans, metrics and log records go
+//! once a rank has decided to export. Every option is set explicitly from the
+//! validated configuration; the SDK reads no environment on its own.
 //!
 //! - [`otlp`]: OTLP over gRPC (the default), `http/protobuf` and `http/json`,
 //!   with TLS for `https` endpoints and a private CA from

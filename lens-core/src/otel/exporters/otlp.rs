@@ -1,6 +1,8 @@
 //! OTLP exporters over gRPC (tonic), `http/protobuf` and `http/json`.
 //!
-//! SPEC A14 says the SDK reads no environment on its own, and
+//! The SDK must read no environment on its own (every option comes from the
+//! validated configuration, so no variable is read twice with two meanings),
+//! and
 //! opentelemetry-otlp 0.33.1 does read `OTEL_EXPORTER_OTLP_*` whenever an
 //! option is left unset (endpoint, protocol, timeout, compression,
 //! temporality, `*_INSECURE` for endpoints without a scheme) and *always*
@@ -18,7 +20,8 @@
 //!   roots, and explicit timeouts) and the full signal URL; the client sends
 //!   only the content headers, the user agent and lens's headers.
 //! - Protocol, timeout, temporality and the retry policy (disabled: retries
-//!   belong to lens's batch processors, SPEC A7) are set explicitly.
+//!   belong to lens's batch processors, which bound them by the retry window)
+//!   are set explicitly.
 //! - The metric exporter comes with an [`OtlpMetricResender`]: the SDK's
 //!   exporter takes only a `ResourceMetrics`, which cannot be kept, so a
 //!   failed collection is kept encoded and resent by lens's own sender, with
@@ -521,8 +524,8 @@ enum ResendTransport {
 }
 
 /// Resends an encoded metric collection to the metric exporter's endpoint
-/// with its protocol, headers, TLS, compression and timeout (SPEC A7: the
-/// SDK's exporter takes only a `ResourceMetrics`, which cannot be rebuilt).
+/// with its protocol, headers, TLS, compression and timeout, so that failed
+/// collections are retried within the retry window (the SDK's exporter takes only a `ResourceMetrics`, which cannot be rebuilt).
 /// Made by [`OtlpMetricExporter::resender`].
 pub struct OtlpMetricResender {
     transport: ResendTransport,

@@ -1,4 +1,4 @@
-//! The `prometheus` metrics exporter: a pull endpoint (SPEC A8).
+//! The `prometheus` metrics exporter: a pull endpoint.
 //!
 //! [`PrometheusExporter`] is a push metric exporter (cumulative temporality)
 //! that keeps the page rendered from the latest batch, plus an HTTP/1.1
@@ -94,7 +94,7 @@ const PAGE_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// (without per-rank metrics), so the Prometheus port gets no local rank.
 pub const ONE_EXPORTER_PER_HOST_STRATEGIES: [&str; 2] = ["first_rank_per_node", "single_rank"];
 
-/// What is added to `OTEL_EXPORTER_PROMETHEUS_PORT` on this rank (SPEC A8):
+/// What is added to `OTEL_EXPORTER_PROMETHEUS_PORT` on this rank:
 /// 0 when at most one rank of a host exports metrics, the local rank
 /// otherwise, so that the exporting ranks of one host get distinct ports.
 ///
