@@ -24,6 +24,14 @@
 //!   failed collection is kept encoded and resent by lens's own sender, with
 //!   the same endpoint, protocol, headers, TLS, compression and timeout (the
 //!   same tonic channel settings and interceptor, or the same HTTP client).
+//! - The span exporter carries lens's own sender of encoded batches
+//!   ([`OtlpSpanExporter`]'s crate-private `encode` and `send_encoded`): lens's
+//!   batch processor encodes a batch once, exactly as the SDK's exporter
+//!   does (same grouping, resource, protocol and compression), and sends
+//!   and resends those bytes with the same HTTP client settings or tonic
+//!   channel settings and interceptor, so a retry needs no copy of the
+//!   spans (SPEC A7). The SDK's exporter beside it serves any other caller
+//!   of [`SpanExporter::export`].
 //! - One residue: with [`Compression::None`] the SDK still consults
 //!   `OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION` (it has no "none" setter). The
 //!   configuration reads the same variables, so the two agree in a real
