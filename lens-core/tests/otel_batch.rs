@@ -400,3 +400,105 @@ mod with_testing {
         assert!(exporter.names().is_empty());
     }
 }
+
+/// Lens's OTLP exporter under the batch processor: a batch is encoded once,
+/// and a retry resends that request, so a collector that refuses the first
+/// attempt still receives every span, with the provider's resource.
+#[cfg(feature = "testing")]
+mod otlp_retry {
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    use lens_core::config::{OtlpEndpoint, OtlpProtocol, OtlpSettings};
+    use lens_core::otel::batch::{BatchConfig, LensBatchSpanProcessor};
+    use lens_core::otel::exporters::build_otlp_span_exporter;
+    use opentelemetry::KeyValue;
+    use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_sdk::Resource;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use prost::Message as _;
+
+    /// Serves `answers.len()` HTTP requests on 127.0.0.1, one per
+    /// connection, answering each with the next status; returns the port and
+    /// a handle yielding the request bodies.
+    fn collector(answers: &'static [&'static str]) -> (u16, std::thread::JoinHandle<Vec<Vec<u8>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let mut bodies = Vec::new();
+            for status in answers {
+                let (mut stream, _) = listener.accept().unwrap();
+                stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let started = Instant::now();
+                let mut request = Vec::new();
+                let mut buffer = [0_u8; 8192];
+                let mut body_start = None;
+                let mut length = 0;
+                while started.elapsed() < Duration::from_secs(10) {
+                    if body_start.is_none()
+                        && let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n")
+                    {
+                        let head = String::from_utf8_lossy(&request[..end]).to_lowercase();
+                        length = head
+                            .lines()
+                            .find_map(|line| line.strip_prefix("content-length:"))
+                            .and_then(|value| value.trim().parse().ok())
+                            .unwrap_or(0);
+                        body_start = Some(end + 4);
+                    }
+                    if body_start.is_some_and(|start| request.len() >= start + length) {
+                        break;
+                    }
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => break,
+                        Ok(read) => request.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                let start = body_start.expect("a whole request head");
+                bodies.push(request[start..start + length].to_vec());
+                let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                stream.write_all(answer.as_bytes()).unwrap();
+            }
+            bodies
+        });
+        (port, server)
+    }
+
+    #[test]
+    fn a_refused_export_is_resent_whole_with_its_resource() {
+        let (port, server) = collector(&["503 Service Unavailable", "200 OK"]);
+        let settings = OtlpSettings {
+            endpoint: Some(OtlpEndpoint { url: format!("http://127.0.0.1:{port}"), signal_specific: false }),
+            protocol: OtlpProtocol::HttpProtobuf,
+            timeout: Duration::from_secs(5),
+            ..OtlpSettings::default()
+        };
+        let exporter = build_otlp_span_exporter(&settings).unwrap();
+        let config = BatchConfig { retry_window: Duration::from_secs(20), ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(exporter, config);
+        let resource = Resource::builder_empty().with_attribute(KeyValue::new("service.name", "retry-test")).build();
+        let provider = SdkTracerProvider::builder().with_resource(resource).with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer("retry");
+        for name in ["first", "second", "third"] {
+            tracer.in_span(name, |_| {});
+        }
+        batch.force_flush_with_timeout(Duration::from_secs(20)).unwrap();
+        let counters = batch.counters().snapshot();
+        let bodies = server.join().unwrap();
+        assert_eq!((counters.exported, counters.retries, counters.export_errors), (3, 1, 1), "{counters:?}");
+        assert_eq!(counters.dropped(), 0, "{counters:?}");
+        assert_eq!(bodies.len(), 2);
+        assert_eq!(bodies[0], bodies[1], "the retry resends the same request");
+        let request = ExportTraceServiceRequest::decode(bodies[1].as_slice()).unwrap();
+        let resource_spans = &request.resource_spans[0];
+        let service = resource_spans.resource.as_ref().unwrap().attributes.iter().find(|kv| kv.key == "service.name");
+        assert!(format!("{service:?}").contains("retry-test"), "{service:?}");
+        let mut names: Vec<&str> =
+            resource_spans.scope_spans.iter().flat_map(|scope| &scope.spans).map(|span| span.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["first", "second", "third"]);
+        provider.shutdown().ok();
+    }
+}

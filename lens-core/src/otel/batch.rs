@@ -35,6 +35,7 @@
 //! and it is configured from the validated configuration only, never from
 //! `OTEL_BLRP_*` as the SDK's batch log processor would be (A14).
 
+use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::future::Future;
@@ -52,6 +53,7 @@ use opentelemetry_sdk::logs::{LogBatch, LogExporter, LogProcessor, SdkLogRecord}
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 
 use super::executor::block_on_until;
+use super::exporters::{LensSpanExporter, OtlpSpanExporter};
 use crate::diag::{RateLimit, warn};
 pub use crate::report::SpanExportSnapshot;
 
@@ -110,8 +112,10 @@ impl Item for LogItem {}
 /// concurrent exports here keep up with several times that, and the queue
 /// rides out a collector that is down for the retry window at moderate
 /// rates. Lower `max_queue_size` to bound memory more tightly. Beyond the
-/// queue, each export in flight holds its batch and a copy kept for retries
-/// (at most `2 × max_concurrent_exports × max_export_batch_size` spans).
+/// queue, each export in flight holds its batch for retries (at most
+/// `max_concurrent_exports × max_export_batch_size` spans; with lens's OTLP
+/// exporter, the batch's encoded request instead), plus the copy an
+/// exporter that consumes its batch gets for the attempt under way.
 ///
 /// Values of zero are raised to one, and the batch size is capped at the
 /// queue size.
@@ -249,19 +253,44 @@ fn wait_timeout<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>, timeout: Duration
 
 type ExportFuture = Pin<Box<dyn Future<Output = OTelSdkResult> + Send + 'static>>;
 
+/// A batch readied for its export attempts, kept until the last one.
+enum Payload<T> {
+    /// The items; an exporter that consumes its batch gets a copy per
+    /// attempt, one that borrows it (logs) reads them in place.
+    Items(Arc<Vec<T>>),
+    /// The request, encoded once (lens's OTLP span exporter): every attempt
+    /// sends the same bytes, and no copy of the spans is made.
+    Encoded(bytes::Bytes),
+}
+
 /// An exporter of `T` behind a trait object, with an export future that
 /// owns its exporter so that it can run on another thread or runtime.
 trait ErasedExporter<T>: Send + Sync {
-    fn export_owned(self: Arc<Self>, batch: Vec<T>) -> ExportFuture;
+    /// Readies `batch` for [`ErasedExporter::export_payload`], once per batch.
+    fn prepare(&self, batch: Vec<T>) -> Result<Payload<T>, OTelSdkError> {
+        Ok(Payload::Items(Arc::new(batch)))
+    }
+    /// One attempt at exporting `payload`.
+    fn export_payload(self: Arc<Self>, payload: &Payload<T>) -> ExportFuture;
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult;
     fn set_resource(&mut self, resource: &Resource);
 }
 
-/// A [`SpanExporter`] as an [`ErasedExporter`].
+/// What an exporter that never encodes answers to an encoded payload.
+fn not_encoded() -> ExportFuture {
+    Box::pin(std::future::ready(Err(OTelSdkError::InternalFailure(
+        "an encoded batch reached an exporter of items".into(),
+    ))))
+}
+
+/// A [`SpanExporter`] as an [`ErasedExporter`]: it consumes its batch, so
+/// each attempt gets a copy of the spans.
 struct Spans<E>(E);
 
 impl<E: SpanExporter + 'static> ErasedExporter<SpanData> for Spans<E> {
-    fn export_owned(self: Arc<Self>, batch: Vec<SpanData>) -> ExportFuture {
+    fn export_payload(self: Arc<Self>, payload: &Payload<SpanData>) -> ExportFuture {
+        let Payload::Items(batch) = payload else { return not_encoded() };
+        let batch = Vec::clone(batch);
         Box::pin(async move { self.0.export(batch).await })
     }
 
@@ -274,11 +303,81 @@ impl<E: SpanExporter + 'static> ErasedExporter<SpanData> for Spans<E> {
     }
 }
 
-/// A [`LogExporter`] as an [`ErasedExporter`].
+/// Lens's OTLP span exporter as an [`ErasedExporter`]: the batch is encoded
+/// once and every attempt sends the encoded request, so the success path
+/// costs what the SDK's processor costs (no copy of the spans) and a retry
+/// loses nothing.
+struct EncodedSpans(OtlpSpanExporter);
+
+impl ErasedExporter<SpanData> for EncodedSpans {
+    fn prepare(&self, batch: Vec<SpanData>) -> Result<Payload<SpanData>, OTelSdkError> {
+        self.0.encode(batch).map(Payload::Encoded)
+    }
+
+    fn export_payload(self: Arc<Self>, payload: &Payload<SpanData>) -> ExportFuture {
+        match payload {
+            Payload::Encoded(body) => Box::pin(self.0.send_encoded(body.clone())),
+            Payload::Items(batch) => {
+                let batch = Vec::clone(batch);
+                Box::pin(async move { self.0.export(batch).await })
+            }
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        SpanExporter::shutdown_with_timeout(&self.0, timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        SpanExporter::set_resource(&mut self.0, resource);
+    }
+}
+
+/// Erases a span exporter: lens's OTLP exporter (alone or as the OTLP
+/// choice of [`LensSpanExporter`]) gets the encode-once path, any other
+/// exporter the copy per attempt.
+fn erase_span_exporter<E: SpanExporter + 'static>(exporter: E) -> Arc<dyn ErasedExporter<SpanData>> {
+    let mut slot = Some(exporter);
+    let any: &mut dyn Any = &mut slot;
+    if let Some(otlp) = any.downcast_mut::<Option<OtlpSpanExporter>>().and_then(Option::take) {
+        return Arc::new(EncodedSpans(otlp));
+    }
+    if let Some(chosen) = any.downcast_mut::<Option<LensSpanExporter>>() {
+        match chosen.take() {
+            Some(LensSpanExporter::Otlp(otlp)) => return Arc::new(EncodedSpans(*otlp)),
+            other => *chosen = other,
+        }
+    }
+    match slot {
+        Some(exporter) => Arc::new(Spans(exporter)),
+        None => Arc::new(Taken),
+    }
+}
+
+/// Never built: the slot of [`erase_span_exporter`] is emptied only by a
+/// branch that returns. Exports nothing, as an exporter that is gone.
+struct Taken;
+
+impl<T> ErasedExporter<T> for Taken {
+    fn export_payload(self: Arc<Self>, _payload: &Payload<T>) -> ExportFuture {
+        Box::pin(std::future::ready(Err(OTelSdkError::AlreadyShutdown)))
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn set_resource(&mut self, _resource: &Resource) {}
+}
+
+/// A [`LogExporter`] as an [`ErasedExporter`]: it borrows its batch, so
+/// every attempt reads the same records (no copy).
 struct Logs<E>(E);
 
 impl<E: LogExporter + 'static> ErasedExporter<LogItem> for Logs<E> {
-    fn export_owned(self: Arc<Self>, batch: Vec<LogItem>) -> ExportFuture {
+    fn export_payload(self: Arc<Self>, payload: &Payload<LogItem>) -> ExportFuture {
+        let Payload::Items(batch) = payload else { return not_encoded() };
+        let batch = Arc::clone(batch);
         Box::pin(async move {
             let records: Vec<(&SdkLogRecord, &InstrumentationScope)> =
                 batch.iter().map(|(record, scope)| (record, scope)).collect();
@@ -469,7 +568,7 @@ impl LensBatchSpanProcessor {
     /// started. If the thread cannot be started, the processor is inert: a
     /// warning is printed and every span is rejected.
     pub fn new<E: SpanExporter + 'static>(exporter: E, config: BatchConfig) -> LensBatchSpanProcessor {
-        LensBatchSpanProcessor { owner: Owner::start(Arc::new(Spans(exporter)), config, &SPANS) }
+        LensBatchSpanProcessor { owner: Owner::start(erase_span_exporter(exporter), config, &SPANS) }
     }
 
     /// The live counters, to read at any time (also after shutdown).
@@ -883,10 +982,24 @@ fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
 }
 
 /// Exports `batch`, retrying failures with backoff until the retry window
-/// (or the shutdown deadline) ends.
+/// (or the shutdown deadline) ends. The batch is readied once (encoded, for
+/// lens's OTLP exporter) and kept for the retries; a batch that cannot be
+/// readied (it cannot be encoded) fails at once, since a retry would fail
+/// the same way.
 fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
     let window_end = Instant::now() + inner.config.retry_window;
     let mut backoff = RETRY_INITIAL_BACKOFF;
+    let exporter = inner.exporter();
+    let prepared = catch_unwind(AssertUnwindSafe(|| exporter.prepare(batch))).unwrap_or_else(|_| {
+        Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)))
+    });
+    let payload = match prepared {
+        Ok(payload) => payload,
+        Err(error) => {
+            inner.record_error(&error);
+            return Outcome::Failed;
+        }
+    };
     let mut first = true;
     loop {
         if !first {
@@ -898,8 +1011,7 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
         if let Some(deadline) = shutdown_deadline {
             attempt_deadline = attempt_deadline.min(deadline);
         }
-        // Each attempt consumes its batch, so keep the original for retries.
-        let error = match attempt(inner, batch.clone(), attempt_deadline) {
+        let error = match attempt(inner, &payload, attempt_deadline) {
             Ok(()) => return Outcome::Exported,
             Err(error) => error,
         };
@@ -946,8 +1058,13 @@ fn jittered(backoff: Duration) -> Duration {
 
 /// One export attempt, bounded by `deadline`; a panicking exporter counts
 /// as a failed attempt.
-fn attempt<T: Item>(inner: &Inner<T>, batch: Vec<T>, deadline: Instant) -> OTelSdkResult {
-    let future = inner.exporter().export_owned(batch);
+fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -> OTelSdkResult {
+    let future = match catch_unwind(AssertUnwindSafe(|| inner.exporter().export_payload(payload))) {
+        Ok(future) => future,
+        Err(_) => {
+            return Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)));
+        }
+    };
     let timeout = || OTelSdkError::Timeout(inner.config.export_timeout);
     let outcome = catch_unwind(AssertUnwindSafe(|| match &inner.config.runtime {
         None => block_on_until(future, deadline).unwrap_or_else(|| Err(timeout())),

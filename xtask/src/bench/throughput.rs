@@ -11,6 +11,9 @@
 //! that the two differ only in the processor. (A job's calling thread also
 //! pays the facade, the sampler wrapper and the open-span closer per span;
 //! those are `managed_span_enabled`'s budget, not the export pipeline's.)
+//! (Lens's batch processor sends through the OTLP exporter's own encoded
+//! path: a batch is encoded once, the SDK exporter's way, and a retry
+//! resends the bytes; the SDK's processor calls the SDK's exporter.)
 //! Both are built with the bench profile. For each scenario one receiver serves
 //! both pipelines, alternating in rounds (lens then raw, then raw then lens).
 //! Each measurement climbs a ladder of offered rates, a few seconds each,

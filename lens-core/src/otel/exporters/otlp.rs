@@ -27,6 +27,14 @@
 //!   failed collection is kept encoded and resent by lens's own sender, with
 //!   the same endpoint, protocol, headers, TLS, compression and timeout (the
 //!   same tonic channel settings and interceptor, or the same HTTP client).
+//! - The span exporter carries lens's own sender of encoded batches
+//!   ([`OtlpSpanExporter`]'s crate-private `encode` and `send_encoded`): lens's
+//!   batch processor encodes a batch once, exactly as the SDK's exporter
+//!   does (same grouping, resource, protocol and compression), and sends
+//!   and resends those bytes with the same HTTP client settings or tonic
+//!   channel settings and interceptor, so a retry needs no copy of the
+//!   spans (SPEC A7). The SDK's exporter beside it serves any other caller
+//!   of [`SpanExporter::export`].
 //! - One residue: with [`Compression::None`] the SDK still consults
 //!   `OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION` (it has no "none" setter). The
 //!   configuration reads the same variables, so the two agree in a real
@@ -469,13 +477,176 @@ pub fn build_otlp_span_exporter(settings: &OtlpSettings) -> Result<OtlpSpanExpor
     let signal = Signal::Traces;
     let prepared = prepare(settings, signal)?;
     let builder = opentelemetry_otlp::SpanExporter::builder();
-    let (inner, runtime) = if settings.protocol.is_http() {
-        (configure_http!(builder, prepared, settings, signal), None)
+    let (inner, runtime, transport) = if settings.protocol.is_http() {
+        let certificates = prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
+        let client = LensHttpClient::build(settings, certificates, prepared.headers.clone())?;
+        let transport = SpanTransport::Http {
+            client,
+            url: prepared.endpoint.url.clone(),
+            json: settings.protocol == OtlpProtocol::HttpJson,
+        };
+        (configure_http!(builder, prepared, settings, signal), None, transport)
     } else {
         let runtime = OtlpRuntime::shared()?;
-        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime))
+        let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
+        let service =
+            tonic::service::interceptor::InterceptedService::new(channel, HeaderInterceptor::new(&prepared.headers)?);
+        let transport = SpanTransport::Grpc { service };
+        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
     };
-    Ok(OtlpSpanExporter { inner, runtime, endpoint: prepared.endpoint })
+    let sender = SpanSender {
+        transport,
+        gzip: settings.compression == Compression::Gzip,
+        resource: Default::default(),
+        shut_down: std::sync::atomic::AtomicBool::new(false),
+    };
+    Ok(OtlpSpanExporter { inner, runtime, endpoint: prepared.endpoint, sender: Arc::new(sender) })
+}
+
+/// How lens's own span sender reaches the collector: the same HTTP client
+/// settings, or the same tonic channel settings and interceptor, as the
+/// SDK's exporter beside it.
+enum SpanTransport {
+    Http { client: LensHttpClient, url: String, json: bool },
+    Grpc { service: tonic::service::interceptor::InterceptedService<tonic::transport::Channel, HeaderInterceptor> },
+}
+
+/// Encodes a batch of spans once and sends the encoded request as often as
+/// lens's batch processor attempts it (SPEC A7): a retry resends the same
+/// bytes, so no copy of the spans is kept for it. The encoding is the SDK
+/// exporter's (`group_spans_by_resource_and_scope` with the provider's
+/// resource, protobuf or JSON, gzip when configured).
+struct SpanSender {
+    transport: SpanTransport,
+    gzip: bool,
+    resource: opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema,
+    shut_down: std::sync::atomic::AtomicBool,
+}
+
+/// The gRPC path of the trace service's `Export` call.
+const GRPC_TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// A tonic codec that sends an already encoded protobuf message as it is and
+/// reads the (ignored) response.
+#[derive(Clone, Copy, Debug, Default)]
+struct EncodedCodec;
+
+impl tonic::codec::Codec for EncodedCodec {
+    type Encode = Bytes;
+    type Decode = ();
+    type Encoder = EncodedCodec;
+    type Decoder = EncodedCodec;
+
+    fn encoder(&mut self) -> EncodedCodec {
+        EncodedCodec
+    }
+
+    fn decoder(&mut self) -> EncodedCodec {
+        EncodedCodec
+    }
+}
+
+impl tonic::codec::Encoder for EncodedCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        use bytes::BufMut as _;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for EncodedCodec {
+    type Item = ();
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+        use bytes::Buf as _;
+        src.advance(src.remaining());
+        Ok(Some(()))
+    }
+}
+
+impl SpanSender {
+    fn encode(&self, batch: Vec<SpanData>) -> Result<Bytes, OTelSdkError> {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+        use prost::Message as _;
+
+        let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
+        let request =
+            ExportTraceServiceRequest { resource_spans: group_spans_by_resource_and_scope(batch, &self.resource) };
+        let body = match &self.transport {
+            SpanTransport::Http { json: true, .. } => {
+                serde_json::to_vec(&request).map_err(|error| failure(error.to_string()))?
+            }
+            _ => request.encode_to_vec(),
+        };
+        // gRPC compresses in tonic (`send_compressed`), HTTP here.
+        if self.gzip && matches!(self.transport, SpanTransport::Http { .. }) {
+            use std::io::Write as _;
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let body =
+                encoder.write_all(&body).and_then(|()| encoder.finish()).map_err(|error| failure(error.to_string()))?;
+            return Ok(Bytes::from(body));
+        }
+        Ok(Bytes::from(body))
+    }
+
+    async fn send(&self, body: Bytes) -> OTelSdkResult {
+        if self.shut_down.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(OTelSdkError::AlreadyShutdown);
+        }
+        let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
+        match &self.transport {
+            SpanTransport::Http { client, url, json } => {
+                let content_type = if *json { "application/json" } else { "application/x-protobuf" };
+                let mut builder = http::Request::builder()
+                    .method(http::Method::POST)
+                    .uri(url.as_str())
+                    .header(http::header::CONTENT_TYPE, content_type);
+                if self.gzip {
+                    builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+                }
+                let request = builder.body(body).map_err(|error| failure(error.to_string()))?;
+                let response = client.send(request).map_err(|error| failure(error.to_string()))?;
+                if response.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(failure(format!("the collector answered HTTP {}", response.status())))
+                }
+            }
+            SpanTransport::Grpc { service } => {
+                let mut grpc = tonic::client::Grpc::new(service.clone());
+                if self.gzip {
+                    grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                let status = |status: tonic::Status| {
+                    failure(format!("the collector answered {:?}: {}", status.code(), status.message()))
+                };
+                grpc.ready().await.map_err(|error| failure(format!("the channel is not ready: {error}")))?;
+                let path = http::uri::PathAndQuery::from_static(GRPC_TRACE_EXPORT_PATH);
+                grpc.unary(tonic::Request::new(body), path, EncodedCodec).await.map(|_| ()).map_err(status)
+            }
+        }
+    }
+}
+
+impl OtlpSpanExporter {
+    /// Encodes `batch` once for every attempt of its export through
+    /// [`OtlpSpanExporter::send_encoded`] (lens's batch processor does this
+    /// instead of keeping a copy of the spans for retries).
+    pub(crate) fn encode(&self, batch: Vec<SpanData>) -> Result<Bytes, OTelSdkError> {
+        self.sender.encode(batch)
+    }
+
+    /// Sends a batch encoded by [`OtlpSpanExporter::encode`] (a cheap clone
+    /// of the bytes per attempt).
+    pub(crate) fn send_encoded(&self, body: Bytes) -> impl Future<Output = OTelSdkResult> + Send + 'static {
+        let sender = Arc::clone(&self.sender);
+        InRuntime::new(self.runtime.as_ref(), async move { sender.send(body).await })
+    }
 }
 
 /// Builds the OTLP metric exporter for `settings`, the metrics settings of
@@ -659,6 +830,8 @@ pub struct OtlpSpanExporter {
     inner: opentelemetry_otlp::SpanExporter,
     runtime: Option<Arc<OtlpRuntime>>,
     endpoint: ResolvedEndpoint,
+    /// Lens's own sender of encoded batches (`encode`, `send_encoded`).
+    sender: Arc<SpanSender>,
 }
 exporter_common!(OtlpSpanExporter);
 
@@ -668,6 +841,7 @@ impl SpanExporter for OtlpSpanExporter {
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.sender.shut_down.store(true, std::sync::atomic::Ordering::Release);
         let _entered = self.runtime.as_ref().map(|runtime| runtime.handle().enter());
         self.inner.shutdown_with_timeout(timeout)
     }
@@ -678,6 +852,10 @@ impl SpanExporter for OtlpSpanExporter {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
+        match Arc::get_mut(&mut self.sender) {
+            Some(sender) => sender.resource = resource.into(),
+            None => crate::diag::warn(format_args!("the span exporter is busy; it keeps its previous resource")),
+        }
     }
 }
 
