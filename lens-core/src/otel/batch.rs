@@ -1,11 +1,11 @@
 //! Lens's own bounded batch processors of spans and log records, with
-//! counters (SPEC A7).
+//! counters: nothing that cannot be exported goes uncounted.
 //!
 //! The SDK's `BatchSpanProcessor` does not say how many spans it queued,
 //! exported, dropped or failed, and it does not retry a failed export. Lens
 //! needs both: the shutdown report, the rate-limited warning and the exact
-//! accounting of the end-to-end tests read the counters, and A7 asks that an
-//! export that fails (collector down, slow, refusing) be retried with backoff
+//! accounting of the end-to-end tests read the counters, and an
+//! export that fails (collector down, slow, refusing) must be retried with backoff
 //! for a bounded window while new spans keep queuing up to the bound.
 //!
 //! How it works:
@@ -33,7 +33,8 @@
 //! generic queue, worker, retry loop and set of counters; only the exporter
 //! adapter differs): its threads are `lens-log-export` and `lens-log-send-N`,
 //! and it is configured from the validated configuration only, never from
-//! `OTEL_BLRP_*` as the SDK's batch log processor would be (A14).
+//! `OTEL_BLRP_*` as the SDK's batch log processor would be (no variable is
+//! read twice with two meanings).
 
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
@@ -723,9 +724,9 @@ impl<T: Item> Owner<T> {
 
 /// The log-record counterpart of [`LensBatchSpanProcessor`]: the same
 /// bounded queue, batching, retry window, counters and bounded shutdown,
-/// for records of a logger provider (SPEC A7). Built from a [`BatchConfig`]
+/// for records of a logger provider. Built from a [`BatchConfig`]
 /// only: the SDK's batch log processor reads `OTEL_BLRP_*` itself, this one
-/// reads no environment (A14). Clones are handles to the same processor.
+/// reads no environment. Clones are handles to the same processor.
 ///
 /// ```
 /// # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`

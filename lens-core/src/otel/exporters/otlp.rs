@@ -33,7 +33,7 @@
 //!   does (same grouping, resource, protocol and compression), and sends
 //!   and resends those bytes with the same HTTP client settings or tonic
 //!   channel settings and interceptor, so a retry needs no copy of the
-//!   spans (SPEC A7). The SDK's exporter beside it serves any other caller
+//!   spans. The SDK's exporter beside it serves any other caller
 //!   of [`SpanExporter::export`].
 //! - One residue: with [`Compression::None`] the SDK still consults
 //!   `OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION` (it has no "none" setter). The
@@ -512,7 +512,7 @@ enum SpanTransport {
 }
 
 /// Encodes a batch of spans once and sends the encoded request as often as
-/// lens's batch processor attempts it (SPEC A7): a retry resends the same
+/// lens's batch processor attempts it within its retry window: a retry resends the same
 /// bytes, so no copy of the spans is kept for it. The encoding is the SDK
 /// exporter's (`group_spans_by_resource_and_scope` with the provider's
 /// resource, protobuf or JSON, gzip when configured).
