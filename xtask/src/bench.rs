@@ -28,6 +28,7 @@
 mod budgets;
 mod callgrind;
 mod criterion;
+mod report;
 mod serve;
 mod sim;
 mod throughput;
@@ -40,6 +41,7 @@ use anyhow::{Context, Result, bail};
 
 use self::budgets::Budgets;
 use self::criterion::{Medians, SUITES};
+use self::report::{Row, Verdict, band, machine, median, ns, render, wider_than};
 use crate::{cargo, run_cmd, say, workspace_root};
 
 const USAGE: &str = "\
@@ -60,49 +62,6 @@ const CALLGRIND_ITERATIONS: u64 = 1_000_000;
 /// Spans per callgrind run of the enabled-span scenarios (`N`; also `2N`):
 /// about 3,000 instructions each, a second or two under callgrind.
 const SPAN_CALLGRIND_ITERATIONS: u64 = 50_000;
-
-/// One line of the table.
-pub(crate) struct Row {
-    scenario: String,
-    measured: String,
-    budget: String,
-    verdict: Verdict,
-    python: &'static str,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Pass,
-    PassByInstructions,
-    Fail,
-    FailByInstructions,
-}
-
-impl Verdict {
-    fn text(self) -> &'static str {
-        match self {
-            Verdict::Pass => "pass",
-            Verdict::PassByInstructions => "pass (by instructions)",
-            Verdict::Fail => "**FAIL**",
-            Verdict::FailByInstructions => "**FAIL** (by instructions)",
-        }
-    }
-
-    fn is_fail(self) -> bool {
-        matches!(self, Verdict::Fail | Verdict::FailByInstructions)
-    }
-
-    /// The verdict of an instruction count that decides for a noisy wall time.
-    fn by_instructions(within: bool) -> Verdict {
-        if within { Verdict::PassByInstructions } else { Verdict::FailByInstructions }
-    }
-}
-
-/// Whether the wall-time band `lo..=hi` is wider than the budget's margin
-/// (`max_ratio - 1`, or the nanoseconds allowed): wall time cannot decide it.
-fn wider_than(lo: f64, hi: f64, margin: f64) -> bool {
-    hi - lo > margin
-}
 
 struct Options {
     rounds: usize,
@@ -226,27 +185,6 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     say("xtask bench: every budget holds");
     Ok(())
-}
-
-// ------------------------------------------------------------- statistics
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n if !n.is_multiple_of(2) => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
-
-/// The spread (min, max) of `values`.
-fn band(values: &[f64]) -> (f64, f64) {
-    values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)))
-}
-
-fn ns(value: f64) -> String {
-    if value.abs() >= 1000.0 { format!("{:.2} µs", value / 1000.0) } else { format!("{value:.2} ns") }
 }
 
 // -------------------------------------------------------------- scenarios
@@ -557,53 +495,6 @@ fn serve_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-// ----------------------------------------------------------------- report
-
-/// The machine the figures come from.
-pub(crate) struct Machine {
-    pub(crate) cores: usize,
-    pub(crate) model: String,
-}
-
-impl Machine {
-    fn describe(&self) -> String {
-        format!("{} cores, {}", self.cores, self.model)
-    }
-}
-
-fn machine() -> Machine {
-    let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| Some(l.split(':').nth(1)?.trim().to_string()))
-        })
-        .unwrap_or_else(|| "unknown CPU".to_string());
-    Machine { cores, model }
-}
-
-fn render(rows: &[Row], machine: &Machine) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "Machine: {} (`nproc` = {}).", machine.model, machine.cores);
-    let _ = writeln!(out);
-    let _ = writeln!(out, "| Scenario | Measured | Budget | Verdict | Python original |");
-    let _ = writeln!(out, "|---|---|---|---|---|");
-    for row in rows {
-        let python = if row.python.is_empty() { "—" } else { row.python };
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} | {python} |",
-            row.scenario,
-            row.measured,
-            row.budget,
-            row.verdict.text()
-        );
-    }
-    out
-}
-
 fn update_docs(page: &Path, table: &str) -> Result<()> {
     let text = std::fs::read_to_string(page).with_context(|| format!("could not read {}", page.display()))?;
     let (Some(start), Some(end)) = (text.find(START_MARKER), text.find(END_MARKER)) else {
@@ -614,23 +505,4 @@ fn update_docs(page: &Path, table: &str) -> Result<()> {
     }
     let updated = format!("{}{START_MARKER}\n{table}{}", &text[..start], &text[end..]);
     std::fs::write(page, updated).with_context(|| format!("could not write {}", page.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{band, median, wider_than};
-
-    #[test]
-    fn median_and_band() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(band(&[1.0, 3.0, 2.0]), (1.0, 3.0));
-    }
-
-    #[test]
-    fn a_band_wider_than_the_margin_is_too_noisy_to_decide() {
-        // The run that called 1.297× a failure: 1.075–1.298 spans 0.223, more than 0.15.
-        assert!(wider_than(1.075, 1.298, 0.15));
-        assert!(!wider_than(1.022, 1.086, 0.15));
-    }
 }

@@ -42,7 +42,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Budgets, Machine, Row, Verdict, band, callgrind, median};
+use super::budgets::Budgets;
+use super::callgrind;
+use super::report::{Machine, Row, Verdict, band, median};
 use crate::{cargo, run_cmd, say, workspace_root};
 
 /// Offered rates, spans per second.
