@@ -322,6 +322,14 @@ impl HttpClient for LensHttpClient {
 #[derive(Clone)]
 struct HeaderInterceptor {
     headers: Arc<[(AsciiMetadataKey, AsciiMetadataValue)]>,
+    /// Whether the request's metadata is replaced rather than added to.
+    /// The SDK's exporter calls its interceptor on an empty request of its
+    /// own, whose metadata holds only what the SDK read from the environment:
+    /// replaced, so that only lens's headers are sent. A tonic
+    /// `InterceptedService` (lens's own senders) calls it on the whole HTTP/2
+    /// request, whose metadata is every header (`content-type`, `te`,
+    /// `grpc-encoding`): added to, or the collector sees a malformed gRPC call.
+    replace: bool,
 }
 
 impl HeaderInterceptor {
@@ -339,14 +347,22 @@ impl HeaderInterceptor {
                 Ok((key, value))
             })
             .collect::<Result<Vec<_>, ExporterError>>()?;
-        Ok(HeaderInterceptor { headers: headers.into() })
+        Ok(HeaderInterceptor { headers: headers.into(), replace: true })
+    }
+
+    /// The interceptor of a tonic service wrapped around a channel (lens's
+    /// own gRPC senders): adds lens's headers to the request's own.
+    fn for_service(headers: &[(HeaderName, HeaderValue)]) -> Result<HeaderInterceptor, ExporterError> {
+        Ok(HeaderInterceptor { replace: false, ..HeaderInterceptor::new(headers)? })
     }
 }
 
 impl tonic::service::Interceptor for HeaderInterceptor {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         let metadata = request.metadata_mut();
-        *metadata = tonic::metadata::MetadataMap::new();
+        if self.replace {
+            *metadata = tonic::metadata::MetadataMap::new();
+        }
         metadata.insert("user-agent", AsciiMetadataValue::from_static(USER_AGENT));
         for (key, value) in self.headers.iter() {
             metadata.insert(key.clone(), value.clone());
@@ -489,8 +505,10 @@ pub fn build_otlp_span_exporter(settings: &OtlpSettings) -> Result<OtlpSpanExpor
     } else {
         let runtime = OtlpRuntime::shared()?;
         let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
-        let service =
-            tonic::service::interceptor::InterceptedService::new(channel, HeaderInterceptor::new(&prepared.headers)?);
+        let service = tonic::service::interceptor::InterceptedService::new(
+            channel,
+            HeaderInterceptor::for_service(&prepared.headers)?,
+        );
         let transport = SpanTransport::Grpc { service };
         (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
     };
@@ -671,7 +689,8 @@ pub fn build_otlp_metric_exporter(
     } else {
         let runtime = OtlpRuntime::shared()?;
         let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
-        let mut client = MetricsServiceClient::with_interceptor(channel, HeaderInterceptor::new(&prepared.headers)?);
+        let mut client =
+            MetricsServiceClient::with_interceptor(channel, HeaderInterceptor::for_service(&prepared.headers)?);
         if settings.compression == Compression::Gzip {
             client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
         }
