@@ -28,10 +28,10 @@ use tracing_core::{Dispatch, Event, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::{
-    GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD,
-    decided_per_span, threads,
+use crate::names::{
+    GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD, decided_per_span,
 };
+use crate::threads;
 
 /// The field `tracing`'s macros give an event's message.
 const MESSAGE_FIELD: &str = "message";

@@ -31,9 +31,6 @@ use crate::{say, workspace_root};
 /// item 5): a circle is allowed when all its files are in one entry. Remove an
 /// entry once its circle is gone (tidy says so).
 const ALLOWED: &[&[&str]] = &[
-    // #11 item 5: the bridge and the crate root name each other's items;
-    // lens-tracing is being reworked on another branch.
-    &["lens-tracing/src/bridge.rs", "lens-tracing/src/lib.rs", "lens-tracing/src/threads.rs"],
     // #11 item 5: the throughput bench uses bench.rs's budgets and verdicts,
     // and bench.rs runs it; the shared part belongs in a leaf module.
     &["xtask/src/bench.rs", "xtask/src/bench/throughput.rs"],
