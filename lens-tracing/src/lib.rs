@@ -40,35 +40,14 @@ use tracing_subscriber::registry::LookupSpan;
 
 #[cfg(feature = "otel")]
 mod bridge;
+mod names;
 mod threads;
 
-/// The field that names a span's group per span (a string, decided when the
-/// span is created): `tracing::info_span!("load", lens.group = "checkpoint")`.
-pub const GROUP_FIELD: &str = "lens.group";
-
-/// The field that asks for one span per entry (`lens.per_entry = true`).
-pub const PER_ENTRY_FIELD: &str = "lens.per_entry";
-
-/// The field that names the recorded span, when its name is not known at
-/// compile time (`otel.name = format!("{method} {route}")`), as
-/// `tracing-opentelemetry` reads it; recording it later renames the span.
-pub const NAME_FIELD: &str = "otel.name";
-
-/// The field that gives the span's kind: `server`, `client`, `producer`,
-/// `consumer` or `internal` (the default), as `tracing-opentelemetry` reads it.
-pub const KIND_FIELD: &str = "otel.kind";
-
-/// The field that sets the span's status: `error`, `ok` or `unset`, as
-/// `tracing-opentelemetry` reads it (record it when the outcome is known).
-pub const STATUS_CODE_FIELD: &str = "otel.status_code";
-
-/// The field with the description of an `error` status.
-pub const STATUS_DESCRIPTION_FIELD: &str = "otel.status_description";
-
-/// The thread-name prefixes of the export path: lens's own threads and the
-/// runtime thread of the blocking HTTP client lens's OTLP/HTTP exporter
-/// uses. Nothing on these threads is recorded.
-pub const EXPORT_THREAD_PREFIXES: &[&str] = &["lens-", "reqwest-internal-sync-runtime"];
+use names::decided_per_span;
+pub use names::{
+    EXPORT_THREAD_PREFIXES, GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD,
+    STATUS_DESCRIPTION_FIELD,
+};
 
 /// The bridge wrapped in its per-layer filter: what [`layer`] returns.
 pub type LensTracingLayer<S> = Filtered<LensLayer<S>, GroupFilter, S>;
@@ -156,11 +135,6 @@ impl GroupFilter {
     pub fn rules(&self) -> &TracingRules {
         &self.rules
     }
-}
-
-/// Whether a callsite's group is decided per span, by its [`GROUP_FIELD`].
-fn decided_per_span(metadata: &Metadata<'_>) -> bool {
-    metadata.fields().field(GROUP_FIELD).is_some()
 }
 
 impl<S> Filter<S> for GroupFilter {

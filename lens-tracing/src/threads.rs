@@ -1,5 +1,5 @@
 //! The export-path check: whether the current thread is one of lens's export
-//! threads (named with a prefix of [`crate::EXPORT_THREAD_PREFIXES`]), where
+//! threads (named with a prefix of [`crate::names::EXPORT_THREAD_PREFIXES`]), where
 //! the OTLP exporter's own `tracing` spans (hyper, h2, tonic, reqwest) are
 //! emitted and must never be recorded, whatever the rules say.
 //!
@@ -35,7 +35,8 @@ pub(crate) fn on_export_path() -> bool {
 #[cold]
 fn classify() -> u8 {
     let thread = std::thread::current();
-    let export = thread.name().is_some_and(|name| crate::EXPORT_THREAD_PREFIXES.iter().any(|p| name.starts_with(p)));
+    let export =
+        thread.name().is_some_and(|name| crate::names::EXPORT_THREAD_PREFIXES.iter().any(|p| name.starts_with(p)));
     if export { EXPORT } else { OTHER }
 }
 

@@ -15,8 +15,8 @@
 //! `mod` declarations add no edge either. Inline modules (`mod tests { … }`)
 //! belong to their file: their `super::` is the file itself.
 //!
-//! Every strongly connected set of two or more files is a circle. The known
-//! circles that other branches are removing are in [`ALLOWED`]; any other
+//! Every strongly connected set of two or more files is a circle. A circle
+//! tolerated while work removes it goes in [`ALLOWED`] (empty today); any other
 //! fails tidy with the files of the circle, and an allowed entry that no
 //! longer holds a circle fails too, so that the list only shrinks.
 
@@ -27,14 +27,10 @@ use anyhow::{Context, Result, bail};
 
 use crate::{say, workspace_root};
 
-/// Circles that still exist and are being removed elsewhere (issue #11
-/// item 5): a circle is allowed when all its files are in one entry. Remove an
-/// entry once its circle is gone (tidy says so).
-const ALLOWED: &[&[&str]] = &[
-    // #11 item 5: the bridge and the crate root name each other's items;
-    // lens-tracing is being reworked on another branch.
-    &["lens-tracing/src/bridge.rs", "lens-tracing/src/lib.rs", "lens-tracing/src/threads.rs"],
-];
+/// Circles tolerated while work removes them: a circle is allowed when all
+/// its files are in one entry. Empty now that every crate is free of them;
+/// an entry whose circle is gone fails tidy, so the list only shrinks.
+const ALLOWED: &[&[&str]] = &[];
 
 /// One file's module path (`["config", "model"]`) and what it says.
 struct ModuleFile {
@@ -73,7 +69,7 @@ pub(crate) fn no_import_circles(crates: &[&str]) -> Result<()> {
         match allowed(circle) {
             Some(i) => {
                 used.insert(i);
-                say(&format!("xtask tidy: known import circle (allowed, #11 item 5): {}", describe(circle)));
+                say(&format!("xtask tidy: known import circle (allowed): {}", describe(circle)));
             }
             None => problems.push(format!("import circle: {}", describe(circle))),
         }
