@@ -542,8 +542,8 @@ mod otlp_retry {
         for call in &calls {
             assert_eq!(call.authorization.as_deref(), Some("Bearer x"), "the configured header is gRPC metadata");
         }
-        let accepted = collector.accepted();
-        let resource_spans = &accepted[0].resource_spans[0];
+        let accepted = calls[1].request.as_ref().expect("the resend is accepted");
+        let resource_spans = &accepted.resource_spans[0];
         let service = resource_spans.resource.as_ref().unwrap().attributes.iter().find(|kv| kv.key == "service.name");
         assert!(format!("{service:?}").contains("grpc-retry"), "{service:?}");
         let mut names: Vec<&str> =

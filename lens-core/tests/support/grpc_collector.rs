@@ -46,13 +46,6 @@ pub(crate) struct Collector<R> {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-impl<R: Clone> Collector<R> {
-    /// The accepted requests, in arrival order.
-    pub(crate) fn accepted(&self) -> Vec<R> {
-        self.calls.lock().unwrap().iter().filter_map(|call| call.request.clone()).collect()
-    }
-}
-
 /// The service half: refuses the first `refuse` calls.
 pub(crate) struct Refusing<R> {
     refuse: usize,
