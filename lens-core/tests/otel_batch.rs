@@ -540,6 +540,7 @@ mod otlp_retry {
         assert_eq!(calls.len(), 2, "one refused call, one accepted: {calls:?}");
         assert!(calls[0].at_unix_nano <= calls[1].at_unix_nano, "the resend follows the refusal: {calls:?}");
         for call in &calls {
+            assert!(call.is_grpc(), "a well-formed gRPC call (content-type, te): {call:?}");
             assert_eq!(call.authorization.as_deref(), Some("Bearer x"), "the configured header is gRPC metadata");
         }
         let accepted = calls[1].request.as_ref().expect("the resend is accepted");

@@ -4,9 +4,11 @@
 //! every call's `authorization` metadata and every accepted request.
 //!
 //! Lens's own gRPC senders (the encoded span batches of its batch processor,
-//! the resent metric collections) go through a tonic `InterceptedService`;
-//! only a real gRPC server notices when such a call is malformed (no
-//! `content-type`, no `te`), which a hand-written HTTP receiver would not.
+//! the resent metric collections) go through a tonic `InterceptedService`,
+//! whose interceptor sees every HTTP/2 header of the call. A collector
+//! (grpcio, grpc-go) refuses a call without `content-type: application/grpc`
+//! and `te: trailers`; tonic's server does not check them, so this one does,
+//! and refuses such a call with `INVALID_ARGUMENT` (not counted as refused).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,10 +30,21 @@ use tonic::transport::server::TcpIncoming;
 pub(crate) struct Call<R> {
     /// The `authorization` metadata of the call, when it had one.
     pub(crate) authorization: Option<String>,
+    /// Its `content-type` and `te` headers.
+    pub(crate) content_type: Option<String>,
+    pub(crate) te: Option<String>,
     /// The request, when the call was accepted (`None`: refused).
     pub(crate) request: Option<R>,
     /// When the call arrived (Unix nanoseconds).
     pub(crate) at_unix_nano: u64,
+}
+
+impl<R> Call<R> {
+    /// Whether the call had the headers every gRPC call has.
+    pub(crate) fn is_grpc(&self) -> bool {
+        self.content_type.as_deref().is_some_and(|value| value.starts_with("application/grpc"))
+            && self.te.as_deref() == Some("trailers")
+    }
 }
 
 /// The collector's records, shared with its server thread.
@@ -55,16 +68,31 @@ pub(crate) struct Refusing<R> {
 
 impl<R> Refusing<R> {
     fn record(&self, request: tonic::Request<R>) -> Result<(), tonic::Status> {
-        let authorization =
-            request.metadata().get("authorization").and_then(|value| value.to_str().ok()).map(str::to_string);
+        let header =
+            |name: &str| request.metadata().get(name).and_then(|value| value.to_str().ok()).map(str::to_string);
         let at_unix_nano = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let mut call = Call {
+            authorization: header("authorization"),
+            content_type: header("content-type"),
+            te: header("te"),
+            request: None,
+            at_unix_nano,
+        };
         let refuse = self.refuse;
-        let refusing =
-            self.refused.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < refuse).then_some(n + 1));
-        let request = refusing.is_err().then(|| request.into_inner());
-        let accepted = request.is_some();
-        self.calls.lock().unwrap().push(Call { authorization, request, at_unix_nano });
-        if accepted { Ok(()) } else { Err(tonic::Status::unavailable("the test collector is down")) }
+        let answer = if !call.is_grpc() {
+            Err(tonic::Status::invalid_argument("not a gRPC call: content-type or te missing"))
+        } else if self
+            .refused
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < refuse).then_some(n + 1))
+            .is_ok()
+        {
+            Err(tonic::Status::unavailable("the test collector is down"))
+        } else {
+            call.request = Some(request.into_inner());
+            Ok(())
+        };
+        self.calls.lock().unwrap().push(call);
+        answer
     }
 }
 
