@@ -1,7 +1,11 @@
 //! The batch span processor as a provider uses it: spans reach the exporter,
 //! every span is accounted for, failed exports are retried within the window,
 //! and neither a training thread nor shutdown waits on a hung exporter.
-//! Run with `--features testing` (the in-memory exporter).
+//! Run with `--features testing,otlp-sink` (the in-memory exporter, and
+//! tonic's server for the gRPC collector).
+
+#[path = "support/grpc_collector.rs"]
+mod grpc_collector;
 
 #[cfg(feature = "testing")]
 mod with_testing {
@@ -410,7 +414,7 @@ mod otlp_retry {
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
 
-    use lens_core::config::{OtlpEndpoint, OtlpProtocol, OtlpSettings};
+    use lens_core::config::{Headers, OtlpEndpoint, OtlpProtocol, OtlpSettings};
     use lens_core::otel::batch::{BatchConfig, LensBatchSpanProcessor};
     use lens_core::otel::exporters::build_otlp_span_exporter;
     use opentelemetry::KeyValue;
@@ -499,6 +503,54 @@ mod otlp_retry {
             resource_spans.scope_spans.iter().flat_map(|scope| &scope.spans).map(|span| span.name.as_str()).collect();
         names.sort_unstable();
         assert_eq!(names, ["first", "second", "third"]);
+        provider.shutdown().ok();
+    }
+
+    /// The same over gRPC, against a real gRPC server: lens's sender of
+    /// encoded batches is a tonic service of its own, whose calls must stay
+    /// well-formed gRPC calls carrying the configured headers.
+    #[test]
+    fn a_refused_grpc_export_is_resent_whole_with_its_resource_and_headers() {
+        let collector = super::grpc_collector::collector::<ExportTraceServiceRequest>(1);
+        let mut headers = Headers::new();
+        headers.insert("authorization", "Bearer x").unwrap();
+        let settings = OtlpSettings {
+            endpoint: Some(OtlpEndpoint { url: collector.endpoint.clone(), signal_specific: false }),
+            protocol: OtlpProtocol::Grpc,
+            headers,
+            timeout: Duration::from_secs(5),
+            ..OtlpSettings::default()
+        };
+        let exporter = build_otlp_span_exporter(&settings).unwrap();
+        let config = BatchConfig { retry_window: Duration::from_secs(10), ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(exporter, config);
+        let resource = Resource::builder_empty().with_attribute(KeyValue::new("service.name", "grpc-retry")).build();
+        let provider = SdkTracerProvider::builder().with_resource(resource).with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer("retry");
+        for name in ["first", "second", "third"] {
+            tracer.in_span(name, |_| {});
+        }
+        let flushed = batch.force_flush_with_timeout(Duration::from_secs(20));
+        let counters = batch.counters().snapshot();
+        let calls = collector.calls.lock().unwrap().clone();
+        assert!(flushed.is_ok(), "{flushed:?} {counters:?} {calls:?}");
+        assert_eq!(collector.refused.load(std::sync::atomic::Ordering::Acquire), 1, "{calls:?}");
+        assert_eq!((counters.exported, counters.retries, counters.export_errors), (3, 1, 1), "{counters:?}");
+        assert_eq!(counters.dropped(), 0, "{counters:?}");
+        assert_eq!(calls.len(), 2, "one refused call, one accepted: {calls:?}");
+        assert!(calls[0].at_unix_nano <= calls[1].at_unix_nano, "the resend follows the refusal: {calls:?}");
+        for call in &calls {
+            assert!(call.is_grpc(), "a well-formed gRPC call (content-type, te): {call:?}");
+            assert_eq!(call.authorization.as_deref(), Some("Bearer x"), "the configured header is gRPC metadata");
+        }
+        let accepted = calls[1].request.as_ref().expect("the resend is accepted");
+        let resource_spans = &accepted.resource_spans[0];
+        let service = resource_spans.resource.as_ref().unwrap().attributes.iter().find(|kv| kv.key == "service.name");
+        assert!(format!("{service:?}").contains("grpc-retry"), "{service:?}");
+        let mut names: Vec<&str> =
+            resource_spans.scope_spans.iter().flat_map(|scope| &scope.spans).map(|span| span.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["first", "second", "third"], "every span exactly once");
         provider.shutdown().ok();
     }
 }

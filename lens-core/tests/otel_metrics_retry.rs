@@ -5,8 +5,14 @@
 //! the oldest are dropped and the shutdown report counts them.
 //!
 //! The collector here is a minimal OTLP/HTTP receiver on 127.0.0.1 that
-//! answers 503 to its first requests and then accepts. Setup owns
+//! answers 503 to its first requests and then accepts, or for gRPC a real
+//! tonic server that answers `UNAVAILABLE` first (`support/grpc_collector.rs`,
+//! the `otlp-sink` feature): lens resends over gRPC through a tonic service
+//! of its own, whose calls only a real gRPC server checks. Setup owns
 //! process-global state, so the tests take [`serial`].
+
+#[path = "support/grpc_collector.rs"]
+mod grpc_collector;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -24,6 +30,8 @@ use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
 use prost::Message as _;
 
 const GAUGE: &str = "lens.test.outage.collection";
+/// The header configured for the exporter; every request must carry it.
+const AUTHORIZATION: &str = "Bearer x";
 
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
@@ -39,10 +47,69 @@ struct Received {
 }
 
 /// A receiver that refuses (HTTP 503) its first `refuse` requests.
+#[derive(Clone)]
 struct Collector {
     endpoint: String,
     refused: Arc<AtomicUsize>,
     received: Arc<Mutex<Vec<Received>>>,
+    /// The `authorization` header of every request.
+    authorizations: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+/// What the tests read of a collector, HTTP or gRPC.
+trait Receiving {
+    fn endpoint(&self) -> String;
+    /// The gauge points accepted so far, in arrival order.
+    fn received(&self) -> Vec<Received>;
+    fn refused(&self) -> usize;
+    /// The `authorization` header or metadata of every request.
+    fn authorizations(&self) -> Vec<Option<String>>;
+}
+
+impl Receiving for Collector {
+    fn endpoint(&self) -> String {
+        self.endpoint.clone()
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    fn refused(&self) -> usize {
+        self.refused.load(Ordering::Acquire)
+    }
+
+    fn authorizations(&self) -> Vec<Option<String>> {
+        self.authorizations.lock().unwrap().clone()
+    }
+}
+
+impl Receiving for grpc_collector::Collector<ExportMetricsServiceRequest> {
+    fn endpoint(&self) -> String {
+        self.endpoint.clone()
+    }
+
+    fn received(&self) -> Vec<Received> {
+        let calls = self.calls.lock().unwrap();
+        let accepted = calls.iter().filter_map(|call| Some((call.request.as_ref()?, call.at_unix_nano)));
+        accepted
+            .flat_map(|(request, at)| {
+                points_of(request).into_iter().map(move |(value, time_unix_nano)| Received {
+                    value,
+                    time_unix_nano,
+                    received_unix_nano: at,
+                })
+            })
+            .collect()
+    }
+
+    fn refused(&self) -> usize {
+        self.refused.load(Ordering::Acquire)
+    }
+
+    fn authorizations(&self) -> Vec<Option<String>> {
+        self.calls.lock().unwrap().iter().map(|call| call.authorization.clone()).collect()
+    }
 }
 
 fn now_nanos() -> u64 {
@@ -55,6 +122,11 @@ fn points(body: &[u8], json: bool) -> Vec<(i64, u64)> {
     } else {
         ExportMetricsServiceRequest::decode(body).expect("an OTLP protobuf metrics request")
     };
+    points_of(&request)
+}
+
+/// The gauge's points in `request`: its value and time.
+fn points_of(request: &ExportMetricsServiceRequest) -> Vec<(i64, u64)> {
     let mut found = Vec::new();
     for resource in &request.resource_metrics {
         for scope in &resource.scope_metrics {
@@ -73,13 +145,15 @@ fn points(body: &[u8], json: bool) -> Vec<(i64, u64)> {
 }
 
 /// Serves one connection: HTTP/1.1 requests with a `Content-Length`, kept alive.
-fn serve(stream: TcpStream, refuse: usize, refused: &AtomicUsize, received: &Mutex<Vec<Received>>) {
+fn serve(stream: TcpStream, refuse: usize, collector: &Collector) {
+    let Collector { refused, received, authorizations, .. } = collector;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
     let mut writer = stream.try_clone().expect("clone the stream");
     let mut reader = BufReader::new(stream);
     for _request in 0..10_000 {
         let mut length = 0usize;
         let mut json = false;
+        let mut authorization = None;
         let mut line = String::new();
         loop {
             line.clear();
@@ -100,11 +174,17 @@ fn serve(stream: TcpStream, refuse: usize, refused: &AtomicUsize, received: &Mut
             {
                 json = value.trim() == "application/json";
             }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("authorization")
+            {
+                authorization = Some(value.trim().to_string());
+            }
         }
         let mut body = vec![0; length];
         if reader.read_exact(&mut body).is_err() {
             return;
         }
+        authorizations.lock().unwrap().push(authorization);
         let refusing = refused.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < refuse).then_some(n + 1));
         let response: &[u8] = if refusing.is_ok() {
             b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"
@@ -125,23 +205,23 @@ fn serve(stream: TcpStream, refuse: usize, refused: &AtomicUsize, received: &Mut
 fn collector(refuse: usize) -> Collector {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let refused = Arc::new(AtomicUsize::new(0));
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let (for_server, for_received) = (Arc::clone(&refused), Arc::clone(&received));
+    let collector =
+        Collector { endpoint, refused: Arc::default(), received: Arc::default(), authorizations: Arc::default() };
+    let for_server = collector.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().take(64).flatten() {
-            let (refused, received) = (Arc::clone(&for_server), Arc::clone(&for_received));
-            std::thread::spawn(move || serve(stream, refuse, &refused, &received));
+            let collector = for_server.clone();
+            std::thread::spawn(move || serve(stream, refuse, &collector));
         }
     });
-    Collector { endpoint, refused, received }
+    collector
 }
 
 /// Runs a metrics-only lifetime against `collector` whose gauge reports the
 /// collection's number (1, 2, 3, ...), until `until` holds of what the
 /// collector received (at most 30 s), then shuts down.
 fn run(
-    collector: &Collector,
+    collector: &dyn Receiving,
     protocol: OtlpProtocol,
     interval: Duration,
     until: impl Fn(&[Received]) -> bool,
@@ -152,7 +232,8 @@ fn run(
     config.otel.metric_export_interval = interval;
     let otlp = config.otel.otlp_mut(Signal::Metrics);
     otlp.protocol = protocol;
-    otlp.endpoint = Some(OtlpEndpoint { url: collector.endpoint.clone(), signal_specific: false });
+    otlp.endpoint = Some(OtlpEndpoint { url: collector.endpoint(), signal_specific: false });
+    otlp.headers.insert("authorization", AUTHORIZATION).expect("a valid header");
     otlp.timeout = Duration::from_secs(5);
     let options = SetupOptions::new()
         .with_env(std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "outage".to_string())]));
@@ -165,7 +246,7 @@ fn run(
         .with_callback(move |observer| observer.observe(counter.fetch_add(1, Ordering::AcqRel) as i64 + 1, &[]))
         .build();
     let started = Instant::now();
-    while !until(&collector.received.lock().unwrap()) && started.elapsed() < Duration::from_secs(30) {
+    while !until(&collector.received()) && started.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(20));
     }
     telemetry.shutdown(Duration::from_secs(10))
@@ -173,7 +254,7 @@ fn run(
 
 #[test]
 fn collections_taken_while_the_collector_is_down_arrive_in_order_with_their_timestamps() {
-    for protocol in [OtlpProtocol::HttpProtobuf, OtlpProtocol::HttpJson] {
+    for protocol in [OtlpProtocol::HttpProtobuf, OtlpProtocol::HttpJson, OtlpProtocol::Grpc] {
         outage_loses_no_collection(protocol);
     }
 }
@@ -181,12 +262,22 @@ fn collections_taken_while_the_collector_is_down_arrive_in_order_with_their_time
 fn outage_loses_no_collection(protocol: OtlpProtocol) {
     let _serial = serial();
     let refuse = 5;
-    let collector = collector(refuse);
+    let collector: Box<dyn Receiving> = if protocol.is_http() {
+        Box::new(collector(refuse))
+    } else {
+        Box::new(grpc_collector::collector::<ExportMetricsServiceRequest>(refuse))
+    };
     // Five refused requests: the first collection and four resends of it,
     // while four more collections wait behind it.
-    let report = run(&collector, protocol, Duration::from_millis(100), |received| received.len() >= 8);
-    let received = collector.received.lock().unwrap().clone();
-    assert_eq!(collector.refused.load(Ordering::Acquire), refuse, "{report}");
+    let report = run(collector.as_ref(), protocol, Duration::from_millis(100), |received| received.len() >= 8);
+    let received = collector.received();
+    assert_eq!(collector.refused(), refuse, "{protocol:?}: {report}");
+    let authorizations = collector.authorizations();
+    assert!(authorizations.len() > refuse, "{protocol:?}: {authorizations:?}");
+    assert!(
+        authorizations.iter().all(|value| value.as_deref() == Some(AUTHORIZATION)),
+        "{protocol:?}: every request carries the configured header: {authorizations:?}"
+    );
 
     let values: Vec<i64> = received.iter().map(|r| r.value).collect();
     let expected: Vec<i64> = (1..=values.len() as i64).collect();
@@ -215,7 +306,7 @@ fn beyond_the_cap_the_oldest_collections_are_dropped_and_reported() {
     let report = run(&collector, OtlpProtocol::HttpProtobuf, Duration::from_millis(10), |received| {
         received.len() >= MAX_KEPT_COLLECTIONS + 2
     });
-    let received = collector.received.lock().unwrap().clone();
+    let received = collector.received();
     let values: Vec<i64> = received.iter().map(|r| r.value).collect();
     // Each refused request is one collection taken; the cap kept the newest.
     let dropped = report.metrics.collections_dropped;
