@@ -15,6 +15,10 @@
 //!   margin, the ratio of the calling thread's instructions under callgrind
 //!   (`lens-core/examples/span-calls.rs`, lens against the raw SDK) decides
 //!   against the same budget;
+//! - the `tracing` bridge: the same, with `lens-tracing/examples/tracing-calls.rs`
+//!   (the bridge against lean `tracing-opentelemetry`), and the row also
+//!   states the floor every bridge pays before its own code (the SDK span
+//!   plus the registry behind the per-layer filter);
 //! - the simulator: alternating runs at each preset and with telemetry off
 //!   ([`sim`]);
 //! - export throughput to a receiver in another process: lens's pipeline
@@ -129,14 +133,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         if wants("disabled") {
             rows.extend(disabled_rows(&budgets, &medians)?);
         }
-        let mut spans = SpanCounter::default();
+        let mut counter = Counter::default();
         if wants("spans") {
             for (scenario, lens, raw, python) in [
                 ("managed_span_enabled", "managed_span_enabled", "raw_sdk_span", "14.5 µs"),
                 ("managed_span_enabled_5_attrs", "managed_span_enabled_5_attrs", "raw_sdk_span_5_attrs", ""),
             ] {
-                let pair = Pair { a: ("span", lens), b: ("span", raw), counted: Some((lens, raw)) };
-                rows.push(ratio_row(&budgets, &medians, scenario, &pair, &mut spans, python)?);
+                let pair = Pair { a: ("span", lens), b: ("span", raw), counted: Some((&SPAN_CALLS, lens, raw)) };
+                rows.push(ratio_row(&budgets, &medians, scenario, &pair, &mut counter, python)?);
             }
         }
         if wants("metrics") {
@@ -147,13 +151,20 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 ("record_training_metrics", "training_metrics", "record_all_eight", "raw_sdk_eight", "25 µs"),
             ] {
                 let pair = Pair { a: (suite, lens), b: (suite, raw), counted: None };
-                rows.push(ratio_row(&budgets, &medians, scenario, &pair, &mut spans, python)?);
+                rows.push(ratio_row(&budgets, &medians, scenario, &pair, &mut counter, python)?);
             }
         }
         if wants("tracing") {
-            let pair =
-                Pair { a: ("tracing", "bridge_span"), b: ("tracing", "tracing_opentelemetry_lean"), counted: None };
-            rows.push(ratio_row(&budgets, &medians, "tracing_bridge_span", &pair, &mut spans, "")?);
+            let pair = Pair {
+                a: ("tracing", "bridge_span"),
+                b: ("tracing", "tracing_opentelemetry_lean"),
+                counted: Some((&TRACING_CALLS, "bridge", "lean")),
+            };
+            let mut row = ratio_row(&budgets, &medians, "tracing_bridge_span", &pair, &mut counter, "")?;
+            if callgrind::available() {
+                row.measured.push_str(&tracing_floor(&mut counter)?);
+            }
+            rows.push(row);
             rows.push(tracing_disabled_row(&budgets, &medians)?);
         }
     }
@@ -190,56 +201,74 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 // -------------------------------------------------------------- scenarios
 
 /// The two sides of a wall-time ratio (suite and criterion id each) and,
-/// where `span-calls` has them, the scenarios that count their instructions.
+/// where a [`Counted`] program has them, the modes that count their
+/// instructions (the program, then the mode of `a` and of `b`).
 struct Pair {
     a: (&'static str, &'static str),
     b: (&'static str, &'static str),
-    counted: Option<(&'static str, &'static str)>,
+    counted: Option<(&'static Counted, &'static str, &'static str)>,
 }
 
-/// The calling thread's instructions per span of the enabled-span scenarios
-/// (`lens-core/examples/span-calls.rs`), built and counted on first need.
+/// An example that runs one call `N` times (`<program> <mode> <N>`), for
+/// instruction counts under callgrind.
+struct Counted {
+    package: &'static str,
+    example: &'static str,
+}
+
+/// `lens-core/examples/span-calls.rs`: the enabled-span scenarios.
+const SPAN_CALLS: Counted = Counted { package: "lens-core", example: "span-calls" };
+
+/// `lens-tracing/examples/tracing-calls.rs`: one `tracing` span through the
+/// bridge, `tracing-opentelemetry`, the registry alone, and the SDK alone.
+const TRACING_CALLS: Counted = Counted { package: "lens-tracing", example: "tracing-calls" };
+
+/// The calling thread's instructions per call of the counted programs'
+/// modes, each program built and each mode counted on first need.
 #[derive(Default)]
-struct SpanCounter {
-    program: Option<PathBuf>,
-    counts: BTreeMap<&'static str, f64>,
+struct Counter {
+    programs: BTreeMap<&'static str, PathBuf>,
+    counts: BTreeMap<(&'static str, &'static str), f64>,
 }
 
-impl SpanCounter {
-    fn per_call(&mut self, mode: &'static str) -> Result<f64> {
-        if let Some(count) = self.counts.get(mode) {
+impl Counter {
+    fn per_call(&mut self, counted: &'static Counted, mode: &'static str) -> Result<f64> {
+        if let Some(count) = self.counts.get(&(counted.example, mode)) {
             return Ok(*count);
         }
         let dir = workspace_root().join("target/xtask-bench");
-        let program = match &self.program {
+        let program = match self.programs.get(counted.example) {
             Some(program) => program.clone(),
             None => {
                 run_cmd(cargo(&[
                     "build",
                     "-p",
-                    "lens-core",
+                    counted.package,
                     "--features",
                     "testing",
                     "--profile",
                     "bench",
                     "--example",
-                    "span-calls",
+                    counted.example,
                 ]))?;
                 std::fs::create_dir_all(&dir)?;
-                let built = workspace_root().join("target/release/examples/span-calls");
-                let program = dir.join("span-calls");
+                let built = workspace_root().join("target/release/examples").join(counted.example);
+                let program = dir.join(counted.example);
                 std::fs::copy(&built, &program).with_context(|| format!("could not copy {}", built.display()))?;
-                self.program.insert(program).clone()
+                self.programs.entry(counted.example).or_insert(program).clone()
             }
         };
         let count = callgrind::per_iteration_main_thread(
             &program,
             mode,
             SPAN_CALLGRIND_ITERATIONS,
-            &dir.join("span-calls-callgrind"),
+            &dir.join(format!("{}-callgrind", counted.example)),
         )?;
-        say(&format!("xtask bench: {mode}: {count:.0} instructions per span on the calling thread"));
-        Ok(*self.counts.entry(mode).or_insert(count))
+        say(&format!(
+            "xtask bench: {} {mode}: {count:.0} instructions per call on the calling thread",
+            counted.example
+        ));
+        Ok(*self.counts.entry((counted.example, mode)).or_insert(count))
     }
 }
 
@@ -252,7 +281,7 @@ fn ratio_row(
     medians: &Medians,
     scenario: &str,
     pair: &Pair,
-    spans: &mut SpanCounter,
+    counter: &mut Counter,
     python: &'static str,
 ) -> Result<Row> {
     let max = budgets.get(scenario, "max_ratio")?;
@@ -262,12 +291,12 @@ fn ratio_row(
     let ratio = median(&ratios);
     let (lo, hi) = band(&ratios);
     let mut measured = format!("{ratio:.3}× ({} vs {}; band {lo:.3}–{hi:.3})", ns(median(a)), ns(median(b)));
-    let verdict = if !wider_than(lo, hi, max - 1.0) {
+    let verdict = if !wider_than(lo, hi, (max - 1.0).abs()) {
         if ratio <= max { Verdict::Pass } else { Verdict::Fail }
-    } else if let Some((lens, raw)) = pair.counted
+    } else if let Some((program, lens, raw)) = pair.counted
         && callgrind::available()
     {
-        let (lens_count, raw_count) = (spans.per_call(lens)?, spans.per_call(raw)?);
+        let (lens_count, raw_count) = (counter.per_call(program, lens)?, counter.per_call(program, raw)?);
         let by_count = lens_count / raw_count;
         let _ = write!(
             measured,
@@ -314,6 +343,22 @@ fn count_instructions() -> Result<Option<Instructions>> {
         counts.push(per_mode);
     }
     Ok(Some(Instructions { otel: counts[0], noop: counts[1] }))
+}
+
+/// What any bridge pays before its own code, in instructions per span: the
+/// SDK span it exports (started and ended on the same provider) plus
+/// `tracing`'s registry with a no-op layer behind the bridge's per-layer
+/// filter; said against half of lean `tracing-opentelemetry`.
+fn tracing_floor(counter: &mut Counter) -> Result<String> {
+    let sdk = counter.per_call(&TRACING_CALLS, "sdk")?;
+    let filtered = counter.per_call(&TRACING_CALLS, "filtered_noop")?;
+    let lean = counter.per_call(&TRACING_CALLS, "lean")?;
+    Ok(format!(
+        "; floor before the bridge's own code: {:.0} instructions (SDK span {sdk:.0}, filtered registry \
+         {filtered:.0}) = {:.3}× lean",
+        sdk + filtered,
+        (sdk + filtered) / lean
+    ))
 }
 
 /// A callsite whose group is off under the bridge against the same callsite
