@@ -4,7 +4,12 @@
 //! Each module of this crate declares its instruments as
 //! [`InstrumentDescriptor`] constants and builds them from those constants,
 //! so the code, the tests and the docs tables read one source (the docs test
-//! fails when `docs/metrics-lens.md` drifts from them).
+//! fails when `docs/metrics-lens.md` drifts from them). Other crates build
+//! the same instruments from the same constants (megatron-telemetry's
+//! inference server builds its `gen_ai.*` histograms with
+//! [`InstrumentDescriptor::f64_histogram`] and
+//! [`InstrumentDescriptor::u64_histogram`]), so no name, unit, description
+//! or boundary list is written twice.
 
 use lens_core::metrics::{Gauge, Histogram, Meter};
 
@@ -39,14 +44,31 @@ pub struct InstrumentDescriptor {
 }
 
 impl InstrumentDescriptor {
-    pub(crate) fn f64_histogram(&self, meter: &Meter) -> Histogram<f64> {
+    /// Creates this histogram on `meter` with `f64` values: the descriptor's
+    /// name, description, unit (none when empty) and bucket boundaries.
+    ///
+    /// ```
+    /// use lens_core::metrics::Meter;
+    /// use lens_instruments::inference;
+    ///
+    /// let ttft = inference::TIME_TO_FIRST_TOKEN.f64_histogram(&Meter::noop());
+    /// ttft.record(0.03, &[]);
+    /// ```
+    ///
+    /// A descriptor of another kind is a programming error: debug builds
+    /// assert the kind, release builds create the histogram anyway.
+    #[must_use]
+    pub fn f64_histogram(&self, meter: &Meter) -> Histogram<f64> {
         debug_assert_eq!(self.kind, InstrumentKind::Histogram, "{}", self.name);
         let builder =
             meter.f64_histogram(self.name).with_description(self.description).with_boundaries(self.boundaries.to_vec());
         if self.unit.is_empty() { builder.build() } else { builder.with_unit(self.unit).build() }
     }
 
-    pub(crate) fn u64_histogram(&self, meter: &Meter) -> Histogram<u64> {
+    /// Creates this histogram on `meter` with `u64` values (counts such as
+    /// tokens), as [`InstrumentDescriptor::f64_histogram`] does.
+    #[must_use]
+    pub fn u64_histogram(&self, meter: &Meter) -> Histogram<u64> {
         debug_assert_eq!(self.kind, InstrumentKind::Histogram, "{}", self.name);
         let builder =
             meter.u64_histogram(self.name).with_description(self.description).with_boundaries(self.boundaries.to_vec());

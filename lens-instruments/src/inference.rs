@@ -10,6 +10,16 @@
 //! `gen_ai.request.model` when a model is given; token usage is recorded once
 //! per token type, labelled `gen_ai.token.type` = `input` or `output`.
 //!
+//! The descriptors here ([`REQUEST_DURATION`], [`TOKEN_USAGE`],
+//! [`TIME_TO_FIRST_TOKEN`], [`TIME_PER_OUTPUT_TOKEN`]) and the attribute
+//! values ([`TOKEN_TYPE_INPUT`], [`TOKEN_TYPE_OUTPUT`],
+//! [`DEFAULT_PROVIDER_NAME`], [`DEFAULT_OPERATION_NAME`]) are the one
+//! definition of the GenAI metrics in the workspace: megatron-telemetry's
+//! inference server (`megatron_telemetry::inference::ServerMetrics`, which
+//! `megatron-train-sim serve` records through) builds its four histograms
+//! from these descriptors with [`InstrumentDescriptor::f64_histogram`] and
+//! [`InstrumentDescriptor::u64_histogram`] and re-exports these values.
+//!
 //! ```
 //! use lens_instruments::{InferenceMetrics, InferenceValues, record_inference_metrics};
 //! use lens_core::metrics::Meter;
@@ -175,7 +185,9 @@ fn name_or(given: Option<&str>, default: &'static str) -> AttrValue {
 // The two streaming-latency histograms of the GenAI semantic conventions'
 // server metrics. An inference server records them once per request, beside
 // `gen_ai.server.request.duration` and the token usage (megatron-telemetry's
-// `inference` module does, for `megatron-train-sim serve`). Token usage keeps
+// `inference::ServerMetrics` builds all four from these descriptors, for
+// `megatron-train-sim serve`; `InferenceMetrics` here records only the first
+// two). Token usage keeps
 // the name `gen_ai.client.token.usage` on the server too, as Lens records it,
 // for compatibility with existing dashboards.
 

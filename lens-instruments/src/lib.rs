@@ -19,7 +19,9 @@
 //! - [`semconv`]: the attribute keys, mirroring lens-core's;
 //! - [`InstrumentDescriptor`]: each instrument as data (name, kind, unit,
 //!   description, attributes, boundaries), which the modules build from and
-//!   the docs tables are checked against.
+//!   the docs tables are checked against. They are the one definition of
+//!   these instruments: megatron-telemetry's inference server builds its
+//!   `gen_ai.*` histograms from [`inference`]'s descriptors too.
 //!
 //! Nothing here panics or returns an error: the OpenTelemetry API gives no
 //! failure signal from instrument creation, and a meter that cannot create an

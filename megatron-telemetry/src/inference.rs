@@ -24,9 +24,15 @@
 //! (seconds, the GenAI conventions' buckets), `gen_ai.client.token.usage`
 //! (per `gen_ai.token.type`; the name Lens records on the server, kept for
 //! compatibility), and the UpDownCounters `megatron.inference.requests.running`
-//! and `megatron.inference.requests.waiting`. The GenAI names, units and
-//! buckets are lens-instruments' descriptors (a test checks they agree; that
-//! crate needs OpenTelemetry, this module must not).
+//! and `megatron.inference.requests.waiting`. The four GenAI histograms are
+//! lens-instruments' descriptors (`lens_instruments::inference`): the server
+//! creates them from those descriptors, and [`REQUEST_DURATION`],
+//! [`TIME_TO_FIRST_TOKEN`], [`TIME_PER_OUTPUT_TOKEN`] and [`TOKEN_USAGE`] are
+//! derived from them ([`ServerMetricDef::gen_ai`]), adding only the
+//! Prometheus name. The attribute values [`PROVIDER_NAME`],
+//! [`OPERATION_TEXT_COMPLETION`], [`TOKEN_TYPE_INPUT`] and
+//! [`TOKEN_TYPE_OUTPUT`] are lens-instruments' too, re-exported here. The two
+//! `megatron.inference.requests.*` counters are Megatron's and defined here.
 //!
 //! ```
 //! use megatron_telemetry::inference::{RequestValues, ServerMetrics};
@@ -50,6 +56,8 @@ use lens_core::attr::KeyValue;
 use lens_core::metrics::{Histogram, Meter, UpDownCounter};
 use lens_core::semconv;
 use lens_fallbacks::{DetachedSpan, RemoteContext, SpanKind, SpanLink, span};
+use lens_instruments::InstrumentDescriptor;
+use lens_instruments::inference as gen_ai;
 
 use crate::groups::MegatronSpanGroup;
 use crate::taxonomy::{self, SpanDef};
@@ -59,18 +67,18 @@ use crate::taxonomy::{self, SpanDef};
 /// without a `<PREFIX>_TRACING_GROUPS` rule.
 pub const HTTP_SERVER_TARGET: &str = "lens::inference::http";
 
-/// `gen_ai.operation.name` of `POST /v1/completions`.
-pub const OPERATION_TEXT_COMPLETION: &str = "text_completion";
+/// `gen_ai.operation.name` of `POST /v1/completions` (lens-instruments'
+/// default operation name).
+pub use lens_instruments::inference::DEFAULT_OPERATION_NAME as OPERATION_TEXT_COMPLETION;
+/// `gen_ai.provider.name` (the Lens default, lens-instruments').
+pub use lens_instruments::inference::DEFAULT_PROVIDER_NAME as PROVIDER_NAME;
+pub use lens_instruments::inference::{TOKEN_TYPE_INPUT, TOKEN_TYPE_OUTPUT};
+
 /// `gen_ai.operation.name` of `POST /v1/chat/completions`.
 pub const OPERATION_CHAT: &str = "chat";
-/// `gen_ai.provider.name` (the Lens default).
-pub const PROVIDER_NAME: &str = "nemo";
-/// `gen_ai.token.type` of prompt tokens.
-pub const TOKEN_TYPE_INPUT: &str = "input";
-/// `gen_ai.token.type` of generated tokens.
-pub const TOKEN_TYPE_OUTPUT: &str = "output";
 
-/// One metric of the server: names, unit, buckets, Prometheus name.
+/// One metric of the server, as the docs table lists it: names, kind, unit,
+/// buckets, Prometheus name.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ServerMetricDef {
     /// The instrument name.
@@ -88,45 +96,34 @@ pub struct ServerMetricDef {
     pub prometheus: &'static str,
 }
 
+impl ServerMetricDef {
+    /// The row of a GenAI instrument: name, kind, unit, description and
+    /// boundaries are `descriptor`'s (lens-instruments', the instruments the
+    /// server creates), `prometheus` the family name a scrape shows.
+    #[must_use]
+    pub const fn gen_ai(descriptor: &InstrumentDescriptor, prometheus: &'static str) -> ServerMetricDef {
+        ServerMetricDef {
+            name: descriptor.name,
+            kind: descriptor.kind.as_str(),
+            unit: descriptor.unit,
+            description: descriptor.description,
+            boundaries: descriptor.boundaries,
+            prometheus,
+        }
+    }
+}
+
 /// `gen_ai.server.request.duration`.
-pub const REQUEST_DURATION: ServerMetricDef = ServerMetricDef {
-    name: "gen_ai.server.request.duration",
-    kind: "Histogram",
-    unit: "s",
-    description: "Generative AI server request duration such as time-to-last byte or last output token.",
-    boundaries: &[0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92],
-    prometheus: "gen_ai_server_request_duration_seconds",
-};
+pub const REQUEST_DURATION: ServerMetricDef =
+    ServerMetricDef::gen_ai(&gen_ai::REQUEST_DURATION, "gen_ai_server_request_duration_seconds");
 /// `gen_ai.server.time_to_first_token`.
-pub const TIME_TO_FIRST_TOKEN: ServerMetricDef = ServerMetricDef {
-    name: "gen_ai.server.time_to_first_token",
-    kind: "Histogram",
-    unit: "s",
-    description: "Time to generate first token for successful responses.",
-    boundaries: &[0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0],
-    prometheus: "gen_ai_server_time_to_first_token_seconds",
-};
+pub const TIME_TO_FIRST_TOKEN: ServerMetricDef =
+    ServerMetricDef::gen_ai(&gen_ai::TIME_TO_FIRST_TOKEN, "gen_ai_server_time_to_first_token_seconds");
 /// `gen_ai.server.time_per_output_token`.
-pub const TIME_PER_OUTPUT_TOKEN: ServerMetricDef = ServerMetricDef {
-    name: "gen_ai.server.time_per_output_token",
-    kind: "Histogram",
-    unit: "s",
-    description: "Time per output token generated after the first token for successful responses.",
-    boundaries: &[0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5],
-    prometheus: "gen_ai_server_time_per_output_token_seconds",
-};
+pub const TIME_PER_OUTPUT_TOKEN: ServerMetricDef =
+    ServerMetricDef::gen_ai(&gen_ai::TIME_PER_OUTPUT_TOKEN, "gen_ai_server_time_per_output_token_seconds");
 /// `gen_ai.client.token.usage` (the name Lens records on the server).
-pub const TOKEN_USAGE: ServerMetricDef = ServerMetricDef {
-    name: "gen_ai.client.token.usage",
-    kind: "Histogram",
-    unit: "{token}",
-    description: "Number of input and output tokens used.",
-    boundaries: &[
-        1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
-        67108864.0,
-    ],
-    prometheus: "gen_ai_client_token_usage",
-};
+pub const TOKEN_USAGE: ServerMetricDef = ServerMetricDef::gen_ai(&gen_ai::TOKEN_USAGE, "gen_ai_client_token_usage");
 /// `megatron.inference.requests.running`.
 pub const REQUESTS_RUNNING: ServerMetricDef = ServerMetricDef {
     name: "megatron.inference.requests.running",
@@ -180,15 +177,6 @@ pub struct ServerMetrics {
     waiting: UpDownCounter<i64>,
 }
 
-fn histogram_f64(meter: &Meter, def: &ServerMetricDef) -> Histogram<f64> {
-    meter
-        .f64_histogram(def.name)
-        .with_description(def.description)
-        .with_unit(def.unit)
-        .with_boundaries(def.boundaries.to_vec())
-        .build()
-}
-
 fn up_down(meter: &Meter, def: &ServerMetricDef) -> UpDownCounter<i64> {
     meter.i64_up_down_counter(def.name).with_description(def.description).with_unit(def.unit).build()
 }
@@ -199,15 +187,10 @@ impl ServerMetrics {
     pub fn new<M: Clone + Into<Meter>>(meter: &M) -> ServerMetrics {
         let meter: Meter = meter.clone().into();
         ServerMetrics {
-            request_duration: histogram_f64(&meter, &REQUEST_DURATION),
-            time_to_first_token: histogram_f64(&meter, &TIME_TO_FIRST_TOKEN),
-            time_per_output_token: histogram_f64(&meter, &TIME_PER_OUTPUT_TOKEN),
-            token_usage: meter
-                .u64_histogram(TOKEN_USAGE.name)
-                .with_description(TOKEN_USAGE.description)
-                .with_unit(TOKEN_USAGE.unit)
-                .with_boundaries(TOKEN_USAGE.boundaries.to_vec())
-                .build(),
+            request_duration: gen_ai::REQUEST_DURATION.f64_histogram(&meter),
+            time_to_first_token: gen_ai::TIME_TO_FIRST_TOKEN.f64_histogram(&meter),
+            time_per_output_token: gen_ai::TIME_PER_OUTPUT_TOKEN.f64_histogram(&meter),
+            token_usage: gen_ai::TOKEN_USAGE.u64_histogram(&meter),
             running: up_down(&meter, &REQUESTS_RUNNING),
             waiting: up_down(&meter, &REQUESTS_WAITING),
         }
@@ -372,22 +355,12 @@ mod tests {
     }
 
     #[test]
-    fn the_gen_ai_metrics_are_lens_instruments_descriptors() {
-        use lens_instruments::inference as lens;
-        for (ours, theirs) in [
-            (REQUEST_DURATION, lens::REQUEST_DURATION),
-            (TIME_TO_FIRST_TOKEN, lens::TIME_TO_FIRST_TOKEN),
-            (TIME_PER_OUTPUT_TOKEN, lens::TIME_PER_OUTPUT_TOKEN),
-            (TOKEN_USAGE, lens::TOKEN_USAGE),
-        ] {
-            assert_eq!(ours.name, theirs.name);
-            assert_eq!(ours.unit, theirs.unit, "{}", ours.name);
-            assert_eq!(ours.description, theirs.description, "{}", ours.name);
-            assert_eq!(ours.boundaries, theirs.boundaries, "{}", ours.name);
-            assert_eq!(ours.kind, theirs.kind.as_str(), "{}", ours.name);
+    fn the_serving_docs_table_lists_every_server_metric_as_defined() {
+        let page = include_str!("../../docs/serving.md");
+        for def in SERVER_METRICS {
+            let row = format!("| `{}` | {} | `{}` | `{}` |", def.name, def.kind, def.unit, def.prometheus);
+            assert!(page.lines().any(|line| line.starts_with(&row)), "docs/serving.md has no row starting {row}");
         }
-        assert_eq!(PROVIDER_NAME, lens::DEFAULT_PROVIDER_NAME);
-        assert_eq!(OPERATION_TEXT_COMPLETION, lens::DEFAULT_OPERATION_NAME);
     }
 
     #[test]

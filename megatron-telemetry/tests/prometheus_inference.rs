@@ -83,6 +83,12 @@ fn the_server_metrics_have_the_documented_prometheus_names_and_values() {
     assert_eq!(types, FAMILIES.into_iter().collect::<BTreeMap<_, _>>(), "page:\n{page}");
     let table: BTreeSet<&str> = SERVER_METRICS.iter().map(|def| def.prometheus).collect();
     assert_eq!(table, FAMILIES.into_iter().map(|(name, _)| name).collect::<BTreeSet<_>>());
+    // `# HELP` is each instrument's description (lens-instruments' for the
+    // GenAI histograms).
+    for def in SERVER_METRICS {
+        let help = format!("# HELP {} {}", def.prometheus, def.description);
+        assert!(page.lines().any(|line| line == help), "no `{help}` in:\n{page}");
+    }
 
     let samples: Vec<&str> = page.lines().filter(|line| !line.starts_with('#')).collect();
     let value = |name: &str, label: &str| -> f64 {
