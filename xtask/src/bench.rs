@@ -216,6 +216,13 @@ struct Counted {
     example: &'static str,
 }
 
+impl Counted {
+    /// The `cargo` arguments that build it.
+    fn build_args(&self) -> [&'static str; 9] {
+        ["build", "-p", self.package, "--features", "testing", "--profile", "bench", "--example", self.example]
+    }
+}
+
 /// `lens-core/examples/span-calls.rs`: the enabled-span scenarios.
 const SPAN_CALLS: Counted = Counted { package: "lens-core", example: "span-calls" };
 
@@ -240,17 +247,7 @@ impl Counter {
         let program = match self.programs.get(counted.example) {
             Some(program) => program.clone(),
             None => {
-                run_cmd(cargo(&[
-                    "build",
-                    "-p",
-                    counted.package,
-                    "--features",
-                    "testing",
-                    "--profile",
-                    "bench",
-                    "--example",
-                    counted.example,
-                ]))?;
+                run_cmd(cargo(&counted.build_args()))?;
                 std::fs::create_dir_all(&dir)?;
                 let built = workspace_root().join("target/release/examples").join(counted.example);
                 let program = dir.join(counted.example);
@@ -320,6 +317,36 @@ struct Instructions {
 
 const MODES: [&str; 4] = ["baseline", "gate", "managed_span", "managed_span_5_attrs"];
 
+/// The two builds of `lens-fallbacks/examples/disabled-calls.rs` (with
+/// `otel`, and compiled out) and their `cargo` arguments.
+const DISABLED_CALLS: [(&str, &[&str]); 2] = [
+    ("otel", &["build", "-p", "lens-fallbacks", "--profile", "bench", "--example", "disabled-calls"]),
+    (
+        "noop",
+        &[
+            "build",
+            "-p",
+            "lens-fallbacks",
+            "--profile",
+            "bench",
+            "--example",
+            "disabled-calls",
+            "--no-default-features",
+        ],
+    ),
+];
+
+/// The `cargo` arguments of every bench and example build `cargo xtask
+/// bench` makes (tidy checks that each names the features its target
+/// requires, so that no part of the bench breaks unseen: the bench itself
+/// does not run in CI).
+pub(crate) fn target_builds() -> Vec<Vec<&'static str>> {
+    let suites = criterion::SUITES.iter().map(|suite| suite.cargo_args.to_vec());
+    let counted = [&SPAN_CALLS, &TRACING_CALLS].into_iter().map(|counted| counted.build_args().to_vec());
+    let disabled = DISABLED_CALLS.iter().map(|(_, args)| args.to_vec());
+    suites.chain(counted).chain(disabled).collect()
+}
+
 fn count_instructions() -> Result<Option<Instructions>> {
     if !callgrind::available() {
         say("xtask bench: valgrind not found; the disabled paths are decided by wall time alone");
@@ -328,10 +355,8 @@ fn count_instructions() -> Result<Option<Instructions>> {
     let dir = workspace_root().join("target/xtask-bench");
     std::fs::create_dir_all(&dir)?;
     let mut counts = Vec::new();
-    for (label, features) in [("otel", None), ("noop", Some("--no-default-features"))] {
-        let mut args = vec!["build", "-p", "lens-fallbacks", "--profile", "bench", "--example", "disabled-calls"];
-        args.extend(features);
-        run_cmd(cargo(&args))?;
+    for (label, args) in DISABLED_CALLS {
+        run_cmd(cargo(args))?;
         let built = workspace_root().join("target/release/examples/disabled-calls");
         let program = dir.join(format!("disabled-calls-{label}"));
         std::fs::copy(&built, &program).with_context(|| format!("could not copy {}", built.display()))?;

@@ -61,6 +61,7 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
 pub(crate) fn run() -> Result<()> {
     no_otel_without_feature()?;
     feature_rule()?;
+    bench_builds()?;
     dependency_direction()?;
     module_docs()?;
     readme_commands()?;
@@ -104,19 +105,6 @@ fn no_otel_without_feature() -> Result<()> {
     Ok(())
 }
 
-/// Whether `feature` of a package with the feature table `features` turns
-/// `otel` on, itself or through the features it enables.
-fn enables_otel(features: &serde_json::Value, feature: &str, depth: usize) -> bool {
-    feature == "otel"
-        || (depth < 16
-            && features[feature]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|f| f.as_str())
-                .any(|f| !f.contains(':') && !f.contains('/') && enables_otel(features, f, depth + 1)))
-}
-
 /// The feature rule of `docs/architecture.md`: every library crate of the
 /// workspace depends on the workspace crates that have an `otel` feature
 /// with `default-features = false` and without naming a feature that turns
@@ -136,6 +124,73 @@ fn feature_rule() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Every bench and example that `cargo xtask bench` builds exists and is
+/// built with the features it requires (`required-features`): the bench does
+/// not run in CI, so a target that gained a required feature would otherwise
+/// break `cargo xtask bench` unseen.
+fn bench_builds() -> Result<()> {
+    let text = output(cargo(&["metadata", "--format-version", "1", "--no-deps"]))?;
+    let metadata: serde_json::Value = serde_json::from_str(&text).context("cargo metadata printed no JSON")?;
+    let packages: Vec<&serde_json::Value> = metadata["packages"].as_array().into_iter().flatten().collect();
+    let problems: Vec<String> =
+        crate::bench::target_builds().iter().filter_map(|args| bench_build_problem(&packages, args)).collect();
+    if !problems.is_empty() {
+        bail!("`cargo xtask bench` would fail to build:\n  {}", problems.join("\n  "));
+    }
+    Ok(())
+}
+
+/// What is wrong with the `cargo` invocation `args` (`-p`, `--bench` or
+/// `--example`, `--features`, `--no-default-features`), if anything.
+fn bench_build_problem(packages: &[&serde_json::Value], args: &[&str]) -> Option<String> {
+    let value = |flag: &str| args.iter().position(|a| *a == flag).and_then(|i| args.get(i + 1)).copied();
+    let command = args.join(" ");
+    let Some(name) = value("-p") else { return Some(format!("`{command}` names no package")) };
+    let Some((kind, target)) =
+        value("--bench").map(|t| ("bench", t)).or_else(|| value("--example").map(|t| ("example", t)))
+    else {
+        return Some(format!("`{command}` names no bench or example"));
+    };
+    let Some(package) = packages.iter().find(|p| p["name"].as_str() == Some(name)) else {
+        return Some(format!("`{command}`: no package {name}"));
+    };
+    let Some(found) = package["targets"].as_array().into_iter().flatten().find(|t| {
+        t["name"].as_str() == Some(target) && t["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == kind))
+    }) else {
+        return Some(format!("`{command}`: {name} has no {kind} `{target}`"));
+    };
+    let features = &package["features"];
+    let mut enabled: Vec<&str> = value("--features").map(|f| f.split(',').collect()).unwrap_or_default();
+    if !args.contains(&"--no-default-features") {
+        enabled.push("default");
+    }
+    let missing: Vec<&str> = found["required-features"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str())
+        .filter(|required| !enabled.iter().any(|feature| enables(features, feature, required, 0)))
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "`{command}`: {kind} `{target}` of {name} requires the features {missing:?}: add them to its `--features`"
+        )
+    })
+}
+
+/// Whether `feature` of a package with the feature table `features` turns
+/// `wanted` on, itself or through the features it enables.
+fn enables(features: &serde_json::Value, feature: &str, wanted: &str, depth: usize) -> bool {
+    feature == wanted
+        || (depth < 16
+            && features[feature]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str())
+                .any(|f| !f.contains(':') && !f.contains('/') && enables(features, f, wanted, depth + 1)))
 }
 
 fn feature_rule_problems(packages: &[&serde_json::Value]) -> Vec<String> {
@@ -165,7 +220,7 @@ fn feature_rule_problems(packages: &[&serde_json::Value]) -> Vec<String> {
                 ));
             }
             for feature in dependency["features"].as_array().into_iter().flatten().filter_map(|f| f.as_str()) {
-                if enables_otel(features, feature, 0) {
+                if enables(features, feature, "otel", 0) {
                     problems.push(format!(
                         "{name} turns on {dep}'s `{feature}`, which enables `otel`: forward it from a feature of {name}'s own instead"
                     ));
@@ -363,7 +418,33 @@ fn licenses() -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{feature_rule_problems, license_ok};
+    use super::{bench_build_problem, feature_rule_problems, license_ok};
+
+    #[test]
+    fn a_bench_build_without_its_required_features_is_reported() {
+        let package = serde_json::json!({
+            "name": "crate-a",
+            "features": { "default": ["otel"], "otel": [], "testing": ["otel", "dep:extra"] },
+            "targets": [
+                { "name": "needs_testing", "kind": ["bench"], "required-features": ["testing"] },
+                { "name": "needs_otel", "kind": ["example"], "required-features": ["otel"] },
+            ],
+        });
+        let packages = [&package];
+        let problem = |args: &[&str]| bench_build_problem(&packages, args);
+        let missing = problem(&["-p", "crate-a", "--bench", "needs_testing"]).unwrap();
+        assert!(missing.contains("requires the features [\"testing\"]"), "{missing}");
+        assert_eq!(problem(&["-p", "crate-a", "--features", "testing", "--bench", "needs_testing"]), None);
+        // `otel` comes with the default features, or through `testing`.
+        assert_eq!(problem(&["-p", "crate-a", "--example", "needs_otel"]), None);
+        assert!(problem(&["-p", "crate-a", "--example", "needs_otel", "--no-default-features"]).is_some());
+        assert_eq!(
+            problem(&["-p", "crate-a", "--example", "needs_otel", "--no-default-features", "--features", "testing"]),
+            None
+        );
+        let absent = problem(&["-p", "crate-a", "--bench", "gone"]).unwrap();
+        assert!(absent.contains("has no bench `gone`"), "{absent}");
+    }
 
     #[test]
     fn a_library_that_turns_otel_on_breaks_the_feature_rule() {

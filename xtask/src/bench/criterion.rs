@@ -54,7 +54,7 @@ pub(crate) const SUITES: &[Suite] = &[
     },
     Suite {
         name: "metric_records",
-        cargo_args: &["-p", "megatron-telemetry", "--bench", "metric_records"],
+        cargo_args: &["-p", "megatron-telemetry", "--features", "testing", "--bench", "metric_records"],
         group: "metric_records",
         ids: &["lens_gauge", "raw_gauge", "lens_histogram", "raw_histogram", "lens_counter", "raw_counter"],
     },
@@ -73,7 +73,7 @@ pub(crate) const SUITES: &[Suite] = &[
     },
     Suite {
         name: "training_metrics",
-        cargo_args: &["-p", "megatron-telemetry", "--bench", "training_metrics"],
+        cargo_args: &["-p", "megatron-telemetry", "--features", "testing", "--bench", "training_metrics"],
         group: "training_metrics",
         ids: &["record_all_eight", "raw_sdk_eight"],
     },
