@@ -310,7 +310,9 @@ use lens_core::metrics::{Counter, Gauge, Histogram, Meter};
 /// OpenTelemetry instruments with the `otel` feature and no-ops without it.
 #[derive(Debug)]
 pub struct TrainingMetrics {
-    instruments: Option<Instruments>,
+    /// No-op handles on a no-op handle: each record checks its own
+    /// instrument only, as a raw instrument would be called.
+    instruments: Instruments,
     loss_warned: AtomicBool,
 }
 
@@ -356,17 +358,28 @@ impl TrainingMetrics {
             learning_rate: gauge(&meter, &LEARNING_RATE),
             memory_allocated_gb: gauge(&meter, &MEMORY_ALLOCATED_GB),
         };
-        TrainingMetrics { instruments: Some(instruments), loss_warned: AtomicBool::new(false) }
+        TrainingMetrics { instruments, loss_warned: AtomicBool::new(false) }
     }
 
     /// A handle that records nothing (non-exporting ranks, telemetry off).
     pub const fn noop() -> TrainingMetrics {
-        TrainingMetrics { instruments: None, loss_warned: AtomicBool::new(false) }
+        let instruments = Instruments {
+            step_duration_ms: Histogram::noop(),
+            loss: Gauge::noop(),
+            throughput_tflops: Gauge::noop(),
+            tokens_per_sec: Gauge::noop(),
+            grad_norm: Gauge::noop(),
+            skipped_iters: Counter::noop(),
+            learning_rate: Gauge::noop(),
+            memory_allocated_gb: Gauge::noop(),
+        };
+        TrainingMetrics { instruments, loss_warned: AtomicBool::new(false) }
     }
 
     /// Whether this handle records nothing (always true without `otel`).
     pub fn is_noop(&self) -> bool {
-        self.instruments.is_none()
+        // All eight are created together: one stands for them.
+        self.instruments.loss.is_noop()
     }
 
     /// Records the values present in `values`, with no attributes; the
@@ -376,7 +389,7 @@ impl TrainingMetrics {
     /// ones fold away.
     #[inline]
     pub fn record(&self, values: &TrainingValues) {
-        let Some(i) = &self.instruments else { return };
+        let i = &self.instruments;
         if let Some(v) = values.step_duration_ms {
             i.step_duration_ms.record(v, &[]);
         }
@@ -412,7 +425,7 @@ impl TrainingMetrics {
     pub fn loss_from(&self, losses: &[(&str, f64)]) -> Option<f64> {
         let choice = select_loss(losses);
         if let LossChoice::Ambiguous { .. } = choice
-            && self.instruments.is_some()
+            && !self.is_noop()
             && !self.loss_warned.swap(true, Ordering::Relaxed)
         {
             warn_ambiguous(losses);
