@@ -15,6 +15,8 @@
 //!   margin, the ratio of the calling thread's instructions under callgrind
 //!   (`lens-core/examples/span-calls.rs`, lens against the raw SDK) decides
 //!   against the same budget;
+//! - the single metric records: the same, with
+//!   `megatron-telemetry/examples/metric-calls.rs`;
 //! - the `tracing` bridge: the same, with `lens-tracing/examples/tracing-calls.rs`
 //!   (the bridge against lean `tracing-opentelemetry`), and the row also
 //!   states the floor every bridge pays before its own code (the SDK span
@@ -150,7 +152,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                 ("metric_counter", "metric_records", "lens_counter", "raw_counter", ""),
                 ("record_training_metrics", "training_metrics", "record_all_eight", "raw_sdk_eight", "25 µs"),
             ] {
-                let pair = Pair { a: (suite, lens), b: (suite, raw), counted: None };
+                // `metric-calls` counts the single-record pairs.
+                let counted = (suite == "metric_records").then_some((&METRIC_CALLS, lens, raw));
+                let pair = Pair { a: (suite, lens), b: (suite, raw), counted };
                 rows.push(ratio_row(&budgets, &medians, scenario, &pair, &mut counter, python)?);
             }
         }
@@ -225,6 +229,10 @@ impl Counted {
 
 /// `lens-core/examples/span-calls.rs`: the enabled-span scenarios.
 const SPAN_CALLS: Counted = Counted { package: "lens-core", example: "span-calls" };
+
+/// `megatron-telemetry/examples/metric-calls.rs`: the single-record metric
+/// pairs of `benches/metric_records.rs` (the same calls, from one module).
+const METRIC_CALLS: Counted = Counted { package: "megatron-telemetry", example: "metric-calls" };
 
 /// `lens-tracing/examples/tracing-calls.rs`: one `tracing` span through the
 /// bridge, `tracing-opentelemetry`, the registry alone, and the SDK alone.
@@ -342,7 +350,7 @@ const DISABLED_CALLS: [(&str, &[&str]); 2] = [
 /// does not run in CI).
 pub(crate) fn target_builds() -> Vec<Vec<&'static str>> {
     let suites = criterion::SUITES.iter().map(|suite| suite.cargo_args.to_vec());
-    let counted = [&SPAN_CALLS, &TRACING_CALLS].into_iter().map(|counted| counted.build_args().to_vec());
+    let counted = [&SPAN_CALLS, &METRIC_CALLS, &TRACING_CALLS].into_iter().map(|counted| counted.build_args().to_vec());
     let disabled = DISABLED_CALLS.iter().map(|(_, args)| args.to_vec());
     suites.chain(counted).chain(disabled).collect()
 }
