@@ -12,45 +12,20 @@
 //! do in a job) around an exporter that discards every batch. Records carry
 //! no attributes, like the training metrics.
 //!
-//! Run: `cargo bench -p lens-core --features otel --bench metrics`.
+//! Run: `cargo bench -p lens-core --features testing --bench metrics`.
 
 #![expect(missing_docs, reason = "criterion_group! and criterion_main! generate undocumented items")]
 
+use lens_core::otel::exporters::testing::DiscardingMetricExporter;
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
-
-/// Drops every batch: the bench measures the recording thread, not an export.
-#[derive(Debug)]
-struct DiscardingExporter;
-
-impl PushMetricExporter for DiscardingExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        black_box(metrics);
-        Ok(())
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
 fn metrics(c: &mut Criterion) {
-    let reader = PeriodicReader::builder(DiscardingExporter).with_interval(Duration::from_secs(1)).build();
+    let reader = PeriodicReader::builder(DiscardingMetricExporter).with_interval(Duration::from_secs(1)).build();
     let provider = SdkMeterProvider::builder().with_reader(reader).build();
     let meter = provider.meter("lens-bench");
     let gauge = meter.f64_gauge("bench.gauge").build();

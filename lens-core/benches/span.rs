@@ -22,6 +22,7 @@
 
 #![expect(missing_docs, reason = "criterion_group! and criterion_main! generate undocumented items")]
 
+use lens_core::otel::exporters::testing::DiscardingSpanExporter;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -35,24 +36,12 @@ use lens_core::otel::span::managed_span;
 use lens_core::testing::set_enabled_span_groups;
 use opentelemetry::Context;
 use opentelemetry::trace::{TraceContextExt as _, Tracer as _, TracerProvider as _};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
-
-/// Drops every batch: the bench measures the recording thread, not an export.
-#[derive(Debug)]
-struct DiscardingExporter;
-
-impl SpanExporter for DiscardingExporter {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        drop(batch);
-        Ok(())
-    }
-}
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
 fn provider() -> (SdkTracerProvider, LensBatchSpanProcessor) {
     let config =
         BatchConfig { max_queue_size: 1 << 20, scheduled_delay: Duration::from_millis(10), ..BatchConfig::default() };
-    let batch = LensBatchSpanProcessor::new(DiscardingExporter, config);
+    let batch = LensBatchSpanProcessor::new(DiscardingSpanExporter, config);
     let provider = SdkTracerProvider::builder()
         .with_id_generator(SeedIndependentIdGenerator::new())
         .with_span_processor(batch.clone())

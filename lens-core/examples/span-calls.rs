@@ -18,6 +18,7 @@
 //! it ends. Wall time decides these scenarios when it is steady; this program
 //! decides them when the wall-time band is wider than the budget.
 
+use lens_core::otel::exporters::testing::DiscardingSpanExporter;
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,19 +32,7 @@ use lens_core::otel::span::managed_span;
 use lens_core::testing::set_enabled_span_groups;
 use opentelemetry::Context;
 use opentelemetry::trace::{TraceContextExt as _, Tracer as _, TracerProvider as _};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
-
-/// Drops every batch: the program measures the recording thread, not an export.
-#[derive(Debug)]
-struct DiscardingExporter;
-
-impl SpanExporter for DiscardingExporter {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        drop(batch);
-        Ok(())
-    }
-}
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
 fn lens_attributes() -> [KeyValue; 5] {
     [
@@ -107,7 +96,7 @@ fn main() -> ExitCode {
 
     let config =
         BatchConfig { max_queue_size: 1 << 20, scheduled_delay: Duration::from_millis(10), ..BatchConfig::default() };
-    let batch = LensBatchSpanProcessor::new(DiscardingExporter, config);
+    let batch = LensBatchSpanProcessor::new(DiscardingSpanExporter, config);
     let provider = SdkTracerProvider::builder()
         .with_id_generator(SeedIndependentIdGenerator::new())
         .with_span_processor(batch.clone())

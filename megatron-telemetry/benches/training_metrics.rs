@@ -18,6 +18,7 @@
 
 #![expect(missing_docs, reason = "criterion_group! and criterion_main! generate undocumented items")]
 
+use lens_core::otel::exporters::testing::DiscardingMetricExporter;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -27,33 +28,7 @@ use megatron_telemetry::metrics::{
     STEP_DURATION_MS, THROUGHPUT_TFLOPS, TOKENS_PER_SEC, TrainingMetrics, TrainingValues,
 };
 use opentelemetry::metrics::{Gauge, Meter, MeterProvider as _};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
-
-/// Drops every batch: the bench measures the recording thread, not an export.
-#[derive(Debug)]
-struct DiscardingExporter;
-
-impl PushMetricExporter for DiscardingExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        black_box(metrics);
-        Ok(())
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
 const VALUES: TrainingValues = TrainingValues {
     step_duration_ms: Some(812.0),
@@ -71,7 +46,7 @@ fn gauge(meter: &Meter, def: &MetricDef) -> Gauge<f64> {
 }
 
 fn training_metrics(c: &mut Criterion) {
-    let reader = PeriodicReader::builder(DiscardingExporter).with_interval(Duration::from_secs(1)).build();
+    let reader = PeriodicReader::builder(DiscardingMetricExporter).with_interval(Duration::from_secs(1)).build();
     let provider = SdkMeterProvider::builder().with_reader(reader).build();
     let meter = provider.meter("megatron-bench");
 

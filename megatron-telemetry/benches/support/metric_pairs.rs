@@ -10,39 +10,14 @@
 //! hoists the raw instrument's vtable loads out of a benchmark loop on one
 //! side only, and the pair measures that instead of the handle.
 
+use lens_core::otel::exporters::testing::DiscardingMetricExporter;
 use std::hint::black_box;
 use std::time::Duration;
 
 use lens_instruments::gym::{GymMetrics, GymValues, VERIFY_DURATION, VERIFY_SUCCESS_RATE};
 use megatron_telemetry::metrics::{SKIPPED_ITERS, TrainingMetrics, TrainingValues};
 use opentelemetry::metrics::{Counter, Gauge, Histogram, MeterProvider as _};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
-
-/// Drops every batch: the pairs measure the recording thread, not an export.
-#[derive(Debug)]
-struct DiscardingExporter;
-
-impl PushMetricExporter for DiscardingExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        black_box(metrics);
-        Ok(())
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
 /// Both sides of every pair, on ONE meter of a provider with a periodic
 /// reader (1 s interval) around an exporter that discards every batch; the
@@ -59,7 +34,7 @@ pub(crate) struct Pairs {
 
 impl Pairs {
     pub(crate) fn new() -> Pairs {
-        let reader = PeriodicReader::builder(DiscardingExporter).with_interval(Duration::from_secs(1)).build();
+        let reader = PeriodicReader::builder(DiscardingMetricExporter).with_interval(Duration::from_secs(1)).build();
         let provider = SdkMeterProvider::builder().with_reader(reader).build();
         let meter = provider.meter("megatron-bench");
         Pairs {

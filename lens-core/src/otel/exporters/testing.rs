@@ -1,7 +1,9 @@
 //! In-memory exporters for tests (feature `testing`): the SDK's recording
 //! exporters, re-exported here so that tests and users find every exporter
 //! of lens in one place, and [`KeepingSpanExporter`], which keeps its spans
-//! after shutdown (most lens tests read them after shutting telemetry down).
+//! after shutdown (most lens tests read them after shutting telemetry down),
+//! and [`DiscardingSpanExporter`] and [`DiscardingMetricExporter`], which drop
+//! everything (the benches measure the recording thread, not an export).
 //!
 //! ```
 //! use lens_core::otel::exporters::testing::InMemorySpanExporter;
@@ -18,7 +20,13 @@ pub use opentelemetry_sdk::logs::{InMemoryLogExporter, InMemoryLogExporterBuilde
 pub use opentelemetry_sdk::metrics::{InMemoryMetricExporter, InMemoryMetricExporterBuilder};
 pub use opentelemetry_sdk::trace::{InMemorySpanExporter, InMemorySpanExporterBuilder};
 
+use std::hint::black_box;
+use std::time::Duration;
+
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::metrics::Temporality;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 /// An in-memory span exporter that keeps its spans after shutdown.
@@ -76,5 +84,64 @@ impl KeepingSpanExporter {
 impl SpanExporter for KeepingSpanExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         self.spans.export(batch).await
+    }
+}
+
+/// A span exporter that drops every batch: what the benches export to, so
+/// that they measure the thread that records spans, not an export.
+///
+/// ```
+/// use lens_core::otel::exporters::testing::DiscardingSpanExporter;
+/// use opentelemetry::trace::{Tracer, TracerProvider as _};
+/// use opentelemetry_sdk::trace::SdkTracerProvider;
+///
+/// let provider = SdkTracerProvider::builder().with_simple_exporter(DiscardingSpanExporter).build();
+/// provider.tracer("bench").in_span("megatron.train", |_| {});
+/// provider.shutdown().unwrap();
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiscardingSpanExporter;
+
+impl SpanExporter for DiscardingSpanExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        drop(black_box(batch));
+        Ok(())
+    }
+}
+
+/// A metric exporter that drops every collection (cumulative temporality),
+/// for the benches' periodic readers.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use lens_core::otel::exporters::testing::DiscardingMetricExporter;
+/// use opentelemetry::metrics::MeterProvider as _;
+/// use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+///
+/// let reader = PeriodicReader::builder(DiscardingMetricExporter).with_interval(Duration::from_secs(1)).build();
+/// let provider = SdkMeterProvider::builder().with_reader(reader).build();
+/// provider.meter("bench").u64_counter("steps").build().add(1, &[]);
+/// provider.shutdown().unwrap();
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiscardingMetricExporter;
+
+impl PushMetricExporter for DiscardingMetricExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        black_box(metrics);
+        Ok(())
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
     }
 }
