@@ -10,95 +10,49 @@
 //!   (what the filter costs a recorded span);
 //! - `sdk`: the same span (name, one attribute) started and ended with the
 //!   SDK's tracer alone, no `tracing` (what every bridge pays the SDK);
+//! - `defaults`: through `tracing-opentelemetry` with its defaults;
+//! - `disabled`: a callsite whose group is off, under the bridge;
 //! - `none`: the loop alone.
+//!
+//! The setups are `benches/support/setups.rs`, the bench's own.
 
-use std::hint::black_box;
+#[path = "../benches/support/setups.rs"]
+mod setups;
 
-use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup};
 use lens_core::otel::active;
-use lens_core::testing::set_enabled_span_groups;
-use lens_core::tracing_rules::TracingRules;
-use opentelemetry::trace::{Span as _, SpanBuilder, Tracer as _, TracerProvider as _};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::layer::SubscriberExt as _;
-
-/// Drops every span.
-#[derive(Debug)]
-struct Discard;
-
-impl SpanExporter for Discard {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        drop(black_box(batch));
-        Ok(())
-    }
-}
-
-struct NoopLayer;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoopLayer {}
-
-fn one_span() {
-    let span = tracing::info_span!(target: "bench::server", "request", method = "GET");
-    let _entered = span.enter();
-}
-
-fn sdk_span(tracer: &opentelemetry_sdk::trace::SdkTracer) {
-    let builder = SpanBuilder::from_name("request").with_attributes([KeyValue::new("method", String::from("GET"))]);
-    let mut span = tracer.build_with_context(builder, &Context::current());
-    black_box(&mut span).end();
-}
 
 #[expect(clippy::print_stderr, reason = "the errors of a command-line tool")]
 fn main() {
+    const MODES: &str = "bridge, lean, defaults, noop, filtered_noop, sdk, disabled, none";
     let mut args = std::env::args().skip(1);
     let (Some(mode), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u64>().ok())) else {
-        eprintln!("usage: tracing-calls <bridge|lean|noop|filtered_noop|sdk|none> <N>");
+        eprintln!("usage: tracing-calls <mode> <N> (modes: {MODES})");
         std::process::exit(2);
     };
-    let provider = SdkTracerProvider::builder().with_simple_exporter(Discard).build();
-    active::install(provider.tracer("lens-tracing-bench")).expect("no tracer installed yet");
-    set_enabled_span_groups(GroupSet::of(&[SpanGroup::JOB]));
-    let dispatch = match mode.as_str() {
-        "bridge" => {
-            tracing::Dispatch::new(tracing_subscriber::registry().with(lens_tracing::layer(
-                TracingRules::parse("bench::server=job", &LENS_CATALOG).expect("valid rules"),
-            )))
-        }
-        "lean" => tracing::Dispatch::new(
-            tracing_subscriber::registry().with(
-                tracing_opentelemetry::layer()
-                    .with_tracer(provider.tracer("bench-lean"))
-                    .with_location(false)
-                    .with_threads(false)
-                    .with_target(false)
-                    .with_tracked_inactivity(false),
-            ),
-        ),
-        "noop" => tracing::Dispatch::new(tracing_subscriber::registry().with(NoopLayer)),
-        "filtered_noop" => tracing::Dispatch::new(tracing_subscriber::registry().with(NoopLayer.with_filter(
-            lens_tracing::GroupFilter::new(
-                TracingRules::parse("bench::server=job", &LENS_CATALOG).expect("valid rules"),
-            ),
-        ))),
+    let provider = setups::install();
+    let (dispatch, call): (tracing::Dispatch, fn()) = match mode.as_str() {
+        "bridge" => (setups::bridge(), setups::one_span),
+        "lean" => (setups::lean(&provider), setups::one_span),
+        "defaults" => (setups::defaults(&provider), setups::one_span),
+        "noop" => (setups::noop(), setups::one_span),
+        "filtered_noop" => (setups::filtered_noop(), setups::one_span),
+        "disabled" => (setups::bridge(), setups::disabled_callsite),
+        "none" => (tracing::Dispatch::none(), setups::one_span),
         "sdk" => {
-            let tracer = active::tracer().expect("installed above");
+            let tracer = active::tracer().expect("installed by setups::install");
             for _ in 0..n {
-                sdk_span(tracer);
+                setups::sdk_span(tracer);
             }
             return;
         }
-        "none" => tracing::Dispatch::none(),
         other => {
-            eprintln!("tracing-calls: unknown mode {other:?}: accepted: bridge, lean, noop, filtered_noop, sdk, none");
+            eprintln!("tracing-calls: unknown mode {other:?}: accepted: {MODES}");
             std::process::exit(2);
         }
     };
     tracing::dispatcher::with_default(&dispatch, || {
         for _ in 0..n {
-            one_span();
+            call();
         }
     });
 }
