@@ -24,7 +24,9 @@ pub struct SpanExportSnapshot {
     pub dropped_queue_full: u64,
     /// Spans dropped because their batch still failed after the retry window.
     pub dropped_export_failed: u64,
-    /// Spans still queued when shutdown's deadline passed.
+    /// Spans unsent when shutdown's deadline passed: still queued, in an
+    /// export that had not returned, or in a batch whose retries the
+    /// deadline cut short.
     pub dropped_at_shutdown: u64,
     /// Export attempts that failed (each retry that fails counts again).
     pub export_errors: u64,

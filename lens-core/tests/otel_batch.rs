@@ -237,13 +237,39 @@ mod with_testing {
         let took = started.elapsed();
         assert!(took < Duration::from_millis(300) + Duration::from_secs(1), "shutdown took {took:?}");
         assert!(matches!(result, Err(OTelSdkError::Timeout(t)) if t == Duration::from_millis(300)), "{result:?}");
-        // The hung batch is still in flight; nothing was lost silently.
-        // The hung batch is still in flight, the one behind it was never
-        // sent; nothing was lost silently.
-        let snapshot = wait_for(&batch, |s| s.dropped_at_shutdown == 10);
-        assert_eq!((snapshot.in_flight_spans, snapshot.dropped_at_shutdown), (10, 10), "{snapshot:?}");
-        assert_eq!((snapshot.accepted, snapshot.exported, snapshot.pending()), (20, 0, 10), "{snapshot:?}");
+        // The hung batch is still in flight and the one behind it was never
+        // sent: both are counted as unsent at shutdown, so nothing is
+        // pending and nothing was lost silently.
+        let snapshot = wait_for(&batch, |s| s.dropped_at_shutdown == 20);
+        assert_eq!((snapshot.in_flight_spans, snapshot.dropped_at_shutdown), (10, 20), "{snapshot:?}");
+        assert_eq!((snapshot.accepted, snapshot.exported, snapshot.pending()), (20, 0, 0), "{snapshot:?}");
+        // The hung export returns after all: its spans were already counted
+        // as lost, and are not counted again as exported.
         gated.open();
+        let after = wait_for(&batch, |s| s.in_flight_exports == 0);
+        assert_eq!((after.in_flight_exports, after.in_flight_spans), (0, 0), "{after:?}");
+        assert_eq!((after.exported, after.dropped_at_shutdown, after.pending()), (0, 20, 0), "{after:?}");
+    }
+
+    #[test]
+    fn a_batch_whose_retries_shutdown_cuts_short_is_counted_as_unsent_at_shutdown() {
+        let config = BatchConfig {
+            export_timeout: Duration::from_millis(100),
+            retry_window: Duration::from_secs(60),
+            ..BatchConfig::default()
+        };
+        let batch = LensBatchSpanProcessor::new(NeverAnswers, config);
+        let provider = provider_with(&batch);
+        emit(&provider, 6);
+        let _ = batch.force_flush_with_timeout(Duration::from_millis(1));
+        let failing = wait_for(&batch, |s| s.export_errors >= 1);
+        assert!(failing.export_errors >= 1, "{failing:?}");
+        let result = batch.shutdown_with_timeout(Duration::from_millis(300));
+        assert!(result.is_ok() || matches!(result, Err(OTelSdkError::Timeout(_))), "{result:?}");
+        let snapshot = wait_for(&batch, |s| s.pending() == 0);
+        // Not "failed after retries": the retry window had 60 s to go.
+        assert_eq!((snapshot.dropped_at_shutdown, snapshot.dropped_export_failed), (6, 0), "{snapshot:?}");
+        assert_eq!((snapshot.accepted, snapshot.exported, snapshot.pending()), (6, 0, 0), "{snapshot:?}");
     }
 
     #[test]

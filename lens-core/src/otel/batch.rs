@@ -421,6 +421,11 @@ impl Progress {
 #[derive(Debug, Default)]
 struct Control {
     in_flight_exports: usize,
+    /// The batches handed to an export and not yet resolved: first
+    /// sequence number → length. An export resolves its batch only if it is
+    /// still here; at the shutdown deadline the worker resolves the rest as
+    /// unsent at shutdown, so each batch is counted exactly once.
+    unresolved: BTreeMap<u64, usize>,
     shutdown_deadline: Option<Instant>,
     progress: Progress,
     worker_done: bool,
@@ -490,15 +495,22 @@ impl<T: Item> Inner<T> {
     }
 
     fn resolve(&self, start: u64, len: usize, outcome: Outcome) {
+        let mut control = lock(&self.control);
+        self.resolve_locked(&mut control, start, len, outcome);
+        drop(control);
+        self.control_changed.notify_all();
+    }
+
+    /// Counts `len` items from `start` as `outcome` and advances the
+    /// progress, with the control lock held (so that a flush or shutdown
+    /// never sees the progress ahead of the counters).
+    fn resolve_locked(&self, control: &mut Control, start: u64, len: usize, outcome: Outcome) {
         match outcome {
             Outcome::Exported => add(&self.counters.exported, len),
             Outcome::Failed => add(&self.counters.dropped_export_failed, len),
             Outcome::Abandoned => add(&self.counters.dropped_at_shutdown, len),
         }
-        let mut control = lock(&self.control);
         control.progress.resolve(start, start + len as u64);
-        drop(control);
-        self.control_changed.notify_all();
     }
 
     fn record_error(&self, error: &OTelSdkError) {
@@ -607,10 +619,12 @@ impl LensBatchSpanProcessor {
     /// # Errors
     ///
     /// [`OTelSdkError::AlreadyShutdown`] on a second call;
-    /// [`OTelSdkError::Timeout`] when the deadline passed first: spans still
-    /// queued then are counted in `dropped_at_shutdown`, and those in an
-    /// export that has not returned stay in `in_flight_spans` (its thread is
-    /// left to finish on its own and is not joined).
+    /// [`OTelSdkError::Timeout`] when the deadline passed first. Spans still
+    /// queued then, in an export that has not returned, or in a batch whose
+    /// retries the deadline cut short are counted in `dropped_at_shutdown`
+    /// by the worker as it stops, just after the deadline; an export thread
+    /// that has not returned is left to finish on its own (not joined, still
+    /// shown in `in_flight_spans`) and counts nothing when it does.
     pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         self.owner.shutdown(timeout)
     }
@@ -903,6 +917,10 @@ fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
 
 /// Waits for the in-flight exports to end (until the shutdown deadline),
 /// shuts the exporter down, and tells shutdown that the worker is done.
+/// Batches whose export has not returned by the deadline are counted as
+/// unsent at shutdown here (their threads are left to finish on their own,
+/// and count nothing when they do), so that once the worker is done every
+/// accepted item is counted.
 fn finish<T: Item>(inner: &Inner<T>) {
     let mut control = lock(&inner.control);
     let deadline = control.shutdown_deadline.unwrap_or_else(Instant::now);
@@ -914,6 +932,9 @@ fn finish<T: Item>(inner: &Inner<T>) {
         control = wait_timeout(&inner.control_changed, control, deadline - now);
     }
     let all_returned = control.in_flight_exports == 0;
+    for (start, len) in std::mem::take(&mut control.unresolved) {
+        inner.resolve_locked(&mut control, start, len, Outcome::Abandoned);
+    }
     drop(control);
     if all_returned {
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -951,6 +972,7 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
         return;
     }
     control.in_flight_exports += 1;
+    control.unresolved.insert(start, len);
     drop(control);
     add(&inner.counters.in_flight_exports, 1);
     add(&inner.counters.in_flight_spans, len);
@@ -970,23 +992,28 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
     }
 }
 
+/// Exports `batch` and counts its outcome, unless the worker has already
+/// counted it as unsent at shutdown (the export outlived the deadline).
 fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
     let len = batch.len();
     let outcome = export_with_retry(inner, batch);
     sub(&inner.counters.in_flight_spans, len);
     sub(&inner.counters.in_flight_exports, 1);
-    {
-        let mut control = lock(&inner.control);
-        control.in_flight_exports = control.in_flight_exports.saturating_sub(1);
+    let mut control = lock(&inner.control);
+    control.in_flight_exports = control.in_flight_exports.saturating_sub(1);
+    if control.unresolved.remove(&start).is_some() {
+        inner.resolve_locked(&mut control, start, len, outcome);
     }
-    inner.resolve(start, len, outcome);
+    drop(control);
+    inner.control_changed.notify_all();
 }
 
 /// Exports `batch`, retrying failures with backoff until the retry window
-/// (or the shutdown deadline) ends. The batch is readied once (encoded, for
-/// lens's OTLP exporter) and kept for the retries; a batch that cannot be
-/// readied (it cannot be encoded) fails at once, since a retry would fail
-/// the same way.
+/// (or the shutdown deadline) ends: a batch whose retries the window ended
+/// failed; one whose retries the shutdown deadline cut short is unsent at
+/// shutdown. The batch is readied once (encoded, for lens's OTLP exporter)
+/// and kept for the retries; a batch that cannot be readied (it cannot be
+/// encoded) fails at once, since a retry would fail the same way.
 fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
     let window_end = Instant::now() + inner.config.retry_window;
     let mut backoff = RETRY_INITIAL_BACKOFF;
@@ -1019,19 +1046,24 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
         inner.record_error(&error);
         let wake_at = Instant::now() + jittered(backoff);
         backoff = (backoff * 2).min(RETRY_MAX_BACKOFF);
-        let limit = retry_limit(window_end, inner.shutdown_deadline());
-        if wake_at >= limit {
-            return Outcome::Failed;
+        if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), wake_at) {
+            return outcome;
         }
         sleep_until(inner, wake_at, shutdown_deadline.is_some());
-        if Instant::now() >= retry_limit(window_end, inner.shutdown_deadline()) {
-            return Outcome::Failed;
+        if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), Instant::now()) {
+            return outcome;
         }
     }
 }
 
-fn retry_limit(window_end: Instant, shutdown_deadline: Option<Instant>) -> Instant {
-    shutdown_deadline.map_or(window_end, |deadline| deadline.min(window_end))
+/// How a failing batch ends if its next attempt would start at `at`: not
+/// yet (`None`), failed once the retry window is over, or unsent at
+/// shutdown when the shutdown deadline comes first.
+fn retries_over(window_end: Instant, shutdown_deadline: Option<Instant>, at: Instant) -> Option<Outcome> {
+    match shutdown_deadline {
+        Some(deadline) if deadline < window_end => (at >= deadline).then_some(Outcome::Abandoned),
+        _ => (at >= window_end).then_some(Outcome::Failed),
+    }
 }
 
 /// Sleeps until `wake_at`, or until shutdown begins if it had not yet (the

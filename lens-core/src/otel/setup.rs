@@ -211,15 +211,13 @@ impl Telemetry {
         report.truncated_spans = truncated.load(Ordering::Relaxed);
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
-        if report.unfinished.contains(&"shut down logs") {
-            report.logs.dropped_at_shutdown += report.logs.pending();
-        }
-        if report.unfinished.contains(&"shut down spans") {
-            // Spans in an export that has not returned by the deadline (a
-            // hung collector) are lost to this lifetime: report them as
-            // unsent at shutdown rather than not at all.
-            report.spans.dropped_at_shutdown += report.spans.pending();
-        }
+        // What is still pending now (a hung collector held it past the
+        // deadline, and the processor's worker had not yet counted it as
+        // it stopped) is lost to this lifetime: report it as unsent at
+        // shutdown rather than not at all. After a clean shutdown nothing
+        // is pending.
+        report.spans.dropped_at_shutdown += report.spans.pending();
+        report.logs.dropped_at_shutdown += report.logs.pending();
         if let Some(prometheus) = prometheus {
             if !self.linger.is_zero() {
                 prometheus.wait_linger();
