@@ -331,6 +331,38 @@ fn a_hanging_collector_neither_slows_steps_nor_blocks_shutdown() {
 }
 
 #[test]
+fn a_hung_trace_collector_leaves_the_final_metric_collection_the_whole_shutdown_budget() {
+    let _serial = serial();
+    let (endpoint, _collector) = hanging_collector();
+    let dir = std::env::temp_dir().join(format!("lens-setup-hung-traces-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut config = LensConfig { file_dir: Some(dir.clone()), ..enabled("all") };
+    config.otel.metrics_exporter = Some(ExporterKind::File);
+    let traces = config.otel.otlp_mut(Signal::Traces);
+    traces.protocol = OtlpProtocol::HttpProtobuf;
+    traces.endpoint = Some(OtlpEndpoint { url: endpoint, signal_specific: true });
+    // Each export attempt outlasts the shutdown: the trace step takes all of it.
+    traces.timeout = Duration::from_secs(10);
+    config.otel.batch.schedule_delay = Duration::from_millis(5);
+    let options = SetupOptions::new().with_env(env(&[("NEMO_LENS_RUN_ID", "hung-traces")]));
+    let telemetry = setup_telemetry(&config, &rank(0, 1), Vec::new(), options).unwrap();
+    for step in 0..20_i64 {
+        let _iteration = managed_span(SpanGroup::STEP, "lens.test.iteration", [KeyValue::new("i", step)]);
+    }
+    // Let the spans' export start and hang before shutdown begins.
+    std::thread::sleep(Duration::from_millis(200));
+    telemetry.meter().u64_counter("hung.traces.steps").build().add(20, &[]);
+    let report = telemetry.shutdown(Duration::from_millis(1500));
+    let written = std::fs::read_to_string(dir.join("metrics-rank0.jsonl")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(report.unfinished, ["shut down spans"], "{report}");
+    assert_eq!(report.metrics.exports, 1, "{report}");
+    assert_eq!(written.matches("hung.traces.steps").count(), 1, "{written}");
+    // The hung spans are reported, not lost silently.
+    assert_eq!((report.spans.exported, report.spans.dropped_at_shutdown), (0, 20), "{report}");
+}
+
+#[test]
 fn a_header_token_never_appears_in_debug_errors_or_reports() {
     let _serial = serial();
     let token = "s3cr3t-t0k3n-value";

@@ -30,8 +30,10 @@
 //! [`Telemetry::shutdown`], setup works again and the new lifetime exports
 //! (the Python original could not: its latches were never reset). Shutdown
 //! is idempotent and bounded by its timeout even against a
-//! hung collector: flush and shutdown run on a helper thread against one
-//! deadline, and the [`ShutdownReport`] says what did not finish.
+//! hung collector: each signal's flush and shutdown run on a helper thread
+//! of their own against one deadline (so a signal whose collector hangs
+//! takes no time from the others), and the [`ShutdownReport`] says what did
+//! not finish.
 //!
 //! Dropping the handle shuts it down with the configured timeout
 //! (`<PREFIX>_SHUTDOWN_TIMEOUT_MS`), as tracing-appender's `WorkerGuard`
@@ -237,43 +239,50 @@ impl Telemetry {
 
 type Step = (&'static str, Box<dyn FnOnce(Duration) -> Result<(), String> + Send>);
 
-/// Runs `steps` in order on a helper thread and waits for them until
-/// `deadline`. A step still running at the deadline is left to finish in
-/// the background; it and the steps after it are reported unfinished.
-/// Every error is passed through [`crate::diag::redact`] with `secrets`.
+/// Runs `steps` at once, one helper thread each, and waits for them until
+/// `deadline`. The signals are independent, so each gets the whole budget: a
+/// hung trace collector does not starve the final metric collection bound
+/// for another backend. A step still running at the deadline is left to
+/// finish in the background and reported unfinished. Errors are listed in
+/// the order of `steps`, each passed through [`crate::diag::redact`] with
+/// `secrets`.
 fn run_steps(steps: Vec<Step>, deadline: Instant, secrets: &[String]) -> ShutdownReport {
     let names: Vec<&'static str> = steps.iter().map(|(name, _)| *name).collect();
+    let mut results: Vec<Option<Result<(), String>>> = names.iter().map(|_| None).collect();
     let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
-    let spawned = std::thread::Builder::new().name("lens-shutdown".into()).spawn(move || {
-        for (index, (_, step)) in steps.into_iter().enumerate() {
+    let mut waiting = 0;
+    for (index, (_, step)) in steps.into_iter().enumerate() {
+        let done_tx = done_tx.clone();
+        let spawned = std::thread::Builder::new().name("lens-shutdown".into()).spawn(move || {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(remaining)))
                 .unwrap_or_else(|_| Err("panicked".to_string()));
-            if done_tx.send((index, result)).is_err() {
-                return;
-            }
+            let _receiver_gone_after_the_deadline = done_tx.send((index, result));
+        });
+        match spawned {
+            Ok(_detached) => waiting += 1,
+            Err(error) => results[index] = Some(Err(format!("could not start its thread: {error}"))),
         }
-    });
-    let mut report = ShutdownReport::default();
-    if let Err(error) = spawned {
-        report.errors.push(crate::diag::redact(&format!("could not start the shutdown thread: {error}"), secrets));
-        report.unfinished = names;
-        return report;
     }
-    let mut finished = 0;
-    while finished < names.len() {
+    drop(done_tx);
+    while waiting > 0 {
         let remaining = deadline.saturating_duration_since(Instant::now());
         match done_rx.recv_timeout(remaining) {
             Ok((index, result)) => {
-                finished = index + 1;
-                if let Err(error) = result {
-                    report.errors.push(crate::diag::redact(&format!("{}: {error}", names[index]), secrets));
-                }
+                results[index] = Some(result);
+                waiting -= 1;
             }
             Err(_) => break,
         }
     }
-    report.unfinished = names[finished..].to_vec();
+    let mut report = ShutdownReport::default();
+    for (name, result) in names.iter().zip(results) {
+        match result {
+            None => report.unfinished.push(name),
+            Some(Ok(())) => {}
+            Some(Err(error)) => report.errors.push(crate::diag::redact(&format!("{name}: {error}"), secrets)),
+        }
+    }
     report
 }
 
