@@ -19,6 +19,31 @@ pub fn warn(message: impl std::fmt::Display) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
+/// Writes `lens: warning: {message}` on standard error unless this process
+/// has already written the same message through here.
+///
+/// For warnings about the configuration: a program that reads it twice (a
+/// framework's own check, then setup) would otherwise print each problem
+/// twice on every rank.
+#[cold]
+pub fn warn_once(message: impl std::fmt::Display) {
+    let message = message.to_string();
+    if first_time(&message) {
+        warn(message);
+    }
+}
+
+/// Whether `message` is new to this process (and remembers it).
+fn first_time(message: &str) -> bool {
+    static SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if seen.contains(message) {
+        return false;
+    }
+    seen.insert(message.to_owned())
+}
+
 /// `message` with every secret in `secrets` replaced by `<redacted>` and
 /// cut to 300 bytes, for quoting an exporter's error in a warning. One pass
 /// over the message, longest secret first at each place, so that a short
@@ -97,5 +122,17 @@ impl RateLimit {
             return None;
         }
         Some(self.suppressed.swap(0, Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_time;
+
+    #[test]
+    fn a_message_is_new_only_the_first_time() {
+        assert!(first_time("diag test: the first message"));
+        assert!(!first_time("diag test: the first message"));
+        assert!(first_time("diag test: another message"));
     }
 }
