@@ -38,10 +38,7 @@ fn first_time(message: &str) -> bool {
     static SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if seen.contains(message) {
-        return false;
-    }
-    seen.insert(message.to_owned())
+    !seen.contains(message) && seen.insert(message.to_owned())
 }
 
 /// `message` with every secret in `secrets` replaced by `<redacted>` and

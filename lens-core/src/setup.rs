@@ -597,7 +597,6 @@ pub fn setup_telemetry(
 #[cfg(not(feature = "otel"))]
 static WARNED_COMPILED_OUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Writes `message` as a lens warning and keeps it in `warnings`.
 /// Keeps `message` in `warnings` and prints it, once per process however
 /// often the configuration is read.
 fn warn_into(warnings: &mut Vec<String>, message: String) {
