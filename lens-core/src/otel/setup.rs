@@ -50,6 +50,7 @@ use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality};
@@ -138,13 +139,13 @@ impl Telemetry {
         };
         let mut steps: Vec<Step> = Vec::new();
         if let Some(provider) = tracer_provider {
-            steps.push(("flush spans", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
+            steps.push(("flush spans", Box::new(move |_| provider.force_flush())));
         }
         if let Some(provider) = meter_provider {
-            steps.push(("flush metrics", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
+            steps.push(("flush metrics", Box::new(move |_| provider.force_flush())));
         }
         if let Some(provider) = logger_provider {
-            steps.push(("flush logs", Box::new(move |_| provider.force_flush().map_err(|e| e.to_string()))));
+            steps.push(("flush logs", Box::new(move |_| provider.force_flush())));
         }
         let mut report = run_steps(steps, Instant::now() + timeout, &self.secrets);
         let now = self.report();
@@ -187,10 +188,7 @@ impl Telemetry {
         if let Some(provider) = tracer_provider {
             let open = closer.map_or(0, |c| c.open_count());
             truncated.store(open, Ordering::Relaxed);
-            steps.push((
-                "shut down spans",
-                Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
-            ));
+            steps.push(("shut down spans", Box::new(move |remaining| provider.shutdown_with_timeout(remaining))));
         }
         if let Some(provider) = meter_provider {
             // The periodic reader's shutdown takes and exports the final
@@ -198,15 +196,12 @@ impl Telemetry {
             // collection twice.
             steps.push((
                 "flush and shut down metrics",
-                Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
+                Box::new(move |remaining| provider.shutdown_with_timeout(remaining)),
             ));
         }
         if let Some(provider) = logger_provider {
             logs::uninstall_log_bridge();
-            steps.push((
-                "shut down logs",
-                Box::new(move |remaining| provider.shutdown_with_timeout(remaining).map_err(|e| e.to_string())),
-            ));
+            steps.push(("shut down logs", Box::new(move |remaining| provider.shutdown_with_timeout(remaining))));
         }
         let mut report = run_steps(steps, deadline, &self.secrets);
         report.performed = true;
@@ -237,31 +232,38 @@ impl Telemetry {
     }
 }
 
-type Step = (&'static str, Box<dyn FnOnce(Duration) -> Result<(), String> + Send>);
+type Step = (&'static str, Box<dyn FnOnce(Duration) -> OTelSdkResult + Send>);
 
 /// Runs `steps` at once, one helper thread each, and waits for them until
 /// `deadline`. The signals are independent, so each gets the whole budget: a
 /// hung trace collector does not starve the final metric collection bound
 /// for another backend. A step still running at the deadline is left to
-/// finish in the background and reported unfinished. Errors are listed in
-/// the order of `steps`, each passed through [`crate::diag::redact`] with
-/// `secrets`.
+/// finish in the background and reported unfinished, and so is one that
+/// returned at or after the deadline or timed out
+/// ([`OTelSdkError::Timeout`]): a processor that gives up on a hung export
+/// returns just at the deadline, and whether the wait here sees that result
+/// before it ends is up to the scheduler, so both count the same. Other
+/// errors are listed in the order of `steps`, each passed through
+/// [`crate::diag::redact`] with `secrets`.
 fn run_steps(steps: Vec<Step>, deadline: Instant, secrets: &[String]) -> ShutdownReport {
     let names: Vec<&'static str> = steps.iter().map(|(name, _)| *name).collect();
-    let mut results: Vec<Option<Result<(), String>>> = names.iter().map(|_| None).collect();
-    let (done_tx, done_rx) = mpsc::channel::<(usize, Result<(), String>)>();
+    let mut results: Vec<Option<OTelSdkResult>> = names.iter().map(|_| None).collect();
+    let (done_tx, done_rx) = mpsc::channel::<(usize, OTelSdkResult)>();
     let mut waiting = 0;
     for (index, (_, step)) in steps.into_iter().enumerate() {
         let done_tx = done_tx.clone();
         let spawned = std::thread::Builder::new().name("lens-shutdown".into()).spawn(move || {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(remaining)))
-                .unwrap_or_else(|_| Err("panicked".to_string()));
-            let _receiver_gone_after_the_deadline = done_tx.send((index, result));
+                .unwrap_or_else(|_| Err(OTelSdkError::InternalFailure("panicked".to_string())));
+            let _receiver_gone_after_the_deadline = done_tx.send((index, in_time(result, deadline)));
         });
         match spawned {
             Ok(_detached) => waiting += 1,
-            Err(error) => results[index] = Some(Err(format!("could not start its thread: {error}"))),
+            Err(error) => {
+                results[index] =
+                    Some(Err(OTelSdkError::InternalFailure(format!("could not start its thread: {error}"))));
+            }
         }
     }
     drop(done_tx);
@@ -278,12 +280,18 @@ fn run_steps(steps: Vec<Step>, deadline: Instant, secrets: &[String]) -> Shutdow
     let mut report = ShutdownReport::default();
     for (name, result) in names.iter().zip(results) {
         match result {
-            None => report.unfinished.push(name),
+            None | Some(Err(OTelSdkError::Timeout(_))) => report.unfinished.push(name),
             Some(Ok(())) => {}
             Some(Err(error)) => report.errors.push(crate::diag::redact(&format!("{name}: {error}"), secrets)),
         }
     }
     report
+}
+
+/// `result`, or a timeout once `deadline` has passed: a step that ends late
+/// did not finish in time, whatever it returned.
+fn in_time(result: OTelSdkResult, deadline: Instant) -> OTelSdkResult {
+    if Instant::now() < deadline { result } else { Err(OTelSdkError::Timeout(Duration::ZERO)) }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -742,17 +750,41 @@ mod report_redaction_tests {
     fn shutdown_report_errors_never_show_a_header_value() {
         let secrets = vec!["Bearer tok3n-value".to_string(), "tok3n-value".to_string()];
         let steps: Vec<Step> = vec![
-            ("shut down spans", Box::new(|_| Err("401 from collector: authorization: Bearer tok3n-value".to_string()))),
-            ("shut down logs", Box::new(|_| Err("UNAUTHENTICATED: echo x-key=tok3n-value".to_string()))),
+            ("shut down spans", Box::new(|_| failure("401 from collector: authorization: Bearer tok3n-value"))),
+            ("shut down logs", Box::new(|_| failure("UNAUTHENTICATED: echo x-key=tok3n-value"))),
         ];
         let report = run_steps(steps, Instant::now() + Duration::from_secs(10), &secrets);
         assert_eq!(
             report.errors,
             [
-                "shut down spans: 401 from collector: authorization: <redacted>",
-                "shut down logs: UNAUTHENTICATED: echo x-key=<redacted>"
+                "shut down spans: Operation failed: 401 from collector: authorization: <redacted>",
+                "shut down logs: Operation failed: UNAUTHENTICATED: echo x-key=<redacted>"
             ]
         );
         assert!(!format!("{report} {report:?}").contains("tok3n"), "{report}");
+    }
+
+    fn failure(message: &str) -> OTelSdkResult {
+        Err(OTelSdkError::InternalFailure(message.to_string()))
+    }
+
+    #[test]
+    fn a_step_that_hangs_or_times_out_is_unfinished_and_takes_no_time_from_the_others() {
+        let steps: Vec<Step> = vec![
+            (
+                "shut down spans",
+                Box::new(|_| {
+                    std::thread::sleep(Duration::from_secs(3));
+                    Ok(())
+                }),
+            ),
+            ("flush and shut down metrics", Box::new(|_| Ok(()))),
+            ("shut down logs", Box::new(|remaining| Err(OTelSdkError::Timeout(remaining)))),
+        ];
+        let started = Instant::now();
+        let report = run_steps(steps, started + Duration::from_secs(1), &[]);
+        assert!(started.elapsed() < Duration::from_secs(3), "waited for the hung step: {:?}", started.elapsed());
+        assert_eq!(report.unfinished, ["shut down spans", "shut down logs"], "{report}");
+        assert!(report.errors.is_empty(), "{report}");
     }
 }
