@@ -17,9 +17,10 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::time::SystemTime;
 
-use lens_core::otel::active;
+use lens_core::otel::{active, logs};
 use lens_core::tracing_rules::TracingRules;
 use lens_fallbacks::RemoteContext;
+use opentelemetry::logs::Severity;
 use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
 use tracing_core::field::{Field, Visit};
@@ -300,17 +301,55 @@ where
     if threads::on_export_path() {
         return;
     }
-    let Some(span) = ctx.event_span(event) else { return };
+    let Some(span) = ctx.event_span(event) else { return log_event(event) };
     let mut extensions = span.extensions_mut();
-    let Some(data) = extensions.get_mut::<SpanData>() else { return };
+    let Some(data) = extensions.get_mut::<SpanData>() else {
+        drop(extensions);
+        return log_event(event);
+    };
     let target = if data.per_entry { current_entry(span.id().into_u64()) } else { data.start().cloned() };
-    let Some(cx) = target else { return };
+    drop(extensions);
+    let Some(cx) = target else { return log_event(event) };
     let mut fields = Fields::default();
     event.record(&mut fields);
     let metadata = event.metadata();
     fields.attributes.push(KeyValue::new(LEVEL_ATTRIBUTE, metadata.level().as_str()));
     let name = fields.message.take().map_or(std::borrow::Cow::Borrowed(metadata.name()), std::borrow::Cow::Owned);
     cx.span().add_event(name, fields.attributes);
+}
+
+/// An event that no recorded span takes (outside every span, or in spans
+/// the bridge does not record) as a log record, when a log pipeline is set
+/// up (`<PREFIX>_LOGS_ENABLED`) and its level lets it through; correlated
+/// with the OpenTelemetry span current here, if any.
+fn log_event(event: &Event<'_>) {
+    let metadata = event.metadata();
+    let (severity, severity_text) = severity(*metadata.level());
+    if !logs::event_enabled(severity, metadata.target()) {
+        return;
+    }
+    let mut fields = Fields::for_fields(metadata.fields().len());
+    event.record(&mut fields);
+    logs::emit_event(logs::EventRecord {
+        severity,
+        severity_text,
+        target: metadata.target(),
+        name: metadata.name(),
+        body: fields.message.take(),
+        attributes: fields.attributes,
+    });
+}
+
+/// A `tracing` level as a log severity and its text.
+fn severity(level: tracing_core::Level) -> (Severity, &'static str) {
+    let severity = match level {
+        tracing_core::Level::ERROR => Severity::Error,
+        tracing_core::Level::WARN => Severity::Warn,
+        tracing_core::Level::INFO => Severity::Info,
+        tracing_core::Level::DEBUG => Severity::Debug,
+        _ => Severity::Trace,
+    };
+    (severity, level.as_str())
 }
 
 pub(crate) fn on_enter<S>(id: &Id, ctx: &Context<'_, S>)

@@ -15,7 +15,11 @@
 //! A recorded span is a lens span: a child of the lens (or bridged `tracing`)
 //! span current where it was created, current itself (OpenTelemetry's context
 //! is attached) while it is entered, with its fields as attributes and the
-//! events inside it as span events. [`set_parent`] gives it a remote parent.
+//! events inside it as span events. An event that no recorded span takes
+//! becomes a log record when the log pipeline is on
+//! (`<PREFIX>_LOGS_ENABLED`, at `INFO` and above), correlated with the
+//! OpenTelemetry span current where it was written. [`set_parent`] gives it
+//! a remote parent.
 //! [`PER_ENTRY_FIELD`] or the `:per_entry` rule option records one span per
 //! entry. Spans and events on lens's own export threads are never recorded.
 //!

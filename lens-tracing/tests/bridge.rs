@@ -298,3 +298,50 @@ fn otel_fields_name_the_span_and_give_its_kind_and_status() {
         assert!(span.attributes.iter().all(|kv| !kv.key.as_str().starts_with("otel.")), "{:?}", span.attributes);
     }
 }
+
+#[test]
+fn events_no_recorded_span_takes_become_log_records_correlated_with_the_current_span() {
+    use lens_core::otel::logs::{EVENT_SCOPE, install_log_bridge, uninstall_log_bridge};
+    use opentelemetry::logs::{AnyValue, Severity};
+    use opentelemetry_sdk::logs::{InMemoryLogExporter, SdkLoggerProvider};
+
+    let (_lock, exporter) = setup(&[SpanGroup::JOB, SpanGroup::STEP]);
+    let logs = InMemoryLogExporter::default();
+    let provider = SdkLoggerProvider::builder().with_simple_exporter(logs.clone()).build();
+    let _log_crate_bridge = install_log_bridge(&provider, log::LevelFilter::Info);
+    let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=job")));
+    tracing::subscriber::with_default(subscriber, || {
+        let _step = managed_span(SpanGroup::STEP, "lens.step", []);
+        // Outside every tracing span: a log record in the lens span's trace.
+        tracing::warn!(target: "my_app::loader", shard = 3, "shard is slow");
+        // Below the log pipeline's level, and at a target no group takes.
+        tracing::debug!(target: "my_app::loader", "detail");
+        tracing::warn!(target: "quiet", "not bridged");
+        // Inside a recorded span: a span event, not a log record.
+        let request = tracing::info_span!(target: "my_app", "request");
+        let _entered = request.enter();
+        tracing::info!(target: "my_app", "inside");
+    });
+    uninstall_log_bridge();
+    tracing::subscriber::with_default(
+        tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=job"))),
+        || tracing::warn!(target: "my_app", "after the pipeline is gone"),
+    );
+    let records = logs.get_emitted_logs().unwrap();
+    let bodies: Vec<String> =
+        records.iter().map(|r| r.record.body().map(|b| format!("{b:?}")).unwrap_or_default()).collect();
+    assert_eq!(records.len(), 1, "{bodies:?}");
+    let (record, scope) = (&records[0].record, &records[0].instrumentation);
+    assert_eq!(record.body(), Some(&AnyValue::String("shard is slow".into())));
+    assert_eq!((record.severity_number(), record.severity_text()), (Some(Severity::Warn), Some("WARN")));
+    assert_eq!(record.target().map(|t| t.to_string()).as_deref(), Some("my_app::loader"));
+    assert_eq!(scope.name(), EVENT_SCOPE);
+    let shard = record.attributes_iter().find(|(key, _)| key.as_str() == "shard").map(|(_, value)| value.clone());
+    assert_eq!(shard, Some(AnyValue::Int(3)));
+    let spans = spans(&exporter);
+    let step = named(&spans, "lens.step");
+    let trace = record.trace_context().expect("the record is correlated");
+    assert_eq!((trace.trace_id, trace.span_id), (step.span_context.trace_id(), step.span_context.span_id()));
+    let request = named(&spans, "request");
+    assert_eq!(request.events.iter().map(|e| e.name.to_string()).collect::<Vec<_>>(), ["inside"]);
+}

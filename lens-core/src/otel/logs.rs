@@ -21,11 +21,18 @@
 //! Records whose target belongs to the crates that export telemetry
 //! ([`IGNORED_TARGETS`]) are not bridged: exporting them would export the
 //! export's own logs, a feedback loop.
+//!
+//! Sources other than the `log` crate write through [`emit_event`]: the
+//! `tracing` bridge (lens-tracing) sends there the events it cannot attach
+//! to a recorded span. That path needs no `log` logger, so it works even
+//! when another one holds the `log` crate.
 
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use log::{LevelFilter, Log, Metadata, Record};
+use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
+use opentelemetry::{KeyValue, Value};
 use opentelemetry_appender_log::OpenTelemetryLogBridge;
 use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
 
@@ -56,6 +63,127 @@ struct Target {
 
 static SLOT: RwLock<Option<Target>> = RwLock::new(None);
 static OURS_INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The instrumentation scope of the records written through [`emit_event`].
+pub const EVENT_SCOPE: &str = "lens-tracing";
+
+/// Where [`emit_event`] writes now: a logger of the current lifetime's
+/// provider and the least severity it takes.
+struct EventTarget {
+    logger: SdkLogger,
+    min_severity: Severity,
+}
+
+static EVENTS: RwLock<Option<EventTarget>> = RwLock::new(None);
+
+/// A log record from a source other than the `log` crate: an event of the
+/// `tracing` bridge that no recorded span could take.
+#[derive(Debug)]
+pub struct EventRecord<'a> {
+    /// The record's severity.
+    pub severity: Severity,
+    /// Its severity as text (`INFO`, `WARN`, ...).
+    pub severity_text: &'static str,
+    /// The module path or target it was written at.
+    pub target: &'a str,
+    /// The event's name (a `tracing` callsite's name).
+    pub name: &'static str,
+    /// The message, if it has one.
+    pub body: Option<String>,
+    /// Its other fields.
+    pub attributes: Vec<KeyValue>,
+}
+
+/// Whether a record of `severity` at `target` would be written now by
+/// [`emit_event`]: a log pipeline is set up, `severity` is at least its
+/// level (`INFO`), and `target` is not one of [`IGNORED_TARGETS`]. Check it
+/// before building the record.
+pub fn event_enabled(severity: Severity, target: &str) -> bool {
+    if ignored(target) {
+        return false;
+    }
+    let slot = EVENTS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    slot.as_ref().is_some_and(|events| severity as i32 >= events.min_severity as i32)
+}
+
+/// Writes `record` to the current lifetime's logs, correlated with the span
+/// current here (the SDK logger fills the trace and span ids from the
+/// current OpenTelemetry context). Does nothing when
+/// [`event_enabled`] says no.
+///
+/// ```
+/// # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`
+/// use lens_core::otel::logs::{EventRecord, emit_event, install_log_bridge, uninstall_log_bridge};
+/// use opentelemetry::logs::Severity;
+/// use opentelemetry_sdk::logs::{InMemoryLogExporter, SdkLoggerProvider};
+///
+/// let exporter = InMemoryLogExporter::default();
+/// let provider = SdkLoggerProvider::builder().with_simple_exporter(exporter.clone()).build();
+/// install_log_bridge(&provider, log::LevelFilter::Info).unwrap();
+/// emit_event(EventRecord {
+///     severity: Severity::Warn,
+///     severity_text: "WARN",
+///     target: "my_app::loader",
+///     name: "event src/loader.rs:12",
+///     body: Some("shard 3 is slow".into()),
+///     attributes: vec![opentelemetry::KeyValue::new("shard", 3)],
+/// });
+/// assert!(uninstall_log_bridge());
+/// let logs = exporter.get_emitted_logs().unwrap();
+/// assert_eq!(logs[0].record.target().map(|t| t.to_string()).as_deref(), Some("my_app::loader"));
+/// # }
+/// ```
+pub fn emit_event(record: EventRecord<'_>) {
+    if ignored(record.target) {
+        return;
+    }
+    let slot = EVENTS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(events) = slot.as_ref() else { return };
+    if (record.severity as i32) < events.min_severity as i32 {
+        return;
+    }
+    let mut log = events.logger.create_log_record();
+    let now = std::time::SystemTime::now();
+    log.set_timestamp(now);
+    log.set_observed_timestamp(now);
+    log.set_severity_number(record.severity);
+    log.set_severity_text(record.severity_text);
+    log.set_target(record.target.to_owned());
+    log.set_event_name(record.name);
+    if let Some(body) = record.body {
+        log.set_body(AnyValue::from(body));
+    }
+    log.add_attributes(record.attributes.into_iter().map(|kv| (kv.key, any_value(kv.value))));
+    events.logger.emit(log);
+}
+
+/// A span attribute's value as a log attribute's.
+fn any_value(value: Value) -> AnyValue {
+    use opentelemetry::Array;
+    match value {
+        Value::Bool(v) => AnyValue::Boolean(v),
+        Value::I64(v) => AnyValue::Int(v),
+        Value::F64(v) => AnyValue::Double(v),
+        Value::String(v) => AnyValue::String(v),
+        Value::Array(Array::Bool(v)) => v.into_iter().collect(),
+        Value::Array(Array::I64(v)) => v.into_iter().collect(),
+        Value::Array(Array::F64(v)) => v.into_iter().collect(),
+        Value::Array(Array::String(v)) => v.into_iter().collect(),
+        other => AnyValue::String(other.to_string().into()),
+    }
+}
+
+/// The least severity that `level` lets through; `None` for `Off`.
+fn min_severity(level: LevelFilter) -> Option<Severity> {
+    match level {
+        LevelFilter::Off => None,
+        LevelFilter::Error => Some(Severity::Error),
+        LevelFilter::Warn => Some(Severity::Warn),
+        LevelFilter::Info => Some(Severity::Info),
+        LevelFilter::Debug => Some(Severity::Debug),
+        LevelFilter::Trace => Some(Severity::Trace),
+    }
+}
 
 /// The process's `log` logger while lens's is installed.
 struct ForwardingLogger;
@@ -93,12 +221,14 @@ impl Log for ForwardingLogger {
 }
 
 /// Bridges records of the `log` crate at `level` and above to `provider`'s
-/// logs, correlated with the current span.
+/// logs, correlated with the current span, and points [`emit_event`] at
+/// `provider` with the same level.
 ///
 /// The first call installs lens's logger as the process's `log` logger; a
 /// later call (a new telemetry lifetime) points it at the new provider and
-/// level. Fails, and changes nothing, when a logger that is not lens's is
-/// installed already. Sets `log`'s maximum level to `level`.
+/// level. Fails when a logger that is not lens's is installed already; the
+/// `log` crate's records then stay with that logger, and [`emit_event`]
+/// still writes to `provider`. Sets `log`'s maximum level to `level`.
 ///
 /// ```
 /// use lens_core::otel::logs::{install_log_bridge, uninstall_log_bridge};
@@ -111,6 +241,8 @@ impl Log for ForwardingLogger {
 /// # Ok::<(), lens_core::otel::logs::LogBridgeError>(())
 /// ```
 pub fn install_log_bridge(provider: &SdkLoggerProvider, level: LevelFilter) -> Result<(), LogBridgeError> {
+    *EVENTS.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+        min_severity(level).map(|min_severity| EventTarget { logger: provider.logger(EVENT_SCOPE), min_severity });
     let target = Target { bridge: OpenTelemetryLogBridge::new(provider), level };
     let mut slot = SLOT.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     if !OURS_INSTALLED.load(Ordering::Acquire) {
@@ -122,11 +254,12 @@ pub fn install_log_bridge(provider: &SdkLoggerProvider, level: LevelFilter) -> R
     Ok(())
 }
 
-/// Stops bridging: records of the `log` crate go nowhere until the next
-/// [`install_log_bridge`], and `log`'s maximum level becomes `Off` so that
-/// they cost nothing. Returns whether a bridge was attached. Call it before
-/// the logger provider shuts down.
+/// Stops bridging: records of the `log` crate and of [`emit_event`] go
+/// nowhere until the next [`install_log_bridge`], and `log`'s maximum level
+/// becomes `Off` so that they cost nothing. Returns whether a `log` bridge
+/// was attached. Call it before the logger provider shuts down.
 pub fn uninstall_log_bridge() -> bool {
+    *EVENTS.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     let mut slot = SLOT.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     let attached = slot.take().is_some();
     if attached {
