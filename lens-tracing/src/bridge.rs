@@ -324,32 +324,22 @@ where
 /// with the OpenTelemetry span current here, if any.
 fn log_event(event: &Event<'_>) {
     let metadata = event.metadata();
-    let (severity, severity_text) = severity(*metadata.level());
-    if !logs::event_enabled(severity, metadata.target()) {
-        return;
-    }
-    let mut fields = Fields::for_fields(metadata.fields().len());
-    event.record(&mut fields);
-    logs::emit_event(logs::EventRecord {
-        severity,
-        severity_text,
-        target: metadata.target(),
-        name: metadata.name(),
-        body: fields.message.take(),
-        attributes: fields.attributes,
+    logs::emit_event(severity(*metadata.level()), metadata.target(), || {
+        let mut fields = Fields::for_fields(metadata.fields().len());
+        event.record(&mut fields);
+        logs::EventRecord { name: metadata.name(), body: fields.message.take(), attributes: fields.attributes }
     });
 }
 
-/// A `tracing` level as a log severity and its text.
-fn severity(level: tracing_core::Level) -> (Severity, &'static str) {
-    let severity = match level {
+/// A `tracing` level as a log severity.
+fn severity(level: tracing_core::Level) -> Severity {
+    match level {
         tracing_core::Level::ERROR => Severity::Error,
         tracing_core::Level::WARN => Severity::Warn,
         tracing_core::Level::INFO => Severity::Info,
         tracing_core::Level::DEBUG => Severity::Debug,
         _ => Severity::Trace,
-    };
-    (severity, level.as_str())
+    }
 }
 
 pub(crate) fn on_enter<S>(id: &Id, ctx: &Context<'_, S>)

@@ -420,11 +420,11 @@ impl Progress {
 
 #[derive(Debug, Default)]
 struct Control {
-    in_flight_exports: usize,
     /// The batches handed to an export and not yet resolved: first
-    /// sequence number → length. An export resolves its batch only if it is
-    /// still here; at the shutdown deadline the worker resolves the rest as
-    /// unsent at shutdown, so each batch is counted exactly once.
+    /// sequence number → length; one per export slot in use. An export
+    /// resolves its batch only if it is still here; at the shutdown deadline
+    /// the worker resolves the rest as unsent at shutdown, so each batch is
+    /// counted exactly once.
     unresolved: BTreeMap<u64, usize>,
     shutdown_deadline: Option<Instant>,
     progress: Progress,
@@ -924,14 +924,14 @@ fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
 fn finish<T: Item>(inner: &Inner<T>) {
     let mut control = lock(&inner.control);
     let deadline = control.shutdown_deadline.unwrap_or_else(Instant::now);
-    while control.in_flight_exports > 0 {
+    while !control.unresolved.is_empty() {
         let now = Instant::now();
         if now >= deadline {
             break;
         }
         control = wait_timeout(&inner.control_changed, control, deadline - now);
     }
-    let all_returned = control.in_flight_exports == 0;
+    let all_returned = control.unresolved.is_empty();
     for (start, len) in std::mem::take(&mut control.unresolved) {
         inner.resolve_locked(&mut control, start, len, Outcome::Abandoned);
     }
@@ -953,7 +953,7 @@ fn finish<T: Item>(inner: &Inner<T>) {
 fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
     let len = batch.len();
     let mut control = lock(&inner.control);
-    while control.in_flight_exports >= inner.config.max_concurrent_exports {
+    while control.unresolved.len() >= inner.config.max_concurrent_exports {
         let now = Instant::now();
         let wait = match control.shutdown_deadline {
             Some(deadline) if now >= deadline => {
@@ -971,7 +971,6 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
         inner.resolve(start, len, Outcome::Abandoned);
         return;
     }
-    control.in_flight_exports += 1;
     control.unresolved.insert(start, len);
     drop(control);
     add(&inner.counters.in_flight_exports, 1);
@@ -1000,7 +999,6 @@ fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
     sub(&inner.counters.in_flight_spans, len);
     sub(&inner.counters.in_flight_exports, 1);
     let mut control = lock(&inner.control);
-    control.in_flight_exports = control.in_flight_exports.saturating_sub(1);
     if control.unresolved.remove(&start).is_some() {
         inner.resolve_locked(&mut control, start, len, outcome);
     }

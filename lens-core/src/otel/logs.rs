@@ -76,16 +76,11 @@ struct EventTarget {
 
 static EVENTS: RwLock<Option<EventTarget>> = RwLock::new(None);
 
-/// A log record from a source other than the `log` crate: an event of the
-/// `tracing` bridge that no recorded span could take.
+/// What a log record from a source other than the `log` crate holds beyond
+/// its severity and target: an event of the `tracing` bridge that no
+/// recorded span could take.
 #[derive(Debug)]
-pub struct EventRecord<'a> {
-    /// The record's severity.
-    pub severity: Severity,
-    /// Its severity as text (`INFO`, `WARN`, ...).
-    pub severity_text: &'static str,
-    /// The module path or target it was written at.
-    pub target: &'a str,
+pub struct EventRecord {
     /// The event's name (a `tracing` callsite's name).
     pub name: &'static str,
     /// The message, if it has one.
@@ -94,22 +89,11 @@ pub struct EventRecord<'a> {
     pub attributes: Vec<KeyValue>,
 }
 
-/// Whether a record of `severity` at `target` would be written now by
-/// [`emit_event`]: a log pipeline is set up, `severity` is at least its
-/// level (`INFO`), and `target` is not one of [`IGNORED_TARGETS`]. Check it
-/// before building the record.
-pub fn event_enabled(severity: Severity, target: &str) -> bool {
-    if ignored(target) {
-        return false;
-    }
-    let slot = EVENTS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-    slot.as_ref().is_some_and(|events| severity as i32 >= events.min_severity as i32)
-}
-
-/// Writes `record` to the current lifetime's logs, correlated with the span
-/// current here (the SDK logger fills the trace and span ids from the
-/// current OpenTelemetry context). Does nothing when
-/// [`event_enabled`] says no.
+/// Writes a record of `severity` at `target` to the current lifetime's logs,
+/// correlated with the span current here (the SDK logger fills the trace and
+/// span ids from the current OpenTelemetry context). `record` is called only
+/// when the record is written: a log pipeline is set up, `severity` is at
+/// least its level (`INFO`), and `target` is not one of [`IGNORED_TARGETS`].
 ///
 /// ```
 /// # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`
@@ -120,40 +104,39 @@ pub fn event_enabled(severity: Severity, target: &str) -> bool {
 /// let exporter = InMemoryLogExporter::default();
 /// let provider = SdkLoggerProvider::builder().with_simple_exporter(exporter.clone()).build();
 /// install_log_bridge(&provider, log::LevelFilter::Info).unwrap();
-/// emit_event(EventRecord {
-///     severity: Severity::Warn,
-///     severity_text: "WARN",
-///     target: "my_app::loader",
+/// emit_event(Severity::Warn, "my_app::loader", || EventRecord {
 ///     name: "event src/loader.rs:12",
 ///     body: Some("shard 3 is slow".into()),
 ///     attributes: vec![opentelemetry::KeyValue::new("shard", 3)],
 /// });
+/// emit_event(Severity::Debug, "my_app::loader", || unreachable!("below the pipeline's level"));
 /// assert!(uninstall_log_bridge());
 /// let logs = exporter.get_emitted_logs().unwrap();
+/// assert_eq!(logs.len(), 1);
 /// assert_eq!(logs[0].record.target().map(|t| t.to_string()).as_deref(), Some("my_app::loader"));
 /// # }
 /// ```
-pub fn emit_event(record: EventRecord<'_>) {
-    if ignored(record.target) {
+pub fn emit_event(severity: Severity, target: &str, record: impl FnOnce() -> EventRecord) {
+    if ignored(target) {
         return;
     }
     let slot = EVENTS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let Some(events) = slot.as_ref() else { return };
-    if (record.severity as i32) < events.min_severity as i32 {
+    let Some(events) = slot.as_ref().filter(|events| severity as i32 >= events.min_severity as i32) else {
         return;
-    }
+    };
+    let EventRecord { name, body, attributes } = record();
     let mut log = events.logger.create_log_record();
     let now = std::time::SystemTime::now();
     log.set_timestamp(now);
     log.set_observed_timestamp(now);
-    log.set_severity_number(record.severity);
-    log.set_severity_text(record.severity_text);
-    log.set_target(record.target.to_owned());
-    log.set_event_name(record.name);
-    if let Some(body) = record.body {
+    log.set_severity_number(severity);
+    log.set_severity_text(severity.name());
+    log.set_target(target.to_owned());
+    log.set_event_name(name);
+    if let Some(body) = body {
         log.set_body(AnyValue::from(body));
     }
-    log.add_attributes(record.attributes.into_iter().map(|kv| (kv.key, any_value(kv.value))));
+    log.add_attributes(attributes.into_iter().map(|kv| (kv.key, any_value(kv.value))));
     events.logger.emit(log);
 }
 
