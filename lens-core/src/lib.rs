@@ -14,6 +14,9 @@
 //! - [`identity`]: the rank context, run id and resource detection.
 //! - [`diag`]: lens's own rate-limited warnings.
 //! - [`env`](mod@env): where variables are read from (the process or a map, for tests).
+//! - [`export_path`]: the thread-local mark of lens's own export path, which
+//!   the `tracing` and log bridges read so that export traffic is never
+//!   recorded.
 //! - [`report`]: what telemetry exported and lost (shutdown reports).
 //! - [`instrument_values`]: the values lens-instruments records, as plain
 //!   data shared by both sides of the facade.
@@ -41,6 +44,7 @@ pub mod bootstrap;
 pub mod config;
 pub mod diag;
 pub mod env;
+pub mod export_path;
 mod exporter_error;
 pub mod groups;
 pub mod identity;

@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::time::SystemTime;
 
+use lens_core::export_path::on_export_path;
 use lens_core::otel::{active, logs};
 use lens_core::tracing_rules::TracingRules;
 use lens_fallbacks::RemoteContext;
@@ -32,7 +33,6 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::names::{
     GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD, decided_per_span,
 };
-use crate::threads;
 
 /// The field `tracing`'s macros give an event's message.
 const MESSAGE_FIELD: &str = "message";
@@ -205,7 +205,7 @@ pub(crate) fn on_new_span<S>(
 ) where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    if threads::on_export_path() {
+    if on_export_path() {
         return;
     }
     let metadata = attrs.metadata();
@@ -298,7 +298,7 @@ pub(crate) fn on_event<S>(event: &Event<'_>, ctx: &Context<'_, S>)
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    if threads::on_export_path() {
+    if on_export_path() {
         return;
     }
     let Some(span) = ctx.event_span(event) else { return log_event(event) };

@@ -21,7 +21,10 @@
 //! OpenTelemetry span current where it was written. [`set_parent`] gives it
 //! a remote parent.
 //! [`PER_ENTRY_FIELD`] or the `:per_entry` rule option records one span per
-//! entry. Spans and events on lens's own export threads are never recorded.
+//! entry. Spans and events on lens's own export path are never recorded,
+//! whatever the rules say: lens marks the threads that run its exporters
+//! while they run them ([`lens_core::export_path`]), and the bridge reads
+//! that mark where it decides.
 //!
 //! Without the `otel` feature the layer is a no-op whose filter answers
 //! `never` for every callsite, and no OpenTelemetry crate is built.
@@ -45,13 +48,9 @@ use tracing_subscriber::registry::LookupSpan;
 #[cfg(feature = "otel")]
 mod bridge;
 mod names;
-mod threads;
 
 use names::decided_per_span;
-pub use names::{
-    EXPORT_THREAD_PREFIXES, GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD,
-    STATUS_DESCRIPTION_FIELD,
-};
+pub use names::{GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD};
 
 /// The bridge wrapped in its per-layer filter: what [`layer`] returns.
 pub type LensTracingLayer<S> = Filtered<LensLayer<S>, GroupFilter, S>;
@@ -171,7 +170,7 @@ impl<S> Filter<S> for GroupFilter {
         // Reached for `sometimes` callsites (and when another layer's filter
         // makes the whole callsite `sometimes`): the decision again, and the
         // export-path check, which `always` callsites get in the layer.
-        if !cfg!(feature = "otel") || threads::on_export_path() {
+        if !cfg!(feature = "otel") || lens_core::export_path::on_export_path() {
             return false;
         }
         if decided_per_span(metadata) {

@@ -1,4 +1,4 @@
-//! The names the bridge reads (its fields, the export threads' prefixes) and
+//! The names the bridge reads (its fields) and
 //! the one test on them that the filter and the bridge share: a leaf module,
 //! so that the crate root only declares and re-exports.
 
@@ -26,11 +26,6 @@ pub const STATUS_CODE_FIELD: &str = "otel.status_code";
 
 /// The field with the description of an `error` status.
 pub const STATUS_DESCRIPTION_FIELD: &str = "otel.status_description";
-
-/// The thread-name prefixes of the export path: lens's own threads and the
-/// runtime thread of the blocking HTTP client lens's OTLP/HTTP exporter
-/// uses. Nothing on these threads is recorded.
-pub const EXPORT_THREAD_PREFIXES: &[&str] = &["lens-", "reqwest-internal-sync-runtime"];
 
 /// Whether a callsite's group is decided per span, by its [`GROUP_FIELD`].
 pub(crate) fn decided_per_span(metadata: &Metadata<'_>) -> bool {

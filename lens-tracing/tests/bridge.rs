@@ -243,24 +243,51 @@ fn set_parent_joins_a_remote_trace_and_context_of_propagates_a_span() {
 }
 
 #[test]
-fn spans_on_lens_export_threads_are_never_recorded_whatever_the_rules_say() {
+fn nothing_on_lens_s_export_path_is_recorded_and_a_thread_s_name_does_not_matter() {
+    use lens_core::export_path::{ExportScope, mark_thread};
+
     let (_lock, exporter) = setup(&[SpanGroup::JOB]);
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(lens_tracing::layer(rules("*=job"))));
-    for name in ["lens-otlp", "lens-send-0", "user-thread"] {
+    let on_thread = |name: &str, work: fn()| {
         let dispatch = dispatch.clone();
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || {
-                tracing::dispatcher::with_default(&dispatch, || {
-                    let _span = tracing::info_span!(target: "h2::proto", "send").entered();
-                    tracing::info!(target: "hyper_util", "connected");
-                });
-            })
+            .spawn(move || tracing::dispatcher::with_default(&dispatch, work))
             .unwrap()
             .join()
             .unwrap();
-    }
-    assert_eq!(names(&spans(&exporter)), ["send"], "only the user thread's span");
+    };
+    // A job's thread is recorded whatever its name, lens's prefix included.
+    on_thread("lens-user", || {
+        drop(tracing::info_span!(target: "h2::proto", "send", otel.name = "lens-user").entered())
+    });
+    // reqwest's blocking-client thread (the OTLP/HTTP exporter's) and a
+    // thread lens marks are never recorded.
+    on_thread("reqwest-internal-sync-runtime", || {
+        drop(tracing::info_span!(target: "hyper_util", "send", otel.name = "reqwest").entered());
+    });
+    on_thread("user", || {
+        mark_thread();
+        drop(tracing::info_span!(target: "h2::proto", "send", otel.name = "marked").entered());
+    });
+    // While an export runs on a job's thread inside a recorded span: neither
+    // its spans nor its events; before and after, the job's are.
+    on_thread("user", || {
+        let job = tracing::info_span!(target: "my_app", "job").entered();
+        {
+            let _export = ExportScope::enter();
+            drop(tracing::info_span!(target: "h2::proto", "send", otel.name = "in an export").entered());
+            tracing::info!(target: "tower::buffer", "export event");
+        }
+        tracing::info!(target: "my_app", "job event");
+        drop(job);
+    });
+    let spans = spans(&exporter);
+    let mut recorded = names(&spans);
+    recorded.sort();
+    assert_eq!(recorded, ["job", "lens-user"]);
+    let events: Vec<String> = named(&spans, "job").events.iter().map(|e| e.name.to_string()).collect();
+    assert_eq!(events, ["job event"]);
 }
 
 #[test]

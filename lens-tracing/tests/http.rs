@@ -1,13 +1,14 @@
 //! The bridge under real `tracing`-instrumented crates: an axum server with
 //! tower-http's trace layer and a reqwest client under `#[instrument]`, in
-//! one trace with lens's spans; and a real OTLP/gRPC export whose own traffic
-//! (hyper, h2, tower, tonic, reqwest) records nothing even when the rules
-//! enable those crates.
+//! one trace with lens's spans; and real OTLP exports (spans, metrics and log
+//! records, over gRPC and HTTP, and an export polled on the job's own thread)
+//! whose own traffic (hyper, h2, tower, tonic, reqwest) records nothing, as
+//! spans, span events or log records, even when the rules enable those
+//! crates: lens marks its export path ([`lens_core::export_path`]).
 //!
 //! The active tracer, the group gate and the global subscriber are
 //! process-global, so the tests take a lock and share one subscriber. The
-//! export test runs over OTLP/gRPC (tonic, tower, h2, hyper_util) against a
-//! receiver here. Run with
+//! export tests run against an OTLP receiver here. Run with
 //! `cargo test -p lens-tracing --features testing --test http`.
 
 use std::collections::HashMap;
@@ -28,16 +29,25 @@ use lens_core::setup::{SetupOptions, setup_telemetry};
 use lens_core::testing::set_enabled_span_groups;
 use lens_core::tracing_rules::TracingRules;
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use prost::Message as _;
 use tower_http::trace::{DefaultMakeSpan, MakeSpan as _, TraceLayer};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 /// One rule set for the whole process: the HTTP test's crates in `evaluate`,
-/// the exporter's crates in `job`; each test enables only its group.
+/// the exporter's crates and the export tests' own target in `job`; each
+/// test enables only its group. Rules have no level: with the bridge alone
+/// in the subscriber every level is on, `TRACE` included.
 const RULES: &str = "tower_http=evaluate, http_test=evaluate, \
-                     h2=job, tower=job, tonic=job, hyper_util=job, hyper=job, reqwest=job";
+                     h2=job, tower=job, tonic=job, hyper_util=job, hyper=job, reqwest=job, export_test=job";
+
+/// The target of the export tests' own events, which the log pipeline
+/// must carry.
+const EXPORT_TEST_TARGET: &str = "export_test";
 
 /// The names of the crates whose spans the exporter's traffic would make.
 const EXPORTER_CRATES: &[&str] = &["h2", "tower", "tonic", "hyper", "reqwest"];
@@ -205,34 +215,125 @@ fn an_axum_server_and_an_instrumented_client_nest_with_lens_spans_in_one_trace()
     assert!(spans.iter().all(|s| s.span_context.trace_id() == client.span_context.trace_id()), "{:?}", names(&spans));
 }
 
-/// Keeps the span names of an encoded `ExportTraceServiceRequest`.
-fn keep_names(received: &Mutex<Vec<String>>, message: &[u8]) {
-    if let Ok(request) = ExportTraceServiceRequest::decode(message) {
+/// What the receiver got: span names, the number of metric export requests
+/// and their metric names, and each log record as (scope, body); the scope
+/// of a record with a target is its target.
+#[derive(Clone, Debug, Default)]
+struct Received {
+    spans: Vec<String>,
+    metric_exports: usize,
+    metrics: Vec<String>,
+    logs: Vec<(String, String)>,
+}
+
+/// The three OTLP signals, by the gRPC service and HTTP path they arrive on.
+#[derive(Clone, Copy)]
+enum Signal {
+    Traces,
+    Metrics,
+    Logs,
+}
+
+impl Signal {
+    const ALL: [Signal; 3] = [Signal::Traces, Signal::Metrics, Signal::Logs];
+
+    fn grpc_path(self) -> &'static str {
+        match self {
+            Signal::Traces => "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            Signal::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            Signal::Logs => "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+        }
+    }
+
+    fn http_path(self) -> &'static str {
+        match self {
+            Signal::Traces => "/v1/traces",
+            Signal::Metrics => "/v1/metrics",
+            Signal::Logs => "/v1/logs",
+        }
+    }
+
+    /// Keeps what an encoded export request of this signal holds.
+    fn keep(self, received: &Mutex<Received>, message: &[u8]) {
         let mut received = received.lock().unwrap();
-        for resource in request.resource_spans {
-            for scope in resource.scope_spans {
-                received.extend(scope.spans.into_iter().map(|span| span.name));
+        match self {
+            Signal::Traces => {
+                let Ok(request) = ExportTraceServiceRequest::decode(message) else { return };
+                let spans = request.resource_spans.into_iter().flat_map(|r| r.scope_spans).flat_map(|s| s.spans);
+                received.spans.extend(spans.map(|span| span.name));
+            }
+            Signal::Metrics => {
+                let Ok(request) = ExportMetricsServiceRequest::decode(message) else { return };
+                received.metric_exports += 1;
+                let metrics =
+                    request.resource_metrics.into_iter().flat_map(|r| r.scope_metrics).flat_map(|s| s.metrics);
+                received.metrics.extend(metrics.map(|metric| metric.name));
+            }
+            Signal::Logs => {
+                let Ok(request) = ExportLogsServiceRequest::decode(message) else { return };
+                for scope_logs in request.resource_logs.into_iter().flat_map(|r| r.scope_logs) {
+                    let scope = scope_logs.scope.map(|scope| scope.name).unwrap_or_default();
+                    for record in scope_logs.log_records {
+                        let body = match record.body.and_then(|body| body.value) {
+                            Some(any_value::Value::StringValue(body)) => body,
+                            other => format!("{other:?}"),
+                        };
+                        received.logs.push((scope.clone(), body));
+                    }
+                }
             }
         }
     }
 }
 
-/// An OTLP/HTTP trace receiver: decodes the request, answers an empty
-/// `ExportTraceServiceResponse`.
-async fn receive_http(received: Arc<Mutex<Vec<String>>>, body: Bytes) -> Vec<u8> {
-    keep_names(&received, &body);
-    Vec::new()
+/// An OTLP receiver on 127.0.0.1 for every signal over gRPC (unary,
+/// uncompressed: the message after the 5-byte gRPC prefix; the answer is an
+/// empty message and `grpc-status: 0`) and over HTTP (the answer is an
+/// empty body), serving until the returned flag is set.
+fn receiver(received: &Arc<Mutex<Received>>) -> (SocketAddr, Arc<AtomicBool>) {
+    let mut router = axum::Router::new();
+    for signal in Signal::ALL {
+        let (grpc, http) = (Arc::clone(received), Arc::clone(received));
+        router = router
+            .route(
+                signal.grpc_path(),
+                axum::routing::post(move |body: Bytes| async move {
+                    if let Some(message) = body.get(5..) {
+                        signal.keep(&grpc, message);
+                    }
+                    let mut response = axum::response::Response::new(Body::new(GrpcOk(0)));
+                    response
+                        .headers_mut()
+                        .insert("content-type", axum::http::HeaderValue::from_static("application/grpc"));
+                    response
+                }),
+            )
+            .route(
+                signal.http_path(),
+                axum::routing::post(move |body: Bytes| async move {
+                    signal.keep(&http, &body);
+                    Vec::<u8>::new()
+                }),
+            );
+    }
+    serve(router.fallback(|| async { Vec::<u8>::new() }), true)
 }
 
-/// An OTLP/gRPC trace receiver (unary, uncompressed): the message after the
-/// 5-byte gRPC prefix; the answer is an empty message and `grpc-status: 0`.
-async fn receive_grpc(received: Arc<Mutex<Vec<String>>>, body: Bytes) -> axum::response::Response {
-    if let Some(message) = body.get(5..) {
-        keep_names(&received, message);
-    }
-    let mut response = axum::response::Response::new(Body::new(GrpcOk(0)));
-    response.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("application/grpc"));
-    response
+/// The environment of an exporting lifetime (the `job` group) that sends over
+/// `protocol` to `address`, with `extra` variables.
+fn export_env(address: SocketAddr, protocol: &str, extra: &[(&str, &str)]) -> HashMap<String, String> {
+    let endpoint = format!("http://{address}");
+    [
+        ("NEMO_LENS_ENABLED", "1"),
+        ("NEMO_LENS_SPAN_GROUPS", "job"),
+        ("NEMO_LENS_RUN_ID", "export-path"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect()
 }
 
 /// The body of a successful unary gRPC response: an empty message, then the
@@ -265,28 +366,9 @@ impl http_body::Body for GrpcOk {
 /// exactly those 50.
 fn export_records_none_of_its_own_traffic(protocol: &str) {
     let _serial = serial();
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let (http_sink, grpc_sink) = (Arc::clone(&received), Arc::clone(&received));
-    let router = axum::Router::new()
-        .route("/v1/traces", axum::routing::post(move |body: Bytes| receive_http(Arc::clone(&http_sink), body)))
-        .route(
-            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
-            axum::routing::post(move |body: Bytes| receive_grpc(Arc::clone(&grpc_sink), body)),
-        )
-        .fallback(|| async { Vec::<u8>::new() });
-    let (address, stop) = serve(router, true);
-    let env: HashMap<String, String> = [
-        ("NEMO_LENS_ENABLED", "1"),
-        ("NEMO_LENS_SPAN_GROUPS", "job"),
-        ("NEMO_LENS_RUN_ID", "export-path"),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://{address}")),
-        ("OTEL_METRICS_EXPORTER", "none"),
-        ("OTEL_LOGS_EXPORTER", "none"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
+    let received = Arc::new(Mutex::new(Received::default()));
+    let (address, stop) = receiver(&received);
+    let env = export_env(address, protocol, &[("OTEL_METRICS_EXPORTER", "none"), ("OTEL_LOGS_EXPORTER", "none")]);
     let config = LensConfig::from_env(&env, "NEMO_LENS", None, &LENS_CATALOG).unwrap();
     let telemetry =
         setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), SetupOptions::new().with_env(env)).unwrap();
@@ -304,7 +386,7 @@ fn export_records_none_of_its_own_traffic(protocol: &str) {
     let report = telemetry.shutdown(Duration::from_secs(5));
     stop.store(true, Ordering::Relaxed);
 
-    let received = received.lock().unwrap().clone();
+    let received = received.lock().unwrap().spans.clone();
     let foreign: Vec<&String> = received.iter().filter(|name| !name.starts_with("lens.test.")).collect();
     assert!(foreign.is_empty(), "{protocol}: the export path recorded spans: {foreign:?}");
     assert_eq!(received.len(), FLUSHES * PER_FLUSH, "{protocol}: {report}");
@@ -313,11 +395,123 @@ fn export_records_none_of_its_own_traffic(protocol: &str) {
 }
 
 /// Over gRPC, because that is the path with `tracing` spans: tonic, tower,
-/// h2 and hyper_util make hundreds per export (without the export-thread
-/// check this test fails with them). The OTLP/HTTP exporter's reqwest and
+/// h2 and hyper_util make hundreds per export, on the `lens-otlp` runtime
+/// that lens marks as its export path (without the mark this test fails
+/// with them). The OTLP/HTTP exporter's reqwest and
 /// hyper emit none with the features lens builds them with, so an HTTP run
 /// could not fail.
 #[test]
 fn a_real_otlp_grpc_export_records_none_of_its_own_traffic_with_its_crates_enabled() {
     export_records_none_of_its_own_traffic("grpc");
+}
+
+/// Exports metrics every 50 ms, spans and log records over `protocol` to a
+/// receiver here, with the log pipeline on and rules that enable every crate
+/// of the export path at every level, for `ROUNDS` metric export rounds,
+/// and checks that the receiver got only the test's own spans, metric and
+/// log records: none from tonic, tower, h2, hyper_util, hyper or reqwest,
+/// neither as spans nor as log records. The SDK's periodic reader polls the
+/// metric export on its own thread (`OpenTelemetry.Metrics.PeriodicReader`),
+/// where h2 reads the gRPC response and writes events (below the log
+/// pipeline's `INFO`; lens marks the thread while it polls); the spans are
+/// made on the `lens-otlp` runtime (without its mark, this test fails with
+/// them).
+fn metric_and_log_export_records_none_of_its_own_traffic(protocol: &str) {
+    const ROUNDS: usize = 4;
+    let _serial = serial();
+    let received = Arc::new(Mutex::new(Received::default()));
+    let (address, stop) = receiver(&received);
+    let env = export_env(
+        address,
+        protocol,
+        &[("NEMO_LENS_LOGS_ENABLED", "1"), ("OTEL_METRIC_EXPORT_INTERVAL", "50"), ("OTEL_LOGS_EXPORTER", "otlp")],
+    );
+    let config = LensConfig::from_env(&env, "NEMO_LENS", None, &LENS_CATALOG).unwrap();
+    let telemetry =
+        setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), SetupOptions::new().with_env(env)).unwrap();
+    let rounds = telemetry.meter().u64_counter("export_test.rounds").build();
+    for round in 0..ROUNDS {
+        drop(managed_span(SpanGroup::JOB, format!("lens.test.{round}"), []));
+        tracing::info!(target: EXPORT_TEST_TARGET, round, "round");
+        rounds.add(1, &[]);
+        // A metric export round (or more) before the next.
+        let until = Instant::now() + Duration::from_secs(10);
+        while received.lock().unwrap().metric_exports <= round && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let report = telemetry.shutdown(Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+
+    let received = received.lock().unwrap().clone();
+    assert!(received.metric_exports >= ROUNDS, "{protocol}: {received:?} {report}");
+    let foreign_metrics: Vec<&String> = received.metrics.iter().filter(|name| *name != "export_test.rounds").collect();
+    assert!(foreign_metrics.is_empty(), "{protocol}: {foreign_metrics:?}");
+    let mut spans = received.spans.clone();
+    spans.sort();
+    let expected: Vec<String> = (0..ROUNDS).map(|round| format!("lens.test.{round}")).collect();
+    assert_eq!(spans, expected, "{protocol}: the export path recorded spans");
+    let foreign_logs: Vec<&(String, String)> =
+        received.logs.iter().filter(|(scope, _)| scope != EXPORT_TEST_TARGET).collect();
+    assert!(foreign_logs.is_empty(), "{protocol}: the export path wrote log records: {foreign_logs:?}");
+    assert_eq!(received.logs.len(), ROUNDS, "{protocol}: the test's own events are log records: {received:?}");
+    assert!(received.logs.iter().all(|(_, body)| body == "round"), "{received:?}");
+}
+
+#[test]
+fn metric_and_log_export_over_grpc_records_none_of_its_own_traffic_with_its_crates_enabled() {
+    metric_and_log_export_records_none_of_its_own_traffic("grpc");
+}
+
+#[test]
+fn metric_and_log_export_over_http_records_none_of_its_own_traffic_with_its_crates_enabled() {
+    metric_and_log_export_records_none_of_its_own_traffic("http/protobuf");
+}
+
+/// An export polled on the job's own thread, inside a recorded span (a
+/// tool that calls lens's OTLP exporter directly): tower's buffer writes
+/// an event on the thread that polls the call, which would become an event
+/// of the job's span; the exporter marks that thread while it polls, so the
+/// span keeps only the job's own event.
+#[test]
+fn an_export_polled_on_the_job_s_thread_inside_its_span_adds_nothing_to_it() {
+    use lens_core::config::{OtlpEndpoint, OtlpProtocol, OtlpSettings};
+    use lens_core::otel::exporters::{block_on, build_otlp_span_exporter};
+    use opentelemetry::trace::Tracer as _;
+    use opentelemetry_sdk::trace::SpanExporter as _;
+
+    let _serial = serial();
+    let received = Arc::new(Mutex::new(Received::default()));
+    let (address, stop) = receiver(&received);
+    let recorded = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder().with_simple_exporter(recorded.clone()).build();
+    active::install(provider.tracer("lens-tracing-export-test")).expect("no tracer is installed");
+    let installed = Installed;
+    set_enabled_span_groups(GroupSet::of(&[SpanGroup::JOB]));
+    // A finished span to export, from a provider of its own.
+    let source = InMemorySpanExporter::default();
+    let source_provider = SdkTracerProvider::builder().with_simple_exporter(source.clone()).build();
+    source_provider.tracer("source").in_span("exported.span", |_| {});
+    let batch = source.get_finished_spans().unwrap();
+    let settings = OtlpSettings {
+        endpoint: Some(OtlpEndpoint { url: format!("http://{address}"), signal_specific: false }),
+        protocol: OtlpProtocol::Grpc,
+        ..OtlpSettings::default()
+    };
+    let exporter = build_otlp_span_exporter(&settings).unwrap();
+
+    let job = tracing::info_span!(target: EXPORT_TEST_TARGET, "job").entered();
+    let exported = block_on(exporter.export(batch));
+    tracing::info!(target: EXPORT_TEST_TARGET, "exported");
+    drop(job);
+    drop(exporter);
+    stop.store(true, Ordering::Relaxed);
+    drop(installed);
+
+    assert!(exported.is_ok(), "{exported:?}");
+    assert_eq!(received.lock().unwrap().spans, ["exported.span"]);
+    let spans = recorded.get_finished_spans().unwrap();
+    assert_eq!(names(&spans), ["job"], "the export recorded spans");
+    let events: Vec<String> = named(&spans, "job").events.iter().map(|e| e.name.to_string()).collect();
+    assert_eq!(events, ["exported"], "the export wrote events into the job's span");
 }

@@ -246,42 +246,49 @@ pub fn count_points(metrics: &ResourceMetrics) -> u64 {
 
 impl<E: PushMetricExporter> PushMetricExporter for CountingMetricExporter<E> {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        let points = count_points(metrics);
-        let c = &self.counters;
-        if let Some(retry) = &self.retry
-            && let Err(error) = self.resend_kept(retry)
-        {
-            // Older collections are still waiting: this one goes behind them.
-            self.keep(retry, metrics, points);
-            self.warn_failure(&error);
-            return Err(error);
-        }
-        let result = self.inner.export(metrics).await;
-        match &result {
-            Ok(()) => {
-                c.exports.fetch_add(1, Ordering::Relaxed);
-                c.points_exported.fetch_add(points, Ordering::Relaxed);
+        // Resends included: the SDK's reader thread is on the export path
+        // while it polls this.
+        crate::export_path::marked(async move {
+            let points = count_points(metrics);
+            let c = &self.counters;
+            if let Some(retry) = &self.retry
+                && let Err(error) = self.resend_kept(retry)
+            {
+                // Older collections are still waiting: this one goes behind them.
+                self.keep(retry, metrics, points);
+                self.warn_failure(&error);
+                return Err(error);
             }
-            Err(error) => {
-                c.failed_exports.fetch_add(1, Ordering::Relaxed);
-                c.points_failed.fetch_add(points, Ordering::Relaxed);
-                match &self.retry {
-                    Some(retry) => self.keep(retry, metrics, points),
-                    None => c.dropped(1, points),
+            let result = self.inner.export(metrics).await;
+            match &result {
+                Ok(()) => {
+                    c.exports.fetch_add(1, Ordering::Relaxed);
+                    c.points_exported.fetch_add(points, Ordering::Relaxed);
                 }
-                self.warn_failure(error);
+                Err(error) => {
+                    c.failed_exports.fetch_add(1, Ordering::Relaxed);
+                    c.points_failed.fetch_add(points, Ordering::Relaxed);
+                    match &self.retry {
+                        Some(retry) => self.keep(retry, metrics, points),
+                        None => c.dropped(1, points),
+                    }
+                    self.warn_failure(error);
+                }
             }
-        }
-        result
+            result
+        })
+        .await
     }
 
     fn force_flush(&self) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
         self.inner.force_flush()
     }
 
     /// Shuts the exporter down; collections still kept for resending are
     /// counted as dropped (the reader's final export has just tried them).
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
         if let Some(retry) = &self.retry {
             let mut kept = retry.kept.lock().unwrap_or_else(PoisonError::into_inner);
             let points = kept.iter().map(|k| k.points).sum();

@@ -652,8 +652,10 @@ impl<T: Item> Owner<T> {
             export_threads: AtomicU64::new(0),
         });
         let for_worker = Arc::clone(&inner);
-        let worker =
-            thread::Builder::new().name(pipeline.worker_thread.to_owned()).spawn(move || run_worker(&for_worker));
+        let worker = thread::Builder::new().name(pipeline.worker_thread.to_owned()).spawn(move || {
+            crate::export_path::mark_thread();
+            run_worker(&for_worker);
+        });
         let worker = match worker {
             Ok(handle) => Some(handle),
             Err(error) => {
@@ -980,6 +982,7 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
     let batch = Arc::new(Mutex::new(Some(batch)));
     let for_thread = (Arc::clone(inner), Arc::clone(&batch));
     let spawned = thread::Builder::new().name(format!("{}-{number}", inner.pipeline.send_thread)).spawn(move || {
+        crate::export_path::mark_thread();
         let (inner, batch) = for_thread;
         let batch = lock(&batch).take().unwrap_or_default();
         export_and_resolve(&inner, batch, start);
@@ -1096,6 +1099,9 @@ fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -
             return Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)));
         }
     };
+    // Whichever thread polls it (a worker of the caller's runtime) is on
+    // the export path meanwhile.
+    let future = crate::export_path::marked(future);
     let timeout = || OTelSdkError::Timeout(inner.config.export_timeout);
     let outcome = catch_unwind(AssertUnwindSafe(|| match &inner.config.runtime {
         None => block_on_until(future, deadline).unwrap_or_else(|| Err(timeout())),

@@ -18,9 +18,11 @@
 //! bridge is not installed and [`LogBridgeError::OtherLoggerInstalled`] says so;
 //! composing with an existing logger is out of scope.
 //!
-//! Records whose target belongs to the crates that export telemetry
-//! ([`IGNORED_TARGETS`]) are not bridged: exporting them would export the
-//! export's own logs, a feedback loop.
+//! Records written on lens's own export path ([`crate::export_path`]: while
+//! an exporter runs, on any thread) and records whose target belongs to the
+//! crates that export telemetry ([`IGNORED_TARGETS`]) are not bridged:
+//! exporting them would export the export's own logs, a feedback loop. The
+//! SDK's emit path runs marked, so nothing it logs comes back either.
 //!
 //! Sources other than the `log` crate write through [`emit_event`]: the
 //! `tracing` bridge (lens-tracing) sends there the events it cannot attach
@@ -93,7 +95,8 @@ pub struct EventRecord {
 /// correlated with the span current here (the SDK logger fills the trace and
 /// span ids from the current OpenTelemetry context). `record` is called only
 /// when the record is written: a log pipeline is set up, `severity` is at
-/// least its level (`INFO`), and `target` is not one of [`IGNORED_TARGETS`].
+/// least its level (`INFO`), `target` is not one of [`IGNORED_TARGETS`], and
+/// the thread is not on lens's export path ([`crate::export_path`]).
 ///
 /// ```
 /// # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`
@@ -117,7 +120,7 @@ pub struct EventRecord {
 /// # }
 /// ```
 pub fn emit_event(severity: Severity, target: &str, record: impl FnOnce() -> EventRecord) {
-    if ignored(target) {
+    if ignored(target) || crate::export_path::on_export_path() {
         return;
     }
     let slot = EVENTS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -137,6 +140,7 @@ pub fn emit_event(severity: Severity, target: &str, record: impl FnOnce() -> Eve
         log.set_body(AnyValue::from(body));
     }
     log.add_attributes(attributes.into_iter().map(|kv| (kv.key, any_value(kv.value))));
+    let _export_path = crate::export_path::ExportScope::enter();
     events.logger.emit(log);
 }
 
@@ -181,7 +185,7 @@ fn ignored(target: &str) -> bool {
 
 impl Log for ForwardingLogger {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        if ignored(metadata.target()) {
+        if ignored(metadata.target()) || crate::export_path::on_export_path() {
             return false;
         }
         let slot = SLOT.read().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -189,13 +193,14 @@ impl Log for ForwardingLogger {
     }
 
     fn log(&self, record: &Record<'_>) {
-        if ignored(record.target()) {
+        if ignored(record.target()) || crate::export_path::on_export_path() {
             return;
         }
         let slot = SLOT.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(target) = slot.as_ref()
             && record.level() <= target.level
         {
+            let _export_path = crate::export_path::ExportScope::enter();
             target.bridge.log(record);
         }
     }

@@ -253,6 +253,7 @@ fn run_steps(steps: Vec<Step>, deadline: Instant, secrets: &[String]) -> Shutdow
     for (index, (_, step)) in steps.into_iter().enumerate() {
         let done_tx = done_tx.clone();
         let spawned = std::thread::Builder::new().name("lens-shutdown".into()).spawn(move || {
+            crate::export_path::mark_thread();
             let remaining = deadline.saturating_duration_since(Instant::now());
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(remaining)))
                 .unwrap_or_else(|_| Err(OTelSdkError::InternalFailure("panicked".to_string())));

@@ -31,7 +31,10 @@
 //!
 //! Exports are plain futures that any executor can poll on an ordinary
 //! thread (for example [`block_on`]); gRPC exports enter the `lens-otlp`
-//! runtime by themselves. Do not poll an HTTP export on a tokio worker
+//! runtime by themselves. Every export, flush and shutdown marks the thread
+//! that runs it as on lens's export path while it runs
+//! ([`crate::export_path`]), so that the `tracing` bridge records none of
+//! the transport's own spans and events, whichever thread that is. Do not poll an HTTP export on a tokio worker
 //! thread: it uses a blocking HTTP client.
 
 pub mod console;
@@ -54,6 +57,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 pub use super::executor::{block_on, block_on_until};
 pub use crate::config::{Compression, OtlpProtocol, OtlpSettings, Signal};
+use crate::export_path::{ExportScope, marked};
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter};
 pub use file::{FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
 pub use otlp::{
@@ -84,14 +88,18 @@ pub enum LensSpanExporter {
 
 impl SpanExporter for LensSpanExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        match self {
-            LensSpanExporter::Otlp(exporter) => exporter.export(batch).await,
-            LensSpanExporter::Console(exporter) => exporter.export(batch).await,
-            LensSpanExporter::File(exporter) => exporter.export(batch).await,
-        }
+        marked(async move {
+            match self {
+                LensSpanExporter::Otlp(exporter) => exporter.export(batch).await,
+                LensSpanExporter::Console(exporter) => exporter.export(batch).await,
+                LensSpanExporter::File(exporter) => exporter.export(batch).await,
+            }
+        })
+        .await
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _export_path = ExportScope::enter();
         match self {
             LensSpanExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
             LensSpanExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),
@@ -100,6 +108,7 @@ impl SpanExporter for LensSpanExporter {
     }
 
     fn force_flush(&self) -> OTelSdkResult {
+        let _export_path = ExportScope::enter();
         match self {
             LensSpanExporter::Otlp(exporter) => exporter.force_flush(),
             LensSpanExporter::Console(exporter) => exporter.force_flush(),
@@ -133,15 +142,19 @@ pub enum LensMetricExporter {
 
 impl PushMetricExporter for LensMetricExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        match self {
-            LensMetricExporter::Otlp(exporter) => exporter.export(metrics).await,
-            LensMetricExporter::Console(exporter) => exporter.export(metrics).await,
-            LensMetricExporter::File(exporter) => exporter.export(metrics).await,
-            LensMetricExporter::Prometheus(exporter) => exporter.export(metrics).await,
-        }
+        marked(async move {
+            match self {
+                LensMetricExporter::Otlp(exporter) => exporter.export(metrics).await,
+                LensMetricExporter::Console(exporter) => exporter.export(metrics).await,
+                LensMetricExporter::File(exporter) => exporter.export(metrics).await,
+                LensMetricExporter::Prometheus(exporter) => exporter.export(metrics).await,
+            }
+        })
+        .await
     }
 
     fn force_flush(&self) -> OTelSdkResult {
+        let _export_path = ExportScope::enter();
         match self {
             LensMetricExporter::Otlp(exporter) => exporter.force_flush(),
             LensMetricExporter::Console(exporter) => exporter.force_flush(),
@@ -151,6 +164,7 @@ impl PushMetricExporter for LensMetricExporter {
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _export_path = ExportScope::enter();
         match self {
             LensMetricExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
             LensMetricExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),
@@ -183,14 +197,18 @@ pub enum LensLogExporter {
 
 impl LogExporter for LensLogExporter {
     async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
-        match self {
-            LensLogExporter::Otlp(exporter) => exporter.export(batch).await,
-            LensLogExporter::Console(exporter) => exporter.export(batch).await,
-            LensLogExporter::File(exporter) => exporter.export(batch).await,
-        }
+        marked(async move {
+            match self {
+                LensLogExporter::Otlp(exporter) => exporter.export(batch).await,
+                LensLogExporter::Console(exporter) => exporter.export(batch).await,
+                LensLogExporter::File(exporter) => exporter.export(batch).await,
+            }
+        })
+        .await
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _export_path = ExportScope::enter();
         match self {
             LensLogExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
             LensLogExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),

@@ -215,6 +215,7 @@ impl LensHttpClient {
         let client = std::thread::Builder::new()
             .name("lens-otlp-http-setup".into())
             .spawn(move || {
+                crate::export_path::mark_thread();
                 reqwest::blocking::Client::builder()
                     .timeout(timeout)
                     .connect_timeout(timeout)
@@ -236,6 +237,8 @@ impl LensHttpClient {
 
     fn send(&self, request: http::Request<Bytes>) -> Result<http::Response<Bytes>, HttpError> {
         use std::io::Read;
+
+        let _export_path = crate::export_path::ExportScope::enter();
 
         let (parts, body) = request.into_parts();
         let mut headers = http::HeaderMap::new();
@@ -776,6 +779,7 @@ impl OtlpMetricResender {
 
 impl crate::otel::accounting::MetricResender for OtlpMetricResender {
     fn resend(&self, request: &ExportMetricsServiceRequest) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
         match &self.transport {
             ResendTransport::Http { client, url, json } => self.send_http(client, url, *json, request),
             ResendTransport::Grpc { client, runtime } => {
@@ -861,11 +865,13 @@ impl SpanExporter for OtlpSpanExporter {
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         self.sender.shut_down.store(true, std::sync::atomic::Ordering::Release);
+        let _export_path = crate::export_path::ExportScope::enter();
         let _entered = self.runtime.as_ref().map(|runtime| runtime.handle().enter());
         self.inner.shutdown_with_timeout(timeout)
     }
 
     fn force_flush(&self) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
         self.inner.force_flush()
     }
 
@@ -901,10 +907,12 @@ impl PushMetricExporter for OtlpMetricExporter {
     }
 
     fn force_flush(&self) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
         self.inner.force_flush()
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
         let _entered = self.runtime.as_ref().map(|runtime| runtime.handle().enter());
         self.inner.shutdown_with_timeout(timeout)
     }
@@ -928,6 +936,7 @@ impl LogExporter for OtlpLogExporter {
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
         let _entered = self.runtime.as_ref().map(|runtime| runtime.handle().enter());
         self.inner.shutdown_with_timeout(timeout)
     }

@@ -654,6 +654,7 @@ impl PrometheusExporter {
         let thread = std::thread::Builder::new()
             .name("lens-prometheus".into())
             .spawn(move || {
+                crate::export_path::mark_thread();
                 runtime.block_on(serve(listener, server));
                 // Dropping the runtime drops the connections still open.
                 drop(runtime);

@@ -5,7 +5,9 @@
 //! driven by one thread named `lens-otlp`. It is created only when a gRPC
 //! exporter is built, shared by the exporters of one process, and stopped
 //! when the last of them is dropped. A forked child never reuses its
-//! parent's runtime (whose thread does not exist in the child).
+//! parent's runtime (whose thread does not exist in the child). Its threads
+//! are on lens's export path for their life ([`crate::export_path`]): tonic's
+//! connection tasks run there, and their `tracing` spans are never recorded.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -55,14 +57,20 @@ impl OtlpRuntime {
         std::thread::Builder::new()
             .name("lens-otlp".into())
             .spawn(move || {
-                let runtime =
-                    match tokio::runtime::Builder::new_current_thread().enable_all().thread_name("lens-otlp").build() {
-                        Ok(runtime) => runtime,
-                        Err(error) => {
-                            let _ = handle_tx.send(Err(error.to_string()));
-                            return;
-                        }
-                    };
+                crate::export_path::mark_thread();
+                // Its blocking pool's threads (DNS lookups) are marked too.
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .thread_name("lens-otlp")
+                    .on_thread_start(crate::export_path::mark_thread)
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = handle_tx.send(Err(error.to_string()));
+                        return;
+                    }
+                };
                 let _ = handle_tx.send(Ok(runtime.handle().clone()));
                 runtime.block_on(async {
                     let _ = stop_rx.await;
@@ -93,7 +101,8 @@ impl Drop for OtlpRuntime {
 }
 
 /// Polls a future with the runtime entered, so that tonic finds its
-/// reactor and timers whatever executor polls the export.
+/// reactor and timers whatever executor polls the export, and with the
+/// polling thread on the export path ([`crate::export_path`]) meanwhile.
 pub(crate) struct InRuntime<'a, T> {
     handle: Option<Handle>,
     future: Pin<Box<dyn Future<Output = T> + Send + 'a>>,
@@ -110,6 +119,7 @@ impl<T> Future for InRuntime<'_, T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let this = &mut *self;
+        let _export_path = crate::export_path::ExportScope::enter();
         let _entered = this.handle.as_ref().map(Handle::enter);
         this.future.as_mut().poll(cx)
     }
