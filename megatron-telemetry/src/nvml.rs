@@ -66,6 +66,26 @@ pub fn physical_gpu_index(local_rank: u32, env: &(impl EnvSource + ?Sized)) -> O
     entry.trim().parse::<u32>().ok()
 }
 
+/// Whether `CUDA_VISIBLE_DEVICES` gives CUDA device `ordinal` (local rank
+/// `ordinal`'s device) as a MIG instance: its entry is `MIG-…` (a MIG UUID,
+/// or the older `MIG-GPU-…/<gi>/<ci>` form). A MIG instance has a share of
+/// its GPU's peak, so [`crate::mfu`] gives it none.
+///
+/// ```
+/// use megatron_telemetry::nvml::visible_device_is_mig;
+///
+/// let env = [("CUDA_VISIBLE_DEVICES", "0, MIG-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901")];
+/// assert!(!visible_device_is_mig(0, &env) && visible_device_is_mig(1, &env));
+/// assert!(!visible_device_is_mig(0, &[("RANK", "0")]));
+/// ```
+pub fn visible_device_is_mig(ordinal: u32, env: &(impl EnvSource + ?Sized)) -> bool {
+    let Some(visible) = env.var("CUDA_VISIBLE_DEVICES") else {
+        return false;
+    };
+    let entry = usize::try_from(ordinal).ok().and_then(|ordinal| visible.split(',').nth(ordinal));
+    entry.is_some_and(|entry| entry.trim().starts_with("MIG-"))
+}
+
 /// The GPU identity of local rank `local_rank`: `dl.gpu.index` (the
 /// physical index, see [`physical_gpu_index`]), `dl.gpu.name`,
 /// `dl.gpu.uuid`, and, when NVML reports them, `dl.gpu.serial` and

@@ -28,7 +28,6 @@ pub(crate) use megatron_telemetry::goodput::Phase;
 use megatron_telemetry::goodput::{Accountant, GoodputMetrics, GoodputTotals, ProgressRecord};
 use megatron_telemetry::lifecycle::StartupTimestamps;
 use megatron_telemetry::mfu;
-use megatron_telemetry::resource::Precision;
 
 use crate::output;
 
@@ -67,12 +66,8 @@ pub(crate) struct GoodputSetup<'a> {
     pub(crate) save: Option<&'a Path>,
     /// The gauges (a no-op handle except on the export rank).
     pub(crate) metrics: GoodputMetrics,
-    /// `<PREFIX>_PEAK_TFLOPS`.
-    pub(crate) configured_peak_tflops: Option<f64>,
-    /// The device's name (NVML/CUDA name on a GPU, `cpu` otherwise).
-    pub(crate) device_name: &'a str,
-    /// The training precision.
-    pub(crate) precision: Precision,
+    /// The peak MFU divides by (`crate::telemetry::MfuPeak`); `None`: no MFU.
+    pub(crate) peak_tflops: Option<f64>,
 }
 
 impl Goodput {
@@ -99,7 +94,7 @@ impl Goodput {
                 run_id: setup.run_id,
                 record_dir: setup.save.filter(|_| setup.rank == 0).map(Path::to_path_buf),
                 metrics: setup.metrics,
-                peak_tflops: mfu::peak_tflops(setup.configured_peak_tflops, setup.device_name, setup.precision),
+                peak_tflops: setup.peak_tflops,
                 iteration: 0,
                 checkpoint_iteration: None,
                 last_mfu: None,

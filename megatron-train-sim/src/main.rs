@@ -225,6 +225,15 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
     telemetry.record_startup_phases(&stamps);
 
     let summary_path = args.summary_json.clone();
+    let peak = telemetry::MfuPeak::resolve(
+        telemetry::load_config(&env, &args.otel).ok().as_ref(),
+        device.gpu_name(),
+        rank.local_rank,
+        &ProcessEnv,
+    );
+    if telemetry.is_enabled() && rank.rank + 1 == rank.world_size {
+        output::mfu_peak(&peak);
+    }
     let goodput = goodput::Goodput::new(goodput::GoodputSetup {
         enabled: telemetry.is_enabled(),
         run_id: run_id.clone(),
@@ -232,9 +241,7 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
         rank: rank.rank,
         save: args.save.as_deref(),
         metrics: telemetry.goodput_metrics(),
-        configured_peak_tflops: telemetry::load_config(&env, &args.otel).ok().and_then(|c| c.peak_tflops),
-        device_name: &device.name(),
-        precision: megatron_telemetry::resource::Precision::from_flags(args.fp16, args.bf16),
+        peak_tflops: peak.tflops(),
     });
     let mut trainer = Trainer::new(args, layout, comm, device, telemetry, stop);
     trainer.set_goodput(goodput);

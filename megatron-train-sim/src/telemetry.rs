@@ -29,7 +29,9 @@ use lens_core::env::{EnvSource, ProcessEnv};
 use lens_core::identity::RankContext;
 use lens_fallbacks::{KeyValue, SetupError, ShutdownReport, SpanGuard};
 use megatron_telemetry::lifecycle::{self, IterationSpans, LifecycleOptions, MegatronTelemetry};
-use megatron_telemetry::resource::{TrainingArgs, training_resource_attributes};
+use megatron_telemetry::mfu::{self, NoPeak, Peak};
+use megatron_telemetry::nvml;
+use megatron_telemetry::resource::{Precision, TrainingArgs, training_resource_attributes};
 use megatron_telemetry::taxonomy::{self, SpanDef, attr};
 
 pub(crate) use megatron_telemetry::lifecycle::StartupTimestamps;
@@ -107,6 +109,52 @@ pub(crate) fn resolve_run_id(config: &LensConfig, env: &(impl EnvSource + ?Sized
 /// rank starts; each rank's setup loads it again).
 pub(crate) fn load_config(env: &(impl EnvSource + ?Sized), cli: &CliOverrides) -> Result<LensConfig, SetupError> {
     lifecycle::load_config(cli, env)
+}
+
+/// The precision the simulator's kernels compute in, whatever `--bf16` and
+/// `--fp16` say (they name the training precision in the resource, but the
+/// products are `f32`): MFU divides by this figure of the GPU's row.
+pub(crate) const KERNEL_PRECISION: Precision = Precision::Fp32;
+
+/// The peak MFU divides by on a rank's device, or why there is none, and
+/// what the startup output names (the GPU, the variable that sets a peak).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct MfuPeak {
+    /// The peak, or why there is none.
+    pub(crate) peak: Result<Peak, NoPeak>,
+    /// The driver's name of the GPU the rank opened (`None`: the CPU).
+    pub(crate) gpu_name: Option<String>,
+    /// The variable that sets a peak (`<PREFIX>_PEAK_TFLOPS`).
+    pub(crate) variable: String,
+}
+
+impl MfuPeak {
+    /// The peak for the device a rank opened: `<PREFIX>_PEAK_TFLOPS` from
+    /// `config` when set; else the [`KERNEL_PRECISION`] figure of the row of
+    /// known GPUs that `gpu_name` (the driver's name, `None` for the CPU)
+    /// matches by whole tokens; none for a MIG instance (by its name, or
+    /// when `CUDA_VISIBLE_DEVICES` in `env` gives CUDA device `ordinal` as
+    /// `MIG-…`).
+    pub(crate) fn resolve(
+        config: Option<&LensConfig>,
+        gpu_name: Option<String>,
+        ordinal: u32,
+        env: &(impl EnvSource + ?Sized),
+    ) -> MfuPeak {
+        let configured = config.and_then(|config| config.peak_tflops);
+        let variable = config.map_or_else(
+            || "MEGATRON_OTEL_PEAK_TFLOPS".to_string(),
+            |config| config.variable_to_set("peak_tflops", "PEAK_TFLOPS"),
+        );
+        let mig = gpu_name.is_some() && nvml::visible_device_is_mig(ordinal, env);
+        let peak = mfu::resolve_peak(configured, gpu_name.as_deref(), mig, KERNEL_PRECISION);
+        MfuPeak { peak, gpu_name, variable }
+    }
+
+    /// The peak in TFLOP/s, when there is one.
+    pub(crate) fn tflops(&self) -> Option<f64> {
+        self.peak.as_ref().ok().map(|peak| peak.tflops)
+    }
 }
 
 /// Whether `config` turns telemetry on.
@@ -334,4 +382,50 @@ impl Telemetry {
 /// Attribute integers are `i64`; counts beyond it are clamped (never reached).
 fn as_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use megatron_telemetry::mfu::PeakSource;
+
+    use super::*;
+
+    fn config(env: &[(&str, &str)]) -> LensConfig {
+        load_config(env, &CliOverrides { otel_enabled: true, ..CliOverrides::default() }).unwrap()
+    }
+
+    #[test]
+    fn the_mfu_peak_is_the_fp32_row_of_the_gpu_the_rank_opened() {
+        // The driver's name of an H200 (not `cuda:0`): its FP32 row, 67 TFLOP/s,
+        // whatever --bf16 says (the resource's precision is not an input).
+        let h200 = MfuPeak::resolve(Some(&config(&[])), Some("NVIDIA H200".to_string()), 0, &[]);
+        assert_eq!(h200.tflops(), Some(67.0));
+        let Ok(Peak { precision: Precision::Fp32, source: PeakSource::Known(row), .. }) = h200.peak else {
+            panic!("{h200:?}")
+        };
+        assert_eq!(row.name, "H200");
+        assert_eq!(h200.variable, "MEGATRON_OTEL_PEAK_TFLOPS");
+        // The startup line names the peak, the row, its precision and its source.
+        let line = crate::output::mfu_peak_line(&h200);
+        assert!(line.starts_with("MFU peak: 67 TFLOP/s, the FP32 figure of the row \"H200\""), "{line}");
+        assert!(
+            line.contains("for GPU \"NVIDIA H200\"") && line.contains("H200 Tensor Core GPU\" datasheet"),
+            "{line}"
+        );
+        // The device's label is not a model name.
+        let label = MfuPeak::resolve(None, Some("cuda:0".to_string()), 0, &[]);
+        assert_eq!(label.peak, Err(NoPeak::UnknownGpu("cuda:0".to_string())));
+        assert_eq!(MfuPeak::resolve(None, None, 0, &[]).peak, Err(NoPeak::NotAGpu));
+        // A MIG instance: by its name, or by CUDA_VISIBLE_DEVICES.
+        let mig = MfuPeak::resolve(None, Some("NVIDIA H200 MIG 1g.18gb".to_string()), 0, &[]);
+        assert!(matches!(mig.peak, Err(NoPeak::MigInstance(_))), "{mig:?}");
+        let visible = [("CUDA_VISIBLE_DEVICES", "MIG-1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901")];
+        let mig = MfuPeak::resolve(None, Some("NVIDIA H200".to_string()), 0, &visible);
+        assert!(matches!(mig.peak, Err(NoPeak::MigInstance(_))), "{mig:?}");
+        // The configured peak answers for every device, and names its variable.
+        let env = [("NEMO_LENS_PEAK_TFLOPS", "12.5"), ("CUDA_VISIBLE_DEVICES", visible[0].1)];
+        let configured = MfuPeak::resolve(Some(&config(&env)), Some("NVIDIA H200".to_string()), 0, &env);
+        assert_eq!(configured.tflops(), Some(12.5));
+        assert_eq!(configured.variable, "NEMO_LENS_PEAK_TFLOPS");
+    }
 }

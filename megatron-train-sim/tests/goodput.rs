@@ -220,6 +220,10 @@ fn a_clean_run_loses_nothing_and_exports_mfu_with_a_configured_peak() {
         SMALL,
         &[
             "--otel-enabled",
+            "--num-layers",
+            "4",
+            "--global-batch-size",
+            "8",
             "--train-iters",
             "12",
             "--log-interval",
@@ -234,15 +238,29 @@ fn a_clean_run_loses_nothing_and_exports_mfu_with_a_configured_peak() {
     );
     let (ok, stderr, _) = attempt(&dir, "clean", &args, &[("MEGATRON_OTEL_PEAK_TFLOPS", "0.001")]);
     assert!(ok, "{stderr}");
+    // The startup output names the peak and where it comes from.
+    assert!(stderr.contains("MFU peak: 0.001 TFLOP/s, from MEGATRON_OTEL_PEAK_TFLOPS"), "{stderr}");
     let s = summary(&dir);
     let g = &s["goodput"];
     assert_eq!(g["seconds"]["lost_progress"], 0.0);
     assert_eq!(g["lost_iterations"], 0);
     assert_eq!(g["productive_iterations"], 12);
     assert_eq!(g["attempts"], 1);
-    // MFU = achieved TFLOP/s per GPU over the configured peak.
+    // MFU = model FLOPs per iteration / (step time × peak) per GPU, the step
+    // time being the mean of the last log interval (iterations 9 to 12).
+    // FLOPs per iteration (docs/simulator.md): (6 × parameters − 2·256·h) ×
+    // tokens, parameters = 256·h + L·(h² + h) + 256·h + 256; h 32, L 4,
+    // tokens = global batch 8 × sequence 16.
+    let (h, layers, tokens) = (32.0, 4.0, 8.0 * 16.0);
+    let parameters = 256.0 * h + layers * (h * h + h) + 256.0 * h + 256.0;
+    let flops = (6.0 * parameters - 2.0 * 256.0 * h) * tokens;
+    assert_eq!(s["flops_per_iteration"].as_f64(), Some(flops));
+    let steps: Vec<f64> = s["step_times_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(steps.len(), 12);
+    let last_interval_s = steps[8..].iter().sum::<f64>() / 4.0 / 1e3;
+    let expected = flops / last_interval_s / (0.001 * 1e12);
     let mfu = g["mfu"].as_f64().expect("an MFU with MEGATRON_OTEL_PEAK_TFLOPS set");
-    assert!(mfu > 0.0 && mfu.is_finite(), "{mfu}");
+    assert!((mfu - expected).abs() <= 1e-9 * expected, "MFU {mfu}, formula {expected}");
     let (buckets, _, exported_mfu) = exported(&dir, "clean", 0);
     // Under the `default` groups there are no iteration spans: the viewer
     // says what is missing instead of a breakdown.

@@ -320,6 +320,10 @@ fn under_single_rank_only_one_rank_exports_in_a_tensor_parallel_run() {
     );
     let (status, stderr) = run_command(command(&dir, &args), LIMIT);
     assert!(status.success(), "{stderr}");
+    // The last rank says once, at start-up, why there is no MFU on the CPU.
+    let why = "MFU: none: the device is not a GPU, and the table of known GPUs has no peak for it; \
+               set MEGATRON_OTEL_PEAK_TFLOPS to report MFU";
+    assert_eq!(stderr.matches(why).count(), 1, "{stderr}");
     let run = run_dir(&dir);
     let ranks = support::trace_ranks(&run);
     assert_eq!(ranks.len(), 1, "exactly one rank exports under single_rank: {ranks:?}");

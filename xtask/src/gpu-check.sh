@@ -13,8 +13,11 @@
 # Two runs with --device cuda: one rank, then one rank per GPU (at most 2),
 # 60 iterations each, telemetry to the file exporter. For each it prints the
 # GPU identity attributes of the telemetry resource (dl.gpu.*), the peak
-# device memory and the throughput of the summary. Exits 1 on the first
-# failure, 0 when every check passed. Takes well under 5 minutes.
+# device memory and the throughput of the summary, and the MFU: the peak the
+# simulator chose (the row of known GPUs for the driver's GPU name, its
+# precision, TFLOP/s and source, or why there is none) and the MFU of the
+# last log interval. Exits 1 on the first failure, 0 when every check
+# passed. Takes well under 5 minutes.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +35,11 @@ fail() {
 # A top-level scalar of the (pretty-printed) summary JSON.
 field() {
     sed -n "s/^  \"$2\": *\"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}\$/\1/p" "$1"
+}
+
+# A member of the summary's goodput object (indented one level deeper).
+goodput_field() {
+    sed -n "s/^    \"$2\": *\([^,]*\),\{0,1\}\$/\1/p" "$1"
 }
 
 # The dl.gpu.* (and rank) attributes of the resource of a telemetry file.
@@ -101,6 +109,23 @@ check_run() { # NAME NPROC
     echo "  tokens/s                : $(field "$summary" tokens_per_sec)"
     echo "  TFLOP/s per rank        : $(field "$summary" throughput_tflops_per_rank)"
     echo "  peak device memory      : $peak bytes ($((peak / 1048576)) MiB, last rank's allocations)"
+    # The startup line of the last rank: "MFU peak: <TFLOP/s>, the <precision>
+    # figure of the row "<row>" of the known GPUs for GPU "<name>" (source:
+    # ...)", or "MFU: none: <why>".
+    peak_line=$(sed -n 's/^megatron-train-sim: \(MFU peak: .*\|MFU: none: .*\)$/\1/p' "$dir/log.txt" | head -n 1)
+    [ -n "$peak_line" ] || fail "$name: the simulator did not say which MFU peak it uses (log: $dir/log.txt)"
+    mfu=$(goodput_field "$summary" mfu)
+    case "$peak_line" in
+        "MFU peak:"*)
+            echo "  MFU peak                : ${peak_line#MFU peak: }"
+            case "$mfu" in '' | null) fail "$name: the simulator uses a peak but the summary has no MFU" ;; esac
+            echo "  MFU (last log interval) : $mfu ($(awk -v m="$mfu" 'BEGIN { printf "%.4f%%", m * 100 }'))"
+            ;;
+        *)
+            echo "  MFU peak                : ${peak_line#MFU: }"
+            echo "  MFU (last log interval) : ${mfu:-null} (no peak)"
+            ;;
+    esac
     losses=$(sed -n '/^  "losses"/,/^  ]/p' "$summary" | sed -n 's/.*"loss": *\([^,]*\),*$/\1/p')
     first_loss=$(printf '%s\n' "$losses" | head -n 1)
     last_loss=$(printf '%s\n' "$losses" | tail -n 1)

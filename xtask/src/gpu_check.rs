@@ -164,6 +164,10 @@ mod tests {
             "tokens_per_sec",
             "throughput_tflops_per_rank",
             "final_iteration",
+            // The startup line of output.rs's mfu_peak_line, and the
+            // summary's goodput.mfu.
+            "megatron-train-sim: \\(MFU peak: .*\\|MFU: none: .*\\)",
+            "goodput_field \"$summary\" mfu",
         ] {
             assert!(SCRIPT.contains(needle), "gpu-check.sh lacks {needle}");
         }

@@ -13,6 +13,11 @@
 //! buffers: what this rank allocated on the GPU, like PyTorch's
 //! `max_memory_allocated` (the CUDA context's own memory is not counted).
 //!
+//! The driver's name for the GPU (`cuDeviceGetName`, such as `NVIDIA H200`)
+//! is its [`Device::gpu_name`], which picks the MFU peak
+//! (`crate::telemetry::MfuPeak`); the summary's `cuda:N` is its
+//! [`name`](Device::name).
+//!
 //! A driver call that fails mid-run does not abort training: the product is
 //! computed on the CPU instead, the first failure is printed once, and the
 //! device's [`name`](Device::name) becomes `cuda:N (failed over to the cpu)`,
@@ -243,6 +248,10 @@ impl Device for Cuda {
         } else {
             format!("cuda:{}", self.ordinal)
         }
+    }
+
+    fn gpu_name(&self) -> Option<String> {
+        Some(self.label.clone())
     }
 
     fn matmul(&self, a: &[f32], b: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {

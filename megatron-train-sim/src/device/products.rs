@@ -9,6 +9,13 @@ pub(crate) trait Device: Send + Sync {
     /// The device's name, as the summary prints it (`cpu`, `cuda:0`).
     fn name(&self) -> String;
 
+    /// The GPU's model name as its driver gives it (`cuDeviceGetName`:
+    /// `NVIDIA H200`, `NVIDIA A100-SXM4-40GB MIG 1g.5gb`), which picks the
+    /// MFU peak; `None` for the CPU.
+    fn gpu_name(&self) -> Option<String> {
+        None
+    }
+
     /// `out (m×n) = a (m×k) · b (k×n)`.
     fn matmul(&self, a: &[f32], b: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]);
 
