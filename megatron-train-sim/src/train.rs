@@ -886,9 +886,15 @@ impl Trainer {
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
         let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
         std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
-        self.goodput.begin(GoodputPhase::CheckpointSave);
+        self.goodput.save_begins(iteration);
         let saved = self.save_blocking(&root, iteration);
-        self.goodput.saved(iteration);
+        self.goodput.end(GoodputPhase::CheckpointSave);
+        if saved.is_ok() && !self.args.async_save {
+            // Every rank's file and the tracker are written: the checkpoint
+            // is durable. An asynchronous one is at its finalize; a failed
+            // save keeps nothing.
+            self.goodput.checkpoint_durable(iteration);
+        }
         saved
     }
 
@@ -975,12 +981,27 @@ impl Trainer {
     }
 
     /// Waits for the pending asynchronous save, waits for every rank's, and
-    /// points the tracker at it. Returns the finalized call indices.
+    /// points the tracker at it: the checkpoint is durable, and goodput keeps
+    /// what its save covered (the loop is blocked meanwhile: save time).
+    /// Returns the finalized call indices.
     fn finalize_async_save(&mut self) -> Result<Vec<u64>, RankError> {
         let Some(pending) = self.pending_save.take() else { return Ok(Vec::new()) };
         let phases = self.insight.phases().clone();
         let _checkpoint = phases.enter(Phase::Checkpoint);
         let (call_index, iteration) = (pending.call_index, pending.iteration);
+        self.goodput.begin(GoodputPhase::CheckpointSave);
+        let durable = self.wait_and_track(pending);
+        self.goodput.end(GoodputPhase::CheckpointSave);
+        self.outcome_checkpoints.push((iteration, durable?));
+        self.goodput.checkpoint_durable(iteration);
+        self.save_ready = false;
+        Ok(vec![call_index])
+    }
+
+    /// An asynchronous save's finalize: this rank's write, every rank's
+    /// (a barrier), then the tracker (rank 0). The rank file's path.
+    fn wait_and_track(&mut self, pending: PendingSave) -> Result<PathBuf, RankError> {
+        let iteration = pending.iteration;
         let path = pending.wait().map_err(RankError::new)?;
         let world = self.groups.world.clone();
         self.comm.barrier(&world)?;
@@ -990,9 +1011,7 @@ impl Trainer {
             checkpoint::write_tracker(root, iteration)
                 .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
         }
-        self.outcome_checkpoints.push((iteration, path));
-        self.save_ready = false;
-        Ok(vec![call_index])
+        Ok(path)
     }
 
     /// Closes the connections to the other ranks (after a successful run).
