@@ -395,15 +395,6 @@ impl Trainer {
             let iteration = self.iteration;
             self.goodput.iteration_completed(iteration);
             let loss = (!step.skipped).then_some(step.loss);
-            iterations.push((iteration, step_ms, loss));
-            interval_step_ms.push(step_ms);
-            match loss {
-                Some(loss) => interval_losses.push(loss),
-                None => {
-                    self.skipped += 1;
-                    interval_skipped += 1;
-                }
-            }
 
             // Reporting (every iteration, as Megatron's training_log).
             {
@@ -416,6 +407,17 @@ impl Trainer {
                     None
                 };
                 let _log = self.telemetry.span(&tx::TRAIN_LOG, []);
+                // Megatron's `training_log`: every iteration, the loss and
+                // skip accounting; at log intervals, the report.
+                iterations.push((iteration, step_ms, loss));
+                interval_step_ms.push(step_ms);
+                match loss {
+                    Some(loss) => interval_losses.push(loss),
+                    None => {
+                        self.skipped += 1;
+                        interval_skipped += 1;
+                    }
+                }
                 if log_now {
                     let mean_loss = (!interval_losses.is_empty())
                         .then(|| interval_losses.iter().sum::<f64>() / interval_losses.len() as f64);
@@ -945,11 +947,16 @@ impl Trainer {
             }
         }
         if self.saves_done < 3 {
-            // The first few saves report the memory they leave behind.
+            // The first few saves report the memory they leave behind, as
+            // Megatron's `report_memory`: every rank reads its own, the
+            // first data-parallel replica of each model shard prints it.
             let _memory = self.telemetry.span(&tx::CHECKPOINT_REPORT_MEMORY, []);
-            if self.rank() == 0 {
-                let peak = self.device.peak_memory_bytes().map_or(0.0, |b| b as f64 / (1024.0 * 1024.0));
-                output::note(&format!("after saving iteration {iteration}: peak memory {peak:.1} MiB"));
+            let peak = self.device.peak_memory_bytes().map_or(0.0, |b| b as f64 / (1024.0 * 1024.0));
+            if self.coords.dp == 0 {
+                output::note(&format!(
+                    "[Rank {}] after saving iteration {iteration}: peak memory {peak:.1} MiB",
+                    self.rank()
+                ));
             }
         }
         if self.args.fp8_format.is_some() {
