@@ -25,13 +25,13 @@
 //! - `checkpoint_save`, `checkpoint_load`, `evaluation`: the loop blocked
 //!   by them;
 //! - `lost_progress`: a dead attempt's `pending` time, from its last
-//!   checkpoint to its last progress record, charged when the next attempt
+//!   durable checkpoint to its last progress record, charged when the next attempt
 //!   resumes from that checkpoint ([`GoodputTotals::resume`]);
 //! - `other`: the rest (after the normal end: barriers, shutdown).
 //!
 //! Restarts: one rank writes a [`ProgressRecord`] (the run's totals so far)
-//! beside the checkpoints, atomically, at every log interval and every save
-//! ([`ProgressRecord::write_atomic`]); the next attempt reads it from its
+//! beside the checkpoints, atomically, at every log interval and whenever a
+//! checkpoint becomes durable ([`ProgressRecord::write_atomic`]); the next attempt reads it from its
 //! `--load` directory ([`ProgressRecord::read`]), charges the dead
 //! attempt's pending time as lost and continues the totals. A dead attempt's
 //! time after its last record is not seen by anyone (at most one log
@@ -55,7 +55,7 @@
 //! let covers = goodput.coverage(6.0); // what is pending when the save begins
 //! goodput.end(Phase::CheckpointSave, 6.5);
 //! goodput.checkpoint_durable(covers, 6.5); // it succeeded: keep what it covers
-//! goodput.iteration_completed(7.5); // not covered by a checkpoint yet
+//! goodput.iteration_completed(7.5); // not covered by a durable checkpoint yet
 //! let totals = goodput.snapshot(7.5);
 //! assert_eq!(totals.seconds(Bucket::Startup), 2.0);
 //! assert_eq!(totals.seconds(Bucket::CheckpointLoad), 2.0);
@@ -159,7 +159,7 @@ pub struct GoodputTotals {
     seconds: [f64; 8],
     /// Iterations whose result was kept.
     pub productive_iterations: u64,
-    /// Iterations completed but not yet covered by a checkpoint.
+    /// Iterations completed but not yet covered by a durable checkpoint.
     pub pending_iterations: u64,
     /// Iterations a crash threw away.
     pub lost_iterations: u64,
@@ -439,7 +439,7 @@ pub struct ProgressRecord {
     pub run_id: String,
     /// The last iteration completed when the record was written.
     pub iteration: u64,
-    /// The iteration of the latest checkpoint saved, if any.
+    /// The iteration of the latest durable checkpoint, if any.
     pub checkpoint_iteration: Option<u64>,
     /// The run's totals when the record was written.
     pub totals: GoodputTotals,
