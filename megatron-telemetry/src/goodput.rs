@@ -14,18 +14,24 @@
 //! - `startup`: launch stamp to the start of the training loop, less any
 //!   checkpoint load inside it;
 //! - `pending`: loop time (iterations, logging) not yet covered by a
-//!   checkpoint; the end of a save, or a normal end, moves it to
-//!   `productive`;
+//!   durable checkpoint; a normal end moves it to `productive`;
+//! - `productive`: what a durable checkpoint covers: a save takes note of
+//!   what is pending when it begins ([`Accountant::coverage`]) and keeps it
+//!   only once the checkpoint is durable ([`Accountant::checkpoint_durable`]:
+//!   a synchronous save that succeeded, an asynchronous one at its
+//!   finalize, once the checkpoint's iteration record is written). A save
+//!   that fails keeps nothing, and iterations completed while an
+//!   asynchronous save is in flight are not its to keep;
 //! - `checkpoint_save`, `checkpoint_load`, `evaluation`: the loop blocked
 //!   by them;
 //! - `lost_progress`: a dead attempt's `pending` time, from its last
-//!   checkpoint to its last progress record, charged when the next attempt
+//!   durable checkpoint to its last progress record, charged when the next attempt
 //!   resumes from that checkpoint ([`GoodputTotals::resume`]);
 //! - `other`: the rest (after the normal end: barriers, shutdown).
 //!
 //! Restarts: one rank writes a [`ProgressRecord`] (the run's totals so far)
-//! beside the checkpoints, atomically, at every log interval and every save
-//! ([`ProgressRecord::write_atomic`]); the next attempt reads it from its
+//! beside the checkpoints, atomically, at every log interval and whenever a
+//! checkpoint becomes durable ([`ProgressRecord::write_atomic`]); the next attempt reads it from its
 //! `--load` directory ([`ProgressRecord::read`]), charges the dead
 //! attempt's pending time as lost and continues the totals. A dead attempt's
 //! time after its last record is not seen by anyone (at most one log
@@ -46,8 +52,10 @@
 //! goodput.iteration_completed(5.0);
 //! goodput.iteration_completed(6.0);
 //! goodput.begin(Phase::CheckpointSave, 6.0);
+//! let covers = goodput.coverage(6.0); // what is pending when the save begins
 //! goodput.end(Phase::CheckpointSave, 6.5);
-//! goodput.iteration_completed(7.5); // not covered by a checkpoint yet
+//! goodput.checkpoint_durable(covers, 6.5); // it succeeded: keep what it covers
+//! goodput.iteration_completed(7.5); // not covered by a durable checkpoint yet
 //! let totals = goodput.snapshot(7.5);
 //! assert_eq!(totals.seconds(Bucket::Startup), 2.0);
 //! assert_eq!(totals.seconds(Bucket::CheckpointLoad), 2.0);
@@ -63,10 +71,10 @@ use std::path::{Path, PathBuf};
 /// Where a second of wall-clock time went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Bucket {
-    /// Iterations whose result was kept (covered by a checkpoint, or
-    /// completed in an attempt that ended normally).
+    /// Iterations whose result was kept (covered by a durable checkpoint,
+    /// or completed in an attempt that ended normally).
     Productive,
-    /// Iterations completed but not yet covered by a checkpoint.
+    /// Iterations completed but not yet covered by a durable checkpoint.
     Pending,
     /// Launch stamp to the start of the training loop.
     Startup,
@@ -123,8 +131,9 @@ impl Bucket {
 /// A phase that blocks the loop and has a bucket of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// A checkpoint save (its blocking part); its end covers the pending
-    /// iterations.
+    /// A checkpoint save (its blocking part: the dispatch of an
+    /// asynchronous save, or its finalize). Its end keeps nothing by
+    /// itself: see [`Accountant::checkpoint_durable`].
     CheckpointSave,
     /// A checkpoint load.
     CheckpointLoad,
@@ -150,7 +159,7 @@ pub struct GoodputTotals {
     seconds: [f64; 8],
     /// Iterations whose result was kept.
     pub productive_iterations: u64,
-    /// Iterations completed but not yet covered by a checkpoint.
+    /// Iterations completed but not yet covered by a durable checkpoint.
     pub pending_iterations: u64,
     /// Iterations a crash threw away.
     pub lost_iterations: u64,
@@ -214,15 +223,54 @@ impl GoodputTotals {
 /// Nesting deeper than this is counted in the innermost tracked phase.
 const MAX_DEPTH: usize = 4;
 
+/// What a checkpoint keeps once it is durable: the iterations completed and
+/// the loop time spent before its save began ([`Accountant::coverage`]).
+/// Opaque; only [`Accountant::checkpoint_durable`] reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Coverage {
+    iterations: u64,
+    seconds: f64,
+}
+
 /// One attempt's goodput state machine; see the module documentation.
 ///
 /// Times are seconds since the attempt's launch stamp, from one clock; a
 /// time earlier than the latest one seen counts as the latest (nothing is
 /// ever negative). It allocates nothing and costs a few additions per event.
+///
+/// The credit rule: loop time and iterations are `pending` until a durable
+/// checkpoint covers them. A save asks for its [`Coverage`] when it begins
+/// (everything completed so far) and hands it to
+/// [`Accountant::checkpoint_durable`] once the checkpoint exists; a save
+/// that fails never does, and what it would have covered stays pending
+/// (lost, if the attempt then dies).
+///
+/// ```
+/// use megatron_telemetry::goodput::{Accountant, GoodputTotals, Phase};
+///
+/// let mut goodput = Accountant::new(GoodputTotals::default());
+/// goodput.training_started(0.0);
+/// goodput.iteration_completed(1.0);
+/// // An asynchronous save of iteration 1: dispatched, then finalized later.
+/// goodput.begin(Phase::CheckpointSave, 1.0);
+/// let covers = goodput.coverage(1.0);
+/// goodput.end(Phase::CheckpointSave, 1.25);
+/// goodput.iteration_completed(2.25); // while the write is in flight
+/// assert_eq!(goodput.snapshot(2.25).productive_iterations, 0, "nothing kept before the finalize");
+/// goodput.checkpoint_durable(covers, 2.25);
+/// let totals = goodput.snapshot(2.25);
+/// assert_eq!((totals.productive_iterations, totals.pending_iterations), (1, 1));
+/// ```
 #[derive(Clone, Debug)]
 pub struct Accountant {
     prior: GoodputTotals,
+    /// This attempt's seconds outside the loop's own time (`productive` and
+    /// `pending` are derived from `completed` and `kept`).
     attempt: GoodputTotals,
+    /// The loop time and iterations of this attempt so far.
+    completed: Coverage,
+    /// The part of `completed` that a durable checkpoint or the normal end kept.
+    kept: Coverage,
     cursor: f64,
     base: Bucket,
     stack: [Bucket; MAX_DEPTH],
@@ -240,6 +288,8 @@ impl Accountant {
         Accountant {
             prior,
             attempt: GoodputTotals::default(),
+            completed: Coverage::default(),
+            kept: Coverage::default(),
             cursor: 0.0,
             base: Bucket::Startup,
             stack: [Bucket::Other; MAX_DEPTH],
@@ -256,18 +306,12 @@ impl Accountant {
     #[inline]
     fn advance(&mut self, now: f64) {
         if now > self.cursor {
-            let bucket = self.current();
-            self.attempt.seconds[bucket.index()] += now - self.cursor;
+            match self.current() {
+                Bucket::Pending => self.completed.seconds += now - self.cursor,
+                bucket => self.attempt.seconds[bucket.index()] += now - self.cursor,
+            }
             self.cursor = now;
         }
-    }
-
-    fn cover_pending(&mut self) {
-        let a = &mut self.attempt;
-        a.seconds[Bucket::Productive.index()] += a.seconds[Bucket::Pending.index()];
-        a.seconds[Bucket::Pending.index()] = 0.0;
-        a.productive_iterations += a.pending_iterations;
-        a.pending_iterations = 0;
     }
 
     /// `phase` begins at `now`.
@@ -281,20 +325,37 @@ impl Accountant {
         }
     }
 
-    /// `phase` ends at `now`; the end of a save covers the pending
-    /// iterations. An end without its begin only advances the clock.
+    /// `phase` ends at `now`. An end without its begin only advances the
+    /// clock. The end of a save keeps nothing: a save's iterations are kept
+    /// by [`Accountant::checkpoint_durable`].
     pub fn end(&mut self, phase: Phase, now: f64) {
         self.advance(now);
         if self.overflow > 0 {
             self.overflow -= 1;
         } else if self.depth > 0 && self.stack[self.depth - 1] == phase.bucket() {
             self.depth -= 1;
-        } else {
-            return;
         }
-        if phase == Phase::CheckpointSave {
-            self.cover_pending();
-        }
+    }
+
+    /// What a checkpoint whose save begins at `now` covers: every iteration
+    /// completed so far and the loop time behind them. Keep it with the
+    /// save and hand it to [`Accountant::checkpoint_durable`] once the
+    /// checkpoint is durable.
+    pub fn coverage(&mut self, now: f64) -> Coverage {
+        self.advance(now);
+        self.completed
+    }
+
+    /// The checkpoint that covers `coverage` is durable at `now` (a
+    /// synchronous save succeeded; an asynchronous one was finalized, its
+    /// iteration record written): what it covers moves from `pending` to
+    /// `productive`. Iterations completed after its save began stay
+    /// pending; a checkpoint older than one already durable keeps nothing
+    /// more.
+    pub fn checkpoint_durable(&mut self, coverage: Coverage, now: f64) {
+        self.advance(now);
+        self.kept.iterations = self.kept.iterations.max(coverage.iterations.min(self.completed.iterations));
+        self.kept.seconds = self.kept.seconds.max(coverage.seconds.min(self.completed.seconds));
     }
 
     /// Startup ends at `now`: from here on, loop time is `pending`.
@@ -313,14 +374,14 @@ impl Accountant {
         } else {
             self.advance(now);
         }
-        self.attempt.pending_iterations += 1;
+        self.completed.iterations += 1;
     }
 
     /// The attempt ended normally at `now`: what is pending is kept, and the
     /// time after this goes to `other`.
     pub fn finish(&mut self, now: f64) {
         self.advance(now);
-        self.cover_pending();
+        self.kept = self.completed;
         self.base = Bucket::Other;
         self.depth = 0;
         self.overflow = 0;
@@ -331,11 +392,21 @@ impl Accountant {
     /// buckets sum to the earlier attempts' time plus `now` (or the latest
     /// event's time, when later).
     pub fn snapshot(&self, now: f64) -> GoodputTotals {
-        let mut totals = self.prior;
-        totals.add(&self.attempt);
-        if now > self.cursor {
-            totals.seconds[self.current().index()] += now - self.cursor;
+        let mut attempt = self.attempt;
+        let mut completed = self.completed;
+        if self.current() == Bucket::Pending && now > self.cursor {
+            completed.seconds += now - self.cursor;
         }
+        attempt.seconds[Bucket::Productive.index()] = self.kept.seconds;
+        attempt.seconds[Bucket::Pending.index()] = (completed.seconds - self.kept.seconds).max(0.0);
+        attempt.productive_iterations = self.kept.iterations;
+        attempt.pending_iterations = completed.iterations - self.kept.iterations;
+        let current = self.current();
+        if current != Bucket::Pending && now > self.cursor {
+            attempt.seconds[current.index()] += now - self.cursor;
+        }
+        let mut totals = self.prior;
+        totals.add(&attempt);
         totals
     }
 
@@ -368,7 +439,7 @@ pub struct ProgressRecord {
     pub run_id: String,
     /// The last iteration completed when the record was written.
     pub iteration: u64,
-    /// The iteration of the latest checkpoint saved, if any.
+    /// The iteration of the latest durable checkpoint, if any.
     pub checkpoint_iteration: Option<u64>,
     /// The run's totals when the record was written.
     pub totals: GoodputTotals,

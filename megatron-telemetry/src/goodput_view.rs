@@ -14,10 +14,17 @@
 //! start of the loop (the first `megatron.train` span), the end of every
 //! `megatron.train.iteration` and the normal end
 //! (`megatron.checkpoint.exit_finalize`) then drive the very state machine
-//! the job runs, [`crate::goodput::Accountant`]: a save's end keeps the
-//! pending iterations (the save span's `megatron.iteration` names the
-//! checkpoint), an attempt without a normal end leaves them pending, and the
-//! next attempt charges them as lost when it resumes. What a dead attempt
+//! the job runs, [`crate::goodput::Accountant`], with its credit rule: a
+//! `megatron.checkpoint.save` covers what was pending when it started (its
+//! `megatron.iteration` names the checkpoint) and keeps it once durable: a
+//! synchronous save at its end, an asynchronous one (its span carries
+//! `nvrx.call_idx`) at the end of the next finalize span
+//! (`megatron.checkpoint.save.finalize` or `.exit_finalize`) that carries
+//! `nvrx.call_idx` (one save per finalize, in order: the list's values are
+//! not read). An attempt without a normal end leaves the rest pending, and
+//! the next attempt charges it as lost when it resumes. The time of a
+//! finalize span that finalized something is `checkpoint_save`, as the
+//! job counts it. What a dead attempt
 //! did after its last iteration (up to its last span) goes to `other`.
 //!
 //! It needs every iteration span: the `step` group (presets `per_step`,
@@ -208,7 +215,11 @@ fn iteration_of(span: &SpanRecord) -> Option<u64> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     End(PhaseKey),
+    /// The save with this index into the attempt's saves is durable.
+    Durable(usize),
     Iteration,
+    /// The save with this index begins: it covers what is pending.
+    Covers(usize),
     TrainingStarted,
     Begin(PhaseKey),
     Finish,
@@ -254,7 +265,19 @@ fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, G
         )
     };
     let load = intervals(&[&tx::CHECKPOINT_LOAD]);
-    let save = subtract(&intervals(&[&tx::CHECKPOINT_EXPOSED_SAVE, &tx::CHECKPOINT_SAVE]), &load);
+    // A finalize span that finalized something (it carries `nvrx.call_idx`).
+    let finalizes: Vec<&SpanRecord> = spans
+        .iter()
+        .filter(|s| s.name == tx::CHECKPOINT_SAVE_FINALIZE.name || s.name == tx::CHECKPOINT_EXIT_FINALIZE.name)
+        .filter(|s| s.attributes.contains_key(attr::NVRX_CALL_IDX))
+        .collect();
+    let blocked = spans
+        .iter()
+        .filter(|s| s.name == tx::CHECKPOINT_EXPOSED_SAVE.name || s.name == tx::CHECKPOINT_SAVE.name)
+        .chain(finalizes.iter().copied())
+        .map(|s| (seconds(s.start_unix_nano, origin), seconds(s.end_unix_nano, origin)))
+        .collect();
+    let save = subtract(&union(blocked), &load);
     let evaluation = subtract(&subtract(&intervals(&[&tx::EVALUATE]), &load), &save);
 
     // An iteration span's `megatron.iteration` is Megatron's counter at the
@@ -297,16 +320,44 @@ fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, G
         }
     }
     events.extend(iterations.iter().map(|&(_, t)| (t, Event::Iteration)));
+    // The credit rule: each save covers what is pending at its start and
+    // keeps it once durable.
+    let mut saves: Vec<&SpanRecord> = named(&tx::CHECKPOINT_SAVE).collect();
+    saves.sort_by_key(|s| s.start_unix_nano);
+    let mut finalized = finalizes.iter().map(|s| (s.start_unix_nano, s.end_unix_nano)).collect::<Vec<_>>();
+    finalized.sort_unstable();
+    let mut next_finalize = 0;
+    for (index, save) in saves.iter().enumerate() {
+        events.push((seconds(save.start_unix_nano, origin), Event::Covers(index)));
+        let durable = if save.attributes.contains_key(attr::NVRX_CALL_IDX) {
+            while finalized.get(next_finalize).is_some_and(|&(start, _)| start < save.start_unix_nano) {
+                next_finalize += 1;
+            }
+            let end = finalized.get(next_finalize).map(|&(_, end)| end);
+            next_finalize += 1;
+            end
+        } else {
+            Some(save.end_unix_nano)
+        };
+        events.extend(durable.map(|end| (seconds(end, origin), Event::Durable(index))));
+    }
     events.extend(training.map(|t| (t, Event::TrainingStarted)));
     events.extend(finish.map(|t| (t, Event::Finish)));
     events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
 
     let mut accountant = Accountant::new(prior);
+    let mut coverage = vec![None; saves.len()];
     let mut last_event = 0.0_f64;
     for &(t, event) in &events {
         match event {
             Event::Begin(key) => accountant.begin(key.phase(), t),
             Event::End(key) => accountant.end(key.phase(), t),
+            Event::Covers(index) => coverage[index] = Some(accountant.coverage(t)),
+            Event::Durable(index) => {
+                if let Some(covers) = coverage[index] {
+                    accountant.checkpoint_durable(covers, t);
+                }
+            }
             Event::Iteration => accountant.iteration_completed(t),
             Event::TrainingStarted => accountant.training_started(t),
             Event::Finish => accountant.finish(t),
@@ -426,6 +477,36 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-6
+    }
+
+    /// `span` with `nvrx.call_idx` (an index at dispatch, a list at finalize).
+    fn with_call_index(mut span: SpanRecord, value: AttributeValue) -> SpanRecord {
+        span.attributes.insert(attr::NVRX_CALL_IDX.to_string(), value);
+        span
+    }
+
+    #[test]
+    fn an_async_save_keeps_its_iterations_only_at_its_finalize() {
+        // Iteration 1, an async save of it (call 0) finalized after
+        // iteration 2, iteration 3, an async save of it (call 1), iteration
+        // 4, then a crash before that save's finalize.
+        let spans = vec![
+            span("megatron.startup", 0.0, 1.0, None),
+            span("megatron.train", 1.0, 5.4, None),
+            span("megatron.train.iteration", 1.0, 2.0, Some(0)),
+            with_call_index(span("megatron.checkpoint.save", 2.0, 2.2, Some(1)), AttributeValue::Int(0)),
+            span("megatron.train.iteration", 2.2, 3.2, Some(1)),
+            with_call_index(span("megatron.checkpoint.save.finalize", 3.2, 3.3, None), AttributeValue::Other),
+            span("megatron.train.iteration", 3.3, 4.3, Some(2)),
+            with_call_index(span("megatron.checkpoint.save", 4.3, 4.4, Some(3)), AttributeValue::Int(1)),
+            span("megatron.train.iteration", 4.4, 5.4, Some(3)),
+        ];
+        let view = breakdown(&[attempt("a1", spans)]).unwrap();
+        let t = &view.totals;
+        assert_eq!((t.productive_iterations, t.pending_iterations), (1, 3), "{t:?}");
+        assert!(close(t.seconds(Bucket::Productive), 1.0), "{t:?}");
+        assert!(close(t.seconds(Bucket::Pending), 3.0), "{t:?}");
+        assert!(close(t.seconds(Bucket::CheckpointSave), 0.2 + 0.1 + 0.1), "the finalize is save time: {t:?}");
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! Goodput accounting as a job owner reads it: the buckets always sum to the
-//! wall time (a property over arbitrary event sequences), a crash's pending
-//! time becomes lost progress in the next attempt, a clean run loses
-//! nothing, and the progress record survives a round trip while bad content
-//! is a clear error, never a panic.
+//! wall time and only durable checkpoints keep iterations (properties over
+//! arbitrary event sequences), a crash's pending time becomes lost progress
+//! in the next attempt, a failed save keeps nothing, an asynchronous save
+//! keeps its iterations only at its finalize, a clean run loses nothing,
+//! and the progress record survives a round trip while bad content is a
+//! clear error, never a panic.
 
-use megatron_telemetry::goodput::{Accountant, Bucket, GoodputTotals, PROGRESS_RECORD_FILE, Phase, ProgressRecord};
+use megatron_telemetry::goodput::{
+    Accountant, Bucket, Coverage, GoodputTotals, PROGRESS_RECORD_FILE, Phase, ProgressRecord,
+};
 use proptest::prelude::*;
 
 #[derive(Clone, Copy, Debug)]
@@ -14,6 +18,10 @@ enum Event {
     Started,
     Iteration,
     Finish,
+    /// A save begins: its coverage is taken.
+    SaveBegins,
+    /// The latest save's checkpoint is durable.
+    Durable,
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -24,11 +32,16 @@ fn event() -> impl Strategy<Value = Event> {
         Just(Event::Started),
         Just(Event::Iteration),
         Just(Event::Finish),
+        Just(Event::SaveBegins),
+        Just(Event::Durable),
     ]
 }
 
-fn apply(acc: &mut Accountant, event: Event, now: f64) {
+fn apply(acc: &mut Accountant, event: Event, now: f64, latest_save: &mut Option<Coverage>) {
     match event {
+        Event::SaveBegins => *latest_save = Some(acc.coverage(now)),
+        // Before any save: a checkpoint that covers nothing.
+        Event::Durable => acc.checkpoint_durable(latest_save.unwrap_or_default(), now),
         Event::Begin(phase) => acc.begin(phase, now),
         Event::End(phase) => acc.end(phase, now),
         Event::Started => acc.training_started(now),
@@ -54,12 +67,28 @@ proptest! {
         let prior = prior.resume();
         let mut acc = Accountant::new(prior);
         let (mut now, mut latest) = (0.0_f64, 0.0_f64);
+        let mut latest_save: Option<Coverage> = None;
+        // Iterations completed, and the most any durable checkpoint covers.
+        let (mut completed, mut coverable, mut finished) = (0_u64, 0_u64, false);
+        let mut latest_save_iterations = 0_u64;
         for (event, step) in events {
             now += step;
             latest = latest.max(now);
-            apply(&mut acc, event, now);
+            match event {
+                Event::Iteration => completed += 1,
+                Event::SaveBegins => latest_save_iterations = completed,
+                Event::Durable => coverable = coverable.max(latest_save_iterations),
+                Event::Finish => finished = true,
+                _ => {}
+            }
+            apply(&mut acc, event, now, &mut latest_save);
             let snap = acc.snapshot(now);
             prop_assert!(snap.buckets().all(|(_, s)| s >= 0.0));
+            // Only a durable checkpoint (or the normal end) keeps iterations.
+            prop_assert_eq!(snap.productive_iterations + snap.pending_iterations, completed);
+            if !finished {
+                prop_assert_eq!(snap.productive_iterations, coverable);
+            }
             let expected = prior.total_seconds() + latest;
             prop_assert!((snap.total_seconds() - expected).abs() <= 1e-6 * expected.max(1.0),
                 "{} vs {expected}", snap.total_seconds());
@@ -87,8 +116,10 @@ fn train(acc: &mut Accountant, iterations: u64, save_every: u64) -> f64 {
         acc.iteration_completed(now);
         if i % save_every == 0 {
             acc.begin(Phase::CheckpointSave, now);
+            let covers = acc.coverage(now);
             now += 0.5;
             acc.end(Phase::CheckpointSave, now);
+            acc.checkpoint_durable(covers, now); // a synchronous save that succeeded
         }
     }
     now
@@ -123,6 +154,87 @@ fn a_crash_after_the_checkpoint_loses_its_pending_iterations_in_the_next_attempt
     assert_eq!(totals.total_seconds(), crashed_at + now);
     let ratio = totals.ratio().unwrap();
     assert!(ratio > 0.0 && ratio < 1.0, "{ratio}");
+}
+
+#[test]
+fn a_failed_save_keeps_nothing_and_a_crash_after_it_loses_its_iterations() {
+    // Iterations of one second; the save after iteration 10 fails (0.5 s),
+    // the attempt dies after it, its last record at 10.5.
+    let mut first = Accountant::new(GoodputTotals::default());
+    first.training_started(0.0);
+    for i in 1..=10 {
+        first.iteration_completed(f64::from(i));
+    }
+    first.begin(Phase::CheckpointSave, 10.0);
+    let _never_durable = first.coverage(10.0);
+    first.end(Phase::CheckpointSave, 10.5);
+    let record = first.snapshot(10.5);
+    assert_eq!((record.productive_iterations, record.pending_iterations), (0, 10));
+    assert_eq!((record.seconds(Bucket::Productive), record.seconds(Bucket::Pending)), (0.0, 10.0));
+    assert_eq!(record.seconds(Bucket::CheckpointSave), 0.5, "the attempt still spent the time");
+    let resumed = Accountant::new(record.resume()).snapshot(0.0);
+    assert_eq!((resumed.lost_iterations, resumed.seconds(Bucket::LostProgress)), (10, 10.0));
+}
+
+/// Issue 20's run: 20 iterations of one second, an asynchronous save every
+/// 5 (a 0.25 s dispatch, and a 0.25 s finalize at the top of the next pass
+/// once the write is done: after the next iteration), a crash after
+/// iteration 16, before the save of 15 was finalized; the next attempt
+/// resumes from the checkpoint of 10 (the tracker's) and runs 11 to 20.
+#[test]
+fn an_async_save_keeps_its_iterations_only_at_its_finalize_so_a_crash_loses_six() {
+    fn attempt(acc: &mut Accountant, iterations: std::ops::RangeInclusive<u64>, crash_after: Option<u64>) -> f64 {
+        let mut now = 1.0;
+        acc.training_started(now);
+        let mut in_flight: Option<Coverage> = None;
+        let mut finalize_due = false;
+        for i in iterations {
+            if finalize_due && let Some(covers) = in_flight.take() {
+                acc.begin(Phase::CheckpointSave, now);
+                now += 0.25;
+                acc.end(Phase::CheckpointSave, now);
+                acc.checkpoint_durable(covers, now);
+            }
+            finalize_due = in_flight.is_some();
+            now += 1.0;
+            acc.iteration_completed(now);
+            if crash_after == Some(i) {
+                return now;
+            }
+            if i % 5 == 0 {
+                acc.begin(Phase::CheckpointSave, now);
+                in_flight = Some(acc.coverage(now));
+                now += 0.25;
+                acc.end(Phase::CheckpointSave, now);
+                finalize_due = false;
+            }
+        }
+        // The normal end: the exit finalize, then the end.
+        if let Some(covers) = in_flight.take() {
+            acc.begin(Phase::CheckpointSave, now);
+            now += 0.25;
+            acc.end(Phase::CheckpointSave, now);
+            acc.checkpoint_durable(covers, now);
+        }
+        acc.finish(now);
+        now
+    }
+    let mut first = Accountant::new(GoodputTotals::default());
+    let crashed_at = attempt(&mut first, 1..=20, Some(16));
+    let record = first.snapshot(crashed_at);
+    assert_eq!((record.productive_iterations, record.pending_iterations), (10, 6), "{record:?}");
+    // Kept: the loop time before the save of 10 began (10 iterations and
+    // the finalize of 5 is save time); pending: iterations 11 to 16.
+    assert_eq!(record.seconds(Bucket::Productive), 10.0);
+    assert_eq!(record.seconds(Bucket::Pending), 6.0);
+
+    let mut second = Accountant::new(record.resume());
+    let end = attempt(&mut second, 11..=20, None);
+    let totals = second.snapshot(end);
+    assert_eq!((totals.productive_iterations, totals.lost_iterations, totals.pending_iterations), (20, 6, 0));
+    assert_eq!(totals.seconds(Bucket::LostProgress), 6.0);
+    assert_eq!(totals.seconds(Bucket::Productive), 20.0);
+    assert_eq!(totals.total_seconds(), crashed_at + end);
 }
 
 #[test]

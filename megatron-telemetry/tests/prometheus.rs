@@ -272,7 +272,9 @@ fn the_goodput_gauges_have_the_documented_prometheus_names() {
     goodput.training_started(2.0);
     goodput.iteration_completed(3.0);
     goodput.begin(Phase::CheckpointSave, 3.0);
+    let covers = goodput.coverage(3.0);
     goodput.end(Phase::CheckpointSave, 3.5);
+    goodput.checkpoint_durable(covers, 3.5);
     goodput.iteration_completed(4.0);
     let metrics = GoodputMetrics::new(telemetry.meter());
     metrics.record(&goodput.snapshot(4.0), Some(0.375));

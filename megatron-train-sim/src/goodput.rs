@@ -7,9 +7,13 @@
 //!   start when the launch phases fold into the startup trace, else the
 //!   program start: where `megatron.startup` starts), read from one
 //!   monotonic clock: one clock read per event.
+//! - A save keeps what was pending when it began only once its checkpoint
+//!   is durable ([`Goodput::checkpoint_durable`]): a synchronous save that
+//!   returned well, an asynchronous one at its finalize (the tracker
+//!   written). A save that fails keeps nothing.
 //! - Global rank 0 (every layout has one) writes the progress record
-//!   `goodput.json` in `--save`, atomically, at every log interval, after
-//!   each save and at the normal end. On `--load`, every rank reads the
+//!   `goodput.json` in `--save`, atomically, at every log interval, when a
+//!   checkpoint becomes durable and at the normal end. On `--load`, every rank reads the
 //!   record from the load directory and continues the run's totals from it,
 //!   the dead attempt's pending time charged as lost (the directory, not the
 //!   run id, identifies the run: a resumed job may get a new id); a record
@@ -25,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 pub(crate) use megatron_telemetry::goodput::Phase;
-use megatron_telemetry::goodput::{Accountant, GoodputMetrics, GoodputTotals, ProgressRecord};
+use megatron_telemetry::goodput::{Accountant, Coverage, GoodputMetrics, GoodputTotals, ProgressRecord};
 use megatron_telemetry::lifecycle::StartupTimestamps;
 use megatron_telemetry::mfu;
 
@@ -48,6 +52,8 @@ struct State {
     peak_tflops: Option<f64>,
     iteration: u64,
     checkpoint_iteration: Option<u64>,
+    /// Saves begun and not yet durable: their iteration and what they cover.
+    in_flight: Vec<(u64, Coverage)>,
     last_mfu: Option<f64>,
     write_warned: std::sync::atomic::AtomicBool,
 }
@@ -97,6 +103,7 @@ impl Goodput {
                 peak_tflops: setup.peak_tflops,
                 iteration: 0,
                 checkpoint_iteration: None,
+                in_flight: Vec::new(),
                 last_mfu: None,
                 write_warned: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -167,10 +174,25 @@ impl Goodput {
         });
     }
 
-    /// A save of `iteration` ended (the record says so).
-    pub(crate) fn saved(&mut self, iteration: u64) {
+    /// The save of `iteration` begins (its blocking part): it covers what
+    /// is pending now, once durable.
+    pub(crate) fn save_begins(&mut self, iteration: u64) {
         self.with(|s, now| {
-            s.accountant.end(Phase::CheckpointSave, now);
+            s.accountant.begin(Phase::CheckpointSave, now);
+            let coverage = s.accountant.coverage(now);
+            s.in_flight.retain(|(i, _)| *i != iteration);
+            s.in_flight.push((iteration, coverage));
+        });
+    }
+
+    /// The checkpoint of `iteration` is durable (its save succeeded; for an
+    /// asynchronous save, its finalize wrote the tracker): what its save
+    /// covered is kept, and the record says so.
+    pub(crate) fn checkpoint_durable(&mut self, iteration: u64) {
+        self.with(|s, now| {
+            let Some(at) = s.in_flight.iter().position(|(i, _)| *i == iteration) else { return };
+            let (_, coverage) = s.in_flight.remove(at);
+            s.accountant.checkpoint_durable(coverage, now);
             s.checkpoint_iteration = Some(iteration);
             s.write_record(now);
         });

@@ -395,15 +395,6 @@ impl Trainer {
             let iteration = self.iteration;
             self.goodput.iteration_completed(iteration);
             let loss = (!step.skipped).then_some(step.loss);
-            iterations.push((iteration, step_ms, loss));
-            interval_step_ms.push(step_ms);
-            match loss {
-                Some(loss) => interval_losses.push(loss),
-                None => {
-                    self.skipped += 1;
-                    interval_skipped += 1;
-                }
-            }
 
             // Reporting (every iteration, as Megatron's training_log).
             {
@@ -416,6 +407,17 @@ impl Trainer {
                     None
                 };
                 let _log = self.telemetry.span(&tx::TRAIN_LOG, []);
+                // Megatron's `training_log`: every iteration, the loss and
+                // skip accounting; at log intervals, the report.
+                iterations.push((iteration, step_ms, loss));
+                interval_step_ms.push(step_ms);
+                match loss {
+                    Some(loss) => interval_losses.push(loss),
+                    None => {
+                        self.skipped += 1;
+                        interval_skipped += 1;
+                    }
+                }
                 if log_now {
                     let mean_loss = (!interval_losses.is_empty())
                         .then(|| interval_losses.iter().sum::<f64>() / interval_losses.len() as f64);
@@ -886,9 +888,15 @@ impl Trainer {
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
         let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
         std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
-        self.goodput.begin(GoodputPhase::CheckpointSave);
+        self.goodput.save_begins(iteration);
         let saved = self.save_blocking(&root, iteration);
-        self.goodput.saved(iteration);
+        self.goodput.end(GoodputPhase::CheckpointSave);
+        if saved.is_ok() && !self.args.async_save {
+            // Every rank's file and the tracker are written: the checkpoint
+            // is durable. An asynchronous one is at its finalize; a failed
+            // save keeps nothing.
+            self.goodput.checkpoint_durable(iteration);
+        }
         saved
     }
 
@@ -939,11 +947,16 @@ impl Trainer {
             }
         }
         if self.saves_done < 3 {
-            // The first few saves report the memory they leave behind.
+            // The first few saves report the memory they leave behind, as
+            // Megatron's `report_memory`: every rank reads its own, the
+            // first data-parallel replica of each model shard prints it.
             let _memory = self.telemetry.span(&tx::CHECKPOINT_REPORT_MEMORY, []);
-            if self.rank() == 0 {
-                let peak = self.device.peak_memory_bytes().map_or(0.0, |b| b as f64 / (1024.0 * 1024.0));
-                output::note(&format!("after saving iteration {iteration}: peak memory {peak:.1} MiB"));
+            let peak = self.device.peak_memory_bytes().map_or(0.0, |b| b as f64 / (1024.0 * 1024.0));
+            if self.coords.dp == 0 {
+                output::note(&format!(
+                    "[Rank {}] after saving iteration {iteration}: peak memory {peak:.1} MiB",
+                    self.rank()
+                ));
             }
         }
         if self.args.fp8_format.is_some() {
@@ -975,12 +988,27 @@ impl Trainer {
     }
 
     /// Waits for the pending asynchronous save, waits for every rank's, and
-    /// points the tracker at it. Returns the finalized call indices.
+    /// points the tracker at it: the checkpoint is durable, and goodput keeps
+    /// what its save covered (the loop is blocked meanwhile: save time).
+    /// Returns the finalized call indices.
     fn finalize_async_save(&mut self) -> Result<Vec<u64>, RankError> {
         let Some(pending) = self.pending_save.take() else { return Ok(Vec::new()) };
         let phases = self.insight.phases().clone();
         let _checkpoint = phases.enter(Phase::Checkpoint);
         let (call_index, iteration) = (pending.call_index, pending.iteration);
+        self.goodput.begin(GoodputPhase::CheckpointSave);
+        let durable = self.wait_and_track(pending);
+        self.goodput.end(GoodputPhase::CheckpointSave);
+        self.outcome_checkpoints.push((iteration, durable?));
+        self.goodput.checkpoint_durable(iteration);
+        self.save_ready = false;
+        Ok(vec![call_index])
+    }
+
+    /// An asynchronous save's finalize: this rank's write, every rank's
+    /// (a barrier), then the tracker (rank 0). The rank file's path.
+    fn wait_and_track(&mut self, pending: PendingSave) -> Result<PathBuf, RankError> {
+        let iteration = pending.iteration;
         let path = pending.wait().map_err(RankError::new)?;
         let world = self.groups.world.clone();
         self.comm.barrier(&world)?;
@@ -990,9 +1018,7 @@ impl Trainer {
             checkpoint::write_tracker(root, iteration)
                 .map_err(|e| RankError::new(format!("writing {}: {e}", checkpoint::TRACKER)))?;
         }
-        self.outcome_checkpoints.push((iteration, path));
-        self.save_ready = false;
-        Ok(vec![call_index])
+        Ok(path)
     }
 
     /// Closes the connections to the other ranks (after a successful run).

@@ -243,6 +243,17 @@ fn under_all_every_taxonomy_span_is_emitted_with_its_parent_and_links_join_the_r
         let line = format!("(min, max) time across ranks (ms): save-checkpoint of iteration {iteration}: (");
         assert_eq!(stderr.matches(&line).count(), 1, "{line:?} once in {stderr}");
     }
+    // `megatron.checkpoint.report_memory` holds every rank's memory report
+    // (issue 20): each rank reads its own, the first data-parallel replica
+    // of each stage (ranks 0 and 2 of PP2 x DP2) prints it, as Megatron's
+    // report_memory does.
+    for iteration in [4, 6] {
+        for rank in 0..4 {
+            let line = format!("[Rank {rank}] after saving iteration {iteration}: peak memory ");
+            let expected = usize::from(rank % 2 == 0);
+            assert_eq!(stderr.matches(&line).count(), expected, "{line:?} {expected} time(s) in {stderr}");
+        }
+    }
 
     // The launcher's stamps and SLURM's fold the whole launch into startup.
     for rank in &ranks {
