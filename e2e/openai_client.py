@@ -10,6 +10,12 @@ the spans and metrics the server exported:
 - `load`: --concurrency streaming completions at once (AsyncOpenAI), each
   asking for --load-tokens tokens with `stream_options.include_usage`.
 
+Each request also carries the times this client measured, on the monotonic
+clock (`time.perf_counter`), from just before the request is sent:
+`seconds` to the whole response (the last chunk of a stream), and for
+streams `first_chunk_seconds` to the first chunk that holds text. The test
+bounds the server's exported TTFT, TPOT and request duration by them.
+
 `max_retries=0` everywhere: the package retries 429 and 5xx by default,
 which would hide the server's answers. Exit status 1 when a case fails.
 """
@@ -18,6 +24,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 
 import openai
 
@@ -26,16 +33,20 @@ def traceparent(n):
     return "00-%032x-%016x-01" % (0x5E4E0000000000000000000000000000 + n, 0xA0000000 + n)
 
 
-def text_and_usage_of_stream(stream, chat):
-    text, usage, finish = "", None, None
+def text_and_usage_of_stream(stream, chat, start):
+    """The text, usage and finish reason of a stream, and the seconds from
+    `start` to its first chunk with text."""
+    text, usage, finish, first = "", None, None, None
     for chunk in stream:
         if chunk.usage is not None:
             usage = chunk.usage
         for choice in chunk.choices:
             piece = choice.delta.content if chat else choice.text
+            if piece and first is None:
+                first = time.perf_counter() - start
             text += piece or ""
             finish = choice.finish_reason or finish
-    return text, usage, finish
+    return text, usage, finish, first
 
 
 def usage_dict(usage):
@@ -52,10 +63,12 @@ def single_cases(client, model, max_tokens):
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say something."}]
 
     headers = {"traceparent": traceparent(1)}
+    start = time.perf_counter()
     response = client.completions.create(
         model=model, prompt=prompt, max_tokens=max_tokens, temperature=0.7, top_p=0.9, seed=11, extra_headers=headers
     )
     results["completions"] = {
+        "seconds": time.perf_counter() - start,
         "traceparent": headers["traceparent"],
         "text": response.choices[0].text,
         "finish_reason": response.choices[0].finish_reason,
@@ -64,6 +77,7 @@ def single_cases(client, model, max_tokens):
     }
 
     headers = {"traceparent": traceparent(2)}
+    start = time.perf_counter()
     stream = client.completions.create(
         model=model,
         prompt=prompt,
@@ -73,8 +87,10 @@ def single_cases(client, model, max_tokens):
         stream_options={"include_usage": True},
         extra_headers=headers,
     )
-    text, usage, finish = text_and_usage_of_stream(stream, chat=False)
+    text, usage, finish, first = text_and_usage_of_stream(stream, chat=False, start=start)
     results["completions_stream"] = {
+        "seconds": time.perf_counter() - start,
+        "first_chunk_seconds": first,
         "traceparent": headers["traceparent"],
         "text": text,
         "finish_reason": finish,
@@ -82,10 +98,12 @@ def single_cases(client, model, max_tokens):
     }
 
     headers = {"traceparent": traceparent(3)}
+    start = time.perf_counter()
     response = client.chat.completions.create(
         model=model, messages=messages, max_tokens=max_tokens, temperature=0, extra_headers=headers
     )
     results["chat"] = {
+        "seconds": time.perf_counter() - start,
         "traceparent": headers["traceparent"],
         "text": response.choices[0].message.content,
         "role": response.choices[0].message.role,
@@ -95,6 +113,7 @@ def single_cases(client, model, max_tokens):
     }
 
     headers = {"traceparent": traceparent(4)}
+    start = time.perf_counter()
     stream = client.chat.completions.create(
         model=model,
         messages=messages,
@@ -104,8 +123,10 @@ def single_cases(client, model, max_tokens):
         stream_options={"include_usage": True},
         extra_headers=headers,
     )
-    text, usage, finish = text_and_usage_of_stream(stream, chat=True)
+    text, usage, finish, first = text_and_usage_of_stream(stream, chat=True, start=start)
     results["chat_stream"] = {
+        "seconds": time.perf_counter() - start,
+        "first_chunk_seconds": first,
         "traceparent": headers["traceparent"],
         "text": text,
         "finish_reason": finish,
@@ -127,6 +148,7 @@ async def load_case(base_url, model, concurrency, tokens):
     client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
 
     async def one(i):
+        start = time.perf_counter()
         try:
             stream = await client.completions.create(
                 model=model,
@@ -136,13 +158,21 @@ async def load_case(base_url, model, concurrency, tokens):
                 stream=True,
                 stream_options={"include_usage": True},
             )
-            text, usage = "", None
+            text, usage, first = "", None, None
             async for chunk in stream:
                 if chunk.usage is not None:
                     usage = chunk.usage
                 for choice in chunk.choices:
+                    if choice.text and first is None:
+                        first = time.perf_counter() - start
                     text += choice.text or ""
-            return {"text_len": len(text), "usage": usage_dict(usage) if usage else None, "error": None}
+            return {
+                "text_len": len(text),
+                "usage": usage_dict(usage) if usage else None,
+                "error": None,
+                "seconds": time.perf_counter() - start,
+                "first_chunk_seconds": first,
+            }
         except Exception as error:  # every failure is reported, none hidden
             return {"text_len": 0, "usage": None, "error": repr(error)}
 

@@ -758,6 +758,32 @@ fn malformed_headers_are_reported_without_their_values() {
 }
 
 #[test]
+fn a_config_errors_debug_is_its_message_and_shows_no_secret() {
+    // What `fn main() -> Result<(), ConfigError>` prints after `Error: `
+    // when `?` returns the error: the problems, one per line, not the struct.
+    let err = megatron(&[
+        ("MEGATRON_OTEL_ENABLED", "maybe"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "a=1,Bearer s3cr3t-t0ken"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://user:s3cr3t-t0ken@collector:4317"),
+    ])
+    .unwrap_err();
+    let debug = format!("{err:?}");
+    assert_eq!(debug, err.to_string());
+    assert_eq!(debug.lines().count(), 3, "{debug}");
+    assert!(
+        debug.starts_with(
+            "Invalid boolean for MEGATRON_OTEL_ENABLED: 'maybe'. Expected '1'/'0', 'true'/'false', 'yes'/'no', 'on'/'off'."
+        ),
+        "{debug}"
+    );
+    assert!(debug.contains("Invalid header list in OTEL_EXPORTER_OTLP_HEADERS:"), "{debug}");
+    assert!(debug.contains("[REDACTED]@collector"), "{debug}");
+    assert!(!debug.contains("s3cr3t"), "{debug}");
+    assert!(!debug.contains("problems") && !debug.contains('{'), "not the struct form: {debug}");
+    assert_eq!(format!("{err:#?}"), debug, "the alternate form too");
+}
+
+#[test]
 fn headers_built_in_code_reject_bad_names_and_control_characters() {
     let mut headers = Headers::new();
     assert!(headers.insert("Authorization", SECRET).is_ok());

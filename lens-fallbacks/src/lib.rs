@@ -26,7 +26,11 @@
 //!
 //! Differences between the modes are in behaviour only: with `otel` off
 //! nothing is ever recording, every `RemoteContext` is "no context",
-//! `SpanGuard` is a zero-sized type and `Telemetry` exports nothing.
+//! `Telemetry` exports nothing, and what code holds on its hot path is
+//! zero-sized: the span guards (`SpanGuard`, `DetachedSpan`), the span
+//! builder (`SpanBuilder`), the `Meter`, every metric handle (`Counter`,
+//! `UpDownCounter`, `Histogram`, `Gauge`) and the recording structs of
+//! [`instruments`] (`tests/zero_sized.rs` checks each).
 //! lens-core's few inherent methods that name OpenTelemetry types
 //! (`RemoteContext::otel_context`, `RemoteContext::from_otel`,
 //! `Telemetry::tracer`, `Telemetry::otel_meter`, `Meter::otel_meter`, the

@@ -165,6 +165,14 @@ pub(crate) struct Expected {
 /// The longest header line read (a real one is about 300 bytes).
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
+/// The longest sequence length (tokens per sample) a run may train with and
+/// a checkpoint may carry: 2^20 = 1,048,576 tokens, the longest context of
+/// today's long-context training and `serve --max-model-len`'s own bound.
+/// An inference model reads its window from the checkpoint, so a header
+/// whose `seq_length` is 0 or above this is refused at load (exit 2, naming
+/// the file and the value) rather than becoming the decode window.
+pub(crate) const MAX_SEQ_LENGTH: u64 = 1 << 20;
+
 /// Reads this rank's file of `expected.iteration`, checking that it was
 /// saved with the same layout and model shape.
 pub(crate) fn read_rank(root: &Path, expected: Expected) -> Result<RankState, LoadError> {
@@ -276,6 +284,12 @@ fn parse_rank(bytes: &[u8], expected: Expected) -> Result<RankState, String> {
         ));
     }
     let seq_length = number("seq_length")?;
+    if seq_length == 0 || seq_length > MAX_SEQ_LENGTH {
+        return Err(format!(
+            "damaged header: \"seq_length\" is {seq_length}; a sequence length is 1 to {MAX_SEQ_LENGTH} tokens \
+             (--seq-length)"
+        ));
+    }
     let hybrid_override_pattern = match header.get("hybrid_override_pattern") {
         Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(pattern))
@@ -518,6 +532,29 @@ mod tests {
         }
         let error = LoadError::new(Path::new("/ckpt/iter_0000004/rank_00000.ckpt"), "truncated");
         assert_eq!(error.to_string(), "--load: /ckpt/iter_0000004/rank_00000.ckpt: truncated");
+    }
+
+    #[test]
+    fn a_sequence_length_of_0_or_beyond_the_bound_is_refused_naming_the_value() {
+        let (bytes, expected, _) = sample();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let header_end = text.find("}\n").unwrap() + 2;
+        let with_seq = |seq: u64| {
+            let header = text[..header_end].replace("\"seq_length\":8", &format!("\"seq_length\":{seq}"));
+            [header.as_bytes(), &bytes[header_end..]].concat()
+        };
+        for seq in [0, MAX_SEQ_LENGTH + 1, u64::MAX] {
+            let error = parse_rank(&with_seq(seq), expected).unwrap_err();
+            assert_eq!(
+                error,
+                format!(
+                    "damaged header: \"seq_length\" is {seq}; a sequence length is 1 to 1048576 tokens (--seq-length)"
+                )
+            );
+        }
+        for seq in [1, MAX_SEQ_LENGTH] {
+            assert_eq!(parse_rank(&with_seq(seq), expected).unwrap().seq_length, seq, "{seq} is accepted");
+        }
     }
 
     proptest::proptest! {

@@ -239,6 +239,13 @@ impl Args {
                 problems.push(format!("{flag} must be at least 1, got 0"));
             }
         }
+        if self.seq_length > crate::checkpoint::MAX_SEQ_LENGTH {
+            problems.push(format!(
+                "--seq-length must be at most {} (2^20 tokens), got {}",
+                crate::checkpoint::MAX_SEQ_LENGTH,
+                self.seq_length
+            ));
+        }
         for (flag, value) in [
             ("--tensor-model-parallel-size", tp),
             ("--pipeline-model-parallel-size", pp),
@@ -394,5 +401,9 @@ mod tests {
         let message = parse(&["--hybrid-override-pattern", "M*"]).validate(1, "x").unwrap_err().to_string();
         assert!(message.contains("has 2 layers, --num-layers is 4"), "{message}");
         assert!(parse(&["--hybrid-override-pattern", "M*M*"]).validate(1, "x").is_ok());
+        // Beyond what a checkpoint may carry (it could not be resumed or served).
+        let message = parse(&["--seq-length", "1048577"]).validate(1, "x").unwrap_err().to_string();
+        assert!(message.contains("--seq-length must be at most 1048576 (2^20 tokens), got 1048577"), "{message}");
+        assert!(parse(&["--seq-length", "1048576"]).validate(1, "x").is_ok());
     }
 }

@@ -6,11 +6,14 @@
 //!   chat, streaming and not, each with its own `traceparent`, then 64
 //!   concurrent streaming requests; the OTLP sink sees the HTTP server span
 //!   as the child of that context, the GenAI span under it with the GenAI
-//!   attributes, usage equal to the tokens returned, and token-usage totals
-//!   equal to the sum over the responses.
+//!   attributes, usage equal to the tokens returned, token-usage totals
+//!   equal to the sum over the responses, the TTFT, TPOT and duration
+//!   histograms bounded by the times the client measured and counting
+//!   every request exactly.
 //! - `bad_requests_get_openai_errors_and_the_server_keeps_serving`: raw
 //!   HTTP/1.1 over `TcpStream`: malformed JSON, wrong types, bad values,
-//!   unknown model, over-long prompt, oversized body, a client that
+//!   unknown model, over-long prompt, a `prompt` list longer than the server
+//!   ever holds (400, not 429), oversized body, a client that
 //!   disconnects mid-stream, a full queue, and the drain's 503, each with
 //!   its status and an OpenAI-shaped error naming the problem, while good
 //!   requests keep succeeding.
@@ -215,16 +218,129 @@ fn openai_clients_load_and_telemetry() {
     }
     assert_eq!(totals.get("input"), Some(&(prompt_total as f64)), "input tokens exported = prompt tokens returned");
     assert_eq!(totals.get("output"), Some(&(completion_total as f64)), "output tokens exported = tokens returned");
-    for name in [
-        "gen_ai.server.request.duration",
-        "gen_ai.server.time_to_first_token",
-        "gen_ai.server.time_per_output_token",
-        "megatron.inference.requests.running",
-        "megatron.inference.requests.waiting",
-    ] {
-        assert!(records.metrics_named(name).next().is_some(), "{name} was exported");
-    }
+    server_latencies_are_bounded_by_the_clients_times(&records, &results);
     ctx.finish();
+}
+
+/// One request as the client measured it (monotonic clock, from just before
+/// it was sent): the whole response, the first chunk with text (streams),
+/// and the tokens it got.
+struct Measured {
+    seconds: f64,
+    first_chunk_seconds: Option<f64>,
+    completion_tokens: f64,
+}
+
+/// Per `gen_ai.operation.name`: the data point of `name`'s last cumulative
+/// export (the one with the largest count).
+fn final_points<'a>(records: &'a e2e_support::Records, name: &'a str) -> BTreeMap<String, &'a Value> {
+    let mut points: BTreeMap<String, &Value> = BTreeMap::new();
+    for metric in records.metrics_named(name) {
+        assert_eq!(metric.temporality.as_deref(), Some("cumulative"), "{name}");
+        for point in &metric.data_points {
+            let operation = point["attributes"]["gen_ai.operation.name"].as_str().unwrap_or_default().to_string();
+            let count = |p: &Value| p["count"].as_u64().unwrap_or(0);
+            if points.get(&operation).is_none_or(|seen| count(seen) <= count(point)) {
+                points.insert(operation, point);
+            }
+        }
+    }
+    points
+}
+
+/// The server's GenAI latency histograms against the client's clocks, and
+/// the request counters exactly.
+///
+/// Bounds (each server interval lies inside the client's, on the same
+/// machine's monotonic clock, so they hold however slow the machine is):
+/// - counts: each histogram counts every finished request once, 66
+///   `text_completion` (two single, 64 load) and 2 `chat`; the 404 of an
+///   unknown model is not a generation and is not counted;
+/// - TTFT: `0 ≤ min`; each request's TTFT (arrival to the first token
+///   generated) ≤ the client's time to its first chunk with text (streams)
+///   or to the whole response (not streamed): so `max` ≤ the largest of
+///   those and `sum` ≤ their sum;
+/// - request duration (arrival to the last token) ≤ the client's whole
+///   response time: `max` and `sum` likewise, and `sum` ≥ TTFT's `sum`;
+/// - TPOT (last token − first token over the tokens after the first):
+///   `0 ≤ min`, each ≤ the client's whole time over those tokens, so
+///   `max` and `sum` likewise; and per request duration = TTFT + TPOT ×
+///   (tokens − 1) exactly (the same instants), which the chat series, whose
+///   two requests got 12 tokens each, checks on its sums;
+/// - `requests.running` and `requests.waiting` end at 0.
+fn server_latencies_are_bounded_by_the_clients_times(records: &e2e_support::Records, results: &Value) {
+    let measured = |result: &Value| Measured {
+        seconds: result["seconds"].as_f64().unwrap_or_else(|| panic!("no client time: {result}")),
+        first_chunk_seconds: result["first_chunk_seconds"].as_f64(),
+        completion_tokens: result["usage"]["completion_tokens"].as_f64().unwrap(),
+    };
+    let mut clients: BTreeMap<&str, Vec<Measured>> = BTreeMap::new();
+    for (case, operation, stream) in [
+        ("completions", "text_completion", false),
+        ("completions_stream", "text_completion", true),
+        ("chat", "chat", false),
+        ("chat_stream", "chat", true),
+    ] {
+        let m = measured(&results[case]);
+        assert_eq!(m.first_chunk_seconds.is_some(), stream, "{case}: a first chunk time for streams only");
+        clients.entry(operation).or_default().push(m);
+    }
+    for response in results["load"].as_array().unwrap() {
+        let m = measured(response);
+        assert!(m.first_chunk_seconds.is_some(), "a load stream's first chunk time: {response}");
+        clients.entry("text_completion").or_default().push(m);
+    }
+    let ttft = final_points(records, "gen_ai.server.time_to_first_token");
+    let tpot = final_points(records, "gen_ai.server.time_per_output_token");
+    let duration = final_points(records, "gen_ai.server.request.duration");
+    let f = |point: &Value, key: &str| point[key].as_f64().unwrap_or_else(|| panic!("no {key}: {point}"));
+    // Float sums of up to 66 values: this much slack and no more.
+    const ROUNDING: f64 = 1e-9;
+    let operations: Vec<&str> = clients.keys().copied().collect();
+    for histogram in [&ttft, &tpot, &duration] {
+        assert_eq!(histogram.keys().map(String::as_str).collect::<Vec<_>>(), operations);
+    }
+    for (operation, client) in &clients {
+        let sent = client.len() as u64;
+        assert_eq!(sent, if *operation == "chat" { 2 } else { 66 });
+        let (ttft, tpot, duration) = (ttft[*operation], tpot[*operation], duration[*operation]);
+        for (name, point) in [("TTFT", ttft), ("TPOT", tpot), ("request duration", duration)] {
+            assert_eq!(point["count"].as_u64(), Some(sent), "{operation} {name}: one per request sent: {point}");
+            assert!(f(point, "min") >= 0.0, "{operation} {name}: {point}");
+        }
+        let first_bound: Vec<f64> = client.iter().map(|m| m.first_chunk_seconds.unwrap_or(m.seconds)).collect();
+        let total: Vec<f64> = client.iter().map(|m| m.seconds).collect();
+        let per_token: Vec<f64> = client.iter().map(|m| m.seconds / (m.completion_tokens - 1.0)).collect();
+        for (name, point, bound) in
+            [("TTFT", ttft, &first_bound), ("request duration", duration, &total), ("TPOT", tpot, &per_token)]
+        {
+            let (largest, sum) = (bound.iter().copied().fold(0.0, f64::max), bound.iter().sum::<f64>());
+            assert!(
+                f(point, "max") <= largest + ROUNDING,
+                "{operation}: the server's largest {name} {} s exceeds the client's bound {largest} s",
+                f(point, "max")
+            );
+            assert!(
+                f(point, "sum") <= sum + ROUNDING,
+                "{operation}: the server's {name} sum {} s exceeds the client's {sum} s",
+                f(point, "sum")
+            );
+        }
+        assert!(f(tpot, "sum") > 0.0, "{operation}: decoding took time: {tpot}");
+        assert!(f(duration, "sum") >= f(ttft, "sum"), "{operation}: duration ≥ TTFT: {duration} {ttft}");
+    }
+    let (ttft, tpot, duration) = (ttft["chat"], tpot["chat"], duration["chat"]);
+    let composed = f(ttft, "sum") + 11.0 * f(tpot, "sum");
+    assert!(
+        (f(duration, "sum") - composed).abs() <= 1e-6,
+        "chat: duration sum {} = TTFT sum + 11 × TPOT sum = {composed}",
+        f(duration, "sum")
+    );
+    for name in ["megatron.inference.requests.running", "megatron.inference.requests.waiting"] {
+        let last = records.metrics_named(name).last().unwrap_or_else(|| panic!("{name} was exported"));
+        let value: f64 = last.data_points.iter().map(|p| p["value"].as_f64().unwrap()).sum();
+        assert_eq!(value, 0.0, "{name}: every request left: {:?}", last.data_points);
+    }
 }
 
 // ---- Raw HTTP/1.1 -------------------------------------------------------------
@@ -383,6 +499,16 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             good_request_succeeds(port);
         }
     }
+
+    // A `prompt` list longer than the server ever holds (--max-batch-size 1
+    // plus --max-queue 1): 400 naming the limit, not a 429 to retry for ever.
+    let reply = post(port, c, r#"{"model":"megatron-sim","prompt":["a","b","c"],"max_tokens":1}"#);
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.error(), "prompt");
+    assert!(reply.header("retry-after").is_none(), "nothing to retry: {:?}", reply.headers);
+    assert!(reply.body.contains("at most 2 at once (--max-batch-size plus --max-queue)"), "{}", reply.body);
+    let reply = post(port, c, r#"{"model":"megatron-sim","prompt":["a","b"],"max_tokens":1}"#);
+    assert_eq!(reply.status, 200, "a list the server can hold runs: {}", reply.body);
 
     // Oversized: 413 from Content-Length alone, before any body byte.
     let head = format!(

@@ -156,6 +156,23 @@ fn a_damaged_truncated_or_foreign_checkpoint_exits_2_naming_the_file_and_what_is
         assert!(stderr.contains(problem), "{name}: expected {problem:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{name}: {stderr}");
     }
+    // A sequence length of 0 or beyond the bound (2^20) would become the
+    // decode window of `serve`: refused by resume and by serve alike.
+    let seq_at = text.find("\"seq_length\":").unwrap() + "\"seq_length\":".len();
+    let seq_end = seq_at + text[seq_at..].find(|c: char| !c.is_ascii_digit()).unwrap();
+    for seq in ["0", "1048577", "18446744073709551615"] {
+        std::fs::write(&file, [&good[..seq_at], seq.as_bytes(), &good[seq_end..]].concat()).unwrap();
+        let problem = format!("\"seq_length\" is {seq}; a sequence length is 1 to 1048576 tokens");
+        for args in
+            [with(&base, &["--train-iters", "4", "--load", "ckpt"]), vec!["serve", "--load", "ckpt", "--port", "0"]]
+        {
+            let (status, stderr) = run(&dir, &args);
+            assert_eq!(status.code(), Some(2), "{args:?}, seq_length {seq}: {stderr}");
+            assert!(stderr.contains("iter_0000002/rank_00000.ckpt"), "{args:?}: the path is not named: {stderr}");
+            assert!(stderr.contains(&problem), "{args:?}: expected {problem:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        }
+    }
 }
 
 #[test]

@@ -162,7 +162,14 @@ impl ConfigProblem {
 }
 
 /// Every problem found in a configuration; `Display` lists them one per line.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// `Debug` prints the same message as `Display` (as [`SetupError`] does), so
+/// `fn main() -> Result<(), ConfigError>` with `?` shows the problems a
+/// person can act on rather than the structure; like the message, it never
+/// shows a header value or an endpoint's credentials.
+///
+/// [`SetupError`]: crate::setup::SetupError
+#[derive(Clone, PartialEq)]
 pub struct ConfigError {
     problems: Vec<ConfigProblem>,
 }
@@ -206,6 +213,12 @@ impl fmt::Display for ConfigError {
             write!(f, "{problem}")?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

@@ -79,6 +79,11 @@ pub(crate) struct Limits {
     pub(crate) model_name: String,
     pub(crate) max_tokens: u64,
     pub(crate) max_model_len: usize,
+    /// Choices the server holds at once, running or waiting
+    /// (`--max-batch-size` plus `--max-queue`): a `prompt` list longer than
+    /// this could never be admitted, so it is refused (400), not queued
+    /// (429 is for a queue that can drain).
+    pub(crate) max_choices: usize,
 }
 
 /// `max_tokens` when the request gives none (OpenAI's default for
@@ -291,6 +296,18 @@ pub(crate) fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<
         Endpoint::Completions => prompts(&body)?,
         Endpoint::Chat => vec![messages(&body)?],
     };
+    if prompts.len() > limits.max_choices {
+        return Err(ApiError::invalid(
+            "prompt",
+            format!(
+                "`prompt` is a list of {} prompts; this server holds at most {} at once (--max-batch-size plus \
+                 --max-queue), so it could never run: send at most {} prompts per request",
+                prompts.len(),
+                limits.max_choices,
+                limits.max_choices
+            ),
+        ));
+    }
     match present(&body, "n") {
         None => {}
         Some(n) if n.as_u64() == Some(1) => {}
@@ -471,7 +488,7 @@ mod tests {
     use super::*;
 
     fn limits() -> Limits {
-        Limits { model_name: "m".into(), max_tokens: 100, max_model_len: 64 }
+        Limits { model_name: "m".into(), max_tokens: 100, max_model_len: 64, max_choices: 3 }
     }
 
     fn param_of(endpoint: Endpoint, body: &str) -> Option<&'static str> {
@@ -500,6 +517,17 @@ mod tests {
         assert_eq!(param_of(c, &long), Some("prompt"));
         let unknown = parse(c, br#"{"model":"other","prompt":"a"}"#, &limits()).unwrap_err();
         assert_eq!((unknown.status, unknown.param), (404, Some("model")));
+    }
+
+    #[test]
+    fn a_prompt_list_longer_than_the_server_holds_is_refused_naming_the_limit() {
+        let c = Endpoint::Completions;
+        let fits = parse(c, br#"{"model":"m","prompt":["a","b","c"]}"#, &limits()).unwrap();
+        assert_eq!(fits.prompts.len(), 3, "as many prompts as the server holds are accepted");
+        let error = parse(c, br#"{"model":"m","prompt":["a","b","c","d"]}"#, &limits()).unwrap_err();
+        assert_eq!((error.status, error.param, error.code), (400, Some("prompt"), "invalid_value"));
+        assert!(error.message.contains("list of 4 prompts"), "{}", error.message);
+        assert!(error.message.contains("at most 3 at once (--max-batch-size plus --max-queue)"), "{}", error.message);
     }
 
     #[test]

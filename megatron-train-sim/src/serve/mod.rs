@@ -169,9 +169,14 @@ fn serve(
             return ExitCode::from(1);
         }
     };
-    let limits = api::Limits { model_name: args.served_model_name.clone(), max_tokens: args.max_tokens, max_model_len };
-    let (jobs, receiver) = std::sync::mpsc::channel();
     let capacity = args.max_batch_size as usize + args.max_queue as usize;
+    let limits = api::Limits {
+        model_name: args.served_model_name.clone(),
+        max_tokens: args.max_tokens,
+        max_model_len,
+        max_choices: capacity,
+    };
+    let (jobs, receiver) = std::sync::mpsc::channel();
     let shared = Arc::new(http::Shared::new(limits, capacity, args.max_body_bytes as usize, jobs, metrics.clone()));
     let abort = Arc::new(AtomicBool::new(false));
     let engine_config = engine::EngineConfig {
