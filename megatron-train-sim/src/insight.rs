@@ -58,6 +58,13 @@ impl RankInsight {
         self.watchdog.stop();
     }
 
+    /// Replaces the phase clock (unit tests: a recording clock while
+    /// telemetry stays off).
+    #[cfg(all(test, feature = "otel"))]
+    pub(crate) fn set_phases(&mut self, phases: Phases) {
+        self.phases = phases;
+    }
+
     /// The phase clock (a cheap clone shares it).
     pub(crate) fn phases(&self) -> &Phases {
         &self.phases

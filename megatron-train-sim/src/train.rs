@@ -611,20 +611,15 @@ impl Trainer {
         let mut saved = Vec::with_capacity(self.stage.layers.len() + 2);
         let Trainer { stage, comm, device, telemetry, groups, insight, .. } = self;
         if let Some(tokens) = tokens {
-            let (output, keep) = stage.embed_forward(device.as_ref(), tokens, |m| {
-                let _wait = insight.phases().enter_wait(Phase::TpWait);
-                comm.all_gather(&groups.tensor, m)
-            })?;
+            let (output, keep) =
+                stage.embed_forward(device.as_ref(), tokens, |m| tp_all_gather(insight, comm, &groups.tensor, m))?;
             saved.push(keep);
             activations = output;
         }
         for index in 0..stage.layers.len() {
             let slot = stage.layers[index];
             let _layer = telemetry.layer_span(slot.number);
-            let gather = |mine: &[f32]| {
-                let _wait = insight.phases().enter_wait(Phase::TpWait);
-                comm.all_gather(&groups.tensor, mine)
-            };
+            let gather = |mine: &[f32]| tp_all_gather(insight, comm, &groups.tensor, mine);
             let (output, keep) = match slot.kind {
                 LayerKind::Transformer => {
                     let mixed = {
@@ -644,8 +639,8 @@ impl Trainer {
             activations = output;
         }
         if stage.head.is_some() {
-            let (logits, keep) =
-                stage.head_forward(device.as_ref(), activations, |m| comm.all_gather(&groups.tensor, m))?;
+            let (logits, keep) = stage
+                .head_forward(device.as_ref(), activations, |m| tp_all_gather(insight, comm, &groups.tensor, m))?;
             saved.push(keep);
             activations = logits;
         }
@@ -659,16 +654,13 @@ impl Trainer {
         let first = usize::from(stage.embedding.is_some());
         if stage.head.is_some() {
             let keep = &saved[first + stage.layers.len()];
-            grad = stage.head_backward(device.as_ref(), keep, grad, |g| {
-                let _wait = insight.phases().enter_wait(Phase::TpWait);
-                comm.all_reduce(&groups.tensor, g)
-            })?;
+            grad = stage
+                .head_backward(device.as_ref(), keep, grad, |g| tp_all_reduce(insight, comm, &groups.tensor, g))?;
         }
         for index in (0..stage.layers.len()).rev() {
             let keep = &saved[first + index];
             grad = stage.layer_backward(device.as_ref(), index, keep, grad, |g| {
-                let _wait = insight.phases().enter_wait(Phase::TpWait);
-                comm.all_reduce(&groups.tensor, g)
+                tp_all_reduce(insight, comm, &groups.tensor, g)
             })?;
         }
         if stage.embedding.is_some() {
@@ -1045,6 +1037,20 @@ enum Activations {
     Offloaded(Offloaded),
 }
 
+/// A tensor-parallel all-gather of a dense block's columns (the embedding,
+/// a layer, the output projection): its blocking wait is `tp_wait`.
+fn tp_all_gather(insight: &RankInsight, comm: &mut Comm, group: &[u32], mine: &[f32]) -> Result<Vec<f32>, CommError> {
+    let _wait = insight.phases().enter_wait(Phase::TpWait);
+    comm.all_gather(group, mine)
+}
+
+/// A tensor-parallel all-reduce of an input gradient: its blocking wait is
+/// `tp_wait`.
+fn tp_all_reduce(insight: &RankInsight, comm: &mut Comm, group: &[u32], grad: &mut [f32]) -> Result<(), CommError> {
+    let _wait = insight.phases().enter_wait(Phase::TpWait);
+    comm.all_reduce(group, grad)
+}
+
 /// Gives freed heap memory back to the operating system (glibc's
 /// `malloc_trim`): the simulator's `gc.collect()`. Nothing elsewhere.
 fn trim_heap() {
@@ -1085,16 +1091,15 @@ mod tests {
         std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
     }
 
-    /// Trains with `extra` flags on `world` ranks (threads of this process,
-    /// connected as the launcher's processes are), saving under a fresh
-    /// directory; the directory.
-    fn train(name: &str, world: u32, extra: &[&str]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("mtsim-lm-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let save = dir.to_str().unwrap().to_string();
-        let mut argv = vec!["megatron-train-sim", "--hidden-size", "32", "--seq-length", "16", "--train-iters", "6"];
-        argv.extend(["--log-interval", "6", "--seed", "11", "--save", &save]);
-        argv.extend(extra);
+    /// Builds a trainer from `argv` on each of `world` ranks (threads of
+    /// this process, connected as the launcher's processes are), rank `r`
+    /// on `device(r)`, and runs `body` on it; the results, by rank.
+    fn on_ranks<T: Send + 'static>(
+        world: u32,
+        argv: &[&str],
+        device: fn(u32) -> Box<dyn Device>,
+        body: fn(u32, &mut Trainer) -> T,
+    ) -> Vec<T> {
         let rendezvous =
             Rendezvous { master_addr: "127.0.0.1".into(), master_port: free_port(), deadline: Duration::from_secs(20) };
         let ranks: Vec<_> = (0..world)
@@ -1115,17 +1120,110 @@ mod tests {
                     };
                     let telemetry = Telemetry::setup(&args.otel, setup).unwrap();
                     let stop = crate::signals::StopFlag::default();
-                    let mut trainer = Trainer::new(args, layout, comm, Box::new(Cpu), telemetry, stop);
-                    let outcome = trainer.run().unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                    let mut trainer = Trainer::new(args, layout, comm, device(rank), telemetry, stop);
+                    let result = body(rank, &mut trainer);
                     trainer.finish_comm();
-                    outcome.final_iteration
+                    result
                 })
             })
             .collect();
-        for rank in ranks {
-            assert_eq!(rank.join().unwrap(), 6);
-        }
+        ranks.into_iter().map(|rank| rank.join().unwrap()).collect()
+    }
+
+    /// Trains with `extra` flags on `world` ranks ([`on_ranks`]), saving
+    /// under a fresh directory; the directory.
+    fn train(name: &str, world: u32, extra: &[&str]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("mtsim-lm-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let save = dir.to_str().unwrap().to_string();
+        let mut argv = vec!["megatron-train-sim", "--hidden-size", "32", "--seq-length", "16", "--train-iters", "6"];
+        argv.extend(["--log-interval", "6", "--seed", "11", "--save", &save]);
+        argv.extend(extra);
+        let finals = on_ranks(
+            world,
+            &argv,
+            |_| Box::new(Cpu),
+            |rank, trainer| trainer.run().unwrap_or_else(|e| panic!("rank {rank}: {e}")).final_iteration,
+        );
+        assert_eq!(finals, vec![6; world as usize]);
         dir
+    }
+
+    /// The CPU, [`LATE_OUTPUT_PROJECTION`] slower in the output
+    /// projection's product: under TP2 the only one with half the
+    /// vocabulary's columns.
+    #[cfg(feature = "otel")]
+    struct SlowOutputProjection;
+
+    #[cfg(feature = "otel")]
+    const LATE_OUTPUT_PROJECTION: Duration = Duration::from_millis(40);
+
+    #[cfg(feature = "otel")]
+    impl Device for SlowOutputProjection {
+        fn name(&self) -> String {
+            Cpu.name()
+        }
+
+        fn matmul(&self, a: &[f32], b: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
+            if n == model::VOCAB / 2 {
+                std::thread::sleep(LATE_OUTPUT_PROJECTION);
+            }
+            Cpu.matmul(a, b, m, k, n, out);
+        }
+
+        fn matmul_at_b_acc(&self, a: &[f32], b: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
+            Cpu.matmul_at_b_acc(a, b, m, k, n, out);
+        }
+
+        fn matmul_a_bt(&self, a: &[f32], b: &[f32], m: usize, n: usize, k: usize, out: &mut [f32]) {
+            Cpu.matmul_a_bt(a, b, m, n, k, out);
+        }
+
+        fn peak_memory_bytes(&self) -> Option<u64> {
+            None
+        }
+    }
+
+    /// Issue 20 item 4: under TP2, rank 1 computes its share of the logits
+    /// 40 ms late, so rank 0 waits 40 ms in the output projection's
+    /// all-gather: that wait is `tp_wait` (it was `dp_wait`, the default of
+    /// a receive no phase claims), and nothing of a forward pass is
+    /// `dp_wait`.
+    #[cfg(feature = "otel")]
+    #[test]
+    fn the_output_projection_all_gather_waits_in_tp_wait() {
+        use megatron_telemetry::phases::Phases;
+        let argv =
+            ["megatron-train-sim", "--hidden-size", "32", "--seq-length", "16", "--tensor-model-parallel-size", "2"];
+        let intervals = on_ranks(
+            2,
+            &argv,
+            |rank| if rank == 1 { Box::new(SlowOutputProjection) } else { Box::new(Cpu) },
+            |_, trainer| {
+                // The model (as `startup` builds it) and a recording clock
+                // (telemetry itself stays off in unit tests).
+                let (args, layout, coords) = (&trainer.args, trainer.layout, trainer.coords);
+                let (hidden, seq) = (args.hidden_size as usize, args.seq_length as usize);
+                trainer.stage =
+                    Stage::new(args.seed, &trainer.kinds, hidden, seq, layout.pp, coords.pp, layout.tp, coords.tp);
+                let phases = Phases::new(true);
+                trainer.insight.set_phases(phases.clone());
+                trainer.comm.set_phases(phases.clone());
+                let tokens = vec![b'a'; (trainer.args.micro_batch_size * trainer.args.seq_length) as usize];
+                phases.mark(Phase::Forward);
+                let (logits, _) = trainer.stage_forward(Some(&tokens), Vec::new()).unwrap();
+                phases.mark(Phase::Other);
+                assert_eq!(logits.len(), tokens.len() * model::VOCAB, "every rank holds every logit");
+                phases.take_interval()
+            },
+        );
+        let ms = |rank: usize, phase: Phase| intervals[rank].phase_ns[phase.index()] as f64 / 1e6;
+        let late = LATE_OUTPUT_PROJECTION.as_secs_f64() * 1e3;
+        assert!(ms(1, Phase::Forward) >= late, "rank 1 computes late: {:?}", intervals[1]);
+        assert!(ms(0, Phase::TpWait) >= late * 0.9, "rank 0 waits for it in tp_wait: {:?}", intervals[0]);
+        for (rank, interval) in intervals.iter().enumerate() {
+            assert_eq!(interval.phase_ns[Phase::DpWait.index()], 0, "rank {rank}: no dp_wait in a forward pass");
+        }
     }
 
     #[test]

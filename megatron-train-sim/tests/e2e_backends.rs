@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e_support::{
-    Ctx, Prometheus, Protocol, Records, Rotel, Sink, SinkOptions, canary_token, free_ports, sim_args, strs,
+    Ctx, Prometheus, Protocol, Records, Rotel, Sink, SinkOptions, canary_token, documented_recipe, free_ports,
+    sim_args, strs,
 };
 use megatron_telemetry::metrics::{self, InstrumentKind};
 use megatron_telemetry::taxonomy::{self, SpanDef};
@@ -404,14 +405,6 @@ fn wait_until_len(prometheus: &Prometheus, promql: &str, len: usize) {
     e2e_support::wait_until(&format!("{len} series for {promql}"), Duration::from_secs(20), || {
         (prometheus.query(promql).len() == len).then_some(())
     });
-}
-
-/// The fenced block after `<!-- recipe: NAME -->` in docs/backends.md.
-fn documented_recipe(page: &str, name: &str) -> String {
-    let marker = format!("<!-- recipe: {name} -->");
-    let after = page.split(&marker).nth(1).unwrap_or_else(|| panic!("docs/backends.md has no {marker}"));
-    let block = after.split("```").nth(1).unwrap_or_else(|| panic!("no code block after {marker}"));
-    block.split_once('\n').map_or(block, |(_, body)| body).trim().to_string()
 }
 
 /// Issue #12 item 3(b): the documented PromQL straggler recipe, asked of a

@@ -14,7 +14,8 @@
 //!   [`SinkRequest`]).
 //! - [`Sim`] / [`Proc`]: the simulator (or any program) with a clean
 //!   environment, run to completion or spawned for signals.
-//! - [`Rotel`], [`Prometheus`]: a real collector and a real Prometheus.
+//! - [`Rotel`], [`Prometheus`]: a real collector and a real Prometheus,
+//!   scraping or on data backfilled with `promtool` ([`promtool_backfill`]).
 //! - [`Pki`]: a private CA and a server certificate for 127.0.0.1 (openssl),
 //!   and an unrelated CA.
 //!
@@ -935,6 +936,16 @@ impl Prometheus {
     /// Starts `prometheus` scraping `targets` (`127.0.0.1:port`) every
     /// second; returns once `/-/ready` answers 200.
     pub(crate) fn start(ctx: &Ctx, targets: &[String]) -> Prometheus {
+        Prometheus::launch(ctx, targets, &ctx.path("prometheus-data"))
+    }
+
+    /// Starts `prometheus` on the storage `data` (blocks written by
+    /// [`promtool_backfill`]), scraping nothing; returns once ready.
+    pub(crate) fn on_data(ctx: &Ctx, data: &Path) -> Prometheus {
+        Prometheus::launch(ctx, &[], data)
+    }
+
+    fn launch(ctx: &Ctx, targets: &[String], data: &Path) -> Prometheus {
         let port = free_port();
         let config = ctx.path("prometheus.yml");
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
@@ -951,7 +962,7 @@ impl Prometheus {
         command
             .current_dir(ctx.dir())
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", ctx.path("prometheus-data").display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--log.level=warn");
         let mut proc = Proc::spawn(ctx, "prometheus", command);
@@ -966,8 +977,16 @@ impl Prometheus {
 
     /// `/api/v1/query?query=<promql>`: the `data.result` vector.
     pub(crate) fn query(&self, promql: &str) -> Vec<Value> {
-        let path = format!("/api/v1/query?query={}", url_encode(promql));
-        let (status, body) = http_get(self.port, &path).unwrap_or_else(|e| panic!("query {promql}: {e}"));
+        self.query_path(promql, &format!("/api/v1/query?query={}", url_encode(promql)))
+    }
+
+    /// The same, evaluated at `time` (Unix seconds).
+    pub(crate) fn query_at(&self, promql: &str, time: f64) -> Vec<Value> {
+        self.query_path(promql, &format!("/api/v1/query?query={}&time={time:.3}", url_encode(promql)))
+    }
+
+    fn query_path(&self, promql: &str, path: &str) -> Vec<Value> {
+        let (status, body) = http_get(self.port, path).unwrap_or_else(|e| panic!("query {promql}: {e}"));
         let value: Value =
             serde_json::from_str(&body).unwrap_or_else(|e| panic!("query {promql}: HTTP {status}, {e}: {body}"));
         assert_eq!(value["status"], "success", "query {promql}: {body}");
@@ -986,6 +1005,29 @@ impl Prometheus {
     pub(crate) fn stop(self) -> Finished {
         self.proc.stop()
     }
+}
+
+/// The fenced block after `<!-- recipe: NAME -->` in `page` (docs/backends.md).
+pub(crate) fn documented_recipe(page: &str, name: &str) -> String {
+    let marker = format!("<!-- recipe: {name} -->");
+    let after = page.split(&marker).nth(1).unwrap_or_else(|| panic!("docs/backends.md has no {marker}"));
+    let block = after.split("```").nth(1).unwrap_or_else(|| panic!("no code block after {marker}"));
+    block.split_once('\n').map_or(block, |(_, body)| body).trim().to_string()
+}
+
+/// Prometheus's backfill: writes `openmetrics` (the OpenMetrics text
+/// format with timestamps, ending with `# EOF`) into storage blocks with
+/// `promtool tsdb create-blocks-from openmetrics`, so that a real
+/// Prometheus ([`Prometheus::on_data`]) answers queries over data it did
+/// not scrape. The storage directory.
+pub(crate) fn promtool_backfill(ctx: &Ctx, openmetrics: &str) -> PathBuf {
+    let input = ctx.path("backfill.om");
+    std::fs::write(&input, openmetrics).unwrap();
+    let data = ctx.path("prometheus-backfill");
+    let mut command = clean_command("promtool");
+    command.current_dir(ctx.dir()).args(["tsdb", "create-blocks-from", "openmetrics"]).arg(&input).arg(&data);
+    Proc::spawn(ctx, "promtool", command).wait(READY_LIMIT).assert_success("promtool tsdb create-blocks-from");
+    data
 }
 
 // ---- A private CA ---------------------------------------------------------------
