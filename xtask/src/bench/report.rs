@@ -59,20 +59,30 @@ pub(crate) struct CpuCost {
     pub(crate) on_ms: f64,
     pub(crate) off_ms: f64,
     pub(crate) off_wall_ms: f64,
+    /// The spread of the per-round ratios (each round's on minus off over
+    /// its off wall time), shown so that a noisy CPU figure is seen as such.
+    pub(crate) round_band: Option<(f64, f64)>,
 }
 
 impl CpuCost {
     /// From rounds of (off CPU, on CPU, off wall time) per unit, in
-    /// milliseconds: the median of each. `None` when there is no round or a
-    /// run had no CPU figure.
+    /// milliseconds: the median of each, and the band of the per-round
+    /// ratios. `None` when there is no round or a run had no CPU figure.
     pub(crate) fn from_rounds(rounds: impl Iterator<Item = (Option<f64>, Option<f64>, f64)>) -> Option<CpuCost> {
-        let (mut off, mut on, mut off_wall) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut off, mut on, mut off_wall, mut ratios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (off_cpu, on_cpu, wall) in rounds {
-            off.push(off_cpu?);
-            on.push(on_cpu?);
+            let (off_cpu, on_cpu) = (off_cpu?, on_cpu?);
+            off.push(off_cpu);
+            on.push(on_cpu);
             off_wall.push(wall);
+            ratios.push(1.0 + (on_cpu - off_cpu) / wall);
         }
-        (!off.is_empty()).then(|| CpuCost { on_ms: median(&on), off_ms: median(&off), off_wall_ms: median(&off_wall) })
+        (!off.is_empty()).then(|| CpuCost {
+            on_ms: median(&on),
+            off_ms: median(&off),
+            off_wall_ms: median(&off_wall),
+            round_band: (ratios.len() > 1).then(|| band(&ratios)),
+        })
     }
 
     /// The CPU telemetry adds per unit, in milliseconds.
@@ -87,7 +97,7 @@ impl CpuCost {
 
     /// The breakdown the verdict shows (`unit`: "iteration", "token").
     pub(crate) fn describe(&self, unit: &str) -> String {
-        format!(
+        let mut text = format!(
             "process CPU {} on vs {} off per {unit} ({}{}) over {} wall per {unit} off = {:.4}×",
             ms(self.on_ms),
             ms(self.off_ms),
@@ -95,7 +105,11 @@ impl CpuCost {
             ms(self.added_ms().abs()),
             ms(self.off_wall_ms),
             self.ratio()
-        )
+        );
+        if let Some((lo, hi)) = self.round_band {
+            let _ = write!(text, " (rounds {lo:.4}–{hi:.4}×)");
+        }
+        text
     }
 }
 
@@ -216,16 +230,16 @@ mod tests {
     #[test]
     fn a_narrow_band_is_decided_by_wall_time_and_a_wide_one_by_process_cpu() {
         // Band 0.005 wide, within the 0.01 margin: wall time decides, CPU unused.
-        let dear = CpuCost { on_ms: 9.0, off_ms: 8.0, off_wall_ms: 10.0 };
+        let dear = CpuCost { on_ms: 9.0, off_ms: 8.0, off_wall_ms: 10.0, round_band: None };
         assert!(ratio_or_cpu(1.008, (1.006, 1.011), 1.01, Some(&dear)) == Verdict::Pass);
         assert!(ratio_or_cpu(1.015, (1.012, 1.017), 1.01, Some(&dear)) == Verdict::Fail);
         // Band 0.153 wide: the CPU decides, whatever the median says.
         // +0.08 ms of CPU per iteration over 9.53 ms of wall: 1.0084×, within 1.01×.
-        let cheap = CpuCost { on_ms: 3.28, off_ms: 3.20, off_wall_ms: 9.53 };
+        let cheap = CpuCost { on_ms: 3.28, off_ms: 3.20, off_wall_ms: 9.53, round_band: None };
         assert!((cheap.ratio() - 1.008_394).abs() < 1e-6, "{}", cheap.ratio());
         assert!(ratio_or_cpu(1.085, (1.050, 1.203), 1.01, Some(&cheap)) == Verdict::PassByCpu);
         // +0.5 ms over 9.53 ms: 1.052×, a failure with its breakdown.
-        let over = CpuCost { on_ms: 3.70, off_ms: 3.20, off_wall_ms: 9.53 };
+        let over = CpuCost { on_ms: 3.70, off_ms: 3.20, off_wall_ms: 9.53, round_band: None };
         assert!(ratio_or_cpu(1.002, (0.95, 1.10), 1.01, Some(&over)) == Verdict::FailByCpu);
         assert!(Verdict::FailByCpu.is_fail());
         assert_eq!(
@@ -233,7 +247,7 @@ mod tests {
             "process CPU 3.700 ms on vs 3.200 ms off per iteration (+0.500 ms) over 9.530 ms wall per iteration off = 1.0525×"
         );
         // Exactly at the budget passes (≤), a hair above fails.
-        let at = CpuCost { on_ms: 1.1, off_ms: 1.0, off_wall_ms: 10.0 };
+        let at = CpuCost { on_ms: 1.1, off_ms: 1.0, off_wall_ms: 10.0, round_band: None };
         assert!(ratio_or_cpu(1.2, (1.0, 1.3), 1.01 + 1e-12, Some(&at)) == Verdict::PassByCpu);
         assert!(ratio_or_cpu(1.2, (1.0, 1.3), 1.009, Some(&at)) == Verdict::FailByCpu);
         // No CPU figure: a wide band falls back to the median wall time.
@@ -243,10 +257,17 @@ mod tests {
         let rounds = [(Some(3.2), Some(3.3), 9.5), (Some(3.0), Some(3.6), 9.7), (Some(3.1), Some(3.2), 9.4)];
         let cost = CpuCost::from_rounds(rounds.into_iter()).unwrap();
         assert_eq!((cost.off_ms, cost.on_ms, cost.off_wall_ms), (3.1, 3.3, 9.5));
+        let (lo, hi) = cost.round_band.unwrap();
+        assert!((lo - (1.0 + 0.1 / 9.5)).abs() < 1e-12 && (hi - (1.0 + 0.6 / 9.7)).abs() < 1e-12, "{lo} {hi}");
+        assert!(
+            cost.describe("iteration").ends_with(" = 1.0211× (rounds 1.0105–1.0619×)"),
+            "{}",
+            cost.describe("iteration")
+        );
         assert!(CpuCost::from_rounds([(Some(3.2), None, 9.5)].into_iter()).is_none());
         assert!(CpuCost::from_rounds(std::iter::empty()).is_none());
         // Per token: microseconds.
-        let token = CpuCost { on_ms: 0.0512, off_ms: 0.0500, off_wall_ms: 0.1 };
+        let token = CpuCost { on_ms: 0.0512, off_ms: 0.0500, off_wall_ms: 0.1, round_band: None };
         assert_eq!(
             token.describe("token").split(" over ").next().unwrap(),
             "process CPU 51.20 µs on vs 50.00 µs off per token (+1.20 µs)"

@@ -214,6 +214,10 @@ pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Me
                 .zip(cpu_at_exit)
                 .filter(|_| tokens > 0)
                 .map(|(before, after)| after.saturating_sub(before).as_secs_f64() * 1e3 / tokens as f64);
+            let cpu =
+                cpu_ms_per_token.map_or_else(|| "no CPU figure".to_string(), |ms| format!("{:.2} µs CPU", ms * 1e3));
+            let side = if telemetry { "default" } else { "off" };
+            say(&format!("xtask bench: serve {side}: {tokens} tokens, {tokens_per_sec:.1} tokens/s, {cpu} per token"));
             pair[slot] = Some(Load { tokens_per_sec, p99_ms, cpu_ms_per_token });
         }
         if let [Some(off), Some(on)] = pair {
