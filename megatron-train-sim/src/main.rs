@@ -14,7 +14,7 @@
 //! [`launcher`],
 //! [`comm`] (rendezvous, TCP mesh, collectives), [`device`] (matrix
 //! products), [`model`] (the byte-level language model, optimizer, schedule), [`corpus`]
-//! (the synthetic text it learns), [`lm`] (the trained model for inference), [`train`] (the
+//! (the synthetic text it learns), [`cpu`] (the process's CPU time for the summary), [`lm`] (the trained model for inference), [`train`] (the
 //! loop, returning an [`outcome`]), [`checkpoint`], [`signals`], [`output`] (progress, summary, JSON)
 //! and [`telemetry`], the adapter over megatron-telemetry's lifecycle (the
 //! loop also calls megatron-telemetry's `pipeline`, `workers` and
@@ -38,6 +38,7 @@ mod cli;
 mod comm;
 mod config;
 mod corpus;
+mod cpu;
 mod device;
 mod faults;
 mod goodput;

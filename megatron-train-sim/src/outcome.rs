@@ -32,6 +32,12 @@ pub(crate) struct Outcome {
     pub(crate) final_iteration: u64,
     /// Each executed iteration: its number (1-based), step time in ms and loss (`None` when skipped).
     pub(crate) iterations: Vec<(u64, f64, Option<f64>)>,
+    /// Each executed iteration's whole time in ms, from its boundary on the
+    /// training loop to the next (the step and everything around it:
+    /// heartbeat, report, log, metric records, goodput, evaluations, saves).
+    pub(crate) iteration_times_ms: Vec<f64>,
+    /// The process's CPU time (every thread) when the training loop started.
+    pub(crate) loop_started_cpu: Option<std::time::Duration>,
     /// The mean loss of each log interval (`None` when every iteration of it was skipped).
     pub(crate) log_losses: Vec<(u64, Option<f64>)>,
     /// Evaluation losses.

@@ -220,6 +220,14 @@ pub(crate) fn summary_json(
     let tokens_per_sec = mean_ms.map(|ms| outcome.tokens_per_iteration as f64 / (ms / 1e3));
     let tflops = mean_ms.map(|ms| outcome.flops_per_iteration / (ms / 1e3) / 1e12 / f64::from(layout.world()));
     let report = &telemetry.report;
+    let mean_iteration_ms = mean(&outcome.iteration_times_ms);
+    // Read now, after telemetry's shutdown: its final flush counts.
+    let cpu_ms = outcome
+        .loop_started_cpu
+        .zip(crate::cpu::process_cpu())
+        .map(|(started, now)| now.saturating_sub(started).as_secs_f64() * 1e3);
+    let cpu_ms_per_iteration =
+        cpu_ms.filter(|_| !outcome.iterations.is_empty()).map(|ms| ms / outcome.iterations.len() as f64);
     json!({
         "schema": "megatron-train-sim.summary/1",
         "run_id": run_id,
@@ -237,6 +245,10 @@ pub(crate) fn summary_json(
         "eval_losses": outcome.eval_losses.iter().map(|(i, loss)| json!({"iteration": i, "loss": loss})).collect::<Vec<_>>(),
         "step_times_ms": step_times,
         "mean_step_time_ms": mean_ms,
+        "iteration_times_ms": outcome.iteration_times_ms,
+        "mean_iteration_time_ms": mean_iteration_ms,
+        "process_cpu_ms": cpu_ms,
+        "process_cpu_ms_per_iteration": cpu_ms_per_iteration,
         "tokens_per_iteration": outcome.tokens_per_iteration,
         "corpus_unigram_entropy_nats": outcome.corpus_entropy_nats,
         "tokens_per_sec": tokens_per_sec,

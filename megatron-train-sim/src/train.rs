@@ -353,8 +353,14 @@ impl Trainer {
         let tokens = self.args.global_batch_size * self.args.seq_length;
         let flops = model::training_flops_per_token(self.args.num_layers, self.args.hidden_size) as f64 * tokens as f64;
         let mut progress = output::Progress::new(self.rank() + 1 == self.layout.world(), self.args.train_iters);
+        // Whole iterations: the wall time from one iteration boundary to the
+        // next (heartbeat, step, report, log, metric records, goodput, the
+        // optional phases and saves), beside the step time alone.
+        let mut iteration_times_ms = Vec::new();
+        let loop_started_cpu = crate::cpu::process_cpu();
 
         while self.iteration < self.args.train_iters {
+            let boundary = Instant::now();
             let save_interval = self.args.save_interval.unwrap_or(0);
             self.telemetry.loop_pass(self.iteration);
             self.insight.begin_iteration(self.iteration);
@@ -496,6 +502,7 @@ impl Trainer {
             if save_interval > 0 && iteration.is_multiple_of(save_interval) {
                 self.save(iteration)?;
             }
+            iteration_times_ms.push(boundary.elapsed().as_secs_f64() * 1e3);
             if step.stop {
                 exit_reason = ExitReason::Signal;
                 break;
@@ -522,6 +529,8 @@ impl Trainer {
             start_iteration,
             final_iteration: self.iteration,
             iterations,
+            iteration_times_ms,
+            loop_started_cpu,
             log_losses,
             eval_losses,
             skipped_iterations: self.skipped,

@@ -39,10 +39,42 @@ fn losses(summary: &Value) -> Vec<Option<f64>> {
     summary["iteration_losses"].as_array().unwrap().iter().map(|e| e["loss"].as_f64()).collect()
 }
 
+fn floats(value: &Value) -> Vec<f64> {
+    value.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+}
+
+/// The summary's whole-iteration times (boundary to boundary on the training
+/// loop) of a run of `iterations` steps that each sleep 2 ms: one per
+/// iteration, each at least its own step time (which holds the sleep), their
+/// sum within the process's lifetime as the test measured it; the process's
+/// CPU since the loop started, per iteration, no more than every core busy
+/// for that whole lifetime.
+fn whole_iterations_hold_their_steps_within_the_process(s: &Value, iterations: usize, process_ms: f64) {
+    let steps = floats(&s["step_times_ms"]);
+    let whole = floats(&s["iteration_times_ms"]);
+    assert_eq!(whole.len(), iterations);
+    for (index, (whole, step)) in whole.iter().zip(&steps).enumerate() {
+        assert!(*step >= 2.0, "iteration {}: a step of {step} ms holds a 2 ms sleep", index + 1);
+        assert!(whole >= step, "iteration {}: whole {whole} ms < step {step} ms", index + 1);
+    }
+    let sum: f64 = whole.iter().sum();
+    assert!(sum < process_ms, "the iterations took {sum} ms of a process that lived {process_ms} ms");
+    let mean = s["mean_iteration_time_ms"].as_f64().unwrap();
+    assert!((mean - sum / iterations as f64).abs() < 1e-9, "mean {mean} of {whole:?}");
+    assert!(mean >= s["mean_step_time_ms"].as_f64().unwrap());
+    let cpu = s["process_cpu_ms"].as_f64().unwrap();
+    let per_iteration = s["process_cpu_ms_per_iteration"].as_f64().unwrap();
+    assert!((per_iteration * iterations as f64 - cpu).abs() < 1e-6, "{per_iteration} × {iterations} vs {cpu}");
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    assert!(cpu > 0.0 && cpu <= process_ms * cores, "{cpu} ms of CPU in a {process_ms} ms process on {cores} cores");
+}
+
 #[test]
 fn one_rank_trains_fifty_iterations_and_the_loss_falls() {
     let dir = temp_dir("single");
-    let s = summary(&dir, &with(SMALL, &["--train-iters", "50", "--log-interval", "10"]));
+    let started = Instant::now();
+    let s = summary(&dir, &with(SMALL, &["--train-iters", "50", "--log-interval", "10", "--step-sleep-ms", "2"]));
+    let process_ms = started.elapsed().as_secs_f64() * 1e3;
     assert_eq!(s["exit_reason"], "completed");
     assert_eq!(s["final_iteration"], 50);
     let logged: Vec<f64> = s["losses"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect();
@@ -50,6 +82,7 @@ fn one_rank_trains_fifty_iterations_and_the_loss_falls() {
     assert!(logged[4] < logged[0] * 0.5, "the loss did not fall: {logged:?}");
     assert!(s["tokens_per_sec"].as_f64().unwrap() > 0.0);
     assert_eq!(s["step_times_ms"].as_array().unwrap().len(), 50);
+    whole_iterations_hold_their_steps_within_the_process(&s, 50, process_ms);
     assert_eq!(s["telemetry"]["enabled"], false);
     let left: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

@@ -21,8 +21,13 @@
 //!   (the bridge against lean `tracing-opentelemetry`), and the row also
 //!   states the floor every bridge pays before its own code (the SDK span
 //!   plus the registry behind the per-layer filter);
-//! - the simulator: alternating runs at each preset and with telemetry off
-//!   ([`sim`]);
+//! - the simulator: alternating runs at each preset and with telemetry off,
+//!   comparing the whole-iteration time; when its band is wider than the
+//!   budget's margin, the whole process's CPU per iteration decides
+//!   ([`sim`], [`report::CpuCost`]);
+//! - the inference server: alternating runs off and at `default`; when the
+//!   throughput's band is wider than the budget's margin, the server's CPU
+//!   per generated token decides ([`serve`]);
 //! - export throughput to a receiver in another process: lens's pipeline
 //!   against the raw SDK's batch processor with the same exporter,
 //!   alternating in rounds, as a ratio of drop-free rates ([`throughput`]).
@@ -47,7 +52,7 @@ use anyhow::{Context, Result, bail};
 
 use self::budgets::Budgets;
 use self::criterion::{Medians, SUITES};
-use self::report::{Row, Verdict, band, machine, median, ns, render, wider_than};
+use self::report::{CpuCost, Row, Verdict, band, machine, median, ns, render, wider_than};
 use crate::{cargo, run_cmd, say, workspace_root};
 
 const USAGE: &str = "\
@@ -486,6 +491,9 @@ fn disabled_rows(budgets: &Budgets, medians: &Medians) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// The simulator's rows: the whole-iteration time with telemetry on over
+/// off; when its band is wider than the budget's margin, the whole
+/// process's CPU per iteration decides ([`report::ratio_or_cpu`]).
 fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
     let binary = sim::build()?;
     let scratch = workspace_root().join("target/xtask-bench/sim");
@@ -493,43 +501,25 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
     std::fs::create_dir_all(&scratch)?;
     let measured_sim = sim::measure(&binary, &scratch, rounds)?;
     let sleep_ms = measured_sim.sleep_ms;
-    // The training thread's instructions with telemetry off, counted once and
-    // only when some preset needs them.
-    let mut off_instructions: Option<f64> = None;
     let mut rows = Vec::new();
     for (result, (_, scenario)) in measured_sim.presets.iter().zip(sim::PRESETS) {
         let max = budgets.get(scenario, "max_ratio")?;
-        let ratio = median(&result.ratios);
-        let (lo, hi) = band(&result.ratios);
-        let off = median(&result.off_ms);
-        let mut measured = format!(
-            "{ratio:.3}× ({:.2} vs {off:.2} ms per step, {sleep_ms} ms of it sleep; band {lo:.3}–{hi:.3})",
-            median(&result.on_ms)
-        );
-        let too_noisy = wider_than(lo, hi, max - 1.0);
-        let verdict = if too_noisy && callgrind::available() {
-            let off_per_step = match off_instructions {
-                Some(count) => count,
-                None => *off_instructions.insert(sim::instructions_per_step(&binary, &scratch, None)?),
-            };
-            let added = sim::instructions_per_step(&binary, &scratch, Some(result.preset))? - off_per_step;
-            // The training thread's own speed: compute time over instructions, per step.
-            let ns_per_instruction = measured_sim.compute_ms * 1e6 / off_per_step;
-            let estimated = (off + added * ns_per_instruction * 1e-6) / off;
-            // Telemetry's scalar code runs at a lower IPC than the vectorised
-            // compute: the bound at 1 ns per instruction is shown beside it.
-            let bound = (off + added * 1e-6) / off;
-            let _ = write!(
-                measured,
-                "; band wider than the budget: {added:+.0} instructions per step on the training thread \
-                 (of {off_per_step:.0}) ≈ {estimated:.4}× at its own {ns_per_instruction:.2} ns per instruction, {bound:.4}× at 1 ns"
-            );
-            Verdict::by_instructions(estimated <= max)
-        } else if ratio <= max {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
+        let ratios = result.ratios();
+        let ratio = median(&ratios);
+        let (lo, hi) = band(&ratios);
+        let side = |f: fn(&sim::Run) -> f64, on: bool| -> f64 {
+            median(&result.rounds.iter().map(|(off, run_on)| f(if on { run_on } else { off })).collect::<Vec<_>>())
         };
+        let (on, off) = (side(|r| r.iteration_ms, true), side(|r| r.iteration_ms, false));
+        let mut measured = format!(
+            "{ratio:.3}× whole iteration ({on:.2} vs {off:.2} ms; step {:.2} vs {:.2} ms, {sleep_ms} ms of it sleep; \
+             band {lo:.3}–{hi:.3})",
+            side(|r| r.step_ms, true),
+            side(|r| r.step_ms, false),
+        );
+        let cpu = CpuCost::from_rounds(result.rounds.iter().map(|(off, on)| (off.cpu_ms, on.cpu_ms, off.iteration_ms)));
+        let missing = "no process CPU in the summary";
+        let verdict = decide_with_cpu(&mut measured, (ratio, lo, hi, max), cpu, "iteration", missing);
         rows.push(Row {
             scenario: (*scenario).to_string(),
             measured,
@@ -542,7 +532,10 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
 }
 
 /// The inference server's rows: tokens per second (off over on) and p99
-/// latency (on over off), each the median of the per-round ratios.
+/// latency (on over off), each the median of the per-round ratios. When the
+/// throughput ratios spread wider than the budget's margin, the server's
+/// CPU per generated token decides (every thread, load start to exit, on
+/// minus off, over the off run's wall time per token).
 fn serve_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
     let binary = sim::build()?;
     let scratch = workspace_root().join("target/xtask-bench/serve");
@@ -567,17 +560,54 @@ fn serve_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
         let ratio = median(&ratios);
         let (lo, hi) = band(&ratios);
         let unit = if scenario == "serve_p99" { "ms p99" } else { "tokens/s" };
-        let measured = format!(
+        let mut text = format!(
             "{ratio:.3}× ({:.1} vs {:.1} {unit} with `default` vs off; band {lo:.3}–{hi:.3})",
             median(&on),
             median(&off)
         );
-        let verdict = if ratio <= max { Verdict::Pass } else { Verdict::Fail };
+        let verdict = if scenario == "serve_tokens_per_sec" {
+            // The off run's wall time per token is the inverse of its throughput.
+            let cpu = CpuCost::from_rounds(
+                measured
+                    .rounds
+                    .iter()
+                    .map(|(off, on)| (off.cpu_ms_per_token, on.cpu_ms_per_token, 1e3 / off.tokens_per_sec)),
+            );
+            decide_with_cpu(&mut text, (ratio, lo, hi, max), cpu, "token", "no server CPU from /proc")
+        } else if ratio <= max {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
         rows.push(Row {
-            scenario: scenario.to_string(), measured, budget: format!("≤ {max}×"), verdict, python: ""
+            scenario: scenario.to_string(),
+            measured: text,
+            budget: format!("≤ {max}×"),
+            verdict,
+            python: "",
         });
     }
     Ok(rows)
+}
+
+/// [`report::ratio_or_cpu`] for a row: the median `ratio`, its band
+/// `lo..=hi` and the budget `max`; when the band is wider than the margin,
+/// `measured` gains the CPU breakdown per `unit`, or says why there is none
+/// (`missing`) and that wall time decided.
+fn decide_with_cpu(
+    measured: &mut String,
+    (ratio, lo, hi, max): (f64, f64, f64, f64),
+    cpu: Option<CpuCost>,
+    unit: &str,
+    missing: &str,
+) -> Verdict {
+    if wider_than(lo, hi, max - 1.0) {
+        let _ = match &cpu {
+            Some(cpu) => write!(measured, "; band wider than the budget: {}", cpu.describe(unit)),
+            None => write!(measured, "; band wider than the budget ({missing}: decided by wall time)"),
+        };
+    }
+    report::ratio_or_cpu(ratio, (lo, hi), max, cpu.as_ref())
 }
 
 fn update_docs(page: &Path, table: &str) -> Result<()> {

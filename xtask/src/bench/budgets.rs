@@ -48,6 +48,12 @@ impl Budgets {
         Ok(budgets)
     }
 
+    /// Every scenario, by name (the docs test checks each has a row).
+    #[cfg(test)]
+    pub(crate) fn scenarios(&self) -> impl Iterator<Item = &str> {
+        self.sections.keys().map(String::as_str)
+    }
+
     /// The limit `key` of `scenario`; a missing one is an error that names both.
     pub(crate) fn get(&self, scenario: &str, key: &str) -> Result<f64> {
         self.sections
@@ -60,6 +66,8 @@ impl Budgets {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::Budgets;
 
     #[test]
@@ -69,5 +77,27 @@ mod tests {
         assert_eq!(budgets.get("b", "min").unwrap(), 1000.0);
         assert!(budgets.get("a", "min").unwrap_err().to_string().contains("[a]"));
         assert!(Budgets::parse("x = 1\n").is_err());
+    }
+
+    /// docs/performance.md's budget table (not the results between the bench
+    /// markers) has three columns in every row and names every scenario of
+    /// the budgets file: result rows pasted over budget rows once replaced
+    /// `record_training_metrics` and both tracing budgets there.
+    #[test]
+    fn the_docs_budget_table_names_every_budget_and_holds_no_result_rows() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let budgets = Budgets::load(&root.join("xtask/budgets.toml")).unwrap();
+        let page = std::fs::read_to_string(root.join("docs/performance.md")).unwrap();
+        let section = page.split("## What each budget protects").nth(1).expect("the budget table's heading");
+        let rows: Vec<&str> =
+            section.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')).collect();
+        assert_eq!(rows.first().copied(), Some("| Scenario | Budget | What it protects |"));
+        for row in rows.iter().filter(|row| !row.starts_with("|---")) {
+            assert_eq!(row.matches(" | ").count(), 2, "not a budget row (scenario, budget, what it protects): {row}");
+        }
+        for scenario in budgets.scenarios() {
+            let named = rows.iter().any(|row| row.split(" | ").next().unwrap().contains(&format!("`{scenario}`")));
+            assert!(named, "docs/performance.md's budget table has no row for `{scenario}`");
+        }
     }
 }

@@ -10,6 +10,14 @@
 //! returned over the wall time; p99 is over every request's latency. The
 //! ratios (off over on for throughput, on over off for p99) are the medians
 //! of the per-round ratios.
+//!
+//! Each run also reads the server's CPU time (every thread, user and system,
+//! from `/proc/<pid>/stat`) when the load starts and once the process has
+//! exited after its drain (before it is reaped), so that the telemetry
+//! shutdown's final flush counts: over the tokens generated, that is the
+//! server's CPU per generated token, which decides `serve_tokens_per_sec`
+//! when the throughput ratios spread wider than its budget
+//! ([`super::report::CpuCost`]).
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -25,11 +33,14 @@ const CONCURRENCY: usize = 16;
 const REQUESTS: usize = 20;
 const MAX_TOKENS: u64 = 64;
 
-/// One run: tokens per second and the p99 latency in milliseconds.
+/// One run: tokens per second, the p99 latency in milliseconds, and the
+/// server's CPU per generated token in milliseconds (`None` without
+/// `/proc`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Load {
     pub(crate) tokens_per_sec: f64,
     pub(crate) p99_ms: f64,
+    pub(crate) cpu_ms_per_token: Option<f64>,
 }
 
 /// Every round's (off, on) loads.
@@ -70,18 +81,62 @@ fn start(binary: &Path, scratch: &Path, telemetry: bool) -> Result<(Child, u16)>
     }
 }
 
-fn stop(mut child: Child) -> Result<()> {
+/// A process's state and CPU time so far (user + system, every thread, the
+/// ended ones included), from `/proc/<pid>/stat`; `None` without `/proc`.
+fn proc_stat(pid: u32) -> Option<(char, Duration)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text, clock_ticks())
+}
+
+/// The state (field 3) and `utime + stime` (fields 14 and 15, in clock
+/// ticks) of a `/proc/<pid>/stat` line; the command name (field 2, in
+/// parentheses) may hold spaces and parentheses, so fields count from its
+/// last `)`.
+fn parse_stat(text: &str, ticks_per_second: u64) -> Option<(char, Duration)> {
+    let after_name = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((state, Duration::from_secs_f64(ticks as f64 / ticks_per_second.max(1) as f64)))
+}
+
+/// Clock ticks per second of `/proc`'s times (`getconf CLK_TCK`; 100, the
+/// value on Linux, when that cannot be asked).
+fn clock_ticks() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok()?.trim().parse().ok())
+            .unwrap_or(100)
+    })
+}
+
+/// Sends SIGTERM and waits for the drain; the server's CPU time over its
+/// whole life, read once it has exited and before it is reaped (`None`
+/// without `/proc`).
+fn stop(mut child: Child) -> Result<Option<Duration>> {
     Command::new("kill").arg("-TERM").arg(child.id().to_string()).status()?;
     let deadline = Instant::now() + Duration::from_secs(30);
+    let exited = |status: std::process::ExitStatus, cpu: Option<Duration>| {
+        if status.success() { Ok(cpu) } else { bail!("the server exited with {status}") }
+    };
     loop {
-        if let Some(status) = child.try_wait()? {
-            if !status.success() {
-                bail!("the server exited with {status}");
+        // A zombie's stat still holds its CPU time; reaping removes it.
+        match proc_stat(child.id()) {
+            Some(('Z', time)) => return exited(child.wait()?, Some(time)),
+            Some(_) => {}
+            None => {
+                if let Some(status) = child.try_wait()? {
+                    return exited(status, None);
+                }
             }
-            return Ok(());
         }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             bail!("the server did not drain within 30 s");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -110,7 +165,8 @@ fn request(port: u16, client: usize, index: usize) -> Result<u64> {
     value["usage"]["completion_tokens"].as_u64().context("no usage in the answer")
 }
 
-fn drive(port: u16) -> Result<Load> {
+/// The tokens generated, their rate, and the p99 latency in milliseconds.
+fn drive(port: u16) -> Result<(u64, f64, f64)> {
     let started = Instant::now();
     let clients: Vec<_> = (0..CONCURRENCY)
         .map(|client| {
@@ -135,7 +191,7 @@ fn drive(port: u16) -> Result<Load> {
     let wall = started.elapsed().as_secs_f64();
     latencies.sort_by(f64::total_cmp);
     let p99 = latencies[((latencies.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)];
-    Ok(Load { tokens_per_sec: tokens as f64 / wall, p99_ms: p99 })
+    Ok((tokens, tokens as f64 / wall, p99))
 }
 
 /// Trains the checkpoint, then runs `rounds` alternating rounds.
@@ -150,13 +206,47 @@ pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Me
         let mut pair = [None, None];
         for (slot, telemetry) in [(0, false), (1, true)] {
             let (child, port) = start(binary, scratch, telemetry)?;
+            let cpu_before = proc_stat(child.id()).map(|(_, time)| time);
             let load = drive(port);
-            stop(child)?;
-            pair[slot] = Some(load?);
+            let cpu_at_exit = stop(child)?;
+            let (tokens, tokens_per_sec, p99_ms) = load?;
+            let cpu_ms_per_token = cpu_before
+                .zip(cpu_at_exit)
+                .filter(|_| tokens > 0)
+                .map(|(before, after)| after.saturating_sub(before).as_secs_f64() * 1e3 / tokens as f64);
+            let cpu =
+                cpu_ms_per_token.map_or_else(|| "no CPU figure".to_string(), |ms| format!("{:.2} µs CPU", ms * 1e3));
+            let side = if telemetry { "default" } else { "off" };
+            say(&format!("xtask bench: serve {side}: {tokens} tokens, {tokens_per_sec:.1} tokens/s, {cpu} per token"));
+            pair[slot] = Some(Load { tokens_per_sec, p99_ms, cpu_ms_per_token });
         }
         if let [Some(off), Some(on)] = pair {
             measured.rounds.push((off, on));
         }
     }
     Ok(measured)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_stat;
+
+    #[test]
+    fn stat_lines_give_the_state_and_the_cpu_of_every_thread() {
+        // A zombie whose name holds a space and a parenthesis: 150 + 37 ticks.
+        let line = "4242 (megatron (sim) Z 1 4242 4242 0 -1 4194560 900 0 0 0 150 37 0 0 20 0 9 0 1000 0 0";
+        assert_eq!(parse_stat(line, 100), Some(('Z', Duration::from_millis(1870))));
+        assert_eq!(parse_stat(line, 1000), Some(('Z', Duration::from_millis(187))));
+        assert_eq!(parse_stat("4242 (x) R 1 2", 100), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn this_process_has_a_state_and_a_cpu_time() {
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let (state, _) = parse_stat(&own, 100).unwrap();
+        assert!("RSD".contains(state), "{state}");
+    }
 }

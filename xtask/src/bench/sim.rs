@@ -1,21 +1,23 @@
-//! The simulator's step time with telemetry on at a span-group preset,
-//! against telemetry off, at a step of about 10 ms.
+//! The simulator's whole-iteration time with telemetry on at a span-group
+//! preset, against telemetry off, at an iteration of about 10 ms.
 //!
 //! The simulator (`megatron-train-sim`, one rank, built with the bench
 //! profile) runs once per configuration per round, the configurations
-//! alternating within a round (off, default, per_step, all, off, ...), and
-//! each run's `mean_step_time_ms` comes from `--summary-json`. A preset's
-//! ratio is the median of its per-round ratios to the round's off run.
+//! alternating within a round (off, default, per_step, all, rank_metrics,
+//! off, ...), and each run's `mean_iteration_time_ms` (the wall time from
+//! one iteration boundary of the training loop to the next: the step plus
+//! the heartbeat, report, log, metric records and goodput writes around it)
+//! and `process_cpu_ms_per_iteration` (the whole process's CPU, every
+//! thread, from the loop's start through telemetry's final flush, per
+//! iteration) come from `--summary-json`. A preset's ratio is the median of
+//! its per-round ratios to the round's off run.
 //! Telemetry goes to the file exporter in a temporary directory.
 //!
 //! When the per-round ratios spread wider than a budget, wall time cannot
-//! decide it, and the training thread's instructions decide instead: the
-//! simulator runs under callgrind with `--separate-threads=yes` for `N` and
-//! `2N` iterations, the main thread's (the training loop's) count per
-//! iteration with telemetry on minus the same with it off is what telemetry
-//! adds per step. It is converted to time at the training thread's own
-//! measured speed (the step's compute time without sleep, over the off run's
-//! instructions per step) and divided by the measured off step time.
+//! decide it, and the whole process's CPU decides instead
+//! ([`super::report::CpuCost`]): the CPU per iteration telemetry adds (on
+//! minus off, the median over rounds) over the off run's wall time per
+//! iteration, against the budget's margin.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,16 +37,33 @@ pub(crate) const PRESETS: &[(&str, &str)] =
 /// cleared above, so nothing turns it off).
 const RANK_METRICS: &str = "rank_metrics";
 
-/// The step time the scenario aims at.
-const TARGET_STEP_MS: f64 = 10.0;
+/// The whole-iteration time the scenario aims at.
+const TARGET_ITERATION_MS: f64 = 10.0;
 const ITERATIONS: u32 = 60;
 
-/// What was measured for one preset.
+/// What one run of the simulator reported, per iteration, in milliseconds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    /// `mean_step_time_ms`: `train_step` alone.
+    pub(crate) step_ms: f64,
+    /// `mean_iteration_time_ms`: boundary to boundary on the training loop.
+    pub(crate) iteration_ms: f64,
+    /// `process_cpu_ms_per_iteration`: every thread (`None` where the
+    /// simulator's platform does not say).
+    pub(crate) cpu_ms: Option<f64>,
+}
+
+/// What was measured for one preset: every round's (off, on) runs.
 pub(crate) struct PresetResult {
     pub(crate) preset: &'static str,
-    pub(crate) ratios: Vec<f64>,
-    pub(crate) on_ms: Vec<f64>,
-    pub(crate) off_ms: Vec<f64>,
+    pub(crate) rounds: Vec<(Run, Run)>,
+}
+
+impl PresetResult {
+    /// The per-round ratios of the whole-iteration time, on over off.
+    pub(crate) fn ratios(&self) -> Vec<f64> {
+        self.rounds.iter().map(|(off, on)| on.iteration_ms / off.iteration_ms).collect()
+    }
 }
 
 /// Builds the simulator and returns its path.
@@ -81,8 +100,8 @@ fn sim_command(binary: &Path, scratch: &Path, preset: Option<&str>, iterations: 
     cmd
 }
 
-/// One run's mean step time in milliseconds.
-fn mean_step_ms(binary: &Path, scratch: &Path, preset: Option<&str>, sleep_ms: u32) -> Result<f64> {
+/// One run's times and CPU per iteration.
+fn run_once(binary: &Path, scratch: &Path, preset: Option<&str>, sleep_ms: u32) -> Result<Run> {
     let summary = scratch.join("summary.json");
     let mut cmd = sim_command(binary, scratch, preset, ITERATIONS, sleep_ms);
     cmd.arg("--summary-json").arg(&summary);
@@ -96,73 +115,38 @@ fn mean_step_ms(binary: &Path, scratch: &Path, preset: Option<&str>, sleep_ms: u
     {
         bail!("the simulator dropped {dropped} spans at preset {preset:?}");
     }
-    json["mean_step_time_ms"].as_f64().context("no mean_step_time_ms in the simulator's summary")
+    let field = |name: &str| json[name].as_f64().with_context(|| format!("no `{name}` in the simulator's summary"));
+    Ok(Run {
+        step_ms: field("mean_step_time_ms")?,
+        iteration_ms: field("mean_iteration_time_ms")?,
+        cpu_ms: json["process_cpu_ms_per_iteration"].as_f64(),
+    })
 }
 
-/// Calibrates the sleep for a ~10 ms step, then runs `rounds` alternating rounds.
-/// What [`measure`] found: the sleep per step, the step's compute time
-/// without sleep (ms) and each preset's rounds.
+/// What [`measure`] found: the sleep per step and each preset's rounds.
 pub(crate) struct Measured {
     pub(crate) sleep_ms: u32,
-    pub(crate) compute_ms: f64,
     pub(crate) presets: Vec<PresetResult>,
 }
 
+/// Calibrates the sleep for a ~10 ms iteration, then runs `rounds`
+/// alternating rounds.
 pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Measured> {
-    let compute_ms = mean_step_ms(binary, scratch, None, 0)?;
-    let sleep_ms = (TARGET_STEP_MS - compute_ms).round().max(1.0) as u32;
-    say(&format!("xtask bench: simulator step without sleep {compute_ms:.2} ms; sleeping {sleep_ms} ms per step"));
-    let mut results: Vec<PresetResult> = PRESETS
-        .iter()
-        .map(|(preset, _)| PresetResult { preset, ratios: Vec::new(), on_ms: Vec::new(), off_ms: Vec::new() })
-        .collect();
+    let compute = run_once(binary, scratch, None, 0)?;
+    let sleep_ms = (TARGET_ITERATION_MS - compute.iteration_ms).round().max(1.0) as u32;
+    say(&format!(
+        "xtask bench: simulator iteration without sleep {:.2} ms (step {:.2} ms); sleeping {sleep_ms} ms per step",
+        compute.iteration_ms, compute.step_ms
+    ));
+    let mut results: Vec<PresetResult> =
+        PRESETS.iter().map(|(preset, _)| PresetResult { preset, rounds: Vec::new() }).collect();
     for round in 0..rounds {
         say(&format!("xtask bench: simulator round {}/{rounds}", round + 1));
-        let off = mean_step_ms(binary, scratch, None, sleep_ms)?;
+        let off = run_once(binary, scratch, None, sleep_ms)?;
         for result in &mut results {
-            let on = mean_step_ms(binary, scratch, Some(result.preset), sleep_ms)?;
-            result.ratios.push(on / off);
-            result.on_ms.push(on);
-            result.off_ms.push(off);
+            let on = run_once(binary, scratch, Some(result.preset), sleep_ms)?;
+            result.rounds.push((off, on));
         }
     }
-    Ok(Measured { sleep_ms, compute_ms, presets: results })
-}
-
-/// Instructions of the main (training) thread over a whole run.
-fn main_thread_instructions(binary: &Path, scratch: &Path, preset: Option<&str>, iterations: u32) -> Result<u64> {
-    let out_dir = scratch.join("callgrind");
-    let _ = std::fs::remove_dir_all(&out_dir);
-    std::fs::create_dir_all(&out_dir)?;
-    let inner = sim_command(binary, scratch, preset, iterations, 0);
-    let mut cmd = Command::new("valgrind");
-    cmd.args(["--tool=callgrind", "--separate-threads=yes"])
-        .arg(format!("--callgrind-out-file={}", out_dir.join("cg.out").display()))
-        .arg(inner.get_program())
-        .args(inner.get_args())
-        .current_dir(scratch);
-    for (key, value) in inner.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
-    let out = cmd.output().context("could not run the simulator under valgrind")?;
-    if !out.status.success() {
-        bail!("the simulator failed under callgrind ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-    }
-    let main_file = out_dir.join("cg.out-01");
-    let text = std::fs::read_to_string(&main_file).with_context(|| format!("no {}", main_file.display()))?;
-    text.lines()
-        .find_map(|line| line.strip_prefix("totals:").or_else(|| line.strip_prefix("summary:")))
-        .and_then(|n| n.split_whitespace().next()?.parse().ok())
-        .with_context(|| format!("no totals line in {}", main_file.display()))
-}
-
-/// Instructions of the training thread per step at `preset` (`None`: telemetry off).
-pub(crate) fn instructions_per_step(binary: &Path, scratch: &Path, preset: Option<&str>) -> Result<f64> {
-    const N: u32 = 10;
-    let once = main_thread_instructions(binary, scratch, preset, N)?;
-    let twice = main_thread_instructions(binary, scratch, preset, 2 * N)?;
-    Ok((twice as f64 - once as f64) / f64::from(N))
+    Ok(Measured { sleep_ms, presets: results })
 }
