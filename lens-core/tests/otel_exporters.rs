@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lens_core::config::{Headers, OtlpEndpoint, OtlpProtocol, OtlpSettings, Signal};
 use lens_core::otel::exporters::{
-    ConsoleMetricExporter, ConsoleSpanExporter, FileMetricExporter, FileSpanExporter, PrometheusExporter,
+    ConsoleMetricExporter, ConsoleSpanExporter, FileLimit, FileMetricExporter, FileSpanExporter, PrometheusExporter,
     PrometheusSettings, block_on, build_otlp_metric_exporter, build_otlp_span_exporter, file_path,
 };
 use opentelemetry::metrics::MeterProvider as _;
@@ -160,7 +160,7 @@ fn file_exporters_append_otlp_json_requests_per_rank() {
     for _lifetime in 0..2 {
         let provider = SdkTracerProvider::builder()
             .with_resource(resource())
-            .with_simple_exporter(FileSpanExporter::create(&dir, 3).unwrap())
+            .with_simple_exporter(FileSpanExporter::create(&dir, 3, FileLimit::unlimited()).unwrap())
             .build();
         nested_spans(&provider);
         provider.shutdown().unwrap();
@@ -183,7 +183,7 @@ fn file_exporters_append_otlp_json_requests_per_rank() {
     assert!(span["startTimeUnixNano"].is_string(), "int64 as a string: {span}");
     assert_eq!(span["kind"], 1, "enums as integers (SPAN_KIND_INTERNAL)");
 
-    let reader = PeriodicReader::builder(FileMetricExporter::create(&dir, 3).unwrap()).build();
+    let reader = PeriodicReader::builder(FileMetricExporter::create(&dir, 3, FileLimit::unlimited()).unwrap()).build();
     let provider = SdkMeterProvider::builder().with_resource(resource()).with_reader(reader).build();
     provider.meter("megatron").u64_counter("megatron.training.skipped_iters").build().add(4, &[]);
     provider.shutdown().unwrap();
@@ -204,7 +204,7 @@ fn an_unwritable_file_dir_names_the_file() {
     // see tests/setup_from_env.rs).
     let file = temp_dir("not-a-dir");
     std::fs::write(&file, b"x").unwrap();
-    let error = FileSpanExporter::create(&file, 0).unwrap_err().to_string();
+    let error = FileSpanExporter::create(&file, 0, FileLimit::unlimited()).unwrap_err().to_string();
     assert!(error.contains("traces-rank0.jsonl") && error.contains("the file exporter's directory"), "{error}");
     assert!(!error.contains("MEGATRON"), "{error}");
     std::fs::remove_file(&file).ok();
