@@ -172,6 +172,27 @@ mod tests {
     }
 
     #[test]
+    fn the_file_cap_is_validated_under_its_variable_or_field() {
+        let error = LensConfig::from_env(&[("MYJOB_OTEL_FILE_MAX_BYTES", "0")], "MYJOB_OTEL", None, &LENS_CATALOG)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("MYJOB_OTEL_FILE_MAX_BYTES") && error.contains("1 or more"), "{error}");
+        let error = LensConfig::from_env(
+            &[("NEMO_LENS_FILE_MAX_BYTES", "1GiB")],
+            "MYJOB_OTEL",
+            Some("NEMO_LENS"),
+            &LENS_CATALOG,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("NEMO_LENS_FILE_MAX_BYTES") && error.contains("1GiB"), "{error}");
+        assert_eq!(config(&[("MYJOB_OTEL_FILE_MAX_BYTES", "1_000")]).file_max_bytes, 1000);
+        assert_eq!(LensConfig::default().file_max_bytes, crate::config::DEFAULT_FILE_MAX_BYTES);
+        let in_code = LensConfig { file_max_bytes: 0, ..LensConfig::default() };
+        assert!(in_code.validate().unwrap_err().to_string().contains("LensConfig.file_max_bytes"));
+    }
+
+    #[test]
     fn an_endpoint_set_in_code_selects() {
         let mut c = LensConfig::default();
         c.otel.otlp_mut(Signal::Metrics).endpoint =
