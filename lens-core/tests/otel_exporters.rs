@@ -154,6 +154,33 @@ fn console_writes_one_json_line_per_metric_batch() {
 }
 
 #[test]
+fn the_file_cap_counts_what_a_restarted_rank_s_file_already_holds() {
+    let dir = temp_dir("file-cap").join("run-8");
+    // A first lifetime writes three requests; the cap is what it wrote plus
+    // a little, so that the next lifetime has no room for a request.
+    let first = FileLimit::unlimited();
+    let provider = SdkTracerProvider::builder()
+        .with_resource(resource())
+        .with_simple_exporter(FileSpanExporter::create(&dir, 0, first.clone()).unwrap())
+        .build();
+    nested_spans(&provider);
+    provider.shutdown().unwrap();
+    let path = file_path(&dir, Signal::Traces, 0);
+    let held = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(first.dropped(), 0);
+
+    let limit = FileLimit::new(held + 10);
+    let provider = SdkTracerProvider::builder()
+        .with_resource(resource())
+        .with_simple_exporter(FileSpanExporter::create(&dir, 0, limit.clone()).unwrap())
+        .build();
+    nested_spans(&provider);
+    provider.shutdown().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), held, "nothing appended past the cap");
+    assert_eq!(limit.dropped(), 3, "each span of the three refused requests counted");
+}
+
+#[test]
 fn file_exporters_append_otlp_json_requests_per_rank() {
     let root = temp_dir("file");
     let dir = root.join("telemetry").join("run-7");
