@@ -67,9 +67,11 @@ pub enum DefaultDestination {
 }
 
 impl LensConfig {
-    /// Whether the configuration selects where telemetry goes (see the
-    /// [module](self) for the variables); false means the default rule
-    /// applies.
+    /// Whether the configuration selects where telemetry goes: any of
+    /// `<PREFIX>_EXPORTER` (or the fallback prefix's), `OTEL_TRACES_EXPORTER`,
+    /// `OTEL_METRICS_EXPORTER`, `OTEL_LOGS_EXPORTER` or an
+    /// `OTEL_EXPORTER_OTLP_*` variable, or the same fields set in code. False
+    /// means [`default_destination`] applies its rule.
     pub fn destination_selected(&self) -> bool {
         self.exporter_configured()
             || self.origins.fields.keys().any(|field| field.starts_with("otel.otlp_"))
