@@ -19,6 +19,15 @@ pub fn warn(message: impl std::fmt::Display) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
+/// Writes `lens: {message}` on standard error: information a person running
+/// the job needs once (where telemetry goes), not a problem.
+#[cold]
+pub fn note(message: impl std::fmt::Display) {
+    use std::io::Write as _;
+    let line = format!("lens: {message}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// Writes `lens: warning: {message}` on standard error unless this process
 /// has already written the same message through here.
 ///

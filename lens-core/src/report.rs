@@ -95,6 +95,13 @@ pub struct ShutdownReport {
     pub unfinished: Vec<&'static str>,
     /// Errors reported by the providers, secrets removed.
     pub errors: Vec<String>,
+    /// Records (spans, metric collections, log records) the `file`
+    /// exporter did not write because their file had reached its cap
+    /// (`<PREFIX>_FILE_MAX_BYTES`).
+    pub dropped_file_full: u64,
+    /// Where each signal went, in words (`traces: file /abs/path`, `metrics:
+    /// OTLP grpc http://localhost:4317`): the handle's destinations.
+    pub destinations: Vec<String>,
     /// Whether this call did the work (false on a second shutdown, or for a
     /// handle that never exported).
     pub performed: bool,
@@ -137,6 +144,12 @@ impl fmt::Display for ShutdownReport {
                 l.dropped_export_failed,
                 l.dropped_at_shutdown,
             )?;
+        }
+        if self.dropped_file_full > 0 {
+            write!(f, "; {} records dropped: file size cap reached", self.dropped_file_full)?;
+        }
+        if !self.destinations.is_empty() {
+            write!(f, "; sent to {}", self.destinations.join(", "))?;
         }
         if self.truncated_spans > 0 {
             write!(f, "; {} open spans truncated", self.truncated_spans)?;

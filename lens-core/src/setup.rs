@@ -265,6 +265,9 @@ pub struct Telemetry {
     pub(crate) metric_counters: Option<Arc<crate::otel::accounting::MetricExportCounters>>,
     #[cfg(feature = "otel")]
     pub(crate) log_counters: Option<Arc<crate::otel::batch::SpanExportCounters>>,
+    /// The `file` exporter's cap and what it dropped.
+    #[cfg(feature = "otel")]
+    pub(crate) file_limit: Option<Arc<crate::otel::exporters::FileLimit>>,
     #[cfg(feature = "otel")]
     pub(crate) parts: std::sync::Mutex<Option<crate::otel::setup::Parts>>,
     #[cfg(feature = "otel")]
@@ -325,6 +328,8 @@ impl Telemetry {
             metric_counters: None,
             #[cfg(feature = "otel")]
             log_counters: None,
+            #[cfg(feature = "otel")]
+            file_limit: None,
             #[cfg(feature = "otel")]
             parts: std::sync::Mutex::new(None),
             #[cfg(feature = "otel")]
@@ -472,7 +477,10 @@ impl Telemetry {
         self.incoming.as_ref()
     }
 
-    /// Where each signal goes, in words (for a run summary).
+    /// Where each signal goes, in words (for a run summary): `traces: OTLP
+    /// grpc http://localhost:4317`, `metrics: file /abs/telemetry/<run_id>/metrics-rank0.jsonl`,
+    /// ...; empty where this rank exports nothing. Setup prints them once on
+    /// an exporting rank, with the host, and the shutdown report repeats them.
     pub fn destinations(&self) -> &[String] {
         &self.destinations
     }
@@ -485,6 +493,8 @@ impl Telemetry {
             spans: self.span_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             metrics: self.metric_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             logs: self.log_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
+            dropped_file_full: self.file_limit.as_ref().map_or(0, |l| l.dropped()),
+            destinations: self.destinations.clone(),
             ..ShutdownReport::default()
         };
         #[cfg(not(feature = "otel"))]

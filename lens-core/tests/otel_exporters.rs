@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lens_core::config::{Headers, OtlpEndpoint, OtlpProtocol, OtlpSettings, Signal};
 use lens_core::otel::exporters::{
-    ConsoleMetricExporter, ConsoleSpanExporter, FileMetricExporter, FileSpanExporter, PrometheusExporter,
+    ConsoleMetricExporter, ConsoleSpanExporter, FileLimit, FileMetricExporter, FileSpanExporter, PrometheusExporter,
     PrometheusSettings, block_on, build_otlp_metric_exporter, build_otlp_span_exporter, file_path,
 };
 use opentelemetry::metrics::MeterProvider as _;
@@ -154,13 +154,40 @@ fn console_writes_one_json_line_per_metric_batch() {
 }
 
 #[test]
+fn the_file_cap_counts_what_a_restarted_rank_s_file_already_holds() {
+    let dir = temp_dir("file-cap").join("run-8");
+    // A first lifetime writes three requests; the cap is what it wrote plus
+    // a little, so that the next lifetime has no room for a request.
+    let first = FileLimit::unlimited();
+    let provider = SdkTracerProvider::builder()
+        .with_resource(resource())
+        .with_simple_exporter(FileSpanExporter::create(&dir, 0, first.clone()).unwrap())
+        .build();
+    nested_spans(&provider);
+    provider.shutdown().unwrap();
+    let path = file_path(&dir, Signal::Traces, 0);
+    let held = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(first.dropped(), 0);
+
+    let limit = FileLimit::new(held + 10);
+    let provider = SdkTracerProvider::builder()
+        .with_resource(resource())
+        .with_simple_exporter(FileSpanExporter::create(&dir, 0, limit.clone()).unwrap())
+        .build();
+    nested_spans(&provider);
+    provider.shutdown().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), held, "nothing appended past the cap");
+    assert_eq!(limit.dropped(), 3, "each span of the three refused requests counted");
+}
+
+#[test]
 fn file_exporters_append_otlp_json_requests_per_rank() {
     let root = temp_dir("file");
     let dir = root.join("telemetry").join("run-7");
     for _lifetime in 0..2 {
         let provider = SdkTracerProvider::builder()
             .with_resource(resource())
-            .with_simple_exporter(FileSpanExporter::create(&dir, 3).unwrap())
+            .with_simple_exporter(FileSpanExporter::create(&dir, 3, FileLimit::unlimited()).unwrap())
             .build();
         nested_spans(&provider);
         provider.shutdown().unwrap();
@@ -183,7 +210,7 @@ fn file_exporters_append_otlp_json_requests_per_rank() {
     assert!(span["startTimeUnixNano"].is_string(), "int64 as a string: {span}");
     assert_eq!(span["kind"], 1, "enums as integers (SPAN_KIND_INTERNAL)");
 
-    let reader = PeriodicReader::builder(FileMetricExporter::create(&dir, 3).unwrap()).build();
+    let reader = PeriodicReader::builder(FileMetricExporter::create(&dir, 3, FileLimit::unlimited()).unwrap()).build();
     let provider = SdkMeterProvider::builder().with_resource(resource()).with_reader(reader).build();
     provider.meter("megatron").u64_counter("megatron.training.skipped_iters").build().add(4, &[]);
     provider.shutdown().unwrap();
@@ -204,7 +231,7 @@ fn an_unwritable_file_dir_names_the_file() {
     // see tests/setup_from_env.rs).
     let file = temp_dir("not-a-dir");
     std::fs::write(&file, b"x").unwrap();
-    let error = FileSpanExporter::create(&file, 0).unwrap_err().to_string();
+    let error = FileSpanExporter::create(&file, 0, FileLimit::unlimited()).unwrap_err().to_string();
     assert!(error.contains("traces-rank0.jsonl") && error.contains("the file exporter's directory"), "{error}");
     assert!(!error.contains("MEGATRON"), "{error}");
     std::fs::remove_file(&file).ok();

@@ -7,8 +7,9 @@
 //! only, SIGTERM/SIGINT on exporting ranks, shutdown) is the lifecycle's.
 //!
 //! What stays here is what only a multi-process simulator needs: the
-//! launcher's side, [`exporter_unconfigured`] (the zero-setup `file`
-//! default) and the environment with that default ([`SimEnv`]), one run id
+//! launcher's side, [`exporter_unconfigured`] (lens's default-destination
+//! rule, decided once by the launcher for its ranks) and the environment
+//! with that decision ([`SimEnv`]), one run id
 //! for every rank ([`RUN_ID_VARIABLE`]), the launcher's startup stamps for
 //! its ranks ([`launcher_stamps`]), and the configuration check before any
 //! rank starts ([`load_config`], the lifecycle's own loader).
@@ -48,19 +49,9 @@ pub(crate) type Iteration = IterationSpans;
 /// keys, as Megatron's `build_telemetry_resource_attrs`).
 pub(crate) type ResourceArgs = TrainingArgs;
 
-/// The variables any of which means "the user chose where telemetry goes".
-pub(crate) const EXPORTER_VARIABLES: [&str; 7] = [
-    "MEGATRON_OTEL_EXPORTER",
-    "NEMO_LENS_EXPORTER",
-    "OTEL_TRACES_EXPORTER",
-    "OTEL_METRICS_EXPORTER",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-];
-
-/// The variable the simulator sets (to `file`) when none of
-/// [`EXPORTER_VARIABLES`] is set.
+/// The variable the launcher sets (to `file`) for its ranks when lens's
+/// default-destination rule chooses files, so that every rank follows the
+/// launcher's one decision.
 pub(crate) const DEFAULT_EXPORTER_VARIABLE: &str = "MEGATRON_OTEL_EXPORTER";
 
 /// The run-id variables that, when set, the launcher leaves alone.
@@ -70,9 +61,17 @@ pub(crate) const RUN_ID_VARIABLES: [&str; 4] =
 /// The variable the launcher sets to hand its ranks one run id.
 pub(crate) const RUN_ID_VARIABLE: &str = "MEGATRON_OTEL_RUN_ID";
 
-/// Whether no exporter or collector is configured in `env`.
+/// Whether lens's default-destination rule (SPEC A22,
+/// `lens_core::config::default_destination`, the same for every program)
+/// sends telemetry to files: nothing in `env` selects an exporter or an OTLP
+/// endpoint, and no collector answers at `localhost:4317`. A configuration
+/// with problems selects nothing here (setup reports them).
 pub(crate) fn exporter_unconfigured(env: &(impl EnvSource + ?Sized)) -> bool {
-    EXPORTER_VARIABLES.iter().all(|variable| env.non_empty(variable).is_none())
+    use lens_core::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination};
+    let Ok(config) = lifecycle::load_config(&CliOverrides::default(), env) else { return false };
+    lens_core::config::default_destination(&config, || {
+        lens_core::config::collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT)
+    }) == DefaultDestination::Files
 }
 
 /// The process environment, plus `MEGATRON_OTEL_EXPORTER=file` when no
@@ -389,6 +388,7 @@ mod tests {
     use megatron_telemetry::mfu::PeakSource;
 
     use super::*;
+    use lens_core::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, collector_answers};
 
     fn config(env: &[(&str, &str)]) -> LensConfig {
         load_config(env, &CliOverrides { otel_enabled: true, ..CliOverrides::default() }).unwrap()
@@ -427,5 +427,22 @@ mod tests {
         let configured = MfuPeak::resolve(Some(&config(&env)), Some("NVIDIA H200".to_string()), 0, &env);
         assert_eq!(configured.tflops(), Some(12.5));
         assert_eq!(configured.variable, "NEMO_LENS_PEAK_TFLOPS");
+    }
+
+    #[test]
+    fn the_simulator_follows_lens_s_default_destination_rule() {
+        // Any variable that selects a destination, including those the
+        // simulator's own list once missed, leaves the choice to it.
+        for selecting in [
+            ("OTEL_LOGS_EXPORTER", "console"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://c:4317"),
+            ("NEMO_LENS_EXPORTER", "console"),
+        ] {
+            assert!(!exporter_unconfigured(&[("MEGATRON_OTEL_ENABLED", "1"), selecting]), "{selecting:?}");
+        }
+        // Nothing selected: files exactly when no collector answers.
+        let files = exporter_unconfigured(&[("MEGATRON_OTEL_ENABLED", "1")]);
+        assert_eq!(files, !collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT));
     }
 }

@@ -32,6 +32,7 @@ impl fmt::Debug for LensConfig {
             .field("wandb_project", &self.wandb_project)
             .field("catalog", &self.catalog.name())
             .field("file_dir", &self.file_dir)
+            .field("file_max_bytes", &self.file_max_bytes)
             .field("export_retry_window", &self.export_retry_window)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("prometheus_linger", &self.prometheus_linger)
@@ -111,6 +112,7 @@ impl fmt::Display for LensConfig {
             let dir =
                 self.file_dir.as_ref().map_or_else(|| "telemetry/<run_id>".to_string(), |d| d.display().to_string());
             line(f, "file_dir", "file_dir", &dir)?;
+            line(f, "file_max_bytes", "file_max_bytes", &self.file_max_bytes)?;
         }
         line(
             f,

@@ -81,6 +81,7 @@ const FIELDS: &[(&str, FieldRepr)] = &[
     ("wandb_entity", |c| Some(c.wandb_entity.clone())),
     ("wandb_project", |c| Some(c.wandb_project.clone())),
     ("file_dir", |c| Some(c.file_dir.as_ref()?.display().to_string())),
+    ("file_max_bytes", |c| Some(c.file_max_bytes.to_string())),
     ("export_retry_window", |c| Some(c.export_retry_window.as_millis().to_string())),
     ("shutdown_timeout", |c| Some(c.shutdown_timeout.as_millis().to_string())),
     ("prometheus_linger", |c| Some(c.prometheus_linger.as_millis().to_string())),

@@ -148,6 +148,10 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     if let Some(v) = r.string("file_dir", r.prefixed("FILE_DIR")) {
         c.file_dir = Some(PathBuf::from(v));
     }
+    let found = r.prefixed("FILE_MAX_BYTES");
+    if let Some(v) = r.int_in("file_max_bytes", found, 1, i128::from(u64::MAX), "a whole number of bytes, 1 or more") {
+        c.file_max_bytes = v as u64;
+    }
     if let Some(v) = millis(r, "export_retry_window", r.prefixed("EXPORT_RETRY_WINDOW_MS"), 0) {
         c.export_retry_window = v;
     }

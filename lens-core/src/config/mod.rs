@@ -44,6 +44,7 @@
 //! );
 //! ```
 
+mod destination;
 mod display;
 mod error;
 mod headers;
@@ -55,12 +56,15 @@ mod read;
 mod standard;
 mod validate;
 
+pub use destination::{
+    COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination, collector_answers, default_destination,
+};
 pub use error::{ConfigError, ConfigProblem};
 pub use headers::{HeaderError, Headers};
 pub use load::ConfigLoader;
 pub use model::{
-    CliOverrides, DEFAULT_PREFIX, DEFAULT_PROMETHEUS_RESOURCE_LABELS, DEFAULT_SERVICE_NAME, HangTimeout, LensConfig,
-    Origins, parse_bool,
+    CliOverrides, DEFAULT_FILE_MAX_BYTES, DEFAULT_PREFIX, DEFAULT_PROMETHEUS_RESOURCE_LABELS, DEFAULT_SERVICE_NAME,
+    HangTimeout, LensConfig, Origins, parse_bool,
 };
 pub use standard::{
     BatchSettings, Compression, ExporterKind, OtelSettings, OtlpEndpoint, OtlpProtocol, OtlpSettings, Propagator,

@@ -20,6 +20,9 @@ pub const DEFAULT_SERVICE_NAME: &str = "nemo";
 /// The default of `<PREFIX>_PROMETHEUS_RESOURCE_LABELS`.
 pub const DEFAULT_PROMETHEUS_RESOURCE_LABELS: &[&str] = &["nemo.run.id", "service.instance.id"];
 
+/// The default of `<PREFIX>_FILE_MAX_BYTES`: 1 GiB per file.
+pub const DEFAULT_FILE_MAX_BYTES: u64 = 1 << 30;
+
 /// A boolean as the original spells it: `1/true/yes/on` and `0/false/no/off`,
 /// case-insensitive, surrounding whitespace ignored.
 ///
@@ -132,6 +135,11 @@ pub struct LensConfig {
     /// Directory of the `file` exporter (`<PREFIX>_FILE_DIR`; default
     /// `telemetry/<run_id>/`, see [`LensConfig::file_dir_for`]).
     pub file_dir: Option<PathBuf>,
+    /// The most bytes the `file` exporter writes to one file
+    /// (`<PREFIX>_FILE_MAX_BYTES`, default [`DEFAULT_FILE_MAX_BYTES`], 1 GiB);
+    /// once a file is full its further records are dropped, counted in the
+    /// shutdown report, with one warning.
+    pub file_max_bytes: u64,
     /// How long failed exports are retried (`<PREFIX>_EXPORT_RETRY_WINDOW_MS`,
     /// default 30 s).
     pub export_retry_window: Duration,
@@ -181,6 +189,7 @@ impl Default for LensConfig {
             wandb_project: String::new(),
             catalog: &LENS_CATALOG,
             file_dir: None,
+            file_max_bytes: DEFAULT_FILE_MAX_BYTES,
             export_retry_window: Duration::from_millis(30_000),
             shutdown_timeout: Duration::from_millis(5000),
             prometheus_linger: Duration::ZERO,

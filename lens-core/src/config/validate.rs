@@ -76,6 +76,13 @@ impl LensConfig {
                 ));
             }
         }
+        if self.file_max_bytes == 0 {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("file_max_bytes"),
+                value: "0".into(),
+                expected: "a whole number of bytes, 1 or more".into(),
+            });
+        }
         if let Some(peak) = self.peak_tflops.filter(|p| !(p.is_finite() && *p > 0.0)) {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("peak_tflops"),

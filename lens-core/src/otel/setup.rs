@@ -58,15 +58,20 @@ use opentelemetry_sdk::resource::{ResourceDetector, TelemetryResourceDetector};
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter, SpanLimits};
 
 use crate::attr::KeyValue;
-use crate::config::{ExporterKind, LensConfig, Propagator, Signal, TracesSampler};
+use crate::config::{
+    COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination, ExporterKind, LensConfig, Propagator, Signal,
+    TracesSampler, collector_answers, default_destination,
+};
 use crate::env::{EnvSource, ProcessEnv};
 use crate::groups::{GroupSet, set_enabled_span_groups};
-use crate::identity::{OsProbe, RankContext, ResourceInputs, build_resource, resolve_run_id, restart_attempt};
+use crate::identity::{
+    OsProbe, RankContext, ResourceInputs, SystemProbe, build_resource, resolve_run_id, restart_attempt,
+};
 use crate::otel::accounting::{CountingMetricExporter, MetricExportCounters};
 use crate::otel::batch::{BatchConfig, LensBatchLogProcessor, LensBatchSpanProcessor};
 use crate::otel::closer::OpenSpanCloser;
 use crate::otel::exporters::{
-    self, ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLogExporter,
+    self, ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLimit, FileLogExporter,
     FileMetricExporter, FileSpanExporter, LensLogExporter, LensMetricExporter, LensSpanExporter, PrometheusExporter,
     PrometheusSettings,
 };
@@ -150,6 +155,7 @@ impl Telemetry {
         let mut report = run_steps(steps, Instant::now() + timeout, &self.secrets);
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
+        (report.dropped_file_full, report.destinations) = (now.dropped_file_full, now.destinations);
         report
     }
 
@@ -208,6 +214,7 @@ impl Telemetry {
         report.truncated_spans = truncated.load(Ordering::Relaxed);
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
+        (report.dropped_file_full, report.destinations) = (now.dropped_file_full, now.destinations);
         // What is still pending now (a hung collector held it past the
         // deadline, and the processor's worker had not yet counted it as
         // it stopped) is lost to this lifetime: report it as unsent at
@@ -365,6 +372,20 @@ fn build(
 ) -> Result<Telemetry, SetupError> {
     let env: Box<dyn EnvSource + Send + Sync> = options.env.take().unwrap_or_else(|| Box::new(ProcessEnv));
     let env = &*env;
+    // SPEC A22: with nothing selecting a destination (and no exporter given
+    // in code), OTLP to the local collector if one answers, else files.
+    let custom = options.span_exporter.is_some() || options.metric_exporter.is_some();
+    let defaulted;
+    let config = if !custom
+        && default_destination(config, || collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT))
+            == DefaultDestination::Files
+    {
+        defaulted = LensConfig { exporter: Some(ExporterKind::File), ..config.clone() };
+        &defaulted
+    } else {
+        config
+    };
+    let file_limit = FileLimit::new(config.file_max_bytes);
     let run_id = resolve_run_id(&config.run_id, env);
     if rank.world_size > 1 && !run_id.source.is_shared() && !WARNED_RANDOM_RUN_ID.swap(true, Ordering::Relaxed) {
         crate::diag::warn(format_args!(
@@ -406,7 +427,7 @@ fn build(
                 destinations.push("traces: custom exporter".to_string());
                 Some(factory(batch_config))
             }
-            None => span_exporter(config, rank, &run_id.value, &mut destinations)?
+            None => span_exporter(config, rank, (&run_id.value, &file_limit), &mut destinations)?
                 .map(|exporter| LensBatchSpanProcessor::new(exporter, batch_config)),
         };
         if let Some(batch) = batch {
@@ -438,21 +459,27 @@ fn build(
                 destinations.push("metrics: custom exporter".to_string());
                 Some(factory(builder, interval, Arc::clone(&counters)))
             }
-            None => metric_exporter(config, rank, &options, &run_id.value, &mut destinations, &mut prometheus)?.map(
-                |exporter| {
-                    // OTLP collections that fail are kept and resent within the
-                    // retry window.
-                    let resender = match &exporter {
-                        LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
-                        _ => None,
-                    };
-                    let mut counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
-                    if let Some(resender) = resender {
-                        counting = counting.with_resender(resender, config.export_retry_window);
-                    }
-                    builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
-                },
-            ),
+            None => metric_exporter(
+                config,
+                rank,
+                &options,
+                (&run_id.value, &file_limit),
+                &mut destinations,
+                &mut prometheus,
+            )?
+            .map(|exporter| {
+                // OTLP collections that fail are kept and resent within the
+                // retry window.
+                let resender = match &exporter {
+                    LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
+                    _ => None,
+                };
+                let mut counting = CountingMetricExporter::new(exporter, Arc::clone(&counters), secrets(config));
+                if let Some(resender) = resender {
+                    counting = counting.with_resender(resender, config.export_retry_window);
+                }
+                builder.with_reader(PeriodicReader::builder(counting).with_interval(interval).build())
+            }),
         };
         if let Some(builder) = builder {
             meter_provider = Some(builder.build());
@@ -466,7 +493,7 @@ fn build(
     let mut log_counters = None;
     if config.logs_enabled
         && exports
-        && let Some(exporter) = log_exporter(config, rank, &run_id.value, &mut destinations)?
+        && let Some(exporter) = log_exporter(config, rank, (&run_id.value, &file_limit), &mut destinations)?
     {
         let batch_config =
             BatchConfig { export_timeout: config.otel.otlp(Signal::Logs).timeout, ..batch_config(config) };
@@ -498,6 +525,15 @@ fn build(
             (crate::metrics::Meter::noop(), opentelemetry::metrics::noop::NoopMeterProvider::new().meter(DEFAULT_SCOPE))
         }
     };
+    if !destinations.is_empty() {
+        let host = OsProbe.hostname().unwrap_or_else(|| "an unnamed host".to_string());
+        crate::diag::note(format_args!(
+            "rank {} on host {host} (run {}) exports {}",
+            rank.rank,
+            run_id.value,
+            destinations.join("; ")
+        ));
+    }
     let groups = if tracer_provider.is_some() { groups } else { GroupSet::EMPTY };
     set_enabled_span_groups(groups);
     let propagators = &config.otel.propagators;
@@ -527,6 +563,7 @@ fn build(
         span_counters,
         metric_counters,
         log_counters,
+        file_limit: Some(file_limit),
         parts: Mutex::new(Some(Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus })),
         holds_slot: AtomicBool::new(true),
         secrets: secrets(config),
@@ -584,7 +621,7 @@ struct SignalExporters<E> {
     otlp: fn(&crate::config::OtlpSettings) -> Built<E, String>,
     console: fn() -> E,
     /// The exporter and the file it appends to.
-    file: fn(&std::path::Path, u32) -> Built<E, std::path::PathBuf>,
+    file: fn(&std::path::Path, u32, Arc<FileLimit>) -> Built<E, std::path::PathBuf>,
 }
 
 fn endpoint_words(endpoint: &exporters::ResolvedEndpoint) -> String {
@@ -597,7 +634,7 @@ fn endpoint_words(endpoint: &exporters::ResolvedEndpoint) -> String {
 fn select_exporter<E>(
     config: &LensConfig,
     rank: RankContext,
-    run_id: &str,
+    (run_id, file_limit): (&str, &Arc<FileLimit>),
     destinations: &mut Vec<String>,
     kinds: SignalExporters<E>,
     prometheus: impl FnOnce(&mut Vec<String>) -> Result<Option<E>, ExporterError>,
@@ -614,14 +651,15 @@ fn select_exporter<E>(
             (kinds.console)()
         }
         ExporterKind::File => {
-            let (exporter, path) =
-                (kinds.file)(&config.file_dir_for(run_id), rank.rank).map_err(|error| match error {
+            let (exporter, path) = (kinds.file)(&config.file_dir_for(run_id), rank.rank, Arc::clone(file_limit))
+                .map_err(|error| match error {
                     // Name the variable this program reads, under its own prefix.
                     ExporterError::File { path, source, .. } => {
                         ExporterError::File { variable: config.variable_to_set("file_dir", "FILE_DIR"), path, source }
                     }
                     other => other,
                 })?;
+            let path = std::path::absolute(&path).unwrap_or(path);
             destinations.push(format!("{name}: file {}", path.display()));
             exporter
         }
@@ -639,7 +677,7 @@ fn no_pull_exporter<E>(_: &mut Vec<String>) -> Result<Option<E>, ExporterError> 
 fn span_exporter(
     config: &LensConfig,
     rank: RankContext,
-    run_id: &str,
+    files: (&str, &Arc<FileLimit>),
     destinations: &mut Vec<String>,
 ) -> Result<Option<LensSpanExporter>, ExporterError> {
     let kinds = SignalExporters {
@@ -650,20 +688,20 @@ fn span_exporter(
             Ok((LensSpanExporter::Otlp(Box::new(exporter)), endpoint))
         },
         console: || LensSpanExporter::Console(ConsoleSpanExporter::stdout()),
-        file: |dir, rank| {
-            let exporter = FileSpanExporter::create(dir, rank)?;
+        file: |dir, rank, limit| {
+            let exporter = FileSpanExporter::create(dir, rank, limit)?;
             let path = exporter.path().to_path_buf();
             Ok((LensSpanExporter::File(exporter), path))
         },
     };
-    select_exporter(config, rank, run_id, destinations, kinds, no_pull_exporter)
+    select_exporter(config, rank, files, destinations, kinds, no_pull_exporter)
 }
 
 fn metric_exporter(
     config: &LensConfig,
     rank: RankContext,
     options: &SetupOptions,
-    run_id: &str,
+    files: (&str, &Arc<FileLimit>),
     destinations: &mut Vec<String>,
     prometheus: &mut Option<PrometheusExporter>,
 ) -> Result<Option<LensMetricExporter>, ExporterError> {
@@ -675,13 +713,13 @@ fn metric_exporter(
             Ok((LensMetricExporter::Otlp(Box::new(exporter)), endpoint))
         },
         console: || LensMetricExporter::Console(ConsoleMetricExporter::stdout()),
-        file: |dir, rank| {
-            let exporter = FileMetricExporter::create(dir, rank)?;
+        file: |dir, rank, limit| {
+            let exporter = FileMetricExporter::create(dir, rank, limit)?;
             let path = exporter.path().to_path_buf();
             Ok((LensMetricExporter::File(exporter), path))
         },
     };
-    select_exporter(config, rank, run_id, destinations, kinds, |destinations| {
+    select_exporter(config, rank, files, destinations, kinds, |destinations| {
         let settings = PrometheusSettings {
             host: config.otel.prometheus_host.clone(),
             port: config.otel.prometheus_port,
@@ -705,7 +743,7 @@ fn metric_exporter(
 fn log_exporter(
     config: &LensConfig,
     rank: RankContext,
-    run_id: &str,
+    files: (&str, &Arc<FileLimit>),
     destinations: &mut Vec<String>,
 ) -> Result<Option<LensLogExporter>, ExporterError> {
     let kinds = SignalExporters {
@@ -716,13 +754,13 @@ fn log_exporter(
             Ok((LensLogExporter::Otlp(Box::new(exporter)), endpoint))
         },
         console: || LensLogExporter::Console(ConsoleLogExporter::stdout()),
-        file: |dir, rank| {
-            let exporter = FileLogExporter::create(dir, rank)?;
+        file: |dir, rank, limit| {
+            let exporter = FileLogExporter::create(dir, rank, limit)?;
             let path = exporter.path().to_path_buf();
             Ok((LensLogExporter::File(exporter), path))
         },
     };
-    select_exporter(config, rank, run_id, destinations, kinds, no_pull_exporter)
+    select_exporter(config, rank, files, destinations, kinds, no_pull_exporter)
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ pub use super::executor::{block_on, block_on_until};
 pub use crate::config::{Compression, OtlpProtocol, OtlpSettings, Signal};
 use crate::export_path::{ExportScope, marked};
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter};
-pub use file::{FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
+pub use file::{FileLimit, FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
 pub use otlp::{
     OtlpLogExporter, OtlpMetricExporter, OtlpMetricResender, OtlpSpanExporter, ResolvedEndpoint,
     build_otlp_log_exporter, build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,

@@ -81,6 +81,53 @@ pub struct ResolvedEndpoint {
     pub source: &'static str,
 }
 
+/// The first failed export of one signal's OTLP exporter, reported once at
+/// once, naming the endpoint: a collector that is not there is said when
+/// the first export fails, not after the retry window or at shutdown (the
+/// batch processor's rate-limited warnings follow with the counts).
+#[derive(Debug)]
+struct FirstFailure {
+    signal: Signal,
+    endpoint: ResolvedEndpoint,
+    secrets: Vec<String>,
+    reported: std::sync::atomic::AtomicBool,
+}
+
+impl FirstFailure {
+    fn new(signal: Signal, endpoint: &ResolvedEndpoint, settings: &OtlpSettings) -> Arc<FirstFailure> {
+        Arc::new(FirstFailure {
+            signal,
+            endpoint: endpoint.clone(),
+            secrets: settings.headers.secrets(),
+            reported: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// `result`, after reporting it if it is this exporter's first failure.
+    fn check(&self, result: OTelSdkResult) -> OTelSdkResult {
+        if let Err(error) = &result
+            && !matches!(error, OTelSdkError::AlreadyShutdown)
+            && !self.reported.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.report(error);
+        }
+        result
+    }
+
+    #[cold]
+    fn report(&self, error: &OTelSdkError) {
+        crate::diag::warn(format_args!(
+            "cannot export {} to the OTLP collector at {} ({}; endpoint from {}): {}; lens retries within its retry window \
+             and counts what is lost in the shutdown report",
+            self.signal,
+            self.endpoint.url,
+            self.endpoint.protocol.as_str(),
+            self.endpoint.source,
+            crate::diag::redact(&error.to_string(), &self.secrets),
+        ));
+    }
+}
+
 /// Resolves the URL, protocol and TLS of `signal`'s exporter.
 ///
 /// The URL is [`OtlpSettings::endpoint_url`]: a general endpoint (or the
@@ -520,6 +567,7 @@ pub fn build_otlp_span_exporter(settings: &OtlpSettings) -> Result<OtlpSpanExpor
         gzip: settings.compression == Compression::Gzip,
         resource: Default::default(),
         shut_down: std::sync::atomic::AtomicBool::new(false),
+        first_failure: FirstFailure::new(signal, &prepared.endpoint, settings),
     };
     Ok(OtlpSpanExporter { inner, runtime, endpoint: prepared.endpoint, sender: Arc::new(sender) })
 }
@@ -542,6 +590,7 @@ struct SpanSender {
     gzip: bool,
     resource: opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema,
     shut_down: std::sync::atomic::AtomicBool,
+    first_failure: Arc<FirstFailure>,
 }
 
 /// The gRPC path of the trace service's `Export` call.
@@ -666,7 +715,10 @@ impl OtlpSpanExporter {
     /// of the bytes per attempt).
     pub(crate) fn send_encoded(&self, body: Bytes) -> impl Future<Output = OTelSdkResult> + Send + 'static {
         let sender = Arc::clone(&self.sender);
-        InRuntime::new(self.runtime.as_ref(), async move { sender.send(body).await })
+        InRuntime::new(self.runtime.as_ref(), async move {
+            let result = sender.send(body).await;
+            sender.first_failure.check(result)
+        })
     }
 }
 
@@ -705,7 +757,8 @@ pub fn build_otlp_metric_exporter(
         gzip: settings.compression == Compression::Gzip,
         timeout: settings.timeout,
     });
-    Ok(OtlpMetricExporter { inner, runtime, endpoint: prepared.endpoint, resender })
+    let first_failure = FirstFailure::new(signal, &prepared.endpoint, settings);
+    Ok(OtlpMetricExporter { inner, runtime, endpoint: prepared.endpoint, resender, first_failure })
 }
 
 type GrpcMetricsClient =
@@ -821,7 +874,8 @@ pub fn build_otlp_log_exporter(settings: &OtlpSettings) -> Result<OtlpLogExporte
         let runtime = OtlpRuntime::shared()?;
         (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime))
     };
-    Ok(OtlpLogExporter { inner, runtime, endpoint: prepared.endpoint })
+    let first_failure = FirstFailure::new(signal, &prepared.endpoint, settings);
+    Ok(OtlpLogExporter { inner, runtime, endpoint: prepared.endpoint, first_failure })
 }
 
 macro_rules! exporter_common {
@@ -890,6 +944,7 @@ pub struct OtlpMetricExporter {
     runtime: Option<Arc<OtlpRuntime>>,
     endpoint: ResolvedEndpoint,
     resender: Arc<OtlpMetricResender>,
+    first_failure: Arc<FirstFailure>,
 }
 exporter_common!(OtlpMetricExporter);
 
@@ -903,7 +958,7 @@ impl OtlpMetricExporter {
 
 impl PushMetricExporter for OtlpMetricExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        InRuntime::new(self.runtime.as_ref(), self.inner.export(metrics)).await
+        self.first_failure.check(InRuntime::new(self.runtime.as_ref(), self.inner.export(metrics)).await)
     }
 
     fn force_flush(&self) -> OTelSdkResult {
@@ -927,12 +982,13 @@ pub struct OtlpLogExporter {
     inner: opentelemetry_otlp::LogExporter,
     runtime: Option<Arc<OtlpRuntime>>,
     endpoint: ResolvedEndpoint,
+    first_failure: Arc<FirstFailure>,
 }
 exporter_common!(OtlpLogExporter);
 
 impl LogExporter for OtlpLogExporter {
     async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
-        InRuntime::new(self.runtime.as_ref(), self.inner.export(batch)).await
+        self.first_failure.check(InRuntime::new(self.runtime.as_ref(), self.inner.export(batch)).await)
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
