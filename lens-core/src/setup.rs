@@ -905,15 +905,6 @@ pub fn load_or_disabled(
     let switches_only =
         crate::env::FnEnv(|key: &str| if switches.iter().any(|s| s == key) { env.var(key) } else { None });
     match loader.load(&switches_only) {
-        // Without `otel` nothing is recorded: no value stops the program.
-        Ok(config) if !COMPILED_IN => {
-            warn_into(warnings, compiled_out_problem(&error));
-            Ok(config)
-        }
-        Err(_) if !COMPILED_IN => {
-            warn_into(warnings, compiled_out_problem(&error));
-            Ok(LensConfig::default())
-        }
         Ok(config) if !config.telemetry_enabled() => {
             let names: Vec<&str> = switches[..switches.len() - 1].iter().map(String::as_str).collect();
             warn_into(
@@ -925,6 +916,15 @@ pub fn load_or_disabled(
                 ),
             );
             Ok(config)
+        }
+        // Without `otel` nothing is recorded: no value stops the program.
+        Ok(config) if !COMPILED_IN => {
+            warn_into(warnings, compiled_out_problem(&error));
+            Ok(config)
+        }
+        Err(_) if !COMPILED_IN => {
+            warn_into(warnings, compiled_out_problem(&error));
+            Ok(LensConfig::default())
         }
         _ => Err(error),
     }
