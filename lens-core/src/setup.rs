@@ -27,8 +27,10 @@
 //! With the `otel` feature setup builds the OpenTelemetry runtime
 //! (`lens_core::otel::setup` holds the providers, exporters and shutdown);
 //! the handle's OpenTelemetry fields sit behind the feature. Without it the
-//! configuration is validated exactly as with it and the handle records and
-//! exports nothing; every method exists with the same signature.
+//! handle records and exports nothing, says telemetry is off
+//! (`is_enabled()` is false), and no telemetry value stops the program: a
+//! problem in the configuration is one warning (SPEC A22); every method
+//! exists with the same signature.
 //!
 //! Dropping the handle shuts it down with the configured timeout
 //! (`<PREFIX>_SHUTDOWN_TIMEOUT_MS`): keep it alive for the whole run.
@@ -47,7 +49,7 @@ use crate::identity::{RankContext, RankContextError, RunIdSource};
 use crate::propagation::RemoteContext;
 pub use crate::report::ShutdownReport;
 use crate::strategies::{RankStrategy, StrategyError};
-use crate::tracing_rules::TracingRulesError;
+use crate::tracing_rules::{TracingRules, TracingRulesError};
 
 pub use crate::exporter_error::ExporterError;
 
@@ -231,8 +233,8 @@ impl SetupOptions {
 /// The handle of one telemetry lifetime.
 ///
 /// Without `otel` it records and exports nothing: [`meter`](Telemetry::meter)
-/// is a no-op meter, no group is enabled, every report is empty; whether the
-/// configuration asked for telemetry is still known.
+/// is a no-op meter, no group is enabled, every report is empty, and
+/// [`is_enabled`](Telemetry::is_enabled) is false.
 ///
 /// It exposes the meter (and with `otel` the tracer), whether this rank exports, the enabled
 /// span groups, live export counters, [`force_flush`](Telemetry::force_flush)
@@ -277,6 +279,9 @@ pub struct Telemetry {
     pub(crate) secrets: Vec<String>,
     /// The warnings setup gave (also written on standard error).
     pub(crate) warnings: Vec<String>,
+    /// The `tracing` bridge's rules from this setup's configuration, and the
+    /// variable that sets them.
+    pub(crate) tracing_rules: Option<(TracingRules, String)>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -337,6 +342,7 @@ impl Telemetry {
             #[cfg(feature = "otel")]
             secrets: Vec::new(),
             warnings: Vec::new(),
+            tracing_rules: None,
         }
     }
 
@@ -417,7 +423,8 @@ impl Telemetry {
         &self.otel_meter
     }
 
-    /// Whether telemetry is enabled in this process (exporting or not).
+    /// Whether telemetry is enabled in this process (exporting or not);
+    /// always false in a build without `otel`, which records nothing.
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
@@ -475,6 +482,18 @@ impl Telemetry {
     /// `TRACESTATE`, `BAGGAGE`), when there is a valid one.
     pub fn incoming_context(&self) -> Option<&RemoteContext> {
         self.incoming.as_ref()
+    }
+
+    /// The `tracing` bridge's rules (`<PREFIX>_TRACING_GROUPS`, read with
+    /// this setup's own prefix and catalog): what lens-tracing's
+    /// `telemetry.tracing_layer()` builds the bridge from, so that the
+    /// configuration is read once. No rules (every target off but
+    /// `lens::<group>` targets) for a handle setup did not build from a
+    /// configuration. At shutdown, each rule whose prefix matched no
+    /// callsite the bridge saw is one warning naming the nearest targets
+    /// seen.
+    pub fn tracing_rules(&self) -> TracingRules {
+        self.tracing_rules.as_ref().map_or_else(|| TracingRules::none(&LENS_CATALOG), |(rules, _)| rules.clone())
     }
 
     /// Where each signal goes, in words (for a run summary): `traces: OTLP
@@ -540,7 +559,17 @@ impl Telemetry {
     /// reports `performed: false` (as does every call without `otel`).
     pub fn shutdown(&self, timeout: Duration) -> ShutdownReport {
         #[cfg(feature = "otel")]
-        return self.shutdown_providers(timeout);
+        {
+            let report = self.shutdown_providers(timeout);
+            if report.performed
+                && let Some((rules, variable)) = &self.tracing_rules
+            {
+                for unmatched in rules.unmatched() {
+                    crate::diag::warn_once(format_args!("{variable}: {unmatched}"));
+                }
+            }
+            report
+        }
         #[cfg(not(feature = "otel"))]
         {
             let _ = timeout;
@@ -561,8 +590,8 @@ impl Drop for Telemetry {
 /// arguments); they win over detected attributes, and the identity keys
 /// (`service.name`, `nemo.run.id`, `service.instance.id`, `dl.rank`,
 /// `dl.world_size`) win over both. See `lens_core::otel::setup` for what is
-/// built. Without `otel` the configuration is validated the same way (a typo
-/// is an error in both builds) and the handle is inert.
+/// built. Without `otel` the handle is inert and a problem in the
+/// configuration is one warning, not an error (SPEC A22).
 ///
 /// ```
 /// use lens_core::config::LensConfig;
@@ -582,24 +611,79 @@ pub fn setup_telemetry(
     options: SetupOptions,
 ) -> Result<Telemetry, SetupError> {
     #[cfg(feature = "otel")]
-    return crate::otel::setup::setup(config, rank, resource_attributes, options);
+    let mut telemetry = crate::otel::setup::setup(config, rank, resource_attributes, options)?;
     #[cfg(not(feature = "otel"))]
-    {
+    let mut telemetry = {
         let _ = (resource_attributes, options);
-        config.validate()?;
-        let mut telemetry = Telemetry::inert(config.telemetry_enabled(), *rank, String::new(), config.shutdown_timeout);
-        if telemetry.enabled && !WARNED_COMPILED_OUT.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let mut warnings = Vec::new();
+        if let Err(error) = config.validate() {
+            warn_into(&mut warnings, compiled_out_problem(&error));
+        }
+        if config.telemetry_enabled() && !WARNED_COMPILED_OUT.swap(true, std::sync::atomic::Ordering::Relaxed) {
             let variable = config.variable_for("enabled").unwrap_or("LensConfig.enabled");
             warn_into(
-                &mut telemetry.warnings,
+                &mut warnings,
                 format!(
-                    "{variable} enables telemetry, but this program was built without the `otel` feature of \
-                     lens-fallbacks, so nothing is recorded or exported; build the application with \
-                     `lens-fallbacks = {{ version = \"...\", features = [\"otel\"] }}`, or unset {variable}"
+                    "{variable} enables telemetry, but this program was built without the `otel` feature, so \
+                     nothing is recorded or exported; build your application with its `otel` feature (the one \
+                     that turns on lens-fallbacks' `otel`), or unset {variable}"
                 ),
             );
         }
-        Ok(telemetry)
+        // Nothing is recorded: the handle says telemetry is off.
+        let mut telemetry = Telemetry::inert(false, *rank, String::new(), config.shutdown_timeout);
+        telemetry.warnings = warnings;
+        telemetry
+    };
+    telemetry.tracing_rules =
+        config.tracing_rules().ok().map(|rules| (rules, config.variable_to_set("tracing_groups", "TRACING_GROUPS")));
+    Ok(telemetry)
+}
+
+/// Whether this build records telemetry (the `otel` feature). Without it no
+/// telemetry value stops the program (SPEC A22): every problem in the
+/// configuration is one warning.
+pub const COMPILED_IN: bool = cfg!(feature = "otel");
+
+/// The warning for a configuration problem in a build without `otel`.
+fn compiled_out_problem(error: &dyn fmt::Display) -> String {
+    format!(
+        "this program was built without the `otel` feature, so telemetry records nothing and this problem in its \
+         configuration is ignored: {error}"
+    )
+}
+
+/// `loaded` as it is in a build with `otel`; in a build without it (see
+/// [`COMPILED_IN`]), a problem is one warning (written on standard error and
+/// kept in `warnings`) and the result is the disabled configuration, so that
+/// no telemetry value stops a program that records nothing. For a framework
+/// that reads and checks its configuration itself (its command line
+/// included):
+///
+/// ```
+/// use lens_core::config::{ConfigLoader, LensConfig};
+/// use lens_core::setup::{COMPILED_IN, or_off_when_compiled_out};
+///
+/// let env = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_EXPORTER", "otlpp")];
+/// let mut warnings = Vec::new();
+/// let config = or_off_when_compiled_out(ConfigLoader::new("MYJOB_OTEL").load(&env), &mut warnings);
+/// if COMPILED_IN {
+///     assert!(config.is_err());
+/// } else {
+///     assert!(!config.unwrap().telemetry_enabled());
+///     assert!(warnings[0].contains("MYJOB_OTEL_EXPORTER"), "{warnings:?}");
+/// }
+/// ```
+pub fn or_off_when_compiled_out<E: fmt::Display>(
+    loaded: Result<LensConfig, E>,
+    warnings: &mut Vec<String>,
+) -> Result<LensConfig, E> {
+    match loaded {
+        Err(error) if !COMPILED_IN => {
+            warn_into(warnings, compiled_out_problem(&error));
+            Ok(LensConfig::default())
+        }
+        loaded => loaded,
     }
 }
 
@@ -766,6 +850,10 @@ impl TelemetryBuilder {
             Some(rank) => rank,
             None => match RankContext::detect(&*env) {
                 Ok(rank) => rank,
+                Err(error) if !COMPILED_IN => {
+                    warn_into(&mut warnings, compiled_out_problem(&error));
+                    RankContext::SINGLE
+                }
                 Err(error) if !config.telemetry_enabled() => {
                     warn_into(&mut warnings, format!("telemetry is not enabled, so this is ignored: {error}"));
                     RankContext::SINGLE
@@ -801,8 +889,11 @@ impl TelemetryBuilder {
 /// assert!(!config.telemetry_enabled());
 /// assert!(warnings[0].contains("MYJOB_OTEL_SPAN_GROUPS"));
 ///
+/// // With telemetry enabled it is the error (in a build without `otel`, a
+/// // warning: nothing is recorded, so no value stops the program).
 /// let env = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_SPAN_GROUPS", "per_stpe")];
-/// assert!(load_or_disabled(&ConfigLoader::new("MYJOB_OTEL"), &env, &[Some("MYJOB_OTEL")], &mut warnings).is_err());
+/// let loaded = load_or_disabled(&ConfigLoader::new("MYJOB_OTEL"), &env, &[Some("MYJOB_OTEL")], &mut warnings);
+/// assert_eq!(loaded.is_err(), lens_core::setup::COMPILED_IN);
 /// # Ok::<(), lens_core::config::ConfigError>(())
 /// ```
 pub fn load_or_disabled(
@@ -835,6 +926,15 @@ pub fn load_or_disabled(
                 ),
             );
             Ok(config)
+        }
+        // Without `otel` nothing is recorded: no value stops the program.
+        Ok(config) if !COMPILED_IN => {
+            warn_into(warnings, compiled_out_problem(&error));
+            Ok(config)
+        }
+        Err(_) if !COMPILED_IN => {
+            warn_into(warnings, compiled_out_problem(&error));
+            Ok(LensConfig::default())
         }
         _ => Err(error),
     }

@@ -14,9 +14,12 @@
 //! use lens_core::groups::{LENS_CATALOG, SpanGroup};
 //! use lens_core::tracing_rules::TracingRules;
 //!
-//! let rules = TracingRules::parse("tower_http=job, candle=step:per_entry, h2=off", &LENS_CATALOG).unwrap();
+//! let rules =
+//!     TracingRules::parse("tower_http=job, candle_transformers=forward_backward:per_entry, h2=off", &LENS_CATALOG)
+//!         .unwrap();
 //! assert_eq!(rules.decide("tower_http::trace::on_request").group, Some(SpanGroup::JOB));
-//! assert!(rules.decide("candle::layer").per_entry);
+//! // candle's layer spans.
+//! assert!(rules.decide("candle_transformers::models::with_tracing").per_entry);
 //! assert!(rules.has_per_entry() && !TracingRules::parse("h2=off", &LENS_CATALOG).unwrap().has_per_entry());
 //! assert_eq!(rules.decide("h2::proto").group, None);
 //! assert_eq!(rules.decide("lens::checkpoint").group, Some(SpanGroup::CHECKPOINT));
@@ -25,8 +28,30 @@
 //! let err = TracingRules::parse("candle=stpe", &LENS_CATALOG).unwrap_err();
 //! assert!(err.to_string().contains("did you mean 'step'?"), "{err}");
 //! ```
+//!
+//! A rule whose prefix matches no target the bridge saw is reported at
+//! shutdown with the nearest targets it did see ([`TracingRules::unmatched`]):
+//! a bridge notes each callsite's target once, when `tracing` asks its filter
+//! about the callsite ([`TracingRules::note_callsite`]), never per span.
+//!
+//! ```
+//! use lens_core::groups::LENS_CATALOG;
+//! use lens_core::tracing_rules::TracingRules;
+//!
+//! let rules = TracingRules::parse("candle=step:per_entry, tower_http=job", &LENS_CATALOG).unwrap();
+//! rules.note_callsite("candle_transformers::models::with_tracing");
+//! rules.note_callsite("tower_http::trace::on_request");
+//! let unmatched: Vec<String> = rules.unmatched().iter().map(ToString::to_string).collect();
+//! assert_eq!(
+//!     unmatched,
+//!     ["rule candle=step:per_entry matched nothing; seen: candle_transformers::models::with_tracing"]
+//! );
+//! ```
 
+use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::groups::{SpanGroup, SpanGroupCatalog};
 
@@ -57,20 +82,75 @@ struct Rule {
     decision: TracingDecision,
 }
 
+/// At most this many distinct targets are kept for the nearest-target list
+/// of [`TracingRules::unmatched`] (a program has a few hundred).
+pub const MAX_SEEN_TARGETS: usize = 4096;
+
+/// At most this many nearest targets are named per unmatched rule.
+pub const MAX_NEAREST_TARGETS: usize = 5;
+
+/// A seen target is named for an unmatched rule when its Jaro-Winkler
+/// similarity to the rule's prefix (at its best `::` boundary) is at least
+/// this.
+const NEAREST_SIMILARITY: f64 = 0.7;
+
+/// Which rules matched a callsite, and the targets seen, shared by every
+/// clone of one [`TracingRules`].
+#[derive(Debug, Default)]
+struct RuleUsage {
+    /// Whether any callsite was noted (a bridge uses these rules).
+    observed: AtomicBool,
+    /// Per rule, in the order of `TracingRules::rules`.
+    matched: Vec<AtomicBool>,
+    /// Distinct targets seen, at most [`MAX_SEEN_TARGETS`].
+    seen: Mutex<BTreeSet<&'static str>>,
+}
+
 /// Parsed `<PREFIX>_TRACING_GROUPS` rules, with the catalog that resolves
 /// `lens::<group>` targets.
+///
+/// Clones share what [`note_callsite`](TracingRules::note_callsite) records.
 #[derive(Clone, Debug)]
 pub struct TracingRules {
     /// Longest prefix first.
     rules: Vec<Rule>,
     default: TracingDecision,
     catalog: &'static SpanGroupCatalog,
+    usage: Arc<RuleUsage>,
+}
+
+/// A rule that matched no callsite's target, with the nearest targets seen:
+/// its `Display` is the warning setup's handle gives at shutdown
+/// (`rule candle=step matched nothing; seen: candle_transformers::models::with_tracing`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnmatchedRule {
+    /// The rule as written back (`candle=step:per_entry`).
+    pub rule: String,
+    /// At most [`MAX_NEAREST_TARGETS`] seen targets close to its prefix,
+    /// nearest first.
+    pub nearest: Vec<&'static str>,
+}
+
+impl fmt::Display for UnmatchedRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rule {} matched nothing", self.rule)?;
+        if self.nearest.is_empty() {
+            f.write_str(" (no `tracing` target seen is close to its prefix)")
+        } else {
+            write!(f, "; seen: {}", self.nearest.join(", "))
+        }
+    }
 }
 
 impl TracingRules {
     /// No rules: every target is off except `lens::<group>` targets.
     pub fn none(catalog: &'static SpanGroupCatalog) -> TracingRules {
-        TracingRules { rules: Vec::new(), default: TracingDecision::default(), catalog }
+        TracingRules {
+            rules: Vec::new(),
+            default: TracingDecision::default(),
+            catalog,
+            usage: Arc::new(RuleUsage::default()),
+        }
     }
 
     /// Parses `spec` against `catalog` (empty items are skipped; group names
@@ -128,7 +208,47 @@ impl TracingRules {
             }
         }
         rules.rules.sort_by_key(|rule| std::cmp::Reverse(rule.prefix.len()));
+        rules.usage = Arc::new(RuleUsage {
+            matched: rules.rules.iter().map(|_| AtomicBool::new(false)).collect(),
+            ..RuleUsage::default()
+        });
         Ok(rules)
+    }
+
+    /// Notes a callsite's target: which rules' prefixes match it, and the
+    /// target itself for [`unmatched`](TracingRules::unmatched). A bridge
+    /// calls it where `tracing` asks about a callsite (once per callsite and
+    /// per rebuild of the interest cache), never per span.
+    pub fn note_callsite(&self, target: &'static str) {
+        self.usage.observed.store(true, Ordering::Relaxed);
+        for (rule, matched) in self.rules.iter().zip(&self.usage.matched) {
+            if prefix_matches(&rule.prefix, target) {
+                matched.store(true, Ordering::Relaxed);
+            }
+        }
+        let mut seen = self.usage.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() < MAX_SEEN_TARGETS {
+            seen.insert(target);
+        }
+    }
+
+    /// The rules whose prefix matched no target noted so far, each with the
+    /// nearest targets seen; empty when no callsite was noted at all (no
+    /// bridge used these rules).
+    pub fn unmatched(&self) -> Vec<UnmatchedRule> {
+        if !self.usage.observed.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let seen = self.usage.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        self.rules
+            .iter()
+            .zip(&self.usage.matched)
+            .filter(|(_, matched)| !matched.load(Ordering::Relaxed))
+            .map(|(rule, _)| UnmatchedRule {
+                rule: format!("{}={}", rule.prefix, rule.decision),
+                nearest: nearest_targets(&rule.prefix, seen.iter().copied()),
+            })
+            .collect()
     }
 
     /// The catalog that names the groups.
@@ -165,6 +285,26 @@ impl TracingRules {
 
 fn prefix_matches(prefix: &str, target: &str) -> bool {
     target.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+}
+
+/// The seen targets nearest to `prefix`: each scored by its best
+/// Jaro-Winkler similarity to `prefix` over its `::` boundaries (so
+/// `candle` is close to `candle_transformers::models::with_tracing` through
+/// `candle_transformers`), those at least [`NEAREST_SIMILARITY`], best
+/// first, at most [`MAX_NEAREST_TARGETS`].
+fn nearest_targets(prefix: &str, seen: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
+    let score = |target: &str| {
+        target
+            .match_indices("::")
+            .map(|(at, _)| &target[..at])
+            .chain([target])
+            .map(|head| strsim::jaro_winkler(prefix, head))
+            .fold(0.0_f64, f64::max)
+    };
+    let mut scored: Vec<(f64, &'static str)> =
+        seen.map(|target| (score(target), target)).filter(|(score, _)| *score >= NEAREST_SIMILARITY).collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    scored.into_iter().take(MAX_NEAREST_TARGETS).map(|(_, target)| target).collect()
 }
 
 /// A `<PREFIX>_TRACING_GROUPS` spec that cannot be parsed.
@@ -250,6 +390,45 @@ mod tests {
         assert_eq!(rules.decide("lens::job").group, None);
         assert_eq!(rules.decide("lens::checkpoint::save").group, Some(SpanGroup::CHECKPOINT));
         assert_eq!(rules.decide("lens::nope").group, Some(SpanGroup::STEP));
+    }
+
+    #[test]
+    fn an_unmatched_rule_names_at_most_five_nearest_targets_and_a_matched_one_is_not_reported() {
+        let rules = TracingRules::parse("candle=step:per_entry, tower_http=job, h2=off, *=job", &LENS_CATALOG).unwrap();
+        assert!(rules.unmatched().is_empty(), "nothing noted: no bridge used the rules");
+        let clone = rules.clone();
+        for target in [
+            "tower_http::trace",
+            "candle_transformers::models::with_tracing",
+            "candle_nn::ops",
+            "candle_core::tensor",
+            "candle_datasets",
+            "candle_onnx",
+            "my_app",
+        ] {
+            clone.note_callsite(target);
+        }
+        let unmatched = rules.unmatched();
+        let rules_named: Vec<&str> = unmatched.iter().map(|u| u.rule.as_str()).collect();
+        assert_eq!(rules_named, ["candle=step:per_entry", "h2=off"]);
+        // Five candle targets seen, the nearest first; `my_app` and
+        // `tower_http` are not close.
+        assert_eq!(
+            unmatched[0].nearest,
+            [
+                "candle_nn::ops",
+                "candle_core::tensor",
+                "candle_onnx",
+                "candle_datasets",
+                "candle_transformers::models::with_tracing"
+            ]
+        );
+        clone.note_callsite("candle_examples");
+        assert_eq!(rules.unmatched()[0].nearest.len(), MAX_NEAREST_TARGETS, "at most five");
+        assert_eq!(
+            unmatched[1].to_string(),
+            "rule h2=off matched nothing (no `tracing` target seen is close to its prefix)"
+        );
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! symbolic link to it), and `cargo tree --offline` must resolve the
 //! application, with `lens-fallbacks` taken from the checkout. A `version`
 //! line (lens is not on crates.io) fails here, as it fails for a reader.
+//! Built without its `otel` feature, the application (the `tracing` bridge
+//! included) holds no OpenTelemetry crate, tonic, reqwest, hyper or tokio.
 //!
 //! Offline: every crate lens needs is already in cargo's cache, since this
 //! test was built. One test in the `otel` build only (the page does not
@@ -86,5 +88,33 @@ fn the_pages_dependency_lines_resolve_against_a_checkout() {
         "lens-fallbacks comes from the checkout: {stdout}"
     );
     assert!(stdout.lines().any(|line| line.starts_with("myjob-model v0.1.0")), "{stdout}");
+    // The bridge follows the application's `otel`: on with it ...
+    assert!(stdout.lines().any(|line| line.starts_with("lens-tracing v0.1.0")), "{stdout}");
+    assert!(stdout.lines().any(|line| line.starts_with("opentelemetry_sdk v")), "{stdout}");
+    // ... and the compiled-out build holds no OpenTelemetry or transport
+    // through it (lens-tracing with its defaults).
+    let output = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args([
+            "tree",
+            "--offline",
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+            "--no-default-features",
+            "--manifest-path",
+        ])
+        .arg(root.join("myjob/Cargo.toml"))
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.lines().any(|line| line.starts_with("lens-tracing v0.1.0")), "{stdout}");
+    let forbidden: Vec<&str> = stdout
+        .lines()
+        .filter(|line| ["opentelemetry", "tonic", "reqwest", "hyper", "tokio"].iter().any(|bad| line.starts_with(bad)))
+        .collect();
+    assert!(forbidden.is_empty(), "the compiled-out application builds {forbidden:?}");
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -18,12 +18,12 @@ use std::cell::RefCell;
 use std::time::SystemTime;
 
 use lens_core::export_path::on_export_path;
+use lens_core::otel::opentelemetry::logs::Severity;
+use lens_core::otel::opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use lens_core::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
 use lens_core::otel::{active, logs};
 use lens_core::tracing_rules::TracingRules;
 use lens_fallbacks::RemoteContext;
-use opentelemetry::logs::Severity;
-use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _, Tracer as _};
-use opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Dispatch, Event, Subscriber};

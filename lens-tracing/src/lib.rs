@@ -1,10 +1,32 @@
 //! The `tracing` bridge: a [`tracing_subscriber::Layer`] that records
 //! `tracing` spans as lens spans, in lens's traces, decided by span groups.
 //!
-//! [`layer`] returns the bridge already wrapped in its per-layer filter
-//! ([`GroupFilter`]): add it to a `tracing_subscriber::Registry` beside any
-//! other layer (a `fmt` layer keeps printing every callsite the bridge turns
-//! off). A span's group comes from the `<PREFIX>_TRACING_GROUPS` rules
+//! [`TelemetryExt::tracing_layer`] hands out the bridge from the handle
+//! telemetry setup returned, with the rules of the configuration setup read
+//! (the program's own prefix): one call, no second read of the
+//! configuration. [`layer`] builds it from rules of one's own. Both return
+//! the bridge already wrapped in its per-layer filter ([`GroupFilter`]): add
+//! it to a `tracing_subscriber::Registry` beside any other layer (a `fmt`
+//! layer keeps printing every callsite the bridge turns off).
+//!
+//! ```
+//! use lens_fallbacks::Telemetry;
+//! use lens_tracing::TelemetryExt as _;
+//! use tracing_subscriber::layer::SubscriberExt as _;
+//!
+//! let telemetry = Telemetry::builder("MYJOB_OTEL")
+//!     .env([("MYJOB_OTEL_TRACING_GROUPS", "candle_transformers=forward_backward:per_entry")])
+//!     .setup()?;
+//! let subscriber = tracing_subscriber::registry().with(telemetry.tracing_layer());
+//! tracing::subscriber::with_default(subscriber, || {
+//!     let _span = tracing::info_span!(target: "candle_transformers::models::with_tracing", "linear").entered();
+//! });
+//! # Ok::<(), lens_fallbacks::SetupError>(())
+//! ```
+//!
+//! A rule whose prefix matched no callsite by shutdown is one warning then,
+//! naming the nearest targets the bridge saw
+//! (`rule candle=step matched nothing; seen: candle_transformers::models::with_tracing`). A span's group comes from the `<PREFIX>_TRACING_GROUPS` rules
 //! ([`lens_core::tracing_rules`]), else from a `lens::<group>` target, else
 //! from the `*` rule (off without one); a [`GROUP_FIELD`] field names the group
 //! per span. A callsite whose group is disabled, or every callsite on a rank
@@ -26,7 +48,9 @@
 //! while they run them ([`lens_core::export_path`]), and the bridge reads
 //! that mark where it decides.
 //!
-//! Without the `otel` feature the layer is a no-op whose filter answers
+//! lens-tracing has no `otel` feature of its own: the bridge records exactly
+//! when the application's facade does (lens-fallbacks' `otel`, which its
+//! build script reads). Without it the layer is a no-op whose filter answers
 //! `never` for every callsite, and no OpenTelemetry crate is built.
 //!
 //! See `docs/tracing.md` ("Using lens with tracing") for the rules, the
@@ -38,14 +62,14 @@ use std::sync::Arc;
 use lens_core::config::LensConfig;
 use lens_core::groups::is_span_group_enabled;
 use lens_core::tracing_rules::{TracingDecision, TracingRules, TracingRulesError};
-use lens_fallbacks::RemoteContext;
+use lens_fallbacks::{RemoteContext, Telemetry};
 use tracing_core::subscriber::Interest;
 use tracing_core::{Metadata, Subscriber};
 use tracing_subscriber::filter::{Filtered, LevelFilter};
 use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
-#[cfg(feature = "otel")]
+#[cfg(lens_otel)]
 mod bridge;
 mod names;
 
@@ -62,7 +86,7 @@ pub type LensTracingLayer<S> = Filtered<LensLayer<S>, GroupFilter, S>;
 /// use lens_core::tracing_rules::TracingRules;
 /// use tracing_subscriber::layer::SubscriberExt as _;
 ///
-/// let rules = TracingRules::parse("tower_http=job, candle=step:per_entry", &LENS_CATALOG).unwrap();
+/// let rules = TracingRules::parse("tower_http=job, candle_transformers=forward_backward:per_entry", &LENS_CATALOG).unwrap();
 /// let subscriber = tracing_subscriber::registry().with(lens_tracing::layer(rules));
 /// tracing::subscriber::with_default(subscriber, || {
 ///     let _span = tracing::info_span!(target: "tower_http::trace", "request").entered();
@@ -76,8 +100,31 @@ where
     LensLayer::new(Arc::clone(&filter.rules)).with_filter(filter)
 }
 
+/// The bridge from a telemetry handle: the one call a program makes.
+pub trait TelemetryExt {
+    /// The bridge with the `tracing` rules of the configuration setup read
+    /// (`<PREFIX>_TRACING_GROUPS`, with the program's own prefix and
+    /// catalog), wrapped in its filter: add it to the process's subscriber.
+    /// At shutdown the handle warns once about each rule that matched no
+    /// callsite this bridge saw.
+    fn tracing_layer<S>(&self) -> LensTracingLayer<S>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>;
+}
+
+impl TelemetryExt for Telemetry {
+    fn tracing_layer<S>(&self) -> LensTracingLayer<S>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        layer(self.tracing_rules())
+    }
+}
+
 /// The bridge with the rules of `config.tracing_groups`
-/// (`<PREFIX>_TRACING_GROUPS`), checked against `config.catalog`.
+/// (`<PREFIX>_TRACING_GROUPS`), checked against `config.catalog`, for a
+/// framework that reads its configuration itself; a program that sets up
+/// with `Telemetry::from_env` uses [`TelemetryExt::tracing_layer`].
 pub fn layer_from_config<S>(config: &LensConfig) -> Result<LensTracingLayer<S>, TracingRulesError>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -94,9 +141,9 @@ where
 /// fixed from then on. Does nothing for a span the bridge does not record, for
 /// a "no context" `parent`, and without `otel`.
 pub fn set_parent(span: &tracing::Span, parent: &RemoteContext) {
-    #[cfg(feature = "otel")]
+    #[cfg(lens_otel)]
     bridge::set_parent(span, parent);
-    #[cfg(not(feature = "otel"))]
+    #[cfg(not(lens_otel))]
     let _ = (span, parent);
 }
 
@@ -104,9 +151,9 @@ pub fn set_parent(span: &tracing::Span, parent: &RemoteContext) {
 /// into an outgoing request); "no context" for a span the bridge does not
 /// record, and without `otel`.
 pub fn context_of(span: &tracing::Span) -> RemoteContext {
-    #[cfg(feature = "otel")]
+    #[cfg(lens_otel)]
     return bridge::context_of(span);
-    #[cfg(not(feature = "otel"))]
+    #[cfg(not(lens_otel))]
     {
         let _ = span;
         RemoteContext::none()
@@ -124,7 +171,7 @@ impl GroupFilter {
     /// A filter deciding with `rules`. With `otel`, registers the rebuild of
     /// `tracing`'s interest cache for every change of lens's enabled groups.
     pub fn new(rules: TracingRules) -> GroupFilter {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         lens_core::groups::watch_enabled_span_groups(tracing_core::callsite::rebuild_interest_cache);
         GroupFilter { rules: Arc::new(rules) }
     }
@@ -142,7 +189,13 @@ impl GroupFilter {
 
 impl<S> Filter<S> for GroupFilter {
     fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
-        if !cfg!(feature = "otel") || lens_core::groups::enabled_span_groups().is_empty() {
+        if !cfg!(lens_otel) {
+            return Interest::never();
+        }
+        // Once per callsite (and per rebuild of the interest cache), never
+        // per span: which rules matched, for the report at shutdown.
+        self.rules.note_callsite(metadata.target());
+        if lens_core::groups::enabled_span_groups().is_empty() {
             return Interest::never();
         }
         if decided_per_span(metadata) {
@@ -159,7 +212,7 @@ impl<S> Filter<S> for GroupFilter {
         // a subscriber, every callsite then stops at `tracing`'s global
         // level check, as with no subscriber (another layer's hint still
         // counts; the cache rebuild on a change of the groups recomputes it).
-        if !cfg!(feature = "otel") || lens_core::groups::enabled_span_groups().is_empty() {
+        if !cfg!(lens_otel) || lens_core::groups::enabled_span_groups().is_empty() {
             Some(LevelFilter::OFF)
         } else {
             None
@@ -170,7 +223,7 @@ impl<S> Filter<S> for GroupFilter {
         // Reached for `sometimes` callsites (and when another layer's filter
         // makes the whole callsite `sometimes`): the decision again, and the
         // export-path check, which `always` callsites get in the layer.
-        if !cfg!(feature = "otel") || lens_core::export_path::on_export_path() {
+        if !cfg!(lens_otel) || lens_core::export_path::on_export_path() {
             return false;
         }
         if decided_per_span(metadata) {
@@ -182,12 +235,12 @@ impl<S> Filter<S> for GroupFilter {
 
 /// The bridge layer; use it through [`layer`], which adds its filter.
 pub struct LensLayer<S> {
-    #[cfg_attr(not(feature = "otel"), expect(dead_code, reason = "the no-op layer reads no rules"))]
+    #[cfg_attr(not(lens_otel), expect(dead_code, reason = "the no-op layer reads no rules"))]
     rules: Arc<TracingRules>,
     /// Whether any rule asks for per-entry spans (read once, not per span).
-    #[cfg_attr(not(feature = "otel"), expect(dead_code, reason = "the no-op layer reads no rules"))]
+    #[cfg_attr(not(lens_otel), expect(dead_code, reason = "the no-op layer reads no rules"))]
     per_entry_rules: bool,
-    #[cfg(feature = "otel")]
+    #[cfg(lens_otel)]
     with_data: bridge::WithData,
     _subscriber: PhantomData<fn(S)>,
 }
@@ -209,14 +262,14 @@ where
         LensLayer {
             per_entry_rules: rules.has_per_entry(),
             rules,
-            #[cfg(feature = "otel")]
+            #[cfg(lens_otel)]
             with_data: bridge::WithData::new::<S>(),
             _subscriber: PhantomData,
         }
     }
 }
 
-#[cfg(feature = "otel")]
+#[cfg(lens_otel)]
 impl<S> Layer<S> for LensLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -261,7 +314,7 @@ where
     }
 }
 
-#[cfg(not(feature = "otel"))]
+#[cfg(not(lens_otel))]
 impl<S> Layer<S> for LensLayer<S> where S: Subscriber + for<'a> LookupSpan<'a> {}
 
 /// The page "Using lens with tracing" (`docs/tracing.md`), whose examples run

@@ -26,3 +26,32 @@ fn with_nothing_to_record_every_callsite_is_off_for_the_bridge() {
     });
     assert_eq!(answer, 42);
 }
+
+/// The one-call form in both builds: without `otel` the handle says
+/// telemetry is off, its bridge records nothing, and a bad telemetry value
+/// is a warning; with `otel` the same configuration is an error.
+#[test]
+fn the_one_call_bridge_follows_the_facade() {
+    use lens_tracing::TelemetryExt as _;
+
+    let bad = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_EXPORTER", "otlpp")];
+    let loaded = lens_fallbacks::Telemetry::builder("MYJOB_OTEL").env(bad).setup();
+    if lens_core::setup::COMPILED_IN {
+        let error = loaded.unwrap_err().to_string();
+        assert!(error.contains("MYJOB_OTEL_EXPORTER") && error.contains("otlpp"), "{error}");
+        return;
+    }
+    let telemetry = loaded.unwrap();
+    assert!(!telemetry.is_enabled());
+    assert!(telemetry.warnings().iter().any(|w| w.contains("MYJOB_OTEL_EXPORTER")), "{:?}", telemetry.warnings());
+
+    let env = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_TRACING_GROUPS", "candle_transformers=forward_backward")];
+    let telemetry = lens_fallbacks::Telemetry::builder("MYJOB_OTEL").env(env).setup().unwrap();
+    assert!(!telemetry.is_enabled());
+    let subscriber = tracing_subscriber::registry().with(telemetry.tracing_layer());
+    tracing::subscriber::with_default(subscriber, || {
+        let span = tracing::info_span!(target: "candle_transformers::models::with_tracing", "linear");
+        assert!(span.is_disabled());
+    });
+    assert!(telemetry.tracing_rules().unmatched().is_empty(), "nothing is reported where nothing records");
+}

@@ -568,6 +568,7 @@ fn build(
         holds_slot: AtomicBool::new(true),
         secrets: secrets(config),
         warnings: Vec::new(),
+        tracing_rules: None,
     })
 }
 
