@@ -132,30 +132,7 @@ pub(crate) fn note(message: &dyn std::fmt::Display) {
 /// Says, at start-up, which peak MFU divides by, or why there is none (the
 /// last rank, with telemetry on).
 pub(crate) fn mfu_peak(peak: &crate::telemetry::MfuPeak) {
-    note(&mfu_peak_line(peak));
-}
-
-/// The line of [`mfu_peak`]: the peak in TFLOP/s and where it comes from
-/// (the variable, or the row of known GPUs with its precision and source),
-/// or why there is none and which variable gives one.
-pub(crate) fn mfu_peak_line(peak: &crate::telemetry::MfuPeak) -> String {
-    use megatron_telemetry::mfu::{Peak, PeakSource};
-    match &peak.peak {
-        Ok(Peak { tflops, source: PeakSource::Configured, .. }) => {
-            format!("MFU peak: {tflops} TFLOP/s, from {}", peak.variable)
-        }
-        Ok(Peak { tflops, precision, source: PeakSource::Known(row) }) => {
-            let precision = precision.as_str().to_uppercase();
-            format!(
-                "MFU peak: {tflops} TFLOP/s, the {precision} figure of the row {:?} of the known GPUs for GPU {:?} \
-                 (source: {}); {precision} because the simulator's kernels compute in f32, whatever --bf16/--fp16 say",
-                row.name,
-                peak.gpu_name.as_deref().unwrap_or_default(),
-                row.source
-            )
-        }
-        Err(why) => format!("MFU: none: {why}; set {} to report MFU", peak.variable),
-    }
+    note(&peak.startup_line());
 }
 
 /// What the summary says about telemetry.

@@ -128,6 +128,30 @@ pub(crate) struct MfuPeak {
 }
 
 impl MfuPeak {
+    /// The startup line (`output::mfu_peak` prints it): the peak in
+    /// TFLOP/s and where it comes from (the variable, or the row of known
+    /// GPUs with its precision and source), or why there is none and which
+    /// variable gives one.
+    pub(crate) fn startup_line(&self) -> String {
+        use megatron_telemetry::mfu::{Peak, PeakSource};
+        match &self.peak {
+            Ok(Peak { tflops, source: PeakSource::Configured, .. }) => {
+                format!("MFU peak: {tflops} TFLOP/s, from {}", self.variable)
+            }
+            Ok(Peak { tflops, precision, source: PeakSource::Known(row) }) => {
+                let precision = precision.as_str().to_uppercase();
+                format!(
+                    "MFU peak: {tflops} TFLOP/s, the {precision} figure of the row {:?} of the known GPUs for GPU {:?} \
+                     (source: {}); {precision} because the simulator's kernels compute in f32, whatever --bf16/--fp16 say",
+                    row.name,
+                    self.gpu_name.as_deref().unwrap_or_default(),
+                    row.source
+                )
+            }
+            Err(why) => format!("MFU: none: {why}; set {} to report MFU", self.variable),
+        }
+    }
+
     /// The peak for the device a rank opened: `<PREFIX>_PEAK_TFLOPS` from
     /// `config` when set; else the [`KERNEL_PRECISION`] figure of the row of
     /// known GPUs that `gpu_name` (the driver's name, `None` for the CPU)
@@ -406,7 +430,7 @@ mod tests {
         assert_eq!(row.name, "H200");
         assert_eq!(h200.variable, "MEGATRON_OTEL_PEAK_TFLOPS");
         // The startup line names the peak, the row, its precision and its source.
-        let line = crate::output::mfu_peak_line(&h200);
+        let line = h200.startup_line();
         assert!(line.starts_with("MFU peak: 67 TFLOP/s, the FP32 figure of the row \"H200\""), "{line}");
         assert!(
             line.contains("for GPU \"NVIDIA H200\"") && line.contains("H200 Tensor Core GPU\" datasheet"),
