@@ -295,7 +295,10 @@ pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary, summarisi
         return;
     }
     let to = if telemetry.destinations.is_empty() { "nowhere".to_string() } else { telemetry.destinations.join(", ") };
-    stderr_line!("telemetry (rank {rank}) -> {to}: {}", telemetry.report);
+    // The destinations lead the line; the report's own "sent to" would say
+    // them twice.
+    let report = lens_fallbacks::ShutdownReport { destinations: Vec::new(), ..telemetry.report.clone() };
+    stderr_line!("telemetry (rank {rank}) -> {to}: {report}");
 }
 
 /// Writes the summary JSON to `path` (the last rank).
