@@ -482,3 +482,18 @@ mod tests {
         assert_eq!(Phase::from_name("lunch"), None);
     }
 }
+
+#[cfg(all(test, not(feature = "otel")))]
+mod off_tests {
+    use super::*;
+
+    /// The module docs' claim: without `otel`, what the training loop holds
+    /// is zero-sized (a field leaking into the off build costs every caller).
+    #[test]
+    fn without_otel_the_handle_and_its_guard_are_zero_sized() {
+        assert_eq!(std::mem::size_of::<Phases>(), 0);
+        assert_eq!(std::mem::size_of::<PhaseGuard<'_>>(), 0);
+        let phases = Phases::new(true);
+        assert_eq!(std::mem::size_of_val(&phases.enter(Phase::TpWait)), 0);
+    }
+}
