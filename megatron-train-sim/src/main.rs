@@ -102,7 +102,7 @@ fn run_launcher(args: &Args, nproc: u32, launch_start: SystemTime) -> ExitCode {
     if let Err(error) = device::check(args.device, nproc) {
         return usage_error(&error);
     }
-    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
+    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv, &args.otel) };
     let config = match telemetry::load_config(&env, &args.otel) {
         Ok(config) => config,
         Err(error) => return usage_error(&error),
@@ -165,7 +165,7 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
     stamps.after_inprocess = Some(SystemTime::now());
 
     // in_job_setup: telemetry (configuration, exporters, resource).
-    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
+    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv, &args.otel) };
     let resource = telemetry::ResourceArgs {
         local_rank: Some(rank.local_rank),
         tensor_model_parallel_size: Some(layout.tp),

@@ -64,14 +64,18 @@ pub(crate) const RUN_ID_VARIABLE: &str = "MEGATRON_OTEL_RUN_ID";
 /// Whether lens's default-destination rule (SPEC A22,
 /// `lens_core::config::default_destination`, the same for every program)
 /// sends telemetry to files: nothing in `env` selects an exporter or an OTLP
-/// endpoint, and no collector answers at `localhost:4317`. A configuration
-/// with problems selects nothing here (setup reports them).
-pub(crate) fn exporter_unconfigured(env: &(impl EnvSource + ?Sized)) -> bool {
+/// endpoint, and no collector answers at `localhost:4317`. The
+/// configuration is read with the command line's overrides (`cli`), as
+/// setup reads it: a configuration with problems selects nothing here, so
+/// that setup reports them (a bad `MEGATRON_OTEL_EXPORTER` must never be
+/// replaced by `file`), and with telemetry off nothing is probed.
+pub(crate) fn exporter_unconfigured(env: &(impl EnvSource + ?Sized), cli: &CliOverrides) -> bool {
     use lens_core::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination};
-    let Ok(config) = lifecycle::load_config(&CliOverrides::default(), env) else { return false };
-    lens_core::config::default_destination(&config, || {
-        lens_core::config::collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT)
-    }) == DefaultDestination::Files
+    let Ok(config) = lifecycle::load_config(cli, env) else { return false };
+    config.enabled
+        && lens_core::config::default_destination(&config, || {
+            lens_core::config::collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT)
+        }) == DefaultDestination::Files
 }
 
 /// The process environment, plus `MEGATRON_OTEL_EXPORTER=file` when no
@@ -455,6 +459,7 @@ mod tests {
 
     #[test]
     fn the_simulator_follows_lens_s_default_destination_rule() {
+        let no_flags = CliOverrides::default();
         // Any variable that selects a destination, including those the
         // simulator's own list once missed, leaves the choice to it.
         for selecting in [
@@ -463,10 +468,22 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://c:4317"),
             ("NEMO_LENS_EXPORTER", "console"),
         ] {
-            assert!(!exporter_unconfigured(&[("MEGATRON_OTEL_ENABLED", "1"), selecting]), "{selecting:?}");
+            assert!(!exporter_unconfigured(&[("MEGATRON_OTEL_ENABLED", "1"), selecting], &no_flags), "{selecting:?}");
         }
         // Nothing selected: files exactly when no collector answers.
-        let files = exporter_unconfigured(&[("MEGATRON_OTEL_ENABLED", "1")]);
+        let files = exporter_unconfigured(&[("MEGATRON_OTEL_ENABLED", "1")], &no_flags);
         assert_eq!(files, !collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT));
+    }
+
+    #[test]
+    fn a_bad_exporter_is_left_for_setup_to_refuse_even_when_the_flag_enables_telemetry() {
+        // `--otel-enabled` with `MEGATRON_OTEL_EXPORTER=consol`: the rule
+        // must not read the environment as if telemetry were off (the bad
+        // value ignored) and then put `file` in its place.
+        let flag = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
+        let env = [("MEGATRON_OTEL_EXPORTER", "consol")];
+        assert!(!exporter_unconfigured(&env, &flag));
+        // Telemetry off: nothing to decide, nothing probed.
+        assert!(!exporter_unconfigured(&[], &CliOverrides::default()));
     }
 }

@@ -114,7 +114,7 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv) };
+    let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv, &args.otel) };
     http::install_tracing(&args.otel);
     let stamps = StartupTimestamps { program_start: Some(program_start), ..StartupTimestamps::default() };
     let setup = RankSetup { rank: &rank, args: ResourceArgs::default(), env, stamps, graceful_signals: true };
