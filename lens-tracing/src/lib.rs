@@ -25,8 +25,10 @@
 //! ```
 //!
 //! A rule whose prefix matched no callsite by shutdown is one warning then,
-//! naming the nearest targets the bridge saw
-//! (`rule candle=step matched nothing; seen: candle_transformers::models::with_tracing`). A span's group comes from the `<PREFIX>_TRACING_GROUPS` rules
+//! naming the nearest targets the bridge saw (`rule candle=step matched
+//! nothing; seen: candle_transformers::models::with_tracing`).
+//!
+//! A span's group comes from the `<PREFIX>_TRACING_GROUPS` rules
 //! ([`lens_core::tracing_rules`]), else from a `lens::<group>` target, else
 //! from the `*` rule (off without one); a [`GROUP_FIELD`] field names the group
 //! per span. A callsite whose group is disabled, or every callsite on a rank

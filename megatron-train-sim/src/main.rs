@@ -192,10 +192,6 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
         }
     };
     let run_id = telemetry.run_id();
-    let standalone = ProcessEnv.non_empty(launcher::ROLE_VARIABLE).is_none();
-    if standalone && telemetry.is_exporting() && env.default_file_exporter {
-        output::note(&format!("no exporter configured: telemetry goes to {}", telemetry.destinations().join(", ")));
-    }
     stamps.after_ft_setup = Some(SystemTime::now());
     telemetry.record_startup_phases(&stamps);
 

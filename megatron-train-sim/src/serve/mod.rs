@@ -125,9 +125,6 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if telemetry.is_exporting() && env.default_file_exporter {
-        output::note(&format!("no exporter configured: telemetry goes to {}", telemetry.destinations().join(", ")));
-    }
     let metrics = telemetry.serve_ready();
     let code = serve(args, model, max_model_len, listener, local, &stop, metrics);
     let summary = output::TelemetrySummary {
