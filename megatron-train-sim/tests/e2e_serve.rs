@@ -421,6 +421,37 @@ fn post(port: u16, path: &str, body: &str) -> Reply {
     raw(port, &head, body.as_bytes())
 }
 
+/// Posts `body` (a streamed completion) to `/v1/completions`, calls
+/// `started` once the first server-sent event has arrived, and returns the
+/// status and the rest of the stream.
+fn stream_after_first_event(port: u16, body: &str, started: impl FnOnce()) -> Reply {
+    let mut stream = connect(port);
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+    let mut body = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("the stream ended before its first event: {body}");
+        }
+        body.push_str(&line);
+        if line.starts_with("data:") {
+            break;
+        }
+    }
+    started();
+    let _ = reader.read_to_string(&mut body);
+    Reply { status, headers: Vec::new(), body }
+}
+
 fn good_request_succeeds(port: u16) {
     let reply = post(port, "/v1/completions", r#"{"model":"megatron-sim","prompt":"ok","max_tokens":3}"#);
     assert_eq!(reply.status, 200, "a good request still succeeds: {}", reply.body);
@@ -572,9 +603,16 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     }
     good_request_succeeds(port);
 
-    // The drain: a request in flight finishes, new ones get 503.
-    let in_flight = std::thread::spawn(move || post(port, "/v1/completions", slow));
-    std::thread::sleep(Duration::from_millis(300));
+    // The drain: a request in flight finishes, new ones get 503. The
+    // signal goes once the server streams the request's first event, so
+    // that it is in flight however loaded the machine (a fixed sleep let a
+    // slow machine signal before the server had read it).
+    let (first_event, streaming) = std::sync::mpsc::channel();
+    let in_flight = std::thread::spawn(move || {
+        let slow = r#"{"model":"megatron-sim","prompt":"slow","max_tokens":200,"stream":true}"#;
+        stream_after_first_event(port, slow, || first_event.send(()).unwrap())
+    });
+    streaming.recv_timeout(READY_LIMIT).expect("the request in flight streams its first event");
     server.signal(libc::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(10);
     let draining = loop {
@@ -589,6 +627,11 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     draining.error();
     let finished = in_flight.join().unwrap();
     assert_eq!(finished.status, 200, "the request in flight finished during the drain: {}", finished.body);
+    assert!(
+        finished.body.contains("data: [DONE]") && !finished.body.contains("\"error\""),
+        "the stream in flight ran to its end: {}",
+        finished.body
+    );
     let done = server.wait(Duration::from_secs(60));
     done.assert_success("the drain");
     assert!(!done.stderr.contains("panicked"), "{}", done.stderr);
