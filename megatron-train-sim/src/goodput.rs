@@ -52,7 +52,8 @@ struct State {
     peak_tflops: Option<f64>,
     iteration: u64,
     checkpoint_iteration: Option<u64>,
-    /// Saves begun and not yet durable: their iteration and what they cover.
+    /// Saves begun and not yet durable: their iteration and what they cover
+    /// (a failed one until a later checkpoint is durable).
     in_flight: Vec<(u64, Coverage)>,
     last_mfu: Option<f64>,
     write_warned: std::sync::atomic::AtomicBool,
@@ -192,6 +193,9 @@ impl Goodput {
         self.with(|s, now| {
             let Some(at) = s.in_flight.iter().position(|(i, _)| *i == iteration) else { return };
             let (_, coverage) = s.in_flight.remove(at);
+            // Older saves that never became durable (they failed) are
+            // superseded: what they covered, this one covers too.
+            s.in_flight.retain(|(i, _)| *i > iteration);
             s.accountant.checkpoint_durable(coverage, now);
             s.checkpoint_iteration = Some(iteration);
             s.write_record(now);
