@@ -469,7 +469,7 @@ fn prometheus_names_the_injected_straggler_rank_and_phase() {
 
     // Every rank's last iteration scraped (the values stay up during the
     // linger), then the recipe.
-    let done = format!("megatron_rank_iteration{{nemo_run_id=\"{run_id}\"}} == 16");
+    let done = format!("dl_training_iterations_total{{nemo_run_id=\"{run_id}\"}} == 16");
     prometheus.wait_for_series(&done, Duration::from_secs(60));
     wait_until_len(&prometheus, &done, usize::from(DP));
     let query = recipe.replace("$run_id", &run_id);
@@ -479,7 +479,7 @@ fn prometheus_names_the_injected_straggler_rank_and_phase() {
         .map(|s| {
             (
                 s["metric"]["dl_rank"].as_str().unwrap_or("").into(),
-                s["metric"]["megatron_phase"].as_str().unwrap_or("").into(),
+                s["metric"]["dl_phase"].as_str().unwrap_or("").into(),
             )
         })
         .collect();
