@@ -619,6 +619,7 @@ impl Training {
             counter,
             started: Instant::now(),
             abandoned: false,
+            ended: false,
         }
     }
 
@@ -835,6 +836,7 @@ pub struct IterationGuard<'a> {
     counter: u64,
     started: Instant,
     abandoned: bool,
+    ended: bool,
 }
 
 impl std::fmt::Debug for IterationGuard<'_> {
@@ -863,17 +865,32 @@ impl IterationGuard<'_> {
     /// Ends the span without completing the iteration (the step failed).
     pub fn abandon(mut self) {
         self.abandoned = true;
+        self.end();
+    }
+
+    /// Completes the iteration now (as dropping the guard does) and returns
+    /// its step time, the one the phases, the watchdog and MFU count: a
+    /// program that reports step times reports the same figure.
+    pub fn complete(mut self) -> Duration {
+        self.end()
+    }
+
+    fn end(&mut self) -> Duration {
+        let step = self.started.elapsed();
+        if !std::mem::replace(&mut self.ended, true) {
+            // The span ends first: what follows is bookkeeping.
+            drop(std::mem::replace(&mut self.span, EventSpan::noop()));
+            if !self.abandoned && !std::thread::panicking() {
+                self.training.complete_iteration(self.counter, step);
+            }
+        }
+        step
     }
 }
 
 impl Drop for IterationGuard<'_> {
     fn drop(&mut self) {
-        let step = self.started.elapsed();
-        // The span ends first: what follows is bookkeeping.
-        drop(std::mem::replace(&mut self.span, EventSpan::noop()));
-        if !self.abandoned && !std::thread::panicking() {
-            self.training.complete_iteration(self.counter, step);
-        }
+        self.end();
     }
 }
 

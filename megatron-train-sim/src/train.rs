@@ -394,7 +394,6 @@ impl Trainer {
                 self.device.capture_step();
             }
 
-            let started = Instant::now();
             let step = {
                 // One call announces the iteration: its spans, the phases'
                 // iteration boundary, goodput and the per-rank counters
@@ -408,9 +407,12 @@ impl Trainer {
                     }
                 };
                 iteration.span().set_attribute(tx::attr::SKIPPED, step.skipped);
-                step
+                // The step time the diagnosis counts (MFU, the watchdog) is
+                // the one the loop reports.
+                (step, iteration.complete())
             };
-            let step_ms = started.elapsed().as_secs_f64() * 1e3;
+            let (step, step_time) = step;
+            let step_ms = step_time.as_secs_f64() * 1e3;
             if loop_counter == 0 {
                 // Megatron re-enables the parameter-gather hook here; the
                 // simulator has no overlapped gather, so the hook's work is
