@@ -1109,3 +1109,30 @@ impl Drop for EvaluationGuard<'_> {
         self.end.close(self.bucket);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module docs' claim: one `Training` can be shared between threads
+    /// (an `Arc<Training>` in a communicator, a data loader thread).
+    #[test]
+    fn training_and_its_pending_checkpoint_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Training>();
+        send_sync::<PendingCheckpoint>();
+        send_sync::<TrainingOptions>();
+    }
+
+    #[test]
+    fn event_names_round_trip_and_say_their_phase_and_bucket() {
+        for event in Event::ALL {
+            assert_eq!(Event::from_name(event.as_str()), Some(event));
+        }
+        assert_eq!(Event::CheckpointSave.phase(), Some(Phase::Checkpoint));
+        assert_eq!(Event::CheckpointFinalize.bucket(), Some(Bucket::CheckpointSave));
+        assert_eq!(Event::Evaluation.bucket(), Some(Bucket::Evaluation));
+        assert_eq!(Event::Iteration.bucket(), None);
+        assert_eq!(Event::from_name("lunch"), None);
+    }
+}
