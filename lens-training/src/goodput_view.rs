@@ -639,6 +639,79 @@ mod tests {
         assert!(!view.attempts[0].ended_normally && view.attempts[1].ended_normally);
     }
 
+    /// `span` stamped with lens-training's event (and `extra` attributes).
+    fn stamped_span(mut span: SpanRecord, event: &str, extra: &[(&str, AttributeValue)]) -> SpanRecord {
+        span.attributes.insert(EVENT_ATTRIBUTE.to_string(), AttributeValue::String(event.to_string()));
+        for (key, value) in extra {
+            span.attributes.insert((*key).to_string(), value.clone());
+        }
+        span
+    }
+
+    /// Megatron through the event API: its iteration and exposed-save spans
+    /// carry the stamp (the save says it is asynchronous), its inner
+    /// `megatron.checkpoint.save` and its per-iteration finalize spans do
+    /// not: the stamped save covers, the Megatron finalize with
+    /// `nvrx.call_idx` makes it durable, and the inner save is not counted
+    /// a second time.
+    #[test]
+    fn stamped_megatron_spans_and_unstamped_finalizes_read_together() {
+        let iteration = |start, end, counter| {
+            stamped_span(span("megatron.train.iteration", start, end, Some(counter)), "iteration", &[])
+        };
+        let spans = vec![
+            span("megatron.startup", 0.0, 1.0, None),
+            span("megatron.train", 1.0, 5.0, None),
+            iteration(1.0, 2.0, 0),
+            stamped_span(
+                span("megatron.checkpoint.exposed_save", 2.0, 2.3, Some(1)),
+                "checkpoint_save",
+                &[(ASYNC_ATTRIBUTE, AttributeValue::Bool(true))],
+            ),
+            with_call_index(span("megatron.checkpoint.save", 2.1, 2.2, Some(1)), AttributeValue::Int(0)),
+            span("megatron.checkpoint.save.finalize", 2.3, 2.3, None),
+            iteration(2.3, 3.3, 1),
+            with_call_index(span("megatron.checkpoint.save.finalize", 3.3, 3.5, None), AttributeValue::Other),
+            iteration(3.5, 4.5, 2),
+        ];
+        let view = breakdown(&[attempt("m", spans)]).unwrap();
+        let t = &view.totals;
+        assert_eq!((t.productive_iterations, t.pending_iterations), (1, 2), "kept at the finalize: {t:?}");
+        assert!(close(t.seconds(Bucket::CheckpointSave), 0.3 + 0.2), "{t:?}");
+        assert_eq!(view.attempts[0].iterations, Some((1, 3)));
+        assert_eq!(view.attempts[0].last_checkpoint, Some(1));
+    }
+
+    /// A stamped save that is neither durable nor asynchronous failed: it
+    /// keeps nothing, while its time is still save time.
+    #[test]
+    fn a_stamped_save_without_a_verdict_failed() {
+        let spans = vec![
+            stamped_span(span("job.startup", 0.0, 1.0, None), "startup", &[]),
+            stamped_span(
+                span("job.step", 1.0, 2.0, None),
+                "iteration",
+                &[(ITERATION_ATTRIBUTE, AttributeValue::Int(1))],
+            ),
+            stamped_span(
+                span("job.save", 2.0, 2.5, None),
+                "checkpoint_save",
+                &[(ITERATION_ATTRIBUTE, AttributeValue::Int(1))],
+            ),
+            stamped_span(
+                span("job.step", 2.5, 3.5, None),
+                "iteration",
+                &[(ITERATION_ATTRIBUTE, AttributeValue::Int(2))],
+            ),
+        ];
+        let view = breakdown(&[attempt("f", spans)]).unwrap();
+        let t = &view.totals;
+        assert_eq!((t.productive_iterations, t.pending_iterations), (0, 2), "{t:?}");
+        assert!(close(t.seconds(Bucket::CheckpointSave), 0.5), "{t:?}");
+        assert!(close(t.seconds(Bucket::Startup), 1.0), "{t:?}");
+        assert!(!view.attempts[0].ended_normally);
+    }
+
     #[test]
     fn what_is_missing_is_named() {
         let startup_only =

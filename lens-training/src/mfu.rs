@@ -377,6 +377,35 @@ pub fn mfu(achieved_tflops: Option<f64>, peak_tflops: Option<f64>) -> Option<f64
 mod tests {
     use super::*;
 
+    /// A model that knows its shapes: `6 × parameters × tokens`.
+    struct Dense {
+        parameters: f64,
+        tokens_per_iteration: f64,
+    }
+
+    impl FlopCount for Dense {
+        fn flops(&self, _iteration: u64) -> f64 {
+            6.0 * self.parameters * self.tokens_per_iteration
+        }
+    }
+
+    #[test]
+    fn a_closure_and_a_model_are_flop_counts_and_mfu_follows_the_formula() {
+        let counts: [Box<dyn FlopCount>; 2] = [
+            Box::new(|_iteration: u64| 6.0 * 1e9 * 4096.0),
+            Box::new(Dense { parameters: 1e9, tokens_per_iteration: 4096.0 }),
+        ];
+        for count in &counts {
+            let flops: f64 = (1..=10).map(|i| count.flops(i)).sum();
+            // 10 iterations in 2 s on 4 GPUs of 100 TFLOP/s: 30.72 TFLOP/s each.
+            let mfu = mfu_of(flops, 2.0, 4, Some(100.0)).unwrap();
+            assert!((mfu - 6.0 * 1e9 * 4096.0 * 10.0 / 2.0 / 4.0 / 100e12).abs() < 1e-12, "{mfu}");
+            assert!((mfu - 0.3072).abs() < 1e-12, "{mfu}");
+        }
+        assert_eq!(mfu_of(1e15, 1.0, 0, Some(100.0)), None, "no world");
+        assert_eq!(mfu_of(f64::NAN, 1.0, 1, Some(100.0)), None);
+    }
+
     /// The row `device_name` matches, by name.
     fn row(device_name: &str) -> Option<&'static str> {
         known_gpu(device_name).map(|gpu| gpu.name)

@@ -306,3 +306,32 @@ fn the_progress_record_round_trips_and_bad_content_is_a_clear_error() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A resume reads a progress record written under the schema before the
+/// rename (SPEC A21), literally as an older version wrote it, and charges
+/// its pending time as lost; a record written now has the new schema.
+#[test]
+fn a_record_of_the_old_schema_is_resumed() {
+    let dir = std::env::temp_dir().join(format!("lens-training-old-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(PROGRESS_RECORD_FILE),
+        "{\n  \"schema\": \"megatron.goodput.progress/1\",\n  \"run_id\": \"4f2a9c1e7b3d\",\n  \"iteration\": 17,\n  \
+         \"checkpoint_iteration\": 10,\n  \"attempts\": 1,\n  \"productive_iterations\": 10,\n  \
+         \"pending_iterations\": 7,\n  \"lost_iterations\": 0,\n  \"seconds\": {\"productive\": 5.5, \"pending\": 1.25, \
+         \"startup\": 0.5, \"checkpoint_save\": 0.75, \"checkpoint_load\": 0, \"evaluation\": 0, \"lost_progress\": 0, \
+         \"other\": 0}\n}\n",
+    )
+    .unwrap();
+    let record = ProgressRecord::read(&dir).unwrap().expect("the old record");
+    assert_eq!((record.iteration, record.checkpoint_iteration), (17, Some(10)));
+    let resumed = record.totals.resume();
+    assert_eq!((resumed.lost_iterations, resumed.pending_iterations, resumed.productive_iterations), (7, 0, 10));
+    assert_eq!(resumed.seconds(Bucket::LostProgress), 1.25);
+    assert_eq!(resumed.total_seconds(), 8.0);
+    record.write_atomic(&dir).unwrap();
+    let rewritten = std::fs::read_to_string(dir.join(PROGRESS_RECORD_FILE)).unwrap();
+    assert!(rewritten.contains("\"schema\": \"dl.goodput.progress/1\""), "{rewritten}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
