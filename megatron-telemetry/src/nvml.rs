@@ -69,7 +69,7 @@ pub fn physical_gpu_index(local_rank: u32, env: &(impl EnvSource + ?Sized)) -> O
 /// Whether `CUDA_VISIBLE_DEVICES` gives CUDA device `ordinal` (local rank
 /// `ordinal`'s device) as a MIG instance: its entry is `MIG-…` (a MIG UUID,
 /// or the older `MIG-GPU-…/<gi>/<ci>` form). A MIG instance has a share of
-/// its GPU's peak, so [`crate::mfu`] gives it none.
+/// its GPU's peak, so [`lens_training::mfu`] gives it none.
 ///
 /// ```
 /// use megatron_telemetry::nvml::visible_device_is_mig;
