@@ -236,16 +236,24 @@ impl Context {
     }
 }
 
-/// The per-interval rank records of a line, given the line before it in
-/// the same file (so that a rule that needs two consecutive collections,
-/// cumulative counters, finds both; records of the earlier line are
-/// already held and are ignored).
+/// The per-interval rank records of a line. A line that gives none alone
+/// is read again with the line before it in the same file (of the same
+/// run), for a rule that needs two consecutive collections (cumulative
+/// counters); the records of that earlier line itself are left out.
 fn intervals(previous: &[MetricPoint], current: &[MetricPoint]) -> Vec<stragglers::RankInterval> {
-    if current.is_empty() {
-        return Vec::new();
+    let alone = stragglers::rank_intervals(current);
+    if !alone.is_empty() || current.is_empty() || previous.is_empty() {
+        return alone;
     }
+    let earlier: BTreeSet<(u32, u64)> =
+        stragglers::rank_intervals(previous).iter().map(|r| (r.rank, r.iteration)).collect();
     let both: Vec<MetricPoint> = previous.iter().chain(current).cloned().collect();
-    stragglers::rank_intervals(&both)
+    stragglers::rank_intervals(&both).into_iter().filter(|r| !earlier.contains(&(r.rank, r.iteration))).collect()
+}
+
+/// The points of the line before, kept only within one run.
+fn previous_of<'a>(previous: &'a (String, Vec<MetricPoint>), run: &str) -> &'a [MetricPoint] {
+    if previous.0 == run { &previous.1 } else { &[] }
 }
 
 /// The straggler rule of one run, fed as the files stream by.
@@ -390,17 +398,17 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         for (rank, path) in &export.metrics {
             let lines = otlp_file::open_metric_lines(path, *rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-            let mut previous = Vec::new();
+            let mut previous = (String::new(), Vec::new());
             let mut last_run = None;
             for line in lines {
                 context.skipped += line.skipped;
                 context.resource(&export.dir, line.resource.as_ref());
                 let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
                 hangs.add_points(&run, &line.points);
-                let stream = streams.entry(run).or_default();
-                stream.ranks.extend(intervals(&previous, &line.points).iter().map(|r| r.rank));
+                let records = intervals(previous_of(&previous, &run), &line.points);
+                streams.entry(run.clone()).or_default().ranks.extend(records.iter().map(|r| r.rank));
                 if !line.points.is_empty() {
-                    previous = line.points;
+                    previous = (run, line.points);
                 }
             }
         }
@@ -409,7 +417,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         for (rank, path) in &export.metrics {
             let lines = otlp_file::open_metric_lines(path, *rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-            files.push(Some((lines, Vec::new(), None::<String>)));
+            files.push(Some((lines, (String::new(), Vec::new()), None::<String>)));
         }
         while files.iter().any(Option::is_some) {
             for (index, slot) in files.iter_mut().enumerate() {
@@ -420,12 +428,13 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                     continue;
                 };
                 let run = run_of(line.resource.as_ref(), last_run, &export.name);
-                let stream = streams.entry(run).or_default();
-                for record in intervals(previous, &line.points) {
+                let records = intervals(previous_of(previous, &run), &line.points);
+                let stream = streams.entry(run.clone()).or_default();
+                for record in records {
                     stream.push(index, record);
                 }
                 if !line.points.is_empty() {
-                    *previous = line.points;
+                    *previous = (run, line.points);
                 }
             }
             streams.values_mut().for_each(|s| s.settle(false));
