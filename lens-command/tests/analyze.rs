@@ -268,3 +268,32 @@ fn an_export_that_predates_the_prefix_attribute_gets_neutral_advice_and_megatron
     let (_, stdout, _) = lens(&["analyze".as_ref(), megatron.as_path()]);
     assert!(stdout.contains("(run with MEGATRON_OTEL_RANK_METRICS=1)"), "{stdout}");
 }
+
+#[test]
+fn streaming_finds_what_reading_every_point_at_once_finds_even_when_files_are_out_of_step() {
+    // Rank 3's file starts with two lines of other metrics and misses one
+    // interval: the lockstep reading is out of step, and one iteration is
+    // incomplete.
+    let dir = temp_dir("out-of-step");
+    let other = metrics_line(&resource("run-1", 3, None), &[gauge("other", "[]", 1, 1.0)]);
+    std::fs::write(dir.join("metrics-rank3.jsonl"), other.repeat(2)).unwrap();
+    write_rank_metrics(&dir, "run-1", 12, 0);
+    let rank3 = dir.join("metrics-rank3.jsonl");
+    let text = std::fs::read_to_string(&rank3).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let kept: Vec<&str> = lines.iter().enumerate().filter(|(i, _)| *i != 6).map(|(_, l)| *l).collect();
+    std::fs::write(&rank3, kept.join("\n") + "\n").unwrap();
+
+    let mut points = Vec::new();
+    for (rank, path) in lens_core::otlp_file::metrics_files(&dir).unwrap() {
+        points.extend(lens_core::otlp_file::read_metric_file(&path, rank).unwrap().points);
+    }
+    let at_once = megatron_telemetry::stragglers::analyze(&megatron_telemetry::stragglers::rank_intervals(&points));
+    let streamed = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;
+    assert_eq!(streamed, at_once);
+    // 11 complete intervals: windows of 4, 4 and 3, each naming rank 0.
+    assert_eq!(
+        streamed.iter().map(|f| (f.iterations, f.rank)).collect::<Vec<_>>(),
+        [((2, 8), 0), ((12, 18), 0), ((20, 24), 0)]
+    );
+}
