@@ -78,6 +78,13 @@ fn export() -> &'static Path {
         let mut stderr = String::new();
         std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
         assert!(status.success(), "simulator: {status}\n{stderr}");
+        assert!(
+            telemetry.join(RUN_ID).join("traces-rank1.jsonl").is_file(),
+            "the simulator {} wrote no export under {}: was it built without its `otel` feature? Rebuild it with \
+             `cargo build -p megatron-train-sim`\n{stderr}",
+            simulator().display(),
+            telemetry.display()
+        );
         telemetry
     })
 }
