@@ -112,10 +112,23 @@ fn memory_does_not_grow_with_the_files_length() {
     for intervals in [8, 80] {
         let dir = temp_dir("streaming");
         write_rank_metrics(&dir, "run-1", intervals, 1);
+        // Traces of a program without goodput spans: five spans a line.
+        let traces: String = (0..intervals)
+            .map(|i| {
+                let spans: Vec<String> = (0..5)
+                    .map(|s| {
+                        span("myjob.forward", &format!("{i:04x}{s:02x}"), None, i * 100 + s, i * 100 + s + 50, "[]", "")
+                    })
+                    .collect();
+                traces_line(&resource("run-1", 3, None), &spans)
+            })
+            .collect();
+        std::fs::write(dir.join("traces-rank3.jsonl"), traces).unwrap();
         let analysis = analyze(&dir).unwrap();
         let runs = analysis.stragglers.unwrap();
         assert_eq!(runs[0].findings.len() as u64, intervals / 4);
-        assert_eq!(analysis.goodput_spans, 0);
+        // The goodput view keeps the earliest and the latest span only.
+        assert_eq!(analysis.goodput_spans, 2);
         peaks.push(analysis.peak_retained);
     }
     assert_eq!(peaks, [3 * RANKS as usize, 3 * RANKS as usize]);
