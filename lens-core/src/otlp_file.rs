@@ -13,8 +13,19 @@
 //! point without a value or a span without times, is counted in
 //! [`MetricFile::skipped`] or [`SpanFile::skipped`].
 //!
+//! # Streaming
+//!
+//! [`metric_lines`] and [`span_lines`] read a file one line (one export
+//! request) at a time: each item holds what that line held (its resource,
+//! its points, or its spans and their events) and nothing of the lines
+//! before it, so that an analysis that aggregates as it goes (`lens
+//! analyze`) keeps memory that grows with what it aggregates (ranks,
+//! phases), not with the file's size. [`read_metric_lines`] and
+//! [`read_span_lines`] collect the same items into one value, for small
+//! files and tests.
+//!
 //! [`tree`] reads the same traces files with ids, parents, links and status,
-//! for tools that rebuild the traces (the simulator's `trace-view`).
+//! for tools that rebuild the traces (`lens trace-view`).
 //!
 //! ```
 //! use lens_core::otlp_file::{AttributeValue, read_metric_lines};
@@ -29,6 +40,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
@@ -152,52 +164,222 @@ pub struct SpanFile {
 
 /// Reads the traces file at `path` (of rank `file_rank`).
 pub fn read_span_file(path: &Path, file_rank: u32) -> io::Result<SpanFile> {
-    Ok(read_span_lines(BufReader::new(std::fs::File::open(path)?), file_rank))
+    Ok(read_span_lines(BufReader::new(File::open(path)?), file_rank))
 }
 
-/// Reads OTLP/JSON trace lines from `reader`.
+/// Reads OTLP/JSON trace lines from `reader`, all at once (see
+/// [`span_lines`] to read them one line at a time).
 pub fn read_span_lines(reader: impl BufRead, file_rank: u32) -> SpanFile {
     let mut file = SpanFile::default();
-    for line in reader.lines() {
-        let Ok(line) = line else {
-            file.skipped += 1;
-            break;
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let Ok(request) = serde_json::from_str::<Value>(&line) else {
-            file.skipped += 1;
-            continue;
-        };
-        for resource_spans in array(&request, "resourceSpans") {
-            if let Some(resource) = resource_spans.get("resource") {
-                file.resource = attributes(resource);
-            }
-            for scope_spans in array(resource_spans, "scopeSpans") {
-                for span in array(scope_spans, "spans") {
-                    match read_span(span, file_rank) {
-                        Some(span) => file.spans.push(span),
-                        None => file.skipped += 1,
-                    }
-                }
-            }
+    for line in span_lines(reader, file_rank) {
+        file.skipped += line.skipped;
+        file.spans.extend(line.spans);
+        if let Some(resource) = line.resource {
+            file.resource = resource;
         }
     }
     file
 }
 
+/// One span event, flat (the watchdog's hang event, for one).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanEventRecord {
+    /// The rank of the file it came from (`traces-rank<N>.jsonl`).
+    pub file_rank: u32,
+    /// The name of the span that carries it.
+    pub span_name: String,
+    /// The event name.
+    pub name: String,
+    /// `timeUnixNano` (0 when absent).
+    pub time_unix_nano: u64,
+    /// The event's attributes.
+    pub attributes: BTreeMap<String, AttributeValue>,
+}
+
+/// What one line (one `ExportTraceServiceRequest`) of a traces file held.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpanLine {
+    /// The line's index in the file, 0-based (blank lines count).
+    pub line: usize,
+    /// The attributes of the line's last resource (`None`: the line names
+    /// none).
+    pub resource: Option<BTreeMap<String, AttributeValue>>,
+    /// The line's spans, in order.
+    pub spans: Vec<SpanRecord>,
+    /// The events of those spans, in order.
+    pub events: Vec<SpanEventRecord>,
+    /// 1 when the line is not JSON (or could not be read), plus the spans
+    /// without times.
+    pub skipped: u64,
+}
+
+/// What one line (one `ExportMetricsServiceRequest`) of a metrics file held.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetricLine {
+    /// The line's index in the file, 0-based (blank lines count): the
+    /// points' [`MetricPoint::export`].
+    pub export: usize,
+    /// The attributes of the line's last resource (`None`: the line names
+    /// none).
+    pub resource: Option<BTreeMap<String, AttributeValue>>,
+    /// The line's gauge and sum points, in order.
+    pub points: Vec<MetricPoint>,
+    /// 1 when the line is not JSON (or could not be read), plus the points
+    /// without a value.
+    pub skipped: u64,
+}
+
+/// The non-blank lines of a reader, parsed one at a time into one reused
+/// buffer: `(index, None)` for a line that is not JSON; a read error ends
+/// the iteration after one such item.
+#[derive(Debug)]
+struct JsonLines<R> {
+    reader: R,
+    index: usize,
+    buffer: Vec<u8>,
+    finished: bool,
+}
+
+impl<R: BufRead> Iterator for JsonLines<R> {
+    type Item = (usize, Option<Value>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.finished {
+            self.buffer.clear();
+            let index = self.index;
+            match self.reader.read_until(b'\n', &mut self.buffer) {
+                Ok(0) => self.finished = true,
+                Ok(_) => {
+                    self.index += 1;
+                    if !self.buffer.iter().all(u8::is_ascii_whitespace) {
+                        return Some((index, serde_json::from_slice(&self.buffer).ok()));
+                    }
+                }
+                Err(_) => {
+                    self.finished = true;
+                    return Some((index, None));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The lines of a traces file, one [`SpanLine`] per non-blank line, read
+/// as the iterator advances.
+#[derive(Debug)]
+pub struct SpanLines<R> {
+    lines: JsonLines<R>,
+    file_rank: u32,
+}
+
+/// The lines of a metrics file, one [`MetricLine`] per non-blank line,
+/// read as the iterator advances.
+#[derive(Debug)]
+pub struct MetricLines<R> {
+    lines: JsonLines<R>,
+    file_rank: u32,
+}
+
+/// Reads OTLP/JSON trace lines from `reader` one line at a time.
+///
+/// ```
+/// use lens_core::otlp_file::span_lines;
+///
+/// let text = concat!(
+///     r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"step","startTimeUnixNano":"1","#,
+///     r#""endTimeUnixNano":"5","events":[{"name":"hang","timeUnixNano":"4"}]}]}]}]}"#,
+///     "\n{\"truncated\n",
+/// );
+/// let lines: Vec<_> = span_lines(text.as_bytes(), 0).collect();
+/// assert_eq!((lines[0].spans[0].name.as_str(), lines[0].events[0].name.as_str()), ("step", "hang"));
+/// assert_eq!((lines.len(), lines[1].skipped), (2, 1));
+/// ```
+pub fn span_lines<R: BufRead>(reader: R, file_rank: u32) -> SpanLines<R> {
+    SpanLines { lines: JsonLines { reader, index: 0, buffer: Vec::new(), finished: false }, file_rank }
+}
+
+/// Opens the traces file at `path` (of rank `file_rank`) for [`span_lines`].
+pub fn open_span_lines(path: &Path, file_rank: u32) -> io::Result<SpanLines<BufReader<File>>> {
+    Ok(span_lines(BufReader::new(File::open(path)?), file_rank))
+}
+
+/// Reads OTLP/JSON metric lines from `reader` one line at a time.
+pub fn metric_lines<R: BufRead>(reader: R, file_rank: u32) -> MetricLines<R> {
+    MetricLines { lines: JsonLines { reader, index: 0, buffer: Vec::new(), finished: false }, file_rank }
+}
+
+/// Opens the metrics file at `path` (of rank `file_rank`) for [`metric_lines`].
+pub fn open_metric_lines(path: &Path, file_rank: u32) -> io::Result<MetricLines<BufReader<File>>> {
+    Ok(metric_lines(BufReader::new(File::open(path)?), file_rank))
+}
+
+impl<R: BufRead> Iterator for SpanLines<R> {
+    type Item = SpanLine;
+
+    fn next(&mut self) -> Option<SpanLine> {
+        let (line, request) = self.lines.next()?;
+        let mut out = SpanLine { line, ..SpanLine::default() };
+        let Some(request) = request else {
+            out.skipped = 1;
+            return Some(out);
+        };
+        for resource_spans in array(&request, "resourceSpans") {
+            if let Some(resource) = resource_spans.get("resource") {
+                out.resource = Some(attributes(resource));
+            }
+            for scope_spans in array(resource_spans, "scopeSpans") {
+                for span in array(scope_spans, "spans") {
+                    match read_span(span, self.file_rank) {
+                        Some(record) => {
+                            out.events.extend(array(span, "events").iter().map(|event| SpanEventRecord {
+                                file_rank: self.file_rank,
+                                span_name: record.name.clone(),
+                                name: event.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                                time_unix_nano: event.get("timeUnixNano").and_then(exact_nanos).unwrap_or(0),
+                                attributes: attributes(event),
+                            }));
+                            out.spans.push(record);
+                        }
+                        None => out.skipped += 1,
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+impl<R: BufRead> Iterator for MetricLines<R> {
+    type Item = MetricLine;
+
+    fn next(&mut self) -> Option<MetricLine> {
+        let (export, request) = self.lines.next()?;
+        let mut out = MetricLine { export, ..MetricLine::default() };
+        match request {
+            Some(request) => read_request(&request, self.file_rank, &mut out),
+            None => out.skipped = 1,
+        }
+        Some(out)
+    }
+}
+
+/// A Unix time in nanoseconds, exactly from an integer string, else
+/// through `f64`.
+fn exact_nanos(value: &Value) -> Option<u64> {
+    if let Some(exact) = value.as_str().and_then(|s| s.trim().parse::<u64>().ok()).or_else(|| value.as_u64()) {
+        return Some(exact);
+    }
+    let time = number(value)?;
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a Unix time in nanoseconds")]
+    (time.is_finite() && time >= 0.0).then_some(time as u64)
+}
+
 fn read_span(span: &Value, file_rank: u32) -> Option<SpanRecord> {
-    let time = |key: &str| -> Option<u64> {
-        let time = number(span.get(key)?)?;
-        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a Unix time in nanoseconds")]
-        (time.is_finite() && time >= 0.0).then_some(time as u64)
-    };
     // Through f64 a Unix time in nanoseconds keeps ~0.25 µs: enough for
     // intervals; an integer string is read exactly.
-    let exact = |key: &str| span.get(key).and_then(Value::as_str).and_then(|s| s.trim().parse::<u64>().ok());
-    let start_unix_nano = exact("startTimeUnixNano").or_else(|| time("startTimeUnixNano"))?;
-    let end_unix_nano = exact("endTimeUnixNano").or_else(|| time("endTimeUnixNano"))?.max(start_unix_nano);
+    let start_unix_nano = exact_nanos(span.get("startTimeUnixNano")?)?;
+    let end_unix_nano = exact_nanos(span.get("endTimeUnixNano")?)?.max(start_unix_nano);
     Some(SpanRecord {
         file_rank,
         name: span.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
@@ -217,24 +399,16 @@ fn attributes(holder: &Value) -> BTreeMap<String, AttributeValue> {
 
 /// Reads the metrics file at `path` (of rank `file_rank`).
 pub fn read_metric_file(path: &Path, file_rank: u32) -> io::Result<MetricFile> {
-    Ok(read_metric_lines(BufReader::new(std::fs::File::open(path)?), file_rank))
+    Ok(read_metric_lines(BufReader::new(File::open(path)?), file_rank))
 }
 
-/// Reads OTLP/JSON metric lines from `reader`.
+/// Reads OTLP/JSON metric lines from `reader`, all at once (see
+/// [`metric_lines`] to read them one line at a time).
 pub fn read_metric_lines(reader: impl BufRead, file_rank: u32) -> MetricFile {
     let mut file = MetricFile::default();
-    for (export, line) in reader.lines().enumerate() {
-        let Ok(line) = line else {
-            file.skipped += 1;
-            break;
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Value>(&line) {
-            Ok(request) => read_request(&request, file_rank, export, &mut file),
-            Err(_) => file.skipped += 1,
-        }
+    for line in metric_lines(reader, file_rank) {
+        file.skipped += line.skipped;
+        file.points.extend(line.points);
     }
     file
 }
@@ -243,23 +417,26 @@ fn array<'a>(value: &'a Value, key: &str) -> &'a [Value] {
     value.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
-fn read_request(request: &Value, file_rank: u32, export: usize, file: &mut MetricFile) {
+fn read_request(request: &Value, file_rank: u32, line: &mut MetricLine) {
     for resource_metrics in array(request, "resourceMetrics") {
+        if let Some(resource) = resource_metrics.get("resource") {
+            line.resource = Some(attributes(resource));
+        }
         for scope_metrics in array(resource_metrics, "scopeMetrics") {
             for metric in array(scope_metrics, "metrics") {
                 let name = metric.get("name").and_then(Value::as_str).unwrap_or("");
                 let data = metric.get("gauge").or_else(|| metric.get("sum"));
                 for point in data.map_or(&[][..], |d| array(d, "dataPoints")) {
                     match read_point(point) {
-                        Some((attributes, time_unix_nano, value)) => file.points.push(MetricPoint {
+                        Some((attributes, time_unix_nano, value)) => line.points.push(MetricPoint {
                             file_rank,
-                            export,
+                            export: line.export,
                             metric: name.to_string(),
                             attributes,
                             time_unix_nano,
                             value,
                         }),
-                        None => file.skipped += 1,
+                        None => line.skipped += 1,
                     }
                 }
             }

@@ -20,7 +20,7 @@
 //!   `deployment.environment` (deprecated in favour of
 //!   `deployment.environment.name`; kept because the original emits it);
 //! - **custom** NeMo keys: `dl.*`, `rl.*`, `gym.*`, `slurm.*`, `nvrx.*`,
-//!   `nemo.*`, `wandb.*`, `host.gpu.count`, `is_goodput_span`.
+//!   `nemo.*`, `lens.*`, `wandb.*`, `host.gpu.count`, `is_goodput_span`.
 //!
 //! `megatron.*` keys are deliberately not here: they belong to the Megatron
 //! layer.
@@ -271,6 +271,13 @@ keys! {
     NEMO_LENS_RUN_UUID = "nemo.lens.run_uuid", Custom;
     /// Marks a span whose time counts as goodput (opt-in, the only goodput classifier).
     IS_GOODPUT_SPAN = "is_goodput_span", Custom;
+
+    // Lens's own configuration, on the resource, so that offline tools
+    // (`lens analyze`, `lens trace-view`) name the program's own variables.
+    /// The prefix the program's configuration was read with (`MYJOB_OTEL`).
+    LENS_CONFIG_PREFIX = "lens.config.prefix", Custom;
+    /// The resolved span groups, comma-separated, in catalog order.
+    LENS_SPAN_GROUPS = "lens.span_groups", Custom;
 
     // Weights & Biases.
     /// `WANDB_ENTITY`.

@@ -645,3 +645,17 @@ fn uuid_attributes_carry_the_torchelastic_restart_count() {
     assert_eq!(attrs.get("nemo.lens.run_uuid"), Some(&s("679cd4f0-08f3-5632-886b-8daab649adfb")));
     assert_eq!(attrs.get("slurm.torchelastic.restart_count"), Some(&s("1")));
 }
+
+#[test]
+fn the_programs_prefix_and_resolved_span_groups_are_on_the_resource() {
+    let ctx = lens_core::identity::RankContext { rank: 0, world_size: 1, local_rank: 0, node_rank: None };
+    let mut inputs = ResourceInputs::new("myjob", "run-1", ctx);
+    inputs.config_prefix = Some("MYJOB_OTEL".to_string());
+    inputs.span_groups = vec!["default".to_string(), "step".to_string()];
+    let resource = build_resource(&inputs, &env(&[]), &probe());
+    assert_eq!(resource.get(lens_core::semconv::LENS_CONFIG_PREFIX), Some(&s("MYJOB_OTEL")));
+    assert_eq!(resource.get("lens.span_groups"), Some(&s("default,step")));
+    // A configuration built in code records neither.
+    let bare = build_resource(&ResourceInputs::new("myjob", "run-1", ctx), &env(&[]), &probe());
+    assert!(!bare.contains_key("lens.config.prefix") && !bare.contains_key("lens.span_groups"), "{bare:?}");
+}

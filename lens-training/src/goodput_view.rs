@@ -94,6 +94,32 @@ mod attr {
     pub(super) const NVRX_CALL_IDX: &str = super::tx::CALL_INDEX_ATTRIBUTE;
 }
 
+/// The Megatron lifecycle spans the view reads by name (exports without
+/// the `dl.training.event` stamp).
+const LEGACY_SPANS: [&str; 9] = [
+    tx::STARTUP,
+    tx::TRAIN,
+    tx::ITERATION,
+    tx::LOAD,
+    tx::SAVE,
+    tx::EXPOSED_SAVE,
+    tx::SAVE_FINALIZE,
+    tx::EXIT_FINALIZE,
+    tx::EVALUATE,
+];
+
+/// The span attributes the view reads: a reader that keeps spans for
+/// [`breakdown`] (`lens analyze` streams) may drop every other attribute.
+pub const READ_ATTRIBUTES: [&str; 6] =
+    [EVENT_ATTRIBUTE, ITERATION_ATTRIBUTE, DURABLE_ATTRIBUTE, ASYNC_ATTRIBUTE, attr::ITERATION, attr::NVRX_CALL_IDX];
+
+/// Whether the view reads `span` for a role (stamped with an event, or one
+/// of Megatron's lifecycle spans by name); any other span only bounds its
+/// attempt (the earliest start and the latest end).
+pub fn reads(span: &SpanRecord) -> bool {
+    stamped(span).is_some() || LEGACY_SPANS.contains(&span.name.as_str())
+}
+
 /// The event a span was stamped with, if any.
 fn stamped(span: &SpanRecord) -> Option<TrainingEvent> {
     span.attributes.get(EVENT_ATTRIBUTE)?.as_str().and_then(TrainingEvent::from_name)

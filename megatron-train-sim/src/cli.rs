@@ -185,11 +185,12 @@ pub(crate) struct Args {
 #[derive(Clone, Debug, clap::Subcommand)]
 pub(crate) enum Tool {
     /// Turn a `file` export into a Chrome/Perfetto trace (one process per
-    /// rank, spans as slices, links as flows) and print a per-span table.
-    TraceView(crate::trace_view::TraceViewArgs),
-    /// Cross-rank analyses of a `file` export: the "stragglers" section
-    /// (docs/ranks.md).
-    Analyze(crate::analyze::AnalyzeArgs),
+    /// rank, spans as slices, links as flows) and print a per-span table:
+    /// an alias of `lens trace-view` (docs/trace-view.md).
+    TraceView(lens_command::trace_view::TraceViewArgs),
+    /// Cross-rank analyses of a `file` export (stragglers, goodput, hangs):
+    /// an alias of `lens analyze` (docs/ranks.md).
+    Analyze(lens_command::analyze::AnalyzeArgs),
     /// Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md).
     Serve(crate::serve::ServeArgs),
 }

@@ -32,7 +32,6 @@
 //! damaged, truncated, foreign, another layout), 1 for a failure during the run, `128 + signal` when a
 //! signal ended it without `--exit-signal-handler`.
 
-mod analyze;
 mod checkpoint;
 mod cli;
 mod comm;
@@ -50,7 +49,6 @@ mod output;
 mod serve;
 mod signals;
 mod telemetry;
-mod trace_view;
 mod train;
 
 use std::process::ExitCode;
@@ -76,8 +74,9 @@ fn main() -> ExitCode {
     let main_entry = SystemTime::now();
     let args = Args::parse();
     match &args.tool {
-        Some(cli::Tool::TraceView(view)) => return trace_view::run(view),
-        Some(cli::Tool::Analyze(analyze)) => return analyze::run(analyze),
+        // Aliases of `lens trace-view` and `lens analyze` (the same code).
+        Some(cli::Tool::TraceView(view)) => return lens_command::trace_view::run(view),
+        Some(cli::Tool::Analyze(analyze)) => return lens_command::analyze::run(analyze),
         Some(cli::Tool::Serve(serve)) => return serve::run(serve, program_start),
         None => {}
     }

@@ -67,6 +67,12 @@ impl Origins {
         self.prefixes.iter().map(|prefix| format!("{prefix}_{key}")).collect()
     }
 
+    /// The primary prefix the configuration was read with (`MYJOB_OTEL`);
+    /// `None` for a configuration built in code.
+    pub fn prefix(&self) -> Option<&str> {
+        self.prefixes.first().map(String::as_str)
+    }
+
     pub(super) fn set(&mut self, field: &'static str, variable: &str, repr: String) {
         if !field.is_empty() {
             self.fields.insert(field, (variable.to_string(), repr));

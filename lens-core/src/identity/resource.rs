@@ -23,7 +23,9 @@
 //! 3. **Lens's own attributes**: `service.version` (the application's,
 //!    [`ResourceInputs::service_version`]; unset unless it gives one),
 //!    `nemo.user.id`, `wandb.entity`, `wandb.project`,
-//!    `deployment.environment` (`DEPLOYMENT_ENV`, else `ENVIRONMENT`).
+//!    `deployment.environment` (`DEPLOYMENT_ENV`, else `ENVIRONMENT`),
+//!    `lens.config.prefix` and `lens.span_groups` (the program's prefix
+//!    and resolved span groups, so that `lens analyze` names its variables).
 //! 4. **`OTEL_RESOURCE_ATTRIBUTES`** (`key=value` pairs, comma-separated,
 //!    values percent-decoded), written by an operator.
 //! 5. **Detected** attributes: [`detect_host`], [`detect_slurm`],
@@ -429,6 +431,13 @@ pub struct ResourceInputs {
     /// The caller's own attributes; they win over everything except the
     /// identity keys (see the [module documentation](self)).
     pub caller_attributes: Vec<KeyValue>,
+    /// `lens.config.prefix`: the prefix the configuration was read with
+    /// (`MEGATRON_OTEL`, `MYJOB_OTEL`); `None` (a configuration built in
+    /// code) leaves it out.
+    pub config_prefix: Option<String>,
+    /// `lens.span_groups`: the resolved span groups' names, joined with
+    /// commas (an empty list leaves it out).
+    pub span_groups: Vec<String>,
 }
 
 impl ResourceInputs {
@@ -443,6 +452,8 @@ impl ResourceInputs {
             wandb_project: String::new(),
             service_version: None,
             caller_attributes: Vec::new(),
+            config_prefix: None,
+            span_groups: Vec::new(),
         }
     }
 }
@@ -480,6 +491,8 @@ pub fn build_resource(
         semconv::DEPLOYMENT_ENVIRONMENT,
         env.non_empty("DEPLOYMENT_ENV").or_else(|| env.non_empty("ENVIRONMENT")),
     );
+    own.insert_str(semconv::LENS_CONFIG_PREFIX, inputs.config_prefix.clone());
+    own.insert_str(semconv::LENS_SPAN_GROUPS, Some(inputs.span_groups.join(",")));
     attrs.merge_missing(own);
 
     // 4. The operator's OTEL_RESOURCE_ATTRIBUTES.

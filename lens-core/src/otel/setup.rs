@@ -406,6 +406,11 @@ fn build(
     inputs.wandb_project = config.wandb_project.clone();
     inputs.service_version = options.service_version.clone();
     inputs.caller_attributes = caller;
+    inputs.config_prefix = config.origins.prefix().map(str::to_string);
+    inputs.span_groups = config
+        .resolved_span_groups()
+        .map(|set| config.catalog.names(set).iter().map(|g| g.to_string()).collect())
+        .unwrap_or_default();
     let attributes = build_resource(&inputs, env, &OsProbe);
     let resource = Resource::builder_empty()
         .with_attributes(

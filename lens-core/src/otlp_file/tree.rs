@@ -32,6 +32,7 @@
 //! assert_eq!(tree.malformed_lines, 1);
 //! ```
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
@@ -92,6 +93,12 @@ pub struct SpanTree {
     pub malformed_lines: usize,
     /// Spans without ids or times.
     pub malformed_spans: usize,
+    /// The `nemo.run.id` values of the resources read (more than one: the
+    /// files hold several runs).
+    pub run_ids: BTreeSet<String>,
+    /// The attributes of the last resource read (the program's
+    /// `lens.config.prefix` and `lens.span_groups`, its `service.name`).
+    pub resource: Map<String, Value>,
 }
 
 /// The rank in a `traces-rank<N>.jsonl` file name.
@@ -154,6 +161,12 @@ impl SpanTree {
                 .and_then(Value::as_i64)
                 .and_then(|rank| u32::try_from(rank).ok())
                 .unwrap_or(fallback_rank);
+            if let Some(run_id) = resource.get(crate::semconv::NEMO_RUN_ID).and_then(Value::as_str) {
+                self.run_ids.insert(run_id.to_string());
+            }
+            if !resource.is_empty() {
+                self.resource = resource;
+            }
             for scope_spans in array(resource_spans, "scopeSpans") {
                 let scope = scope_spans.get("scope").and_then(|s| s.get("name")).and_then(Value::as_str).unwrap_or("");
                 for span in array(scope_spans, "spans") {

@@ -1,9 +1,11 @@
-//! `megatron-train-sim trace-view DIR`: a timeline and a span table from a
-//! `file` export, with no server.
+//! `lens trace-view DIR`: a timeline and a span table from a `file` export,
+//! with no server.
 //!
-//! The zero-setup simulator run writes OTLP/JSON lines (`traces-rank<N>.jsonl`,
-//! one `ExportTraceServiceRequest` a line, see lens-core's `file` exporter
-//! and docs/exporters.md). This module turns such a directory into the
+//! A program that exports to files (the simulator's zero-setup run, or any
+//! program with `<PREFIX>_EXPORTER=file`, or with nothing configured and no
+//! collector) writes OTLP/JSON lines (`traces-rank<N>.jsonl`, one
+//! `ExportTraceServiceRequest` a line, see lens-core's `file` exporter and
+//! docs/exporters.md). This module turns such a directory into the
 //! Chrome trace event format, which ui.perfetto.dev and chrome://tracing
 //! open directly, and prints one line per span name (count, total, mean,
 //! p50, p99), so that a newcomer sees what the run did without a Collector,
@@ -31,10 +33,14 @@
 //! span without ids or times are skipped and counted. An input that holds
 //! no traces file, or no span at all, is a usage error (exit 2).
 //!
+//! The footer names the span groups the program recorded and the variable
+//! that sets them (`lens.config.prefix`, `lens.span_groups` on the
+//! resource), and says when the files hold several runs.
+//!
 //! Reading the export is lens-core's (`lens_core::otlp_file::tree`, next
 //! to the `file` exporter whose format it is); this module is the viewer:
-//! the CLI calls [`run`] with the parsed [`TraceViewArgs`]; tests call
-//! [`view`] and [`write_table`].
+//! `lens` (and the simulator's alias) calls [`run`] with the parsed
+//! [`TraceViewArgs`]; tests call [`view`] and [`write_table`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -59,29 +65,29 @@ const MAX_DEPTH: usize = 256;
 /// `trace-view`: convert a `file` export into a Chrome/Perfetto trace and
 /// print a per-span-name table.
 #[derive(Clone, Debug, clap::Args)]
-pub(crate) struct TraceViewArgs {
+pub struct TraceViewArgs {
     /// The `file` exporter's directory (holding `traces-rank<N>.jsonl`; by
     /// default `telemetry/<run id>/`), or one such file.
     #[arg(value_name = "DIR")]
-    pub(crate) dir: PathBuf,
+    pub dir: PathBuf,
     /// Where to write the trace (default: `DIR/trace.json`).
     #[arg(long, value_name = "PATH")]
-    pub(crate) out: Option<PathBuf>,
+    pub out: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Chrome)]
-    pub(crate) format: Format,
+    pub format: Format,
 }
 
 /// The output formats of `trace-view`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Format {
+pub enum Format {
     /// Chrome trace event JSON (ui.perfetto.dev, chrome://tracing).
     Chrome,
 }
 
 /// Why `trace-view` could not produce a trace.
 #[derive(Debug)]
-pub(crate) enum TraceViewError {
+pub enum TraceViewError {
     /// The input path does not exist or cannot be listed.
     Input {
         /// The path given.
@@ -122,7 +128,7 @@ pub(crate) enum TraceViewError {
 
 impl TraceViewError {
     /// 2 for input that is not a usable export (usage), 1 for I/O failures.
-    pub(crate) fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> u8 {
         match self {
             TraceViewError::Input { .. } | TraceViewError::NoTraceFiles { .. } | TraceViewError::NoSpans { .. } => 2,
             TraceViewError::Read { .. } | TraceViewError::Write { .. } => 1,
@@ -136,7 +142,7 @@ impl fmt::Display for TraceViewError {
             TraceViewError::Input { path, source } => write!(
                 f,
                 "trace-view: cannot read {}: {source} (expected the file exporter's directory, \
-                 MEGATRON_OTEL_FILE_DIR, by default telemetry/<run id>/)",
+                 <PREFIX>_FILE_DIR, by default telemetry/<run id>/)",
                 path.display()
             ),
             TraceViewError::NoTraceFiles { dir, runs } => {
@@ -144,7 +150,7 @@ impl fmt::Display for TraceViewError {
                 match runs.as_slice() {
                     [] => write!(
                         f,
-                        " (expected the file exporter's directory, MEGATRON_OTEL_FILE_DIR, by default telemetry/<run id>/)"
+                        " (expected the file exporter's directory, <PREFIX>_FILE_DIR, by default telemetry/<run id>/)"
                     ),
                     [one] => write!(f, "; did you mean {}?", one.display()),
                     many => {
@@ -187,7 +193,7 @@ impl std::error::Error for TraceViewError {
 
 /// The subcommand: read `args.dir`, write the trace, print the table and
 /// where the trace went to stdout; errors to stderr.
-pub(crate) fn run(args: &TraceViewArgs) -> ExitCode {
+pub fn run(args: &TraceViewArgs) -> ExitCode {
     let out = args.out.clone().unwrap_or_else(|| default_output(&args.dir));
     let result = view(&args.dir).and_then(|view| {
         write_trace(&out, &view.trace)?;
@@ -196,7 +202,7 @@ pub(crate) fn run(args: &TraceViewArgs) -> ExitCode {
     let view = match result {
         Ok(view) => view,
         Err(error) => {
-            crate::output::error(None, &error);
+            crate::error(&error);
             return ExitCode::from(error.exit_code());
         }
     };
@@ -231,48 +237,52 @@ struct Export {
 
 /// Statistics of one span name, over every rank.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct NameStats {
+pub struct NameStats {
     /// The span name.
-    pub(crate) name: String,
+    pub name: String,
     /// How many spans have it.
-    pub(crate) count: usize,
+    pub count: usize,
     /// Sum of their durations, in nanoseconds.
-    pub(crate) total_ns: u64,
+    pub total_ns: u64,
     /// Mean duration, in nanoseconds.
-    pub(crate) mean_ns: f64,
+    pub mean_ns: f64,
     /// Median (nearest-rank), in nanoseconds.
-    pub(crate) p50_ns: u64,
+    pub p50_ns: u64,
     /// 99th percentile (nearest-rank), in nanoseconds.
-    pub(crate) p99_ns: u64,
+    pub p99_ns: u64,
 }
 
 /// The converted export.
 #[derive(Debug)]
-pub(crate) struct View {
+pub struct View {
     /// The Chrome trace (`{"traceEvents": [...], ...}`).
-    pub(crate) trace: Value,
+    pub trace: Value,
     /// One row per span name, by total duration, largest first.
-    pub(crate) table: Vec<NameStats>,
+    pub table: Vec<NameStats>,
     /// The traces files read.
-    pub(crate) files: Vec<PathBuf>,
+    pub files: Vec<PathBuf>,
     /// Spans converted.
-    pub(crate) spans: usize,
+    pub spans: usize,
     /// Ranks seen.
-    pub(crate) ranks: usize,
+    pub ranks: usize,
     /// Links drawn as flows.
-    pub(crate) flows: usize,
+    pub flows: usize,
     /// Links whose linked span is not in the export (a rank that did not
     /// export, a span from another job).
-    pub(crate) unresolved_links: usize,
+    pub unresolved_links: usize,
     /// Lines that were not an OTLP/JSON traces request.
-    pub(crate) malformed_lines: usize,
+    pub malformed_lines: usize,
     /// Spans without ids or times.
-    pub(crate) malformed_spans: usize,
+    pub malformed_spans: usize,
+    /// The run ids of the export (more than one: several runs).
+    pub run_ids: Vec<String>,
+    /// What the export's resource says about the program's configuration.
+    pub advice: crate::advice::Advice,
 }
 
 /// Reads the export at `input` (a directory or one traces file) and
 /// converts it.
-pub(crate) fn view(input: &Path) -> Result<View, TraceViewError> {
+pub fn view(input: &Path) -> Result<View, TraceViewError> {
     let export = read_export(input)?;
     if export.tree.spans.is_empty() {
         return Err(TraceViewError::NoSpans { files: export.files, malformed_lines: export.tree.malformed_lines });
@@ -431,7 +441,8 @@ fn micros(ticks: u64) -> Value {
 }
 
 fn convert(export: Export) -> View {
-    let Export { tree: SpanTree { spans, malformed_lines, malformed_spans }, files } = export;
+    let Export { tree: SpanTree { spans, malformed_lines, malformed_spans, run_ids, resource }, files } = export;
+    let advice = crate::advice::Advice::from_json_resource(&resource);
     let origin = spans.iter().map(|span| span.start_unix_nano).min().unwrap_or(0);
     let tick = |ns: u64| (ns.saturating_sub(origin) + TICK_NS / 2) / TICK_NS;
     let mut placements: Vec<Placement> = spans
@@ -535,7 +546,7 @@ fn convert(export: Export) -> View {
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {
-            "generator": "megatron-train-sim trace-view",
+            "generator": "lens trace-view",
             "start_time_unix_nano": origin.to_string(),
             "sources": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
         },
@@ -550,6 +561,8 @@ fn convert(export: Export) -> View {
         unresolved_links,
         malformed_lines,
         malformed_spans,
+        run_ids: run_ids.into_iter().collect(),
+        advice,
     }
 }
 
@@ -593,7 +606,7 @@ fn ms(ns: f64) -> String {
 }
 
 /// Writes the per-span-name table (durations in milliseconds).
-pub(crate) fn write_table(out: &mut dyn Write, rows: &[NameStats]) -> io::Result<()> {
+pub fn write_table(out: &mut dyn Write, rows: &[NameStats]) -> io::Result<()> {
     let width = rows.iter().map(|row| row.name.len()).max().unwrap_or(0).max("span".len());
     writeln!(
         out,
@@ -636,6 +649,17 @@ fn write_footer(out: &mut dyn Write, view: &View, path: &Path) -> io::Result<()>
             "skipped {} malformed line(s) and {} malformed span(s)",
             view.malformed_lines, view.malformed_spans
         )?;
+    }
+    if view.run_ids.len() > 1 {
+        writeln!(
+            out,
+            "note: the files hold {} runs ({}); give one run's directory to view one run",
+            view.run_ids.len(),
+            view.run_ids.join(", ")
+        )?;
+    }
+    if let Some(groups) = view.advice.recorded_groups() {
+        writeln!(out, "span groups recorded: {groups} (set with {})", view.advice.variable("SPAN_GROUPS"))?;
     }
     writeln!(out, "wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", path.display())
 }

@@ -1,0 +1,607 @@
+//! `lens analyze DIR`: the cross-rank analyses of a `file` export, with no
+//! server (docs/ranks.md, docs/goodput.md). Three sections:
+//!
+//! - "stragglers" (when DIR holds metrics files): per window of log
+//!   intervals, the rank that makes its data-parallel peers wait, its phase,
+//!   its lateness and the peers' wait (the `stragglers` rule), from the rank
+//!   metrics that every rank writes with `<PREFIX>_RANK_METRICS=1`; one
+//!   section per run;
+//! - "goodput" (when DIR, or its run directories, hold traces files): the
+//!   goodput breakdown from the spans (`goodput_view`), one attempt per run
+//!   directory in time order (DIR may be the `telemetry/` parent of a
+//!   crashed and a resumed attempt);
+//! - "hangs": what the hang watchdog left ([`crate::hangs`]).
+//!
+//! # Streaming
+//!
+//! The files are read one line at a time (lens-core's
+//! `otlp_file::{metric_lines, span_lines}`) and aggregated as they go; no
+//! point or span of the files is collected:
+//!
+//! - the metrics files of a directory are read twice: once for the ranks
+//!   of each run (and the hang gauge), then in lockstep (one line of each
+//!   file in turn) so that an iteration is settled as soon as every rank has
+//!   reported it or moved past it; complete iterations fill a window of
+//!   `stragglers::WINDOW_INTERVALS`, which the rule judges and drops. What
+//!   is held is a few iterations per rank ([`Analysis::peak_retained`]);
+//! - the traces files feed the hang events, and the goodput view keeps,
+//!   from the one rank it reads per attempt, only the spans it looks at
+//!   (startup, train, iteration, checkpoint and evaluation spans, with only
+//!   their iteration and `nvrx.call_idx`), plus that attempt's earliest and
+//!   latest span: one small record per iteration and checkpoint of one rank
+//!   ([`Analysis::goodput_spans`]), not the export's spans.
+//!
+//! # Bad input
+//!
+//! A directory without any export is a usage error (exit 2, naming the
+//! directory and what was expected); a line that is not JSON (a truncated
+//! last line, a damaged one) and a point or span without its values are
+//! skipped and counted, and the count is reported; a directory whose files
+//! hold several run ids (a reused `<PREFIX>_FILE_DIR`) is reported per run
+//! (one stragglers section, one goodput attempt per run id), with a note.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use lens_core::otlp_file::{self, AttributeValue, MetricPoint, SpanRecord};
+use lens_core::semconv;
+use lens_training::{goodput_view, stragglers};
+
+use crate::advice::Advice;
+use crate::hangs::Hangs;
+
+/// `analyze`: cross-rank analyses of a `file` export.
+#[derive(Clone, Debug, clap::Args)]
+pub struct AnalyzeArgs {
+    /// The `file` exporter's directory (`telemetry/<run id>/`, holding
+    /// `metrics-rank<N>.jsonl` and `traces-rank<N>.jsonl`), or its parent
+    /// holding several run directories.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+/// Why `analyze` could not run.
+#[derive(Debug)]
+pub enum AnalyzeError {
+    /// DIR holds no export (or cannot be listed).
+    NoExport {
+        /// The directory given.
+        dir: PathBuf,
+        /// Why it could not be listed, if it could not.
+        source: Option<io::Error>,
+    },
+    /// A file of the export could not be opened.
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// What `analyze` expects to find, for its error messages.
+pub const EXPECTED: &str = "expected a lens `file` export: a directory holding metrics-rank<N>.jsonl or \
+                            traces-rank<N>.jsonl (by default telemetry/<run id>/), or its parent holding run \
+                            directories; gather the files of every node into one directory first";
+
+impl AnalyzeError {
+    /// The exit code: 2 (the input is not a usable export).
+    pub fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
+impl fmt::Display for AnalyzeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AnalyzeError::NoExport { dir, source: None } => write!(
+                f,
+                "analyze {}: no metrics-rank<N>.jsonl or traces-rank<N>.jsonl file there or in its subdirectories \
+                 ({EXPECTED})",
+                dir.display()
+            ),
+            AnalyzeError::NoExport { dir, source: Some(source) } => {
+                write!(f, "analyze {}: cannot list it: {source} ({EXPECTED})", dir.display())
+            }
+            AnalyzeError::Read { path, source } => write!(f, "analyze {}: cannot read it: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for AnalyzeError {}
+
+/// The stragglers of one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunStragglers {
+    /// The run (`nemo.run.id`, else the directory's name).
+    pub run: String,
+    /// Ranks with rank metrics.
+    pub ranks: usize,
+    /// The named stragglers, in window order.
+    pub findings: Vec<stragglers::Straggler>,
+}
+
+/// A directory whose files hold several runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MixedRuns {
+    /// The directory.
+    pub dir: PathBuf,
+    /// The run ids found there.
+    pub runs: Vec<String>,
+}
+
+/// What the export held.
+#[derive(Debug)]
+pub struct Analysis {
+    /// Per run, the stragglers (`None`: no metrics files).
+    pub stragglers: Option<Vec<RunStragglers>>,
+    /// The goodput breakdown from the spans (`None`: no traces files).
+    pub goodput: Option<Result<goodput_view::SpanBreakdown, Vec<goodput_view::Missing>>>,
+    /// The hang watchdog's evidence.
+    pub hangs: Hangs,
+    /// What advice names (from the export's resource).
+    pub advice: Advice,
+    /// Lines, points or spans that could not be read.
+    pub skipped: u64,
+    /// Directories holding several runs.
+    pub mixed: Vec<MixedRuns>,
+    /// The most iteration records the straggler analysis held at once,
+    /// plus the hang records: grows with ranks, not with the files' size.
+    pub peak_retained: usize,
+    /// Span records the goodput view kept (one per goodput span of the one
+    /// rank it reads per attempt, plus two per attempt).
+    pub goodput_spans: usize,
+}
+
+/// One directory of the export.
+#[derive(Debug)]
+struct ExportDir {
+    dir: PathBuf,
+    name: String,
+    metrics: Vec<(u32, PathBuf)>,
+    traces: Vec<(u32, PathBuf)>,
+}
+
+fn dir_name(dir: &Path) -> String {
+    dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// DIR itself when it holds metrics or traces files, else each of its
+/// subdirectories that does, by name.
+fn export_dirs(dir: &Path) -> Result<Vec<ExportDir>, AnalyzeError> {
+    let no_export = |source| AnalyzeError::NoExport { dir: dir.to_path_buf(), source: Some(source) };
+    let read = |dir: &Path| -> io::Result<ExportDir> {
+        Ok(ExportDir {
+            dir: dir.to_path_buf(),
+            name: dir_name(dir),
+            metrics: otlp_file::metrics_files(dir)?,
+            traces: otlp_file::traces_files(dir)?,
+        })
+    };
+    let top = read(dir).map_err(no_export)?;
+    if !top.metrics.is_empty() || !top.traces.is_empty() {
+        return Ok(vec![top]);
+    }
+    let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(no_export)?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.is_dir())
+        .collect();
+    subdirs.sort();
+    let found: Vec<ExportDir> = subdirs
+        .iter()
+        .filter_map(|sub| read(sub).ok())
+        .filter(|e| !e.metrics.is_empty() || !e.traces.is_empty())
+        .collect();
+    if found.is_empty() {
+        return Err(AnalyzeError::NoExport { dir: dir.to_path_buf(), source: None });
+    }
+    Ok(found)
+}
+
+/// The run a line belongs to: its resource's `nemo.run.id`, else the one
+/// its file named last, else the directory's name.
+fn run_of(resource: Option<&BTreeMap<String, AttributeValue>>, last: &mut Option<String>, dir: &str) -> String {
+    if let Some(run) = resource.and_then(|r| r.get(semconv::NEMO_RUN_ID)).and_then(AttributeValue::as_str) {
+        *last = Some(run.to_string());
+    }
+    last.clone().unwrap_or_else(|| dir.to_string())
+}
+
+/// What the reading gathers besides the analyses.
+#[derive(Debug, Default)]
+struct Context {
+    advice: Advice,
+    advice_final: bool,
+    skipped: u64,
+    run_ids: BTreeMap<PathBuf, BTreeSet<String>>,
+}
+
+impl Context {
+    fn resource(&mut self, dir: &Path, resource: Option<&BTreeMap<String, AttributeValue>>) {
+        let Some(resource) = resource else { return };
+        if let Some(run) = resource.get(semconv::NEMO_RUN_ID).and_then(AttributeValue::as_str)
+            && !self.run_ids.get(dir).is_some_and(|runs| runs.contains(run))
+        {
+            self.run_ids.entry(dir.to_path_buf()).or_default().insert(run.to_string());
+        }
+        if !self.advice_final {
+            self.advice = Advice::from_resource(resource);
+            self.advice_final = self.advice.knows_prefix();
+        }
+    }
+}
+
+/// The per-interval rank records of a line. A line that gives none alone
+/// is read again with the line before it in the same file (of the same
+/// run), for a rule that needs two consecutive collections (cumulative
+/// counters); the records of that earlier line itself are left out.
+fn intervals(previous: &[MetricPoint], current: &[MetricPoint]) -> Vec<stragglers::RankInterval> {
+    let alone = stragglers::rank_intervals(current);
+    if !alone.is_empty() || current.is_empty() || previous.is_empty() {
+        return alone;
+    }
+    let earlier: BTreeSet<(u32, u64)> =
+        stragglers::rank_intervals(previous).iter().map(|r| (r.rank, r.iteration)).collect();
+    let both: Vec<MetricPoint> = previous.iter().chain(current).cloned().collect();
+    stragglers::rank_intervals(&both).into_iter().filter(|r| !earlier.contains(&(r.rank, r.iteration))).collect()
+}
+
+/// The points of the line before, kept only within one run.
+fn previous_of<'a>(previous: &'a (String, Vec<MetricPoint>), run: &str) -> &'a [MetricPoint] {
+    if previous.0 == run { &previous.1 } else { &[] }
+}
+
+/// The straggler rule of one run, fed as the files stream by.
+#[derive(Debug, Default)]
+struct StragglerStream {
+    /// Every rank of the run (from the first reading).
+    ranks: BTreeSet<u32>,
+    /// Per iteration not yet settled, the ranks' records.
+    pending: BTreeMap<u64, BTreeMap<u32, stragglers::RankInterval>>,
+    /// Per rank, the latest iteration it reported, and its file.
+    latest: BTreeMap<u32, (u64, usize)>,
+    /// Ranks whose file ended.
+    done: BTreeSet<u32>,
+    /// The last settled iteration.
+    settled: Option<u64>,
+    /// The complete iterations of the window being filled.
+    window: Vec<stragglers::RankInterval>,
+    window_iterations: usize,
+    findings: Vec<stragglers::Straggler>,
+}
+
+impl StragglerStream {
+    fn push(&mut self, file: usize, record: stragglers::RankInterval) {
+        if self.settled.is_some_and(|settled| record.iteration <= settled) {
+            return;
+        }
+        self.pending.entry(record.iteration).or_default().entry(record.rank).or_insert(record);
+        let latest = self.latest.entry(record.rank).or_insert((record.iteration, file));
+        *latest = (latest.0.max(record.iteration), file);
+    }
+
+    fn file_done(&mut self, file: usize) {
+        let ranks: Vec<u32> = self.latest.iter().filter(|(_, (_, f))| *f == file).map(|(rank, _)| *rank).collect();
+        self.done.extend(ranks);
+    }
+
+    /// Settles every iteration that no rank can still report.
+    fn settle(&mut self, everything: bool) {
+        while let Some((&iteration, reported)) = self.pending.first_key_value() {
+            let settled = everything
+                || self.ranks.iter().all(|rank| {
+                    reported.contains_key(rank)
+                        || self.done.contains(rank)
+                        || self.latest.get(rank).is_some_and(|&(latest, _)| latest > iteration)
+                });
+            if !settled {
+                break;
+            }
+            let Some((_, reported)) = self.pending.pop_first() else { break };
+            self.settled = Some(iteration);
+            if reported.len() == self.ranks.len() {
+                self.window.extend(reported.into_values());
+                self.window_iterations += 1;
+                if self.window_iterations == stragglers::WINDOW_INTERVALS {
+                    self.judge();
+                }
+            }
+        }
+    }
+
+    fn judge(&mut self) {
+        if !self.window.is_empty() {
+            self.findings.extend(stragglers::analyze(&self.window));
+        }
+        self.window.clear();
+        self.window_iterations = 0;
+    }
+
+    fn retained(&self) -> usize {
+        self.pending.values().map(BTreeMap::len).sum::<usize>() + self.window.len()
+    }
+}
+
+/// The spans one attempt keeps for the goodput view.
+#[derive(Debug, Default)]
+struct AttemptSpans {
+    spans: Vec<SpanRecord>,
+    /// The earliest-starting and the latest-ending other span: the view's
+    /// origin (without a startup span) and its end.
+    earliest: Option<SpanRecord>,
+    latest: Option<SpanRecord>,
+}
+
+impl AttemptSpans {
+    fn add(&mut self, span: SpanRecord) {
+        if goodput_view::reads(&span) {
+            let mut span = span;
+            span.attributes.retain(|key, _| goodput_view::READ_ATTRIBUTES.contains(&key.as_str()));
+            self.spans.push(span);
+            return;
+        }
+        let slim = |mut span: SpanRecord| {
+            span.attributes.clear();
+            span
+        };
+        if self.earliest.as_ref().is_none_or(|e| span.start_unix_nano < e.start_unix_nano) {
+            self.earliest = Some(slim(span.clone()));
+        }
+        if self.latest.as_ref().is_none_or(|l| span.end_unix_nano > l.end_unix_nano) {
+            self.latest = Some(slim(span));
+        }
+    }
+
+    fn first_start(&self) -> u64 {
+        self.spans.iter().chain(&self.earliest).map(|s| s.start_unix_nano).min().unwrap_or(u64::MAX)
+    }
+
+    fn into_spans(self) -> Vec<SpanRecord> {
+        let mut spans = self.spans;
+        spans.extend(self.earliest);
+        spans.extend(self.latest);
+        spans
+    }
+}
+
+/// Reads `dir` and runs the analyses.
+pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
+    let dirs = export_dirs(dir)?;
+    let mut context = Context::default();
+    let mut hangs = Hangs::default();
+    let mut streams: BTreeMap<String, StragglerStream> = BTreeMap::new();
+    let mut peak_retained = 0;
+    let any_metrics = dirs.iter().any(|d| !d.metrics.is_empty());
+
+    for export in &dirs {
+        // First reading: the ranks of each run, the hang gauge, the resource.
+        for (rank, path) in &export.metrics {
+            let lines = otlp_file::open_metric_lines(path, *rank)
+                .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
+            let mut previous = (String::new(), Vec::new());
+            let mut last_run = None;
+            for line in lines {
+                context.skipped += line.skipped;
+                context.resource(&export.dir, line.resource.as_ref());
+                let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
+                hangs.add_points(&run, &line.points);
+                let records = intervals(previous_of(&previous, &run), &line.points);
+                streams.entry(run.clone()).or_default().ranks.extend(records.iter().map(|r| r.rank));
+                if !line.points.is_empty() {
+                    previous = (run, line.points);
+                }
+            }
+        }
+        // Second reading, in lockstep: the straggler rule as it goes.
+        let mut files = Vec::new();
+        for (rank, path) in &export.metrics {
+            let lines = otlp_file::open_metric_lines(path, *rank)
+                .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
+            files.push(Some((lines, (String::new(), Vec::new()), None::<String>)));
+        }
+        while files.iter().any(Option::is_some) {
+            for (index, slot) in files.iter_mut().enumerate() {
+                let Some((lines, previous, last_run)) = slot else { continue };
+                let Some(line) = lines.next() else {
+                    *slot = None;
+                    streams.values_mut().for_each(|s| s.file_done(index));
+                    continue;
+                };
+                let run = run_of(line.resource.as_ref(), last_run, &export.name);
+                let records = intervals(previous_of(previous, &run), &line.points);
+                let stream = streams.entry(run.clone()).or_default();
+                for record in records {
+                    stream.push(index, record);
+                }
+                if !line.points.is_empty() {
+                    *previous = (run, line.points);
+                }
+            }
+            streams.values_mut().for_each(|s| s.settle(false));
+            let held = streams.values().map(StragglerStream::retained).sum::<usize>() + hangs.retained();
+            peak_retained = peak_retained.max(held);
+        }
+        for stream in streams.values_mut() {
+            stream.settle(true);
+            stream.judge();
+            stream.latest.clear();
+            stream.done.clear();
+        }
+    }
+
+    // The traces: hang events from every rank, the goodput spans of the
+    // highest rank of each directory (the export rank under the default
+    // rank strategy; every rank's time splits alike).
+    let mut attempts: BTreeMap<(usize, String), AttemptSpans> = BTreeMap::new();
+    let mut attempt_runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for (dir_index, export) in dirs.iter().enumerate() {
+        let goodput_rank = export.traces.last().map(|(rank, _)| *rank);
+        for (file_rank, path) in &export.traces {
+            let lines = otlp_file::open_span_lines(path, *file_rank)
+                .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
+            let mut last_run = None;
+            let mut resource_rank = None;
+            for line in lines {
+                context.skipped += line.skipped;
+                context.resource(&export.dir, line.resource.as_ref());
+                let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
+                if let Some(rank) = line
+                    .resource
+                    .as_ref()
+                    .and_then(|r| r.get(semconv::DL_RANK))
+                    .and_then(AttributeValue::as_i64)
+                    .and_then(|r| u32::try_from(r).ok())
+                {
+                    resource_rank = Some(rank);
+                }
+                hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
+                if Some(*file_rank) == goodput_rank {
+                    attempt_runs.entry(dir_index).or_default().insert(run.clone());
+                    let attempt = attempts.entry((dir_index, run)).or_default();
+                    line.spans.into_iter().for_each(|span| attempt.add(span));
+                }
+            }
+        }
+    }
+    let goodput_spans = attempts.values().map(|a| a.spans.len() + 2).sum();
+    let goodput = (!attempts.is_empty()).then(|| {
+        let mut read: Vec<(u64, goodput_view::Attempt)> = attempts
+            .into_iter()
+            .map(|((dir_index, run), spans)| {
+                let export = &dirs[dir_index];
+                let name = if attempt_runs.get(&dir_index).is_some_and(|runs| runs.len() > 1) {
+                    format!("{} (run {run})", export.name)
+                } else {
+                    export.name.clone()
+                };
+                let rank = export.traces.last().map_or(0, |(rank, _)| *rank);
+                (spans.first_start(), goodput_view::Attempt { name, rank, spans: spans.into_spans() })
+            })
+            .collect();
+        // Attempts in time order: by their first span.
+        read.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+        let read: Vec<goodput_view::Attempt> = read.into_iter().map(|(_, attempt)| attempt).collect();
+        goodput_view::breakdown(&read)
+    });
+
+    let stragglers = any_metrics.then(|| {
+        streams
+            .into_iter()
+            .map(|(run, stream)| RunStragglers { run, ranks: stream.ranks.len(), findings: stream.findings })
+            .collect()
+    });
+    let mixed = context
+        .run_ids
+        .iter()
+        .filter(|(_, runs)| runs.len() > 1)
+        .map(|(dir, runs)| MixedRuns { dir: dir.clone(), runs: runs.iter().cloned().collect() })
+        .collect();
+    Ok(Analysis {
+        stragglers,
+        goodput,
+        hangs,
+        advice: context.advice,
+        skipped: context.skipped,
+        mixed,
+        peak_retained,
+        goodput_spans,
+    })
+}
+
+/// Prints the "stragglers" section of one run.
+fn write_stragglers(out: &mut dyn Write, run: &RunStragglers, advice: &Advice) -> io::Result<()> {
+    if run.ranks > 0 {
+        return stragglers::write_section(out, &run.findings, run.ranks);
+    }
+    writeln!(
+        out,
+        "stragglers (0 ranks with rank metrics, windows of {} log intervals):",
+        stragglers::WINDOW_INTERVALS
+    )?;
+    writeln!(out, "  no rank metrics in this export (run with {}=1)", advice.variable("RANK_METRICS"))
+}
+
+/// Prints the "goodput" section: the view's, or what the export lacks with
+/// advice naming the program's variables.
+fn write_goodput(
+    out: &mut dyn Write,
+    result: &Result<goodput_view::SpanBreakdown, Vec<goodput_view::Missing>>,
+    advice: &Advice,
+) -> io::Result<()> {
+    let Err(missing) = result else { return goodput_view::write_section(out, result) };
+    writeln!(out, "goodput (from the spans, one rank per attempt; docs/goodput.md):")?;
+    writeln!(out, "  not computed: the export lacks what the breakdown needs:")?;
+    let groups = advice.recorded_groups().map_or_else(String::new, |g| format!(" ({g})"));
+    for why in missing {
+        match why {
+            goodput_view::Missing::IterationSpans => writeln!(
+                out,
+                "  - no iteration spans: the export's span groups{groups} lack `step`; run with {}",
+                advice.span_groups_with(&["step"])
+            )?,
+            goodput_view::Missing::CheckpointSpans { attempt } => writeln!(
+                out,
+                "  - {attempt}: no checkpoint spans: the export's span groups{groups} lack `checkpoint`; run with {}",
+                advice.span_groups_with(&["checkpoint"])
+            )?,
+            goodput_view::Missing::LoadSpan { attempt, first } => writeln!(
+                out,
+                "  - {attempt}: resumed at iteration {first} but has no checkpoint-load span: the export's span \
+                 groups{groups} lack `load_checkpoint`; run with {}",
+                advice.span_groups_with(&["load_checkpoint"])
+            )?,
+            other => writeln!(out, "  - {other}")?,
+        }
+    }
+    Ok(())
+}
+
+/// Prints the report of `analysis`.
+pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> {
+    for mixed in &analysis.mixed {
+        writeln!(
+            out,
+            "note: {} holds {} runs ({}): each is reported on its own",
+            mixed.dir.display(),
+            mixed.runs.len(),
+            mixed.runs.join(", ")
+        )?;
+    }
+    if let Some(runs) = &analysis.stragglers {
+        let several = runs.len() > 1;
+        for run in runs {
+            if several {
+                writeln!(out, "run {}:", run.run)?;
+            }
+            write_stragglers(out, run, &analysis.advice)?;
+        }
+    }
+    if let Some(goodput) = &analysis.goodput {
+        write_goodput(out, goodput, &analysis.advice)?;
+    }
+    let several_runs = analysis.stragglers.as_ref().is_some_and(|runs| runs.len() > 1) || !analysis.mixed.is_empty();
+    analysis.hangs.write_section(out, several_runs)?;
+    if analysis.skipped > 0 {
+        writeln!(out, "({} unreadable lines or points skipped)", analysis.skipped)?;
+    }
+    Ok(())
+}
+
+/// Runs `analyze` for the command line: the sections on standard output,
+/// an error on standard error (exit 2).
+pub fn run(args: &AnalyzeArgs) -> ExitCode {
+    match analyze(&args.dir) {
+        Ok(analysis) => {
+            let mut out = io::stdout().lock();
+            if write_report(&mut out, &analysis).is_err() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+        }
+        Err(error) => {
+            crate::error(&error);
+            ExitCode::from(error.exit_code())
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The "hangs" section of `lens analyze`: what the hang watchdog left in
+//! the export (docs/ranks.md, "The hang watchdog").
+//!
+//! Two kinds of evidence, under today's name and the shared one (the
+//! watchdog's names move from `megatron.rank.*` to `dl.training.*`; both
+//! are read):
+//!
+//! - the span event ([`HANG_EVENT_NAMES`]) on the innermost open span of
+//!   the stuck rank, with its phase, iteration and seconds stalled (read
+//!   from the event attributes whose keys end in `.phase`, `.iteration` and
+//!   `stalled_s`, whatever their namespace);
+//! - the gauge ([`HANG_GAUGE_NAMES`]), 1 while a hang is suspected.
+//!
+//! [`Hangs`] aggregates as the lines stream by: one record per hang event
+//! (at most [`MAX_EVENTS`] kept, the rest counted) and one gauge state per
+//! (run, rank).
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use lens_core::otlp_file::{AttributeValue, MetricPoint, SpanEventRecord};
+use lens_core::semconv;
+
+/// The watchdog's span event: today's name, then the shared one.
+pub const HANG_EVENT_NAMES: [&str; 2] = ["megatron.rank.hang_suspected", "dl.training.hang_suspected"];
+/// The watchdog's gauge: today's name, then the shared one.
+pub const HANG_GAUGE_NAMES: [&str; 2] = ["megatron.rank.hang_suspected", "dl.training.hang_suspected"];
+/// Hang events kept for the report; later ones are counted.
+pub const MAX_EVENTS: usize = 64;
+
+/// One hang event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HangEvent {
+    /// The run it belongs to (`nemo.run.id`, else the directory's name).
+    pub run: String,
+    /// The stuck rank.
+    pub rank: u32,
+    /// The iteration it was at, when the event says.
+    pub iteration: Option<i64>,
+    /// The phase it was in, when the event says.
+    pub phase: Option<String>,
+    /// Seconds without a completed iteration, when the event says.
+    pub stalled_s: Option<f64>,
+    /// The span that carries the event.
+    pub span: String,
+}
+
+/// A rank's hang gauge over the export.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GaugeState {
+    /// Points read.
+    pub points: u64,
+    /// Points at 1.
+    pub suspected_points: u64,
+    /// The value of the latest point (by time).
+    pub last: f64,
+    /// The latest point's time.
+    pub last_time: u64,
+}
+
+/// The hang evidence of an export, aggregated as it streams by.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Hangs {
+    /// The events kept (at most [`MAX_EVENTS`]).
+    pub events: Vec<HangEvent>,
+    /// Events beyond [`MAX_EVENTS`].
+    pub events_dropped: u64,
+    /// Per (run, rank), the gauge.
+    pub gauges: BTreeMap<(String, u32), GaugeState>,
+}
+
+/// The first attribute whose key ends in `suffix`.
+fn by_suffix<'a>(attributes: &'a BTreeMap<String, AttributeValue>, suffix: &str) -> Option<&'a AttributeValue> {
+    attributes.iter().find(|(key, _)| key.ends_with(suffix)).map(|(_, value)| value)
+}
+
+impl Hangs {
+    /// Takes in the events of one traces line (`rank`: its resource's
+    /// `dl.rank`, else the file's).
+    pub fn add_events(&mut self, run: &str, rank: u32, events: &[SpanEventRecord]) {
+        for event in events.iter().filter(|e| HANG_EVENT_NAMES.contains(&e.name.as_str())) {
+            if self.events.len() >= MAX_EVENTS {
+                self.events_dropped += 1;
+                continue;
+            }
+            let stalled_s = by_suffix(&event.attributes, "stalled_s").and_then(|v| match v {
+                AttributeValue::Double(v) => Some(*v),
+                #[expect(clippy::cast_precision_loss, reason = "seconds")]
+                AttributeValue::Int(v) => Some(*v as f64),
+                AttributeValue::String(v) => v.parse().ok(),
+                _ => None,
+            });
+            self.events.push(HangEvent {
+                run: run.to_string(),
+                rank,
+                iteration: by_suffix(&event.attributes, ".iteration").and_then(AttributeValue::as_i64),
+                phase: by_suffix(&event.attributes, ".phase").and_then(AttributeValue::as_str).map(str::to_string),
+                stalled_s,
+                span: event.span_name.clone(),
+            });
+        }
+    }
+
+    /// Takes in the points of one metrics line.
+    pub fn add_points(&mut self, run: &str, points: &[MetricPoint]) {
+        for point in points.iter().filter(|p| HANG_GAUGE_NAMES.contains(&p.metric.as_str())) {
+            let rank = point
+                .attributes
+                .get(semconv::DL_RANK)
+                .and_then(AttributeValue::as_i64)
+                .and_then(|r| u32::try_from(r).ok())
+                .unwrap_or(point.file_rank);
+            let state = self.gauges.entry((run.to_string(), rank)).or_default();
+            state.points += 1;
+            if point.value >= 1.0 {
+                state.suspected_points += 1;
+            }
+            if point.time_unix_nano >= state.last_time {
+                state.last_time = point.time_unix_nano;
+                state.last = point.value;
+            }
+        }
+    }
+
+    /// Items held (for the streaming test): events plus gauge states.
+    pub fn retained(&self) -> usize {
+        self.events.len() + self.gauges.len()
+    }
+
+    /// Whether any hang is suspected (an event, or a gauge at 1).
+    pub fn any(&self) -> bool {
+        !self.events.is_empty() || self.events_dropped > 0 || self.gauges.values().any(|g| g.suspected_points > 0)
+    }
+
+    /// Prints the "hangs" section. `several_runs`: name the run on each line.
+    pub fn write_section(&self, out: &mut dyn Write, several_runs: bool) -> io::Result<()> {
+        writeln!(out, "hangs (the hang watchdog's span events and gauge):")?;
+        let run = |run: &str| if several_runs { format!(" (run {run})") } else { String::new() };
+        for e in &self.events {
+            let stalled = e.stalled_s.map_or_else(|| "?".to_string(), |s| format!("{s:.1}"));
+            let phase = e.phase.as_deref().unwrap_or("?");
+            let iteration = e.iteration.map_or_else(|| "?".to_string(), |i| i.to_string());
+            writeln!(
+                out,
+                "  rank {}{}: no iteration completed for {stalled} s, in phase {phase} at iteration {iteration} \
+                 (event on span {})",
+                e.rank,
+                run(&e.run),
+                e.span
+            )?;
+        }
+        if self.events_dropped > 0 {
+            writeln!(out, "  ... and {} more hang event(s)", self.events_dropped)?;
+        }
+        for ((name, rank), g) in self.gauges.iter().filter(|(_, g)| g.suspected_points > 0) {
+            let end = if g.last >= 1.0 { "still 1 at its last point" } else { "back to 0 by its last point" };
+            writeln!(
+                out,
+                "  rank {rank}{}: hang gauge at 1 in {} of {} point(s), {end}",
+                run(name),
+                g.suspected_points,
+                g.points
+            )?;
+        }
+        if !self.any() {
+            let watched = self.gauges.len();
+            if watched > 0 {
+                writeln!(out, "  no hang suspected (the watchdog's gauge was read on {watched} rank(s))")?;
+            } else {
+                writeln!(out, "  no hang suspected")?;
+            }
+        }
+        Ok(())
+    }
+}

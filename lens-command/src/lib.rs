@@ -1,0 +1,66 @@
+//! The `lens` command: offline tools for any lens `file` export
+//! (`traces-rank<N>.jsonl`, `metrics-rank<N>.jsonl` under
+//! `telemetry/<run_id>/`, or a parent holding several run directories),
+//! Megatron's or any program's, with no server.
+//!
+//! - [`trace_view`]: `lens trace-view DIR` converts the spans into a
+//!   Chrome/Perfetto trace and prints a per-span-name table;
+//! - [`analyze`]: `lens analyze DIR` prints the stragglers, the goodput and
+//!   the hangs, reading its input as a stream (memory grows with ranks and
+//!   phases, not with the files' size);
+//! - [`advice`]: what the tools tell a user to set names the program's own
+//!   variables and span groups, read from the export's resource
+//!   (`lens.config.prefix`, `lens.span_groups`).
+//!
+//! The binary `lens` (`cargo install --path lens-command`) parses [`Cli`];
+//! the simulator's `analyze` and `trace-view` subcommands call the same
+//! [`trace_view::run`] and [`analyze::run`].
+
+pub mod advice;
+pub mod analyze;
+pub mod hangs;
+pub mod trace_view;
+
+use std::io::Write as _;
+
+/// The command line of `lens`.
+#[derive(Debug, clap::Parser)]
+#[command(name = "lens", version, about = "View and analyze a lens `file` export (telemetry/<run id>/).")]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands of `lens`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Convert a `file` export into a Chrome/Perfetto trace and print a
+    /// per-span-name table.
+    TraceView(trace_view::TraceViewArgs),
+    /// Stragglers, goodput and hangs from a `file` export.
+    Analyze(analyze::AnalyzeArgs),
+}
+
+/// Runs one parsed command line.
+pub fn run(cli: &Cli) -> std::process::ExitCode {
+    match &cli.command {
+        Command::TraceView(args) => trace_view::run(args),
+        Command::Analyze(args) => analyze::run(args),
+    }
+}
+
+/// The name this process was started as (`lens`, or the simulator that
+/// aliases these commands), for its error lines.
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|arg0| std::path::Path::new(&arg0).file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "lens".to_string())
+}
+
+/// Prints `<program>: error: <message>` on standard error, in one write.
+pub(crate) fn error(message: &dyn std::fmt::Display) {
+    let line = format!("{}: error: {message}\n", program_name());
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}

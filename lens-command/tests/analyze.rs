@@ -1,0 +1,313 @@
+//! `lens analyze` on hand-written exports: the three sections with their
+//! exact lines, advice naming the program's variables, bad input (no
+//! export, a damaged line, several runs in one directory) and memory that
+//! does not grow with the files' length.
+
+use std::path::Path;
+
+use lens_command::analyze::analyze;
+use lens_core::semconv;
+// Exports written before the rename: the `megatron.rank.*` gauges, one value per log interval.
+use lens_training::names::legacy::{ITERATION, PHASE_ATTRIBUTE, PHASE_DURATION_MS, STEP_DURATION_MS};
+
+mod support;
+use support::{attributes, double, gauge, int, lens, metrics_line, span, string, temp_dir, traces_line};
+
+/// Ranks of the synthetic data-parallel group.
+const RANKS: u32 = 4;
+
+/// The resource of a line: run id, rank and, when given, the program's prefix.
+fn resource(run: &str, rank: u32, prefix: Option<&str>) -> String {
+    let mut pairs = vec![(semconv::NEMO_RUN_ID, string(run)), (semconv::DL_RANK, int(i64::from(rank)))];
+    if let Some(prefix) = prefix {
+        pairs.push((semconv::LENS_CONFIG_PREFIX, string(prefix)));
+        pairs.push((semconv::LENS_SPAN_GROUPS, string("job,checkpoint,evaluate")));
+    }
+    attributes(&pairs)
+}
+
+/// One log interval of rank metrics: `slow` is the straggler (late in
+/// `forward`, waiting for nobody), its peers wait for it in `dp_wait`.
+fn rank_metrics_line(run: &str, rank: u32, iteration: u64, slow: u32) -> String {
+    let coordinates = |extra: Option<&str>| {
+        let mut pairs = vec![
+            (semconv::DL_RANK, int(i64::from(rank))),
+            (semconv::DL_PIPELINE_PARALLEL_RANK, int(0)),
+            (semconv::DL_TENSOR_PARALLEL_RANK, int(0)),
+            (semconv::DL_DATA_PARALLEL_RANK, int(i64::from(rank))),
+        ];
+        if let Some(phase) = extra {
+            pairs.push((PHASE_ATTRIBUTE, string(phase)));
+        }
+        attributes(&pairs)
+    };
+    let (forward, wait) = if rank == slow { (80.0, 0.0) } else { (30.0, 50.0) };
+    let time = iteration * 1_000;
+    #[expect(clippy::cast_precision_loss, reason = "small test iterations")]
+    let metrics = vec![
+        gauge(ITERATION, &coordinates(None), time, iteration as f64),
+        gauge(STEP_DURATION_MS, &coordinates(None), time, 100.0),
+        gauge(PHASE_DURATION_MS, &coordinates(Some("forward")), time, forward),
+        gauge(PHASE_DURATION_MS, &coordinates(Some("dp_wait")), time, wait),
+    ];
+    metrics_line(&resource(run, rank, None), &metrics)
+}
+
+/// Writes `intervals` log intervals of every rank into `dir` (appending).
+fn write_rank_metrics(dir: &Path, run: &str, intervals: u64, slow: u32) {
+    use std::io::Write as _;
+    for rank in 0..RANKS {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("metrics-rank{rank}.jsonl")))
+            .unwrap();
+        for interval in 1..=intervals {
+            file.write_all(rank_metrics_line(run, rank, interval * 2, slow).as_bytes()).unwrap();
+        }
+    }
+}
+
+/// The straggler lines of `stragglers::write_section` for `windows`
+/// windows of 4 intervals (2 iterations each), rank `slow` late in forward.
+fn straggler_lines(windows: u64, slow: u32) -> String {
+    let peers: Vec<String> = (0..RANKS).filter(|r| *r != slow).map(|r| r.to_string()).collect();
+    let mut text = String::from(
+        "stragglers (4 ranks with rank metrics, windows of 4 log intervals):\n  iterations         rank  phase        \
+         late ms/it   peers wait ms   wait ms  peers\n",
+    );
+    for window in 0..windows {
+        let (first, last) = (window * 8 + 2, window * 8 + 8);
+        text.push_str(&format!(
+            "  {:<17} {:>5}  {:<10} {:>12.1} {:>15.1} {:>9.1}  {}\n",
+            format!("{first}-{last}"),
+            slow,
+            "forward",
+            50.0,
+            50.0,
+            0.0,
+            peers.join(",")
+        ));
+    }
+    text
+}
+
+#[test]
+fn the_straggler_is_named_per_window_and_no_hang_is_suspected() {
+    let dir = temp_dir("stragglers");
+    write_rank_metrics(&dir, "run-1", 8, 2);
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        format!("{}hangs (the hang watchdog's span events and gauge):\n  no hang suspected\n", straggler_lines(2, 2))
+    );
+}
+
+#[test]
+fn memory_does_not_grow_with_the_files_length() {
+    // N and 10N log intervals: the same records held at most (three settled
+    // iterations of four ranks wait for the fourth that completes a window),
+    // and ten times the findings.
+    let mut peaks = Vec::new();
+    for intervals in [8, 80] {
+        let dir = temp_dir("streaming");
+        write_rank_metrics(&dir, "run-1", intervals, 1);
+        // Traces of a program without goodput spans: five spans a line.
+        let traces: String = (0..intervals)
+            .map(|i| {
+                let spans: Vec<String> = (0..5)
+                    .map(|s| {
+                        span("myjob.forward", &format!("{i:04x}{s:02x}"), None, i * 100 + s, i * 100 + s + 50, "[]", "")
+                    })
+                    .collect();
+                traces_line(&resource("run-1", 3, None), &spans)
+            })
+            .collect();
+        std::fs::write(dir.join("traces-rank3.jsonl"), traces).unwrap();
+        let analysis = analyze(&dir).unwrap();
+        let runs = analysis.stragglers.unwrap();
+        assert_eq!(runs[0].findings.len() as u64, intervals / 4);
+        // The goodput view keeps the earliest and the latest span only.
+        assert_eq!(analysis.goodput_spans, 2);
+        peaks.push(analysis.peak_retained);
+    }
+    assert_eq!(peaks, [3 * RANKS as usize, 3 * RANKS as usize]);
+}
+
+#[test]
+fn a_directory_without_an_export_is_a_usage_error_naming_it_and_what_was_expected() {
+    let dir = temp_dir("empty");
+    std::fs::create_dir(dir.join("not-a-run")).unwrap();
+    std::fs::write(dir.join("notes.txt"), "hello\n").unwrap();
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert_eq!(
+        stderr,
+        format!(
+            "lens: error: analyze {}: no metrics-rank<N>.jsonl or traces-rank<N>.jsonl file there or in its \
+             subdirectories (expected a lens `file` export: a directory holding metrics-rank<N>.jsonl or \
+             traces-rank<N>.jsonl (by default telemetry/<run id>/), or its parent holding run directories; gather \
+             the files of every node into one directory first)\n",
+            dir.display()
+        )
+    );
+    let missing = dir.join("nope");
+    let (code, _, stderr) = lens(&["analyze".as_ref(), missing.as_path()]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with(&format!("lens: error: analyze {}: cannot list it: ", missing.display()))
+            && stderr.ends_with("gather the files of every node into one directory first)\n"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_truncated_or_damaged_line_is_skipped_and_counted() {
+    let dir = temp_dir("damaged");
+    write_rank_metrics(&dir, "run-1", 8, 2);
+    use std::io::Write as _;
+    let mut rank0 = std::fs::OpenOptions::new().append(true).open(dir.join("metrics-rank0.jsonl")).unwrap();
+    // A damaged line in the middle of nothing, then a truncated last line.
+    rank0.write_all(b"\x00\xffgarbage\n{\"resourceMetrics\":[{\"resource\":{\"attr").unwrap();
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with(&straggler_lines(2, 2)), "{stdout}");
+    assert!(stdout.ends_with("  no hang suspected\n(2 unreadable lines or points skipped)\n"), "{stdout}");
+}
+
+#[test]
+fn several_runs_in_one_directory_get_one_report_each() {
+    // A reused file directory: run a (rank 2 late), then run b (rank 1 late)
+    // appended to the same files.
+    let dir = temp_dir("mixed");
+    write_rank_metrics(&dir, "a", 4, 2);
+    write_rank_metrics(&dir, "b", 4, 1);
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "note: {} holds 2 runs (a, b): each is reported on its own\nrun a:\n{}run b:\n{}hangs (the hang \
+             watchdog's span events and gauge):\n  no hang suspected\n",
+            dir.display(),
+            straggler_lines(1, 2),
+            straggler_lines(1, 1)
+        )
+    );
+}
+
+#[test]
+fn hangs_are_read_under_the_old_and_the_shared_names() {
+    let dir = temp_dir("hangs");
+    let old_event = r#"{"name":"megatron.rank.hang_suspected","timeUnixNano":"900","attributes":"#.to_string()
+        + &attributes(&[
+            ("megatron.phase", string("backward")),
+            ("megatron.iteration", int(5)),
+            ("megatron.hang.stalled_s", double(2.5)),
+        ])
+        + "}";
+    let new_event = r#"{"name":"dl.training.hang_suspected","timeUnixNano":"950","attributes":"#.to_string()
+        + &attributes(&[
+            ("dl.phase", string("dp_wait")),
+            ("dl.training.iteration", int(5)),
+            ("dl.training.hang.stalled_s", double(2.0)),
+        ])
+        + "}";
+    std::fs::write(
+        dir.join("traces-rank1.jsonl"),
+        traces_line(
+            &resource("r", 1, Some("MYJOB_OTEL")),
+            &[span("myjob.backward", "01", None, 100, 1000, "[]", &old_event)],
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("traces-rank3.jsonl"),
+        traces_line(
+            &resource("r", 3, Some("MYJOB_OTEL")),
+            &[span("myjob.allreduce", "02", None, 100, 1000, "[]", &new_event)],
+        ),
+    )
+    .unwrap();
+    let rank = attributes(&[(semconv::DL_RANK, int(1))]);
+    let gauge_line = |time: u64, value: f64| {
+        metrics_line(
+            &resource("r", 1, Some("MYJOB_OTEL")),
+            &[gauge("megatron.rank.hang_suspected", &rank, time, value)],
+        )
+    };
+    std::fs::write(
+        dir.join("metrics-rank1.jsonl"),
+        gauge_line(100, 0.0) + &gauge_line(200, 1.0) + &gauge_line(300, 0.0),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(concat!(
+            "hangs (the hang watchdog's span events and gauge):\n",
+            "  rank 1: no iteration completed for 2.5 s, in phase backward at iteration 5 (event on span myjob.backward)\n",
+            "  rank 3: no iteration completed for 2.0 s, in phase dp_wait at iteration 5 (event on span myjob.allreduce)\n",
+            "  rank 1: hang gauge at 1 in 1 of 3 point(s), back to 0 by its last point\n",
+        )),
+        "{stdout}"
+    );
+    // The program's own variables, and nothing of Megatron's.
+    assert!(stdout.contains("  no rank metrics in this export (run with MYJOB_OTEL_RANK_METRICS=1)\n"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "  - no megatron.train.iteration spans: the export's span groups (job,checkpoint,evaluate) lack `step`; \
+             run with MYJOB_OTEL_SPAN_GROUPS=job,checkpoint,evaluate,step\n"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("MEGATRON"), "{stdout}");
+}
+
+#[test]
+fn an_export_that_predates_the_prefix_attribute_gets_neutral_advice_and_megatrons_gets_megatrons() {
+    let dir = temp_dir("older");
+    let line = metrics_line(&resource("r", 0, None), &[gauge("other", "[]", 1, 1.0)]);
+    std::fs::write(dir.join("metrics-rank0.jsonl"), &line).unwrap();
+    let (code, stdout, _) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("(run with <PREFIX>_RANK_METRICS=1)"), "{stdout}");
+    assert!(!stdout.contains("MEGATRON"), "{stdout}");
+
+    let megatron = temp_dir("older-megatron");
+    let resource = attributes(&[(semconv::SERVICE_NAME, string("megatron-lm"))]);
+    std::fs::write(megatron.join("metrics-rank0.jsonl"), metrics_line(&resource, &[gauge("other", "[]", 1, 1.0)]))
+        .unwrap();
+    let (_, stdout, _) = lens(&["analyze".as_ref(), megatron.as_path()]);
+    assert!(stdout.contains("(run with MEGATRON_OTEL_RANK_METRICS=1)"), "{stdout}");
+}
+
+#[test]
+fn streaming_finds_what_reading_every_point_at_once_finds_even_when_files_are_out_of_step() {
+    // Rank 3's file starts with two lines of other metrics and misses one
+    // interval: the lockstep reading is out of step, and one iteration is
+    // incomplete.
+    let dir = temp_dir("out-of-step");
+    let other = metrics_line(&resource("run-1", 3, None), &[gauge("other", "[]", 1, 1.0)]);
+    std::fs::write(dir.join("metrics-rank3.jsonl"), other.repeat(2)).unwrap();
+    write_rank_metrics(&dir, "run-1", 12, 0);
+    let rank3 = dir.join("metrics-rank3.jsonl");
+    let text = std::fs::read_to_string(&rank3).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let kept: Vec<&str> = lines.iter().enumerate().filter(|(i, _)| *i != 6).map(|(_, l)| *l).collect();
+    std::fs::write(&rank3, kept.join("\n") + "\n").unwrap();
+
+    let mut points = Vec::new();
+    for (rank, path) in lens_core::otlp_file::metrics_files(&dir).unwrap() {
+        points.extend(lens_core::otlp_file::read_metric_file(&path, rank).unwrap().points);
+    }
+    let at_once = lens_training::stragglers::analyze(&lens_training::stragglers::rank_intervals(&points));
+    let streamed = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;
+    assert_eq!(streamed, at_once);
+    // 11 complete intervals: windows of 4, 4 and 3, each naming rank 0.
+    assert_eq!(
+        streamed.iter().map(|f| (f.iterations, f.rank)).collect::<Vec<_>>(),
+        [((2, 8), 0), ((12, 18), 0), ((20, 24), 0)]
+    );
+}

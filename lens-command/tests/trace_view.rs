@@ -1,0 +1,67 @@
+//! `lens trace-view` on hand-written exports: the footer names the span
+//! groups the program recorded with its own variable, and says when the
+//! files hold several runs.
+
+#![expect(dead_code, reason = "this binary uses a part of the support module")]
+
+use lens_core::semconv;
+
+mod support;
+use support::{attributes, int, lens, span, string, temp_dir, traces_line};
+
+fn resource(run: &str, prefix: Option<&str>) -> String {
+    let mut pairs = vec![(semconv::NEMO_RUN_ID, string(run)), (semconv::DL_RANK, int(0))];
+    if let Some(prefix) = prefix {
+        pairs.push((semconv::LENS_CONFIG_PREFIX, string(prefix)));
+        pairs.push((semconv::LENS_SPAN_GROUPS, string("job,step")));
+    }
+    attributes(&pairs)
+}
+
+#[test]
+fn the_footer_names_the_programs_groups_and_several_runs() {
+    let dir = temp_dir("trace-view");
+    let text =
+        traces_line(&resource("a", Some("MYJOB_OTEL")), &[span("myjob.step", "01", None, 1_000, 5_000, "[]", "")])
+            + &traces_line(
+                &resource("b", Some("MYJOB_OTEL")),
+                &[span("myjob.step", "02", None, 6_000, 9_000, "[]", "")],
+            );
+    std::fs::write(dir.join("traces-rank0.jsonl"), text).unwrap();
+    let (code, stdout, stderr) = lens(&["trace-view".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(concat!(
+            "read 2 span(s) of 1 rank(s) from 1 file(s); 0 link(s) drawn as flows\n",
+            "note: the files hold 2 runs (a, b); give one run's directory to view one run\n",
+            "span groups recorded: job,step (set with MYJOB_OTEL_SPAN_GROUPS)\n",
+        )),
+        "{stdout}"
+    );
+
+    // An export that predates the attributes: no groups line, no Megatron.
+    let older = temp_dir("trace-view-older");
+    std::fs::write(
+        older.join("traces-rank0.jsonl"),
+        traces_line(&resource("a", None), &[span("step", "01", None, 1_000, 5_000, "[]", "")]),
+    )
+    .unwrap();
+    let (code, stdout, _) = lens(&["trace-view".as_ref(), older.as_path()]);
+    assert_eq!(code, 0);
+    assert!(!stdout.contains("span groups recorded") && !stdout.contains("MEGATRON"), "{stdout}");
+}
+
+#[test]
+fn a_directory_without_traces_names_the_neutral_variable() {
+    let dir = temp_dir("trace-view-empty");
+    let (code, _, stderr) = lens(&["trace-view".as_ref(), dir.as_path()]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        stderr,
+        format!(
+            "lens: error: trace-view: no traces-rank<N>.jsonl in {} (expected the file exporter's directory, \
+             <PREFIX>_FILE_DIR, by default telemetry/<run id>/)\n",
+            dir.display()
+        )
+    );
+}
