@@ -1,0 +1,93 @@
+//! A small candle training program instrumented with lens: the example that
+//! docs/own-program.md walks through.
+//!
+//! It trains a tiny model built from candle-transformers' `with_tracing`
+//! layers on synthetic data with AdamW, evaluates it, writes a safetensors
+//! checkpoint, can stop after an iteration (`--stop-after N`, a preemption)
+//! and resumes from its checkpoint on the next start. Telemetry goes through
+//! the facade (`lens-fallbacks`) and lens-tracing's bridge only; with the
+//! example's `otel` feature off the same program trains the same model and
+//! records nothing.
+//!
+//! ```text
+//! CANDLE_OTEL_ENABLED=1 CANDLE_OTEL_EXPORTER=file CANDLE_OTEL_FILE_DIR=/tmp/candle-telemetry \
+//! CANDLE_OTEL_SPAN_GROUPS=all \
+//! CANDLE_OTEL_TRACING_GROUPS=candle_transformers=forward_backward:per_entry \
+//!     cargo run -p lens-example-candle --features otel -- --checkpoint-dir /tmp/candle-ckpt
+//! ```
+
+mod args;
+mod checkpoint;
+mod model;
+mod train;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lens_fallbacks::Telemetry;
+use lens_tracing::TelemetryExt as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+
+use crate::args::{Args, USAGE};
+
+/// The prefix of this program's telemetry variables (`CANDLE_OTEL_*`, with
+/// the `NEMO_LENS_*` fallback).
+pub(crate) const PREFIX: &str = "CANDLE_OTEL";
+
+/// How long shutdown may take to flush what is left.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(error) => {
+            complain(&error);
+            return ExitCode::from(2);
+        }
+    };
+    if args.help {
+        say(USAGE);
+        return ExitCode::SUCCESS;
+    }
+    // One call reads CANDLE_OTEL_* and sets telemetry up; a bad value is an
+    // error naming the variable (with `otel` compiled out, a warning).
+    let telemetry = match Telemetry::from_env(PREFIX) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            complain(&error);
+            return ExitCode::from(2);
+        }
+    };
+    // The bridge, with the rules of CANDLE_OTEL_TRACING_GROUPS, installed
+    // before the model is built: `with_tracing` makes each layer's span then.
+    let subscriber = tracing_subscriber::registry().with(telemetry.tracing_layer());
+    if let Err(error) = tracing::subscriber::set_global_default(subscriber) {
+        complain(&error);
+        return ExitCode::from(2);
+    }
+    let outcome = train::run(&args, &telemetry);
+    let report = telemetry.shutdown(SHUTDOWN_TIMEOUT);
+    match outcome {
+        Ok(summary) => {
+            say(&summary.to_string());
+            if telemetry.is_enabled() {
+                say(&format!("telemetry: {report}"));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            complain(&error);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[expect(clippy::print_stdout, reason = "a program's own report of what it did")]
+pub(crate) fn say(line: &str) {
+    println!("{line}");
+}
+
+#[expect(clippy::print_stderr, reason = "a program's error message")]
+fn complain(error: &dyn std::fmt::Display) {
+    eprintln!("lens-example-candle: {error}");
+}
