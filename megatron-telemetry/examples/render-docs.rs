@@ -10,15 +10,15 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use megatron_telemetry::{goodput, groups, metrics, rank_metrics, taxonomy};
+use megatron_telemetry::{groups, markdown, metrics, taxonomy};
 
 fn main() -> ExitCode {
     let fragment = std::env::args().nth(1).unwrap_or_default();
     let text = match fragment.as_str() {
         "taxonomy" => taxonomy::markdown_table(),
         "metrics" => metrics::markdown_table(),
-        "goodput" => goodput::markdown_table(),
-        "rank-metrics" => rank_metrics::markdown_table(),
+        "goodput" => markdown::goodput_metrics(),
+        "rank-metrics" => markdown::rank_metrics(),
         "groups" => groups::markdown_reference(),
         other => {
             let _ = writeln!(

@@ -1,28 +1,25 @@
 //! Megatron's telemetry layer, built on the `lens-fallbacks` facade.
 //!
-//! It will hold `MegatronSpanGroup` and its presets, the span-name taxonomy as
-//! data, the `megatron.training.*` metrics, resource attributes derived from
-//! training arguments, and the lifecycle (startup trace, interval re-rooting,
-//! signals, shutdown).
+//! It holds what is Megatron's: `MegatronSpanGroup` and its presets, the
+//! span-name taxonomy as data, the eight `megatron.training.*` metrics,
+//! resource attributes derived from training arguments, and the lifecycle
+//! (startup trace, interval re-rooting, signals, shutdown). The training
+//! diagnosis any loop uses (phases, per-rank metrics, stragglers, the hang
+//! watchdog, goodput, MFU) is lens-training's; [`events`] gives it
+//! Megatron's span taxonomy.
 
 pub mod attributes;
-pub mod goodput;
-pub mod goodput_view;
+pub mod events;
 pub mod groups;
 pub mod inference;
 pub mod lifecycle;
 pub mod markdown;
 pub mod metrics;
-pub mod mfu;
 pub mod nvml;
-pub mod phases;
 pub mod pipeline;
-pub mod rank_metrics;
 pub mod resource;
 pub mod signals;
-pub mod stragglers;
 pub mod taxonomy;
-pub mod watchdog;
 pub mod workers;
 
 /// The Rust examples of `docs/resource-attributes.md`, compiled and run as doc
@@ -39,11 +36,6 @@ pub struct ResourceAttributesDocExamples;
 #[cfg(all(doctest, feature = "testing"))]
 #[doc = include_str!("../../docs/metrics-megatron.md")]
 pub struct MetricsMegatronDocExamples;
-
-/// The Rust examples of `docs/goodput.md`, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/goodput.md")]
-pub struct GoodputDocExamples;
 
 /// The Rust examples of `docs/integrating.md` (the one-line setup of a loop
 /// of one's own; the Megatron fragments there are excerpts of the compiled

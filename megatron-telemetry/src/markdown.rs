@@ -1,7 +1,7 @@
 //! The generated docs tables, rendered from the data modules: the span
 //! taxonomy ([`crate::taxonomy`]), the span groups and presets
-//! ([`crate::groups`]) and the metric tables ([`crate::metrics`],
-//! [`crate::goodput`], [`crate::rank_metrics`]). `cargo xtask codegen` writes
+//! ([`crate::groups`]) and the metric tables ([`crate::metrics`], and
+//! lens-training's goodput and per-rank metrics, whose names are shared). `cargo xtask codegen` writes
 //! them into the pages under `docs/`; `cargo xtask codegen --check` fails when
 //! a page differs. The data modules know nothing of markdown; each keeps its
 //! old `markdown_table` (or `markdown_reference`) path as a re-export.
@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 
 use crate::groups::MEGATRON_CATALOG;
 use crate::metrics::MetricDef;
-use crate::{goodput, groups, metrics, phases, rank_metrics, taxonomy};
+use crate::{groups, metrics, taxonomy};
+use lens_training::{goodput, names, phases};
 
 /// The header and one row per metric: name, type, declared unit, the unit
 /// values are in, the Prometheus name and the description.
@@ -175,10 +176,10 @@ pub fn goodput_metrics() -> String {
 }
 
 /// The table of `docs/metrics-megatron.md` between the
-/// `generated:rank-metrics` markers, from [`rank_metrics::RANK_METRICS`].
+/// `generated:rank-metrics` markers, from lens-training's `RANK_METRICS`.
 pub fn rank_metrics() -> String {
-    let mut out = metric_table(rank_metrics::RANK_METRICS);
+    let mut out = metric_table(names::RANK_METRICS);
     let phases: Vec<String> = phases::EXPORTED_PHASES.iter().map(|p| format!("`{}`", p.as_str())).collect();
-    let _ = write!(out, "\n`{}` values: {}.\n", rank_metrics::PHASE_ATTRIBUTE, phases.join(", "));
+    let _ = write!(out, "\n`{}` values: {}.\n", names::PHASE_ATTRIBUTE, phases.join(", "));
     out
 }

@@ -40,29 +40,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The kind of an instrument (lens-core's, the same type as
-/// lens-instruments' descriptors use): histograms and gauges here record
-/// `f64`, counters add `u64`.
-pub use lens_core::instrument_values::InstrumentKind;
-
-/// One metric: its OpenTelemetry name, kind, units and Prometheus name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MetricDef {
-    /// The instrument name (`megatron.training.*`).
-    pub name: &'static str,
-    /// The instrument kind.
-    pub kind: InstrumentKind,
-    /// The unit declared on the instrument (UCUM). Only `ms` on the step
-    /// duration: any declared unit becomes a Prometheus name suffix.
-    pub unit: Option<&'static str>,
-    /// The unit the values are in, as the docs and description state it.
-    pub value_unit: Option<&'static str>,
-    /// The instrument description.
-    pub description: &'static str,
-    /// The name the metric has in Prometheus (through the pull exporter or a
-    /// collector's Prometheus exporter), exactly as dashboards query it.
-    pub prometheus_name: &'static str,
-}
+/// One metric's definition and its instrument kind: lens-training's, so
+/// that Megatron's table and the shared `dl.*` tables have one shape.
+pub use lens_training::names::{InstrumentKind, MetricDef};
 
 /// `megatron.training.step_duration_ms`: histogram, unit `ms`.
 pub const STEP_DURATION_MS: MetricDef = MetricDef {

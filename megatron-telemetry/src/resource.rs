@@ -106,47 +106,9 @@ pub const ENVIRONMENT_ATTRIBUTES: [AttributeSource; 10] = [
     AttributeSource { key: semconv::NVRX_MEMBERSHIP, source: "NVRX_MEMBERSHIP" },
 ];
 
-/// The numeric precision of training, as `megatron.precision` reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Precision {
-    /// Half precision (`--fp16`).
-    Fp16,
-    /// Brain float 16 (`--bf16`).
-    Bf16,
-    /// Neither flag: single precision.
-    Fp32,
-}
-
-impl Precision {
-    /// From Megatron's two flags: `fp16` wins when both are set (as in the
-    /// original), `fp32` when neither is.
-    ///
-    /// ```
-    /// use megatron_telemetry::resource::Precision;
-    ///
-    /// assert_eq!(Precision::from_flags(true, true), Precision::Fp16);
-    /// assert_eq!(Precision::from_flags(false, true).as_str(), "bf16");
-    /// assert_eq!(Precision::from_flags(false, false).as_str(), "fp32");
-    /// ```
-    pub const fn from_flags(fp16: bool, bf16: bool) -> Precision {
-        if fp16 {
-            Precision::Fp16
-        } else if bf16 {
-            Precision::Bf16
-        } else {
-            Precision::Fp32
-        }
-    }
-
-    /// The attribute value: `fp16`, `bf16` or `fp32`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Precision::Fp16 => "fp16",
-            Precision::Bf16 => "bf16",
-            Precision::Fp32 => "fp32",
-        }
-    }
-}
+/// The numeric precision of training, as `megatron.precision` reports it
+/// (lens-training's, which MFU's table of peaks is indexed by).
+pub use lens_training::mfu::Precision;
 
 /// The subset of Megatron's training arguments that the resource reports.
 ///

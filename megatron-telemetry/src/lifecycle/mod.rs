@@ -89,7 +89,7 @@
 
 mod configuration;
 mod options;
-mod spans;
+pub(crate) mod spans;
 mod startup;
 mod trace_ids;
 
@@ -253,21 +253,24 @@ impl MegatronTelemetry {
         self.shutdown_timeout
     }
 
-    /// Starts this rank's hang watchdog on `phases` (`<PREFIX>_HANG_TIMEOUT_S`;
-    /// inert when telemetry is off or the timeout is `0`). See
-    /// [`crate::watchdog`].
-    pub fn hang_watchdog(
-        &self,
-        phases: &crate::phases::Phases,
-        coordinates: crate::rank_metrics::RankCoordinates,
-    ) -> crate::watchdog::HangWatchdog {
-        crate::watchdog::HangWatchdog::start(
-            Arc::downgrade(&self.telemetry),
-            self.hang_timeout,
-            phases,
-            coordinates,
-            self.shutdown_timeout,
-        )
+    /// This rank's training diagnosis (lens-training's event API) with
+    /// Megatron's span taxonomy ([`crate::events::MegatronEventSpans`]),
+    /// the configured hang timeout (`<PREFIX>_HANG_TIMEOUT_S`; no watchdog
+    /// when telemetry is off or the timeout is `0`) and flush bound, and the
+    /// attempt's launch stamp (the launch-script start when the launch
+    /// phases fold into the startup trace, else the program start).
+    /// `options` brings the rest: the rank's coordinates, the FLOP count and
+    /// peak, the world size, the checkpoint directory.
+    pub fn training(&self, options: lens_training::TrainingOptions) -> lens_training::Training {
+        let spans = crate::events::MegatronEventSpans::new(self.telemetry.run_id(), self.telemetry.restart_attempt());
+        let launch =
+            if self.stamps.launch_folds() { self.stamps.launch_script_start } else { self.stamps.program_start };
+        let mut options =
+            options.with_spans(spans).with_hang_timeout(self.hang_timeout).with_flush_timeout(self.shutdown_timeout);
+        if let Some(launch) = launch {
+            options = options.with_launch_stamp(launch);
+        }
+        lens_training::Training::new(&self.telemetry, options)
     }
 
     /// The training metrics (a no-op handle on other ranks), for

@@ -62,7 +62,7 @@ pub fn span(def: &'static SpanDef, attributes: impl IntoIterator<Item = KeyValue
 
 /// The attributes that the table implies for `def`: the goodput flag, and
 /// the structural marker for [`Sampling::Structural`] spans.
-pub(super) fn marks(def: &SpanDef) -> [Option<KeyValue>; 2] {
+pub(crate) fn marks(def: &SpanDef) -> [Option<KeyValue>; 2] {
     [
         def.goodput.then(|| KeyValue::new(attr::IS_GOODPUT_SPAN, true)),
         (def.sampling == Sampling::Structural).then(|| KeyValue::new(STRUCTURAL_ATTRIBUTE, true)),
@@ -71,6 +71,6 @@ pub(super) fn marks(def: &SpanDef) -> [Option<KeyValue>; 2] {
 
 /// `megatron.iteration` is an `i64` attribute; an iteration beyond it is
 /// clamped (never reached in practice).
-pub(super) fn iteration_value(iteration: u64) -> i64 {
+pub(crate) fn iteration_value(iteration: u64) -> i64 {
     i64::try_from(iteration).unwrap_or(i64::MAX)
 }

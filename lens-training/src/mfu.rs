@@ -22,8 +22,8 @@
 //! is none, for a program's startup output.
 //!
 //! ```
-//! use megatron_telemetry::mfu::{known_peak_tflops, mfu, peak_tflops};
-//! use megatron_telemetry::resource::Precision;
+//! use lens_training::mfu::{known_peak_tflops, mfu, peak_tflops};
+//! use lens_training::mfu::Precision;
 //!
 //! assert_eq!(known_peak_tflops("NVIDIA H100 80GB HBM3", Precision::Bf16), Some(989.4));
 //! assert_eq!(known_peak_tflops("NVIDIA H100 80GB HBM3", Precision::Fp32), Some(67.0));
@@ -36,7 +36,48 @@
 
 use std::fmt;
 
-use crate::resource::Precision;
+/// The numeric precision of training, the column of [`KNOWN_GPUS`] MFU divides by
+/// (Megatron's resource reports it as `megatron.precision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// Half precision (`--fp16`).
+    Fp16,
+    /// Brain float 16 (`--bf16`).
+    Bf16,
+    /// Neither flag: single precision.
+    Fp32,
+}
+
+impl Precision {
+    /// From Megatron's two flags: `fp16` wins when both are set (as in the
+    /// original), `fp32` when neither is.
+    ///
+    /// ```
+    /// use lens_training::mfu::Precision;
+    ///
+    /// assert_eq!(Precision::from_flags(true, true), Precision::Fp16);
+    /// assert_eq!(Precision::from_flags(false, true).as_str(), "bf16");
+    /// assert_eq!(Precision::from_flags(false, false).as_str(), "fp32");
+    /// ```
+    pub const fn from_flags(fp16: bool, bf16: bool) -> Precision {
+        if fp16 {
+            Precision::Fp16
+        } else if bf16 {
+            Precision::Bf16
+        } else {
+            Precision::Fp32
+        }
+    }
+
+    /// The attribute value: `fp16`, `bf16` or `fp32`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+            Precision::Fp32 => "fp32",
+        }
+    }
+}
 
 /// One known GPU: the tokens of its name, its dense peaks in TFLOP/s (no
 /// structured sparsity), and where they come from.
@@ -144,7 +185,7 @@ pub const MIG_TOKEN: &str = "MIG";
 /// The tokens of a device name: its words split at spaces and `-`.
 ///
 /// ```
-/// use megatron_telemetry::mfu::name_tokens;
+/// use lens_training::mfu::name_tokens;
 ///
 /// let tokens: Vec<&str> = name_tokens("NVIDIA A100-SXM4-80GB").collect();
 /// assert_eq!(tokens, ["NVIDIA", "A100", "SXM4", "80GB"]);
@@ -165,7 +206,7 @@ pub fn is_mig_instance(device_name: &str) -> bool {
 /// for a MIG instance.
 ///
 /// ```
-/// use megatron_telemetry::mfu::known_gpu;
+/// use lens_training::mfu::known_gpu;
 ///
 /// assert_eq!(known_gpu("NVIDIA L40").map(|row| row.name), Some("L40"));
 /// assert_eq!(known_gpu("NVIDIA L40S").map(|row| row.name), Some("L40S"));
@@ -243,8 +284,8 @@ impl fmt::Display for NoPeak {
 /// `CUDA_VISIBLE_DEVICES`), its row of [`KNOWN_GPUS`] at `precision`.
 ///
 /// ```
-/// use megatron_telemetry::mfu::{NoPeak, PeakSource, resolve_peak};
-/// use megatron_telemetry::resource::Precision;
+/// use lens_training::mfu::{NoPeak, PeakSource, resolve_peak};
+/// use lens_training::mfu::Precision;
 ///
 /// let peak = resolve_peak(None, Some("NVIDIA H200"), false, Precision::Fp32).unwrap();
 /// assert_eq!(peak.tflops, 67.0);
@@ -270,6 +311,55 @@ pub fn resolve_peak(
     }
     let row = known_gpu(name).ok_or_else(|| NoPeak::UnknownGpu(name.to_string()))?;
     Ok(Peak { tflops: row.for_precision(precision), precision, source: PeakSource::Known(row) })
+}
+
+/// The model FLOPs of an iteration, as the program counts them: the FLOP
+/// count MFU divides the peak into. A closure `Fn(u64) -> f64` is one (the
+/// iteration's number in, its FLOPs out); a model that knows its shapes
+/// implements it (the simulator's count, `6 × parameters × tokens` plus
+/// attention, is one implementation).
+///
+/// The count is the whole job's FLOPs for one iteration (every rank's
+/// share, as a framework's formula gives it for the global batch); the
+/// event API divides by the world size for the per-GPU figure.
+///
+/// ```
+/// use lens_training::mfu::FlopCount;
+///
+/// let per_token = 6.0 * 124e6; // 6 × parameters
+/// let tokens = 8.0 * 1024.0;
+/// let count = move |_iteration: u64| per_token * tokens;
+/// assert_eq!(count.flops(1), 6.0 * 124e6 * 8.0 * 1024.0);
+/// ```
+pub trait FlopCount: Send + Sync {
+    /// The model FLOPs of iteration `iteration` (1-based), the whole job's.
+    fn flops(&self, iteration: u64) -> f64;
+}
+
+impl<F: Fn(u64) -> f64 + Send + Sync> FlopCount for F {
+    fn flops(&self, iteration: u64) -> f64 {
+        self(iteration)
+    }
+}
+
+/// MFU over a window: `flops` model FLOPs (the whole job's) done in
+/// `seconds` of step time, on `world_size` GPUs of `peak_tflops` each:
+/// `flops / seconds / world_size / (peak_tflops × 10¹²)`. `None` when a
+/// figure is unknown, zero or not finite.
+///
+/// ```
+/// use lens_training::mfu::mfu_of;
+///
+/// // 2 iterations of 1.5 PFLOP on 8 GPUs in 1 s each: 187.5 TFLOP/s per GPU.
+/// assert_eq!(mfu_of(3e15, 2.0, 8, Some(375.0)), Some(0.5));
+/// assert_eq!(mfu_of(3e15, 0.0, 8, Some(375.0)), None);
+/// assert_eq!(mfu_of(3e15, 2.0, 8, None), None);
+/// ```
+pub fn mfu_of(flops: f64, seconds: f64, world_size: u32, peak_tflops: Option<f64>) -> Option<f64> {
+    if !(flops.is_finite() && flops >= 0.0 && seconds.is_finite() && seconds > 0.0 && world_size > 0) {
+        return None;
+    }
+    mfu(Some(flops / seconds / f64::from(world_size) / 1e12), peak_tflops)
 }
 
 /// MFU from the achieved model TFLOP/s per GPU and the peak; `None` when

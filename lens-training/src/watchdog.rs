@@ -42,9 +42,9 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use lens_core::config::HangTimeout;
-//! use megatron_telemetry::phases::{Phase, PhaseSnapshot};
-//! use megatron_telemetry::watchdog::{HangRule, Verdict};
+//! use lens_fallbacks::config::HangTimeout;
+//! use lens_training::phases::{Phase, PhaseSnapshot};
+//! use lens_training::watchdog::{HangRule, Verdict};
 //!
 //! let start = Instant::now();
 //! let mut rule = HangRule::new(HangTimeout::After(Duration::from_secs(2)));
@@ -64,20 +64,21 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-pub use lens_core::config::HangTimeout;
+pub use lens_fallbacks::config::HangTimeout;
 
 use crate::phases::{Phase, PhaseSnapshot, Phases};
 pub use crate::rank_metrics::HANG_SUSPECTED;
 use crate::rank_metrics::RankCoordinates;
 
-/// The event on the innermost open-span copy.
-pub const HANG_EVENT: &str = "megatron.rank.hang_suspected";
-/// The event's attribute: the phase the rank is stuck in.
-pub const HANG_PHASE_ATTRIBUTE: &str = "megatron.phase";
+/// The event on the innermost open-span copy: the gauge's name,
+/// `dl.training.hang_suspected`.
+pub const HANG_EVENT: &str = crate::names::HANG_SUSPECTED.name;
+/// The event's attribute: the phase the rank is stuck in (`dl.phase`).
+pub const HANG_PHASE_ATTRIBUTE: &str = crate::names::PHASE_ATTRIBUTE;
 /// The event's attribute: the iteration running (1-based, as logged).
-pub const HANG_ITERATION_ATTRIBUTE: &str = "megatron.iteration";
+pub const HANG_ITERATION_ATTRIBUTE: &str = crate::names::ITERATION_ATTRIBUTE;
 /// The event's attribute: seconds without a completed iteration.
-pub const HANG_STALLED_ATTRIBUTE: &str = "megatron.hang.stalled_s";
+pub const HANG_STALLED_ATTRIBUTE: &str = crate::names::HANG_STALLED_ATTRIBUTE;
 
 /// The `auto` timeout's floor.
 pub const AUTO_FLOOR: Duration = Duration::from_secs(60);
@@ -230,7 +231,7 @@ pub fn hang_line(rank: u32, stalled: Duration, snapshot: &PhaseSnapshot, open_sp
 /// `otel` feature.
 #[derive(Debug, Default)]
 pub struct HangWatchdog {
-    #[cfg(feature = "otel")]
+    #[cfg(lens_otel)]
     running: Option<running::Running>,
 }
 
@@ -238,7 +239,7 @@ impl HangWatchdog {
     /// A watchdog that watches nothing.
     pub const fn inert() -> HangWatchdog {
         HangWatchdog {
-            #[cfg(feature = "otel")]
+            #[cfg(lens_otel)]
             running: None,
         }
     }
@@ -253,7 +254,7 @@ impl HangWatchdog {
         coordinates: RankCoordinates,
         flush_timeout: Duration,
     ) -> HangWatchdog {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         {
             if matches!(timeout, HangTimeout::Off) || !phases.is_enabled() {
                 return HangWatchdog::inert();
@@ -261,7 +262,7 @@ impl HangWatchdog {
             let running = running::Running::spawn(telemetry, timeout, phases.clone(), coordinates, flush_timeout);
             HangWatchdog { running }
         }
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         {
             let _ = (telemetry, timeout, phases, coordinates, flush_timeout);
             HangWatchdog {}
@@ -270,16 +271,16 @@ impl HangWatchdog {
 
     /// Whether a thread watches.
     pub fn is_running(&self) -> bool {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         return self.running.is_some();
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         false
     }
 
     /// Stops the thread and waits for it (at most a few seconds: a flush in
     /// progress is bounded by its own timeout). Idempotent.
     pub fn stop(&mut self) {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         if let Some(running) = self.running.take() {
             running.stop();
         }
@@ -292,7 +293,7 @@ impl Drop for HangWatchdog {
     }
 }
 
-#[cfg(feature = "otel")]
+#[cfg(lens_otel)]
 mod running {
     use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
     use std::thread::JoinHandle;

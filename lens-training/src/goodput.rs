@@ -38,22 +38,27 @@
 //! interval plus the crash itself).
 //!
 //! [`GoodputMetrics`] exports the totals as gauges on the export rank
-//! (`megatron.goodput.time` per bucket, `megatron.goodput.ratio`), with the
-//! model FLOPs utilisation of [`crate::mfu`] (`megatron.training.mfu`); like
-//! the training metrics it is the module's one `cfg` seam.
+//! (`dl.goodput.time` per bucket, `dl.goodput.ratio`), with the model FLOPs
+//! utilisation of [`crate::mfu`] (`dl.training.mfu`).
+//!
+//! A program does not call the accountant itself: the event API
+//! ([`crate::events::Training`]) feeds it, one call per training event.
+//! The blocking activities are buckets ([`Bucket::CheckpointSave`],
+//! [`Bucket::CheckpointLoad`], [`Bucket::Evaluation`]; see
+//! [`Bucket::is_blocking`]); the phase model is [`crate::phases::Phase`].
 //!
 //! ```
-//! use megatron_telemetry::goodput::{Accountant, Bucket, GoodputTotals, Phase};
+//! use lens_training::goodput::{Accountant, Bucket, GoodputTotals};
 //!
 //! let mut goodput = Accountant::new(GoodputTotals::default());
-//! goodput.begin(Phase::CheckpointLoad, 1.0);
-//! goodput.end(Phase::CheckpointLoad, 3.0);
+//! goodput.begin(Bucket::CheckpointLoad, 1.0);
+//! goodput.end(Bucket::CheckpointLoad, 3.0);
 //! goodput.training_started(4.0);
 //! goodput.iteration_completed(5.0);
 //! goodput.iteration_completed(6.0);
-//! goodput.begin(Phase::CheckpointSave, 6.0);
+//! goodput.begin(Bucket::CheckpointSave, 6.0);
 //! let covers = goodput.coverage(6.0); // what is pending when the save begins
-//! goodput.end(Phase::CheckpointSave, 6.5);
+//! goodput.end(Bucket::CheckpointSave, 6.5);
 //! goodput.checkpoint_durable(covers, 6.5); // it succeeded: keep what it covers
 //! goodput.iteration_completed(7.5); // not covered by a durable checkpoint yet
 //! let totals = goodput.snapshot(7.5);
@@ -103,7 +108,7 @@ impl Bucket {
         Bucket::Other,
     ];
 
-    /// The value of the `megatron.goodput.bucket` attribute and the key in
+    /// The value of the `dl.goodput.bucket` attribute and the key in
     /// the progress record and the summary.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -126,29 +131,15 @@ impl Bucket {
     const fn index(self) -> usize {
         self as usize
     }
-}
 
-/// A phase that blocks the loop and has a bucket of its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// A checkpoint save (its blocking part: the dispatch of an
-    /// asynchronous save, or its finalize). Its end keeps nothing by
-    /// itself: see [`Accountant::checkpoint_durable`].
-    CheckpointSave,
-    /// A checkpoint load.
-    CheckpointLoad,
-    /// An evaluation.
-    Evaluation,
-}
-
-impl Phase {
-    /// The bucket its time goes to.
-    pub const fn bucket(self) -> Bucket {
-        match self {
-            Phase::CheckpointSave => Bucket::CheckpointSave,
-            Phase::CheckpointLoad => Bucket::CheckpointLoad,
-            Phase::Evaluation => Bucket::Evaluation,
-        }
+    /// Whether this bucket is a blocking activity that
+    /// [`Accountant::begin`] and [`Accountant::end`] take: a checkpoint
+    /// save (its blocking part: the dispatch of an asynchronous save, or
+    /// its finalize; its end keeps nothing by itself, see
+    /// [`Accountant::checkpoint_durable`]), a checkpoint load, an
+    /// evaluation.
+    pub const fn is_blocking(self) -> bool {
+        matches!(self, Bucket::CheckpointSave | Bucket::CheckpointLoad | Bucket::Evaluation)
     }
 }
 
@@ -246,15 +237,15 @@ pub struct Coverage {
 /// (lost, if the attempt then dies).
 ///
 /// ```
-/// use megatron_telemetry::goodput::{Accountant, GoodputTotals, Phase};
+/// use lens_training::goodput::{Accountant, Bucket, GoodputTotals};
 ///
 /// let mut goodput = Accountant::new(GoodputTotals::default());
 /// goodput.training_started(0.0);
 /// goodput.iteration_completed(1.0);
 /// // An asynchronous save of iteration 1: dispatched, then finalized later.
-/// goodput.begin(Phase::CheckpointSave, 1.0);
+/// goodput.begin(Bucket::CheckpointSave, 1.0);
 /// let covers = goodput.coverage(1.0);
-/// goodput.end(Phase::CheckpointSave, 1.25);
+/// goodput.end(Bucket::CheckpointSave, 1.25);
 /// goodput.iteration_completed(2.25); // while the write is in flight
 /// assert_eq!(goodput.snapshot(2.25).productive_iterations, 0, "nothing kept before the finalize");
 /// goodput.checkpoint_durable(covers, 2.25);
@@ -314,25 +305,32 @@ impl Accountant {
         }
     }
 
-    /// `phase` begins at `now`.
-    pub fn begin(&mut self, phase: Phase, now: f64) {
+    /// The blocking activity `bucket` begins at `now` (a bucket that is
+    /// not [blocking](Bucket::is_blocking) only advances the clock).
+    pub fn begin(&mut self, bucket: Bucket, now: f64) {
         self.advance(now);
+        if !bucket.is_blocking() {
+            return;
+        }
         if self.depth < MAX_DEPTH {
-            self.stack[self.depth] = phase.bucket();
+            self.stack[self.depth] = bucket;
             self.depth += 1;
         } else {
             self.overflow += 1;
         }
     }
 
-    /// `phase` ends at `now`. An end without its begin only advances the
+    /// The blocking activity `bucket` ends at `now`. An end without its begin only advances the
     /// clock. The end of a save keeps nothing: a save's iterations are kept
     /// by [`Accountant::checkpoint_durable`].
-    pub fn end(&mut self, phase: Phase, now: f64) {
+    pub fn end(&mut self, bucket: Bucket, now: f64) {
         self.advance(now);
+        if !bucket.is_blocking() {
+            return;
+        }
         if self.overflow > 0 {
             self.overflow -= 1;
-        } else if self.depth > 0 && self.stack[self.depth - 1] == phase.bucket() {
+        } else if self.depth > 0 && self.stack[self.depth - 1] == bucket {
             self.depth -= 1;
         }
     }
@@ -429,7 +427,11 @@ impl Accountant {
 pub const PROGRESS_RECORD_FILE: &str = "goodput.json";
 
 /// The `schema` field of a progress record.
-pub const PROGRESS_RECORD_SCHEMA: &str = "megatron.goodput.progress/1";
+pub const PROGRESS_RECORD_SCHEMA: &str = "dl.goodput.progress/1";
+
+/// The `schema` of records written before the rename (SPEC A21): read
+/// alike, so that a resume continues a run started by an older version.
+pub const LEGACY_PROGRESS_RECORD_SCHEMA: &str = "megatron.goodput.progress/1";
 
 /// What an attempt leaves beside its checkpoints so that the next one can
 /// charge the lost time and continue the totals (written by global rank 0).
@@ -500,7 +502,7 @@ impl ProgressRecord {
         let invalid = |problem: String| RecordError::Invalid { path: path.to_path_buf(), problem };
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
         let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");
-        if schema != PROGRESS_RECORD_SCHEMA {
+        if schema != PROGRESS_RECORD_SCHEMA && schema != LEGACY_PROGRESS_RECORD_SCHEMA {
             return Err(invalid(format!("schema {schema:?}")));
         }
         let count = |key: &str| -> Result<u64, RecordError> {
@@ -560,44 +562,7 @@ impl ProgressRecord {
     }
 }
 
-/// The goodput metrics (names, kinds, units as data, like
-/// [`crate::metrics::METRICS`]).
-pub const GOODPUT_TIME: crate::metrics::MetricDef = crate::metrics::MetricDef {
-    name: "megatron.goodput.time",
-    kind: crate::metrics::InstrumentKind::Gauge,
-    unit: Some("s"),
-    value_unit: Some("s"),
-    description: "Wall-clock time of the run's attempts so far in one goodput bucket (attribute megatron.goodput.bucket)",
-    prometheus_name: "megatron_goodput_time_seconds",
-};
-/// `megatron.goodput.ratio`: productive time over all time, all attempts.
-pub const GOODPUT_RATIO: crate::metrics::MetricDef = crate::metrics::MetricDef {
-    name: "megatron.goodput.ratio",
-    kind: crate::metrics::InstrumentKind::Gauge,
-    unit: None,
-    value_unit: Some("ratio 0..1"),
-    description: "Goodput: productive time over the total wall-clock time of the run's attempts so far",
-    prometheus_name: "megatron_goodput_ratio",
-};
-/// `megatron.training.mfu`: model FLOPs utilisation.
-pub const TRAINING_MFU: crate::metrics::MetricDef = crate::metrics::MetricDef {
-    name: "megatron.training.mfu",
-    kind: crate::metrics::InstrumentKind::Gauge,
-    unit: None,
-    value_unit: Some("ratio 0..1"),
-    description: "Model FLOPs utilisation: model FLOP/s per GPU over the GPU's peak (absent when the peak is unknown)",
-    prometheus_name: "megatron_training_mfu",
-};
-
-/// The goodput and MFU metrics.
-pub const GOODPUT_METRICS: &[crate::metrics::MetricDef] = &[GOODPUT_TIME, GOODPUT_RATIO, TRAINING_MFU];
-
-/// The attribute of `megatron.goodput.time` naming the bucket.
-pub const BUCKET_ATTRIBUTE: &str = "megatron.goodput.bucket";
-
-/// The goodput table of `docs/metrics-megatron.md` (rendered by
-/// [`crate::markdown::goodput_metrics`]).
-pub use crate::markdown::goodput_metrics as markdown_table;
+pub use crate::names::{BUCKET_ATTRIBUTE, GOODPUT_METRICS, GOODPUT_RATIO, GOODPUT_TIME, MFU as TRAINING_MFU};
 
 /// The goodput gauges and the MFU gauge, created once from a meter (on the
 /// export rank; elsewhere [`GoodputMetrics::noop`]). One definition on lens's

@@ -1,5 +1,16 @@
-//! Straggler attribution from the per-rank metrics, outside the job
-//! (`megatron.rank.*`): which rank is slow, in which phase, by how much.
+//! Straggler attribution from the per-rank metrics, outside the job: which
+//! rank is slow, in which phase, by how much.
+//!
+//! It reads the cumulative counters (`dl.training.phase_time` and
+//! `dl.training.iterations`, [`crate::rank_metrics`]) and, for exports
+//! written before the rename (SPEC A21), the old per-interval gauges
+//! (`megatron.rank.phase_duration_ms`, `.step_duration_ms`, `.iteration`,
+//! attribute `megatron.phase`). Counters are differenced: each rank's
+//! cumulative phase time is interpolated, in iteration space, at a grid of
+//! iterations common to every rank (the grid step is the largest of the
+//! ranks' typical spacing between exports), so that the ranks' intervals
+//! line up however their exports fell; an interval's value is the time
+//! added in the phase over the iterations added, in ms per iteration.
 //!
 //! A data-parallel all-reduce equalises step times, so comparing step
 //! durations finds nothing: the culprit is the rank that arrives late and
@@ -33,8 +44,8 @@ use std::io::{self, Write};
 use lens_core::otlp_file::MetricPoint;
 use lens_core::semconv;
 
+use crate::names::{ITERATIONS, PHASE_ATTRIBUTE, PHASE_TIME, legacy};
 use crate::phases::{COMPUTE_PHASES, PHASE_COUNT, Phase, WAIT_PHASES};
-use crate::rank_metrics::{ITERATION, PHASE_ATTRIBUTE, PHASE_DURATION_MS, STEP_DURATION_MS};
 
 /// Log intervals per analysis window.
 pub const WINDOW_INTERVALS: usize = 4;
@@ -87,7 +98,127 @@ pub struct Straggler {
 
 /// The per-rank intervals found in `points` (the rank metrics of every
 /// rank): one per rank and distinct iteration value, in iteration order.
+/// Counters and old gauges are both read (see the module docs); an export
+/// holding only the old gauges says so through [`predates_rename`].
 pub fn rank_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
+    let mut out = legacy_intervals(points);
+    let seen: std::collections::BTreeSet<u32> = out.iter().map(|r| r.rank).collect();
+    out.extend(counter_intervals(points).into_iter().filter(|r| !seen.contains(&r.rank)));
+    out.sort_by_key(|r| (r.iteration, r.rank));
+    out
+}
+
+/// Whether `points` hold per-rank metrics under the names before the rename
+/// (`megatron.rank.*`) and none under the new ones: `lens analyze` says the
+/// export predates the rename.
+pub fn predates_rename(points: &[MetricPoint]) -> bool {
+    let old = points.iter().any(|p| p.metric == legacy::PHASE_DURATION_MS || p.metric == legacy::ITERATION);
+    let new = points.iter().any(|p| p.metric == PHASE_TIME.name || p.metric == ITERATIONS.name);
+    old && !new
+}
+
+fn coordinates(p: &MetricPoint) -> Option<(u32, u32, u32, u32)> {
+    let get = |key| p.attributes.get(key).and_then(|v| v.as_i64()).and_then(|v| u32::try_from(v).ok());
+    Some((
+        get(semconv::DL_RANK)?,
+        get(semconv::DL_PIPELINE_PARALLEL_RANK)?,
+        get(semconv::DL_TENSOR_PARALLEL_RANK)?,
+        get(semconv::DL_DATA_PARALLEL_RANK)?,
+    ))
+}
+
+/// One rank's cumulative samples: (iterations, seconds per phase), in
+/// export order, starting from zero.
+type Samples = Vec<(f64, [f64; PHASE_COUNT])>;
+
+/// The intervals of the cumulative counters (see the module docs).
+fn counter_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
+    #[derive(Default)]
+    struct Collection {
+        iterations: Option<f64>,
+        seconds: [f64; PHASE_COUNT],
+    }
+    // rank -> coordinates, and (export order) -> what that collection held.
+    let mut ranks: BTreeMap<u32, ((u32, u32, u32), BTreeMap<(u32, usize, u64), Collection>)> = BTreeMap::new();
+    for p in points {
+        let is_time = p.metric == PHASE_TIME.name;
+        if !is_time && p.metric != ITERATIONS.name {
+            continue;
+        }
+        let Some((rank, pipeline, tensor, data)) = coordinates(p) else { continue };
+        let entry = ranks.entry(rank).or_insert_with(|| ((pipeline, tensor, data), BTreeMap::new()));
+        // A collection: its file, its line; the time breaks ties.
+        let c = entry.1.entry((p.file_rank, p.export, 0)).or_default();
+        if is_time {
+            if let Some(phase) = p.attributes.get(PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name) {
+                c.seconds[phase.index()] = p.value;
+            }
+        } else {
+            c.iterations = Some(p.value);
+        }
+    }
+    let samples: BTreeMap<u32, ((u32, u32, u32), Samples)> = ranks
+        .into_iter()
+        .map(|(rank, (coords, collections))| {
+            let mut samples: Samples = vec![(0.0, [0.0; PHASE_COUNT])];
+            for c in collections.into_values() {
+                let Some(iterations) = c.iterations else { continue };
+                if iterations > samples.last().map_or(0.0, |s| s.0) {
+                    samples.push((iterations, c.seconds));
+                }
+            }
+            (rank, (coords, samples))
+        })
+        .filter(|(_, (_, samples))| samples.len() >= 2)
+        .collect();
+    if samples.is_empty() {
+        return Vec::new();
+    }
+    // The grid: the largest of the ranks' median spacing, up to the
+    // iterations every rank reached.
+    let spacing = |s: &Samples| {
+        let mut gaps: Vec<f64> = s.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        median(&mut gaps)
+    };
+    let step = samples.values().map(|(_, s)| spacing(s)).fold(1.0_f64, f64::max).round().max(1.0);
+    let reached = samples.values().map(|(_, s)| s.last().map_or(0.0, |l| l.0)).fold(f64::INFINITY, f64::min);
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an iteration count")]
+    let cells = (reached / step).floor() as u64;
+    let at = |s: &Samples, iterations: f64| -> [f64; PHASE_COUNT] {
+        let upper = s.iter().position(|(i, _)| *i >= iterations).unwrap_or(s.len() - 1);
+        let (hi_i, hi) = s[upper];
+        if upper == 0 || hi_i <= iterations {
+            return hi;
+        }
+        let (lo_i, lo) = s[upper - 1];
+        let share = (iterations - lo_i) / (hi_i - lo_i);
+        let mut out = [0.0; PHASE_COUNT];
+        for ((o, l), h) in out.iter_mut().zip(lo).zip(hi) {
+            *o = l + (h - l) * share;
+        }
+        out
+    };
+    let mut out = Vec::new();
+    for (&rank, ((pipeline, tensor, data), s)) in &samples {
+        for cell in 1..=cells {
+            #[expect(clippy::cast_precision_loss, reason = "iteration counts stay far below 2^53")]
+            let (from, to) = ((cell - 1) as f64 * step, cell as f64 * step);
+            let (a, b) = (at(s, from), at(s, to));
+            let mut phase_ms = [0.0; PHASE_COUNT];
+            for (index, ms) in phase_ms.iter_mut().enumerate() {
+                *ms = (b[index] - a[index]).max(0.0) * 1e3 / step;
+            }
+            let step_ms = COMPUTE_PHASES.iter().chain(&WAIT_PHASES).map(|p| phase_ms[p.index()]).sum();
+            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an iteration count")]
+            let iteration = to as u64;
+            out.push(RankInterval { rank, group: (*pipeline, *tensor), data: *data, iteration, phase_ms, step_ms });
+        }
+    }
+    out
+}
+
+/// The intervals of the gauges before the rename.
+fn legacy_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
     // (file rank, export) -> what that collection held.
     #[derive(Default)]
     struct Collection {
@@ -97,28 +228,20 @@ pub fn rank_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
         step_ms: Option<f64>,
     }
     let mut collections: BTreeMap<(u32, usize), Collection> = BTreeMap::new();
-    let coordinate = |p: &MetricPoint, key: &str| p.attributes.get(key).and_then(|v| v.as_i64());
     for p in points {
         let c = collections.entry((p.file_rank, p.export)).or_default();
-        let coords = (|| {
-            let get = |key| coordinate(p, key).and_then(|v| u32::try_from(v).ok());
-            Some((
-                get(semconv::DL_RANK)?,
-                get(semconv::DL_PIPELINE_PARALLEL_RANK)?,
-                get(semconv::DL_TENSOR_PARALLEL_RANK)?,
-                get(semconv::DL_DATA_PARALLEL_RANK)?,
-            ))
-        })();
-        if p.metric == ITERATION.name {
+        let coords = coordinates(p);
+        if p.metric == legacy::ITERATION {
             c.coords = c.coords.or(coords);
             #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an iteration count")]
             let iteration = p.value.max(0.0) as u64;
             c.iteration = Some(iteration);
-        } else if p.metric == STEP_DURATION_MS.name {
+        } else if p.metric == legacy::STEP_DURATION_MS {
             c.coords = c.coords.or(coords);
             c.step_ms = Some(p.value);
-        } else if p.metric == PHASE_DURATION_MS.name
-            && let Some(phase) = p.attributes.get(PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name)
+        } else if p.metric == legacy::PHASE_DURATION_MS
+            && let Some(phase) =
+                p.attributes.get(legacy::PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name)
         {
             c.coords = c.coords.or(coords);
             c.phase_ms[phase.index()] = p.value;
@@ -219,11 +342,27 @@ fn judge(members: &[RankInterval]) -> Option<Straggler> {
 }
 
 /// Prints the "stragglers" section: a heading, then one line per finding,
-/// or a line saying that no rank is late.
+/// or a line saying that no rank is late. Its advice names Megatron's
+/// variable; [`write_section_with_prefix`] names the program's.
 pub fn write_section(out: &mut dyn Write, findings: &[Straggler], ranks: usize) -> io::Result<()> {
+    write_section_with_prefix(out, findings, ranks, "MEGATRON_OTEL")
+}
+
+/// [`write_section`], its advice naming `<prefix>_RANK_METRICS` (the
+/// program's prefix, as recorded on its resource).
+pub fn write_section_with_prefix(
+    out: &mut dyn Write,
+    findings: &[Straggler],
+    ranks: usize,
+    prefix: &str,
+) -> io::Result<()> {
     writeln!(out, "stragglers ({ranks} ranks with rank metrics, windows of {WINDOW_INTERVALS} log intervals):")?;
     if ranks == 0 {
-        return writeln!(out, "  no rank metrics in this export (run with MEGATRON_OTEL_RANK_METRICS=1)");
+        return writeln!(
+            out,
+            "  no rank metrics in this export (run with {prefix}_{}=1)",
+            crate::names::RANK_METRICS_VARIABLE
+        );
     }
     if findings.is_empty() {
         return writeln!(out, "  none: no rank is late");

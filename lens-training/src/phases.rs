@@ -4,11 +4,16 @@
 //! The training loop marks phase boundaries ([`Phase`]: `data`, `forward`,
 //! `backward`, `optimizer`, the three waits `dp_wait`, `pp_wait`, `tp_wait`,
 //! and `checkpoint`, `eval`) whatever the span groups, whenever telemetry is
-//! enabled. A [`Phases`] handle accumulates, per phase, the time spent in the
-//! current log interval; at each log interval the loop takes the totals
-//! ([`Phases::take_interval`]) and records them as the per-rank metrics
-//! (`crate::rank_metrics`). Time between marked phases (reporting, logging)
-//! is [`Phase::Other`], which is kept but not exported.
+//! enabled. A [`Phases`] handle accumulates, per phase, the time spent since
+//! the clock started ([`Phases::totals`], cumulative: never reset, so that
+//! the per-rank counters of [`crate::rank_metrics`] lose no interval) and
+//! hands out the totals of a log interval too ([`Phases::take_interval`],
+//! the difference since the last call). Time between marked phases
+//! (reporting, logging) is [`Phase::Other`], which is kept but not exported.
+//!
+//! This [`Phase`] is lens-training's one phase model: the event API
+//! ([`crate::events`]) marks `checkpoint` and `eval` for its checkpoint and
+//! evaluation calls, and the goodput accountant has buckets, not phases.
 //!
 //! # Threads
 //!
@@ -27,7 +32,7 @@
 //! inline no-op.
 //!
 //! ```
-//! use megatron_telemetry::phases::{Phase, Phases};
+//! use lens_training::phases::{Phase, Phases};
 //!
 //! let phases = Phases::new(true);
 //! phases.mark(Phase::Forward);
@@ -37,16 +42,16 @@
 //! phases.mark(Phase::Optimizer);
 //! phases.end_iteration(1, std::time::Duration::from_millis(5));
 //! let interval = phases.take_interval();
-//! # #[cfg(feature = "otel")]
-//! assert_eq!(interval.iterations, 1);
+//! // With the facade's `otel` off the clock records nothing.
+//! assert_eq!(interval.iterations, u64::from(phases.is_enabled()));
 //! ```
 
-#[cfg(feature = "otel")]
+#[cfg(lens_otel)]
 use std::sync::Arc;
-#[cfg(feature = "otel")]
+#[cfg(lens_otel)]
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-#[cfg(feature = "otel")]
+#[cfg(lens_otel)]
 use std::time::Instant;
 
 /// A phase of a training iteration.
@@ -107,7 +112,7 @@ impl Phase {
         Phase::Other,
     ];
 
-    /// The value of the `megatron.phase` attribute.
+    /// The value of the `dl.phase` attribute.
     pub const fn as_str(self) -> &'static str {
         match self {
             Phase::Data => "data",
@@ -143,7 +148,7 @@ impl Phase {
         matches!(self, Phase::Data | Phase::Forward | Phase::Backward | Phase::Optimizer)
     }
 
-    #[cfg(feature = "otel")]
+    #[cfg(lens_otel)]
     fn from_index(index: u8) -> Phase {
         Phase::ALL.get(usize::from(index)).copied().unwrap_or(Phase::Other)
     }
@@ -184,6 +189,38 @@ fn per_iteration_ms(ns: u64, iterations: u64) -> f64 {
     if iterations == 0 { 0.0 } else { ns as f64 / 1e6 / iterations as f64 }
 }
 
+/// A rank's cumulative totals since its clock started ([`Phases::totals`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PhaseTotals {
+    /// Iterations completed.
+    pub iterations: u64,
+    /// Nanoseconds spent in each phase, indexed by [`Phase::index`].
+    pub phase_ns: [u64; PHASE_COUNT],
+    /// Sum of the step times, nanoseconds.
+    pub step_ns: u64,
+}
+
+impl PhaseTotals {
+    /// What was added since `earlier` (a total never shrinks; a saturating
+    /// difference all the same).
+    pub fn since(&self, earlier: &PhaseTotals) -> PhaseTotals {
+        let mut phase_ns = [0; PHASE_COUNT];
+        for ((delta, now), then) in phase_ns.iter_mut().zip(self.phase_ns).zip(earlier.phase_ns) {
+            *delta = now.saturating_sub(then);
+        }
+        PhaseTotals {
+            iterations: self.iterations.saturating_sub(earlier.iterations),
+            phase_ns,
+            step_ns: self.step_ns.saturating_sub(earlier.step_ns),
+        }
+    }
+
+    /// Seconds in `phase`.
+    pub fn seconds(&self, phase: Phase) -> f64 {
+        self.phase_ns[phase.index()] as f64 / 1e9
+    }
+}
+
 /// What another thread can read about a rank's progress ([`Phases::snapshot`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PhaseSnapshot {
@@ -199,7 +236,7 @@ pub struct PhaseSnapshot {
     pub last_step: Duration,
 }
 
-#[cfg(feature = "otel")]
+#[cfg(lens_otel)]
 #[derive(Debug)]
 struct PhaseState {
     epoch: Instant,
@@ -209,11 +246,14 @@ struct PhaseState {
     iteration: AtomicU64,
     completed: AtomicU64,
     last_step_ns: AtomicU64,
-    interval_iterations: AtomicU64,
-    interval_step_ns: AtomicU64,
+    /// Cumulative completed iterations and step time.
+    iterations: AtomicU64,
+    step_ns: AtomicU64,
+    /// The totals at the last [`Phases::take_interval`] (training thread only).
+    taken: std::sync::Mutex<PhaseTotals>,
 }
 
-#[cfg(feature = "otel")]
+#[cfg(lens_otel)]
 impl PhaseState {
     #[inline]
     fn now_ns(&self) -> u64 {
@@ -232,12 +272,25 @@ impl PhaseState {
         self.current.store(phase as u8, Relaxed);
         previous
     }
+
+    /// The totals, the time in the current phase so far included; reads
+    /// only (any thread).
+    fn totals(&self) -> PhaseTotals {
+        let mut phase_ns = [0; PHASE_COUNT];
+        for (total, slot) in phase_ns.iter_mut().zip(&self.accumulated_ns) {
+            *total = slot.load(Relaxed);
+        }
+        let current = Phase::from_index(self.current.load(Relaxed));
+        let open = self.now_ns().saturating_sub(self.since_ns.load(Relaxed));
+        phase_ns[current.index()] = phase_ns[current.index()].saturating_add(open);
+        PhaseTotals { iterations: self.iterations.load(Relaxed), phase_ns, step_ns: self.step_ns.load(Relaxed) }
+    }
 }
 
 /// One rank's phase clock: the marker API (see the module docs).
 #[derive(Clone, Debug, Default)]
 pub struct Phases {
-    #[cfg(feature = "otel")]
+    #[cfg(lens_otel)]
     state: Option<Arc<PhaseState>>,
 }
 
@@ -245,16 +298,16 @@ pub struct Phases {
 #[must_use = "the phase ends when the guard is dropped"]
 #[derive(Debug)]
 pub struct PhaseGuard<'a> {
-    #[cfg(feature = "otel")]
+    #[cfg(lens_otel)]
     restore: Option<(&'a PhaseState, Phase)>,
-    #[cfg(not(feature = "otel"))]
+    #[cfg(not(lens_otel))]
     _phases: std::marker::PhantomData<&'a Phases>,
 }
 
 impl Drop for PhaseGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         if let Some((state, phase)) = self.restore {
             state.switch(phase);
         }
@@ -265,7 +318,7 @@ impl Phases {
     /// A clock that records when `enabled` (telemetry on), starting in
     /// [`Phase::Other`]; a disabled one otherwise.
     pub fn new(enabled: bool) -> Phases {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         {
             let state = enabled.then(|| {
                 Arc::new(PhaseState {
@@ -276,13 +329,14 @@ impl Phases {
                     iteration: AtomicU64::new(0),
                     completed: AtomicU64::new(0),
                     last_step_ns: AtomicU64::new(0),
-                    interval_iterations: AtomicU64::new(0),
-                    interval_step_ns: AtomicU64::new(0),
+                    iterations: AtomicU64::new(0),
+                    step_ns: AtomicU64::new(0),
+                    taken: std::sync::Mutex::new(PhaseTotals::default()),
                 })
             });
             Phases { state }
         }
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         {
             let _ = enabled;
             Phases {}
@@ -292,7 +346,7 @@ impl Phases {
     /// A clock that records nothing.
     pub const fn disabled() -> Phases {
         Phases {
-            #[cfg(feature = "otel")]
+            #[cfg(lens_otel)]
             state: None,
         }
     }
@@ -300,20 +354,20 @@ impl Phases {
     /// Whether this clock records.
     #[inline]
     pub fn is_enabled(&self) -> bool {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         return self.state.is_some();
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         false
     }
 
     /// A phase boundary: the training thread enters `phase`.
     #[inline]
     pub fn mark(&self, phase: Phase) {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         if let Some(state) = &self.state {
             state.switch(phase);
         }
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         let _ = phase;
     }
 
@@ -321,12 +375,12 @@ impl Phases {
     /// was current (so a wait inside `forward` goes back to `forward`).
     #[inline]
     pub fn enter(&self, phase: Phase) -> PhaseGuard<'_> {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         {
             let restore = self.state.as_deref().map(|state| (state, state.switch(phase)));
             PhaseGuard { restore }
         }
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         {
             let _ = phase;
             PhaseGuard { _phases: std::marker::PhantomData }
@@ -338,7 +392,7 @@ impl Phases {
     /// that no blocking receive of the loop is counted as compute.
     #[inline]
     pub fn enter_wait(&self, wait: Phase) -> PhaseGuard<'_> {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         {
             let restore = self.state.as_deref().and_then(|state| {
                 let current = Phase::from_index(state.current.load(Relaxed));
@@ -347,7 +401,7 @@ impl Phases {
             });
             PhaseGuard { restore }
         }
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         {
             let _ = wait;
             PhaseGuard { _phases: std::marker::PhantomData }
@@ -357,59 +411,63 @@ impl Phases {
     /// Iteration `iteration` (absolute, 0-based as the loop counts) starts.
     #[inline]
     pub fn begin_iteration(&self, iteration: u64) {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         if let Some(state) = &self.state {
             state.iteration.store(iteration, Relaxed);
         }
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         let _ = iteration;
     }
 
     /// Iteration `completed` (absolute, 1-based) ended after `step`.
     #[inline]
     pub fn end_iteration(&self, completed: u64, step: Duration) {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         if let Some(state) = &self.state {
             let step_ns = u64::try_from(step.as_nanos()).unwrap_or(u64::MAX);
             state.completed.store(completed, Relaxed);
             state.last_step_ns.store(step_ns, Relaxed);
-            state.interval_iterations.store(state.interval_iterations.load(Relaxed) + 1, Relaxed);
-            state.interval_step_ns.store(state.interval_step_ns.load(Relaxed) + step_ns, Relaxed);
+            state.iterations.store(state.iterations.load(Relaxed) + 1, Relaxed);
+            state.step_ns.store(state.step_ns.load(Relaxed) + step_ns, Relaxed);
         }
-        #[cfg(not(feature = "otel"))]
+        #[cfg(not(lens_otel))]
         let _ = (completed, step);
     }
 
     /// The totals since the last call (training thread only), then starts a
-    /// new interval. Empty when disabled.
+    /// new interval. Empty when disabled. The cumulative totals
+    /// ([`Phases::totals`]) are not touched.
     pub fn take_interval(&self) -> IntervalPhases {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         if let Some(state) = &self.state {
-            // Credit the time so far to the current phase.
-            let current = Phase::from_index(state.current.load(Relaxed));
-            state.switch(current);
-            let mut phase_ns = [0; PHASE_COUNT];
-            for (total, slot) in phase_ns.iter_mut().zip(&state.accumulated_ns) {
-                *total = slot.load(Relaxed);
-                slot.store(0, Relaxed);
-            }
-            let interval = IntervalPhases {
-                iterations: state.interval_iterations.load(Relaxed),
-                phase_ns,
-                step_ns: state.interval_step_ns.load(Relaxed),
+            let now = state.totals();
+            let mut taken = state.taken.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let delta = now.since(&taken);
+            *taken = now;
+            return IntervalPhases {
+                iterations: delta.iterations,
+                phase_ns: delta.phase_ns,
+                step_ns: delta.step_ns,
                 last_iteration: state.completed.load(Relaxed),
             };
-            state.interval_iterations.store(0, Relaxed);
-            state.interval_step_ns.store(0, Relaxed);
-            return interval;
         }
         IntervalPhases::default()
+    }
+
+    /// The cumulative totals since the clock started (any thread; the time
+    /// in the current phase so far is credited to it). Zero when disabled.
+    pub fn totals(&self) -> PhaseTotals {
+        #[cfg(lens_otel)]
+        if let Some(state) = &self.state {
+            return state.totals();
+        }
+        PhaseTotals::default()
     }
 
     /// The rank's progress, readable from any thread without a lock;
     /// `None` when disabled.
     pub fn snapshot(&self) -> Option<PhaseSnapshot> {
-        #[cfg(feature = "otel")]
+        #[cfg(lens_otel)]
         if let Some(state) = &self.state {
             let now = state.now_ns();
             return Some(PhaseSnapshot {
@@ -424,7 +482,7 @@ impl Phases {
     }
 }
 
-#[cfg(all(test, feature = "otel"))]
+#[cfg(all(test, lens_otel))]
 mod tests {
     use super::*;
 
@@ -455,6 +513,9 @@ mod tests {
         let next = phases.take_interval();
         assert_eq!(next.iterations, 0, "taking an interval starts a new one");
         assert_eq!(next.mean_ms(Phase::Forward), 0.0);
+        let totals = phases.totals();
+        assert_eq!(totals.iterations, 1, "the cumulative totals survive taking an interval");
+        assert!(totals.seconds(Phase::Forward) >= 0.019, "{totals:?}");
     }
 
     #[test]
@@ -483,7 +544,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, not(feature = "otel")))]
+#[cfg(all(test, not(lens_otel)))]
 mod off_tests {
     use super::*;
 

@@ -27,6 +27,20 @@
 //! job counts it. What a dead attempt
 //! did after its last iteration (up to its last span) goes to `other`.
 //!
+//! Spans are recognized by the event stamp that lens-training's event API
+//! puts on them (`dl.training.event`: `iteration`, `checkpoint_save`,
+//! `checkpoint_finalize`, `checkpoint_load`, `evaluation`, `startup`,
+//! `shutdown`; [`crate::events`]), whatever the program named them, and
+//! otherwise, for exports written before the event API (and the Megatron
+//! spans it does not open), by the Megatron names above
+//! ([`crate::names::legacy::spans`]). Per role, an attempt whose spans
+//! carry the stamp is read by the stamp alone. A stamped save is durable at
+//! its end when it carries `dl.training.checkpoint.durable`, at the next
+//! durable finalize when it carries `dl.training.checkpoint.async`, and
+//! never otherwise (it failed); its iteration is `dl.training.iteration`
+//! (or Megatron's `megatron.iteration`), and a stamped iteration span
+//! completes `dl.training.iteration` (or `megatron.iteration` + 1).
+//!
 //! It needs every iteration span: the `step` group (presets `per_step`,
 //! `profiling`, `all`), the `checkpoint` group, the `load_checkpoint` group
 //! for a resumed attempt, and no ratio sampler (`OTEL_TRACES_SAMPLER`):
@@ -35,8 +49,8 @@
 //! ```
 //! use std::collections::BTreeMap;
 //! use lens_core::otlp_file::{AttributeValue, SpanRecord};
-//! use megatron_telemetry::goodput::Bucket;
-//! use megatron_telemetry::goodput_view::{Attempt, breakdown};
+//! use lens_training::goodput::Bucket;
+//! use lens_training::goodput_view::{Attempt, breakdown};
 //!
 //! let span = |name: &str, start_s: f64, end_s: f64, iteration: Option<i64>| SpanRecord {
 //!     file_rank: 0,
@@ -67,8 +81,27 @@ use std::io::{self, Write};
 
 use lens_core::otlp_file::SpanRecord;
 
-use crate::goodput::{Accountant, Bucket, GoodputTotals, Phase};
-use crate::taxonomy::{self as tx, attr};
+use crate::events::Event as TrainingEvent;
+use crate::goodput::{Accountant, Bucket, GoodputTotals};
+use crate::names::legacy::spans as tx;
+use crate::names::{EVENT_ATTRIBUTE, ITERATION_ATTRIBUTE};
+
+pub use crate::names::{ASYNC_ATTRIBUTE, DURABLE_ATTRIBUTE};
+
+/// The Megatron taxonomy's attribute keys the view reads.
+mod attr {
+    pub(super) const ITERATION: &str = super::tx::ITERATION_ATTRIBUTE;
+    pub(super) const NVRX_CALL_IDX: &str = super::tx::CALL_INDEX_ATTRIBUTE;
+}
+
+/// The event a span was stamped with, if any.
+fn stamped(span: &SpanRecord) -> Option<TrainingEvent> {
+    span.attributes.get(EVENT_ATTRIBUTE)?.as_str().and_then(TrainingEvent::from_name)
+}
+
+fn flag(span: &SpanRecord, key: &str) -> bool {
+    matches!(span.attributes.get(key), Some(lens_core::otlp_file::AttributeValue::Bool(true)))
+}
 
 /// The spans of one attempt, from one rank.
 #[derive(Clone, Debug, PartialEq)]
@@ -144,26 +177,26 @@ impl fmt::Display for Missing {
                 f,
                 "no {} spans: the export's span groups lack `step` (the `default` preset has none); run with \
                  MEGATRON_OTEL_SPAN_GROUPS=per_step (or all)",
-                tx::TRAIN_ITERATION.name
+                tx::ITERATION
             ),
             Missing::SampledIterations { attempt, missing, first, last } => write!(
                 f,
                 "{attempt}: {missing} of iterations {first}-{last} have no {} span: a ratio sampler \
                  (OTEL_TRACES_SAMPLER/OTEL_TRACES_SAMPLER_ARG) dropped them; the breakdown needs every iteration, \
                  run without one",
-                tx::TRAIN_ITERATION.name
+                tx::ITERATION
             ),
             Missing::CheckpointSpans { attempt } => write!(
                 f,
                 "{attempt}: no {} spans: the export's span groups lack `checkpoint`; run with \
                  MEGATRON_OTEL_SPAN_GROUPS=per_step (or all)",
-                tx::CHECKPOINT_SAVE_FINALIZE.name
+                tx::SAVE_FINALIZE
             ),
             Missing::LoadSpan { attempt, first } => write!(
                 f,
                 "{attempt}: resumed at iteration {first} but has no {} span: the export's span groups lack \
                  `load_checkpoint`; run with MEGATRON_OTEL_SPAN_GROUPS=per_step (or all)",
-                tx::CHECKPOINT_LOAD.name
+                tx::LOAD
             ),
         }
     }
@@ -207,8 +240,48 @@ fn subtract(intervals: &[(f64, f64)], taken: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
+/// A save's checkpoint iteration: `dl.training.iteration`, else Megatron's
+/// `megatron.iteration`.
 fn iteration_of(span: &SpanRecord) -> Option<u64> {
-    span.attributes.get(attr::ITERATION)?.as_i64().and_then(|i| u64::try_from(i).ok())
+    span.attributes
+        .get(ITERATION_ATTRIBUTE)
+        .or_else(|| span.attributes.get(attr::ITERATION))?
+        .as_i64()
+        .and_then(|i| u64::try_from(i).ok())
+}
+
+/// The iteration an iteration span completes: `dl.training.iteration`, else
+/// Megatron's counter at the step's start (`megatron.iteration`) plus one.
+fn completed_by(span: &SpanRecord) -> Option<u64> {
+    let get = |key| span.attributes.get(key).and_then(|v| v.as_i64()).and_then(|i| u64::try_from(i).ok());
+    get(ITERATION_ATTRIBUTE).or_else(|| get(attr::ITERATION).map(|i| i.saturating_add(1)))
+}
+
+/// The spans of an attempt by role: the stamped ones where any span of
+/// the role is stamped, else the Megatron names.
+struct Roles<'a> {
+    spans: &'a [SpanRecord],
+}
+
+impl<'a> Roles<'a> {
+    fn of(&self, event: TrainingEvent, legacy: &'static [&'static str]) -> Vec<&'a SpanRecord> {
+        let marked: Vec<&SpanRecord> = self.spans.iter().filter(|s| stamped(s) == Some(event)).collect();
+        if !marked.is_empty() {
+            return marked;
+        }
+        self.spans.iter().filter(|s| stamped(s).is_none() && legacy.contains(&s.name.as_str())).collect()
+    }
+
+    fn any_stamped(&self) -> bool {
+        self.spans.iter().any(|s| stamped(s).is_some())
+    }
+}
+
+/// Whether any span of `attempts` is an iteration span (stamped or named).
+fn has_iteration_spans(attempts: &[Attempt]) -> bool {
+    attempts
+        .iter()
+        .any(|a| a.spans.iter().any(|s| stamped(s) == Some(TrainingEvent::Iteration) || s.name == tx::ITERATION))
 }
 
 /// One lifecycle event, in the order events at the same instant apply.
@@ -233,11 +306,11 @@ enum PhaseKey {
 }
 
 impl PhaseKey {
-    const fn phase(self) -> Phase {
+    const fn bucket(self) -> Bucket {
         match self {
-            PhaseKey::Load => Phase::CheckpointLoad,
-            PhaseKey::Save => Phase::CheckpointSave,
-            PhaseKey::Evaluation => Phase::Evaluation,
+            PhaseKey::Load => Bucket::CheckpointLoad,
+            PhaseKey::Save => Bucket::CheckpointSave,
+            PhaseKey::Evaluation => Bucket::Evaluation,
         }
     }
 }
@@ -245,51 +318,45 @@ impl PhaseKey {
 /// One attempt through the accountant, continuing from `prior`.
 fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, GoodputTotals), Missing> {
     let spans = &attempt.spans;
-    let named = |def: &tx::SpanDef| {
-        let name = def.name;
-        spans.iter().filter(move |s| s.name == name)
-    };
-    let origin = named(&tx::STARTUP)
+    let roles = Roles { spans };
+    let seconds_of = |s: &SpanRecord, origin| (seconds(s.start_unix_nano, origin), seconds(s.end_unix_nano, origin));
+    let startup = roles.of(TrainingEvent::Startup, &[tx::STARTUP]);
+    let origin = startup
+        .iter()
         .map(|s| s.start_unix_nano)
         .min()
         .or_else(|| spans.iter().map(|s| s.start_unix_nano).min())
         .unwrap_or(0);
     let end = spans.iter().map(|s| seconds(s.end_unix_nano, origin)).fold(0.0, f64::max);
-    let intervals = |defs: &[&tx::SpanDef]| {
-        union(
-            spans
-                .iter()
-                .filter(|s| defs.iter().any(|d| d.name == s.name))
-                .map(|s| (seconds(s.start_unix_nano, origin), seconds(s.end_unix_nano, origin)))
-                .collect(),
-        )
-    };
-    let load = intervals(&[&tx::CHECKPOINT_LOAD]);
-    // A finalize span that finalized something (it carries `nvrx.call_idx`).
-    let finalizes: Vec<&SpanRecord> = spans
-        .iter()
-        .filter(|s| s.name == tx::CHECKPOINT_SAVE_FINALIZE.name || s.name == tx::CHECKPOINT_EXIT_FINALIZE.name)
-        .filter(|s| s.attributes.contains_key(attr::NVRX_CALL_IDX))
+    let intervals = |list: &[&SpanRecord]| union(list.iter().map(|s| seconds_of(s, origin)).collect());
+    let load = intervals(&roles.of(TrainingEvent::CheckpointLoad, &[tx::LOAD]));
+    // A finalize span that finalized something: a stamped one that says
+    // durable, or a Megatron one that carries `nvrx.call_idx`.
+    let finalizes: Vec<&SpanRecord> = roles
+        .of(TrainingEvent::CheckpointFinalize, &[tx::SAVE_FINALIZE, tx::EXIT_FINALIZE])
+        .into_iter()
+        .filter(|s| {
+            if stamped(s).is_some() {
+                flag(s, DURABLE_ATTRIBUTE)
+            } else {
+                s.attributes.contains_key(attr::NVRX_CALL_IDX)
+            }
+        })
         .collect();
-    let blocked = spans
-        .iter()
-        .filter(|s| s.name == tx::CHECKPOINT_EXPOSED_SAVE.name || s.name == tx::CHECKPOINT_SAVE.name)
-        .chain(finalizes.iter().copied())
-        .map(|s| (seconds(s.start_unix_nano, origin), seconds(s.end_unix_nano, origin)))
-        .collect();
+    let save_spans = roles.of(TrainingEvent::CheckpointSave, &[tx::EXPOSED_SAVE, tx::SAVE]);
+    let blocked = save_spans.iter().chain(&finalizes).map(|s| seconds_of(s, origin)).collect();
     let save = subtract(&union(blocked), &load);
-    let evaluation = subtract(&subtract(&intervals(&[&tx::EVALUATE]), &load), &save);
+    let evaluation =
+        subtract(&subtract(&intervals(&roles.of(TrainingEvent::Evaluation, &[tx::EVALUATE])), &load), &save);
 
-    // An iteration span's `megatron.iteration` is Megatron's counter at the
-    // step's start: the step completes iteration `counter + 1` (the number a
-    // save after it carries).
-    let mut iterations: Vec<(u64, f64)> = named(&tx::TRAIN_ITERATION)
-        .filter_map(|s| Some((iteration_of(s)?.saturating_add(1), seconds(s.end_unix_nano, origin))))
+    let mut iterations: Vec<(u64, f64)> = roles
+        .of(TrainingEvent::Iteration, &[tx::ITERATION])
+        .into_iter()
+        .filter_map(|s| Some((completed_by(s)?, seconds(s.end_unix_nano, origin))))
         .collect();
     iterations.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
     iterations.dedup_by_key(|(i, _)| *i);
-    let last_checkpoint =
-        named(&tx::CHECKPOINT_SAVE).chain(named(&tx::CHECKPOINT_EXPOSED_SAVE)).filter_map(iteration_of).max();
+    let last_checkpoint = save_spans.iter().copied().filter_map(iteration_of).max();
     let name = attempt.name.clone();
     let range = iterations.first().zip(iterations.last()).map(|(a, b)| (a.0, b.0));
     if let Some((first, last)) = range {
@@ -299,18 +366,27 @@ fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, G
         if missing > 0 {
             return Err(Missing::SampledIterations { attempt: name, missing, first, last });
         }
-        if named(&tx::CHECKPOINT_SAVE_FINALIZE).next().is_none() {
+        // Megatron opens a finalize span every iteration: without one the
+        // `checkpoint` group was off. A program of the event API has save
+        // spans only when it saves.
+        if !roles.any_stamped() && !spans.iter().any(|s| s.name == tx::SAVE_FINALIZE) {
             return Err(Missing::CheckpointSpans { attempt: name });
         }
         if first > 1 && load.is_empty() {
             return Err(Missing::LoadSpan { attempt: name, first });
         }
     }
-    let finish = named(&tx::CHECKPOINT_EXIT_FINALIZE).map(|s| seconds(s.end_unix_nano, origin)).reduce(f64::max);
-    let training = named(&tx::TRAIN)
+    let finish = roles
+        .of(TrainingEvent::Shutdown, &[tx::EXIT_FINALIZE])
+        .into_iter()
+        .map(|s| seconds(s.end_unix_nano, origin))
+        .reduce(f64::max);
+    let training = spans
+        .iter()
+        .filter(|s| s.name == tx::TRAIN)
         .map(|s| seconds(s.start_unix_nano, origin))
         .reduce(f64::min)
-        .or_else(|| named(&tx::STARTUP).map(|s| seconds(s.end_unix_nano, origin)).reduce(f64::max));
+        .or_else(|| startup.iter().map(|s| seconds(s.end_unix_nano, origin)).reduce(f64::max));
 
     let mut events: Vec<(f64, Event)> = Vec::new();
     for (key, list) in [(PhaseKey::Load, &load), (PhaseKey::Save, &save), (PhaseKey::Evaluation, &evaluation)] {
@@ -322,14 +398,25 @@ fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, G
     events.extend(iterations.iter().map(|&(_, t)| (t, Event::Iteration)));
     // The credit rule: each save covers what is pending at its start and
     // keeps it once durable.
-    let mut saves: Vec<&SpanRecord> = named(&tx::CHECKPOINT_SAVE).collect();
+    // The save that covers: a stamped save span, else Megatron's inner
+    // `megatron.checkpoint.save`.
+    let mut saves: Vec<&SpanRecord> =
+        save_spans.iter().copied().filter(|s| stamped(s).is_some() || s.name == tx::SAVE).collect();
     saves.sort_by_key(|s| s.start_unix_nano);
     let mut finalized = finalizes.iter().map(|s| (s.start_unix_nano, s.end_unix_nano)).collect::<Vec<_>>();
     finalized.sort_unstable();
     let mut next_finalize = 0;
     for (index, save) in saves.iter().enumerate() {
         events.push((seconds(save.start_unix_nano, origin), Event::Covers(index)));
-        let durable = if save.attributes.contains_key(attr::NVRX_CALL_IDX) {
+        let asynchronous = if stamped(save).is_some() {
+            flag(save, ASYNC_ATTRIBUTE)
+        } else {
+            save.attributes.contains_key(attr::NVRX_CALL_IDX)
+        };
+        let failed = stamped(save).is_some() && !asynchronous && !flag(save, DURABLE_ATTRIBUTE);
+        let durable = if failed {
+            None
+        } else if asynchronous {
             while finalized.get(next_finalize).is_some_and(|&(start, _)| start < save.start_unix_nano) {
                 next_finalize += 1;
             }
@@ -350,8 +437,8 @@ fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, G
     let mut last_event = 0.0_f64;
     for &(t, event) in &events {
         match event {
-            Event::Begin(key) => accountant.begin(key.phase(), t),
-            Event::End(key) => accountant.end(key.phase(), t),
+            Event::Begin(key) => accountant.begin(key.bucket(), t),
+            Event::End(key) => accountant.end(key.bucket(), t),
             Event::Covers(index) => coverage[index] = Some(accountant.coverage(t)),
             Event::Durable(index) => {
                 if let Some(covers) = coverage[index] {
@@ -387,7 +474,7 @@ fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, G
 /// The breakdown of `attempts` (in time order), or everything the export
 /// lacks for one.
 pub fn breakdown(attempts: &[Attempt]) -> Result<SpanBreakdown, Vec<Missing>> {
-    if !attempts.iter().any(|a| a.spans.iter().any(|s| s.name == tx::TRAIN_ITERATION.name)) {
+    if !has_iteration_spans(attempts) {
         return Err(vec![Missing::IterationSpans]);
     }
     let mut totals = GoodputTotals::default();
