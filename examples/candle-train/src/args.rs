@@ -10,13 +10,15 @@ use std::time::Duration;
 pub(crate) const USAGE: &str = "\
 usage: lens-example-candle [--iterations N] [--eval-every N] [--checkpoint-every N]
                            [--checkpoint-dir DIR] [--stop-after N]
-                           [--stall-at-iteration N --stall-s SECONDS] [--seed N]
+                           [--stall-at-iteration N --stall-s SECONDS] [--data-ms MS]
+                           [--seed N]
 
 Trains a small candle model on synthetic data. A checkpoint in DIR
 (checkpoint.safetensors) is resumed from: the run continues after its
 iteration. --stop-after N stops the run after iteration N (a preemption).
 --stall-at-iteration N --stall-s S sleeps S seconds in iteration N's data
-phase (a stuck data loader, for the hang watchdog).";
+phase (a stuck data loader, for the hang watchdog). --data-ms MS makes
+every data phase last at least MS milliseconds (a slower data loader).";
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +37,8 @@ pub(crate) struct Args {
     pub(crate) stall_at_iteration: Option<u64>,
     /// How long the stall lasts.
     pub(crate) stall: Duration,
+    /// The least time a data phase takes.
+    pub(crate) data_time: Duration,
     /// The seed of the model's initial weights.
     pub(crate) seed: u64,
     /// `--help` was given.
@@ -51,6 +55,7 @@ impl Default for Args {
             stop_after: None,
             stall_at_iteration: None,
             stall: Duration::ZERO,
+            data_time: Duration::ZERO,
             seed: 42,
             help: false,
         }
@@ -92,6 +97,17 @@ fn seconds(flag: &'static str, value: &str) -> Result<Duration, ArgsError> {
     }
 }
 
+fn millis(flag: &'static str, value: &str) -> Result<Duration, ArgsError> {
+    match value.parse::<u64>() {
+        Ok(ms) if (1..=60_000).contains(&ms) => Ok(Duration::from_millis(ms)),
+        _ => Err(ArgsError::BadValue {
+            flag,
+            value: value.to_string(),
+            accepted: "a whole number of milliseconds, 1 to 60000",
+        }),
+    }
+}
+
 impl Args {
     /// Parses the arguments after the program name.
     pub(crate) fn parse(arguments: impl IntoIterator<Item = String>) -> Result<Args, ArgsError> {
@@ -115,6 +131,7 @@ impl Args {
                 "--stop-after" => "--stop-after",
                 "--stall-at-iteration" => "--stall-at-iteration",
                 "--stall-s" => "--stall-s",
+                "--data-ms" => "--data-ms",
                 "--seed" => "--seed",
                 _ => return Err(ArgsError::Unknown(argument)),
             };
@@ -130,6 +147,7 @@ impl Args {
                 "--stop-after" => args.stop_after = Some(whole(flag, &value)?),
                 "--stall-at-iteration" => args.stall_at_iteration = Some(whole(flag, &value)?),
                 "--stall-s" => stall_s = Some(seconds(flag, &value)?),
+                "--data-ms" => args.data_time = millis(flag, &value)?,
                 _ => {
                     args.seed = value.parse().map_err(|_| ArgsError::BadValue {
                         flag,
@@ -169,7 +187,10 @@ mod tests {
 
     #[test]
     fn flags_set_the_schedule() {
-        let args = parse("--iterations 20 --eval-every=5 --stop-after 7 --stall-at-iteration 3 --stall-s 1.5").unwrap();
+        let args =
+            parse("--iterations 20 --eval-every=5 --stop-after 7 --stall-at-iteration 3 --stall-s 1.5 --data-ms 20")
+                .unwrap();
+        assert_eq!(args.data_time, Duration::from_millis(20));
         assert_eq!(args.iterations, 20);
         assert_eq!(args.eval_every, 5);
         assert_eq!(args.stop_after, Some(7));
@@ -184,6 +205,10 @@ mod tests {
         assert_eq!(error, "--iterations: `0` is not a whole number, 1 or more");
         let error = parse("--stall-at-iteration 2 --stall-s nan").unwrap_err().to_string();
         assert!(error.starts_with("--stall-s: `nan` is not a number of seconds"), "{error}");
+        assert_eq!(
+            parse("--data-ms 60001").unwrap_err().to_string(),
+            "--data-ms: `60001` is not a whole number of milliseconds, 1 to 60000"
+        );
         assert_eq!(parse("--stall-s 2").unwrap_err().to_string(), "--stall-s needs --stall-at-iteration N");
         assert!(parse("--frobnicate").unwrap_err().to_string().starts_with("unknown argument `--frobnicate`"));
         assert!(parse("--seed").unwrap_err().to_string().starts_with("--seed needs a value"));

@@ -5,7 +5,8 @@
 //! layers on synthetic data with AdamW, evaluates it, writes a safetensors
 //! checkpoint, can stop after an iteration (`--stop-after N`, a preemption)
 //! and resumes from its checkpoint on the next start. Telemetry goes through
-//! the facade (`lens-fallbacks`) and lens-tracing's bridge only; with the
+//! the facade (`lens-fallbacks`), the training diagnosis (`lens-training`:
+//! one call per training event) and lens-tracing's bridge only; with the
 //! example's `otel` feature off the same program trains the same model and
 //! records nothing.
 //!
@@ -13,6 +14,7 @@
 //! CANDLE_OTEL_ENABLED=1 CANDLE_OTEL_EXPORTER=file CANDLE_OTEL_FILE_DIR=/tmp/candle-telemetry \
 //! CANDLE_OTEL_SPAN_GROUPS=all \
 //! CANDLE_OTEL_TRACING_GROUPS=candle_transformers=forward_backward:per_entry \
+//! CANDLE_OTEL_RANK_METRICS=1 CANDLE_OTEL_PEAK_TFLOPS=0.001 \
 //!     cargo run -p lens-example-candle --features otel -- --checkpoint-dir /tmp/candle-ckpt
 //! ```
 
@@ -22,10 +24,13 @@ mod model;
 mod train;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
-use lens_fallbacks::Telemetry;
+use lens_fallbacks::config::LensConfig;
+use lens_fallbacks::{LENS_CATALOG, ProcessEnv, Telemetry};
 use lens_tracing::TelemetryExt as _;
+use lens_training::{RankCoordinates, Training, TrainingOptions};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use crate::args::{Args, USAGE};
@@ -33,6 +38,9 @@ use crate::args::{Args, USAGE};
 /// The prefix of this program's telemetry variables (`CANDLE_OTEL_*`, with
 /// the `NEMO_LENS_*` fallback).
 pub(crate) const PREFIX: &str = "CANDLE_OTEL";
+
+/// The prefix read where `CANDLE_OTEL_*` is unset.
+const FALLBACK_PREFIX: &str = "NEMO_LENS";
 
 /// How long shutdown may take to flush what is left.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -52,7 +60,7 @@ fn main() -> ExitCode {
     // One call reads CANDLE_OTEL_* and sets telemetry up; a bad value is an
     // error naming the variable (with `otel` compiled out, a warning).
     let telemetry = match Telemetry::from_env(PREFIX) {
-        Ok(telemetry) => telemetry,
+        Ok(telemetry) => Arc::new(telemetry),
         Err(error) => {
             complain(&error);
             return ExitCode::from(2);
@@ -65,7 +73,21 @@ fn main() -> ExitCode {
         complain(&error);
         return ExitCode::from(2);
     }
-    let outcome = train::run(&args, &telemetry);
+    // The training diagnosis: the hang timeout and the peak come from the
+    // configuration (CANDLE_OTEL_HANG_TIMEOUT_S, CANDLE_OTEL_PEAK_TFLOPS),
+    // the FLOP count from the model, and the goodput progress record goes
+    // beside the checkpoints. Setup has validated the configuration already,
+    // so this read cannot fail where telemetry is on.
+    let config = LensConfig::from_env(&ProcessEnv, PREFIX, Some(FALLBACK_PREFIX), &LENS_CATALOG).unwrap_or_default();
+    let training = Training::new(
+        &telemetry,
+        TrainingOptions::new(RankCoordinates::SINGLE)
+            .with_config(&config)
+            .with_flop_count(|_iteration: u64| model::FLOPS_PER_ITERATION)
+            .with_checkpoint_dir(&args.checkpoint_dir),
+    );
+    let outcome = train::run(&args, &training);
+    drop(training);
     let report = telemetry.shutdown(SHUTDOWN_TIMEOUT);
     match outcome {
         Ok(summary) => {

@@ -24,8 +24,9 @@ pub(crate) const BATCH: usize = 16;
 pub(crate) const EVAL_TOKENS: usize = 64;
 
 /// `with_tracing` layer spans one forward pass enters: the embedding and the
-/// three linear layers.
-pub(crate) const LAYER_SPANS_PER_FORWARD: u64 = 4;
+/// three linear layers (what tests/export.rs counts under each forward span).
+#[cfg(test)]
+const LAYER_SPANS_PER_FORWARD: usize = 4;
 
 /// The model: embedding, two hidden linear layers with ReLU, an output layer.
 #[derive(Debug)]
@@ -161,5 +162,42 @@ mod tests {
         let counted: usize = vars.all_vars().iter().map(|var| var.elem_count()).sum();
         assert_eq!(counted as u64, Model::PARAMETERS);
         assert_eq!(Model::PARAMETERS, 32 * 16 + 16 * 32 + 32 + 32 * 32 + 32 + 32 * 32 + 32);
+    }
+
+    #[test]
+    fn a_forward_pass_enters_one_with_tracing_span_per_layer() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use tracing_subscriber::layer::{Context, SubscriberExt as _};
+        use tracing_subscriber::registry::LookupSpan;
+
+        /// Counts entries of candle's layer spans.
+        struct Entries(Arc<AtomicUsize>);
+        impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Entries {
+            fn on_enter(&self, id: &tracing::span::Id, ctx: Context<'_, S>) {
+                if ctx
+                    .span(id)
+                    .is_some_and(|span| span.metadata().target() == "candle_transformers::models::with_tracing")
+                {
+                    self.0.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let entries = Arc::new(AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry().with(Entries(Arc::clone(&entries)));
+        tracing::subscriber::with_default(subscriber, || {
+            // Other tests of this binary may have registered candle's
+            // callsites while no subscriber was installed.
+            tracing::callsite::rebuild_interest_cache();
+            let device = Device::Cpu;
+            let vars = VarMap::new();
+            let model = Model::new(&vars, &device).unwrap();
+            let (inputs, _) = batch(1, &device).unwrap();
+            model.forward(&inputs).unwrap();
+            assert_eq!(entries.load(Ordering::Relaxed), LAYER_SPANS_PER_FORWARD);
+            model.forward(&inputs).unwrap();
+            assert_eq!(entries.load(Ordering::Relaxed), 2 * LAYER_SPANS_PER_FORWARD);
+        });
     }
 }

@@ -1,29 +1,24 @@
-//! The training loop: data, forward, backward, optimizer per iteration, an
-//! evaluation and a checkpoint on their intervals, the stop and the stall of
-//! the command line, and a resume from the checkpoint. Each training event
-//! is announced to lens once.
+//! The training loop: data, forward, backward and optimizer per iteration,
+//! an evaluation and a checkpoint on their intervals, the stop and the stall
+//! of the command line, and a resume from the checkpoint.
+//!
+//! Each training event is announced to lens once, through lens-training's
+//! [`Training`]: the call opens the event's span, marks the rank's phase and
+//! informs the goodput accountant together; the hang watchdog, the per-rank
+//! counters and MFU follow from the same calls. candle's own layer spans
+//! (`with_tracing`) nest under the forward span through the `tracing` bridge.
 
 use std::fmt;
+use std::path::Path;
 use std::time::Instant;
 
 use candle_core::Device;
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarMap};
-use lens_fallbacks::{KeyValue, SpanGroup, Telemetry, managed_span};
+use lens_training::{Phase, Training};
 
 use crate::args::Args;
 use crate::checkpoint;
 use crate::model::{self, Model};
-
-/// The example's span names (the training crate's names replace them).
-mod names {
-    pub(super) const ITERATION: &str = "candle_example.iteration";
-    pub(super) const FORWARD: &str = "candle_example.forward";
-    pub(super) const BACKWARD: &str = "candle_example.backward";
-    pub(super) const OPTIMIZER: &str = "candle_example.optimizer";
-    pub(super) const EVAL: &str = "candle_example.eval";
-    pub(super) const CHECKPOINT: &str = "candle_example.checkpoint";
-    pub(super) const ITERATION_ATTRIBUTE: &str = "candle_example.iteration";
-}
 
 /// The learning rate of AdamW.
 const LEARNING_RATE: f64 = 0.01;
@@ -63,19 +58,27 @@ impl fmt::Display for Summary {
     }
 }
 
+/// Loads the newest checkpoint of `dir` into `vars`, announced as a load;
+/// returns its iteration (0 for a fresh run).
+fn resume(training: &Training, dir: &Path, vars: &mut VarMap) -> anyhow::Result<u64> {
+    let Some(iteration) = checkpoint::latest(dir)? else { return Ok(0) };
+    let load = training.checkpoint_load(iteration);
+    checkpoint::load(dir, iteration, vars)?;
+    // Goodput continues the run from the progress record beside the
+    // checkpoint: what the stopped attempt had not saved is lost progress.
+    load.resumed(dir, iteration);
+    Ok(iteration)
+}
+
 /// Trains per `args`, resuming from the checkpoint if there is one.
-pub(crate) fn run(args: &Args, telemetry: &Telemetry) -> anyhow::Result<Summary> {
-    let _ = telemetry;
+pub(crate) fn run(args: &Args, training: &Training) -> anyhow::Result<Summary> {
     let device = Device::Cpu;
     let mut vars = VarMap::new();
     let model = Model::new(&vars, &device)?;
     Model::init(&vars, args.seed)?;
-    let resumed_after = {
-        let _span = managed_span!(SpanGroup::LOAD_CHECKPOINT, "candle_example.load_checkpoint");
-        checkpoint::load(&args.checkpoint_dir, &mut vars, &device)?.unwrap_or(0)
-    };
+    let resumed_after = resume(training, &args.checkpoint_dir, &mut vars)?;
     let mut optimizer = AdamW::new(vars.all_vars(), ParamsAdamW { lr: LEARNING_RATE, ..ParamsAdamW::default() })?;
-    let eval_set = model::eval_set(&device)?;
+    let (eval_inputs, eval_labels) = model::eval_set(&device)?;
     let mut summary = Summary {
         resumed_after,
         last_iteration: resumed_after,
@@ -84,49 +87,66 @@ pub(crate) fn run(args: &Args, telemetry: &Telemetry) -> anyhow::Result<Summary>
         eval: None,
         loss: f64::NAN,
     };
-    for iteration in resumed_after + 1..=args.iterations {
-        let _iteration_span =
-            managed_span!(SpanGroup::STEP, names::ITERATION, names::ITERATION_ATTRIBUTE => iteration as i64);
+    training.loop_started();
+    for counter in resumed_after..args.iterations {
+        let iteration = counter + 1;
+        // The iteration's span; dropping the guard completes the iteration.
+        let step = training.iteration(counter);
+        training.mark(Phase::Data);
+        let data_started = Instant::now();
         let (inputs, labels) = model::batch(iteration, &device)?;
         if args.stall_at_iteration == Some(iteration) {
             // The deliberate stall: a data loader that hangs for a while.
             std::thread::sleep(args.stall);
         }
+        std::thread::sleep(args.data_time.saturating_sub(data_started.elapsed()));
         let loss = {
-            let _span = managed_span!(SpanGroup::FORWARD_BACKWARD, names::FORWARD);
+            let _forward = training.phase(Phase::Forward);
             model::loss(&model.forward(&inputs)?, &labels)?
         };
         let grads = {
-            let _span = managed_span!(SpanGroup::FORWARD_BACKWARD, names::BACKWARD);
+            let _backward = training.phase(Phase::Backward);
             loss.backward()?
         };
         {
-            let _span = managed_span!(SpanGroup::OPTIMIZER, names::OPTIMIZER);
+            let _optimizer = training.phase(Phase::Optimizer);
             optimizer.step(&grads)?;
         }
         summary.loss = f64::from(loss.to_scalar::<f32>()?);
+        drop(step);
         summary.last_iteration = iteration;
-        if iteration % args.eval_every == 0 || iteration == args.iterations {
-            let _span = managed_span!(SpanGroup::EVALUATE, names::EVAL);
-            let logits = model.forward(&eval_set.0)?;
-            let loss = f64::from(model::loss(&logits, &eval_set.1)?.to_scalar::<f32>()?);
-            summary.eval = Some((loss, model::accuracy(&logits, &eval_set.1)?));
+        let last = iteration == args.iterations;
+        if iteration % args.eval_every == 0 || last {
+            let _evaluation = training.evaluation(iteration);
+            let logits = model.forward(&eval_inputs)?;
+            let loss = f64::from(model::loss(&logits, &eval_labels)?.to_scalar::<f32>()?);
+            summary.eval = Some((loss, model::accuracy(&logits, &eval_labels)?));
         }
-        if iteration % args.checkpoint_every == 0 || iteration == args.iterations {
-            let started = Instant::now();
-            let span = managed_span(
-                SpanGroup::CHECKPOINT,
-                names::CHECKPOINT,
-                [KeyValue::new("candle_example.iteration", iteration as i64)],
-            );
-            checkpoint::save(&args.checkpoint_dir, &vars, iteration)?;
-            span.set_attribute("candle_example.save_s", started.elapsed().as_secs_f64());
+        if iteration % args.checkpoint_every == 0 || last {
+            let save = training.checkpoint_save(iteration);
+            match checkpoint::save(&args.checkpoint_dir, &vars, iteration) {
+                Ok(_) => save.durable(),
+                Err(error) => {
+                    save.failed();
+                    return Err(error);
+                }
+            }
             summary.checkpoint = Some(iteration);
         }
+        // Every iteration is a log interval: MFU over it, the goodput gauges
+        // and the progress record.
+        training.log_interval();
         if args.stop_after == Some(iteration) {
             summary.stopped = true;
             break;
         }
+    }
+    if summary.stopped {
+        // A preemption: no normal end, so the iterations after the last
+        // checkpoint stay pending (lost, once the next attempt resumes).
+        training.stop_watchdog();
+    } else {
+        training.finish();
     }
     Ok(summary)
 }
