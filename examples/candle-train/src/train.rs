@@ -116,13 +116,13 @@ pub(crate) fn run(args: &Args, training: &Training) -> anyhow::Result<Summary> {
         drop(step);
         summary.last_iteration = iteration;
         let last = iteration == args.iterations;
-        if iteration % args.eval_every == 0 || last {
+        if iteration.is_multiple_of(args.eval_every) || last {
             let _evaluation = training.evaluation(iteration);
             let logits = model.forward(&eval_inputs)?;
             let loss = f64::from(model::loss(&logits, &eval_labels)?.to_scalar::<f32>()?);
             summary.eval = Some((loss, model::accuracy(&logits, &eval_labels)?));
         }
-        if iteration % args.checkpoint_every == 0 || last {
+        if iteration.is_multiple_of(args.checkpoint_every) || last {
             let save = training.checkpoint_save(iteration);
             match checkpoint::save(&args.checkpoint_dir, &vars, iteration) {
                 Ok(_) => save.durable(),

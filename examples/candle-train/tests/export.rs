@@ -13,7 +13,7 @@
 //! viewer command (`analyze`, `trace-view`) runs on it. Without the feature
 //! the same two runs train the same schedule and write no telemetry.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -44,49 +44,9 @@ const HANG_TIMEOUT_S: f64 = 1.0;
 /// readable fraction on one CPU core).
 const PEAK_TFLOPS: f64 = 0.001;
 
-/// The model (examples/candle-train/src/model.rs): vocabulary, widths and
-/// batch, hence its parameters and the FLOP count it reports for MFU,
-/// 6 × parameters × tokens per iteration.
-const VOCAB: u64 = 32;
-const EMBED: u64 = 16;
-const HIDDEN: u64 = 32;
-const BATCH: u64 = 16;
-const PARAMETERS: u64 =
-    VOCAB * EMBED + (EMBED * HIDDEN + HIDDEN) + (HIDDEN * HIDDEN + HIDDEN) + (HIDDEN * VOCAB + VOCAB);
-const FLOPS_PER_ITERATION: f64 = 6.0 * PARAMETERS as f64 * BATCH as f64;
-/// The `with_tracing` spans one forward pass enters: the embedding and three
-/// linear layers.
-const LAYER_SPANS_PER_FORWARD: usize = 4;
-/// candle's layer span names.
-const CANDLE_SPANS: [&str; 2] = ["embedding", "linear"];
-
-/// Iterations the first run trains.
-fn first_run() -> std::ops::RangeInclusive<u64> {
-    1..=STOP_AFTER
-}
 /// The newest durable checkpoint at the stop: where the second run resumes.
 fn resume_point() -> u64 {
     STOP_AFTER / CHECKPOINT_EVERY * CHECKPOINT_EVERY
-}
-/// Iterations the second run trains.
-fn second_run() -> std::ops::RangeInclusive<u64> {
-    resume_point() + 1..=ITERATIONS
-}
-/// Iterations trained in all: the lost ones (after the resume point, up to
-/// the stop) twice.
-fn trained() -> usize {
-    first_run().count() + second_run().count()
-}
-fn lost() -> u64 {
-    STOP_AFTER - resume_point()
-}
-fn evaluations() -> usize {
-    let evaluates = |i: &u64| i % EVAL_EVERY == 0 || *i == ITERATIONS;
-    first_run().filter(evaluates).count() + second_run().filter(evaluates).count()
-}
-fn checkpoints() -> usize {
-    let saves = |i: &u64| i % CHECKPOINT_EVERY == 0 || *i == ITERATIONS;
-    first_run().filter(saves).count() + second_run().filter(saves).count()
 }
 
 /// The two runs and what they left.
@@ -198,10 +158,52 @@ fn without_otel_the_same_schedule_records_nothing_and_says_why() {
 #[cfg(feature = "otel")]
 mod export {
     use std::collections::BTreeMap;
+    use std::path::Path;
 
     use lens_training::names::{self, spans as span_names};
 
     use super::*;
+
+    /// The model (examples/candle-train/src/model.rs): vocabulary, widths and
+    /// batch, hence its parameters and the FLOP count it reports for MFU,
+    /// 6 × parameters × tokens per iteration.
+    const VOCAB: u64 = 32;
+    const EMBED: u64 = 16;
+    const HIDDEN: u64 = 32;
+    const BATCH: u64 = 16;
+    const PARAMETERS: u64 =
+        VOCAB * EMBED + (EMBED * HIDDEN + HIDDEN) + (HIDDEN * HIDDEN + HIDDEN) + (HIDDEN * VOCAB + VOCAB);
+    const FLOPS_PER_ITERATION: f64 = 6.0 * PARAMETERS as f64 * BATCH as f64;
+    /// The `with_tracing` spans one forward pass enters: the embedding and three
+    /// linear layers.
+    const LAYER_SPANS_PER_FORWARD: usize = 4;
+    /// candle's layer span names.
+    const CANDLE_SPANS: [&str; 2] = ["embedding", "linear"];
+
+    /// Iterations the first run trains.
+    fn first_run() -> std::ops::RangeInclusive<u64> {
+        1..=STOP_AFTER
+    }
+    /// Iterations the second run trains.
+    fn second_run() -> std::ops::RangeInclusive<u64> {
+        resume_point() + 1..=ITERATIONS
+    }
+    /// Iterations trained in all: the lost ones (after the resume point, up to
+    /// the stop) twice.
+    fn trained() -> usize {
+        first_run().count() + second_run().count()
+    }
+    fn lost() -> u64 {
+        STOP_AFTER - resume_point()
+    }
+    fn evaluations() -> usize {
+        let evaluates = |i: &u64| i.is_multiple_of(EVAL_EVERY) || *i == ITERATIONS;
+        first_run().filter(evaluates).count() + second_run().filter(evaluates).count()
+    }
+    fn checkpoints() -> usize {
+        let saves = |i: &u64| i.is_multiple_of(CHECKPOINT_EVERY) || *i == ITERATIONS;
+        first_run().filter(saves).count() + second_run().filter(saves).count()
+    }
 
     /// The attribute lens puts on the copies of spans still open when the
     /// watchdog fires (the flight recorder); not the spans of the schedule.
