@@ -69,6 +69,7 @@ mod tests {
 
     #[test]
     fn a_saved_checkpoint_is_the_latest_and_loads_back_with_its_weights() {
+        let _serial = crate::model::MODEL_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = std::env::temp_dir().join(format!("lens-candle-checkpoint-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(latest(&dir).unwrap(), None);

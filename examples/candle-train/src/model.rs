@@ -138,6 +138,12 @@ pub(crate) fn accuracy(logits: &Tensor, labels: &Tensor) -> Result<f64> {
     Ok(f64::from(right) / labels.dim(0)? as f64)
 }
 
+/// Held by every test that makes a model: `tracing`'s callsite registry is
+/// process-wide, and a model made on another thread while the span-counting
+/// test installs its subscriber could leave candle's callsites disabled.
+#[cfg(test)]
+pub(crate) static MODEL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +163,7 @@ mod tests {
 
     #[test]
     fn the_parameter_count_is_the_model_s() {
+        let _serial = MODEL_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let vars = VarMap::new();
         let _model = Model::new(&vars, &Device::Cpu).unwrap();
         let counted: usize = vars.all_vars().iter().map(|var| var.elem_count()).sum();
@@ -184,11 +191,12 @@ mod tests {
                 }
             }
         }
+        let _serial = MODEL_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let entries = Arc::new(AtomicUsize::new(0));
         let subscriber = tracing_subscriber::registry().with(Entries(Arc::clone(&entries)));
         tracing::subscriber::with_default(subscriber, || {
             // Other tests of this binary may have registered candle's
-            // callsites while no subscriber was installed.
+            // callsites (before this one took the lock) with no subscriber.
             tracing::callsite::rebuild_interest_cache();
             let device = Device::Cpu;
             let vars = VarMap::new();

@@ -21,8 +21,11 @@ use lens_training::goodput::ProgressRecord;
 
 /// The example's binary.
 const EXAMPLE: &str = env!("CARGO_BIN_EXE_lens-example-candle");
-/// The command that analyzes and views a file export, found next to the
-/// example's binary (same target directory and profile; CI builds it).
+/// The command that analyzes and views a file export (`analyze DIR`,
+/// `trace-view DIR`), found next to the example's binary (same target
+/// directory and profile; CI's workspace test builds it). The simulator's
+/// subcommands until the `lens` command (crate lens-command) is in the
+/// workspace: then this is `"lens"`, nothing else changes.
 #[cfg(feature = "otel")]
 const VIEWER: &str = "megatron-train-sim";
 /// The export directory of each run, under the export's parent.
