@@ -69,7 +69,7 @@
 //! }
 //! training.log_interval();
 //! training.finish();
-//! # let _ = Arc::try_unwrap(telemetry).map(|t| t.shutdown());
+//! # telemetry.shutdown(std::time::Duration::from_secs(5));
 //! # Ok(())
 //! # }
 //! ```
@@ -218,7 +218,8 @@ pub trait EventSpans: Send + Sync {
     /// event's iteration: for [`Event::Iteration`], the loop's counter at the
     /// start of the iteration (0 for the first: the iteration completes
     /// `iteration + 1`); for a checkpoint, the checkpoint's iteration; for
-    /// an evaluation, the iteration it follows; 0 for startup and shutdown.
+    /// an evaluation, the iteration it follows; 0 for a load (its iteration
+    /// is set on the span at [`LoadGuard::resumed`]), startup and shutdown.
     fn open(&self, event: Event, iteration: u64, stamp: KeyValue) -> EventSpan;
 
     /// The span of `phase` ([`Training::phase`]), if the program wants one
@@ -320,10 +321,8 @@ impl EventSpans for SpanNames {
         let Some(SpanName { group, name }) = self.event(event) else { return EventSpan::noop() };
         let number = match event {
             Event::Iteration => Some(iteration.saturating_add(1)),
-            Event::CheckpointSave | Event::CheckpointFinalize | Event::CheckpointLoad | Event::Evaluation => {
-                Some(iteration)
-            }
-            Event::Startup | Event::Shutdown => None,
+            Event::CheckpointSave | Event::CheckpointFinalize | Event::Evaluation => Some(iteration),
+            Event::CheckpointLoad | Event::Startup | Event::Shutdown => None,
         };
         let number = number.map(|n| KeyValue::new(ITERATION_ATTRIBUTE, i64::try_from(n).unwrap_or(i64::MAX)));
         EventSpan::new(managed_span(group, name, std::iter::once(stamp).chain(number)))
@@ -620,6 +619,7 @@ impl Training {
             counter,
             started: Instant::now(),
             abandoned: false,
+            ended: false,
         }
     }
 
@@ -668,9 +668,10 @@ impl Training {
 
     /// A checkpoint load begins: its span, phase `checkpoint`, goodput's
     /// `checkpoint_load`, until the guard drops. Tell it where the run
-    /// resumes from with [`LoadGuard::resumed`].
-    pub fn checkpoint_load(&self, iteration: u64) -> LoadGuard<'_> {
-        let span = self.open(Event::CheckpointLoad, iteration);
+    /// resumes from with [`LoadGuard::resumed`] (the iteration is known
+    /// only once the checkpoint is found, so the span gets it there).
+    pub fn checkpoint_load(&self) -> LoadGuard<'_> {
+        let span = self.open(Event::CheckpointLoad, 0);
         let phase = self.phases.enter(Phase::Checkpoint);
         self.with_goodput(|s, now| s.accountant.begin(Bucket::CheckpointLoad, now));
         LoadGuard { training: self, _phase: phase, span }
@@ -835,6 +836,7 @@ pub struct IterationGuard<'a> {
     counter: u64,
     started: Instant,
     abandoned: bool,
+    ended: bool,
 }
 
 impl std::fmt::Debug for IterationGuard<'_> {
@@ -863,17 +865,32 @@ impl IterationGuard<'_> {
     /// Ends the span without completing the iteration (the step failed).
     pub fn abandon(mut self) {
         self.abandoned = true;
+        self.end();
+    }
+
+    /// Completes the iteration now (as dropping the guard does) and returns
+    /// its step time, the one the phases, the watchdog and MFU count: a
+    /// program that reports step times reports the same figure.
+    pub fn complete(mut self) -> Duration {
+        self.end()
+    }
+
+    fn end(&mut self) -> Duration {
+        let step = self.started.elapsed();
+        if !std::mem::replace(&mut self.ended, true) {
+            // The span ends first: what follows is bookkeeping.
+            drop(std::mem::replace(&mut self.span, EventSpan::noop()));
+            if !self.abandoned && !std::thread::panicking() {
+                self.training.complete_iteration(self.counter, step);
+            }
+        }
+        step
     }
 }
 
 impl Drop for IterationGuard<'_> {
     fn drop(&mut self) {
-        let step = self.started.elapsed();
-        // The span ends first: what follows is bookkeeping.
-        drop(std::mem::replace(&mut self.span, EventSpan::noop()));
-        if !self.abandoned && !std::thread::panicking() {
-            self.training.complete_iteration(self.counter, step);
-        }
+        self.end();
     }
 }
 
@@ -934,6 +951,7 @@ impl LoadGuard<'_> {
     /// before the rename reads alike), if any. A record that cannot be
     /// read is a warning, and the totals start fresh.
     pub fn resumed(&self, dir: &Path, iteration: u64) {
+        self.span().set_attribute(ITERATION_ATTRIBUTE, i64::try_from(iteration).unwrap_or(i64::MAX));
         self.training.with_goodput(|s, _| s.resume(dir, iteration));
     }
 }

@@ -65,6 +65,13 @@ pub struct RankCoordinates {
 impl RankCoordinates {
     /// A single-process job: every coordinate 0.
     pub const SINGLE: RankCoordinates = RankCoordinates { rank: 0, local_rank: 0, pipeline: 0, tensor: 0, data: 0 };
+
+    /// The coordinates of the process `rank` (the facade's rank context:
+    /// `Telemetry::rank`), every parallel coordinate 0 (a job without model
+    /// parallelism; set `pipeline`, `tensor` and `data` otherwise).
+    pub fn of(rank: lens_fallbacks::RankContext) -> RankCoordinates {
+        RankCoordinates { rank: rank.rank, local_rank: rank.local_rank, pipeline: 0, tensor: 0, data: rank.rank }
+    }
 }
 
 #[derive(Debug)]
@@ -139,11 +146,10 @@ impl RankMetrics {
         let delta = totals.since(&recorded);
         *recorded = *totals;
         drop(recorded);
+        // Every phase's series, zero or not, so that all of a rank's series
+        // start together and the ratio of their rates covers one window.
         for (phase, attributes) in &i.per_phase {
-            let seconds = delta.seconds(*phase);
-            if seconds > 0.0 {
-                i.phase_time.add(seconds, attributes);
-            }
+            i.phase_time.add(delta.seconds(*phase), attributes);
         }
         i.iterations.add(delta.iterations, &i.rank);
     }

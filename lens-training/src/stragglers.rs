@@ -423,6 +423,95 @@ mod tests {
         assert!(analyze(&rows).is_empty());
     }
 
+    use lens_core::otlp_file::AttributeValue;
+
+    /// A point of `metric` from rank `rank` (data-parallel rank = rank),
+    /// collection `export`, with `phase` when given.
+    fn point(rank: u32, export: usize, metric: &str, phase: Option<(&str, &str)>, value: f64) -> MetricPoint {
+        let mut attributes: BTreeMap<String, AttributeValue> = [
+            (semconv::DL_RANK, rank),
+            (semconv::DL_PIPELINE_PARALLEL_RANK, 0),
+            (semconv::DL_TENSOR_PARALLEL_RANK, 0),
+            (semconv::DL_DATA_PARALLEL_RANK, rank),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), AttributeValue::Int(i64::from(v))))
+        .collect();
+        if let Some((key, value)) = phase {
+            attributes.insert(key.to_string(), AttributeValue::String(value.to_string()));
+        }
+        MetricPoint {
+            file_rank: rank,
+            export,
+            metric: metric.to_string(),
+            attributes,
+            time_unix_nano: export as u64,
+            value,
+        }
+    }
+
+    /// Four ranks, rank 2 late in `backward` by 30 ms per iteration, its
+    /// peers waiting for it: as cumulative counters exported every 5
+    /// iterations on ranks 0, 2 and 3 but every 10 on rank 1 (exports never
+    /// line up), or as the old per-interval gauges.
+    fn run(counters: bool) -> Vec<MetricPoint> {
+        let mut points = Vec::new();
+        for rank in 0..4_u32 {
+            let (backward, wait) = if rank == 2 { (0.050, 0.001) } else { (0.020, 0.031) };
+            let every: u32 = if rank == 1 && counters { 10 } else { 5 };
+            for (export, done) in (every..=40).step_by(every as usize).enumerate() {
+                let n = f64::from(done);
+                if counters {
+                    points.push(point(rank, export, ITERATIONS.name, None, n));
+                    for (phase, per) in [("backward", backward), ("dp_wait", wait), ("forward", 0.01)] {
+                        points.push(point(rank, export, PHASE_TIME.name, Some((PHASE_ATTRIBUTE, phase)), per * n));
+                    }
+                } else {
+                    points.push(point(rank, export, legacy::ITERATION, None, n));
+                    points.push(point(rank, export, legacy::STEP_DURATION_MS, None, 100.0));
+                    for (phase, per) in [("backward", backward), ("dp_wait", wait), ("forward", 0.01)] {
+                        let attribute = Some((legacy::PHASE_ATTRIBUTE, phase));
+                        points.push(point(rank, export, legacy::PHASE_DURATION_MS, attribute, per * 1e3));
+                    }
+                }
+            }
+        }
+        points
+    }
+
+    #[test]
+    fn cumulative_counters_are_differenced_per_rank_on_a_common_grid() {
+        let points = run(true);
+        assert!(!predates_rename(&points));
+        let intervals = rank_intervals(&points);
+        // The grid follows the sparsest rank: 10 iterations, 4 cells.
+        let rank1: Vec<u64> = intervals.iter().filter(|r| r.rank == 1).map(|r| r.iteration).collect();
+        assert_eq!(rank1, [10, 20, 30, 40]);
+        let late = intervals.iter().find(|r| r.rank == 2).unwrap();
+        assert!((late.phase_ms[Phase::Backward.index()] - 50.0).abs() < 1e-6, "{late:?}");
+        assert!((late.step_ms - 61.0).abs() < 1e-6, "compute and waits: {late:?}");
+        let findings = analyze(&intervals);
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!((findings[0].rank, findings[0].phase, findings[0].iterations), (2, Phase::Backward, (10, 40)));
+        assert!((findings[0].lateness_ms - 30.0).abs() < 1e-6, "{findings:?}");
+    }
+
+    #[test]
+    fn an_export_under_the_old_names_is_read_and_said_to_predate_the_rename() {
+        let points = run(false);
+        assert!(predates_rename(&points));
+        let findings = analyze(&rank_intervals(&points));
+        assert_eq!(findings.len(), 2, "two windows of four intervals: {findings:?}");
+        assert!(findings.iter().all(|f| f.rank == 2 && f.phase == Phase::Backward), "{findings:?}");
+    }
+
+    #[test]
+    fn the_advice_names_the_programs_prefix() {
+        let mut out = Vec::new();
+        write_section_with_prefix(&mut out, &[], 0, "MYJOB").unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("run with MYJOB_RANK_METRICS=1"));
+    }
+
     #[test]
     fn equal_ranks_have_no_culprit() {
         let rows: Vec<RankInterval> = (0..4).map(|r| interval(r, r, 5, 20.0, 3.0 + f64::from(r))).collect();

@@ -1,2 +1,348 @@
-//! placeholder
-fn main() {}
+//! The event API as a program sees it, against the SDK's in-memory
+//! exporters: one call per event opens its span (stamped with
+//! `dl.training.event`), marks its phase and informs goodput together; the
+//! per-rank counters are cumulative and move with the iterations; an
+//! asynchronous save is kept only at its finalize; a resume reads a
+//! progress record written under the schema before the rename; and the
+//! export the run leaves is read back by the goodput view.
+//!
+//! Telemetry setup is process-global: the tests take turns.
+
+#![cfg(feature = "testing")]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use lens_core::config::LensConfig;
+use lens_core::otel::exporters::testing::KeepingSpanExporter;
+use lens_core::otlp_file::{AttributeValue, SpanRecord};
+use lens_fallbacks::{RankContext, SetupOptions, Telemetry, setup_telemetry};
+use lens_training::events::{Event, SpanName, SpanNames};
+use lens_training::goodput::Bucket;
+use lens_training::goodput_view::{Attempt, breakdown};
+use lens_training::names::{EVENT_ATTRIBUTE, ITERATIONS, PHASE_ATTRIBUTE, PHASE_TIME};
+use lens_training::phases::Phase;
+use lens_training::{RankCoordinates, Training, TrainingOptions};
+use opentelemetry::Value;
+use opentelemetry_sdk::metrics::InMemoryMetricExporter;
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::trace::SpanData;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Run {
+    telemetry: Arc<Telemetry>,
+    spans: KeepingSpanExporter,
+    metrics: InMemoryMetricExporter,
+}
+
+fn setup(rank_metrics: bool) -> Run {
+    let spans = KeepingSpanExporter::default();
+    let metrics = InMemoryMetricExporter::default();
+    let config = LensConfig {
+        enabled: true,
+        rank_metrics,
+        span_groups: "all".to_string(),
+        run_id: "events-test".to_string(),
+        ..LensConfig::default()
+    };
+    let options = SetupOptions::new()
+        .with_env(BTreeMap::<String, String>::new())
+        .with_span_exporter(spans.clone())
+        .with_metric_exporter(metrics.clone());
+    let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("setup");
+    Run { telemetry: Arc::new(telemetry), spans, metrics }
+}
+
+impl Run {
+    fn finish(self) -> (Vec<SpanData>, InMemoryMetricExporter) {
+        let telemetry = Arc::try_unwrap(self.telemetry).expect("the only handle");
+        let report = telemetry.shutdown(Duration::from_secs(5));
+        assert!(report.completed(), "{report:?}");
+        (self.spans.get_finished_spans().unwrap_or_default(), self.metrics)
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lens-training-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
+    span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| &kv.value)
+}
+
+fn event_of(span: &SpanData) -> Option<String> {
+    attribute(span, EVENT_ATTRIBUTE).map(Value::to_string)
+}
+
+/// The latest cumulative value of a counter, per value of `phase` (empty
+/// key for a counter without it).
+fn counter_values(metrics: &InMemoryMetricExporter, name: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for rm in metrics.get_finished_metrics().unwrap() {
+        for sm in rm.scope_metrics() {
+            for metric in sm.metrics().filter(|m| m.name() == name) {
+                fn phase<'a>(mut attributes: impl Iterator<Item = &'a opentelemetry::KeyValue>) -> String {
+                    attributes
+                        .find(|kv| kv.key.as_str() == PHASE_ATTRIBUTE)
+                        .map_or_else(String::new, |kv| kv.value.to_string())
+                }
+                match metric.data() {
+                    AggregatedMetrics::F64(MetricData::Sum(sum)) => {
+                        for point in sum.data_points() {
+                            out.insert(phase(point.attributes()), point.value());
+                        }
+                    }
+                    AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                        for point in sum.data_points() {
+                            out.insert(phase(point.attributes()), point.value() as f64);
+                        }
+                    }
+                    _ => panic!("{name} is not a counter"),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The rank attributes of the points of `name`.
+fn rank_keys(metrics: &InMemoryMetricExporter, name: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    for rm in metrics.get_finished_metrics().unwrap() {
+        for sm in rm.scope_metrics() {
+            for metric in sm.metrics().filter(|m| m.name() == name) {
+                if let AggregatedMetrics::U64(MetricData::Sum(sum)) = metric.data() {
+                    for point in sum.data_points() {
+                        keys = point.attributes().map(|kv| kv.key.as_str().to_string()).collect();
+                    }
+                }
+            }
+        }
+    }
+    keys.sort();
+    keys
+}
+
+#[test]
+fn each_call_opens_the_span_marks_the_phase_and_informs_goodput_together() {
+    let _serial = serial();
+    let run = setup(true);
+    let dir = temp_dir("one-call");
+    let training = Training::new(
+        &run.telemetry,
+        TrainingOptions::new(RankCoordinates { rank: 0, local_rank: 0, pipeline: 0, tensor: 0, data: 0 })
+            .with_checkpoint_dir(&dir),
+    );
+    training.loop_started();
+    for counter in 0..4_u64 {
+        let step = training.iteration(counter);
+        training.mark(Phase::Data);
+        {
+            let _forward = training.phase(Phase::Forward);
+            assert_eq!(training.phases().snapshot().unwrap().phase, Phase::Forward);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(step);
+        if counter == 1 {
+            let save = training.checkpoint_save(2);
+            assert_eq!(training.phases().snapshot().unwrap().phase, Phase::Checkpoint, "the save marks the phase");
+            std::thread::sleep(Duration::from_millis(20));
+            save.durable();
+        }
+        if counter == 2 {
+            let _eval = training.evaluation(3);
+            assert_eq!(training.phases().snapshot().unwrap().phase, Phase::Eval);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if counter == 1 || counter == 3 {
+            training.log_interval();
+        }
+    }
+    let before_finish = training.totals().unwrap();
+    assert_eq!((before_finish.productive_iterations, before_finish.pending_iterations), (2, 2), "{before_finish:?}");
+    assert!(before_finish.seconds(Bucket::CheckpointSave) >= 0.02, "{before_finish:?}");
+    assert!(before_finish.seconds(Bucket::Evaluation) >= 0.01, "{before_finish:?}");
+    training.finish();
+    let totals = training.totals().unwrap();
+    assert_eq!((totals.productive_iterations, totals.pending_iterations), (4, 0), "a normal end keeps all");
+    drop(training);
+    let (spans, metrics) = run.finish();
+
+    // The spans: generic names, each stamped with its event.
+    let stamped: Vec<(String, Option<String>)> = spans.iter().map(|s| (s.name.to_string(), event_of(s))).collect();
+    let count =
+        |name: &str, event: &str| stamped.iter().filter(|(n, e)| n == name && e.as_deref() == Some(event)).count();
+    assert_eq!(count("dl.training.iteration", "iteration"), 4, "{stamped:?}");
+    assert_eq!(count("dl.training.checkpoint.save", "checkpoint_save"), 1, "{stamped:?}");
+    assert_eq!(count("dl.training.evaluate", "evaluation"), 1, "{stamped:?}");
+    assert_eq!(count("dl.training.startup", "startup"), 1, "{stamped:?}");
+    assert_eq!(count("dl.training.shutdown", "shutdown"), 1, "{stamped:?}");
+    assert_eq!(stamped.iter().filter(|(n, _)| n == "dl.training.forward").count(), 4, "a span per forward phase");
+    let save = spans.iter().find(|s| s.name == "dl.training.checkpoint.save").unwrap();
+    assert_eq!(attribute(save, "dl.training.checkpoint.durable"), Some(&Value::Bool(true)));
+    assert_eq!(attribute(save, "dl.training.iteration"), Some(&Value::I64(2)));
+    let iterations: Vec<i64> = spans
+        .iter()
+        .filter(|s| s.name == "dl.training.iteration")
+        .filter_map(|s| match attribute(s, "dl.training.iteration") {
+            Some(Value::I64(i)) => Some(*i),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(iterations, [1, 2, 3, 4], "the iteration each span completes");
+
+    // The counters: cumulative, four iterations, the forward time of all four.
+    assert_eq!(counter_values(&metrics, ITERATIONS.name)[""], 4.0);
+    let phase_time = counter_values(&metrics, PHASE_TIME.name);
+    assert!(phase_time["forward"] >= 0.02, "4 x 5 ms of forward: {phase_time:?}");
+    assert!(phase_time["checkpoint"] >= 0.02, "{phase_time:?}");
+    assert!(phase_time["eval"] >= 0.01, "{phase_time:?}");
+    assert!(!phase_time.contains_key("other"), "`other` is not exported: {phase_time:?}");
+    assert_eq!(
+        rank_keys(&metrics, ITERATIONS.name),
+        ["dl.data_parallel.rank", "dl.local_rank", "dl.pipeline_parallel.rank", "dl.rank", "dl.tensor_parallel.rank"]
+    );
+    // The progress record beside the checkpoints, under the new schema.
+    let record = std::fs::read_to_string(dir.join("goodput.json")).unwrap();
+    assert!(
+        record.contains("\"schema\": \"dl.goodput.progress/1\"") && record.contains("\"productive_iterations\": 4")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_async_save_is_kept_at_its_finalize_and_a_resume_reads_the_old_schema() {
+    let _serial = serial();
+    let run = setup(false);
+    let dir = temp_dir("async-resume");
+    // A record written by a version before the rename: 3 iterations
+    // pending beyond the checkpoint of iteration 2, dead after 10 s.
+    std::fs::write(
+        dir.join("goodput.json"),
+        r#"{
+  "schema": "megatron.goodput.progress/1",
+  "run_id": "old-run",
+  "iteration": 5,
+  "checkpoint_iteration": 2,
+  "attempts": 1,
+  "productive_iterations": 2,
+  "pending_iterations": 3,
+  "lost_iterations": 0,
+  "seconds": {"productive": 4.0, "pending": 3.0, "startup": 2.0, "checkpoint_save": 1.0, "checkpoint_load": 0.0, "evaluation": 0.0, "lost_progress": 0.0, "other": 0.0}
+}
+"#,
+    )
+    .unwrap();
+    let training = Training::new(&run.telemetry, TrainingOptions::new(RankCoordinates::SINGLE));
+    {
+        let load = training.checkpoint_load();
+        load.resumed(&dir, 2);
+    }
+    let resumed = training.totals().unwrap();
+    assert_eq!(resumed.attempts, 2, "{resumed:?}");
+    assert_eq!((resumed.lost_iterations, resumed.productive_iterations), (3, 2), "{resumed:?}");
+    assert_eq!(resumed.seconds(Bucket::LostProgress), 3.0, "the dead attempt's pending time: {resumed:?}");
+    assert_eq!(resumed.seconds(Bucket::Productive), 4.0);
+
+    training.loop_started();
+    drop(training.iteration(2));
+    let pending = training.checkpoint_save(3).in_flight();
+    drop(training.iteration(3));
+    let mid = training.totals().unwrap();
+    assert_eq!(mid.productive_iterations, 2, "an async save keeps nothing before its finalize: {mid:?}");
+    training.checkpoint_finalize(pending).durable();
+    let after = training.totals().unwrap();
+    assert_eq!(after.productive_iterations, 3, "its iteration is kept at the finalize: {after:?}");
+    assert_eq!(after.pending_iterations, 1, "the iteration after the save began stays pending: {after:?}");
+    // A failed save keeps nothing.
+    training.checkpoint_save(4).failed();
+    assert_eq!(training.totals().unwrap().productive_iterations, 3);
+    drop(training);
+    let (spans, _) = run.finish();
+    let load = spans.iter().find(|s| s.name == "dl.training.checkpoint.load").unwrap();
+    assert_eq!(attribute(load, "dl.training.iteration"), Some(&Value::I64(2)));
+    let save = spans.iter().find(|s| s.name == "dl.training.checkpoint.save").unwrap();
+    assert_eq!(attribute(save, "dl.training.checkpoint.async"), Some(&Value::Bool(true)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The spans of a run, as a file export gives them back.
+fn records(spans: &[SpanData]) -> Vec<SpanRecord> {
+    let ns =
+        |t: std::time::SystemTime| u64::try_from(t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()).unwrap();
+    spans
+        .iter()
+        .map(|s| SpanRecord {
+            file_rank: 0,
+            name: s.name.to_string(),
+            start_unix_nano: ns(s.start_time),
+            end_unix_nano: ns(s.end_time),
+            attributes: s
+                .attributes
+                .iter()
+                .map(|kv| {
+                    let value = match &kv.value {
+                        Value::I64(i) => AttributeValue::Int(*i),
+                        Value::Bool(b) => AttributeValue::Bool(*b),
+                        Value::String(v) => AttributeValue::String(v.to_string()),
+                        _ => AttributeValue::Other,
+                    };
+                    (kv.key.as_str().to_string(), value)
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn renamed_spans_are_recognized_by_their_stamp() {
+    let _serial = serial();
+    let run = setup(false);
+    // A program of its own names: the view reads the stamp, not the name.
+    let names = SpanNames::generic()
+        .with_event(Event::Iteration, Some(SpanName::new(lens_fallbacks::SpanGroup::STEP, "myjob.step")))
+        .with_event(Event::CheckpointSave, Some(SpanName::new(lens_fallbacks::SpanGroup::CHECKPOINT, "myjob.save")));
+    let training = Training::new(&run.telemetry, TrainingOptions::new(RankCoordinates::SINGLE).with_spans(names));
+    training.loop_started();
+    for counter in 0..3 {
+        let step = training.iteration(counter);
+        std::thread::sleep(Duration::from_millis(5));
+        drop(step);
+        if counter == 1 {
+            training.checkpoint_save(2).durable();
+        }
+    }
+    // A crash: no finish.
+    drop(training);
+    let (spans, _) = run.finish();
+    assert!(spans.iter().any(|s| s.name == "myjob.step"));
+    let view = breakdown(&[Attempt { name: "a".into(), rank: 0, spans: records(&spans) }]).unwrap();
+    let t = &view.totals;
+    assert_eq!((t.productive_iterations, t.pending_iterations), (2, 1), "{t:?}");
+    assert_eq!(view.attempts[0].iterations, Some((1, 3)));
+    assert_eq!(view.attempts[0].last_checkpoint, Some(2));
+    assert!(!view.attempts[0].ended_normally);
+}
+
+#[test]
+fn with_telemetry_off_nothing_is_recorded_and_nothing_fails() {
+    let training = Training::disabled();
+    training.loop_started();
+    drop(training.iteration(0));
+    training.checkpoint_save(1).durable();
+    training.finish();
+    assert!(!training.is_enabled());
+    assert_eq!(training.totals(), None);
+    assert_eq!(training.mfu(), None);
+    let _ = Path::new("unused");
+}

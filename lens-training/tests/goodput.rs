@@ -6,15 +6,13 @@
 //! and the progress record survives a round trip while bad content is a
 //! clear error, never a panic.
 
-use megatron_telemetry::goodput::{
-    Accountant, Bucket, Coverage, GoodputTotals, PROGRESS_RECORD_FILE, Phase, ProgressRecord,
-};
+use lens_training::goodput::{Accountant, Bucket, Coverage, GoodputTotals, PROGRESS_RECORD_FILE, ProgressRecord};
 use proptest::prelude::*;
 
 #[derive(Clone, Copy, Debug)]
 enum Event {
-    Begin(Phase),
-    End(Phase),
+    Begin(Bucket),
+    End(Bucket),
     Started,
     Iteration,
     Finish,
@@ -25,7 +23,7 @@ enum Event {
 }
 
 fn event() -> impl Strategy<Value = Event> {
-    let phase = prop_oneof![Just(Phase::CheckpointSave), Just(Phase::CheckpointLoad), Just(Phase::Evaluation)];
+    let phase = prop_oneof![Just(Bucket::CheckpointSave), Just(Bucket::CheckpointLoad), Just(Bucket::Evaluation)];
     prop_oneof![
         phase.clone().prop_map(Event::Begin),
         phase.prop_map(Event::End),
@@ -107,18 +105,18 @@ proptest! {
 /// `iterations` iterations of one second each, a save (0.5 s) every
 /// `save_every`; the clock at the end.
 fn train(acc: &mut Accountant, iterations: u64, save_every: u64) -> f64 {
-    acc.begin(Phase::CheckpointLoad, 0.25);
-    acc.end(Phase::CheckpointLoad, 0.75);
+    acc.begin(Bucket::CheckpointLoad, 0.25);
+    acc.end(Bucket::CheckpointLoad, 0.75);
     acc.training_started(1.0);
     let mut now = 1.0;
     for i in 1..=iterations {
         now += 1.0;
         acc.iteration_completed(now);
         if i % save_every == 0 {
-            acc.begin(Phase::CheckpointSave, now);
+            acc.begin(Bucket::CheckpointSave, now);
             let covers = acc.coverage(now);
             now += 0.5;
-            acc.end(Phase::CheckpointSave, now);
+            acc.end(Bucket::CheckpointSave, now);
             acc.checkpoint_durable(covers, now); // a synchronous save that succeeded
         }
     }
@@ -165,9 +163,9 @@ fn a_failed_save_keeps_nothing_and_a_crash_after_it_loses_its_iterations() {
     for i in 1..=10 {
         first.iteration_completed(f64::from(i));
     }
-    first.begin(Phase::CheckpointSave, 10.0);
+    first.begin(Bucket::CheckpointSave, 10.0);
     let _never_durable = first.coverage(10.0);
-    first.end(Phase::CheckpointSave, 10.5);
+    first.end(Bucket::CheckpointSave, 10.5);
     let record = first.snapshot(10.5);
     assert_eq!((record.productive_iterations, record.pending_iterations), (0, 10));
     assert_eq!((record.seconds(Bucket::Productive), record.seconds(Bucket::Pending)), (0.0, 10.0));
@@ -190,9 +188,9 @@ fn an_async_save_keeps_its_iterations_only_at_its_finalize_so_a_crash_loses_six(
         let mut finalize_due = false;
         for i in iterations {
             if finalize_due && let Some(covers) = in_flight.take() {
-                acc.begin(Phase::CheckpointSave, now);
+                acc.begin(Bucket::CheckpointSave, now);
                 now += 0.25;
-                acc.end(Phase::CheckpointSave, now);
+                acc.end(Bucket::CheckpointSave, now);
                 acc.checkpoint_durable(covers, now);
             }
             finalize_due = in_flight.is_some();
@@ -202,18 +200,18 @@ fn an_async_save_keeps_its_iterations_only_at_its_finalize_so_a_crash_loses_six(
                 return now;
             }
             if i % 5 == 0 {
-                acc.begin(Phase::CheckpointSave, now);
+                acc.begin(Bucket::CheckpointSave, now);
                 in_flight = Some(acc.coverage(now));
                 now += 0.25;
-                acc.end(Phase::CheckpointSave, now);
+                acc.end(Bucket::CheckpointSave, now);
                 finalize_due = false;
             }
         }
         // The normal end: the exit finalize, then the end.
         if let Some(covers) = in_flight.take() {
-            acc.begin(Phase::CheckpointSave, now);
+            acc.begin(Bucket::CheckpointSave, now);
             now += 0.25;
-            acc.end(Phase::CheckpointSave, now);
+            acc.end(Bucket::CheckpointSave, now);
             acc.checkpoint_durable(covers, now);
         }
         acc.finish(now);
@@ -256,8 +254,8 @@ fn evaluation_inside_the_loop_is_not_counted_twice() {
     let mut acc = Accountant::new(GoodputTotals::default());
     acc.training_started(0.0);
     acc.iteration_completed(1.0);
-    acc.begin(Phase::Evaluation, 1.0);
-    acc.end(Phase::Evaluation, 3.0);
+    acc.begin(Bucket::Evaluation, 1.0);
+    acc.end(Bucket::Evaluation, 3.0);
     acc.iteration_completed(4.0);
     let totals = acc.snapshot(4.0);
     assert_eq!(totals.seconds(Bucket::Evaluation), 2.0);

@@ -153,7 +153,7 @@ fn the_exposition_has_exactly_the_seed_names_types_and_run_label() {
         .lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
         .filter_map(|rest| rest.split_once(' '))
-        .filter(|(name, _)| name.starts_with("megatron"))
+        .filter(|(name, _)| name.starts_with("dl_"))
         .collect();
     assert_eq!(types, SEED_FAMILIES.into_iter().collect::<BTreeMap<_, _>>(), "page:\n{page}");
 
@@ -241,18 +241,15 @@ fn a_non_exporting_rank_records_nothing() {
 }
 
 /// The goodput and MFU gauges as Prometheus scrapes them: the names of
-/// `docs/metrics-megatron.md` (spelled out here, and compared with the
-/// crate's table), one `megatron_goodput_time_seconds` series per bucket
-/// labelled `megatron_goodput_bucket`, and the run id label.
+/// `docs/metrics-megatron.md` (spelled out here, and compared with
+/// lens-training's table), one `dl_goodput_time_seconds` series per bucket
+/// labelled `dl_goodput_bucket`, and the run id label.
 #[test]
 fn the_goodput_gauges_have_the_documented_prometheus_names() {
-    use megatron_telemetry::goodput::{Accountant, Bucket, GOODPUT_METRICS, GoodputMetrics, GoodputTotals, Phase};
+    use lens_training::goodput::{Accountant, Bucket, GOODPUT_METRICS, GoodputMetrics, GoodputTotals};
 
-    const GOODPUT_FAMILIES: [(&str, &str); 3] = [
-        ("megatron_goodput_time_seconds", "gauge"),
-        ("megatron_goodput_ratio", "gauge"),
-        ("megatron_training_mfu", "gauge"),
-    ];
+    const GOODPUT_FAMILIES: [(&str, &str); 3] =
+        [("dl_goodput_time_seconds", "gauge"), ("dl_goodput_ratio", "gauge"), ("dl_training_mfu", "gauge")];
     let _serial = serial();
     let telemetry = setup_telemetry(
         &prometheus_config(),
@@ -271,9 +268,9 @@ fn the_goodput_gauges_have_the_documented_prometheus_names() {
     let mut goodput = Accountant::new(GoodputTotals::default());
     goodput.training_started(2.0);
     goodput.iteration_completed(3.0);
-    goodput.begin(Phase::CheckpointSave, 3.0);
+    goodput.begin(Bucket::CheckpointSave, 3.0);
     let covers = goodput.coverage(3.0);
-    goodput.end(Phase::CheckpointSave, 3.5);
+    goodput.end(Bucket::CheckpointSave, 3.5);
     goodput.checkpoint_durable(covers, 3.5);
     goodput.iteration_completed(4.0);
     let metrics = GoodputMetrics::new(telemetry.meter());
@@ -283,7 +280,7 @@ fn the_goodput_gauges_have_the_documented_prometheus_names() {
     let page = loop {
         telemetry.force_flush(Duration::from_secs(5));
         let page = scrape(addr);
-        if page.contains("megatron_training_mfu{") || Instant::now() >= deadline {
+        if page.contains("dl_training_mfu{") || Instant::now() >= deadline {
             break page;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -292,7 +289,7 @@ fn the_goodput_gauges_have_the_documented_prometheus_names() {
         .lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
         .filter_map(|rest| rest.split_once(' '))
-        .filter(|(name, _)| name.starts_with("megatron"))
+        .filter(|(name, _)| name.starts_with("dl_"))
         .collect();
     assert_eq!(types, GOODPUT_FAMILIES.into_iter().collect::<BTreeMap<_, _>>(), "page:\n{page}");
     let table: BTreeSet<&str> = GOODPUT_METRICS.iter().map(|def| def.prometheus_name).collect();
@@ -307,7 +304,7 @@ fn the_goodput_gauges_have_the_documented_prometheus_names() {
         line.rsplit(' ').next().unwrap().parse().unwrap()
     };
     for bucket in Bucket::ALL {
-        let label = format!("megatron_goodput_bucket=\"{}\"", bucket.as_str());
+        let label = format!("dl_goodput_bucket=\"{}\"", bucket.as_str());
         let expected = match bucket {
             Bucket::Startup => 2.0,
             Bucket::Productive => 1.0,
@@ -315,10 +312,10 @@ fn the_goodput_gauges_have_the_documented_prometheus_names() {
             Bucket::Pending => 0.5,
             _ => 0.0,
         };
-        assert_eq!(value_of("megatron_goodput_time_seconds", &label), expected, "{bucket:?}");
+        assert_eq!(value_of("dl_goodput_time_seconds", &label), expected, "{bucket:?}");
     }
-    assert_eq!(value_of("megatron_goodput_ratio", ""), 0.25);
-    assert_eq!(value_of("megatron_training_mfu", ""), 0.375);
+    assert_eq!(value_of("dl_goodput_ratio", ""), 0.25);
+    assert_eq!(value_of("dl_training_mfu", ""), 0.375);
     let report = telemetry.shutdown(Duration::from_secs(5));
     assert!(report.completed(), "{report:?}");
 }

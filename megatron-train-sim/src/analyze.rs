@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use lens_core::otlp_file;
-use megatron_telemetry::{goodput_view, stragglers};
+use lens_training::{goodput_view, stragglers};
 
 /// `analyze`: cross-rank analyses of a `file` export.
 #[derive(Clone, Debug, clap::Args)]

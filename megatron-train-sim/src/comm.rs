@@ -38,7 +38,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use megatron_telemetry::phases::{Phase, Phases};
+use lens_training::phases::{Phase, Phases};
 
 /// The largest frame accepted (a corrupt length must not allocate gigabytes).
 const MAX_FRAME_BYTES: usize = 1 << 30;

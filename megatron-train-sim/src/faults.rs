@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use megatron_telemetry::phases::{COMPUTE_PHASES, Phase};
+use lens_training::phases::{COMPUTE_PHASES, Phase};
 
 /// One `--inject-straggler` value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

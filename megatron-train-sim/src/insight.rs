@@ -1,61 +1,84 @@
-//! Per-rank insight (docs/ranks.md): this rank's phase clock, its
-//! `megatron.rank.*` metrics, its hang watchdog and the injected straggler
-//! delays and hangs, in one place for the training loop. The marker API and the metrics belong to
-//! megatron-telemetry (`phases`, `rank_metrics`); this module only wires
-//! them to the simulator's rank.
+//! Per-rank insight (docs/ranks.md): this rank's training diagnosis
+//! (lens-training's event API, with Megatron's span taxonomy: phases, the
+//! `dl.training.*` per-rank counters, the hang watchdog, goodput and MFU)
+//! and the injected straggler delays and hangs, in one place for the
+//! training loop. The diagnosis belongs to lens-training; this module only
+//! wires it to the simulator's rank.
 
-use megatron_telemetry::phases::{Phase, Phases};
-use megatron_telemetry::rank_metrics::{RankCoordinates, RankMetrics};
-use megatron_telemetry::watchdog::HangWatchdog;
+use std::sync::Arc;
+
+use lens_training::phases::{Phase, Phases};
+use lens_training::{RankCoordinates, Training, TrainingOptions};
 
 use crate::config::Coords;
 use crate::faults::{Delays, Hang, Straggler};
 use crate::telemetry::Telemetry;
 
-/// One rank's phase clock, rank metrics and injected delays.
+/// One rank's training diagnosis and injected delays.
 #[derive(Debug)]
 pub(crate) struct RankInsight {
+    training: Arc<Training>,
     phases: Phases,
-    metrics: RankMetrics,
     delays: Delays,
     hangs: Vec<Hang>,
     /// The iteration running (1-based).
     iteration: u64,
-    watchdog: HangWatchdog,
+}
+
+/// What the diagnosis needs to know about the rank's job.
+pub(crate) struct InsightSetup<'a> {
+    /// The injected stragglers (`--inject-straggler`).
+    pub(crate) stragglers: &'a [Straggler],
+    /// The injected hangs (`--inject-hang`).
+    pub(crate) hangs: &'a [Hang],
+    /// The global rank, its local rank and its coordinates.
+    pub(crate) rank: u32,
+    pub(crate) local_rank: u32,
+    pub(crate) coords: Coords,
+    /// The world size (MFU's FLOP count is the job's).
+    pub(crate) world: u32,
+    /// The model FLOPs of one iteration, the whole job's (the simulator's
+    /// FLOP count: `model::training_flops_per_token` times the tokens).
+    pub(crate) flops_per_iteration: f64,
+    /// `--save`: rank 0 writes the progress record there.
+    pub(crate) save: Option<&'a std::path::Path>,
+    /// The peak MFU divides by (`crate::telemetry::MfuPeak`); `None`: no MFU.
+    pub(crate) peak_tflops: Option<f64>,
 }
 
 impl RankInsight {
-    /// The insight of rank `rank` at `coords`: phases marked while telemetry
-    /// is enabled, rank metrics where they are exported.
-    pub(crate) fn new(
-        telemetry: &Telemetry,
-        stragglers: &[Straggler],
-        hangs: &[Hang],
-        rank: u32,
-        coords: Coords,
-    ) -> RankInsight {
-        let coordinates = RankCoordinates { rank, pipeline: coords.pp, tensor: coords.tp, data: coords.dp };
-        let phases = Phases::new(telemetry.is_enabled());
-        let watchdog = telemetry.hang_watchdog(&phases, coordinates);
+    /// The insight of one rank: the diagnosis records while telemetry is
+    /// enabled, rank metrics where they are exported.
+    pub(crate) fn new(telemetry: &Telemetry, setup: InsightSetup<'_>) -> RankInsight {
+        let InsightSetup { stragglers, hangs, rank, local_rank, coords, world, flops_per_iteration, save, peak_tflops } =
+            setup;
+        let coordinates = RankCoordinates { rank, local_rank, pipeline: coords.pp, tensor: coords.tp, data: coords.dp };
+        let mut options = TrainingOptions::new(coordinates)
+            .with_world_size(world)
+            .with_peak_tflops(peak_tflops)
+            .with_flop_count(move |_iteration: u64| flops_per_iteration);
+        if let Some(save) = save {
+            options = options.with_checkpoint_dir(save);
+        }
+        let training = Arc::new(telemetry.training(options));
         RankInsight {
-            phases,
-            metrics: RankMetrics::new(telemetry.lens(), coordinates),
+            phases: training.phases().clone(),
+            training,
             delays: Delays::for_rank(stragglers, rank),
             hangs: hangs.iter().filter(|h| h.rank == rank).copied().collect(),
             iteration: 0,
-            watchdog,
         }
     }
 
-    /// Iteration `iteration` (0-based, as the loop counts) starts.
-    pub(crate) fn begin_iteration(&mut self, iteration: u64) {
-        self.phases.begin_iteration(iteration);
-        self.iteration = iteration + 1;
+    /// The training diagnosis (a cheap clone shares it: guards borrow the clone).
+    pub(crate) fn training(&self) -> Arc<Training> {
+        Arc::clone(&self.training)
     }
 
-    /// The training loop ended: the watchdog stops watching.
-    pub(crate) fn stop_watchdog(&mut self) {
-        self.watchdog.stop();
+    /// Iteration `iteration` (0-based, as the loop counts) starts: where an
+    /// injected hang looks.
+    pub(crate) fn begin_iteration(&mut self, iteration: u64) {
+        self.iteration = iteration + 1;
     }
 
     /// Replaces the phase clock (unit tests: a recording clock while
@@ -78,10 +101,5 @@ impl RankInsight {
             self.delays.apply(phase);
             crate::faults::hang_if_injected(&self.hangs, phase, self.iteration);
         }
-    }
-
-    /// A log interval ended: records the rank metrics of the interval.
-    pub(crate) fn record_interval(&self) {
-        self.metrics.record(&self.phases.take_interval());
     }
 }

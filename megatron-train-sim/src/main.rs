@@ -41,7 +41,6 @@ mod corpus;
 mod cpu;
 mod device;
 mod faults;
-mod goodput;
 mod insight;
 mod launcher;
 mod lm;
@@ -231,17 +230,7 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
     if telemetry.is_enabled() && rank.rank + 1 == rank.world_size {
         output::mfu_peak(&peak);
     }
-    let goodput = goodput::Goodput::new(goodput::GoodputSetup {
-        enabled: telemetry.is_enabled(),
-        run_id: run_id.clone(),
-        stamps: &stamps.with_env(&ProcessEnv),
-        rank: rank.rank,
-        save: args.save.as_deref(),
-        metrics: telemetry.goodput_metrics(),
-        peak_tflops: peak.tflops(),
-    });
-    let mut trainer = Trainer::new(args, layout, comm, device, telemetry, stop);
-    trainer.set_goodput(goodput);
+    let mut trainer = Trainer::new(args, layout, comm, device, telemetry, stop, peak.tflops());
     let result = trainer.run();
     let summary = output::TelemetrySummary {
         enabled: trainer.telemetry().is_enabled(),

@@ -147,7 +147,7 @@ pub(crate) struct TelemetrySummary {
     /// The shutdown report.
     pub(crate) report: lens_fallbacks::ShutdownReport,
     /// The run's goodput totals at the end (`None` with telemetry off) and the latest MFU.
-    pub(crate) goodput: (Option<megatron_telemetry::goodput::GoodputTotals>, Option<f64>),
+    pub(crate) goodput: (Option<lens_training::goodput::GoodputTotals>, Option<f64>),
 }
 
 /// The `goodput` object of the summary JSON (`null` with telemetry off).

@@ -29,8 +29,8 @@ use lens_core::config::{CliOverrides, LensConfig};
 use lens_core::env::{EnvSource, ProcessEnv};
 use lens_core::identity::RankContext;
 use lens_fallbacks::{KeyValue, SetupError, ShutdownReport, SpanGuard};
-use megatron_telemetry::lifecycle::{self, IterationSpans, LifecycleOptions, MegatronTelemetry};
-use megatron_telemetry::mfu::{self, NoPeak, Peak};
+use lens_training::mfu::{self, NoPeak, Peak};
+use megatron_telemetry::lifecycle::{self, LifecycleOptions, MegatronTelemetry};
 use megatron_telemetry::nvml;
 use megatron_telemetry::resource::{Precision, TrainingArgs, training_resource_attributes};
 use megatron_telemetry::taxonomy::{self, SpanDef, attr};
@@ -40,10 +40,6 @@ pub(crate) use megatron_telemetry::metrics::TrainingValues as MetricValues;
 
 /// An open span; it ends when dropped.
 pub(crate) type Span = SpanGuard;
-
-/// The spans of one iteration (the iteration, and the first-iteration
-/// wrapper the first time).
-pub(crate) type Iteration = IterationSpans;
 
 /// The training arguments the resource reports (`dl.*` and `megatron.*`
 /// keys, as Megatron's `build_telemetry_resource_attrs`).
@@ -137,7 +133,7 @@ impl MfuPeak {
     /// GPUs with its precision and source), or why there is none and which
     /// variable gives one.
     pub(crate) fn startup_line(&self) -> String {
-        use megatron_telemetry::mfu::{Peak, PeakSource};
+        use lens_training::mfu::{Peak, PeakSource};
         match &self.peak {
             Ok(Peak { tflops, source: PeakSource::Configured, .. }) => {
                 format!("MFU peak: {tflops} TFLOP/s, from {}", self.variable)
@@ -273,18 +269,15 @@ impl Telemetry {
         self.lifecycle.telemetry().is_enabled()
     }
 
-    /// The facade handle (meter, rank metrics on or off).
-    pub(crate) fn lens(&self) -> &lens_fallbacks::Telemetry {
-        self.lifecycle.telemetry()
+    /// This rank's training diagnosis (lens-training's event API with
+    /// Megatron's span taxonomy; records nothing with telemetry off).
+    pub(crate) fn training(&self, options: lens_training::TrainingOptions) -> lens_training::Training {
+        self.lifecycle.training(options)
     }
 
-    /// This rank's hang watchdog on `phases` (inert with telemetry off).
-    pub(crate) fn hang_watchdog(
-        &self,
-        phases: &megatron_telemetry::phases::Phases,
-        coordinates: megatron_telemetry::rank_metrics::RankCoordinates,
-    ) -> megatron_telemetry::watchdog::HangWatchdog {
-        self.lifecycle.hang_watchdog(phases, coordinates)
+    /// This rank's local rank (`dl.local_rank`).
+    pub(crate) fn local_rank(&self) -> u32 {
+        self.lifecycle.telemetry().rank().local_rank
     }
 
     /// Whether this rank exports.
@@ -331,11 +324,6 @@ impl Telemetry {
         self.lifecycle.loop_pass(iteration);
     }
 
-    /// The spans of training iteration `iteration`.
-    pub(crate) fn iteration(&mut self, iteration: u64) -> Iteration {
-        self.lifecycle.iteration(iteration)
-    }
-
     /// `megatron.checkpoint.ft_heartbeat` of `iteration`.
     pub(crate) fn ft_heartbeat(&self, iteration: u64) -> Span {
         self.lifecycle.ft_heartbeat(iteration)
@@ -346,19 +334,9 @@ impl Telemetry {
         self.lifecycle.save_finalize(iteration)
     }
 
-    /// `megatron.checkpoint.exposed_save` of `iteration`.
-    pub(crate) fn exposed_save(&self, iteration: u64) -> Span {
-        self.lifecycle.exposed_save(iteration)
-    }
-
     /// `megatron.checkpoint.save` of `iteration`.
     pub(crate) fn checkpoint_save(&self, iteration: u64) -> Span {
         self.lifecycle.checkpoint_save(iteration)
-    }
-
-    /// `megatron.evaluate`.
-    pub(crate) fn evaluate(&self) -> Span {
-        self.lifecycle.evaluate()
     }
 
     /// `megatron.evaluate.step` of evaluation step `step`.
@@ -375,15 +353,6 @@ impl Telemetry {
     /// only; elsewhere nothing happens).
     pub(crate) fn record(&self, values: &MetricValues) {
         self.lifecycle.record_training(values);
-    }
-
-    /// The goodput and MFU gauges: real on the exporting rank, a no-op elsewhere.
-    pub(crate) fn goodput_metrics(&self) -> megatron_telemetry::goodput::GoodputMetrics {
-        if self.is_exporting() {
-            megatron_telemetry::goodput::GoodputMetrics::new(self.lifecycle.telemetry().meter())
-        } else {
-            megatron_telemetry::goodput::GoodputMetrics::noop()
-        }
     }
 
     /// For `serve`: ends the startup trace (the server is ready) and gives
@@ -413,7 +382,7 @@ fn as_i64(value: u64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use megatron_telemetry::mfu::PeakSource;
+    use lens_training::mfu::PeakSource;
 
     use super::*;
     use lens_core::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, collector_answers};

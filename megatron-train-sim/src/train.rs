@@ -49,14 +49,14 @@ use crate::comm::{Comm, CommError, tag};
 use crate::config::{Coords, Layout, OptimizerKind};
 use crate::corpus::Corpus;
 use crate::device::{self, Device};
-use crate::goodput::{Goodput, Phase as GoodputPhase};
-use crate::insight::RankInsight;
+use crate::insight::{InsightSetup, RankInsight};
 use crate::model::{self, LayerKind, Offloaded, Optimizer, Saved, Split, Stage, cross_entropy, learning_rate};
 use crate::outcome::{ExitReason, Outcome};
 use crate::output;
 use crate::signals::StopFlag;
 use crate::telemetry::{MetricValues, Telemetry};
-use megatron_telemetry::phases::Phase;
+use lens_training::PendingCheckpoint;
+use lens_training::phases::Phase;
 
 /// Why a rank stopped with an error.
 #[derive(Debug)]
@@ -130,7 +130,9 @@ pub(crate) struct Trainer {
     last_saved: Option<u64>,
     outcome_checkpoints: Vec<(u64, PathBuf)>,
     heartbeat: checkpoint::Heartbeat,
-    goodput: Goodput,
+    /// The asynchronous save in flight, as goodput knows it (finalized with
+    /// `pending_save`).
+    pending_checkpoint: Option<PendingCheckpoint>,
     insight: RankInsight,
 }
 
@@ -143,11 +145,27 @@ impl Trainer {
         device: Box<dyn Device>,
         telemetry: Telemetry,
         stop_requested: StopFlag,
+        peak_tflops: Option<f64>,
     ) -> Trainer {
         let mut comm = comm;
         let rank = comm.rank();
         let coords = layout.coords(rank);
-        let insight = RankInsight::new(&telemetry, &args.inject_straggler, &args.inject_hang, rank, coords);
+        let tokens = args.global_batch_size * args.seq_length;
+        let insight = RankInsight::new(
+            &telemetry,
+            InsightSetup {
+                stragglers: &args.inject_straggler,
+                hangs: &args.inject_hang,
+                rank,
+                local_rank: telemetry.local_rank(),
+                coords,
+                world: layout.world(),
+                flops_per_iteration: model::training_flops_per_token(args.num_layers, args.hidden_size) as f64
+                    * tokens as f64,
+                save: args.save.as_deref(),
+                peak_tflops,
+            },
+        );
         comm.set_phases(insight.phases().clone());
         let at = |c: Coords| layout.rank(c);
         let groups = Groups {
@@ -191,19 +209,15 @@ impl Trainer {
             last_saved: None,
             outcome_checkpoints: Vec::new(),
             heartbeat,
-            goodput: Goodput::off(),
+            pending_checkpoint: None,
             insight,
         }
     }
 
-    /// Counts this attempt's goodput (telemetry on).
-    pub(crate) fn set_goodput(&mut self, goodput: Goodput) {
-        self.goodput = goodput;
-    }
-
     /// The run's goodput totals now (`None` with telemetry off), and the latest MFU.
-    pub(crate) fn goodput(&self) -> (Option<megatron_telemetry::goodput::GoodputTotals>, Option<f64>) {
-        (self.goodput.totals(), self.goodput.mfu())
+    pub(crate) fn goodput(&self) -> (Option<lens_training::goodput::GoodputTotals>, Option<f64>) {
+        let training = self.insight.training();
+        (training.totals(), training.mfu())
     }
 
     fn rank(&self) -> u32 {
@@ -219,9 +233,9 @@ impl Trainer {
     pub(crate) fn run(&mut self) -> Result<Outcome, RankError> {
         self.startup()?;
         self.telemetry.begin_training_loop(self.args.save_interval);
-        self.goodput.training_started();
+        self.insight.training().loop_started();
         let outcome = self.train_loop();
-        self.insight.stop_watchdog();
+        self.insight.training().stop_watchdog();
         self.telemetry.end_training_loop();
         outcome
     }
@@ -236,8 +250,8 @@ impl Trainer {
                 Stage::new(self.args.seed, &self.kinds, hidden, seq, layout.pp, coords.pp, layout.tp, coords.tp);
             self.optimizer = Optimizer::new(self.args.optimizer == OptimizerKind::Adam, self.stage.params.len());
             if let Some(root) = self.args.load.clone() {
-                let _load = self.telemetry.span(&tx::CHECKPOINT_LOAD, []);
-                self.goodput.begin(GoodputPhase::CheckpointLoad);
+                let training = self.insight.training();
+                let load = training.checkpoint_load();
                 let iteration = checkpoint::read_tracker(&root)?;
                 let state = {
                     let _read = self.telemetry.span(&tx::CHECKPOINT_LOAD_IO_READ, []);
@@ -270,8 +284,7 @@ impl Trainer {
                 self.optimizer.steps = state.optimizer_steps;
                 self.iteration = state.iteration;
                 self.skipped = state.skipped_iterations;
-                self.goodput.resume(&root, state.iteration);
-                self.goodput.end(GoodputPhase::CheckpointLoad);
+                load.resumed(&root, state.iteration);
             }
         }
         {
@@ -364,6 +377,7 @@ impl Trainer {
             let save_interval = self.args.save_interval.unwrap_or(0);
             self.telemetry.loop_pass(self.iteration);
             self.insight.begin_iteration(self.iteration);
+            let training = self.insight.training();
             {
                 let _heartbeat = self.telemetry.ft_heartbeat(self.iteration);
                 self.heartbeat.beat(self.iteration);
@@ -380,15 +394,25 @@ impl Trainer {
                 self.device.capture_step();
             }
 
-            let started = Instant::now();
             let step = {
-                let spans = self.telemetry.iteration(self.iteration);
-                let step = self.train_step()?;
-                spans.set_skipped(step.skipped);
-                step
+                // One call announces the iteration: its spans, the phases'
+                // iteration boundary, goodput and the per-rank counters
+                // when the guard drops.
+                let iteration = training.iteration(self.iteration);
+                let step = match self.train_step() {
+                    Ok(step) => step,
+                    Err(error) => {
+                        iteration.abandon();
+                        return Err(error);
+                    }
+                };
+                iteration.span().set_attribute(tx::attr::SKIPPED, step.skipped);
+                // The step time the diagnosis counts (MFU, the watchdog) is
+                // the one the loop reports.
+                (step, iteration.complete())
             };
-            let step_ms = started.elapsed().as_secs_f64() * 1e3;
-            self.insight.phases().end_iteration(self.iteration + 1, started.elapsed());
+            let (step, step_time) = step;
+            let step_ms = step_time.as_secs_f64() * 1e3;
             if loop_counter == 0 {
                 // Megatron re-enables the parameter-gather hook here; the
                 // simulator has no overlapped gather, so the hook's work is
@@ -399,7 +423,6 @@ impl Trainer {
             }
             self.iteration += 1;
             let iteration = self.iteration;
-            self.goodput.iteration_completed(iteration);
             let loss = (!step.skipped).then_some(step.loss);
 
             // Reporting (every iteration, as Megatron's training_log).
@@ -431,7 +454,6 @@ impl Trainer {
                     let tokens_per_sec = tokens as f64 / (mean_ms / 1e3);
                     let tflops = flops / (mean_ms / 1e3) / 1e12 / f64::from(self.layout.world());
                     log_losses.push((iteration, mean_loss));
-                    self.insight.record_interval();
                     self.telemetry.record(&MetricValues {
                         step_duration_ms: Some(mean_ms),
                         // Megatron's loss dict has one key, `lm loss`.
@@ -459,7 +481,7 @@ impl Trainer {
                     interval_losses.clear();
                     interval_step_ms.clear();
                     interval_skipped = 0;
-                    self.goodput.log_interval(tflops);
+                    training.log_interval();
                 }
             }
 
@@ -471,10 +493,7 @@ impl Trainer {
             if let Some(every) = self.args.eval_interval
                 && iteration.is_multiple_of(every)
             {
-                self.goodput.begin(GoodputPhase::Evaluation);
-                let loss = self.evaluate();
-                self.goodput.end(GoodputPhase::Evaluation);
-                let loss = loss?;
+                let loss = self.evaluate()?;
                 eval_losses.push((iteration, loss));
                 progress.eval(iteration, loss);
             }
@@ -520,7 +539,7 @@ impl Trainer {
                 attributes::set_call_indices(&span, &finalized);
             }
         }
-        self.goodput.finish();
+        self.insight.training().finish();
         // Nobody leaves while another rank may still need it.
         self.comm.barrier(&self.groups.world.clone())?;
         self.heartbeat.finish();
@@ -848,9 +867,9 @@ impl Trainer {
     }
 
     fn evaluate(&mut self) -> Result<f64, RankError> {
-        let span = self.telemetry.evaluate();
-        let phases = self.insight.phases().clone();
-        let _eval = phases.enter(Phase::Eval);
+        // One call: `megatron.evaluate`, phase `eval`, goodput's evaluation.
+        let training = self.insight.training();
+        let evaluation = training.evaluation(self.iteration);
         let mut total = [0.0_f64];
         for step in 0..self.args.eval_iters {
             let _step_span = self.telemetry.evaluate_step(step);
@@ -865,7 +884,7 @@ impl Trainer {
         }
         let world = self.groups.world.clone();
         self.comm.all_reduce(&world, &mut total)?;
-        attributes::set_eval_iters(&span, self.args.eval_iters);
+        attributes::set_eval_iters(evaluation.span(), self.args.eval_iters);
         Ok(total[0] / (self.normaliser * self.args.eval_iters.max(1) as f64))
     }
 
@@ -889,24 +908,26 @@ impl Trainer {
     fn save(&mut self, iteration: u64) -> Result<(), RankError> {
         let root = self.args.save.clone().ok_or_else(|| RankError::new("save without --save"))?;
         std::fs::create_dir_all(&root).map_err(|e| RankError::new(format!("--save {}: {e}", root.display())))?;
-        self.goodput.save_begins(iteration);
+        // One call announces the save: `megatron.checkpoint.exposed_save`,
+        // phase `checkpoint`, goodput's save (covering what is pending now).
+        let training = self.insight.training();
+        let save = training.checkpoint_save(iteration);
         let saved = self.save_blocking(&root, iteration);
-        self.goodput.end(GoodputPhase::CheckpointSave);
-        if saved.is_ok() && !self.args.async_save {
+        match (&saved, self.args.async_save) {
             // Every rank's file and the tracker are written: the checkpoint
-            // is durable. An asynchronous one is at its finalize; a failed
-            // save keeps nothing.
-            self.goodput.checkpoint_durable(iteration);
+            // is durable.
+            (Ok(()), false) => save.durable(),
+            // Durable at its finalize.
+            (Ok(()), true) => self.pending_checkpoint = Some(save.in_flight()),
+            // A failed save keeps nothing.
+            (Err(_), _) => save.failed(),
         }
         saved
     }
 
     fn save_blocking(&mut self, root: &std::path::Path, iteration: u64) -> Result<(), RankError> {
         let root = root.to_path_buf();
-        let _exposed = self.telemetry.exposed_save(iteration);
         let started = Instant::now();
-        let phases = self.insight.phases().clone();
-        let _checkpoint = phases.enter(Phase::Checkpoint);
         {
             // The step's gradient buffer is not needed until the next step
             // (which re-allocates it): its memory goes back before saving.
@@ -994,14 +1015,16 @@ impl Trainer {
     /// Returns the finalized call indices.
     fn finalize_async_save(&mut self) -> Result<Vec<u64>, RankError> {
         let Some(pending) = self.pending_save.take() else { return Ok(Vec::new()) };
-        let phases = self.insight.phases().clone();
-        let _checkpoint = phases.enter(Phase::Checkpoint);
+        // One call: phase `checkpoint` and goodput's save time until the
+        // checkpoint is durable (its span is the loop's finalize span).
+        let training = self.insight.training();
+        let finalize = self.pending_checkpoint.take().map(|checkpoint| training.checkpoint_finalize(checkpoint));
         let (call_index, iteration) = (pending.call_index, pending.iteration);
-        self.goodput.begin(GoodputPhase::CheckpointSave);
         let durable = self.wait_and_track(pending);
-        self.goodput.end(GoodputPhase::CheckpointSave);
         self.outcome_checkpoints.push((iteration, durable?));
-        self.goodput.checkpoint_durable(iteration);
+        if let Some(finalize) = finalize {
+            finalize.durable();
+        }
         self.save_ready = false;
         Ok(vec![call_index])
     }
@@ -1129,7 +1152,7 @@ mod tests {
                     };
                     let telemetry = Telemetry::setup(&args.otel, setup).unwrap();
                     let stop = crate::signals::StopFlag::default();
-                    let mut trainer = Trainer::new(args, layout, comm, device(rank), telemetry, stop);
+                    let mut trainer = Trainer::new(args, layout, comm, device(rank), telemetry, stop, None);
                     let result = body(rank, &mut trainer);
                     trainer.finish_comm();
                     result
@@ -1201,7 +1224,7 @@ mod tests {
     #[cfg(feature = "otel")]
     #[test]
     fn the_output_projection_all_gather_waits_in_tp_wait() {
-        use megatron_telemetry::phases::Phases;
+        use lens_training::phases::Phases;
         let argv =
             ["megatron-train-sim", "--hidden-size", "32", "--seq-length", "16", "--tensor-model-parallel-size", "2"];
         let intervals = on_ranks(

@@ -433,6 +433,9 @@ fn prometheus_names_the_injected_straggler_rank_and_phase() {
     let base = free_ports(DP);
     let targets: Vec<String> = (0..DP).map(|i| format!("127.0.0.1:{}", base + i)).collect();
     let prometheus = Prometheus::start(&ctx, &targets);
+    // The recipe takes rates: Prometheus must scrape while the counters
+    // rise, so the run starts once it scrapes (the targets still down).
+    prometheus.wait_for_series("up", Duration::from_secs(30));
     let run_id = format!("e2e-straggler-{}", std::process::id());
     let args = [
         "--otel-enabled",
@@ -446,8 +449,10 @@ fn prometheus_names_the_injected_straggler_rank_and_phase() {
         "2",
         "--seq-length",
         "8",
+        // Long enough (64 x 50 ms of straggling) for several scrapes a
+        // second apart while the counters rise: the recipe takes rates.
         "--train-iters",
-        "16",
+        "64",
         "--log-interval",
         "2",
         "--inject-straggler",
@@ -469,7 +474,7 @@ fn prometheus_names_the_injected_straggler_rank_and_phase() {
 
     // Every rank's last iteration scraped (the values stay up during the
     // linger), then the recipe.
-    let done = format!("megatron_rank_iteration{{nemo_run_id=\"{run_id}\"}} == 16");
+    let done = format!("dl_training_iterations_total{{nemo_run_id=\"{run_id}\"}} == 64");
     prometheus.wait_for_series(&done, Duration::from_secs(60));
     wait_until_len(&prometheus, &done, usize::from(DP));
     let query = recipe.replace("$run_id", &run_id);
@@ -479,7 +484,7 @@ fn prometheus_names_the_injected_straggler_rank_and_phase() {
         .map(|s| {
             (
                 s["metric"]["dl_rank"].as_str().unwrap_or("").into(),
-                s["metric"]["megatron_phase"].as_str().unwrap_or("").into(),
+                s["metric"]["dl_phase"].as_str().unwrap_or("").into(),
             )
         })
         .collect();

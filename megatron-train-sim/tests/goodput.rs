@@ -92,7 +92,7 @@ fn attempt(dir: &Path, run_id: &str, args: &[&str], env: &[(&str, &str)]) -> (bo
 }
 
 /// The last exported value of each goodput gauge series of `run_id`'s last
-/// rank: `megatron.goodput.time` by bucket, and the ratio and MFU.
+/// rank: `dl.goodput.time` by bucket, and the ratio and MFU.
 fn exported(dir: &Path, run_id: &str, rank: u32) -> (BTreeMap<String, f64>, Option<f64>, Option<f64>) {
     let path = dir.join("telemetry").join(run_id).join(format!("metrics-rank{rank}.jsonl"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -103,21 +103,21 @@ fn exported(dir: &Path, run_id: &str, rank: u32) -> (BTreeMap<String, f64>, Opti
             for scope in resource["scopeMetrics"].as_array().into_iter().flatten() {
                 for metric in scope["metrics"].as_array().into_iter().flatten() {
                     let name = metric["name"].as_str().unwrap();
-                    if !name.starts_with("megatron.goodput.") && name != "megatron.training.mfu" {
+                    if !name.starts_with("dl.goodput.") && name != "dl.training.mfu" {
                         continue; // other gauges (the watchdog's, integers) are not ours to read
                     }
                     let points = metric["gauge"]["dataPoints"].as_array().cloned().unwrap_or_default();
                     for point in points {
                         let value = point["asDouble"].as_f64().unwrap();
                         match metric["name"].as_str().unwrap() {
-                            "megatron.goodput.time" => {
+                            "dl.goodput.time" => {
                                 assert_eq!(metric["unit"], "s");
                                 let bucket = point["attributes"][0]["value"]["stringValue"].as_str().unwrap();
-                                assert_eq!(point["attributes"][0]["key"], "megatron.goodput.bucket");
+                                assert_eq!(point["attributes"][0]["key"], "dl.goodput.bucket");
                                 buckets.insert(bucket.to_string(), value);
                             }
-                            "megatron.goodput.ratio" => ratio = Some(value),
-                            "megatron.training.mfu" => mfu = Some(value),
+                            "dl.goodput.ratio" => ratio = Some(value),
+                            "dl.training.mfu" => mfu = Some(value),
                             _ => {}
                         }
                     }
@@ -227,7 +227,7 @@ fn a_crash_and_resume_charges_the_lost_iterations_and_keeps_forty() {
     assert_eq!(buckets["lost_progress"], lost);
     assert_eq!(buckets["pending"], 0.0);
     assert!(buckets["productive"] > 0.0 && buckets["productive"] <= seconds("productive"));
-    let exported_ratio = exported_ratio.expect("megatron.goodput.ratio exported");
+    let exported_ratio = exported_ratio.expect("dl.goodput.ratio exported");
     assert!(exported_ratio > 0.0 && exported_ratio < 1.0);
     assert_eq!(mfu, None, "no MFU without a peak");
     // Rank 0 exports nothing under the default rank strategy.

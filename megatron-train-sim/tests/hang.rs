@@ -56,7 +56,7 @@ fn parse_line(line: &str) -> Option<(u32, f64, String, u64, Vec<String>)> {
     Some((rank.parse().ok()?, stalled.parse().ok()?, phase.to_string(), iteration.parse().ok()?, spans))
 }
 
-/// The `megatron.rank.hang_suspected` points of one metrics file: (value, attribute keys).
+/// The `dl.training.hang_suspected` points of one metrics file: (value, attribute keys).
 fn hang_points(path: &Path) -> Vec<(i64, Vec<String>)> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut points = Vec::new();
@@ -65,7 +65,7 @@ fn hang_points(path: &Path) -> Vec<(i64, Vec<String>)> {
         for resource in request["resourceMetrics"].as_array().into_iter().flatten() {
             for scope in resource["scopeMetrics"].as_array().into_iter().flatten() {
                 for metric in scope["metrics"].as_array().into_iter().flatten() {
-                    if metric["name"] != megatron_telemetry::watchdog::HANG_SUSPECTED.name {
+                    if metric["name"] != lens_training::watchdog::HANG_SUSPECTED.name {
                         continue;
                     }
                     for point in metric["gauge"]["dataPoints"].as_array().into_iter().flatten() {
@@ -191,7 +191,7 @@ fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigte
     assert_eq!(parent.name, taxonomy::TRAIN.name);
     assert_eq!(parent.attributes.get("nemo.span.open"), Some(&Value::Bool(true)), "chained to the parent's copy");
     let raw = std::fs::read_to_string(telemetry.join("traces-rank1.jsonl")).unwrap();
-    assert!(raw.contains(megatron_telemetry::watchdog::HANG_EVENT), "the event on the innermost copy");
+    assert!(raw.contains(lens_training::watchdog::HANG_EVENT), "the event on the innermost copy");
 }
 
 #[test]

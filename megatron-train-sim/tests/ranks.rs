@@ -1,5 +1,5 @@
 //! Finding slow ranks (docs/ranks.md), end to end: the simulator with
-//! `MEGATRON_OTEL_RANK_METRICS=1` and an injected straggler, then
+//! `MEGATRON_OTEL_RANK_METRICS=1` (the `dl.training.*` per-rank counters) and an injected straggler, then
 //! `megatron-train-sim analyze` on the `file` export, and for one pipeline
 //! run the documented PromQL recipe asked of a real Prometheus over the same
 //! export (backfilled with `promtool`, from `e2e_support`). Every rank's
@@ -16,7 +16,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use lens_core::otlp_file;
-use megatron_telemetry::rank_metrics::{ITERATION, RANK_METRICS};
+use lens_training::names::{ITERATIONS, InstrumentKind, RANK_METRICS};
 use serde_json::Value;
 
 mod e2e_support;
@@ -164,8 +164,15 @@ fn rank_metrics_openmetrics(telemetry: &Path) -> (String, f64) {
         }
     }
     let (mut text, mut last) = (String::new(), 0);
-    for (name, series) in &families {
-        text.push_str(&format!("# TYPE {name} gauge\n"));
+    for (&name, series) in &families {
+        let def = RANK_METRICS.iter().find(|d| d.prometheus_name == name).expect("a rank metric");
+        // OpenMetrics names a counter's family without `_total`, its samples with it.
+        match def.kind {
+            InstrumentKind::Counter => {
+                text.push_str(&format!("# TYPE {} counter\n", name.strip_suffix("_total").unwrap_or(name)));
+            }
+            _ => text.push_str(&format!("# TYPE {name} gauge\n")),
+        }
         for (labels, samples) in series {
             for (time, value) in samples {
                 text.push_str(&format!(
@@ -193,14 +200,14 @@ fn prometheus_culprits(telemetry: &Path) -> (Vec<Value>, Vec<(u32, String)>) {
     let recipe = documented_recipe(&page, "straggler").replace("$run_id", BACKFILL_RUN_ID);
     // Every rank's metrics are there (the recipe's input), then the answer.
     let ranks =
-        prometheus.query_at(&format!("{}{{nemo_run_id=\"{BACKFILL_RUN_ID}\"}}", ITERATION.prometheus_name), last);
+        prometheus.query_at(&format!("{}{{nemo_run_id=\"{BACKFILL_RUN_ID}\"}}", ITERATIONS.prometheus_name), last);
     assert_eq!(ranks.len(), 4, "one iteration series per rank: {ranks:?}");
     let answer = prometheus.query_at(&recipe, last + 0.001);
     prometheus.stop();
     ctx.finish();
     let label = |series: &Value, name: &str| series["metric"][name].as_str().unwrap_or_default().to_string();
     let mut culprits: Vec<(u32, String)> =
-        answer.iter().map(|s| (label(s, "dl_rank").parse().unwrap_or(u32::MAX), label(s, "megatron_phase"))).collect();
+        answer.iter().map(|s| (label(s, "dl_rank").parse().unwrap_or(u32::MAX), label(s, "dl_phase"))).collect();
     culprits.sort();
     (answer, culprits)
 }
