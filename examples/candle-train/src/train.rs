@@ -62,7 +62,7 @@ impl fmt::Display for Summary {
 /// returns its iteration (0 for a fresh run).
 fn resume(training: &Training, dir: &Path, vars: &mut VarMap) -> anyhow::Result<u64> {
     let Some(iteration) = checkpoint::latest(dir)? else { return Ok(0) };
-    let load = training.checkpoint_load(iteration);
+    let load = training.checkpoint_load();
     checkpoint::load(dir, iteration, vars)?;
     // Goodput continues the run from the progress record beside the
     // checkpoint: what the stopped attempt had not saved is lost progress.
