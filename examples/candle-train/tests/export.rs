@@ -336,6 +336,10 @@ mod export {
         assert_eq!(under(span_names::FORWARD), LAYER_SPANS_PER_FORWARD * trained());
         assert_eq!(under(span_names::EVALUATION), LAYER_SPANS_PER_FORWARD * evaluations());
         assert_eq!(candle().count(), LAYER_SPANS_PER_FORWARD * (trained() + evaluations()), "none elsewhere");
+        // The rule matched candle's callsites: no "matched nothing" warning.
+        for output in [&runs().first, &runs().second] {
+            assert!(!stderr(output).contains("matched nothing"), "{}", stderr(output));
+        }
     }
 
     #[test]
