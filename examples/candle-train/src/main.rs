@@ -37,7 +37,7 @@ use crate::args::{Args, USAGE};
 
 /// The prefix of this program's telemetry variables (`CANDLE_OTEL_*`, with
 /// the `NEMO_LENS_*` fallback).
-pub(crate) const PREFIX: &str = "CANDLE_OTEL";
+const PREFIX: &str = "CANDLE_OTEL";
 
 /// The prefix read where `CANDLE_OTEL_*` is unset.
 const FALLBACK_PREFIX: &str = "NEMO_LENS";
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
 }
 
 #[expect(clippy::print_stdout, reason = "a program's own report of what it did")]
-pub(crate) fn say(line: &str) {
+fn say(line: &str) {
     println!("{line}");
 }
 

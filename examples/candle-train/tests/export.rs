@@ -443,3 +443,35 @@ mod export {
         assert!(!report.to_lowercase().contains("megatron"), "{report}");
     }
 }
+
+/// A bad flag is exit 2 naming the flag; a bad telemetry value with
+/// telemetry enabled is exit 2 naming the variable where telemetry is
+/// compiled in, and a warning (the training runs) where it is not.
+#[test]
+fn bad_input_is_refused_naming_the_flag_or_the_variable() {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("candle-bad-input");
+    let _ = std::fs::remove_dir_all(&root);
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(EXAMPLE);
+        for (name, _) in std::env::vars() {
+            if name.starts_with("CANDLE_OTEL_") || name.starts_with("NEMO_LENS_") || name.starts_with("OTEL_") {
+                command.env_remove(name);
+            }
+        }
+        command.envs(env.iter().copied()).arg("--checkpoint-dir").arg(&root).args(args);
+        command.output().expect("the example runs")
+    };
+    let flag = run(&[], &["--iterations", "many"]);
+    assert_eq!(flag.status.code(), Some(2));
+    assert!(stderr(&flag).contains("--iterations: `many` is not a whole number, 1 or more"), "{}", stderr(&flag));
+
+    let env = [("CANDLE_OTEL_ENABLED", "1"), ("CANDLE_OTEL_EXPORTER", "file"), ("CANDLE_OTEL_HANG_TIMEOUT_S", "soon")];
+    let variable = run(&env, &["--iterations", "1"]);
+    assert!(stderr(&variable).contains("CANDLE_OTEL_HANG_TIMEOUT_S"), "{}", stderr(&variable));
+    if cfg!(feature = "otel") {
+        assert_eq!(variable.status.code(), Some(2), "{}", stderr(&variable));
+    } else {
+        assert!(variable.status.success(), "{}", stderr(&variable));
+        assert!(stdout(&variable).contains("finished after iteration 1"), "{}", stdout(&variable));
+    }
+}
