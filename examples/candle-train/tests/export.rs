@@ -227,7 +227,7 @@ mod export {
     /// left out.
     fn spans(dir: &Path) -> Vec<Span> {
         let mut spans = Vec::new();
-        for line in lines(dir, "traces-rank") {
+        for line in lines(dir, &ATTEMPTS, "traces-rank") {
             for resource in array(&line, "resourceSpans") {
                 for scope in array(resource, "scopeSpans") {
                     for span in array(scope, "spans") {
@@ -253,11 +253,12 @@ mod export {
         spans
     }
 
-    /// The points of metric `name` in the metrics files of `dir` whose
-    /// attributes include `with` (key, string value), in file order.
-    fn points(dir: &Path, name: &str, with: Option<(&str, &str)>) -> Vec<f64> {
+    /// The points of metric `name` in the metrics files of `attempts` under
+    /// `dir` whose attributes include `with` (key, string value), in file
+    /// order.
+    fn points(dir: &Path, attempts: &[&str], name: &str, with: Option<(&str, &str)>) -> Vec<f64> {
         let mut values = Vec::new();
-        for line in lines(dir, "metrics-rank") {
+        for line in lines(dir, attempts, "metrics-rank") {
             for resource in array(&line, "resourceMetrics") {
                 for scope in array(resource, "scopeMetrics") {
                     for metric in array(scope, "metrics").iter().filter(|m| m["name"] == name) {
@@ -284,11 +285,11 @@ mod export {
         values
     }
 
-    /// The OTLP/JSON requests of the files named `prefix*` of every
-    /// attempt under `export`, the first attempt's first.
-    fn lines(export: &Path, prefix: &str) -> Vec<serde_json::Value> {
+    /// The OTLP/JSON requests of the files named `prefix*` of `attempts`
+    /// under `export`, in that order.
+    fn lines(export: &Path, attempts: &[&str], prefix: &str) -> Vec<serde_json::Value> {
         let mut files = Vec::new();
-        for attempt in ATTEMPTS {
+        for attempt in attempts {
             let dir = export.join(attempt);
             let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
                 .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -356,7 +357,7 @@ mod export {
         assert_eq!(second.totals.productive_iterations, ITERATIONS, "kept");
         assert_eq!(second.totals.lost_iterations, lost(), "lost");
         assert_eq!(second.totals.pending_iterations, 0);
-        let ratio = points(&runs().export, names::GOODPUT_RATIO.name, None);
+        let ratio = points(&runs().export, &ATTEMPTS[1..], names::GOODPUT_RATIO.name, None);
         let last = *ratio.last().expect("dl.goodput.ratio points");
         assert!(last > 0.0 && last < 1.0, "{ratio:?}");
     }
@@ -364,21 +365,27 @@ mod export {
     #[test]
     fn the_watchdog_flags_the_stall_then_clears_it() {
         let runs = runs();
-        let stderr = stderr(&runs.first);
-        assert!(stderr.contains("no iteration completed for"), "{stderr}");
-        assert!(stderr.contains(&format!("in phase data at iteration {STALL_AT_ITERATION}")), "{stderr}");
-        let hang = points(&runs.export, names::HANG_SUSPECTED.name, None);
+        let said = stderr(&runs.first);
+        assert!(said.contains("no iteration completed for"), "{said}");
+        assert!(said.contains(&format!("in phase data at iteration {STALL_AT_ITERATION}")), "{said}");
+        // (The recovery names the iteration its next look saw completed: the
+        // stalled one or a later one.)
+        assert!(said.contains("hang suspicion cleared"), "the recovery: {said}");
+        // The stopped attempt's gauge: 0 once armed, 1 in the stall, 0 again.
+        let hang = points(&runs.export, &ATTEMPTS[..1], names::HANG_SUSPECTED.name, None);
         let raised = hang.iter().position(|v| *v == 1.0).unwrap_or_else(|| panic!("never 1: {hang:?}"));
         assert!(hang[..raised].iter().all(|v| *v == 0.0), "{hang:?}");
         assert!(hang[raised..].contains(&0.0), "back to 0 after the stall: {hang:?}");
         assert_eq!(hang.last(), Some(&0.0), "{hang:?}");
         // The stall is the data phase's, in the per-rank counter.
-        let data = points(&runs.export, names::PHASE_TIME.name, Some((names::PHASE_ATTRIBUTE, "data")));
+        let data = points(&runs.export, &ATTEMPTS[..1], names::PHASE_TIME.name, Some((names::PHASE_ATTRIBUTE, "data")));
         let data_s = data.iter().copied().fold(0.0, f64::max);
         assert!(data_s >= STALL_S, "data phase {data_s} s: {data:?}");
-        let iterations = points(&runs.export, names::ITERATIONS.name, None);
-        assert_eq!(iterations.iter().copied().fold(0.0, f64::max), STOP_AFTER as f64, "{iterations:?}");
-        assert_eq!(iterations.last(), Some(&(second_run().count() as f64)), "{iterations:?}");
+        // Each attempt counts the iterations it completed.
+        let completed = |attempt| points(&runs.export, &ATTEMPTS[attempt..=attempt], names::ITERATIONS.name, None);
+        assert_eq!(completed(0).last(), Some(&(first_run().count() as f64)), "{:?}", completed(0));
+        assert_eq!(completed(1).last(), Some(&(second_run().count() as f64)), "{:?}", completed(1));
+        assert!(!stderr(&runs.second).contains("no iteration completed"), "no stall in the resumed attempt");
     }
 
     #[test]
@@ -391,7 +398,7 @@ mod export {
             .expect("iteration spans");
         let seconds = (last.end - last.start) as f64 / 1e9;
         let expected = FLOPS_PER_ITERATION / seconds / (PEAK_TFLOPS * 1e12);
-        let mfu = points(&runs().export, names::MFU.name, None);
+        let mfu = points(&runs().export, &ATTEMPTS[1..], names::MFU.name, None);
         let reported = *mfu.last().expect("dl.training.mfu points");
         // Every iteration is a log interval: the last MFU is the last
         // iteration's, timed by lens-training a few microseconds inside its span.
