@@ -40,3 +40,9 @@ pub use events::{Event, EventSpans, IterationGuard, PendingCheckpoint, SpanNames
 pub use mfu::FlopCount;
 pub use phases::Phase;
 pub use rank_metrics::RankCoordinates;
+
+/// The Rust examples of `docs/goodput.md`, compiled and run as doc tests
+/// (in both modes: with the facade's `otel` off the event API is a no-op).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/goodput.md")]
+pub struct GoodputDocExamples;

@@ -138,8 +138,10 @@ fn counter_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
         iterations: Option<f64>,
         seconds: [f64; PHASE_COUNT],
     }
-    // rank -> coordinates, and (export order) -> what that collection held.
-    let mut ranks: BTreeMap<u32, ((u32, u32, u32), BTreeMap<(u32, usize, u64), Collection>)> = BTreeMap::new();
+    /// A rank's coordinates, and per collection (its file and line, in
+    /// export order) what it held.
+    type RankCollections = ((u32, u32, u32), BTreeMap<(u32, usize), Collection>);
+    let mut ranks: BTreeMap<u32, RankCollections> = BTreeMap::new();
     for p in points {
         let is_time = p.metric == PHASE_TIME.name;
         if !is_time && p.metric != ITERATIONS.name {
@@ -147,8 +149,7 @@ fn counter_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
         }
         let Some((rank, pipeline, tensor, data)) = coordinates(p) else { continue };
         let entry = ranks.entry(rank).or_insert_with(|| ((pipeline, tensor, data), BTreeMap::new()));
-        // A collection: its file, its line; the time breaks ties.
-        let c = entry.1.entry((p.file_rank, p.export, 0)).or_default();
+        let c = entry.1.entry((p.file_rank, p.export)).or_default();
         if is_time {
             if let Some(phase) = p.attributes.get(PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name) {
                 c.seconds[phase.index()] = p.value;

@@ -153,7 +153,7 @@ fn the_exposition_has_exactly_the_seed_names_types_and_run_label() {
         .lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
         .filter_map(|rest| rest.split_once(' '))
-        .filter(|(name, _)| name.starts_with("dl_"))
+        .filter(|(name, _)| name.starts_with("megatron"))
         .collect();
     assert_eq!(types, SEED_FAMILIES.into_iter().collect::<BTreeMap<_, _>>(), "page:\n{page}");
 

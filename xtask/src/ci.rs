@@ -12,10 +12,17 @@ use crate::commands::{CANDLE_EXAMPLE, MAIN_COMMAND};
 use crate::{cargo, codegen, run_cmd, say, tidy};
 
 /// The crates tested with `otel` off: those with an `otel` feature, and
-/// lens-tracing, which has none of its own and follows the facade's (alone,
-/// with no default features, nothing turns it on).
-pub(crate) const OTEL_OFF_CRATES: &[&str] =
-    &["lens-core", "lens-instruments", "lens-fallbacks", "lens-tracing", "megatron-telemetry", "megatron-train-sim"];
+/// lens-tracing and lens-training, which have none of their own and follow
+/// the facade's (alone, with no default features, nothing turns it on).
+pub(crate) const OTEL_OFF_CRATES: &[&str] = &[
+    "lens-core",
+    "lens-instruments",
+    "lens-fallbacks",
+    "lens-tracing",
+    "lens-training",
+    "megatron-telemetry",
+    "megatron-train-sim",
+];
 
 pub(crate) fn run() -> Result<()> {
     run_cmd(cargo(&["fmt", "--all", "--check"]))?;

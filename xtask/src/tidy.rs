@@ -33,7 +33,7 @@ const FORBIDDEN_WITHOUT_OTEL: &[&str] = &["opentelemetry", "tonic", "prost", "re
 /// The library crates whose `otel`-off build, tests and examples included
 /// (dev edges), must stay free of them.
 const LIBRARY_CRATES: &[&str] =
-    &["lens-core", "lens-instruments", "lens-fallbacks", "lens-tracing", "megatron-telemetry"];
+    &["lens-core", "lens-instruments", "lens-fallbacks", "lens-tracing", "lens-training", "megatron-telemetry"];
 
 /// The application crates whose `otel`-off build must have no OpenTelemetry
 /// crate (their own runtime, such as the simulator's tokio, is allowed).
@@ -60,10 +60,20 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
     // The `tracing` bridge sits on the facade; nothing depends on it but
     // applications (the simulator's `serve`: its HTTP SERVER span).
     ("lens-tracing", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
-    ("megatron-telemetry", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
+    // The training diagnosis sits on the facade, as the bridge does.
+    ("lens-training", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
+    ("megatron-telemetry", &["lens-training", "lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
     (
         "megatron-train-sim",
-        &["megatron-telemetry", "lens-tracing", "lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"],
+        &[
+            "megatron-telemetry",
+            "lens-training",
+            "lens-tracing",
+            "lens-fallbacks",
+            "lens-core",
+            "lens-instruments",
+            "lens-macros",
+        ],
     ),
     // The candle example: instrumented through the facade, the training
     // crate and the bridge only (docs/own-program.md).
@@ -270,6 +280,7 @@ const CRATES: &[&str] = &[
     "lens-fallbacks",
     "lens-macros",
     "lens-tracing",
+    "lens-training",
     "megatron-telemetry",
     "megatron-train-sim",
     "xtask",
