@@ -3,10 +3,12 @@
 //! Feature sets: everything on (`--all-features`: the `otel` runtime and the
 //! `testing` exporters), and `otel` off for every crate that has the
 //! feature, each crate built alone so that no other member turns it back on.
+//! The candle example ([`CANDLE_EXAMPLE`](crate::commands::CANDLE_EXAMPLE)) is in the first set (the
+//! workspace's steps) and has a step of its own for the second.
 
 use anyhow::Result;
 
-use crate::commands::MAIN_COMMAND;
+use crate::commands::{CANDLE_EXAMPLE, MAIN_COMMAND};
 use crate::{cargo, codegen, run_cmd, say, tidy};
 
 /// The crates tested with `otel` off: those with an `otel` feature, and
@@ -36,6 +38,10 @@ pub(crate) fn run() -> Result<()> {
     for krate in OTEL_OFF_CRATES {
         run_cmd(cargo(&["test", "-p", krate, "--no-default-features"]))?;
     }
+    // The candle example without `otel` (same profile): the same schedule
+    // trains, warns once that telemetry is compiled out, writes nothing.
+    run_cmd(cargo(&["clippy", "-p", CANDLE_EXAMPLE, "--all-targets", "--", "-D", "warnings"]))?;
+    run_cmd(cargo(&["test", "-p", CANDLE_EXAMPLE]))?;
     // The same instrumented program builds and runs in both modes, set up
     // from its environment with telemetry enabled (with `otel` it exports its
     // spans and its counter, gauge and histogram to files; without it, it

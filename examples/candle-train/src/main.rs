@@ -1,0 +1,115 @@
+//! A small candle training program instrumented with lens: the example that
+//! docs/own-program.md walks through.
+//!
+//! It trains a tiny model built from candle-transformers' `with_tracing`
+//! layers on synthetic data with AdamW, evaluates it, writes a safetensors
+//! checkpoint, can stop after an iteration (`--stop-after N`, a preemption)
+//! and resumes from its checkpoint on the next start. Telemetry goes through
+//! the facade (`lens-fallbacks`), the training diagnosis (`lens-training`:
+//! one call per training event) and lens-tracing's bridge only; with the
+//! example's `otel` feature off the same program trains the same model and
+//! records nothing.
+//!
+//! ```text
+//! CANDLE_OTEL_ENABLED=1 CANDLE_OTEL_EXPORTER=file CANDLE_OTEL_FILE_DIR=/tmp/candle-telemetry \
+//! CANDLE_OTEL_SPAN_GROUPS=all \
+//! CANDLE_OTEL_TRACING_GROUPS=candle_transformers=forward_backward:per_entry \
+//! CANDLE_OTEL_RANK_METRICS=1 CANDLE_OTEL_PEAK_TFLOPS=0.001 \
+//!     cargo run -p lens-example-candle --features otel -- --checkpoint-dir /tmp/candle-ckpt
+//! ```
+
+mod args;
+mod checkpoint;
+mod model;
+mod train;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lens_fallbacks::config::LensConfig;
+use lens_fallbacks::{LENS_CATALOG, ProcessEnv, Telemetry};
+use lens_tracing::TelemetryExt as _;
+use lens_training::{RankCoordinates, Training, TrainingOptions};
+use tracing_subscriber::layer::SubscriberExt as _;
+
+use crate::args::{Args, USAGE};
+
+/// The prefix of this program's telemetry variables (`CANDLE_OTEL_*`, with
+/// the `NEMO_LENS_*` fallback).
+const PREFIX: &str = "CANDLE_OTEL";
+
+/// The prefix read where `CANDLE_OTEL_*` is unset.
+const FALLBACK_PREFIX: &str = "NEMO_LENS";
+
+/// How long shutdown may take to flush what is left.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(error) => {
+            complain(&error);
+            return ExitCode::from(2);
+        }
+    };
+    if args.help {
+        say(USAGE);
+        return ExitCode::SUCCESS;
+    }
+    // One call reads CANDLE_OTEL_* and sets telemetry up; a bad value is an
+    // error naming the variable (with `otel` compiled out, a warning).
+    let telemetry = match Telemetry::from_env(PREFIX) {
+        Ok(telemetry) => Arc::new(telemetry),
+        Err(error) => {
+            complain(&error);
+            return ExitCode::from(2);
+        }
+    };
+    // The bridge, with the rules of CANDLE_OTEL_TRACING_GROUPS, installed
+    // before the model is built: `with_tracing` makes each layer's span then.
+    let subscriber = tracing_subscriber::registry().with(telemetry.tracing_layer());
+    if let Err(error) = tracing::subscriber::set_global_default(subscriber) {
+        complain(&error);
+        return ExitCode::from(2);
+    }
+    // The training diagnosis: the hang timeout and the peak come from the
+    // configuration (CANDLE_OTEL_HANG_TIMEOUT_S, CANDLE_OTEL_PEAK_TFLOPS),
+    // the FLOP count from the model, and the goodput progress record goes
+    // beside the checkpoints. Setup has validated the configuration already,
+    // so this read cannot fail where telemetry is on.
+    let config = LensConfig::from_env(&ProcessEnv, PREFIX, Some(FALLBACK_PREFIX), &LENS_CATALOG).unwrap_or_default();
+    let training = Training::new(
+        &telemetry,
+        TrainingOptions::new(RankCoordinates::SINGLE)
+            .with_config(&config)
+            .with_flop_count(|_iteration: u64| model::FLOPS_PER_ITERATION)
+            .with_checkpoint_dir(&args.checkpoint_dir),
+    );
+    let outcome = train::run(&args, &training);
+    drop(training);
+    let report = telemetry.shutdown(SHUTDOWN_TIMEOUT);
+    match outcome {
+        Ok(summary) => {
+            say(&summary.to_string());
+            if telemetry.is_enabled() {
+                say(&format!("telemetry: {report}"));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            complain(&error);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[expect(clippy::print_stdout, reason = "a program's own report of what it did")]
+fn say(line: &str) {
+    println!("{line}");
+}
+
+#[expect(clippy::print_stderr, reason = "a program's error message")]
+fn complain(error: &dyn std::fmt::Display) {
+    eprintln!("lens-example-candle: {error}");
+}
