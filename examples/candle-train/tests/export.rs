@@ -21,13 +21,11 @@ use lens_training::goodput::ProgressRecord;
 
 /// The example's binary.
 const EXAMPLE: &str = env!("CARGO_BIN_EXE_lens-example-candle");
-/// The command that analyzes and views a file export (`analyze DIR`,
-/// `trace-view DIR`), found next to the example's binary (same target
-/// directory and profile; CI's workspace test builds it). The simulator's
-/// subcommands until the `lens` command (crate lens-command) is in the
-/// workspace: then this is `"lens"`, nothing else changes.
+/// The command that analyzes and views a file export (`lens analyze DIR`,
+/// `lens trace-view DIR`), found next to the example's binary (same target
+/// directory and profile; CI's workspace test builds it: crate lens-command).
 #[cfg(feature = "otel")]
-const VIEWER: &str = "megatron-train-sim";
+const VIEWER: &str = "lens";
 /// The export directory of each run, under the export's parent.
 const ATTEMPTS: [&str; 2] = ["attempt-1", "attempt-2"];
 
@@ -408,7 +406,7 @@ mod export {
     /// Runs the viewer command's `subcommand` on `dir`.
     fn viewer(subcommand: &str, dir: &Path) -> String {
         let binary = Path::new(EXAMPLE).with_file_name(VIEWER);
-        assert!(binary.exists(), "{} is not built: run `cargo build -p {VIEWER}` first", binary.display());
+        assert!(binary.exists(), "{} is not built: run `cargo build -p lens-command` first", binary.display());
         let output = Command::new(&binary).arg(subcommand).arg(dir).output().expect("the viewer runs");
         let text = format!("{}{}", stdout(&output), stderr(&output));
         assert!(output.status.success(), "{VIEWER} {subcommand} {} failed:\n{text}", dir.display());
