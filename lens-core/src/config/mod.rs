@@ -54,6 +54,7 @@ mod model;
 pub(crate) mod pyrepr;
 mod read;
 mod standard;
+mod transport;
 mod validate;
 
 pub use destination::{
@@ -65,6 +66,9 @@ pub use load::ConfigLoader;
 pub use model::{
     CliOverrides, DEFAULT_FILE_MAX_BYTES, DEFAULT_PREFIX, DEFAULT_PROMETHEUS_RESOURCE_LABELS, DEFAULT_SERVICE_NAME,
     HangTimeout, LensConfig, Origins, parse_bool,
+};
+pub use transport::{
+    FEATURE_OTLP_GRPC, FEATURE_OTLP_HTTP, FEATURE_PROMETHEUS, MissingTransport, Transports, default_destination_in,
 };
 pub use standard::{
     BatchSettings, Compression, ExporterKind, OtelSettings, OtlpEndpoint, OtlpProtocol, OtlpSettings, Propagator,
