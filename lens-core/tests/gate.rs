@@ -6,7 +6,6 @@ use lens_core::groups::{
     GroupSet, LENS_CATALOG, SpanGroup, enabled_span_groups, is_span_group_enabled, set_enabled_span_groups,
 };
 
-
 #[test]
 fn gate_lifecycle() {
     // All disabled by default.

@@ -36,7 +36,8 @@ fn child() {
     let Ok(mode) = std::env::var(CHILD) else { return };
     let telemetry = Telemetry::from_env("MYJOB_OTEL").unwrap();
     for step in 0..3_u64 {
-        let _span = lens_fallbacks::span::managed_span(SpanGroup::JOB, "myjob.step", [KeyValue::new("myjob.step", step)]);
+        let _span =
+            lens_fallbacks::span::managed_span(SpanGroup::JOB, "myjob.step", [KeyValue::new("myjob.step", step)]);
     }
     if mode == "wait" {
         // The batch processor exports every 200 ms: a failure shows here.

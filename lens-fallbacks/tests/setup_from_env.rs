@@ -8,13 +8,11 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use lens_fallbacks::bootstrap::InvalidBootstrap;
-use lens_fallbacks::config::{ConfigError, LensConfig};
-use lens_fallbacks::groups::{LENS_CATALOG, UnknownSpanGroup};
+use lens_fallbacks::config::{ConfigError, LensConfig, Transports};
+use lens_fallbacks::groups::LENS_CATALOG;
 use lens_fallbacks::identity::{RankContext, RankContextError};
 use lens_fallbacks::setup::{COMPILED_IN, ExporterError, SetupError, Telemetry};
 use lens_fallbacks::strategies::StrategyError;
-use lens_fallbacks::tracing_rules::TracingRulesError;
 
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
@@ -136,8 +134,9 @@ fn a_program_can_train_on_without_telemetry_instead() {
     assert!(telemetry.warnings()[0].contains("MYJOB_OTEL_SPAN_GROUPS"), "{:?}", telemetry.warnings());
 }
 
-/// Each of lens's error types goes through `?` into the one error type, with
-/// its message intact.
+/// Each error setup can return goes through `?` into `SetupError`, with its
+/// message intact (and only those: a span-group, `tracing`-rule or bootstrap
+/// error is not a setup error).
 #[test]
 fn question_mark_converts_every_error_into_setup_error() {
     fn config() -> Result<(), SetupError> {
@@ -148,20 +147,13 @@ fn question_mark_converts_every_error_into_setup_error() {
         RankContext::detect(&[("RANK", "x")])?;
         Ok(())
     }
-    fn span_groups() -> Result<(), SetupError> {
-        LENS_CATALOG.resolve("stpe")?;
-        Ok(())
-    }
     fn strategy() -> Result<(), SetupError> {
         lens_fallbacks::strategies::rank_strategy("no_such_strategy")?;
         Ok(())
     }
-    fn tracing_rules() -> Result<(), SetupError> {
-        LensConfig { tracing_groups: "=".into(), ..LensConfig::default() }.tracing_rules()?;
-        Ok(())
-    }
-    fn bootstrap() -> Result<(), SetupError> {
-        Err(InvalidBootstrap { variable: "X_ENABLED".into(), value: "maybe".into() })?
+    fn missing_transport() -> Result<(), SetupError> {
+        let config = LensConfig::from_env(&[("X_EXPORTER", "otlp")], "X", None, &LENS_CATALOG)?;
+        Err(config.missing_transport(Transports::FILES_ONLY).expect("otlp needs grpc"))?
     }
     fn exporter() -> Result<(), SetupError> {
         Err(ExporterError::Runtime { reason: "no threads".into() })?
@@ -169,17 +161,12 @@ fn question_mark_converts_every_error_into_setup_error() {
     let config_error: ConfigError =
         LensConfig::from_env(&[("NEMO_LENS_ENABLED", "maybe")], "NEMO_LENS", None, &LENS_CATALOG).unwrap_err();
     let rank_error: RankContextError = RankContext::detect(&[("RANK", "x")]).unwrap_err();
-    let groups_error: UnknownSpanGroup = LENS_CATALOG.resolve("stpe").unwrap_err();
     let strategy_error: StrategyError = lens_fallbacks::strategies::rank_strategy("no_such_strategy").err().unwrap();
-    let rules_error: TracingRulesError =
-        LensConfig { tracing_groups: "=".into(), ..LensConfig::default() }.tracing_rules().unwrap_err();
     for (converted, original) in [
         (config().unwrap_err(), config_error.to_string()),
         (rank().unwrap_err(), rank_error.to_string()),
-        (span_groups().unwrap_err(), groups_error.to_string()),
         (strategy().unwrap_err(), strategy_error.to_string()),
-        (tracing_rules().unwrap_err(), rules_error.to_string()),
-        (bootstrap().unwrap_err(), "invalid boolean for X_ENABLED: \"maybe\"".to_string()),
+        (missing_transport().unwrap_err(), "X_EXPORTER=otlp selects OTLP over gRPC".to_string()),
         (exporter().unwrap_err(), "no threads".to_string()),
     ] {
         assert!(converted.to_string().contains(&original), "{converted} lacks {original}");

@@ -580,7 +580,10 @@ impl LensBatchSpanProcessor {
     }
 
     /// A processor exporting through any [`BatchExporter`] of spans.
-    pub fn with_batch_exporter(exporter: Arc<dyn BatchExporter<SpanData>>, config: BatchConfig) -> LensBatchSpanProcessor {
+    pub fn with_batch_exporter(
+        exporter: Arc<dyn BatchExporter<SpanData>>,
+        config: BatchConfig,
+    ) -> LensBatchSpanProcessor {
         LensBatchSpanProcessor { owner: Owner::start(exporter, config, &SPANS) }
     }
 

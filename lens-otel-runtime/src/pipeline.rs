@@ -52,26 +52,23 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::SdkLoggerProvider;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
 #[cfg(feature = "otlp")]
 use opentelemetry_sdk::metrics::Temporality;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::resource::{ResourceDetector, TelemetryResourceDetector};
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter, SpanLimits};
 
+use crate::accounting::{CountingMetricExporter, MetricExportCounters};
 use crate::attr::KeyValue;
+use crate::batch::{BatchConfig, LensBatchLogProcessor, LensBatchSpanProcessor};
+use crate::closer::OpenSpanCloser;
 use crate::config::{
     COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination, ExporterKind, LensConfig, Propagator, Signal,
     TracesSampler, collector_answers,
 };
+use crate::config::{ConfigError, MissingTransport, Transports, default_destination_in};
 use crate::env::EnvSource;
-use crate::groups::{GroupSet, set_enabled_span_groups};
-use crate::identity::{
-    OsProbe, RankContext, ResourceInputs, SystemProbe, build_resource, resolve_run_id, restart_attempt,
-};
-use crate::accounting::{CountingMetricExporter, MetricExportCounters};
-use crate::batch::{BatchConfig, LensBatchLogProcessor, LensBatchSpanProcessor};
-use crate::closer::OpenSpanCloser;
 #[cfg(any(feature = "otlp", feature = "prometheus"))]
 use crate::exporters;
 use crate::exporters::{
@@ -80,14 +77,17 @@ use crate::exporters::{
 };
 #[cfg(feature = "prometheus")]
 use crate::exporters::{PrometheusExporter, PrometheusSettings};
-use crate::ids::SeedIndependentIdGenerator;
-use crate::sampler::{DelegateSampler, LensSampler, delegate_from};
-use crate::{active, logs};
-use crate::config::{ConfigError, MissingTransport, Transports, default_destination_in};
+use crate::groups::{GroupSet, set_enabled_span_groups};
 use crate::identity::RunIdSource;
+use crate::identity::{
+    OsProbe, RankContext, ResourceInputs, SystemProbe, build_resource, resolve_run_id, restart_attempt,
+};
+use crate::ids::SeedIndependentIdGenerator;
 use crate::propagators;
 pub use crate::report::ShutdownReport;
+use crate::sampler::{DelegateSampler, LensSampler, delegate_from};
 use crate::strategies::{self, RankStrategy, StrategyError};
+use crate::{active, logs};
 
 /// The instrumentation scope of lens's own tracer and meter.
 pub const DEFAULT_SCOPE: &str = "nemo.lens";
@@ -778,10 +778,7 @@ fn build(
     let groups = if tracer_provider.is_some() { groups } else { GroupSet::EMPTY };
     set_enabled_span_groups(groups);
     let selected = &config.otel.propagators;
-    propagators::set_propagators(
-        selected.contains(&Propagator::TraceContext),
-        selected.contains(&Propagator::Baggage),
-    );
+    propagators::set_propagators(selected.contains(&Propagator::TraceContext), selected.contains(&Propagator::Baggage));
 
     Ok(Pipeline {
         tracer,

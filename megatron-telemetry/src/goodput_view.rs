@@ -34,7 +34,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use lens_core::otlp_file::{AttributeValue, SpanRecord};
+//! use lens_fallbacks::otlp_file::{AttributeValue, SpanRecord};
 //! use megatron_telemetry::goodput::Bucket;
 //! use megatron_telemetry::goodput_view::{Attempt, breakdown};
 //!
@@ -65,7 +65,7 @@
 use std::fmt;
 use std::io::{self, Write};
 
-use lens_core::otlp_file::SpanRecord;
+use lens_fallbacks::otlp_file::SpanRecord;
 
 use crate::goodput::{Accountant, Bucket, GoodputTotals, Phase};
 use crate::taxonomy::{self as tx, attr};
@@ -451,7 +451,7 @@ pub fn write_section(out: &mut dyn Write, result: &Result<SpanBreakdown, Vec<Mis
 mod tests {
     use std::collections::BTreeMap;
 
-    use lens_core::otlp_file::AttributeValue;
+    use lens_fallbacks::otlp_file::AttributeValue;
 
     use super::*;
 

@@ -14,7 +14,7 @@
 //! resource attributes (`nemo.run.id`, ranks, ...).
 //!
 //! [`TrainingMetrics`] has no `cfg` of its own: it is built on lens-core's
-//! metric handles ([`lens_core::metrics`]), which hold OpenTelemetry
+//! metric handles ([`lens_fallbacks::metrics`]), which hold OpenTelemetry
 //! instruments with the `otel` feature and nothing without it, so this module
 //! is one definition for both builds, like the pure helpers
 //! ([`TrainingValues`], [`select_loss`], [`PeakTracker`]).
@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The kind of an instrument (lens-core's, the same type as
 /// lens-instruments' descriptors use): histograms and gauges here record
 /// `f64`, counters add `u64`.
-pub use lens_core::instrument_values::InstrumentKind;
+pub use lens_fallbacks::instrument_values::InstrumentKind;
 
 /// One metric: its OpenTelemetry name, kind, units and Prometheus name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,7 +299,7 @@ pub use crate::markdown::training_metrics as markdown_table;
 
 use std::sync::atomic::AtomicBool;
 
-use lens_core::metrics::{Counter, Gauge, Histogram, Meter};
+use lens_fallbacks::metrics::{Counter, Gauge, Histogram, Meter};
 
 /// The eight training instruments, created once from a meter.
 ///
@@ -437,7 +437,7 @@ impl TrainingMetrics {
 #[cold]
 fn warn_ambiguous(losses: &[(&str, f64)]) {
     let keys: Vec<&str> = losses.iter().map(|(k, _)| *k).filter(|k| !META_LOSS_KEYS.contains(k)).collect();
-    lens_core::diag::warn(format_args!(
+    lens_fallbacks::diag::warn(format_args!(
         "megatron.training.loss is not recorded: the loss dict has several keys ({}) and none is '{}'; \
          name the loss to export 'lm loss'",
         keys.join(", "),

@@ -78,7 +78,7 @@ pub const RANK_METRICS: &[MetricDef] = &[PHASE_DURATION_MS, STEP_DURATION_MS, IT
 
 /// The attributes of a rank's series: `dl.rank` and its coordinates.
 pub(crate) fn rank_attributes(c: RankCoordinates) -> Vec<KeyValue> {
-    use lens_core::semconv;
+    use lens_fallbacks::semconv;
     vec![
         KeyValue::new(semconv::DL_RANK, i64::from(c.rank)),
         KeyValue::new(semconv::DL_PIPELINE_PARALLEL_RANK, i64::from(c.pipeline)),

@@ -42,7 +42,7 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use lens_core::config::HangTimeout;
+//! use lens_fallbacks::config::HangTimeout;
 //! use megatron_telemetry::phases::{Phase, PhaseSnapshot};
 //! use megatron_telemetry::watchdog::{HangRule, Verdict};
 //!
@@ -64,7 +64,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-pub use lens_core::config::HangTimeout;
+pub use lens_fallbacks::config::HangTimeout;
 
 use crate::phases::{Phase, PhaseSnapshot, Phases};
 pub use crate::rank_metrics::HANG_SUSPECTED;

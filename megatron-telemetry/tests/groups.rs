@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use lens_core::groups::{GroupSet, LENS_CATALOG, LENS_GROUPS, SpanGroup};
+use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, LENS_GROUPS, SpanGroup};
 use megatron_telemetry::groups::{
     MEGATRON_CATALOG, MEGATRON_GROUPS, MEGATRON_ONLY_GROUPS, MegatronSpanGroup as G, presets_containing, summary,
 };

@@ -154,7 +154,7 @@ fn attributes_are_known_keys_on_the_right_spans() {
     assert_eq!(known.len(), attr::ALL.len(), "attribute keys are unique");
     // The inference server's spans carry the HTTP and GenAI semantic
     // conventions' keys, which are lens-core's.
-    known.extend(lens_core::semconv::ALL.iter().map(|key| key.key));
+    known.extend(lens_fallbacks::semconv::ALL.iter().map(|key| key.key));
     for span in SPANS {
         for key in span.attributes {
             assert!(known.contains(key), "{}: unknown attribute {key}", span.name);

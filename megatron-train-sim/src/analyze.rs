@@ -15,7 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lens_core::otlp_file;
+use lens_fallbacks::otlp_file;
 use megatron_telemetry::{goodput_view, stragglers};
 
 /// `analyze`: cross-rank analyses of a `file` export.

@@ -31,7 +31,7 @@
 //! span without ids or times are skipped and counted. An input that holds
 //! no traces file, or no span at all, is a usage error (exit 2).
 //!
-//! Reading the export is lens-core's (`lens_core::otlp_file::tree`, next
+//! Reading the export is lens-core's (`lens_fallbacks::otlp_file::tree`, next
 //! to the `file` exporter whose format it is); this module is the viewer:
 //! the CLI calls [`run`] with the parsed [`TraceViewArgs`]; tests call
 //! [`view`] and [`write_table`].
@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::ValueEnum;
-use lens_core::otlp_file::{self, tree::SpanStatus, tree::SpanTree, tree::TreeSpan};
+use lens_fallbacks::otlp_file::{self, tree::SpanStatus, tree::SpanTree, tree::TreeSpan};
 use serde_json::{Value, json};
 
 /// Nanoseconds per tick of the output grid (1/8 µs: exactly representable
@@ -643,7 +643,7 @@ fn write_footer(out: &mut dyn Write, view: &View, path: &Path) -> io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lens_core::otlp_file::tree::SpanLink;
+    use lens_fallbacks::otlp_file::tree::SpanLink;
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -67,10 +67,10 @@ pub use model::{
     CliOverrides, DEFAULT_FILE_MAX_BYTES, DEFAULT_PREFIX, DEFAULT_PROMETHEUS_RESOURCE_LABELS, DEFAULT_SERVICE_NAME,
     HangTimeout, LensConfig, Origins, parse_bool,
 };
-pub use transport::{
-    FEATURE_OTLP_GRPC, FEATURE_OTLP_HTTP, FEATURE_PROMETHEUS, MissingTransport, Transports, default_destination_in,
-};
 pub use standard::{
     BatchSettings, Compression, ExporterKind, OtelSettings, OtlpEndpoint, OtlpProtocol, OtlpSettings, Propagator,
     Signal, TracesSampler,
+};
+pub use transport::{
+    FEATURE_OTLP_GRPC, FEATURE_OTLP_HTTP, FEATURE_PROMETHEUS, MissingTransport, Transports, default_destination_in,
 };

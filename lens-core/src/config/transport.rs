@@ -233,7 +233,8 @@ mod tests {
 
     #[test]
     fn prometheus_without_the_feature_names_the_metrics_variable() {
-        let env = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_EXPORTER", "file"), ("OTEL_METRICS_EXPORTER", "prometheus")];
+        let env =
+            [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_EXPORTER", "file"), ("OTEL_METRICS_EXPORTER", "prometheus")];
         assert_eq!(missing(&env, Transports::FILES_ONLY), owned("OTEL_METRICS_EXPORTER", "prometheus", "prometheus"));
         assert_eq!(missing(&env, Transports { prometheus: true, ..Transports::FILES_ONLY }), None);
         // Metrics off: prometheus is never built, so it is not missing.
@@ -249,7 +250,8 @@ mod tests {
     #[test]
     fn files_console_and_none_need_no_transport() {
         for exporter in ["file", "console"] {
-            let env = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_EXPORTER", exporter), ("OTEL_TRACES_EXPORTER", "none")];
+            let env =
+                [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_EXPORTER", exporter), ("OTEL_TRACES_EXPORTER", "none")];
             assert_eq!(missing(&env, Transports::FILES_ONLY), None, "{exporter}");
         }
     }

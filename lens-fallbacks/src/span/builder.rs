@@ -278,7 +278,9 @@ impl SpanBuilder {
     ) -> SpanBuilder {
         #[cfg(feature = "otel")]
         return self.with(|pending| {
-            pending.attributes.extend(redacted(attributes, redact_keys).map(lens_otel_runtime::convert::ToOtel::to_otel));
+            pending
+                .attributes
+                .extend(redacted(attributes, redact_keys).map(lens_otel_runtime::convert::ToOtel::to_otel));
         });
         #[cfg(not(feature = "otel"))]
         {

@@ -20,10 +20,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lens_fallbacks::config::{LensConfig, OtlpEndpoint, OtlpProtocol, Signal};
-use lens_fallbacks::identity::RankContext;
-use lens_fallbacks::otel::accounting::MAX_KEPT_COLLECTIONS;
-use lens_fallbacks::setup::{SetupOptions, ShutdownReport, setup_telemetry};
+use lens_core::config::{LensConfig, OtlpEndpoint, OtlpProtocol, Signal};
+use lens_core::identity::RankContext;
+use lens_core::report::ShutdownReport;
+use lens_otel_runtime::accounting::MAX_KEPT_COLLECTIONS;
+use lens_otel_runtime::pipeline::{PipelineOptions, setup};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
@@ -235,13 +236,13 @@ fn run(
     otlp.endpoint = Some(OtlpEndpoint { url: collector.endpoint(), signal_specific: false });
     otlp.headers.insert("authorization", AUTHORIZATION).expect("a valid header");
     otlp.timeout = Duration::from_secs(5);
-    let options = SetupOptions::new()
-        .with_env(std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "outage".to_string())]));
-    let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("setup");
+    let env = std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "outage".to_string())]);
+    let telemetry = setup(&config, &RankContext::SINGLE, Vec::new(), PipelineOptions::default(), &env).expect("setup");
     let collections = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&collections);
     let _gauge = telemetry
         .otel_meter()
+        .expect("a meter")
         .i64_observable_gauge(GAUGE)
         .with_callback(move |observer| observer.observe(counter.fetch_add(1, Ordering::AcqRel) as i64 + 1, &[]))
         .build();

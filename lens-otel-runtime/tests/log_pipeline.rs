@@ -7,9 +7,10 @@
 
 use std::time::Duration;
 
-use lens_fallbacks::config::{ExporterKind, LensConfig};
-use lens_fallbacks::identity::RankContext;
-use lens_fallbacks::setup::{SetupOptions, ShutdownReport, setup_telemetry};
+use lens_core::config::{ExporterKind, LensConfig};
+use lens_core::identity::RankContext;
+use lens_core::report::ShutdownReport;
+use lens_otel_runtime::pipeline::{PipelineOptions, setup};
 
 const RECORDS: usize = 200;
 
@@ -30,9 +31,8 @@ fn run(name: &str, max_queue_size: usize) -> (ShutdownReport, usize) {
     };
     config.otel.batch.max_queue_size = max_queue_size;
     config.otel.batch.max_export_batch_size = config.otel.batch.max_export_batch_size.min(max_queue_size);
-    let options = SetupOptions::new()
-        .with_env(std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), name.to_string())]));
-    let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("setup");
+    let env = std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), name.to_string())]);
+    let telemetry = setup(&config, &RankContext::SINGLE, Vec::new(), PipelineOptions::default(), &env).expect("setup");
     for i in 0..RECORDS {
         log::info!("lens-test-record {i}");
     }

@@ -14,13 +14,13 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use lens_fallbacks::config::{ExporterKind, LensConfig};
-use lens_fallbacks::identity::RankContext;
-use lens_fallbacks::otel::exporters::{
+use lens_core::config::{ExporterKind, LensConfig};
+use lens_core::identity::RankContext;
+use lens_otel_runtime::exporters::{
     ONE_EXPORTER_PER_HOST_STRATEGIES, PROMETHEUS_MAX_CONNECTIONS, PrometheusExporter, PrometheusSettings,
     prometheus_port_offset,
 };
-use lens_fallbacks::setup::{SetupOptions, setup_telemetry};
+use lens_otel_runtime::pipeline::{PipelineOptions, setup};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
@@ -166,11 +166,11 @@ fn served_port(base: u16, strategy: &str, custom_strategy: bool) -> u16 {
     config.otel.prometheus_port = base;
     let rank = RankContext { rank: 3, world_size: 4, local_rank: 3, node_rank: None };
     let env = BTreeMap::from([("NEMO_LENS_RUN_ID".to_owned(), "prom-port-run".to_owned())]);
-    let mut options = SetupOptions::new().with_env(env);
+    let mut options = PipelineOptions::default();
     if custom_strategy {
-        options = options.with_rank_strategy(|_config, _rank| true);
+        options.rank_strategy = Some(std::sync::Arc::new(|_config: &LensConfig, _rank: &RankContext| true));
     }
-    let telemetry = setup_telemetry(&config, &rank, Vec::new(), options).expect("setup");
+    let telemetry = setup(&config, &rank, Vec::new(), options, &env).expect("setup");
     assert!(telemetry.is_exporting(), "{strategy}: rank 3 of 4 exports");
     let addr: SocketAddr = telemetry
         .destinations()
