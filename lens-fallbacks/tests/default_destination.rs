@@ -8,7 +8,14 @@
 //!   the startup line and the shutdown report name the absolute path;
 //! - a configured collector that refuses connections: the first failed
 //!   export names the endpoint before the program reaches shutdown;
-//! - a file cap: one warning, the dropped records counted in the report.
+//! - a file cap: one warning, the dropped records counted in the report;
+//! - a configuration that selects a transport this build lacks (the facade's
+//!   features `otlp-grpc`, `otlp-http`, `prometheus`): a setup error naming
+//!   the variable, its value and the feature, before anything is written;
+//!   and without `otlp-grpc` the default rule writes files without probing.
+//!   Run in both shapes: `cargo test -p lens-fallbacks --test
+//!   default_destination` (gRPC) and the same with `--no-default-features
+//!   --features otel` (files and console only).
 //!
 //! The "a collector answers" branch is tested at the function level in
 //! `lens_fallbacks::config::destination` (a local listener), since setting an
@@ -21,7 +28,7 @@ use std::time::{Duration, Instant};
 use lens_fallbacks::attr::KeyValue;
 use lens_fallbacks::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, collector_answers};
 use lens_fallbacks::groups::SpanGroup;
-use lens_fallbacks::setup::Telemetry;
+use lens_fallbacks::setup::{TRANSPORTS, Telemetry};
 
 /// The variable that makes this binary's `child` test act as a program.
 const CHILD: &str = "LENS_DEFAULT_DESTINATION_CHILD";
@@ -34,7 +41,13 @@ const SHUTTING_DOWN: &str = "child: shutting down";
 #[expect(clippy::print_stderr, reason = "the child's standard error is what the parent reads")]
 fn child() {
     let Ok(mode) = std::env::var(CHILD) else { return };
-    let telemetry = Telemetry::from_env("MYJOB_OTEL").unwrap();
+    let telemetry = match Telemetry::from_env("MYJOB_OTEL") {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("child setup error: {error}");
+            return;
+        }
+    };
     for step in 0..3_u64 {
         let _span =
             lens_fallbacks::span::managed_span(SpanGroup::JOB, "myjob.step", [KeyValue::new("myjob.step", step)]);
@@ -77,7 +90,8 @@ fn temp_dir(name: &str) -> PathBuf {
 fn with_nothing_configured_spans_go_to_files_when_no_collector_answers_and_the_program_says_where() {
     let dir = temp_dir("files");
     let started = Instant::now();
-    let collector = collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT);
+    // Without gRPC the rule never picks the collector (and never probes).
+    let collector = TRANSPORTS.otlp_grpc && collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT);
     let (_, stderr) = run_child(
         &dir,
         "quick",
@@ -124,6 +138,14 @@ fn an_unreachable_configured_collector_is_named_at_the_first_failed_export() {
             ("MYJOB_OTEL_SHUTDOWN_TIMEOUT_MS", "500"),
         ],
     );
+    if !TRANSPORTS.otlp_grpc {
+        let expected = format!("child setup error: OTEL_EXPORTER_OTLP_ENDPOINT={endpoint} selects OTLP over gRPC");
+        assert!(stderr.contains(&expected), "{stderr}");
+        assert!(stderr.contains("`otlp-grpc` of lens-fallbacks"), "{stderr}");
+        assert!(!dir.join("telemetry").exists(), "{stderr}");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let named = stderr
         .find(&format!("cannot export traces to the OTLP collector at {endpoint}"))
         .unwrap_or_else(|| panic!("no warning naming {endpoint}:\n{stderr}"));
@@ -154,4 +176,47 @@ fn a_full_file_drops_records_with_one_warning_and_counts_them() {
     let report = stderr.lines().find(|l| l.starts_with("child report:")).unwrap();
     assert!(report.contains("3 records dropped: file size cap reached"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A configuration that selects a transport this build lacks stops setup
+/// with an error naming the variable, its value and the cargo feature,
+/// before any file is written; a transport the build has sets up.
+#[test]
+fn a_transport_this_build_lacks_is_a_setup_error_before_anything_is_written() {
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", refused.local_addr().unwrap());
+    drop(refused);
+    let cases: [(&str, &str, bool, &str); 3] = [
+        ("MYJOB_OTEL_EXPORTER", "otlp", TRANSPORTS.otlp_grpc, "otlp-grpc"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", TRANSPORTS.otlp_http, "otlp-http"),
+        ("OTEL_METRICS_EXPORTER", "prometheus", TRANSPORTS.prometheus, "prometheus"),
+    ];
+    for (variable, value, present, feature) in cases {
+        if present && value == "prometheus" {
+            // Served on a real port: the runtime's own tests cover it.
+            continue;
+        }
+        let dir = temp_dir(&format!("missing-{feature}"));
+        let (_, stderr) = run_child(
+            &dir,
+            "quick",
+            &[
+                ("MYJOB_OTEL_ENABLED", "1"),
+                ("MYJOB_OTEL_EXPORTER", if variable == "OTEL_METRICS_EXPORTER" { "file" } else { "otlp" }),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+                (variable, value),
+                ("MYJOB_OTEL_SHUTDOWN_TIMEOUT_MS", "200"),
+            ],
+        );
+        let refused = stderr.lines().find(|line| line.starts_with("child setup error: "));
+        if present {
+            assert_eq!(refused, None, "{variable}={value}: {stderr}");
+        } else {
+            let line = refused.unwrap_or_else(|| panic!("{variable}={value} set up without {feature}:\n{stderr}"));
+            assert!(line.contains(&format!("{variable}={value} selects ")), "{line}");
+            assert!(line.contains(&format!("`{feature}` of lens-fallbacks")), "{line}");
+            assert!(!dir.join("telemetry").exists(), "{variable}={value} wrote files before refusing:\n{stderr}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
