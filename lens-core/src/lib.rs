@@ -53,16 +53,3 @@ pub mod semconv;
 pub mod strategies;
 mod suggest;
 pub mod tracing_rules;
-
-/// The Rust examples of `docs/configuration.md`, compiled and run as doc
-/// tests so that the page cannot drift from the API. They need no feature,
-/// so every `cargo test -p lens-core --doc` runs them.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/configuration.md")]
-pub struct ConfigurationDocExamples;
-
-/// The Rust example of `docs/trace-view.md` (reading an export with
-/// `otlp_file::tree`), compiled and run as a doc test in both modes.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/trace-view.md")]
-pub struct TraceViewDocExamples;

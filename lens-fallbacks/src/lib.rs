@@ -156,3 +156,15 @@ pub struct InstrumentingDocExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/own-program.md")]
 pub struct OwnProgramDocExamples;
+
+/// The Rust examples of `docs/configuration.md`, compiled and run as doc
+/// tests so that the page cannot drift from the API, in both modes.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/configuration.md")]
+pub struct ConfigurationDocExamples;
+
+/// The Rust example of `docs/trace-view.md` (reading an export with
+/// `otlp_file::tree`), compiled and run as a doc test in both modes.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/trace-view.md")]
+pub struct TraceViewDocExamples;
