@@ -58,15 +58,8 @@ pub mod span;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-/// The OpenTelemetry runtime (`lens-otel-runtime`), with the facade's `otel`
-/// feature: for integrations that bridge another API into lens (the
-/// `tracing` bridge's layer, the in-memory exporters of tests). Instrumented
-/// code never needs it; it is not part of the API that exists in both
-/// builds.
 #[cfg(feature = "otel")]
-pub mod otel {
-    pub use lens_otel_runtime::*;
-}
+pub mod otel;
 
 pub use attr::{AttrValue, DEFAULT_REDACT_KEYS, KeyValue, LazyAttributes, REDACTED, lazy_attributes, redact_value};
 pub use bootstrap::InvalidBootstrap;

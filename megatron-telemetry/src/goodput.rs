@@ -595,10 +595,6 @@ pub const GOODPUT_METRICS: &[crate::metrics::MetricDef] = &[GOODPUT_TIME, GOODPU
 /// The attribute of `megatron.goodput.time` naming the bucket.
 pub const BUCKET_ATTRIBUTE: &str = "megatron.goodput.bucket";
 
-/// The goodput table of `docs/metrics-megatron.md` (rendered by
-/// [`crate::markdown::goodput_metrics`]).
-pub use crate::markdown::goodput_metrics as markdown_table;
-
 /// The goodput gauges and the MFU gauge, created once from a meter (on the
 /// export rank; elsewhere [`GoodputMetrics::noop`]). One definition on lens's
 /// metric handles: without the `otel` feature every handle is a no-op.

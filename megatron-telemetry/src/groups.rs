@@ -241,7 +241,3 @@ pub fn summary(group: SpanGroup) -> Option<&'static str> {
 pub fn presets_containing(group: SpanGroup) -> Vec<&'static str> {
     MEGATRON_CATALOG.presets().iter().filter(|p| p.groups.contains(group)).map(|p| p.name).collect()
 }
-
-/// The group and preset reference of `docs/span-groups.md` (rendered by
-/// [`crate::markdown::groups_reference`]).
-pub use crate::markdown::groups_reference as markdown_reference;

@@ -293,10 +293,6 @@ impl PeakTracker {
     }
 }
 
-/// The metrics table of `docs/metrics-megatron.md` (rendered by
-/// [`crate::markdown::training_metrics`]).
-pub use crate::markdown::training_metrics as markdown_table;
-
 use std::sync::atomic::AtomicBool;
 
 use lens_fallbacks::metrics::{Counter, Gauge, Histogram, Meter};

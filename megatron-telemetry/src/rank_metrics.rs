@@ -87,10 +87,6 @@ pub(crate) fn rank_attributes(c: RankCoordinates) -> Vec<KeyValue> {
     ]
 }
 
-/// The table of `docs/metrics-megatron.md` between the `generated:rank-metrics`
-/// markers (rendered by [`crate::markdown::rank_metrics`]).
-pub use crate::markdown::rank_metrics as markdown_table;
-
 /// Where a rank sits in the job: the attributes of its series.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RankCoordinates {

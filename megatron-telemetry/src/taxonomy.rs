@@ -997,7 +997,3 @@ pub fn spans_in(group: SpanGroup) -> impl Iterator<Item = &'static SpanDef> {
 pub fn children_of(name: &str) -> impl Iterator<Item = &'static SpanDef> + '_ {
     SPANS.iter().filter(move |s| s.parent == Some(name))
 }
-
-/// The whole of `docs/span-taxonomy.md` (rendered by
-/// [`crate::markdown::span_taxonomy`]).
-pub use crate::markdown::span_taxonomy as markdown_table;

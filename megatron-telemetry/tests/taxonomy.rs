@@ -183,7 +183,7 @@ fn lookup_helpers_agree_with_the_table() {
 
 #[test]
 fn markdown_lists_every_span_once() {
-    let text = taxonomy::markdown_table();
+    let text = megatron_telemetry::markdown::span_taxonomy();
     for span in SPANS {
         let row = format!("`{}` | `{}` |", span.name, span.group.name());
         assert_eq!(text.matches(&row).count(), 1, "{}", span.name);
@@ -194,7 +194,10 @@ fn markdown_lists_every_span_once() {
 fn span_taxonomy_docs_are_up_to_date() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/span-taxonomy.md");
     let text = std::fs::read_to_string(path).expect("docs/span-taxonomy.md exists");
-    assert!(text == taxonomy::markdown_table(), "docs/span-taxonomy.md is out of date: run `cargo xtask codegen`");
+    assert!(
+        text == megatron_telemetry::markdown::span_taxonomy(),
+        "docs/span-taxonomy.md is out of date: run `cargo xtask codegen`"
+    );
 }
 
 /// Structure is never sampled away: every span emitted every iteration or
