@@ -57,6 +57,7 @@ use super::exporters::LensSpanExporter;
 #[cfg(feature = "otlp")]
 use super::exporters::OtlpSpanExporter;
 use crate::diag::{RateLimit, warn};
+use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
 pub use crate::report::SpanExportSnapshot;
 
 /// The first wait before retrying a failed export.
@@ -213,6 +214,32 @@ pub struct SpanExportCounters {
 }
 
 impl SpanExportCounters {
+    /// Applies `event`'s changes ([`ExportEvent::changes`], the pure
+    /// ledger's definition) to the shared counters.
+    fn record(&self, event: ExportEvent) {
+        for change in event.changes() {
+            match change {
+                Change::Add(counter, amount) => self.counter(counter).fetch_add(amount, Ordering::AcqRel),
+                Change::Sub(counter, amount) => self.counter(counter).fetch_sub(amount, Ordering::AcqRel),
+            };
+        }
+    }
+
+    fn counter(&self, counter: Counter) -> &AtomicU64 {
+        match counter {
+            Counter::Accepted => &self.accepted,
+            Counter::Exported => &self.exported,
+            Counter::DroppedQueueFull => &self.dropped_queue_full,
+            Counter::DroppedExportFailed => &self.dropped_export_failed,
+            Counter::DroppedAtShutdown => &self.dropped_at_shutdown,
+            Counter::ExportErrors => &self.export_errors,
+            Counter::Retries => &self.retries,
+            Counter::InFlightSpans => &self.in_flight_spans,
+            Counter::InFlightExports => &self.in_flight_exports,
+            Counter::RejectedAfterShutdown => &self.rejected_after_shutdown,
+        }
+    }
+
     /// The counters now. Each value is read atomically; the set is not one
     /// atomic snapshot while spans are moving.
     pub fn snapshot(&self) -> SpanExportSnapshot {
@@ -230,14 +257,6 @@ impl SpanExportCounters {
             rejected_after_shutdown: load(&self.rejected_after_shutdown),
         }
     }
-}
-
-fn add(counter: &AtomicU64, n: usize) {
-    counter.fetch_add(n as u64, Ordering::AcqRel);
-}
-
-fn sub(counter: &AtomicU64, n: usize) {
-    counter.fetch_sub(n as u64, Ordering::AcqRel);
 }
 
 /// Locks a mutex, recovering it if a thread panicked while holding it: the
@@ -462,19 +481,16 @@ impl<T: Item> Inner<T> {
 
     fn push(&self, span: T) -> bool {
         let mut queue = lock(&self.queue);
-        if self.closed.load(Ordering::Acquire) {
+        let queued = queue.len() + self.held_by_worker.load(Ordering::Acquire);
+        let admission = admit(self.closed.load(Ordering::Acquire), queued, self.config.max_queue_size);
+        if admission != Admission::Accepted {
             drop(queue);
-            self.counters.rejected_after_shutdown.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        if queue.len() + self.held_by_worker.load(Ordering::Acquire) >= self.config.max_queue_size {
-            drop(queue);
-            self.counters.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
+            self.counters.record(ExportEvent::Offered(admission));
             return false;
         }
         queue.push_back(span);
         // Counted under the lock: the count is also the span's sequence number.
-        self.counters.accepted.fetch_add(1, Ordering::AcqRel);
+        self.counters.record(ExportEvent::Offered(Admission::Accepted));
         let full_batch = queue.len() == self.config.max_export_batch_size;
         drop(queue);
         if full_batch {
@@ -494,26 +510,15 @@ impl<T: Item> Inner<T> {
     /// progress, with the control lock held (so that a flush or shutdown
     /// never sees the progress ahead of the counters).
     fn resolve_locked(&self, control: &mut Control, start: u64, len: usize, outcome: Outcome) {
-        match outcome {
-            Outcome::Exported => add(&self.counters.exported, len),
-            Outcome::Failed => add(&self.counters.dropped_export_failed, len),
-            Outcome::Abandoned => add(&self.counters.dropped_at_shutdown, len),
-        }
+        self.counters.record(ExportEvent::Resolved { len: len as u64, outcome });
         control.progress.resolve(start, start + len as u64);
     }
 
     fn record_error(&self, error: &OTelSdkError) {
-        self.counters.export_errors.fetch_add(1, Ordering::Relaxed);
+        self.counters.record(ExportEvent::AttemptFailed);
         let message = crate::diag::redact(&error.to_string(), &self.config.redact);
         *lock(&self.last_error) = Some(message);
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
-    Exported,
-    Failed,
-    Abandoned,
 }
 
 /// Owns the worker; when the last handle goes, shutdown starts in the
@@ -978,8 +983,7 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
     }
     control.unresolved.insert(start, len);
     drop(control);
-    add(&inner.counters.in_flight_exports, 1);
-    add(&inner.counters.in_flight_spans, len);
+    inner.counters.record(ExportEvent::Started { len: len as u64 });
 
     let number = inner.export_threads.fetch_add(1, Ordering::Relaxed);
     let batch = Arc::new(Mutex::new(Some(batch)));
@@ -1002,8 +1006,7 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
 fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
     let len = batch.len();
     let outcome = export_with_retry(inner, batch);
-    sub(&inner.counters.in_flight_spans, len);
-    sub(&inner.counters.in_flight_exports, 1);
+    inner.counters.record(ExportEvent::Finished { len: len as u64 });
     let mut control = lock(&inner.control);
     if control.unresolved.remove(&start).is_some() {
         inner.resolve_locked(&mut control, start, len, outcome);
@@ -1035,7 +1038,7 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
     let mut first = true;
     loop {
         if !first {
-            inner.counters.retries.fetch_add(1, Ordering::Relaxed);
+            inner.counters.record(ExportEvent::Retried);
         }
         first = false;
         let shutdown_deadline = inner.shutdown_deadline();
@@ -1057,16 +1060,6 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
         if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), Instant::now()) {
             return outcome;
         }
-    }
-}
-
-/// How a failing batch ends if its next attempt would start at `at`: not
-/// yet (`None`), failed once the retry window is over, or unsent at
-/// shutdown when the shutdown deadline comes first.
-fn retries_over(window_end: Instant, shutdown_deadline: Option<Instant>, at: Instant) -> Option<Outcome> {
-    match shutdown_deadline {
-        Some(deadline) if deadline < window_end => (at >= deadline).then_some(Outcome::Abandoned),
-        _ => (at >= window_end).then_some(Outcome::Failed),
     }
 }
 

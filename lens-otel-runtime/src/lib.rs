@@ -15,7 +15,9 @@
 //!   (`prometheus`), and in-memory ones behind `testing`.
 //! - [`batch`]: the bounded, counting, retrying batch span and log
 //!   processor; it knows its exporter through [`batch::BatchExporter`], and
-//!   its counting is the pure state machine [`batch::ExportLedger`].
+//!   its counting is the pure state machine of [`ledger`].
+//! - [`ledger`]: the export counting (events, their counter changes, the
+//!   admission and retry decisions), pure data and functions.
 //! - [`accounting`]: the counting (and resending) metric exporter.
 //! - [`closer`]: ends spans still open at shutdown, marked truncated.
 //! - `executor`: the small thread-parking executor that runs exports
@@ -39,6 +41,7 @@ pub mod convert;
 mod executor;
 pub mod exporters;
 pub mod ids;
+pub mod ledger;
 pub mod logs;
 pub mod pipeline;
 pub mod propagators;
