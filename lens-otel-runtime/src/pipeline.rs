@@ -586,7 +586,8 @@ pub fn setup(
         }
         return Ok(Pipeline::inert(enabled));
     }
-    match build(config, rank, resource_attributes, options, env, records_spans, groups, (exports, rank_metrics)) {
+    let decision = RankDecision { exports, rank_metrics, records_spans, groups };
+    match build(config, rank, resource_attributes, options, env, decision) {
         Ok(telemetry) => Ok(telemetry),
         Err(error) => {
             ACTIVE.store(false, Ordering::Release);
@@ -607,6 +608,18 @@ fn run_id_variables(config: &LensConfig) -> String {
     names.join(" or ")
 }
 
+/// What the strategies decided for this rank, before anything is built.
+struct RankDecision {
+    /// The rank strategy says it exports.
+    exports: bool,
+    /// It exports the per-rank metrics (`<PREFIX>_RANK_METRICS`).
+    rank_metrics: bool,
+    /// The sampling strategy keeps its spans.
+    records_spans: bool,
+    /// The span groups it enables.
+    groups: GroupSet,
+}
+
 /// Builds the providers of an exporting rank.
 fn build(
     config: &LensConfig,
@@ -614,10 +627,9 @@ fn build(
     resource_attributes: Vec<KeyValue>,
     mut options: PipelineOptions,
     env: &(dyn EnvSource + Send + Sync),
-    records_spans: bool,
-    groups: GroupSet,
-    (exports, rank_metrics): (bool, bool),
+    decision: RankDecision,
 ) -> Result<Pipeline, PipelineError> {
+    let RankDecision { exports, rank_metrics, records_spans, groups } = decision;
     // SPEC A22: with nothing selecting a destination (and no exporter given
     // in code), OTLP to the local collector if one answers, else files.
     let custom = options.span_exporter.is_some() || options.metric_exporter.is_some();

@@ -72,7 +72,7 @@ impl Simulation {
                 let at = usize::from(arg) % self.running.len();
                 self.ledger.record(ExportEvent::AttemptFailed);
                 self.running[at].failed = true;
-                if arg % 2 == 0 {
+                if arg.is_multiple_of(2) {
                     self.ledger.record(ExportEvent::Retried);
                 }
             }
