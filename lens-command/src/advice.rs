@@ -12,7 +12,7 @@
 //! ```
 //! use std::collections::BTreeMap;
 //! use lens_command::advice::Advice;
-//! use lens_core::otlp_file::AttributeValue;
+//! use lens_fallbacks::otlp_file::AttributeValue;
 //!
 //! let resource: BTreeMap<String, AttributeValue> = [
 //!     ("lens.config.prefix", "MYJOB_OTEL"),
@@ -29,8 +29,8 @@
 
 use std::collections::BTreeMap;
 
-use lens_core::otlp_file::AttributeValue;
-use lens_core::semconv;
+use lens_fallbacks::otlp_file::AttributeValue;
+use lens_fallbacks::semconv;
 
 /// Megatron's configuration prefix.
 pub const MEGATRON_PREFIX: &str = "MEGATRON_OTEL";

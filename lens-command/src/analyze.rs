@@ -46,8 +46,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lens_core::otlp_file::{self, AttributeValue, MetricPoint, SpanRecord};
-use lens_core::semconv;
+use lens_fallbacks::otlp_file::{self, AttributeValue, MetricPoint, SpanRecord};
+use lens_fallbacks::semconv;
 use lens_training::{goodput_view, stragglers};
 
 use crate::advice::Advice;

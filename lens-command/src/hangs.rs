@@ -18,8 +18,8 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use lens_core::otlp_file::{AttributeValue, MetricPoint, SpanEventRecord};
-use lens_core::semconv;
+use lens_fallbacks::otlp_file::{AttributeValue, MetricPoint, SpanEventRecord};
+use lens_fallbacks::semconv;
 
 /// The watchdog's span event: today's name, then the shared one.
 pub const HANG_EVENT_NAMES: [&str; 2] = ["megatron.rank.hang_suspected", "dl.training.hang_suspected"];

@@ -37,7 +37,7 @@
 //! that sets them (`lens.config.prefix`, `lens.span_groups` on the
 //! resource), and says when the files hold several runs.
 //!
-//! Reading the export is lens-core's (`lens_core::otlp_file::tree`, next
+//! Reading the export is lens-core's (`lens_fallbacks::otlp_file::tree`, next
 //! to the `file` exporter whose format it is); this module is the viewer:
 //! `lens` (and the simulator's alias) calls [`run`] with the parsed
 //! [`TraceViewArgs`]; tests call [`view`] and [`write_table`].
@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::ValueEnum;
-use lens_core::otlp_file::{self, tree::SpanStatus, tree::SpanTree, tree::TreeSpan};
+use lens_fallbacks::otlp_file::{self, tree::SpanStatus, tree::SpanTree, tree::TreeSpan};
 use serde_json::{Value, json};
 
 /// Nanoseconds per tick of the output grid (1/8 µs: exactly representable
@@ -667,7 +667,7 @@ fn write_footer(out: &mut dyn Write, view: &View, path: &Path) -> io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lens_core::otlp_file::tree::SpanLink;
+    use lens_fallbacks::otlp_file::tree::SpanLink;
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use lens_command::analyze::analyze;
-use lens_core::semconv;
+use lens_fallbacks::semconv;
 // Exports written before the rename: the `megatron.rank.*` gauges, one value per log interval.
 use lens_training::names::legacy::{ITERATION, PHASE_ATTRIBUTE, PHASE_DURATION_MS, STEP_DURATION_MS};
 
@@ -299,8 +299,8 @@ fn streaming_finds_what_reading_every_point_at_once_finds_even_when_files_are_ou
     std::fs::write(&rank3, kept.join("\n") + "\n").unwrap();
 
     let mut points = Vec::new();
-    for (rank, path) in lens_core::otlp_file::metrics_files(&dir).unwrap() {
-        points.extend(lens_core::otlp_file::read_metric_file(&path, rank).unwrap().points);
+    for (rank, path) in lens_fallbacks::otlp_file::metrics_files(&dir).unwrap() {
+        points.extend(lens_fallbacks::otlp_file::read_metric_file(&path, rank).unwrap().points);
     }
     let at_once = lens_training::stragglers::analyze(&lens_training::stragglers::rank_intervals(&points));
     let streamed = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;

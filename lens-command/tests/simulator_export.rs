@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use lens_core::otlp_file;
+use lens_fallbacks::otlp_file;
 use lens_training::goodput_view;
 
 mod support;

@@ -4,7 +4,7 @@
 
 #![expect(dead_code, reason = "this binary uses a part of the support module")]
 
-use lens_core::semconv;
+use lens_fallbacks::semconv;
 
 mod support;
 use support::{attributes, int, lens, span, string, temp_dir, traces_line};

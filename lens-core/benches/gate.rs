@@ -6,8 +6,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use lens_core::groups::set_enabled_span_groups;
 use lens_core::groups::{GroupSet, SpanGroup, is_span_group_enabled};
-use lens_core::testing::set_enabled_span_groups;
 
 fn gate(c: &mut Criterion) {
     let mut group = c.benchmark_group("gate");

@@ -4,11 +4,11 @@
 //!
 //! The accepted types follow the original's `safe_set_span_attributes`:
 //! booleans, integers, floats, strings and homogeneous lists of those.
-//! `None` means "do not set". With the `otel` feature these convert into
-//! `opentelemetry::Value`.
+//! `None` means "do not set". The runtime (`lens_otel_runtime::convert`)
+//! turns them into `opentelemetry::Value`s.
 //!
 //! The pure pieces of the span helpers live here too, so that both sides of
-//! the facade (the runtime's `otel::span` and the compiled-out no-ops) share
+//! the facade (its span helpers with `otel` and the compiled-out no-ops) share
 //! one definition: the redaction rule ([`DEFAULT_REDACT_KEYS`], [`REDACTED`],
 //! [`redact_value`]) and attributes computed only when a span is recorded
 //! ([`lazy_attributes`]).
@@ -217,35 +217,6 @@ impl<F> fmt::Debug for LazyAttributes<F> {
     }
 }
 
-#[cfg(feature = "otel")]
-mod otel_conversions {
-    use super::{AttrValue, KeyValue};
-    use opentelemetry::{Array, StringValue, Value};
-
-    impl From<AttrValue> for Value {
-        #[inline]
-        fn from(value: AttrValue) -> Value {
-            match value {
-                AttrValue::Bool(v) => Value::Bool(v),
-                AttrValue::I64(v) => Value::I64(v),
-                AttrValue::F64(v) => Value::F64(v),
-                AttrValue::Str(v) => Value::String(StringValue::from(v)),
-                AttrValue::BoolArray(v) => Value::Array(Array::Bool(v)),
-                AttrValue::I64Array(v) => Value::Array(Array::I64(v)),
-                AttrValue::F64Array(v) => Value::Array(Array::F64(v)),
-                AttrValue::StrArray(v) => Value::Array(Array::String(v.into_iter().map(StringValue::from).collect())),
-            }
-        }
-    }
-
-    impl From<KeyValue> for opentelemetry::KeyValue {
-        #[inline]
-        fn from(kv: KeyValue) -> opentelemetry::KeyValue {
-            opentelemetry::KeyValue::new(kv.key, Value::from(kv.value))
-        }
-    }
-}
-
 /// The role of a span in a request between processes (OpenTelemetry's
 /// `SpanKind`): a [`Server`](SpanKind::Server) span handles a request that
 /// arrived from elsewhere, an [`Internal`](SpanKind::Internal) one is work
@@ -263,17 +234,4 @@ pub enum SpanKind {
     Producer,
     /// The processing of a message from a producer.
     Consumer,
-}
-
-#[cfg(feature = "otel")]
-impl From<SpanKind> for opentelemetry::trace::SpanKind {
-    fn from(kind: SpanKind) -> opentelemetry::trace::SpanKind {
-        match kind {
-            SpanKind::Internal => opentelemetry::trace::SpanKind::Internal,
-            SpanKind::Server => opentelemetry::trace::SpanKind::Server,
-            SpanKind::Client => opentelemetry::trace::SpanKind::Client,
-            SpanKind::Producer => opentelemetry::trace::SpanKind::Producer,
-            SpanKind::Consumer => opentelemetry::trace::SpanKind::Consumer,
-        }
-    }
 }

@@ -67,6 +67,10 @@ pub enum ExporterError {
         #[source]
         source: std::io::Error,
     },
+    /// The exporter's transport is not in this build (a cargo feature of
+    /// lens-fallbacks is off).
+    #[error("{0}")]
+    MissingTransport(#[from] crate::config::MissingTransport),
     /// The Prometheus host does not resolve to an address.
     #[error(
         "OTEL_EXPORTER_PROMETHEUS_HOST={host:?} does not resolve to an address to listen on ({reason}); expected a host name or IP address such as localhost or 0.0.0.0"

@@ -453,12 +453,13 @@ pub fn enabled_span_groups() -> GroupSet {
     GroupSet(ENABLED.load(Ordering::Relaxed))
 }
 
-/// Replaces the enabled groups. Setup and shutdown call this (and, for
-/// tests, `testing::set_enabled_span_groups` with the `testing` feature);
-/// instrumented code only reads the gate.
-#[cfg(feature = "otel")]
+/// Replaces the enabled groups. The runtime's setup and shutdown call this
+/// (and, for tests, the facade's `testing::set_enabled_span_groups`);
+/// instrumented code only reads the gate. Public for the runtime crate,
+/// hidden from the docs: it is not part of the API a program calls.
+#[doc(hidden)]
 #[cold]
-pub(crate) fn set_enabled_span_groups(groups: GroupSet) {
+pub fn set_enabled_span_groups(groups: GroupSet) {
     let previous = ENABLED.swap(groups.0, Ordering::Relaxed);
     if previous != groups.0 {
         notify_group_watchers();
@@ -483,7 +484,6 @@ pub fn watch_enabled_span_groups(watcher: fn()) {
     }
 }
 
-#[cfg(feature = "otel")]
 #[cold]
 fn notify_group_watchers() {
     // Copied out so that a watcher may read the gate or register another.

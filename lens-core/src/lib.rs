@@ -18,26 +18,23 @@
 //!   the `tracing` and log bridges read so that export traffic is never
 //!   recorded.
 //! - [`report`]: what telemetry exported and lost (shutdown reports).
+//! - [`exporter_error`]: why an exporter could not be built, and the
+//!   missing-transport error (a transport this build lacks).
 //! - [`instrument_values`]: the values lens-instruments records, as plain
-//!   data shared by both sides of the facade.
-//! - [`metrics`]: the metric handles (`Meter`, `Counter`, `Gauge`,
-//!   `Histogram`), one definition for both builds: OpenTelemetry instruments
-//!   with `otel`, inline no-ops without it.
+//!   data.
+//! - [`sampling`]: the sampling markers of a span's start and the sampling
+//!   key of an iteration.
 //! - [`semconv`]: attribute keys shared by every consumer.
-//! - [`span`]: the span guard, the everyday span helpers and their closure
-//!   forms, and the [`span::SpanBuilder`] for the rare options;
-//!   [`propagation`]: context and its propagation (carriers, bytes, the
-//!   worker bootstrap). One definition each for both builds: OpenTelemetry
-//!   fields and bodies with `otel`, zero-sized types and inline no-ops
-//!   without it.
-//! - [`setup`]: `setup_telemetry`, the `Telemetry` handle, `SetupOptions`
-//!   and `SetupError`, one definition for both builds (inert without `otel`).
 //! - [`tracing_rules`]: the `<PREFIX>_TRACING_GROUPS` rules that map
 //!   `tracing` targets to span groups (read by `lens-tracing`).
+//! - [`otlp_file`]: the offline reader of the `file` export.
 //!
-//! With the `otel` feature the crate also holds the OpenTelemetry runtime
-//! ([`otel`]: setup's internals, exporters, batching, samplers), and with
-//! `testing` the test support (`testing`: span capture, the gate's writer).
+//! lens-core has no features that change what it is and no OpenTelemetry
+//! dependency: every one of its tests runs under a plain
+//! `cargo test -p lens-core`. The OpenTelemetry runtime is the crate
+//! `lens-otel-runtime`; the API instrumented code calls (spans, metric
+//! handles, setup and the `Telemetry` handle, propagation) is the facade's,
+//! `lens-fallbacks`, the one crate programs name (see docs/architecture.md).
 
 pub mod attr;
 pub mod bootstrap;
@@ -45,35 +42,14 @@ pub mod config;
 pub mod diag;
 pub mod env;
 pub mod export_path;
-mod exporter_error;
+pub mod exporter_error;
 pub mod groups;
 pub mod identity;
 pub mod instrument_values;
-pub mod metrics;
 pub mod otlp_file;
-pub mod propagation;
 pub mod report;
+pub mod sampling;
 pub mod semconv;
-pub mod setup;
-pub mod span;
 pub mod strategies;
 mod suggest;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod tracing_rules;
-
-#[cfg(feature = "otel")]
-pub mod otel;
-
-/// The Rust examples of `docs/configuration.md`, compiled and run as doc
-/// tests so that the page cannot drift from the API. They need no feature,
-/// so every `cargo test -p lens-core --doc` runs them.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/configuration.md")]
-pub struct ConfigurationDocExamples;
-
-/// The Rust example of `docs/trace-view.md` (reading an export with
-/// `otlp_file::tree`), compiled and run as a doc test in both modes.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/trace-view.md")]
-pub struct TraceViewDocExamples;

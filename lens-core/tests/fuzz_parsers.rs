@@ -3,18 +3,15 @@
 //! (there: no panics, one line per problem, resolution is a union, header
 //! values never shown):
 //!
-//! - every problem `LensConfig::from_env` reports names a variable that
-//!   was actually set (a user can find what to fix), for arbitrary values
-//!   of the known variables, including the fallback prefix and aliases;
-//! - the propagation decoders turn garbage into "no context": arbitrary
-//!   bytes without a `traceparent` field decode to `None`, and a
-//!   `traceparent` that is not the W3C shape never yields a valid context.
+//! every problem `LensConfig::from_env` reports names a variable that was
+//! actually set (a user can find what to fix), for arbitrary values of the
+//! known variables, including the fallback prefix and aliases. (The
+//! propagation decoders' properties are the facade's, `tests/fuzz_context.rs`.)
 
 use std::collections::HashMap;
 
 use lens_core::config::LensConfig;
 use lens_core::groups::LENS_CATALOG;
-use lens_core::otel::propagation::{decode_context, extract_context};
 use proptest::prelude::*;
 
 /// Known variable names, both prefixes, aliases and the standard ones.
@@ -103,15 +100,6 @@ fn value() -> impl Strategy<Value = String> {
     ]
 }
 
-/// Whether `value` has the shape of a W3C traceparent (which the
-/// garbage property excludes: such a value may be valid).
-fn traceparent_shaped(value: &str) -> bool {
-    let parts: Vec<&str> = value.trim().split('-').collect();
-    parts.len() >= 4
-        && [2, 32, 16, 2].iter().zip(&parts).all(|(len, part)| part.len() == *len)
-        && parts.iter().take(4).all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -131,24 +119,5 @@ proptest! {
                 prop_assert!(problem.to_string().contains(problem.variable()), "{problem}");
             }
         }
-    }
-
-    #[test]
-    fn bytes_without_a_traceparent_decode_to_no_context(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        prop_assume!(!String::from_utf8_lossy(&bytes).contains("traceparent"));
-        prop_assert!(decode_context(&bytes).is_none());
-    }
-
-    #[test]
-    fn a_garbage_traceparent_never_yields_a_valid_context(
-        value in "\\PC{0,80}",
-        state in "\\PC{0,40}",
-        baggage in "\\PC{0,40}",
-    ) {
-        prop_assume!(!traceparent_shaped(&value));
-        let carrier = [("traceparent", value.as_str()), ("tracestate", state.as_str()), ("baggage", baggage.as_str())];
-        prop_assert!(!extract_context(&carrier[..]).is_valid());
-        let json = serde_json::json!({"traceparent": value, "tracestate": state, "baggage": baggage}).to_string();
-        prop_assert!(decode_context(json.as_bytes()).is_none());
     }
 }

@@ -2,8 +2,9 @@
 //! because it changes process-global state; one test, so that no other test
 //! in this binary races with it.
 
-use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup, enabled_span_groups, is_span_group_enabled};
-use lens_core::testing::set_enabled_span_groups;
+use lens_core::groups::{
+    GroupSet, LENS_CATALOG, SpanGroup, enabled_span_groups, is_span_group_enabled, set_enabled_span_groups,
+};
 
 #[test]
 fn gate_lifecycle() {

@@ -1,13 +1,21 @@
 //! The facade that instrumented code calls.
 //!
-//! Every item is defined once, in lens-core, and always compiled: with the
-//! `otel` feature (the default) their bodies are the lens runtime, without it
-//! they are `#[inline]` no-ops with the same names, arguments and types, and
-//! no OpenTelemetry crate is in the build. This crate holds no copy of any
-//! item: it re-exports them, so the API cannot differ between the modes. Its
-//! `otel` feature selects the runtime (it turns on lens-core's and
-//! lens-instruments'). The same example program (`examples/instrumented.rs`)
-//! builds and runs in both modes.
+//! Every item of the API (spans, the span builder, metric handles, setup and
+//! the [`Telemetry`] handle, propagation, reports) is defined once, here, and
+//! always compiled: with the `otel` feature (the default) their bodies call
+//! the runtime crate `lens-otel-runtime`, without it they are `#[inline]`
+//! no-ops with the same names, arguments and types, and no OpenTelemetry
+//! crate is in the build. lens-core's pure modules (configuration, groups,
+//! identity, semantic conventions...) are re-exported under their own names
+//! (`lens_fallbacks::config`, `lens_fallbacks::groups`, ...): a program and
+//! every crate above the facade name this crate only. The same example
+//! program (`examples/instrumented.rs`) builds and runs in both modes.
+//!
+//! Features: `otel` (the runtime with the file and console exporters),
+//! `otlp-grpc` (OTLP over gRPC, on by default), `otlp-http` (OTLP over
+//! HTTP), `prometheus` (the pull endpoint), `testing` (in-memory
+//! exporters). A configuration that selects a transport the build lacks is a
+//! setup error naming the variable and the feature ([`MissingTransport`]).
 //!
 //! ```
 //! use lens_fallbacks::{KeyValue, SpanGroup, in_managed_span, managed_span, trace_fn};
@@ -28,46 +36,58 @@
 //! nothing is ever recording, every `RemoteContext` is "no context",
 //! `Telemetry` exports nothing, and what code holds on its hot path is
 //! zero-sized: the span guards (`SpanGuard`, `DetachedSpan`), the span
-//! builder (`SpanBuilder`), the `Meter`, every metric handle (`Counter`,
-//! `UpDownCounter`, `Histogram`, `Gauge`) and the recording structs of
-//! [`instruments`] (`tests/zero_sized.rs` checks each).
-//! lens-core's few inherent methods that name OpenTelemetry types
+//! builder (`SpanBuilder`), the `Meter` and every metric handle (`Counter`,
+//! `UpDownCounter`, `Histogram`, `Gauge`) (`tests/zero_sized.rs` checks each).
+//! The few inherent methods that name OpenTelemetry types
 //! (`RemoteContext::otel_context`, `RemoteContext::from_otel`,
 //! `Telemetry::tracer`, `Telemetry::otel_meter`, `Meter::otel_meter`, the
 //! custom exporters of `SetupOptions`) exist only with `otel` and are not
 //! part of the facade's API.
 
-pub use lens_core::attr::{
-    AttrValue, DEFAULT_REDACT_KEYS, KeyValue, LazyAttributes, REDACTED, lazy_attributes, redact_value,
+// lens-core's pure modules, under the same names: `lens_fallbacks::X` is
+// `lens_fallbacks::X`.
+pub use lens_core::{
+    attr, bootstrap, config, diag, env, export_path, exporter_error, groups, identity, instrument_values, otlp_file,
+    report, sampling, semconv, strategies, tracing_rules,
 };
-pub use lens_core::bootstrap::InvalidBootstrap;
-pub use lens_core::config;
-pub use lens_core::env::EnvSource;
-pub use lens_core::groups::{GroupSet, SpanGroup};
-pub use lens_core::identity::RankContext;
-pub use lens_core::metrics::{Counter, Gauge, Histogram, InstrumentBuilder, Meter, UpDownCounter};
-pub use lens_core::propagation::{
+
+pub mod metrics;
+pub mod propagation;
+pub mod setup;
+pub mod span;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+#[cfg(feature = "otel")]
+pub mod otel;
+
+pub use attr::{AttrValue, DEFAULT_REDACT_KEYS, KeyValue, LazyAttributes, REDACTED, lazy_attributes, redact_value};
+pub use bootstrap::InvalidBootstrap;
+pub use env::EnvSource;
+pub use groups::{GroupSet, SpanGroup};
+pub use identity::RankContext;
+pub use lens_macros::trace_fn;
+pub use metrics::{Counter, Gauge, Histogram, InstrumentBuilder, Meter, UpDownCounter};
+pub use propagation::{
     AttachedContext, RemoteContext, WorkerBootstrap, context_from_env, current_context, decode_context, encode_context,
     extract_context, inject_context,
 };
-pub use lens_core::report::{MetricExportSnapshot, ShutdownReport, SpanExportSnapshot};
-pub use lens_core::setup::{SetupError, SetupOptions, Telemetry, setup_telemetry};
-pub use lens_core::span::{
+pub use report::{MetricExportSnapshot, ShutdownReport, SpanExportSnapshot};
+pub use setup::{SetupError, SetupOptions, Telemetry, setup_telemetry};
+pub use span::{
     DetachedSpan, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanBuilder, SpanGuard, SpanKind, SpanLink, enter_span,
     in_managed_span, instrument_future, is_span_group_enabled, managed_span, sampling_key, span, try_in_managed_span,
     try_instrument_future, ungated_span,
 };
-pub use lens_macros::trace_fn;
 // Setting telemetry up from the facade alone: `Telemetry::from_env`, its
-// builder, the environment sources it reads, and every error that converts
-// into `SetupError`.
-pub use lens_core::config::ConfigError;
-pub use lens_core::env::{FnEnv, ProcessEnv};
-pub use lens_core::groups::{LENS_CATALOG, SpanGroupCatalog, UnknownSpanGroup};
-pub use lens_core::identity::RankContextError;
-pub use lens_core::setup::{ExporterError, TelemetryBuilder};
-pub use lens_core::strategies::StrategyError;
-pub use lens_core::tracing_rules::TracingRulesError;
+// builder, the environment sources it reads, and every error setup returns.
+pub use config::{ConfigError, MissingTransport};
+pub use env::{FnEnv, ProcessEnv};
+pub use groups::{LENS_CATALOG, SpanGroupCatalog, UnknownSpanGroup};
+pub use identity::RankContextError;
+pub use setup::{ExporterError, TelemetryBuilder};
+pub use strategies::StrategyError;
+pub use tracing_rules::TracingRulesError;
 
 /// Opens a span of a group, current until the guard drops, and evaluates its
 /// attributes only when the group is enabled.
@@ -105,48 +125,6 @@ macro_rules! managed_span {
     }};
 }
 
-/// The metric recording of `lens-instruments`: handles created once from a
-/// [`Meter`], values structs of `Option` fields, and the original's
-/// `record_*_metrics` functions.
-///
-/// One definition for both modes: the handles are built on lens-core's
-/// metric handles, so with `otel` off they hold nothing and record nothing.
-/// As the seed page says, inference recording is also re-exported here at
-/// the root; RL and Gym recording only from their modules.
-///
-/// ```
-/// use lens_fallbacks::Meter;
-/// use lens_fallbacks::instruments::rl::{RlMetrics, RlValues};
-///
-/// let metrics = RlMetrics::new(&Meter::noop()); // or `telemetry.meter()`
-/// metrics.record(&RlValues { reward_mean: Some(0.75), ..Default::default() });
-/// ```
-pub mod instruments {
-    pub use lens_instruments::{InferenceMetrics, InferenceValues, record_inference_metrics};
-
-    /// GenAI inference metrics (`gen_ai.*`).
-    pub mod inference {
-        pub use lens_instruments::inference::{InferenceMetrics, InferenceValues, record_inference_metrics};
-    }
-
-    /// NeMo RL metrics (`rl.*`).
-    pub mod rl {
-        pub use lens_instruments::rl::{RlMetrics, RlValues, record_rl_metrics};
-    }
-
-    /// NeMo Gym server metrics (`gym.*`).
-    pub mod gym {
-        pub use lens_instruments::gym::{GymMetrics, GymValues, record_gym_metrics};
-    }
-}
-
-/// Test support (feature `testing`): span capture and the gate's writer
-/// (`lens_core::testing`).
-#[cfg(feature = "testing")]
-pub mod testing {
-    pub use lens_core::testing::*;
-}
-
 /// What `#[trace_fn]` expands to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
@@ -171,3 +149,15 @@ pub struct InstrumentingDocExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/own-program.md")]
 pub struct OwnProgramDocExamples;
+
+/// The Rust examples of `docs/configuration.md`, compiled and run as doc
+/// tests so that the page cannot drift from the API, in both modes.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/configuration.md")]
+pub struct ConfigurationDocExamples;
+
+/// The Rust example of `docs/trace-view.md` (reading an export with
+/// `otlp_file::tree`), compiled and run as a doc test in both modes.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/trace-view.md")]
+pub struct TraceViewDocExamples;

@@ -11,11 +11,11 @@
 //! [`InstrumentDescriptor::u64_histogram`]), so no name, unit, description
 //! or boundary list is written twice.
 
-use lens_core::metrics::{Gauge, Histogram, Meter};
+use lens_fallbacks::metrics::{Gauge, Histogram, Meter};
 
 /// The kind of an instrument (lens-core's, shared with megatron-telemetry's
 /// metric definitions).
-pub use lens_core::instrument_values::InstrumentKind;
+pub use lens_fallbacks::instrument_values::InstrumentKind;
 
 /// One metric instrument, as data.
 ///
@@ -48,7 +48,7 @@ impl InstrumentDescriptor {
     /// name, description, unit (none when empty) and bucket boundaries.
     ///
     /// ```
-    /// use lens_core::metrics::Meter;
+    /// use lens_fallbacks::metrics::Meter;
     /// use lens_instruments::inference;
     ///
     /// let ttft = inference::TIME_TO_FIRST_TOKEN.f64_histogram(&Meter::noop());

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use lens_instruments::gym::{GymMetrics, GymValues, record_gym_metrics};
-//! use lens_core::metrics::Meter;
+//! use lens_fallbacks::metrics::Meter;
 //!
 //! // `telemetry.meter()` after setup; a no-op meter here, so the example
 //! // runs with and without `otel`.
@@ -26,7 +26,7 @@
 //! );
 //! ```
 
-use lens_core::metrics::{Gauge, Histogram, Meter};
+use lens_fallbacks::metrics::{Gauge, Histogram, Meter};
 
 use crate::descriptor::{InstrumentDescriptor, InstrumentKind};
 use crate::{buckets, semconv};
@@ -80,7 +80,7 @@ pub const SERVERS_ACTIVE: InstrumentDescriptor = InstrumentDescriptor {
 pub const INSTRUMENTS: &[InstrumentDescriptor] =
     &[SERVER_REQUEST_DURATION, ROLLOUT_DURATION, VERIFY_DURATION, VERIFY_SUCCESS_RATE, SERVERS_ACTIVE];
 
-pub use lens_core::instrument_values::GymValues;
+pub use lens_fallbacks::instrument_values::GymValues;
 
 /// The `gym.*` instruments of one meter, created once.
 ///

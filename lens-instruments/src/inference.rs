@@ -22,7 +22,7 @@
 //!
 //! ```
 //! use lens_instruments::{InferenceMetrics, InferenceValues, record_inference_metrics};
-//! use lens_core::metrics::Meter;
+//! use lens_fallbacks::metrics::Meter;
 //!
 //! // `telemetry.meter()` after setup; a no-op meter here, so the example
 //! // runs with and without `otel`.
@@ -46,8 +46,8 @@
 //! strings, and a model name or an overridden provider or operation name is
 //! copied once per call (the SDK needs owned attribute values).
 
-use lens_core::attr::{AttrValue, KeyValue};
-use lens_core::metrics::{Histogram, Meter};
+use lens_fallbacks::attr::{AttrValue, KeyValue};
+use lens_fallbacks::metrics::{Histogram, Meter};
 
 use crate::descriptor::{InstrumentDescriptor, InstrumentKind};
 use crate::{buckets, semconv};
@@ -91,7 +91,7 @@ pub const TOKEN_USAGE: InstrumentDescriptor = InstrumentDescriptor {
 pub const INSTRUMENTS: &[InstrumentDescriptor] =
     &[REQUEST_DURATION, TOKEN_USAGE, TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN];
 
-pub use lens_core::instrument_values::InferenceValues;
+pub use lens_fallbacks::instrument_values::InferenceValues;
 
 /// The GenAI inference instruments of one meter, created once.
 ///

@@ -4,7 +4,7 @@
 //!
 //! Each module follows one pattern, the Rust form of the original's per-meter
 //! instrument cache: a handle created once from a
-//! [`Meter`](lens_core::metrics::Meter) holds the module's instruments
+//! [`Meter`](lens_fallbacks::metrics::Meter) holds the module's instruments
 //! (so recording looks nothing up), and its `record` method takes a values
 //! struct of `Option` fields and records only the values that are present.
 //! Dropping the handle drops the instruments; nothing is cached globally.
@@ -29,7 +29,7 @@
 //! an instrument that records nothing.
 //!
 //! The handles are built on lens-core's metric handles
-//! ([`lens_core::metrics`]), so this crate has no `cfg` of its own and names
+//! ([`lens_fallbacks::metrics`]), so this crate has no `cfg` of its own and names
 //! no OpenTelemetry type: with lens-core's `otel` feature (turned on by the
 //! application, through `lens-fallbacks/otel`) they record into the
 //! OpenTelemetry SDK, without it they are inline no-ops. A handle is also
@@ -37,7 +37,7 @@
 //! into lens's `Meter`). The user guide is `docs/metrics-lens.md`.
 //!
 //! ```
-//! use lens_core::metrics::Meter;
+//! use lens_fallbacks::metrics::Meter;
 //! use lens_instruments::{InferenceMetrics, InferenceValues};
 //!
 //! // `telemetry.meter()` after setup; a no-op meter here.

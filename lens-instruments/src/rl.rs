@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use lens_instruments::rl::{RlMetrics, RlValues, record_rl_metrics};
-//! use lens_core::metrics::Meter;
+//! use lens_fallbacks::metrics::Meter;
 //!
 //! // `telemetry.meter()` after setup; a no-op meter here, so the example
 //! // runs with and without `otel`.
@@ -22,7 +22,7 @@
 //! metrics.record(&RlValues { kl_divergence: Some(0.01), ..Default::default() });
 //! ```
 
-use lens_core::metrics::{Gauge, Histogram, Meter};
+use lens_fallbacks::metrics::{Gauge, Histogram, Meter};
 
 use crate::descriptor::{InstrumentDescriptor, InstrumentKind};
 use crate::{buckets, semconv};
@@ -86,7 +86,7 @@ pub const INSTRUMENTS: &[InstrumentDescriptor] = &[
     ROLLOUT_DURATION,
 ];
 
-pub use lens_core::instrument_values::RlValues;
+pub use lens_fallbacks::instrument_values::RlValues;
 
 /// The `rl.*` instruments of one meter, created once.
 ///

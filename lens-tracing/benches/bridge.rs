@@ -26,7 +26,7 @@
 mod setups;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use lens_core::otel::active;
+use lens_fallbacks::otel::active;
 
 fn bench(c: &mut Criterion) {
     let provider = setups::install();

@@ -19,7 +19,7 @@
 #[path = "../benches/support/setups.rs"]
 mod setups;
 
-use lens_core::otel::active;
+use lens_fallbacks::otel::active;
 
 #[expect(clippy::print_stderr, reason = "the errors of a command-line tool")]
 fn main() {

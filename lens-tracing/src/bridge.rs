@@ -17,13 +17,13 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::time::SystemTime;
 
-use lens_core::export_path::on_export_path;
-use lens_core::otel::opentelemetry::logs::Severity;
-use lens_core::otel::opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _, Tracer as _};
-use lens_core::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
-use lens_core::otel::{active, logs};
-use lens_core::tracing_rules::TracingRules;
 use lens_fallbacks::RemoteContext;
+use lens_fallbacks::export_path::on_export_path;
+use lens_fallbacks::otel::opentelemetry::logs::Severity;
+use lens_fallbacks::otel::opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use lens_fallbacks::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
+use lens_fallbacks::otel::{active, logs};
+use lens_fallbacks::tracing_rules::TracingRules;
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Dispatch, Event, Subscriber};
@@ -213,7 +213,7 @@ pub(crate) fn on_new_span<S>(
     attrs.record(&mut fields);
     if decided_per_span(metadata) {
         let group = fields.group.as_deref().and_then(|name| rules.catalog().group(&name.trim().to_lowercase()));
-        if !group.is_some_and(lens_core::groups::is_span_group_enabled) {
+        if !group.is_some_and(lens_fallbacks::groups::is_span_group_enabled) {
             return;
         }
     }

@@ -29,7 +29,7 @@
 //! nothing; seen: candle_transformers::models::with_tracing`).
 //!
 //! A span's group comes from the `<PREFIX>_TRACING_GROUPS` rules
-//! ([`lens_core::tracing_rules`]), else from a `lens::<group>` target, else
+//! ([`lens_fallbacks::tracing_rules`]), else from a `lens::<group>` target, else
 //! from the `*` rule (off without one); a [`GROUP_FIELD`] field names the group
 //! per span. A callsite whose group is disabled, or every callsite on a rank
 //! that records no spans, gets [`Interest::never`] from this filter only, so it
@@ -47,7 +47,7 @@
 //! [`PER_ENTRY_FIELD`] or the `:per_entry` rule option records one span per
 //! entry. Spans and events on lens's own export path are never recorded,
 //! whatever the rules say: lens marks the threads that run its exporters
-//! while they run them ([`lens_core::export_path`]), and the bridge reads
+//! while they run them ([`lens_fallbacks::export_path`]), and the bridge reads
 //! that mark where it decides.
 //!
 //! lens-tracing has no `otel` feature of its own: the bridge records exactly
@@ -61,9 +61,9 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use lens_core::config::LensConfig;
-use lens_core::groups::is_span_group_enabled;
-use lens_core::tracing_rules::{TracingDecision, TracingRules, TracingRulesError};
+use lens_fallbacks::config::LensConfig;
+use lens_fallbacks::groups::is_span_group_enabled;
+use lens_fallbacks::tracing_rules::{TracingDecision, TracingRules, TracingRulesError};
 use lens_fallbacks::{RemoteContext, Telemetry};
 use tracing_core::subscriber::Interest;
 use tracing_core::{Metadata, Subscriber};
@@ -81,11 +81,11 @@ pub use names::{GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_COD
 /// The bridge wrapped in its per-layer filter: what [`layer`] returns.
 pub type LensTracingLayer<S> = Filtered<LensLayer<S>, GroupFilter, S>;
 
-/// The bridge with `rules` (see [`lens_core::tracing_rules`]).
+/// The bridge with `rules` (see [`lens_fallbacks::tracing_rules`]).
 ///
 /// ```
-/// use lens_core::groups::LENS_CATALOG;
-/// use lens_core::tracing_rules::TracingRules;
+/// use lens_fallbacks::groups::LENS_CATALOG;
+/// use lens_fallbacks::tracing_rules::TracingRules;
 /// use tracing_subscriber::layer::SubscriberExt as _;
 ///
 /// let rules = TracingRules::parse("tower_http=job, candle_transformers=forward_backward:per_entry", &LENS_CATALOG).unwrap();
@@ -174,7 +174,7 @@ impl GroupFilter {
     /// `tracing`'s interest cache for every change of lens's enabled groups.
     pub fn new(rules: TracingRules) -> GroupFilter {
         #[cfg(lens_otel)]
-        lens_core::groups::watch_enabled_span_groups(tracing_core::callsite::rebuild_interest_cache);
+        lens_fallbacks::groups::watch_enabled_span_groups(tracing_core::callsite::rebuild_interest_cache);
         GroupFilter { rules: Arc::new(rules) }
     }
 
@@ -197,7 +197,7 @@ impl<S> Filter<S> for GroupFilter {
         // Once per callsite (and per rebuild of the interest cache), never
         // per span: which rules matched, for the report at shutdown.
         self.rules.note_callsite(metadata.target());
-        if lens_core::groups::enabled_span_groups().is_empty() {
+        if lens_fallbacks::groups::enabled_span_groups().is_empty() {
             return Interest::never();
         }
         if decided_per_span(metadata) {
@@ -214,7 +214,7 @@ impl<S> Filter<S> for GroupFilter {
         // a subscriber, every callsite then stops at `tracing`'s global
         // level check, as with no subscriber (another layer's hint still
         // counts; the cache rebuild on a change of the groups recomputes it).
-        if !cfg!(lens_otel) || lens_core::groups::enabled_span_groups().is_empty() {
+        if !cfg!(lens_otel) || lens_fallbacks::groups::enabled_span_groups().is_empty() {
             Some(LevelFilter::OFF)
         } else {
             None
@@ -225,11 +225,11 @@ impl<S> Filter<S> for GroupFilter {
         // Reached for `sometimes` callsites (and when another layer's filter
         // makes the whole callsite `sometimes`): the decision again, and the
         // export-path check, which `always` callsites get in the layer.
-        if !cfg!(lens_otel) || lens_core::export_path::on_export_path() {
+        if !cfg!(lens_otel) || lens_fallbacks::export_path::on_export_path() {
             return false;
         }
         if decided_per_span(metadata) {
-            return !lens_core::groups::enabled_span_groups().is_empty();
+            return !lens_fallbacks::groups::enabled_span_groups().is_empty();
         }
         self.decide(metadata).group.is_some_and(is_span_group_enabled)
     }

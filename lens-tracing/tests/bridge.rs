@@ -11,12 +11,12 @@ use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup};
-use lens_core::otel::active;
-use lens_core::otel::propagation::RemoteContext;
-use lens_core::otel::span::managed_span;
-use lens_core::testing::set_enabled_span_groups;
-use lens_core::tracing_rules::TracingRules;
+use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, SpanGroup};
+use lens_fallbacks::otel::active;
+use lens_fallbacks::propagation::RemoteContext;
+use lens_fallbacks::span::managed_span;
+use lens_fallbacks::testing::set_enabled_span_groups;
+use lens_fallbacks::tracing_rules::TracingRules;
 use opentelemetry::trace::{SpanId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -226,7 +226,7 @@ fn set_parent_joins_a_remote_trace_and_context_of_propagates_a_span() {
         "traceparent".to_string(),
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string(),
     )]);
-    let remote = lens_core::otel::propagation::extract_context(&carrier);
+    let remote = lens_fallbacks::propagation::extract_context(&carrier);
     assert!(remote.is_valid());
     let mut propagated = RemoteContext::none();
     tracing::subscriber::with_default(subscriber, || {
@@ -244,7 +244,7 @@ fn set_parent_joins_a_remote_trace_and_context_of_propagates_a_span() {
 
 #[test]
 fn nothing_on_lens_s_export_path_is_recorded_and_a_thread_s_name_does_not_matter() {
-    use lens_core::export_path::{ExportScope, mark_thread};
+    use lens_fallbacks::export_path::{ExportScope, mark_thread};
 
     let (_lock, exporter) = setup(&[SpanGroup::JOB]);
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(lens_tracing::layer(rules("*=job"))));
@@ -328,7 +328,7 @@ fn otel_fields_name_the_span_and_give_its_kind_and_status() {
 
 #[test]
 fn events_no_recorded_span_takes_become_log_records_correlated_with_the_current_span() {
-    use lens_core::otel::logs::{EVENT_SCOPE, install_log_bridge, uninstall_log_bridge};
+    use lens_fallbacks::otel::logs::{EVENT_SCOPE, install_log_bridge, uninstall_log_bridge};
     use opentelemetry::logs::{AnyValue, Severity};
     use opentelemetry_sdk::logs::{InMemoryLogExporter, SdkLoggerProvider};
 

@@ -4,7 +4,7 @@
 //! records, over gRPC and HTTP, and an export polled on the job's own thread)
 //! whose own traffic (hyper, h2, tower, tonic, reqwest) records nothing, as
 //! spans, span events or log records, even when the rules enable those
-//! crates: lens marks its export path ([`lens_core::export_path`]).
+//! crates: lens marks its export path ([`lens_fallbacks::export_path`]).
 //!
 //! The active tracer, the group gate and the global subscriber are
 //! process-global, so the tests take a lock and share one subscriber. The
@@ -19,15 +19,15 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::http::Request;
-use lens_core::config::LensConfig;
-use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup};
-use lens_core::identity::RankContext;
-use lens_core::otel::active;
-use lens_core::otel::propagation::{extract_context, inject_context};
-use lens_core::otel::span::managed_span;
-use lens_core::setup::{SetupOptions, setup_telemetry};
-use lens_core::testing::set_enabled_span_groups;
-use lens_core::tracing_rules::TracingRules;
+use lens_fallbacks::config::LensConfig;
+use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, SpanGroup};
+use lens_fallbacks::identity::RankContext;
+use lens_fallbacks::otel::active;
+use lens_fallbacks::propagation::{extract_context, inject_context};
+use lens_fallbacks::setup::{SetupOptions, setup_telemetry};
+use lens_fallbacks::span::managed_span;
+use lens_fallbacks::testing::set_enabled_span_groups;
+use lens_fallbacks::tracing_rules::TracingRules;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -475,8 +475,8 @@ fn metric_and_log_export_over_http_records_none_of_its_own_traffic_with_its_crat
 /// span keeps only the job's own event.
 #[test]
 fn an_export_polled_on_the_job_s_thread_inside_its_span_adds_nothing_to_it() {
-    use lens_core::config::{OtlpEndpoint, OtlpProtocol, OtlpSettings};
-    use lens_core::otel::exporters::{block_on, build_otlp_span_exporter};
+    use lens_fallbacks::config::{OtlpEndpoint, OtlpProtocol, OtlpSettings};
+    use lens_fallbacks::otel::exporters::{block_on, build_otlp_span_exporter};
     use opentelemetry::trace::Tracer as _;
     use opentelemetry_sdk::trace::SpanExporter as _;
 

@@ -5,8 +5,8 @@
 //! Compiled in both feature modes (`cargo test -p lens-tracing --test noop`,
 //! with and without `--no-default-features`).
 
-use lens_core::groups::LENS_CATALOG;
-use lens_core::tracing_rules::TracingRules;
+use lens_fallbacks::groups::LENS_CATALOG;
+use lens_fallbacks::tracing_rules::TracingRules;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 #[test]
@@ -36,7 +36,7 @@ fn the_one_call_bridge_follows_the_facade() {
 
     let bad = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_EXPORTER", "otlpp")];
     let loaded = lens_fallbacks::Telemetry::builder("MYJOB_OTEL").env(bad).setup();
-    if lens_core::setup::COMPILED_IN {
+    if lens_fallbacks::setup::COMPILED_IN {
         let error = loaded.unwrap_err().to_string();
         assert!(error.contains("MYJOB_OTEL_EXPORTER") && error.contains("otlpp"), "{error}");
         return;

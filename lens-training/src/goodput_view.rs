@@ -48,7 +48,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use lens_core::otlp_file::{AttributeValue, SpanRecord};
+//! use lens_fallbacks::otlp_file::{AttributeValue, SpanRecord};
 //! use lens_training::goodput::Bucket;
 //! use lens_training::goodput_view::{Attempt, breakdown};
 //!
@@ -79,7 +79,7 @@
 use std::fmt;
 use std::io::{self, Write};
 
-use lens_core::otlp_file::SpanRecord;
+use lens_fallbacks::otlp_file::SpanRecord;
 
 use crate::events::Event as TrainingEvent;
 use crate::goodput::{Accountant, Bucket, GoodputTotals};
@@ -126,7 +126,7 @@ fn stamped(span: &SpanRecord) -> Option<TrainingEvent> {
 }
 
 fn flag(span: &SpanRecord, key: &str) -> bool {
-    matches!(span.attributes.get(key), Some(lens_core::otlp_file::AttributeValue::Bool(true)))
+    matches!(span.attributes.get(key), Some(lens_fallbacks::otlp_file::AttributeValue::Bool(true)))
 }
 
 /// The spans of one attempt, from one rank.
@@ -564,7 +564,7 @@ pub fn write_section(out: &mut dyn Write, result: &Result<SpanBreakdown, Vec<Mis
 mod tests {
     use std::collections::BTreeMap;
 
-    use lens_core::otlp_file::AttributeValue;
+    use lens_fallbacks::otlp_file::AttributeValue;
 
     use super::*;
 

@@ -11,7 +11,7 @@
 
 /// The kind of an instrument (lens-core's, the same type as
 /// lens-instruments' descriptors use).
-pub use lens_core::instrument_values::InstrumentKind;
+pub use lens_fallbacks::instrument_values::InstrumentKind;
 
 /// One metric: its OpenTelemetry name, kind, units and Prometheus name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

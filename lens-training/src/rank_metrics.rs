@@ -37,7 +37,7 @@ use crate::phases::{EXPORTED_PHASES, Phase, PhaseTotals};
 /// The attributes of a rank's series: `dl.rank`, `dl.local_rank` and its
 /// coordinates.
 pub fn rank_attributes(c: RankCoordinates) -> Vec<KeyValue> {
-    use lens_core::semconv;
+    use lens_fallbacks::semconv;
     vec![
         KeyValue::new(semconv::DL_RANK, i64::from(c.rank)),
         KeyValue::new(semconv::DL_LOCAL_RANK, i64::from(c.local_rank)),

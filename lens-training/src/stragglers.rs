@@ -34,15 +34,15 @@
 //! The threshold is [`THRESHOLD_MS`] ms per iteration or
 //! [`THRESHOLD_SHARE`] of the peers' median step time, whichever is larger.
 //!
-//! The input is [`lens_core::otlp_file`]'s points from a directory of
+//! The input is [`lens_fallbacks::otlp_file`]'s points from a directory of
 //! `metrics-rank<N>.jsonl` files; [`analyze`] returns the findings and
 //! [`write_section`] prints the viewer's "stragglers" section.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use lens_core::otlp_file::MetricPoint;
-use lens_core::semconv;
+use lens_fallbacks::otlp_file::MetricPoint;
+use lens_fallbacks::semconv;
 
 use crate::names::{ITERATIONS, PHASE_ATTRIBUTE, PHASE_TIME, legacy};
 use crate::phases::{COMPUTE_PHASES, PHASE_COUNT, Phase, WAIT_PHASES};
@@ -424,7 +424,7 @@ mod tests {
         assert!(analyze(&rows).is_empty());
     }
 
-    use lens_core::otlp_file::AttributeValue;
+    use lens_fallbacks::otlp_file::AttributeValue;
 
     /// A point of `metric` from rank `rank` (data-parallel rank = rank),
     /// collection `export`, with `phase` when given.

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lens_core::config::LensConfig;
-use lens_core::otel::exporters::testing::KeepingSpanExporter;
-use lens_core::otlp_file::{AttributeValue, SpanRecord};
+use lens_fallbacks::config::LensConfig;
+use lens_fallbacks::otel::exporters::testing::KeepingSpanExporter;
+use lens_fallbacks::otlp_file::{AttributeValue, SpanRecord};
 use lens_fallbacks::{RankContext, SetupOptions, Telemetry, setup_telemetry};
 use lens_training::events::{Event, SpanName, SpanNames};
 use lens_training::goodput::Bucket;

@@ -18,7 +18,7 @@
 
 #![expect(missing_docs, reason = "criterion_group! and criterion_main! generate undocumented items")]
 
-use lens_core::otel::exporters::testing::DiscardingMetricExporter;
+use lens_fallbacks::otel::exporters::testing::DiscardingMetricExporter;
 use std::hint::black_box;
 use std::time::Duration;
 

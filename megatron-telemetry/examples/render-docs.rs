@@ -10,16 +10,16 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use megatron_telemetry::{groups, markdown, metrics, taxonomy};
+use megatron_telemetry::markdown;
 
 fn main() -> ExitCode {
     let fragment = std::env::args().nth(1).unwrap_or_default();
     let text = match fragment.as_str() {
-        "taxonomy" => taxonomy::markdown_table(),
-        "metrics" => metrics::markdown_table(),
+        "taxonomy" => markdown::span_taxonomy(),
+        "metrics" => markdown::training_metrics(),
         "goodput" => markdown::goodput_metrics(),
         "rank-metrics" => markdown::rank_metrics(),
-        "groups" => groups::markdown_reference(),
+        "groups" => markdown::groups_reference(),
         other => {
             let _ = writeln!(
                 std::io::stderr(),

@@ -26,7 +26,7 @@
 //! assert!(MEGATRON_CATALOG.resolve("full").is_err());
 //! ```
 
-use lens_core::groups::{GroupSet, LENS_GROUPS, Preset, SpanGroup, SpanGroupCatalog, UnknownSpanGroup};
+use lens_fallbacks::groups::{GroupSet, LENS_GROUPS, Preset, SpanGroup, SpanGroupCatalog, UnknownSpanGroup};
 
 /// The seventeen span groups Megatron gates its spans on, as associated
 /// constants (the base eight of Lens re-exposed, then Megatron's own nine).
@@ -36,7 +36,7 @@ use lens_core::groups::{GroupSet, LENS_GROUPS, Preset, SpanGroup, SpanGroupCatal
 ///
 /// ```
 /// use megatron_telemetry::groups::MegatronSpanGroup;
-/// use lens_core::groups::SpanGroup;
+/// use lens_fallbacks::groups::SpanGroup;
 ///
 /// assert_eq!(MegatronSpanGroup::JOB, SpanGroup::JOB);
 /// assert_eq!(MegatronSpanGroup::MICROBATCH.name(), "microbatch");
@@ -241,7 +241,3 @@ pub fn summary(group: SpanGroup) -> Option<&'static str> {
 pub fn presets_containing(group: SpanGroup) -> Vec<&'static str> {
     MEGATRON_CATALOG.presets().iter().filter(|p| p.groups.contains(group)).map(|p| p.name).collect()
 }
-
-/// The group and preset reference of `docs/span-groups.md` (rendered by
-/// [`crate::markdown::groups_reference`]).
-pub use crate::markdown::groups_reference as markdown_reference;

@@ -52,9 +52,9 @@
 
 use std::time::SystemTime;
 
-use lens_core::attr::KeyValue;
-use lens_core::metrics::{Histogram, Meter, UpDownCounter};
-use lens_core::semconv;
+use lens_fallbacks::attr::KeyValue;
+use lens_fallbacks::metrics::{Histogram, Meter, UpDownCounter};
+use lens_fallbacks::semconv;
 use lens_fallbacks::{DetachedSpan, RemoteContext, SpanKind, SpanLink, span};
 use lens_instruments::InstrumentDescriptor;
 use lens_instruments::inference as gen_ai;
@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn the_http_server_target_is_in_the_inference_group_without_a_rule() {
-        let rules = lens_core::tracing_rules::TracingRules::none(&crate::groups::MEGATRON_CATALOG);
+        let rules = lens_fallbacks::tracing_rules::TracingRules::none(&crate::groups::MEGATRON_CATALOG);
         assert_eq!(rules.decide(HTTP_SERVER_TARGET).group, Some(MegatronSpanGroup::INFERENCE));
     }
 

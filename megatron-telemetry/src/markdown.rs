@@ -3,8 +3,9 @@
 //! ([`crate::groups`]) and the metric tables ([`crate::metrics`], and
 //! lens-training's goodput and per-rank metrics, whose names are shared). `cargo xtask codegen` writes
 //! them into the pages under `docs/`; `cargo xtask codegen --check` fails when
-//! a page differs. The data modules know nothing of markdown; each keeps its
-//! old `markdown_table` (or `markdown_reference`) path as a re-export.
+//! a page differs. The data modules know nothing of markdown, and do not
+//! re-export these functions (a data module re-exporting what reads it would
+//! be an import circle; `cargo xtask tidy` counts `pub use`).
 
 use std::fmt::Write as _;
 

@@ -14,7 +14,7 @@
 //! resource attributes (`nemo.run.id`, ranks, ...).
 //!
 //! [`TrainingMetrics`] has no `cfg` of its own: it is built on lens-core's
-//! metric handles ([`lens_core::metrics`]), which hold OpenTelemetry
+//! metric handles ([`lens_fallbacks::metrics`]), which hold OpenTelemetry
 //! instruments with the `otel` feature and nothing without it, so this module
 //! is one definition for both builds, like the pure helpers
 //! ([`TrainingValues`], [`select_loss`], [`PeakTracker`]).
@@ -273,13 +273,9 @@ impl PeakTracker {
     }
 }
 
-/// The metrics table of `docs/metrics-megatron.md` (rendered by
-/// [`crate::markdown::training_metrics`]).
-pub use crate::markdown::training_metrics as markdown_table;
-
 use std::sync::atomic::AtomicBool;
 
-use lens_core::metrics::{Counter, Gauge, Histogram, Meter};
+use lens_fallbacks::metrics::{Counter, Gauge, Histogram, Meter};
 
 /// The eight training instruments, created once from a meter.
 ///
@@ -417,7 +413,7 @@ impl TrainingMetrics {
 #[cold]
 fn warn_ambiguous(losses: &[(&str, f64)]) {
     let keys: Vec<&str> = losses.iter().map(|(k, _)| *k).filter(|k| !META_LOSS_KEYS.contains(k)).collect();
-    lens_core::diag::warn(format_args!(
+    lens_fallbacks::diag::warn(format_args!(
         "megatron.training.loss is not recorded: the loss dict has several keys ({}) and none is '{}'; \
          name the loss to export 'lm loss'",
         keys.join(", "),

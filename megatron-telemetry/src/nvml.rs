@@ -33,9 +33,9 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use lens_core::attr::KeyValue;
-use lens_core::env::EnvSource;
-use lens_core::semconv;
+use lens_fallbacks::attr::KeyValue;
+use lens_fallbacks::env::EnvSource;
+use lens_fallbacks::semconv;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
 /// The library NVML is loaded from on Linux (the driver's soname, present

@@ -9,7 +9,7 @@
 //! [`training_resource_attributes`] as its resource attributes to lens's
 //! setup; lens's identity keys (`service.name`, `nemo.run.id`, `dl.rank`,
 //! ...) still win over them, and they win over what lens detects (see
-//! `lens_core::identity::build_resource`).
+//! `lens_fallbacks::identity::build_resource`).
 //!
 //! This module is pure: it reads a [`TrainingArgs`] and an
 //! [`EnvSource`], never NVML. The GPU identity (`dl.gpu.*`) costs a load of
@@ -22,7 +22,7 @@
 //! `build_telemetry_resource_attrs`).
 //!
 //! ```
-//! use lens_core::attr::AttrValue;
+//! use lens_fallbacks::attr::AttrValue;
 //! use megatron_telemetry::resource::{TrainingArgs, training_resource_attributes};
 //!
 //! let args = TrainingArgs { tensor_model_parallel_size: Some(8), bf16: true, ..TrainingArgs::default() };
@@ -37,10 +37,10 @@
 //! assert!(get("nemo.lens.run_uuid").is_some());
 //! ```
 
-use lens_core::attr::KeyValue;
-use lens_core::env::EnvSource;
-use lens_core::identity::{ResourceAttributes, lens_uuid_attributes};
-use lens_core::semconv;
+use lens_fallbacks::attr::KeyValue;
+use lens_fallbacks::env::EnvSource;
+use lens_fallbacks::identity::{ResourceAttributes, lens_uuid_attributes};
+use lens_fallbacks::semconv;
 
 /// `megatron.num_layers` ← `args.num_layers`.
 pub const MEGATRON_NUM_LAYERS: &str = "megatron.num_layers";
@@ -162,7 +162,7 @@ impl TrainingArgs {
 ///    each only when non-empty;
 /// 3. `nemo.lens.job_uuid`, `nemo.lens.run_uuid` and (when
 ///    `TORCHELASTIC_RESTART_COUNT` is set) `slurm.torchelastic.restart_count`,
-///    from lens-core's recipe (`lens_core::identity::lens_uuid_attributes`):
+///    from lens-core's recipe (`lens_fallbacks::identity::lens_uuid_attributes`):
 ///    identical on every rank and in the checkpoint worker, with no
 ///    communication.
 ///

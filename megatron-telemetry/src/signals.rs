@@ -224,13 +224,15 @@ mod imp {
     pub(super) fn install(telemetry: Weak<Telemetry>, mode: ExitMode, timeout: Duration) -> Option<u64> {
         let mut slot = state();
         if slot.is_some() {
-            lens_core::diag::warn("megatron-telemetry: signal handlers are already installed; not installing again");
+            lens_fallbacks::diag::warn(
+                "megatron-telemetry: signal handlers are already installed; not installing again",
+            );
             return None;
         }
         let (read_fd, write_fd) = match pipe() {
             Ok(fds) => fds,
             Err(error) => {
-                lens_core::diag::warn(format_args!(
+                lens_fallbacks::diag::warn(format_args!(
                     "megatron-telemetry: no SIGTERM/SIGINT handling (cannot create a pipe: {error})"
                 ));
                 return None;
@@ -244,7 +246,7 @@ mod imp {
             Err(error) => {
                 close(read_fd);
                 close(write_fd);
-                lens_core::diag::warn(format_args!(
+                lens_fallbacks::diag::warn(format_args!(
                     "megatron-telemetry: no SIGTERM/SIGINT handling (cannot start its thread: {error})"
                 ));
                 return None;
@@ -256,9 +258,9 @@ mod imp {
         for signal in SIGNALS {
             match set_action(signal, &ours) {
                 Ok(old) => previous.push((signal, old)),
-                Err(error) => {
-                    lens_core::diag::warn(format_args!("megatron-telemetry: cannot handle signal {signal}: {error}"))
-                }
+                Err(error) => lens_fallbacks::diag::warn(format_args!(
+                    "megatron-telemetry: cannot handle signal {signal}: {error}"
+                )),
             }
         }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);

@@ -33,7 +33,7 @@
 //! assert!(SPANS.iter().all(|s| s.name == "pre_startup" || s.name.starts_with("megatron.") || s.name.starts_with('{')));
 //! ```
 
-use lens_core::groups::SpanGroup;
+use lens_fallbacks::groups::SpanGroup;
 
 use crate::groups::MegatronSpanGroup as G;
 use Frequency::*;
@@ -842,11 +842,11 @@ pub const INFERENCE_HTTP_SERVER: SpanDef = span(
     PerRequest,
     "kind SERVER; the child of the request's `traceparent` when present; every request, errors included",
     &[
-        lens_core::semconv::HTTP_REQUEST_METHOD,
-        lens_core::semconv::HTTP_ROUTE,
-        lens_core::semconv::URL_PATH,
-        lens_core::semconv::HTTP_RESPONSE_STATUS_CODE,
-        lens_core::semconv::ERROR_TYPE,
+        lens_fallbacks::semconv::HTTP_REQUEST_METHOD,
+        lens_fallbacks::semconv::HTTP_ROUTE,
+        lens_fallbacks::semconv::URL_PATH,
+        lens_fallbacks::semconv::HTTP_RESPONSE_STATUS_CODE,
+        lens_fallbacks::semconv::ERROR_TYPE,
     ],
 );
 /// The GenAI span of one request's model run (`text_completion megatron-sim`,
@@ -859,19 +859,19 @@ pub const INFERENCE_GENERATE: SpanDef = span(
     PerRequest,
     "kind INTERNAL; the GenAI semantic conventions for a model run in-process",
     &[
-        lens_core::semconv::GENAI_OPERATION_NAME,
-        lens_core::semconv::GENAI_PROVIDER_NAME,
-        lens_core::semconv::GENAI_REQUEST_MODEL,
-        lens_core::semconv::GENAI_REQUEST_MAX_TOKENS,
-        lens_core::semconv::GENAI_REQUEST_TEMPERATURE,
-        lens_core::semconv::GENAI_REQUEST_TOP_P,
-        lens_core::semconv::GENAI_REQUEST_SEED,
-        lens_core::semconv::GENAI_RESPONSE_ID,
-        lens_core::semconv::GENAI_RESPONSE_MODEL,
-        lens_core::semconv::GENAI_RESPONSE_FINISH_REASONS,
-        lens_core::semconv::GENAI_USAGE_INPUT_TOKENS,
-        lens_core::semconv::GENAI_USAGE_OUTPUT_TOKENS,
-        lens_core::semconv::ERROR_TYPE,
+        lens_fallbacks::semconv::GENAI_OPERATION_NAME,
+        lens_fallbacks::semconv::GENAI_PROVIDER_NAME,
+        lens_fallbacks::semconv::GENAI_REQUEST_MODEL,
+        lens_fallbacks::semconv::GENAI_REQUEST_MAX_TOKENS,
+        lens_fallbacks::semconv::GENAI_REQUEST_TEMPERATURE,
+        lens_fallbacks::semconv::GENAI_REQUEST_TOP_P,
+        lens_fallbacks::semconv::GENAI_REQUEST_SEED,
+        lens_fallbacks::semconv::GENAI_RESPONSE_ID,
+        lens_fallbacks::semconv::GENAI_RESPONSE_MODEL,
+        lens_fallbacks::semconv::GENAI_RESPONSE_FINISH_REASONS,
+        lens_fallbacks::semconv::GENAI_USAGE_INPUT_TOKENS,
+        lens_fallbacks::semconv::GENAI_USAGE_OUTPUT_TOKENS,
+        lens_fallbacks::semconv::ERROR_TYPE,
     ],
 );
 /// `megatron.inference.queue`: the wait in the server's queue.
@@ -892,7 +892,7 @@ pub const INFERENCE_PREFILL: SpanDef = span(
     Some(&INFERENCE_GENERATE),
     PerRequest,
     "the prompt's forward pass, up to the first output token",
-    &[lens_core::semconv::GENAI_USAGE_INPUT_TOKENS],
+    &[lens_fallbacks::semconv::GENAI_USAGE_INPUT_TOKENS],
 );
 /// `megatron.inference.decode`: the output tokens after the first.
 pub const INFERENCE_DECODE: SpanDef = span(
@@ -902,7 +902,7 @@ pub const INFERENCE_DECODE: SpanDef = span(
     Some(&INFERENCE_GENERATE),
     PerRequest,
     "from the first output token to the last",
-    &[lens_core::semconv::GENAI_USAGE_OUTPUT_TOKENS],
+    &[lens_fallbacks::semconv::GENAI_USAGE_OUTPUT_TOKENS],
 );
 /// `megatron.inference.step`: one step of the running batch, which serves
 /// many requests, so a root linked to each request's GenAI span.
@@ -997,7 +997,3 @@ pub fn spans_in(group: SpanGroup) -> impl Iterator<Item = &'static SpanDef> {
 pub fn children_of(name: &str) -> impl Iterator<Item = &'static SpanDef> + '_ {
     SPANS.iter().filter(move |s| s.parent == Some(name))
 }
-
-/// The whole of `docs/span-taxonomy.md` (rendered by
-/// [`crate::markdown::span_taxonomy`]).
-pub use crate::markdown::span_taxonomy as markdown_table;

@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lens_core::config::CliOverrides;
-use lens_core::identity::RankContext;
-use lens_core::otel::exporters::testing::KeepingSpanExporter;
+use lens_fallbacks::config::CliOverrides;
+use lens_fallbacks::identity::RankContext;
+use lens_fallbacks::otel::exporters::testing::KeepingSpanExporter;
 use lens_fallbacks::{SetupOptions, sampling_key};
 use megatron_telemetry::lifecycle::{
     LifecycleOptions, MegatronTelemetry, STARTUP_TRACE, StartupTimestamps, derived_trace_id,
@@ -326,8 +326,9 @@ fn under_a_ratio_every_per_iteration_span_follows_its_iteration_and_structure_st
     telemetry.end_training_loop();
     let spans = finish(telemetry, &exporter);
 
-    let kept: Vec<u64> =
-        (0..40).filter(|i| lens_core::otel::sampler::ratio_keeps_key(0.5, sampling_key(RUN, restart, *i))).collect();
+    let kept: Vec<u64> = (0..40)
+        .filter(|i| lens_fallbacks::otel::sampler::ratio_keeps_key(0.5, sampling_key(RUN, restart, *i)))
+        .collect();
     assert!(!kept.is_empty() && kept.len() < 40, "{kept:?}");
     let keys: Vec<i64> = kept.iter().map(|i| sampling_key(RUN, restart, *i)).collect();
     for def in [

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use lens_core::config::CliOverrides;
-use lens_core::env::ProcessEnv;
-use lens_core::identity::RankContext;
+use lens_fallbacks::config::CliOverrides;
+use lens_fallbacks::env::ProcessEnv;
+use lens_fallbacks::identity::RankContext;
 use megatron_telemetry::lifecycle::{LifecycleOptions, MegatronTelemetry};
 use megatron_telemetry::taxonomy;
 use serde_json::Value;

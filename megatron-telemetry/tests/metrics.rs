@@ -224,7 +224,7 @@ fn step_duration_buckets_span_a_millisecond_to_ten_minutes() {
 fn metrics_docs_are_up_to_date() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics-megatron.md");
     let text = std::fs::read_to_string(path).expect("docs/metrics-megatron.md exists");
-    let generated = metrics::markdown_table();
+    let generated = megatron_telemetry::markdown::training_metrics();
     assert!(
         text.contains(&format!("<!-- generated:metrics:start -->\n{generated}<!-- generated:metrics:end -->")),
         "docs/metrics-megatron.md is out of date: run `cargo xtask codegen`"

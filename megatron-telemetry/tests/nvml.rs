@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use lens_core::attr::AttrValue;
+use lens_fallbacks::attr::AttrValue;
 use megatron_telemetry::nvml::{Nvml, gpu_count, gpu_identity, memory_used_bytes, physical_gpu_index};
 
 fn cvd(value: &str) -> [(&str, &str); 1] {

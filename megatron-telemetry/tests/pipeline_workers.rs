@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use lens_core::config::CliOverrides;
-use lens_core::identity::RankContext;
-use lens_core::otel::exporters::testing::KeepingSpanExporter;
+use lens_fallbacks::config::CliOverrides;
+use lens_fallbacks::identity::RankContext;
+use lens_fallbacks::otel::exporters::testing::KeepingSpanExporter;
 use lens_fallbacks::{SetupOptions, managed_span};
 use megatron_telemetry::attributes;
 use megatron_telemetry::groups::MegatronSpanGroup;

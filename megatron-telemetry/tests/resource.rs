@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use lens_core::attr::{AttrValue, KeyValue};
-use lens_core::identity::{lens_job_uuid, lens_run_uuid};
+use lens_fallbacks::attr::{AttrValue, KeyValue};
+use lens_fallbacks::identity::{lens_job_uuid, lens_run_uuid};
 use megatron_telemetry::resource::{
     ENVIRONMENT_ATTRIBUTES, Precision, TRAINING_ATTRIBUTES, TrainingArgs, training_resource_attributes,
 };

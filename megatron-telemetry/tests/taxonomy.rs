@@ -154,7 +154,7 @@ fn attributes_are_known_keys_on_the_right_spans() {
     assert_eq!(known.len(), attr::ALL.len(), "attribute keys are unique");
     // The inference server's spans carry the HTTP and GenAI semantic
     // conventions' keys, which are lens-core's.
-    known.extend(lens_core::semconv::ALL.iter().map(|key| key.key));
+    known.extend(lens_fallbacks::semconv::ALL.iter().map(|key| key.key));
     for span in SPANS {
         for key in span.attributes {
             assert!(known.contains(key), "{}: unknown attribute {key}", span.name);
@@ -183,7 +183,7 @@ fn lookup_helpers_agree_with_the_table() {
 
 #[test]
 fn markdown_lists_every_span_once() {
-    let text = taxonomy::markdown_table();
+    let text = megatron_telemetry::markdown::span_taxonomy();
     for span in SPANS {
         let row = format!("`{}` | `{}` |", span.name, span.group.name());
         assert_eq!(text.matches(&row).count(), 1, "{}", span.name);
@@ -194,7 +194,10 @@ fn markdown_lists_every_span_once() {
 fn span_taxonomy_docs_are_up_to_date() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/span-taxonomy.md");
     let text = std::fs::read_to_string(path).expect("docs/span-taxonomy.md exists");
-    assert!(text == taxonomy::markdown_table(), "docs/span-taxonomy.md is out of date: run `cargo xtask codegen`");
+    assert!(
+        text == megatron_telemetry::markdown::span_taxonomy(),
+        "docs/span-taxonomy.md is out of date: run `cargo xtask codegen`"
+    );
 }
 
 /// Structure is never sampled away: every span emitted every iteration or

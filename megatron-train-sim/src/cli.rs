@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use clap::Parser;
-use lens_core::config::CliOverrides;
+use lens_fallbacks::config::CliOverrides;
 
 use crate::config::{DecayStyle, DeviceChoice, Layout, OptimizerKind};
 

@@ -30,14 +30,14 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lens_core::env::{EnvSource, ProcessEnv};
+use lens_fallbacks::env::{EnvSource, ProcessEnv};
 
 use crate::output;
 
 /// The launch-id variables that, when set, the launcher leaves alone: an
 /// outer launcher (SLURM, torchrun, one of several nodes' launchers) already
 /// gave every rank of this launch one id (see
-/// `lens_core::identity::resolve_launch_id`).
+/// `lens_fallbacks::identity::resolve_launch_id`).
 pub(crate) const LAUNCH_ID_VARIABLES: [&str; 4] =
     ["MEGATRON_OTEL_LAUNCH_ID", "NEMO_LENS_LAUNCH_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"];
 
@@ -48,7 +48,7 @@ pub(crate) const LAUNCH_ID_VARIABLE: &str = "MEGATRON_OTEL_LAUNCH_ID";
 /// characters) unless `env` already has one.
 fn launch_id_for_ranks(env: &(impl EnvSource + ?Sized)) -> Option<String> {
     let set = LAUNCH_ID_VARIABLES.iter().any(|v| env.non_empty(v).is_some_and(|id| !id.eq_ignore_ascii_case("none")));
-    (!set).then(lens_core::identity::random_run_id)
+    (!set).then(lens_fallbacks::identity::random_run_id)
 }
 
 /// The variable that tells a re-executed process it is a rank, not a launcher.

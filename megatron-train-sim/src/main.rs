@@ -55,8 +55,8 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::Parser as _;
-use lens_core::env::{EnvSource, ProcessEnv};
-use lens_core::identity::RankContext;
+use lens_fallbacks::env::{EnvSource, ProcessEnv};
+use lens_fallbacks::identity::RankContext;
 
 use crate::cli::Args;
 use crate::comm::{Comm, Rendezvous};

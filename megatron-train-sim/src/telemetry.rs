@@ -25,9 +25,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lens_core::config::{CliOverrides, LensConfig};
-use lens_core::env::{EnvSource, ProcessEnv};
-use lens_core::identity::RankContext;
+use lens_fallbacks::config::{CliOverrides, LensConfig};
+use lens_fallbacks::env::{EnvSource, ProcessEnv};
+use lens_fallbacks::identity::RankContext;
 use lens_fallbacks::{KeyValue, SetupError, ShutdownReport, SpanGuard};
 use lens_training::mfu::{self, NoPeak, Peak};
 use megatron_telemetry::lifecycle::{self, LifecycleOptions, MegatronTelemetry};
@@ -58,7 +58,7 @@ pub(crate) const RUN_ID_VARIABLES: [&str; 4] =
 pub(crate) const RUN_ID_VARIABLE: &str = "MEGATRON_OTEL_RUN_ID";
 
 /// Whether lens's default-destination rule (SPEC A22,
-/// `lens_core::config::default_destination`, the same for every program)
+/// `lens_fallbacks::config::default_destination`, the same for every program)
 /// sends telemetry to files: nothing in `env` selects an exporter or an OTLP
 /// endpoint, and no collector answers at `localhost:4317`. The
 /// configuration is read with the command line's overrides (`cli`), as
@@ -66,11 +66,11 @@ pub(crate) const RUN_ID_VARIABLE: &str = "MEGATRON_OTEL_RUN_ID";
 /// that setup reports them (a bad `MEGATRON_OTEL_EXPORTER` must never be
 /// replaced by `file`), and with telemetry off nothing is probed.
 pub(crate) fn exporter_unconfigured(env: &(impl EnvSource + ?Sized), cli: &CliOverrides) -> bool {
-    use lens_core::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination};
+    use lens_fallbacks::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination};
     let Ok(config) = lifecycle::load_config(cli, env) else { return false };
     config.enabled
-        && lens_core::config::default_destination(&config, || {
-            lens_core::config::collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT)
+        && lens_fallbacks::config::default_destination(&config, || {
+            lens_fallbacks::config::collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT)
         }) == DefaultDestination::Files
 }
 
@@ -94,13 +94,13 @@ impl EnvSource for SimEnv {
 
 /// A fresh run id (12 hex characters), for the launcher.
 pub(crate) fn random_run_id() -> String {
-    lens_core::identity::random_run_id()
+    lens_fallbacks::identity::random_run_id()
 }
 
 /// The run id the configuration resolves to in `env` (`<PREFIX>_RUN_ID`,
 /// `NEMO_LENS_RUN_ID`, `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, else random).
 pub(crate) fn resolve_run_id(config: &LensConfig, env: &(impl EnvSource + ?Sized)) -> String {
-    lens_core::identity::resolve_run_id(&config.run_id, env).value
+    lens_fallbacks::identity::resolve_run_id(&config.run_id, env).value
 }
 
 /// Megatron's configuration from `env`, with the command-line overrides,
@@ -385,7 +385,7 @@ mod tests {
     use lens_training::mfu::PeakSource;
 
     use super::*;
-    use lens_core::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, collector_answers};
+    use lens_fallbacks::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, collector_answers};
 
     fn config(env: &[(&str, &str)]) -> LensConfig {
         load_config(env, &CliOverrides { otel_enabled: true, ..CliOverrides::default() }).unwrap()

@@ -1116,7 +1116,7 @@ mod tests {
     use crate::lm::InferenceModel;
     use crate::telemetry::RankSetup;
     use clap::Parser as _;
-    use lens_core::identity::RankContext;
+    use lens_fallbacks::identity::RankContext;
     use std::collections::BTreeMap;
 
     fn free_port() -> u16 {

@@ -213,8 +213,8 @@ fn sensitive_attribute_keys_are_redacted_in_exported_spans() {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let config =
-        LensConfig::from_env(&env, "NEMO_LENS", None, &lens_core::groups::LENS_CATALOG).expect("a valid configuration");
+    let config = LensConfig::from_env(&env, "NEMO_LENS", None, &lens_fallbacks::groups::LENS_CATALOG)
+        .expect("a valid configuration");
     let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), SetupOptions::new().with_env(env))
         .expect("telemetry set up");
     {

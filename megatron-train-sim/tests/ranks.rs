@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use lens_core::otlp_file;
+use lens_fallbacks::otlp_file;
 use lens_training::names::{ITERATIONS, InstrumentKind, RANK_METRICS};
 use serde_json::Value;
 

@@ -13,7 +13,7 @@
 //!   which decide when the wall-time band is wider than the budget;
 //! - the enabled spans: when the wall-time band is wider than the budget's
 //!   margin, the ratio of the calling thread's instructions under callgrind
-//!   (`lens-core/examples/span-calls.rs`, lens against the raw SDK) decides
+//!   (`lens-fallbacks/examples/span-calls.rs`, lens against the raw SDK) decides
 //!   against the same budget;
 //! - the single metric records: the same, with
 //!   `megatron-telemetry/examples/metric-calls.rs`;
@@ -232,8 +232,8 @@ impl Counted {
     }
 }
 
-/// `lens-core/examples/span-calls.rs`: the enabled-span scenarios.
-const SPAN_CALLS: Counted = Counted { package: "lens-core", example: "span-calls" };
+/// `lens-fallbacks/examples/span-calls.rs`: the enabled-span scenarios.
+const SPAN_CALLS: Counted = Counted { package: "lens-fallbacks", example: "span-calls" };
 
 /// `megatron-telemetry/examples/metric-calls.rs`: the single-record metric
 /// pairs of `benches/metric_records.rs` (the same calls, from one module).
@@ -357,7 +357,8 @@ pub(crate) fn target_builds() -> Vec<Vec<&'static str>> {
     let suites = criterion::SUITES.iter().map(|suite| suite.cargo_args.to_vec());
     let counted = [&SPAN_CALLS, &METRIC_CALLS, &TRACING_CALLS].into_iter().map(|counted| counted.build_args().to_vec());
     let disabled = DISABLED_CALLS.iter().map(|(_, args)| args.to_vec());
-    suites.chain(counted).chain(disabled).collect()
+    let throughput = [throughput::SINK_BUILD.to_vec(), throughput::LOAD_BUILD.to_vec()];
+    suites.chain(counted).chain(disabled).chain(throughput).collect()
 }
 
 fn count_instructions() -> Result<Option<Instructions>> {

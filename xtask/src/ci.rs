@@ -1,8 +1,10 @@
 //! `cargo xtask ci`: what CI runs, in the order that fails fastest.
 //!
-//! Feature sets: everything on (`--all-features`: the `otel` runtime and the
-//! `testing` exporters), and `otel` off for every crate that has the
-//! feature, each crate built alone so that no other member turns it back on.
+//! Feature sets: everything on (`--all-features`: the `otel` runtime with
+//! every transport and the `testing` exporters), `otel` off for every crate
+//! that follows the facade's feature, each crate built alone so that no
+//! other member turns it back on, and the file-only facade (`otel` without a
+//! transport feature), whose missing-transport errors are tested.
 //! The candle example ([`CANDLE_EXAMPLE`](crate::commands::CANDLE_EXAMPLE)) is in the first set (the
 //! workspace's steps) and has a step of its own for the second.
 
@@ -12,17 +14,12 @@ use crate::commands::{CANDLE_EXAMPLE, MAIN_COMMAND};
 use crate::{cargo, codegen, run_cmd, say, tidy};
 
 /// The crates tested with `otel` off: those with an `otel` feature, and
-/// lens-tracing and lens-training, which have none of their own and follow
-/// the facade's (alone, with no default features, nothing turns it on).
-pub(crate) const OTEL_OFF_CRATES: &[&str] = &[
-    "lens-core",
-    "lens-instruments",
-    "lens-fallbacks",
-    "lens-tracing",
-    "lens-training",
-    "megatron-telemetry",
-    "megatron-train-sim",
-];
+/// lens-instruments, lens-tracing and lens-training, which have none of their own and
+/// follow the facade's (alone, with no default features, nothing turns it
+/// on). lens-core has no features that change it (its one build is the
+/// workspace run's) and lens-otel-runtime is the runtime itself.
+pub(crate) const OTEL_OFF_CRATES: &[&str] =
+    &["lens-instruments", "lens-fallbacks", "lens-tracing", "lens-training", "megatron-telemetry", "megatron-train-sim"];
 
 pub(crate) fn run() -> Result<()> {
     run_cmd(cargo(&["fmt", "--all", "--check"]))?;
@@ -42,6 +39,18 @@ pub(crate) fn run() -> Result<()> {
     // trains, warns once that telemetry is compiled out, writes nothing.
     run_cmd(cargo(&["clippy", "-p", CANDLE_EXAMPLE, "--all-targets", "--", "-D", "warnings"]))?;
     run_cmd(cargo(&["test", "-p", CANDLE_EXAMPLE]))?;
+    // A program that only writes files: the facade with `otel` and no
+    // transport; a configuration that selects one is a setup error.
+    run_cmd(cargo(&[
+        "test",
+        "-p",
+        "lens-fallbacks",
+        "--no-default-features",
+        "--features",
+        "otel",
+        "--test",
+        "default_destination",
+    ]))?;
     // The same instrumented program builds and runs in both modes, set up
     // from its environment with telemetry enabled (with `otel` it exports its
     // spans and its counter, gauge and histogram to files; without it, it

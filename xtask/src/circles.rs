@@ -10,9 +10,13 @@
 //! that is a module file, then through that file's `use` items (a `pub use`
 //! re-export, or a private `use` that children reach through `crate::`), so
 //! that a module which only declares and re-exports its children (such as
-//! `lens-core/src/config/mod.rs`) depends on nothing. A `pub use` is the
-//! module's public face, not a dependency of its code, so it adds no edge.
-//! `mod` declarations add no edge either. Inline modules (`mod tests { … }`)
+//! `lens-core/src/config/mod.rs`) depends on nothing. A `pub use` of the
+//! file's own descendants (a parent re-exporting its children) is the
+//! module's public face and adds no edge; a `pub use` of anything else is a
+//! dependency like any other `use` (a module that re-exports a sibling's
+//! items while that sibling names it is a circle: issue 21 found
+//! `setup.rs` ↔ `otel/setup.rs` hidden that way). `mod` declarations add no
+//! edge. Inline modules (`mod tests { … }`)
 //! belong to their file: their `super::` is the file itself.
 //!
 //! Every strongly connected set of two or more files is a circle. A circle
@@ -31,6 +35,9 @@ use crate::{say, workspace_root};
 /// its files are in one entry. Empty now that every crate is free of them;
 /// an entry whose circle is gone fails tidy, so the list only shrinks.
 const ALLOWED: &[&[&str]] = &[];
+
+/// The target of a `use` of another crate's item: no file of this crate.
+const EXTERN: &str = "::extern";
 
 /// One file's module path (`["config", "model"]`) and what it says.
 struct ModuleFile {
@@ -199,6 +206,9 @@ fn resolve(
     if depth < 8
         && let Some(item) = modules[i].uses.iter().find(|u| &u.name == next)
     {
+        if item.target.first().is_some_and(|first| first == EXTERN) {
+            return None;
+        }
         let mut target = item.target.clone();
         target.extend_from_slice(&path[length + 1..]);
         if let Some(j) = resolve(modules, index, &target, depth + 1) {
@@ -467,13 +477,23 @@ fn parse_file(file: String, path: Vec<String>, text: &str) -> ModuleFile {
                 let mut items = Vec::new();
                 use_tree(&tokens[i + 1..end], &mut Vec::new(), &mut items);
                 for (segments, alias) in items {
-                    let Some(target) = absolute(&current, &children, &segments, true) else { continue };
+                    let Some(target) = absolute(&current, &children, &segments, true) else {
+                        // Another crate's item under a name of this module
+                        // (the facade's `pub use lens_core::{config, ...}`):
+                        // a path through that name leaves this crate.
+                        if inline.is_empty()
+                            && let Some(name) = alias.or_else(|| segments.last().cloned())
+                        {
+                            module.uses.push(UseItem { name, target: vec![EXTERN.to_string()] });
+                        }
+                        continue;
+                    };
                     let name = alias.or_else(|| segments.last().cloned()).unwrap_or_default();
                     let name = if name == "self" { current_last(&target) } else { name };
                     if inline.is_empty() {
                         module.uses.push(UseItem { name, target: target.clone() });
                     }
-                    if !public {
+                    if !public || !descends_from(&target, &path) {
                         module.references.push(target);
                     }
                 }
@@ -501,6 +521,12 @@ fn parse_file(file: String, path: Vec<String>, text: &str) -> ModuleFile {
         }
     }
     module
+}
+
+/// Whether `target` lies strictly inside the module `module` (a parent's
+/// re-export of its children).
+fn descends_from(target: &[String], module: &[String]) -> bool {
+    target.len() > module.len() && target[..module.len()] == *module
 }
 
 fn current_last(target: &[String]) -> String {
@@ -695,6 +721,75 @@ mod tests {
         );
         assert_eq!(circles.len(), 1, "{circles:?}");
         assert!(circles[0].contains(&"src/config/read.rs".to_string()));
+    }
+
+    #[test]
+    fn a_pub_use_of_a_sibling_counts_and_a_parent_re_exporting_children_does_not() {
+        // The shape issue 21 found: the runtime's setup re-exported the API's
+        // handle while the API named the runtime's setup.
+        let circles = circles_of(
+            "pubuse",
+            &[
+                (
+                    "lib.rs",
+                    "//! x
+pub mod setup;
+pub mod otel;
+pub use setup::Telemetry;
+",
+                ),
+                (
+                    "setup.rs",
+                    "//! s
+pub struct Telemetry(crate::otel::setup::Parts);
+",
+                ),
+                (
+                    "otel/mod.rs",
+                    "//! o
+pub mod setup;
+",
+                ),
+                (
+                    "otel/setup.rs",
+                    "//! r
+pub use crate::setup::Telemetry;
+pub struct Parts;
+",
+                ),
+            ],
+        );
+        assert_eq!(circles.len(), 1, "{circles:?}");
+        assert!(circles[0].contains(&"src/otel/setup.rs".to_string()) && circles[0].contains(&"src/setup.rs".into()));
+    }
+
+    #[test]
+    fn a_path_through_another_crates_re_export_names_no_file() {
+        // The facade re-exports lens-core's modules at its root and its span
+        // module names `crate::attr::KeyValue`, while the root's macro names
+        // the span module: no circle, `attr` is lens-core's.
+        let circles = circles_of(
+            "extern",
+            &[
+                (
+                    "lib.rs",
+                    "//! x
+pub use lens_core::{attr, config};
+pub mod span;
+pub use span::Guard;
+fn f() { crate::Guard::noop(); }
+",
+                ),
+                (
+                    "span.rs",
+                    "//! s
+use crate::attr::KeyValue;
+pub struct Guard;
+",
+                ),
+            ],
+        );
+        assert!(circles.is_empty(), "{circles:?}");
     }
 
     #[test]

@@ -2,8 +2,12 @@
 //! checks that keep code, docs and dependencies in step, so that a change
 //! that breaks one fails CI (`cargo xtask ci` runs this first):
 //!
-//! - no OpenTelemetry crate with `otel` off, and dependencies flow one way
-//!   (from `cargo tree`);
+//! - no OpenTelemetry crate with `otel` off, none in lens-core's build at
+//!   all, no tonic, reqwest or hyper in a file-only application's build
+//!   (the facade with `otel` and no transport feature), and dependencies
+//!   flow one way (from `cargo tree`);
+//! - one door: no crate above the facade names lens-core or the runtime
+//!   crate, in its `Cargo.toml` (any dependency kind) or its code;
 //! - the feature rule: a library crate depends on a workspace crate that has
 //!   an `otel` feature with `default-features = false` and without turning
 //!   `otel` on (from `cargo metadata`); only applications turn it on;
@@ -35,6 +39,19 @@ const FORBIDDEN_WITHOUT_OTEL: &[&str] = &["opentelemetry", "tonic", "prost", "re
 const LIBRARY_CRATES: &[&str] =
     &["lens-core", "lens-instruments", "lens-fallbacks", "lens-tracing", "lens-training", "megatron-telemetry"];
 
+/// The transports a program that only writes files must not build: the
+/// facade with `otel` and none of `otlp-grpc`, `otlp-http`, `prometheus`.
+const TRANSPORT_CRATES: &[&str] = &["tonic", "reqwest", "hyper"];
+
+/// The crates below the facade, which no crate above it may name.
+const BELOW_FACADE: &[&str] = &["lens-core", "lens-otel-runtime"];
+
+/// The crates above the facade: they depend on lens-fallbacks (and on each
+/// other, one way), never on what is below it. A crate not in the workspace
+/// (yet) is skipped.
+const ABOVE_FACADE: &[&str] =
+    &["lens-instruments", "lens-tracing", "lens-training", "megatron-telemetry", "lens-command", "megatron-train-sim"];
+
 /// The application crates whose `otel`-off build must have no OpenTelemetry
 /// crate (their own runtime, such as the simulator's tokio, is allowed).
 const APPLICATION_CRATES: &[&str] = &["megatron-train-sim", crate::commands::CANDLE_EXAMPLE];
@@ -48,32 +65,26 @@ fn crate_dir(krate: &str) -> std::path::PathBuf {
     workspace_root().join(dir)
 }
 
-/// Which workspace crates each crate may depend on (dependencies flow one
-/// way: sim → megatron-telemetry → lens-fallbacks → lens-instruments → lens-core).
+/// Which workspace crates each crate may depend on directly (dependencies
+/// flow one way: lens-core ← lens-otel-runtime ← lens-fallbacks (the facade,
+/// with lens-macros) ← lens-instruments, lens-tracing, lens-training ←
+/// megatron-telemetry ← lens-command, the simulator). A crate not in the
+/// workspace (yet) is skipped.
 const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
     ("lens-core", &[]),
-    // The values structs are pure data shared with the compiled-out facade
-    // (lens_core::instrument_values); lens-core without features.
-    ("lens-instruments", &["lens-core"]),
     ("lens-macros", &[]),
-    ("lens-fallbacks", &["lens-core", "lens-instruments", "lens-macros"]),
+    ("lens-otel-runtime", &["lens-core"]),
+    ("lens-fallbacks", &["lens-core", "lens-otel-runtime", "lens-macros"]),
+    ("lens-instruments", &["lens-fallbacks"]),
     // The `tracing` bridge sits on the facade; nothing depends on it but
     // applications (the simulator's `serve`: its HTTP SERVER span).
-    ("lens-tracing", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
-    // The training diagnosis sits on the facade, as the bridge does.
-    ("lens-training", &["lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
-    ("megatron-telemetry", &["lens-training", "lens-fallbacks", "lens-core", "lens-instruments", "lens-macros"]),
+    ("lens-tracing", &["lens-fallbacks"]),
+    ("lens-training", &["lens-fallbacks", "lens-instruments"]),
+    ("megatron-telemetry", &["lens-fallbacks", "lens-instruments", "lens-training"]),
+    ("lens-command", &["lens-fallbacks", "lens-training"]),
     (
         "megatron-train-sim",
-        &[
-            "megatron-telemetry",
-            "lens-training",
-            "lens-tracing",
-            "lens-fallbacks",
-            "lens-core",
-            "lens-instruments",
-            "lens-macros",
-        ],
+        &["megatron-telemetry", "lens-tracing", "lens-fallbacks", "lens-instruments", "lens-training", "lens-command"],
     ),
     // The candle example: instrumented through the facade, the training
     // crate and the bridge only (docs/own-program.md).
@@ -82,6 +93,8 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
 
 pub(crate) fn run() -> Result<()> {
     no_otel_without_feature()?;
+    pure_core_and_file_only_builds()?;
+    one_door()?;
     feature_rule()?;
     bench_builds()?;
     dependency_direction()?;
@@ -108,11 +121,12 @@ fn no_otel_without_feature() -> Result<()> {
     let checks =
         LIBRARY_CRATES.iter().map(|krate| (krate, true)).chain(APPLICATION_CRATES.iter().map(|krate| (krate, false)));
     for (krate, library) in checks {
+        if !workspace_root().join(krate).join("Cargo.toml").exists() {
+            continue;
+        }
         let crates = tree_crates(&["-p", krate, "--no-default-features", "-e", "normal,build,dev"])?;
         for name in &crates {
-            let forbidden = name.starts_with("opentelemetry")
-                || (library
-                    && FORBIDDEN_WITHOUT_OTEL.iter().any(|bad| name == bad || name.starts_with(&format!("{bad}-"))));
+            let forbidden = name.starts_with("opentelemetry") || (library && forbidden(name, FORBIDDEN_WITHOUT_OTEL));
             if forbidden {
                 problems.push(format!("{krate} (otel off, dev dependencies included) depends on {name}"));
             }
@@ -125,6 +139,114 @@ fn no_otel_without_feature() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// lens-core holds no OpenTelemetry (nor transport) crate in any build,
+/// dev edges included; a file-only application (the facade with `otel` and
+/// no transport feature) builds no tonic, reqwest or hyper.
+fn pure_core_and_file_only_builds() -> Result<()> {
+    let mut problems = Vec::new();
+    let core = tree_crates(&["-p", "lens-core", "--all-features", "-e", "normal,build,dev"])?;
+    for name in &core {
+        if name.starts_with("opentelemetry") || forbidden(name, FORBIDDEN_WITHOUT_OTEL) {
+            problems.push(format!("lens-core (all features, dev dependencies included) depends on {name}"));
+        }
+    }
+    let file_only =
+        tree_crates(&["-p", "lens-fallbacks", "--no-default-features", "--features", "otel", "-e", "normal,build"])?;
+    for name in &file_only {
+        if forbidden(name, TRANSPORT_CRATES) {
+            problems.push(format!("lens-fallbacks with `otel` and no transport feature depends on {name}"));
+        }
+    }
+    if !problems.is_empty() {
+        bail!(
+            "architecture invariant broken: lens-core is pure, and a program that writes files builds no network transport
+  {}",
+            problems.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+/// Whether the crate `name` is one of `crates` (or a crate of its family:
+/// `hyper-util` for `hyper`).
+fn forbidden(name: &str, crates: &[&str]) -> bool {
+    crates.iter().any(|bad| name == *bad || name.starts_with(&format!("{bad}-")))
+}
+
+/// One door: no crate above the facade names a crate below it, neither as
+/// a dependency of any kind (`cargo metadata`) nor in its code, tests,
+/// examples and benches (`lens_core::`, `lens_otel_runtime::`).
+fn one_door() -> Result<()> {
+    let text = output(cargo(&["metadata", "--format-version", "1", "--no-deps"]))?;
+    let metadata: serde_json::Value = serde_json::from_str(&text).context("cargo metadata printed no JSON")?;
+    let packages: Vec<&serde_json::Value> = metadata["packages"].as_array().into_iter().flatten().collect();
+    let mut problems = one_door_dependency_problems(&packages);
+    let root = workspace_root();
+    for krate in ABOVE_FACADE {
+        for folder in ["src", "tests", "examples", "benches"] {
+            let dir = root.join(krate).join(folder);
+            if !dir.is_dir() {
+                continue;
+            }
+            let mut files = Vec::new();
+            rust_files(&dir, &mut files)?;
+            for file in files {
+                let code =
+                    std::fs::read_to_string(&file).with_context(|| format!("could not read {}", file.display()))?;
+                problems.extend(one_door_source_problems(&code).into_iter().map(|(line, name)| {
+                    format!("{}:{line} names {name}", file.strip_prefix(&root).unwrap_or(&file).display())
+                }));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        bail!(
+            "one door: crates above the facade name only lens-fallbacks (`lens_core::X` is `lens_fallbacks::X`, the runtime is `lens_fallbacks::otel`)
+  {}",
+            problems.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+/// The dependencies of crates above the facade on crates below it.
+fn one_door_dependency_problems(packages: &[&serde_json::Value]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for package in packages {
+        let name = package["name"].as_str().unwrap_or("?");
+        if !ABOVE_FACADE.contains(&name) {
+            continue;
+        }
+        for dependency in package["dependencies"].as_array().into_iter().flatten() {
+            let dep = dependency["name"].as_str().unwrap_or("?");
+            if BELOW_FACADE.contains(&dep) {
+                let kind = dependency["kind"].as_str().unwrap_or("normal");
+                problems.push(format!("{name} depends on {dep} ({kind}): depend on lens-fallbacks instead"));
+            }
+        }
+    }
+    problems
+}
+
+/// The lines (1-based) of `code` that name a crate below the facade.
+fn one_door_source_problems(code: &str) -> Vec<(usize, &'static str)> {
+    let mut found = Vec::new();
+    for (index, line) in code.lines().enumerate() {
+        for name in ["lens_core", "lens_otel_runtime"] {
+            let named = line.match_indices(name).any(|(at, _)| {
+                let before = line[..at].chars().next_back();
+                let after = line[at + name.len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            });
+            if named {
+                found.push((index + 1, name));
+            }
+        }
+    }
+    found
 }
 
 /// The feature rule of `docs/architecture.md`: every library crate of the
@@ -276,6 +398,7 @@ fn dependency_direction() -> Result<()> {
 /// The workspace crates whose `src/` trees are checked for module docs.
 const CRATES: &[&str] = &[
     "lens-core",
+    "lens-otel-runtime",
     "lens-instruments",
     "lens-fallbacks",
     "lens-macros",
@@ -442,7 +565,28 @@ fn licenses() -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{bench_build_problem, feature_rule_problems, license_ok};
+    use super::{
+        bench_build_problem, feature_rule_problems, license_ok, one_door_dependency_problems, one_door_source_problems,
+    };
+
+    #[test]
+    fn a_crate_above_the_facade_that_names_one_below_breaks_the_one_door_rule() {
+        let package = |name: &str, dependency: &str, kind: Option<&str>| serde_json::json!({ "name": name, "dependencies": [{ "name": dependency, "kind": kind }] });
+        let through_facade = package("megatron-telemetry", "lens-fallbacks", None);
+        let core = package("lens-tracing", "lens-core", None);
+        let runtime_for_tests = package("lens-instruments", "lens-otel-runtime", Some("dev"));
+        let below = package("lens-fallbacks", "lens-otel-runtime", None);
+        let problems = one_door_dependency_problems(&[&through_facade, &core, &runtime_for_tests, &below]);
+        assert_eq!(
+            problems,
+            [
+                "lens-tracing depends on lens-core (normal): depend on lens-fallbacks instead",
+                "lens-instruments depends on lens-otel-runtime (dev): depend on lens-fallbacks instead",
+            ]
+        );
+        let code = "use lens_fallbacks::config;\nuse lens_core::config::LensConfig;\n// lens_core_recipe, my_lens_core\nlet x = lens_otel_runtime::active::tracer();\n";
+        assert_eq!(one_door_source_problems(code), [(2, "lens_core"), (4, "lens_otel_runtime")]);
+    }
 
     #[test]
     fn a_bench_build_without_its_required_features_is_reported() {

@@ -54,6 +54,7 @@ mod model;
 pub(crate) mod pyrepr;
 mod read;
 mod standard;
+mod transport;
 mod validate;
 
 pub use destination::{
@@ -69,4 +70,7 @@ pub use model::{
 pub use standard::{
     BatchSettings, Compression, ExporterKind, OtelSettings, OtlpEndpoint, OtlpProtocol, OtlpSettings, Propagator,
     Signal, TracesSampler,
+};
+pub use transport::{
+    FEATURE_OTLP_GRPC, FEATURE_OTLP_HTTP, FEATURE_PROMETHEUS, MissingTransport, Transports, default_destination_in,
 };

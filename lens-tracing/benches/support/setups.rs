@@ -8,11 +8,11 @@
 
 use std::hint::black_box;
 
-use lens_core::groups::{GroupSet, LENS_CATALOG, SpanGroup};
-use lens_core::otel::active;
-use lens_core::otel::exporters::testing::DiscardingSpanExporter;
-use lens_core::testing::set_enabled_span_groups;
-use lens_core::tracing_rules::TracingRules;
+use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, SpanGroup};
+use lens_fallbacks::otel::active;
+use lens_fallbacks::otel::exporters::testing::DiscardingSpanExporter;
+use lens_fallbacks::testing::set_enabled_span_groups;
+use lens_fallbacks::tracing_rules::TracingRules;
 use opentelemetry::trace::{Span as _, SpanBuilder, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};

@@ -10,7 +10,7 @@
 //! hoists the raw instrument's vtable loads out of a benchmark loop on one
 //! side only, and the pair measures that instead of the handle.
 
-use lens_core::otel::exporters::testing::DiscardingMetricExporter;
+use lens_fallbacks::otel::exporters::testing::DiscardingMetricExporter;
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -2,10 +2,10 @@
 //! name, and [`load_config`] (the loader with Megatron's catalog, then the
 //! command line, validated).
 
-use lens_core::config::{CliOverrides, ConfigLoader, LensConfig};
-use lens_core::env::EnvSource;
-use lens_core::setup::{load_or_disabled, or_off_when_compiled_out};
 use lens_fallbacks::SetupError;
+use lens_fallbacks::config::{CliOverrides, ConfigLoader, LensConfig};
+use lens_fallbacks::env::EnvSource;
+use lens_fallbacks::setup::{load_or_disabled, or_off_when_compiled_out};
 
 use crate::groups::MEGATRON_CATALOG;
 
@@ -21,7 +21,7 @@ pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 /// prefixes, catalog and service name, then the command line, validated.
 ///
 /// ```
-/// use lens_core::config::CliOverrides;
+/// use lens_fallbacks::config::CliOverrides;
 /// use megatron_telemetry::lifecycle::load_config;
 ///
 /// let env = [("NEMO_LENS_SPAN_GROUPS", "per_step")];
@@ -39,14 +39,14 @@ pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 /// enabled it is the error, before anything is exported.
 ///
 /// ```
-/// use lens_core::config::CliOverrides;
+/// use lens_fallbacks::config::CliOverrides;
 /// use megatron_telemetry::lifecycle::load_config;
 ///
 /// let env = [("MEGATRON_OTEL_SPAN_GROUPS", "per_stpe")];
 /// let config = load_config(&CliOverrides::default(), &env).unwrap();
 /// assert!(!config.enabled);
 /// let enabled = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
-/// if lens_core::setup::COMPILED_IN {
+/// if lens_fallbacks::setup::COMPILED_IN {
 ///     let error = load_config(&enabled, &env).unwrap_err().to_string();
 ///     assert!(error.contains("MEGATRON_OTEL_SPAN_GROUPS"), "{error}");
 /// }

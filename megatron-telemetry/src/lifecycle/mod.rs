@@ -48,8 +48,8 @@
 //! ```
 //! use std::time::{Duration, SystemTime};
 //!
-//! use lens_core::config::CliOverrides;
-//! use lens_core::identity::RankContext;
+//! use lens_fallbacks::config::CliOverrides;
+//! use lens_fallbacks::identity::RankContext;
 //! use megatron_telemetry::lifecycle::{LifecycleOptions, MegatronTelemetry, StartupTimestamps};
 //! use megatron_telemetry::metrics::TrainingValues;
 //! use megatron_telemetry::taxonomy;
@@ -57,7 +57,7 @@
 //! // Captured as early as possible in `main`.
 //! let stamps = StartupTimestamps { program_start: Some(SystemTime::now()), ..StartupTimestamps::default() };
 //!
-//! // The environment would be `lens_core::env::ProcessEnv`; a map keeps the
+//! // The environment would be `lens_fallbacks::env::ProcessEnv`; a map keeps the
 //! // example self-contained (and telemetry off, so nothing is exported).
 //! let env = std::collections::HashMap::<String, String>::new();
 //! let options = LifecycleOptions::new().with_startup(stamps).with_model_type("GPT");
@@ -96,9 +96,9 @@ mod trace_ids;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lens_core::config::CliOverrides;
-use lens_core::env::EnvSource;
-use lens_core::identity::{RankContext, resolve_launch_id};
+use lens_fallbacks::config::CliOverrides;
+use lens_fallbacks::env::EnvSource;
+use lens_fallbacks::identity::{RankContext, resolve_launch_id};
 use lens_fallbacks::{
     AttachedContext, KeyValue, RemoteContext, SAMPLING_KEY_ATTRIBUTE, SetupError, ShutdownReport, SpanGuard, SpanLink,
     Telemetry, WorkerBootstrap, is_span_group_enabled, lazy_attributes, managed_span, sampling_key, setup_telemetry,
@@ -143,7 +143,7 @@ pub struct MegatronTelemetry {
     enabled: bool,
     service_name: String,
     span_groups: String,
-    hang_timeout: lens_core::config::HangTimeout,
+    hang_timeout: lens_fallbacks::config::HangTimeout,
 }
 
 impl std::fmt::Debug for MegatronTelemetry {
@@ -166,7 +166,7 @@ impl MegatronTelemetry {
     /// `cli` (which wins), validates everything on every rank before anything is installed, and
     /// only then builds anything. `env` also feeds the run id, the restart
     /// attempt, the incoming `TRACEPARENT` and the launcher's startup stamps;
-    /// pass `lens_core::env::ProcessEnv` in a real job.
+    /// pass `lens_fallbacks::env::ProcessEnv` in a real job.
     ///
     /// On an exporting rank it creates the training metrics, installs the
     /// SIGTERM/SIGINT handlers (unless turned off) and opens

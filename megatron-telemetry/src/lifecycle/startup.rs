@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lens_core::env::EnvSource;
+use lens_fallbacks::env::EnvSource;
 
 use crate::taxonomy::{self, SpanDef};
 
@@ -81,7 +81,7 @@ impl StartupTimestamps {
         read(&mut self.launch_script_presrun, LAUNCH_SCRIPT_PRESRUN_ENV);
         read(&mut self.slurm_job_start, SLURM_JOB_START_ENV);
         if !bad.is_empty() {
-            lens_core::diag::warn(format_args!(
+            lens_fallbacks::diag::warn(format_args!(
                 "ignoring startup timestamps that are not seconds since the epoch: {}",
                 bad.join(", ")
             ));

@@ -24,7 +24,7 @@ pub const STARTUP_TRACE: u64 = u64::MAX;
 /// communication, on every platform (Python:
 /// `hashlib.md5(text.encode()).digest()`). The first iteration is the
 /// absolute one, so a resumed run does not reuse an earlier trace; the
-/// launch id ([`lens_core::identity::resolve_launch_id`]) keeps two launches
+/// launch id ([`lens_fallbacks::identity::resolve_launch_id`]) keeps two launches
 /// of one pinned run id apart, such as a hand resubmission that resumes at
 /// the iteration where the crashed launch opened an interval; the restart
 /// attempt and the lifetime index keep restarts and a second lifetime in one
@@ -74,7 +74,7 @@ static WARNED_NO_LAUNCH_ID: AtomicBool = AtomicBool::new(false);
 
 pub(super) fn warn_no_launch_id(run_id_variable: &str) {
     if !WARNED_NO_LAUNCH_ID.swap(true, Ordering::Relaxed) {
-        lens_core::diag::warn(format_args!(
+        lens_fallbacks::diag::warn(format_args!(
             "the run id is pinned ({run_id_variable}) and no launch id is set ({ENV_PREFIX}_LAUNCH_ID, SLURM_JOB_ID \
              or TORCHELASTIC_RUN_ID): a resubmission of this run that resumes from a checkpoint reuses this \
              launch's trace ids; have the launcher set {ENV_PREFIX}_LAUNCH_ID to a fresh id for every launch"

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
-use lens_core::semconv;
+use lens_fallbacks::semconv;
 use lens_fallbacks::{KeyValue, RemoteContext};
 use megatron_telemetry::inference::{self as telemetry, RequestValues, ServerMetrics};
 use megatron_telemetry::taxonomy;

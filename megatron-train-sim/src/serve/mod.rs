@@ -29,9 +29,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use lens_core::config::CliOverrides;
-use lens_core::env::ProcessEnv;
-use lens_core::identity::RankContext;
+use lens_fallbacks::config::CliOverrides;
+use lens_fallbacks::env::ProcessEnv;
+use lens_fallbacks::identity::RankContext;
 
 use crate::lm::InferenceModel;
 use crate::telemetry::{RankSetup, ResourceArgs, StartupTimestamps, Telemetry};

@@ -28,7 +28,7 @@ pub(crate) struct Suite {
 pub(crate) const SUITES: &[Suite] = &[
     Suite {
         name: "span",
-        cargo_args: &["-p", "lens-core", "--features", "testing", "--bench", "span"],
+        cargo_args: &["-p", "lens-fallbacks", "--features", "testing", "--bench", "span"],
         group: "span",
         ids: &[
             "baseline_empty_closure",

@@ -2,8 +2,8 @@
 //! process, at the project's default batch settings: lens's pipeline against
 //! the raw SDK's, as a ratio that holds on any machine.
 //!
-//! The receiver is `lens-core/examples/otlp-sink.rs` (it decodes every
-//! request and counts the spans); the sender is `lens-core/examples/otlp-load.rs`
+//! The receiver is `lens-otel-runtime/examples/otlp-sink.rs` (it decodes every
+//! request and counts the spans); the sender is `lens-fallbacks/examples/otlp-load.rs`
 //! in one of two pipelines with the same OTLP exporter built the same way and
 //! the same SDK tracer call ending the spans: `lens-batch` (lens's batch
 //! processor, configured as `setup_telemetry` configures it) or `raw` (the
@@ -131,20 +131,25 @@ impl Step {
     }
 }
 
+/// The receiver: the runtime's example, with tonic's server.
+pub(crate) const SINK_BUILD: &[&str] =
+    &["build", "-p", "lens-otel-runtime", "--features", "otlp-sink", "--profile", "bench", "--example", "otlp-sink"];
+/// The sender: the facade's example (setup, spans, both OTLP transports).
+pub(crate) const LOAD_BUILD: &[&str] = &[
+    "build",
+    "-p",
+    "lens-fallbacks",
+    "--features",
+    "otlp-grpc,otlp-http",
+    "--profile",
+    "bench",
+    "--example",
+    "otlp-load",
+];
+
 fn build() -> Result<(PathBuf, PathBuf)> {
-    run_cmd(cargo(&[
-        "build",
-        "-p",
-        "lens-core",
-        "--features",
-        "otlp-sink",
-        "--profile",
-        "bench",
-        "--example",
-        "otlp-sink",
-        "--example",
-        "otlp-load",
-    ]))?;
+    run_cmd(cargo(SINK_BUILD))?;
+    run_cmd(cargo(LOAD_BUILD))?;
     let dir = workspace_root().join("target/release/examples");
     Ok((dir.join("otlp-sink"), dir.join("otlp-load")))
 }

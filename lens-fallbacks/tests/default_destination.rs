@@ -1,0 +1,222 @@
+//! Where a program's telemetry goes when nothing says (SPEC A22), and what
+//! it is told, as a new user sees it: each case runs this test binary again
+//! as a child process (its own working directory, environment and standard
+//! error), set up from its environment with `Telemetry::from_env`.
+//!
+//! - only `MYJOB_OTEL_ENABLED=1`, no collector on `localhost:4317`: files
+//!   under `telemetry/<run_id>/` of the working directory, with the spans;
+//!   the startup line and the shutdown report name the absolute path;
+//! - a configured collector that refuses connections: the first failed
+//!   export names the endpoint before the program reaches shutdown;
+//! - a file cap: one warning, the dropped records counted in the report;
+//! - a configuration that selects a transport this build lacks (the facade's
+//!   features `otlp-grpc`, `otlp-http`, `prometheus`): a setup error naming
+//!   the variable, its value and the feature, before anything is written;
+//!   and without `otlp-grpc` the default rule writes files without probing.
+//!   Run in both shapes: `cargo test -p lens-fallbacks --test
+//!   default_destination` (gRPC) and the same with `--no-default-features
+//!   --features otel` (files and console only).
+//!
+//! The "a collector answers" branch is tested at the function level in
+//! `lens_fallbacks::config::destination` (a local listener), since setting an
+//! endpoint here would count as configuring one.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use lens_fallbacks::attr::KeyValue;
+use lens_fallbacks::config::{COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, collector_answers};
+use lens_fallbacks::groups::SpanGroup;
+use lens_fallbacks::setup::{TRANSPORTS, Telemetry};
+
+/// The variable that makes this binary's `child` test act as a program.
+const CHILD: &str = "LENS_DEFAULT_DESTINATION_CHILD";
+/// What the child writes on standard error just before it shuts down.
+const SHUTTING_DOWN: &str = "child: shutting down";
+
+/// The program each case runs: set up from the environment, a few spans,
+/// a pause long enough for one scheduled export, shutdown, the report.
+#[test]
+#[expect(clippy::print_stderr, reason = "the child's standard error is what the parent reads")]
+fn child() {
+    let Ok(mode) = std::env::var(CHILD) else { return };
+    let telemetry = match Telemetry::from_env("MYJOB_OTEL") {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("child setup error: {error}");
+            return;
+        }
+    };
+    for step in 0..3_u64 {
+        let _span =
+            lens_fallbacks::span::managed_span(SpanGroup::JOB, "myjob.step", [KeyValue::new("myjob.step", step)]);
+    }
+    if mode == "wait" {
+        // The batch processor exports every 200 ms: a failure shows here.
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    eprintln!("{SHUTTING_DOWN}");
+    let report = telemetry.shutdown(Duration::from_millis(500));
+    eprintln!("child report: {report}");
+}
+
+fn run_child(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (Output, String) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", "child", "--nocapture", "--test-threads=1"]).current_dir(dir).env(CHILD, mode);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("OTEL_") || key.starts_with("MYJOB_OTEL") || key.starts_with("NEMO_LENS") {
+            command.env_remove(key);
+        }
+    }
+    for variable in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID"] {
+        command.env_remove(variable);
+    }
+    command.envs(env.iter().copied());
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    (output, stderr)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lens-default-destination-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.canonicalize().unwrap()
+}
+
+#[test]
+fn with_nothing_configured_spans_go_to_files_when_no_collector_answers_and_the_program_says_where() {
+    let dir = temp_dir("files");
+    let started = Instant::now();
+    // Without gRPC the rule never picks the collector (and never probes).
+    let collector = TRANSPORTS.otlp_grpc && collector_answers(DEFAULT_COLLECTOR, COLLECTOR_PROBE_TIMEOUT);
+    let (_, stderr) = run_child(
+        &dir,
+        "quick",
+        &[("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_RUN_ID", "run-a"), ("OTEL_SERVICE_NAME", "myjob")],
+    );
+    if collector {
+        // A collector on this machine takes the default (the rule's other
+        // branch, also tested with a listener in `config::destination`).
+        assert!(stderr.contains("exports traces: OTLP grpc http://localhost:4317"), "{stderr}");
+        assert!(!dir.join("telemetry").exists(), "{stderr}");
+        return;
+    }
+    let traces = dir.join("telemetry/run-a/traces-rank0.jsonl");
+    let content = std::fs::read_to_string(&traces).unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", traces.display()));
+    assert_eq!(content.matches(r#""name":"myjob.step""#).count(), 3, "{content}");
+    assert!(dir.join("telemetry/run-a/metrics-rank0.jsonl").exists(), "{stderr}");
+    // Said once at startup, with the host and the absolute path ...
+    let startup: Vec<&str> = stderr.lines().filter(|l| l.starts_with("lens: rank 0 on host ")).collect();
+    assert_eq!(startup.len(), 1, "{stderr}");
+    assert!(startup[0].contains(&format!("traces: file {}", traces.display())), "{stderr}");
+    // ... and in the shutdown report.
+    let report = stderr.lines().find(|l| l.starts_with("child report:")).unwrap();
+    assert!(report.contains("spans: 3 exported"), "{report}");
+    assert!(report.contains(&format!("traces: file {}", traces.display())), "{report}");
+    // No waiting on a collector that is not there.
+    assert!(!stderr.contains("lens: warning"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_unreachable_configured_collector_is_named_at_the_first_failed_export() {
+    let dir = temp_dir("refused");
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", refused.local_addr().unwrap());
+    drop(refused);
+    let (_, stderr) = run_child(
+        &dir,
+        "wait",
+        &[
+            ("MYJOB_OTEL_ENABLED", "1"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_METRICS_EXPORTER", "none"),
+            ("MYJOB_OTEL_SHUTDOWN_TIMEOUT_MS", "500"),
+        ],
+    );
+    if !TRANSPORTS.otlp_grpc {
+        let expected = format!("child setup error: OTEL_EXPORTER_OTLP_ENDPOINT={endpoint} selects OTLP over gRPC");
+        assert!(stderr.contains(&expected), "{stderr}");
+        assert!(stderr.contains("`otlp-grpc` of lens-fallbacks"), "{stderr}");
+        assert!(!dir.join("telemetry").exists(), "{stderr}");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let named = stderr
+        .find(&format!("cannot export traces to the OTLP collector at {endpoint}"))
+        .unwrap_or_else(|| panic!("no warning naming {endpoint}:\n{stderr}"));
+    let shutting_down = stderr.find(SHUTTING_DOWN).unwrap();
+    assert!(named < shutting_down, "named only at shutdown:\n{stderr}");
+    assert!(stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{stderr}");
+    assert!(!dir.join("telemetry").exists(), "a configured destination wrote files");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_full_file_drops_records_with_one_warning_and_counts_them() {
+    let dir = temp_dir("cap");
+    let (_, stderr) = run_child(
+        &dir,
+        "quick",
+        &[
+            ("MYJOB_OTEL_ENABLED", "1"),
+            ("MYJOB_OTEL_EXPORTER", "file"),
+            ("MYJOB_OTEL_RUN_ID", "run-cap"),
+            ("MYJOB_OTEL_FILE_MAX_BYTES", "10"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+        ],
+    );
+    let traces = dir.join("telemetry/run-cap/traces-rank0.jsonl");
+    assert_eq!(std::fs::read_to_string(&traces).unwrap(), "", "{stderr}");
+    assert_eq!(stderr.matches("reached its cap of 10 bytes").count(), 1, "{stderr}");
+    let report = stderr.lines().find(|l| l.starts_with("child report:")).unwrap();
+    assert!(report.contains("3 records dropped: file size cap reached"), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A configuration that selects a transport this build lacks stops setup
+/// with an error naming the variable, its value and the cargo feature,
+/// before any file is written; a transport the build has sets up.
+#[test]
+fn a_transport_this_build_lacks_is_a_setup_error_before_anything_is_written() {
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", refused.local_addr().unwrap());
+    drop(refused);
+    let cases: [(&str, &str, bool, &str); 3] = [
+        ("MYJOB_OTEL_EXPORTER", "otlp", TRANSPORTS.otlp_grpc, "otlp-grpc"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", TRANSPORTS.otlp_http, "otlp-http"),
+        ("OTEL_METRICS_EXPORTER", "prometheus", TRANSPORTS.prometheus, "prometheus"),
+    ];
+    for (variable, value, present, feature) in cases {
+        if present && value == "prometheus" {
+            // Served on a real port: the runtime's own tests cover it.
+            continue;
+        }
+        let dir = temp_dir(&format!("missing-{feature}"));
+        let (_, stderr) = run_child(
+            &dir,
+            "quick",
+            &[
+                ("MYJOB_OTEL_ENABLED", "1"),
+                ("MYJOB_OTEL_EXPORTER", if variable == "OTEL_METRICS_EXPORTER" { "file" } else { "otlp" }),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+                (variable, value),
+                ("MYJOB_OTEL_SHUTDOWN_TIMEOUT_MS", "200"),
+            ],
+        );
+        let refused = stderr.lines().find(|line| line.starts_with("child setup error: "));
+        if present {
+            assert_eq!(refused, None, "{variable}={value}: {stderr}");
+        } else {
+            let line = refused.unwrap_or_else(|| panic!("{variable}={value} set up without {feature}:\n{stderr}"));
+            assert!(line.contains(&format!("{variable}={value} selects ")), "{line}");
+            assert!(line.contains(&format!("`{feature}` of lens-fallbacks")), "{line}");
+            assert!(!dir.join("telemetry").exists(), "{variable}={value} wrote files before refusing:\n{stderr}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,1202 @@
+//! Lens's own bounded batch processors of spans and log records, with
+//! counters: nothing that cannot be exported goes uncounted.
+//!
+//! The SDK's `BatchSpanProcessor` does not say how many spans it queued,
+//! exported, dropped or failed, and it does not retry a failed export. Lens
+//! needs both: the shutdown report, the rate-limited warning and the exact
+//! accounting of the end-to-end tests read the counters, and an
+//! export that fails (collector down, slow, refusing) must be retried with backoff
+//! for a bounded window while new spans keep queuing up to the bound.
+//!
+//! How it works:
+//! - [`SpanProcessor::on_end`] takes a short lock, pushes the span onto a
+//!   bounded queue (or counts it as dropped when the queue is full) and
+//!   returns. It never waits for the worker, the network or the exporter, and
+//!   prints nothing.
+//! - A worker thread named `lens-span-export` takes everything queued when a
+//!   batch is full, when the schedule delay has passed, on a flush or at
+//!   shutdown, cuts it into batches and hands each to an export thread, with
+//!   at most [`BatchConfig::max_concurrent_exports`] in flight.
+//! - An export thread runs the exporter's future (on the caller-supplied
+//!   tokio runtime when there is one, which gRPC needs, else on its own
+//!   thread), retrying failures with exponential backoff (100 ms doubling up
+//!   to 5 s, with jitter) until [`BatchConfig::retry_window`] has passed; a
+//!   batch that still fails is counted as dropped.
+//! - The worker prints a warning about drops and failed exports at most once
+//!   every 30 seconds ([`crate::diag`]).
+//! - [`LensBatchSpanProcessor::shutdown_with_timeout`] drains, stops the
+//!   worker and returns by its deadline even when the exporter hangs; threads
+//!   stuck in an exporter are left behind, not joined, and the counters say
+//!   how many spans did not finish.
+//!
+//! [`LensBatchLogProcessor`] is the same machinery for log records (one
+//! generic queue, worker, retry loop and set of counters; only the exporter
+//! adapter differs): its threads are `lens-log-export` and `lens-log-send-N`,
+//! and it is configured from the validated configuration only, never from
+//! `OTEL_BLRP_*` as the SDK's batch log processor would be (no variable is
+//! read twice with two meanings).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use opentelemetry::{Context, InstrumentationScope};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::logs::{LogBatch, LogExporter, LogProcessor, SdkLogRecord};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+
+use super::executor::block_on_until;
+use super::exporters::LensSpanExporter;
+#[cfg(feature = "otlp")]
+use super::exporters::OtlpSpanExporter;
+use crate::diag::{RateLimit, warn};
+use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
+pub use crate::report::SpanExportSnapshot;
+
+/// The first wait before retrying a failed export.
+pub const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait between two attempts of one export.
+pub const RETRY_MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// At most one warning about dropped spans or failed exports per this period.
+pub const WARNING_PERIOD: Duration = Duration::from_secs(30);
+/// The name of the worker thread that batches spans.
+pub const WORKER_THREAD_NAME: &str = "lens-span-export";
+/// The name of the worker thread that batches log records.
+pub const LOG_WORKER_THREAD_NAME: &str = "lens-log-export";
+
+/// What differs between the span and the log pipeline: names in threads and
+/// messages.
+#[derive(Debug)]
+struct Pipeline {
+    worker_thread: &'static str,
+    send_thread: &'static str,
+    /// The plural noun of warnings: "spans", "log records".
+    items: &'static str,
+    /// The subject of warnings: "span export", "log export".
+    what: &'static str,
+}
+
+const SPANS: Pipeline =
+    Pipeline { worker_thread: WORKER_THREAD_NAME, send_thread: "lens-span-send", items: "spans", what: "span export" };
+const LOGS: Pipeline = Pipeline {
+    worker_thread: LOG_WORKER_THREAD_NAME,
+    send_thread: "lens-log-send",
+    items: "log records",
+    what: "log export",
+};
+
+/// A queued log record with the scope it was emitted in.
+type LogItem = (SdkLogRecord, InstrumentationScope);
+
+/// What a batch processor queues: a span or a log record.
+trait Item: Clone + Send + Sync + 'static {}
+impl Item for SpanData {}
+impl Item for LogItem {}
+
+/// How the batch span processor queues, batches, exports and retries.
+///
+/// # Throughput against memory
+///
+/// The queue is the only buffer between the training threads and the
+/// network: spans that arrive while it is full are dropped (and counted).
+/// A span costs a few hundred bytes in the queue, so the default
+/// 65,536-span queue holds at most about 65,536 × ~400 bytes ≈ 26 MB, and
+/// only while the exporter falls behind; an idle queue holds nothing. The
+/// SDK's defaults (a 2,048-span queue, 512-span batches, one export at a
+/// time) drop spans above roughly 300,000 spans per second, which a busy
+/// rank with fine-grained span groups can reach; the larger batches and two
+/// concurrent exports here keep up with several times that, and the queue
+/// rides out a collector that is down for the retry window at moderate
+/// rates. Lower `max_queue_size` to bound memory more tightly. Beyond the
+/// queue, each export in flight holds its batch for retries (at most
+/// `max_concurrent_exports × max_export_batch_size` spans; with lens's OTLP
+/// exporter, the batch's encoded request instead), plus the copy an
+/// exporter that consumes its batch gets for the attempt under way.
+///
+/// Values of zero are raised to one, and the batch size is capped at the
+/// queue size.
+///
+/// ```
+/// use std::time::Duration;
+/// use lens_otel_runtime::batch::BatchConfig;
+///
+/// let config = BatchConfig { retry_window: Duration::from_secs(5), ..BatchConfig::default() };
+/// assert_eq!(config.max_queue_size, 65_536);
+/// ```
+#[derive(Clone)]
+pub struct BatchConfig {
+    /// Spans that can wait for export; more are dropped and counted.
+    pub max_queue_size: usize,
+    /// The most spans in one export request.
+    pub max_export_batch_size: usize,
+    /// How long a partial batch waits for more spans before it is exported.
+    pub scheduled_delay: Duration,
+    /// Export requests that can be in flight at once.
+    pub max_concurrent_exports: usize,
+    /// How long one export attempt may take before it counts as failed (a
+    /// cooperative future is cancelled; an exporter that blocks inside its
+    /// future cannot be, and keeps its export slot until it returns).
+    pub export_timeout: Duration,
+    /// How long a failing batch is retried, from its first attempt, before
+    /// it is counted as dropped.
+    pub retry_window: Duration,
+    /// The tokio runtime on which exports run. Exporters built on tonic
+    /// (OTLP/gRPC) need one; without it each export runs on its export
+    /// thread with a minimal executor.
+    pub runtime: Option<tokio::runtime::Handle>,
+    /// Strings to remove from exporter error messages before they are
+    /// printed in a warning: the header values of
+    /// `OTEL_EXPORTER_OTLP_HEADERS`. Never shown by `Debug`.
+    pub redact: Vec<String>,
+}
+
+impl Default for BatchConfig {
+    fn default() -> BatchConfig {
+        BatchConfig {
+            max_queue_size: 65_536,
+            max_export_batch_size: 4_096,
+            scheduled_delay: Duration::from_millis(200),
+            max_concurrent_exports: 2,
+            export_timeout: Duration::from_secs(10),
+            retry_window: Duration::from_secs(30),
+            runtime: None,
+            redact: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Debug for BatchConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchConfig")
+            .field("max_queue_size", &self.max_queue_size)
+            .field("max_export_batch_size", &self.max_export_batch_size)
+            .field("scheduled_delay", &self.scheduled_delay)
+            .field("max_concurrent_exports", &self.max_concurrent_exports)
+            .field("export_timeout", &self.export_timeout)
+            .field("retry_window", &self.retry_window)
+            .field("runtime", &self.runtime.is_some())
+            .field("redact", &format_args!("[{} redacted]", self.redact.len()))
+            .finish()
+    }
+}
+
+impl BatchConfig {
+    fn normalized(mut self) -> BatchConfig {
+        self.max_queue_size = self.max_queue_size.max(1);
+        self.max_export_batch_size = self.max_export_batch_size.clamp(1, self.max_queue_size);
+        self.max_concurrent_exports = self.max_concurrent_exports.max(1);
+        self.redact.retain(|secret| !secret.is_empty());
+        self
+    }
+}
+
+/// Live counters of a [`LensBatchSpanProcessor`], readable at any time from
+/// any thread through [`LensBatchSpanProcessor::counters`].
+#[derive(Debug, Default)]
+pub struct SpanExportCounters {
+    accepted: AtomicU64,
+    exported: AtomicU64,
+    dropped_queue_full: AtomicU64,
+    dropped_export_failed: AtomicU64,
+    dropped_at_shutdown: AtomicU64,
+    export_errors: AtomicU64,
+    retries: AtomicU64,
+    in_flight_spans: AtomicU64,
+    in_flight_exports: AtomicU64,
+    rejected_after_shutdown: AtomicU64,
+}
+
+impl SpanExportCounters {
+    /// Applies `event`'s changes ([`ExportEvent::changes`], the pure
+    /// ledger's definition) to the shared counters.
+    fn record(&self, event: ExportEvent) {
+        for change in event.changes() {
+            match change {
+                Change::Add(counter, amount) => self.counter(counter).fetch_add(amount, Ordering::AcqRel),
+                Change::Sub(counter, amount) => self.counter(counter).fetch_sub(amount, Ordering::AcqRel),
+            };
+        }
+    }
+
+    fn counter(&self, counter: Counter) -> &AtomicU64 {
+        match counter {
+            Counter::Accepted => &self.accepted,
+            Counter::Exported => &self.exported,
+            Counter::DroppedQueueFull => &self.dropped_queue_full,
+            Counter::DroppedExportFailed => &self.dropped_export_failed,
+            Counter::DroppedAtShutdown => &self.dropped_at_shutdown,
+            Counter::ExportErrors => &self.export_errors,
+            Counter::Retries => &self.retries,
+            Counter::InFlightSpans => &self.in_flight_spans,
+            Counter::InFlightExports => &self.in_flight_exports,
+            Counter::RejectedAfterShutdown => &self.rejected_after_shutdown,
+        }
+    }
+
+    /// The counters now. Each value is read atomically; the set is not one
+    /// atomic snapshot while spans are moving.
+    pub fn snapshot(&self) -> SpanExportSnapshot {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Acquire);
+        SpanExportSnapshot {
+            accepted: load(&self.accepted),
+            exported: load(&self.exported),
+            dropped_queue_full: load(&self.dropped_queue_full),
+            dropped_export_failed: load(&self.dropped_export_failed),
+            dropped_at_shutdown: load(&self.dropped_at_shutdown),
+            export_errors: load(&self.export_errors),
+            retries: load(&self.retries),
+            in_flight_spans: load(&self.in_flight_spans),
+            in_flight_exports: load(&self.in_flight_exports),
+            rejected_after_shutdown: load(&self.rejected_after_shutdown),
+        }
+    }
+}
+
+/// Locks a mutex, recovering it if a thread panicked while holding it: the
+/// data behind every lock here stays consistent at each unlock point.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn wait_timeout<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
+    match cv.wait_timeout(guard, timeout) {
+        Ok((guard, _)) => guard,
+        Err(poisoned) => poisoned.into_inner().0,
+    }
+}
+
+/// One export attempt, owning what it needs so that it can run on another
+/// thread or runtime.
+pub type ExportFuture = Pin<Box<dyn Future<Output = OTelSdkResult> + Send + 'static>>;
+
+/// A batch readied for its export attempts, kept until the last one.
+#[derive(Debug)]
+pub enum Payload<T> {
+    /// The items; an exporter that consumes its batch gets a copy per
+    /// attempt, one that borrows it (logs) reads them in place.
+    Items(Arc<Vec<T>>),
+    /// The request, encoded once (lens's OTLP span exporter): every attempt
+    /// sends the same bytes, and no copy of the spans is made.
+    Encoded(bytes::Bytes),
+}
+
+/// How the batch processor knows its exporter: an exporter of items `T`
+/// (the SDK's `SpanData` or log records today, lens's own span records
+/// later) behind a trait object, with an export future that owns its
+/// exporter so that it can run on another thread or runtime. An exporter
+/// that can encode a batch once (lens's OTLP exporter) says so in
+/// [`BatchExporter::prepare`]; the processor never asks which exporter it
+/// holds.
+pub trait BatchExporter<T>: Send + Sync {
+    /// Readies `batch` for [`BatchExporter::export_payload`], once per batch
+    /// (default: keep the items, copied per attempt by exporters that
+    /// consume them).
+    fn prepare(&self, batch: Vec<T>) -> Result<Payload<T>, OTelSdkError> {
+        Ok(Payload::Items(Arc::new(batch)))
+    }
+    /// One attempt at exporting `payload`.
+    fn export_payload(self: Arc<Self>, payload: &Payload<T>) -> ExportFuture;
+    /// Shuts the exporter down within `timeout`.
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult;
+    /// The resource of everything it exports.
+    fn set_resource(&mut self, resource: &Resource);
+}
+
+/// What an exporter that never encodes answers to an encoded payload.
+fn not_encoded() -> ExportFuture {
+    Box::pin(std::future::ready(Err(OTelSdkError::InternalFailure(
+        "an encoded batch reached an exporter of items".into(),
+    ))))
+}
+
+/// A [`SpanExporter`] as an [`BatchExporter`]: it consumes its batch, so
+/// each attempt gets a copy of the spans.
+struct Spans<E>(E);
+
+impl<E: SpanExporter + 'static> BatchExporter<SpanData> for Spans<E> {
+    fn export_payload(self: Arc<Self>, payload: &Payload<SpanData>) -> ExportFuture {
+        let Payload::Items(batch) = payload else { return not_encoded() };
+        let batch = Vec::clone(batch);
+        Box::pin(async move { self.0.export(batch).await })
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        SpanExporter::shutdown_with_timeout(&self.0, timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        SpanExporter::set_resource(&mut self.0, resource);
+    }
+}
+
+/// Lens's OTLP span exporter as a [`BatchExporter`]: the batch is encoded
+/// once and every attempt sends the encoded request, so the success path
+/// costs what the SDK's processor costs (no copy of the spans) and a retry
+/// loses nothing.
+#[cfg(feature = "otlp")]
+struct EncodedSpans(OtlpSpanExporter);
+
+#[cfg(feature = "otlp")]
+impl BatchExporter<SpanData> for EncodedSpans {
+    fn prepare(&self, batch: Vec<SpanData>) -> Result<Payload<SpanData>, OTelSdkError> {
+        self.0.encode(batch).map(Payload::Encoded)
+    }
+
+    fn export_payload(self: Arc<Self>, payload: &Payload<SpanData>) -> ExportFuture {
+        match payload {
+            Payload::Encoded(body) => Box::pin(self.0.send_encoded(body.clone())),
+            Payload::Items(batch) => {
+                let batch = Vec::clone(batch);
+                Box::pin(async move { self.0.export(batch).await })
+            }
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        SpanExporter::shutdown_with_timeout(&self.0, timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        SpanExporter::set_resource(&mut self.0, resource);
+    }
+}
+
+/// The batch exporter of a configured span exporter: lens's OTLP exporter
+/// gets the encode-once path, any other the copy per attempt. A match on
+/// lens's own enum, no downcast.
+fn lens_span_exporter(exporter: LensSpanExporter) -> Arc<dyn BatchExporter<SpanData>> {
+    match exporter {
+        #[cfg(feature = "otlp")]
+        LensSpanExporter::Otlp(otlp) => Arc::new(EncodedSpans(*otlp)),
+        other => Arc::new(Spans(other)),
+    }
+}
+
+/// A [`LogExporter`] as an [`BatchExporter`]: it borrows its batch, so
+/// every attempt reads the same records (no copy).
+struct Logs<E>(E);
+
+impl<E: LogExporter + 'static> BatchExporter<LogItem> for Logs<E> {
+    fn export_payload(self: Arc<Self>, payload: &Payload<LogItem>) -> ExportFuture {
+        let Payload::Items(batch) = payload else { return not_encoded() };
+        let batch = Arc::clone(batch);
+        Box::pin(async move {
+            let records: Vec<(&SdkLogRecord, &InstrumentationScope)> =
+                batch.iter().map(|(record, scope)| (record, scope)).collect();
+            self.0.export(LogBatch::new(&records)).await
+        })
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        LogExporter::shutdown_with_timeout(&self.0, timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        LogExporter::set_resource(&mut self.0, resource);
+    }
+}
+
+/// Which spans have been resolved (exported or dropped), as a watermark over
+/// the order in which they were accepted.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Every span with a sequence number below this is resolved.
+    watermark: u64,
+    /// Resolved batches above the watermark: start → end.
+    ahead: BTreeMap<u64, u64>,
+}
+
+impl Progress {
+    fn resolve(&mut self, start: u64, end: u64) {
+        if start != self.watermark {
+            self.ahead.insert(start, end);
+            return;
+        }
+        self.watermark = end;
+        while let Some(next) = self.ahead.remove(&self.watermark) {
+            self.watermark = next;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Control {
+    /// The batches handed to an export and not yet resolved: first
+    /// sequence number → length; one per export slot in use. An export
+    /// resolves its batch only if it is still here; at the shutdown deadline
+    /// the worker resolves the rest as unsent at shutdown, so each batch is
+    /// counted exactly once.
+    unresolved: BTreeMap<u64, usize>,
+    shutdown_deadline: Option<Instant>,
+    progress: Progress,
+    worker_done: bool,
+    /// Set with `worker_done`: every export returned before the deadline.
+    finished_cleanly: bool,
+}
+
+/// State shared by the processor handles, the worker and the export threads.
+struct Inner<T> {
+    pipeline: &'static Pipeline,
+    config: BatchConfig,
+    exporter: Mutex<Arc<dyn BatchExporter<T>>>,
+    queue: Mutex<VecDeque<T>>,
+    /// The worker waits here for spans, a flush or shutdown.
+    queue_changed: Condvar,
+    closed: AtomicBool,
+    flush_requested: AtomicBool,
+    control: Mutex<Control>,
+    /// Export slots, progress, shutdown and the worker's end.
+    control_changed: Condvar,
+    counters: Arc<SpanExportCounters>,
+    /// Spans the worker took from the queue and has not yet handed to an
+    /// export; they count against the queue's bound.
+    held_by_worker: AtomicUsize,
+    last_error: Mutex<Option<String>>,
+    warnings: RateLimit,
+    export_threads: AtomicU64,
+}
+
+impl<T: Item> Inner<T> {
+    fn exporter(&self) -> Arc<dyn BatchExporter<T>> {
+        Arc::clone(&lock(&self.exporter))
+    }
+
+    fn shutdown_deadline(&self) -> Option<Instant> {
+        lock(&self.control).shutdown_deadline
+    }
+
+    /// Wakes the worker after a flag changed (taking the lock first, so that
+    /// the worker is either waiting or will see the flag).
+    fn wake_worker(&self) {
+        drop(lock(&self.queue));
+        self.queue_changed.notify_all();
+    }
+
+    fn push(&self, span: T) -> bool {
+        let mut queue = lock(&self.queue);
+        let queued = queue.len() + self.held_by_worker.load(Ordering::Acquire);
+        let admission = admit(self.closed.load(Ordering::Acquire), queued, self.config.max_queue_size);
+        if admission != Admission::Accepted {
+            drop(queue);
+            self.counters.record(ExportEvent::Offered(admission));
+            return false;
+        }
+        queue.push_back(span);
+        // Counted under the lock: the count is also the span's sequence number.
+        self.counters.record(ExportEvent::Offered(Admission::Accepted));
+        let full_batch = queue.len() == self.config.max_export_batch_size;
+        drop(queue);
+        if full_batch {
+            self.queue_changed.notify_one();
+        }
+        true
+    }
+
+    fn resolve(&self, start: u64, len: usize, outcome: Outcome) {
+        let mut control = lock(&self.control);
+        self.resolve_locked(&mut control, start, len, outcome);
+        drop(control);
+        self.control_changed.notify_all();
+    }
+
+    /// Counts `len` items from `start` as `outcome` and advances the
+    /// progress, with the control lock held (so that a flush or shutdown
+    /// never sees the progress ahead of the counters).
+    fn resolve_locked(&self, control: &mut Control, start: u64, len: usize, outcome: Outcome) {
+        self.counters.record(ExportEvent::Resolved { len: len as u64, outcome });
+        control.progress.resolve(start, start + len as u64);
+    }
+
+    fn record_error(&self, error: &OTelSdkError) {
+        self.counters.record(ExportEvent::AttemptFailed);
+        let message = crate::diag::redact(&error.to_string(), &self.config.redact);
+        *lock(&self.last_error) = Some(message);
+    }
+}
+
+/// Owns the worker; when the last handle goes, shutdown starts in the
+/// background.
+struct Owner<T: Item> {
+    inner: Arc<Inner<T>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<T: Item> Drop for Owner<T> {
+    fn drop(&mut self) {
+        // Dropped without shutdown: give queued spans one export timeout to
+        // leave, without waiting here.
+        let _started = begin_shutdown(&self.inner, self.inner.config.export_timeout);
+    }
+}
+
+/// A bounded, counting, retrying batch span processor. Clones are handles to
+/// the same processor (one worker, one queue, one set of counters).
+///
+/// ```
+/// # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`
+/// use lens_otel_runtime::batch::{BatchConfig, LensBatchSpanProcessor};
+/// use opentelemetry::trace::{Tracer, TracerProvider};
+/// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+///
+/// let exporter = InMemorySpanExporter::default();
+/// let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
+/// let counters = batch.counters();
+/// let provider = SdkTracerProvider::builder().with_span_processor(batch.clone()).build();
+/// provider.tracer("doc").in_span("step", |_| {});
+/// batch.force_flush_with_timeout(std::time::Duration::from_secs(5)).unwrap();
+/// assert_eq!(exporter.get_finished_spans().unwrap().len(), 1);
+/// assert_eq!(counters.snapshot().exported, 1);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LensBatchSpanProcessor {
+    owner: Arc<Owner<SpanData>>,
+}
+
+impl fmt::Debug for LensBatchSpanProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensBatchSpanProcessor")
+            .field("config", &self.owner.inner.config)
+            .field("counters", &self.owner.inner.counters.snapshot())
+            .field("closed", &self.owner.inner.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl LensBatchSpanProcessor {
+    /// A processor exporting through `exporter`, with its worker thread
+    /// started. If the thread cannot be started, the processor is inert: a
+    /// warning is printed and every span is rejected.
+    pub fn new<E: SpanExporter + 'static>(exporter: E, config: BatchConfig) -> LensBatchSpanProcessor {
+        LensBatchSpanProcessor::with_batch_exporter(Arc::new(Spans(exporter)), config)
+    }
+
+    /// A processor exporting through `exporter` as configured: lens's OTLP
+    /// exporter encodes each batch once, any other gets a copy per attempt.
+    pub fn for_configured(exporter: LensSpanExporter, config: BatchConfig) -> LensBatchSpanProcessor {
+        LensBatchSpanProcessor::with_batch_exporter(lens_span_exporter(exporter), config)
+    }
+
+    /// A processor exporting through any [`BatchExporter`] of spans.
+    pub fn with_batch_exporter(
+        exporter: Arc<dyn BatchExporter<SpanData>>,
+        config: BatchConfig,
+    ) -> LensBatchSpanProcessor {
+        LensBatchSpanProcessor { owner: Owner::start(exporter, config, &SPANS) }
+    }
+
+    /// The live counters, to read at any time (also after shutdown).
+    pub fn counters(&self) -> Arc<SpanExportCounters> {
+        Arc::clone(&self.owner.inner.counters)
+    }
+
+    /// Queues an already-ended span, as [`SpanProcessor::on_end`] does: the
+    /// open-span closer hands its truncated copies over through here.
+    /// Returns whether the span was queued (unsampled spans are ignored and
+    /// return `false`, as do spans after shutdown and spans that found the
+    /// queue full, which are counted).
+    pub fn enqueue_data(&self, span: SpanData) -> bool {
+        if !span.span_context.is_sampled() {
+            return false;
+        }
+        self.owner.inner.push(span)
+    }
+
+    /// Exports every span queued before this call, waiting up to `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`OTelSdkError::Timeout`] when spans are still pending at the deadline
+    /// (they stay queued or in flight), [`OTelSdkError::AlreadyShutdown`]
+    /// after shutdown. Spans dropped after failed retries count as done.
+    pub fn force_flush_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.force_flush(timeout)
+    }
+
+    /// Stops accepting spans, exports what is queued, stops the worker and
+    /// shuts the exporter down, returning within `timeout` even if the
+    /// exporter hangs.
+    ///
+    /// # Errors
+    ///
+    /// [`OTelSdkError::AlreadyShutdown`] on a second call;
+    /// [`OTelSdkError::Timeout`] when the deadline passed first. Spans still
+    /// queued then, in an export that has not returned, or in a batch whose
+    /// retries the deadline cut short are counted in `dropped_at_shutdown`
+    /// by the worker as it stops, just after the deadline; an export thread
+    /// that has not returned is left to finish on its own (not joined, still
+    /// shown in `in_flight_spans`) and counts nothing when it does.
+    pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.shutdown(timeout)
+    }
+}
+
+impl<T: Item> Owner<T> {
+    /// Starts the worker. If its thread cannot be started, the processor is
+    /// inert: a warning is printed and every item is rejected.
+    fn start(exporter: Arc<dyn BatchExporter<T>>, config: BatchConfig, pipeline: &'static Pipeline) -> Arc<Owner<T>> {
+        let config = config.normalized();
+        let inner = Arc::new(Inner {
+            pipeline,
+            queue: Mutex::new(VecDeque::with_capacity(config.max_export_batch_size.min(1024))),
+            config,
+            exporter: Mutex::new(exporter),
+            queue_changed: Condvar::new(),
+            closed: AtomicBool::new(false),
+            flush_requested: AtomicBool::new(false),
+            control: Mutex::new(Control::default()),
+            control_changed: Condvar::new(),
+            counters: Arc::new(SpanExportCounters::default()),
+            held_by_worker: AtomicUsize::new(0),
+            last_error: Mutex::new(None),
+            warnings: RateLimit::new(WARNING_PERIOD),
+            export_threads: AtomicU64::new(0),
+        });
+        let for_worker = Arc::clone(&inner);
+        let worker = thread::Builder::new().name(pipeline.worker_thread.to_owned()).spawn(move || {
+            crate::export_path::mark_thread();
+            run_worker(&for_worker);
+        });
+        let worker = match worker {
+            Ok(handle) => Some(handle),
+            Err(error) => {
+                warn(format_args!(
+                    "could not start the {} thread ({error}); {} will not be exported",
+                    pipeline.what, pipeline.items
+                ));
+                inner.closed.store(true, Ordering::Release);
+                let mut control = lock(&inner.control);
+                control.worker_done = true;
+                control.finished_cleanly = true;
+                None
+            }
+        };
+        Arc::new(Owner { inner, worker: Mutex::new(worker) })
+    }
+
+    /// Exports every item queued before this call, waiting up to `timeout`.
+    fn force_flush(&self, timeout: Duration) -> OTelSdkResult {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(OTelSdkError::AlreadyShutdown);
+        }
+        let deadline = Instant::now() + timeout;
+        let target = {
+            let _queue = lock(&inner.queue);
+            inner.counters.accepted.load(Ordering::Acquire)
+        };
+        inner.flush_requested.store(true, Ordering::Release);
+        inner.wake_worker();
+        let mut control = lock(&inner.control);
+        loop {
+            if control.progress.watermark >= target {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline || control.worker_done {
+                return Err(OTelSdkError::Timeout(timeout));
+            }
+            control = wait_timeout(&inner.control_changed, control, deadline - now);
+        }
+    }
+
+    fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
+        let inner = &self.inner;
+        let Some(deadline) = begin_shutdown(inner, timeout) else {
+            return Err(OTelSdkError::AlreadyShutdown);
+        };
+        let mut control = lock(&inner.control);
+        loop {
+            if control.worker_done {
+                if !control.finished_cleanly {
+                    return Err(OTelSdkError::Timeout(timeout));
+                }
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(OTelSdkError::Timeout(timeout));
+            }
+            control = wait_timeout(&inner.control_changed, control, deadline - now);
+        }
+        drop(control);
+        // The worker has finished its loop, so this join returns at once.
+        if let Some(worker) = lock(&self.worker).take() {
+            let _joined = worker.join();
+        }
+        Ok(())
+    }
+
+    /// Passes the provider's resource to the exporter (before any export).
+    fn set_resource(&self, resource: &Resource) {
+        let mut exporter = lock(&self.inner.exporter);
+        match Arc::get_mut(&mut exporter) {
+            Some(exporter) => exporter.set_resource(resource),
+            None => {
+                warn(format_args!("the {} exporter is busy; it keeps its previous resource", self.inner.pipeline.what))
+            }
+        }
+    }
+}
+
+/// The log-record counterpart of [`LensBatchSpanProcessor`]: the same
+/// bounded queue, batching, retry window, counters and bounded shutdown,
+/// for records of a logger provider. Built from a [`BatchConfig`]
+/// only: the SDK's batch log processor reads `OTEL_BLRP_*` itself, this one
+/// reads no environment. Clones are handles to the same processor.
+///
+/// ```
+/// # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`
+/// use lens_otel_runtime::batch::{BatchConfig, LensBatchLogProcessor};
+/// use opentelemetry::logs::{LogRecord as _, Logger as _, LoggerProvider as _};
+/// use opentelemetry_sdk::logs::{InMemoryLogExporter, SdkLoggerProvider};
+///
+/// let exporter = InMemoryLogExporter::default();
+/// let batch = LensBatchLogProcessor::new(exporter.clone(), BatchConfig::default());
+/// let counters = batch.counters();
+/// let provider = SdkLoggerProvider::builder().with_log_processor(batch.clone()).build();
+/// let logger = provider.logger("doc");
+/// let mut record = logger.create_log_record();
+/// record.set_body("step done".into());
+/// logger.emit(record);
+/// batch.force_flush_with_timeout(std::time::Duration::from_secs(5)).unwrap();
+/// assert_eq!(exporter.get_emitted_logs().unwrap().len(), 1);
+/// assert_eq!(counters.snapshot().exported, 1);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LensBatchLogProcessor {
+    owner: Arc<Owner<LogItem>>,
+}
+
+impl fmt::Debug for LensBatchLogProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensBatchLogProcessor")
+            .field("config", &self.owner.inner.config)
+            .field("counters", &self.owner.inner.counters.snapshot())
+            .field("closed", &self.owner.inner.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl LensBatchLogProcessor {
+    /// A processor exporting through `exporter`, with its worker thread
+    /// (`lens-log-export`) started. If the thread cannot be started, the
+    /// processor is inert: a warning is printed and every record is rejected.
+    pub fn new<E: LogExporter + 'static>(exporter: E, config: BatchConfig) -> LensBatchLogProcessor {
+        LensBatchLogProcessor { owner: Owner::start(Arc::new(Logs(exporter)), config, &LOGS) }
+    }
+
+    /// The live counters (the span counters' type, counting log records).
+    pub fn counters(&self) -> Arc<SpanExportCounters> {
+        Arc::clone(&self.owner.inner.counters)
+    }
+
+    /// Exports every record queued before this call, waiting up to `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LensBatchSpanProcessor::force_flush_with_timeout`].
+    pub fn force_flush_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.force_flush(timeout)
+    }
+
+    /// Stops accepting records, exports what is queued and shuts the
+    /// exporter down within `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LensBatchSpanProcessor::shutdown_with_timeout`].
+    pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.shutdown(timeout)
+    }
+}
+
+impl LogProcessor for LensBatchLogProcessor {
+    fn emit(&self, record: &mut SdkLogRecord, scope: &InstrumentationScope) {
+        let _queued = self.owner.inner.push((record.clone(), scope.clone()));
+    }
+
+    /// Exports what is queued, waiting up to the export timeout.
+    fn force_flush(&self) -> OTelSdkResult {
+        self.force_flush_with_timeout(self.owner.inner.config.export_timeout)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        LensBatchLogProcessor::shutdown_with_timeout(self, timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.owner.set_resource(resource);
+    }
+}
+
+/// Marks the processor closed and sets the shutdown deadline; `None` when it
+/// was already closed.
+fn begin_shutdown<T: Item>(inner: &Inner<T>, timeout: Duration) -> Option<Instant> {
+    if inner.closed.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let deadline = Instant::now() + timeout;
+    lock(&inner.control).shutdown_deadline = Some(deadline);
+    inner.control_changed.notify_all();
+    inner.wake_worker();
+    Some(deadline)
+}
+
+impl SpanProcessor for LensBatchSpanProcessor {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        let _queued = self.owner.inner.push(span);
+    }
+
+    /// Exports what is queued, waiting up to the export timeout.
+    fn force_flush(&self) -> OTelSdkResult {
+        self.force_flush_with_timeout(self.owner.inner.config.export_timeout)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        LensBatchSpanProcessor::shutdown_with_timeout(self, timeout)
+    }
+
+    /// Passes the provider's resource to the exporter (before any export).
+    fn set_resource(&mut self, resource: &Resource) {
+        self.owner.set_resource(resource);
+    }
+}
+
+/// The worker: waits for a reason to export, takes everything queued, hands
+/// it out in batches, and at shutdown drains and shuts the exporter down.
+fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
+    let mut next_sequence: u64 = 0;
+    let mut taken: VecDeque<T> = VecDeque::new();
+    let mut warned = Warned::default();
+    loop {
+        let closing = {
+            let mut queue = lock(&inner.queue);
+            let wake_at = Instant::now() + inner.config.scheduled_delay;
+            loop {
+                if inner.closed.load(Ordering::Acquire)
+                    || inner.flush_requested.load(Ordering::Acquire)
+                    || queue.len() >= inner.config.max_export_batch_size
+                {
+                    break;
+                }
+                let now = Instant::now();
+                if now >= wake_at {
+                    break;
+                }
+                queue = wait_timeout(&inner.queue_changed, queue, wake_at - now);
+            }
+            inner.flush_requested.store(false, Ordering::Release);
+            // Swapping keeps the lock short and leaves capacity behind.
+            std::mem::swap(&mut *queue, &mut taken);
+            inner.held_by_worker.store(taken.len(), Ordering::Release);
+            inner.closed.load(Ordering::Acquire)
+        };
+        while !taken.is_empty() {
+            let len = taken.len().min(inner.config.max_export_batch_size);
+            let batch: Vec<T> = taken.drain(..len).collect();
+            dispatch(inner, batch, next_sequence);
+            inner.held_by_worker.fetch_sub(len, Ordering::AcqRel);
+            next_sequence += len as u64;
+            warned.maybe_warn(inner);
+        }
+        if taken.capacity() > inner.config.max_export_batch_size.saturating_mul(4) {
+            taken.shrink_to(inner.config.max_export_batch_size);
+        }
+        warned.maybe_warn(inner);
+        if closing {
+            finish(inner);
+            warned.maybe_warn(inner);
+            return;
+        }
+    }
+}
+
+/// Waits for the in-flight exports to end (until the shutdown deadline),
+/// shuts the exporter down, and tells shutdown that the worker is done.
+/// Batches whose export has not returned by the deadline are counted as
+/// unsent at shutdown here (their threads are left to finish on their own,
+/// and count nothing when they do), so that once the worker is done every
+/// accepted item is counted.
+fn finish<T: Item>(inner: &Inner<T>) {
+    let mut control = lock(&inner.control);
+    let deadline = control.shutdown_deadline.unwrap_or_else(Instant::now);
+    while !control.unresolved.is_empty() {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        control = wait_timeout(&inner.control_changed, control, deadline - now);
+    }
+    let all_returned = control.unresolved.is_empty();
+    for (start, len) in std::mem::take(&mut control.unresolved) {
+        inner.resolve_locked(&mut control, start, len, Outcome::Abandoned);
+    }
+    drop(control);
+    if all_returned {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let exporter = inner.exporter();
+        let _shutdown = catch_unwind(AssertUnwindSafe(|| exporter.shutdown_with_timeout(remaining)));
+    }
+    let mut control = lock(&inner.control);
+    control.worker_done = true;
+    control.finished_cleanly = all_returned;
+    drop(control);
+    inner.control_changed.notify_all();
+}
+
+/// Waits for a free export slot and starts an export of `batch` on its own
+/// thread; past the shutdown deadline the batch is abandoned instead.
+fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
+    let len = batch.len();
+    let mut control = lock(&inner.control);
+    while control.unresolved.len() >= inner.config.max_concurrent_exports {
+        let now = Instant::now();
+        let wait = match control.shutdown_deadline {
+            Some(deadline) if now >= deadline => {
+                drop(control);
+                inner.resolve(start, len, Outcome::Abandoned);
+                return;
+            }
+            Some(deadline) => (deadline - now).min(Duration::from_millis(100)),
+            None => Duration::from_millis(100),
+        };
+        control = wait_timeout(&inner.control_changed, control, wait);
+    }
+    if control.shutdown_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+        drop(control);
+        inner.resolve(start, len, Outcome::Abandoned);
+        return;
+    }
+    control.unresolved.insert(start, len);
+    drop(control);
+    inner.counters.record(ExportEvent::Started { len: len as u64 });
+
+    let number = inner.export_threads.fetch_add(1, Ordering::Relaxed);
+    let batch = Arc::new(Mutex::new(Some(batch)));
+    let for_thread = (Arc::clone(inner), Arc::clone(&batch));
+    let spawned = thread::Builder::new().name(format!("{}-{number}", inner.pipeline.send_thread)).spawn(move || {
+        crate::export_path::mark_thread();
+        let (inner, batch) = for_thread;
+        let batch = lock(&batch).take().unwrap_or_default();
+        export_and_resolve(&inner, batch, start);
+    });
+    if spawned.is_err() {
+        // No thread to be had: export here, on the worker.
+        let batch = lock(&batch).take().unwrap_or_default();
+        export_and_resolve(inner, batch, start);
+    }
+}
+
+/// Exports `batch` and counts its outcome, unless the worker has already
+/// counted it as unsent at shutdown (the export outlived the deadline).
+fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
+    let len = batch.len();
+    let outcome = export_with_retry(inner, batch);
+    inner.counters.record(ExportEvent::Finished { len: len as u64 });
+    let mut control = lock(&inner.control);
+    if control.unresolved.remove(&start).is_some() {
+        inner.resolve_locked(&mut control, start, len, outcome);
+    }
+    drop(control);
+    inner.control_changed.notify_all();
+}
+
+/// Exports `batch`, retrying failures with backoff until the retry window
+/// (or the shutdown deadline) ends: a batch whose retries the window ended
+/// failed; one whose retries the shutdown deadline cut short is unsent at
+/// shutdown. The batch is readied once (encoded, for lens's OTLP exporter)
+/// and kept for the retries; a batch that cannot be readied (it cannot be
+/// encoded) fails at once, since a retry would fail the same way.
+fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
+    let window_end = Instant::now() + inner.config.retry_window;
+    let mut backoff = RETRY_INITIAL_BACKOFF;
+    let exporter = inner.exporter();
+    let prepared = catch_unwind(AssertUnwindSafe(|| exporter.prepare(batch))).unwrap_or_else(|_| {
+        Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)))
+    });
+    let payload = match prepared {
+        Ok(payload) => payload,
+        Err(error) => {
+            inner.record_error(&error);
+            return Outcome::Failed;
+        }
+    };
+    let mut first = true;
+    loop {
+        if !first {
+            inner.counters.record(ExportEvent::Retried);
+        }
+        first = false;
+        let shutdown_deadline = inner.shutdown_deadline();
+        let mut attempt_deadline = Instant::now() + inner.config.export_timeout;
+        if let Some(deadline) = shutdown_deadline {
+            attempt_deadline = attempt_deadline.min(deadline);
+        }
+        let error = match attempt(inner, &payload, attempt_deadline) {
+            Ok(()) => return Outcome::Exported,
+            Err(error) => error,
+        };
+        inner.record_error(&error);
+        let wake_at = Instant::now() + jittered(backoff);
+        backoff = (backoff * 2).min(RETRY_MAX_BACKOFF);
+        if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), wake_at) {
+            return outcome;
+        }
+        sleep_until(inner, wake_at, shutdown_deadline.is_some());
+        if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), Instant::now()) {
+            return outcome;
+        }
+    }
+}
+
+/// Sleeps until `wake_at`, or until shutdown begins if it had not yet (the
+/// last retry then happens at once, within shutdown's deadline).
+fn sleep_until<T: Item>(inner: &Inner<T>, wake_at: Instant, shutdown_seen: bool) {
+    let mut control = lock(&inner.control);
+    loop {
+        if !shutdown_seen && control.shutdown_deadline.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        if now >= wake_at {
+            return;
+        }
+        control = wait_timeout(&inner.control_changed, control, wake_at - now);
+    }
+}
+
+/// Between half and all of `backoff`, at random ("equal jitter"), so that
+/// ranks that failed together do not retry together.
+fn jittered(backoff: Duration) -> Duration {
+    let fraction = (super::ids::random_u64() >> 11) as f64 / (1_u64 << 53) as f64;
+    backoff.mul_f64(0.5 + 0.5 * fraction)
+}
+
+/// One export attempt, bounded by `deadline`; a panicking exporter counts
+/// as a failed attempt.
+fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -> OTelSdkResult {
+    let future = match catch_unwind(AssertUnwindSafe(|| inner.exporter().export_payload(payload))) {
+        Ok(future) => future,
+        Err(_) => {
+            return Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)));
+        }
+    };
+    // Whichever thread polls it (a worker of the caller's runtime) is on
+    // the export path meanwhile.
+    let future = crate::export_path::marked(future);
+    let timeout = || OTelSdkError::Timeout(inner.config.export_timeout);
+    let outcome = catch_unwind(AssertUnwindSafe(|| match &inner.config.runtime {
+        None => block_on_until(future, deadline).unwrap_or_else(|| Err(timeout())),
+        Some(runtime) => {
+            let mut task = runtime.spawn(future);
+            match block_on_until(&mut task, deadline) {
+                Some(Ok(result)) => result,
+                Some(Err(join_error)) => {
+                    Err(OTelSdkError::InternalFailure(format!("the export task failed: {join_error}")))
+                }
+                None => {
+                    task.abort();
+                    Err(timeout())
+                }
+            }
+        }
+    }));
+    outcome.unwrap_or_else(|_| {
+        Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)))
+    })
+}
+
+/// What the last warning reported, so that the next one reports what is new.
+#[derive(Debug, Default)]
+struct Warned {
+    dropped_queue_full: u64,
+    dropped_export_failed: u64,
+    dropped_at_shutdown: u64,
+    export_errors: u64,
+}
+
+impl Warned {
+    fn maybe_warn<T: Item>(&mut self, inner: &Inner<T>) {
+        let now = inner.counters.snapshot();
+        let queue_full = now.dropped_queue_full - self.dropped_queue_full;
+        let failed = now.dropped_export_failed - self.dropped_export_failed;
+        let at_shutdown = now.dropped_at_shutdown - self.dropped_at_shutdown;
+        let errors = now.export_errors - self.export_errors;
+        if queue_full + failed + at_shutdown + errors == 0 || inner.warnings.check().is_none() {
+            return;
+        }
+        *self = Warned {
+            dropped_queue_full: now.dropped_queue_full,
+            dropped_export_failed: now.dropped_export_failed,
+            dropped_at_shutdown: now.dropped_at_shutdown,
+            export_errors: now.export_errors,
+        };
+        let last_error = lock(&inner.last_error).clone();
+        let cause = last_error.map(|error| format!("; last error: {error}")).unwrap_or_default();
+        warn(format_args!(
+            "{}: {} {} dropped (queue full: {queue_full}, export failed after retries: {failed}, \
+             unsent at shutdown: {at_shutdown}) and {errors} export attempts failed since the last report{cause}",
+            inner.pipeline.what,
+            queue_full + failed + at_shutdown,
+            inner.pipeline.items,
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_watermark_waits_for_the_earliest_batch() {
+        let mut progress = Progress::default();
+        progress.resolve(10, 20);
+        assert_eq!(progress.watermark, 0);
+        progress.resolve(0, 10);
+        assert_eq!(progress.watermark, 20);
+        progress.resolve(20, 25);
+        assert_eq!(progress.watermark, 25);
+    }
+
+    #[test]
+    fn config_normalizes_zeroes_and_caps_the_batch() {
+        let config = BatchConfig {
+            max_queue_size: 0,
+            max_export_batch_size: 50,
+            max_concurrent_exports: 0,
+            ..BatchConfig::default()
+        }
+        .normalized();
+        assert_eq!((config.max_queue_size, config.max_export_batch_size, config.max_concurrent_exports), (1, 1, 1));
+    }
+
+    #[test]
+    fn debug_hides_redacted_values() {
+        let config = BatchConfig { redact: vec!["s3cr3t-token".to_owned()], ..BatchConfig::default() };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("1 redacted"), "{shown}");
+    }
+
+    #[test]
+    fn jitter_stays_between_half_and_all() {
+        for _ in 0..100 {
+            let wait = jittered(Duration::from_millis(1000));
+            assert!(wait >= Duration::from_millis(500) && wait <= Duration::from_millis(1000), "{wait:?}");
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The open-span closer: spans still open at telemetry shutdown are exported,
+//! innermost first, marked `nemo.span.truncated`, so that a job that stops
+//! with spans open still shows them.
+//!
+//! A job that stops while spans are open (an exception unwinding past a
+//! step, a signal handler calling shutdown, a span leaked by mistake) would
+//! otherwise lose them, and with them the parents of every span already
+//! exported. In Python the closer holds the live spans and ends them. An
+//! OpenTelemetry Rust span processor only *borrows* a span in `on_start`, so
+//! [`OpenSpanCloser`] keeps a snapshot of each open span instead, taken when
+//! it starts and dropped when it ends; at shutdown it turns the snapshots of
+//! the spans still open into ended, marked copies and hands them to the batch
+//! span processor before that one drains.
+//!
+//! What such a copy lacks, compared with the span its owner would have
+//! ended: attributes, events and links added after the span started, a name
+//! changed after it started, and its status (left unset, as in the original,
+//! which did not set ERROR either). Its end time is the shutdown time.
+//!
+//! Wiring: register the closer *before* the batch processor, so that the
+//! provider's shutdown (which shuts processors down in order) closes spans
+//! first:
+//!
+//! ```
+//! # #[cfg(feature = "testing")] { // the in-memory exporter comes with `testing`
+//! use lens_otel_runtime::batch::{BatchConfig, LensBatchSpanProcessor};
+//! use lens_otel_runtime::closer::OpenSpanCloser;
+//! use opentelemetry::trace::{Tracer, TracerProvider};
+//! use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+//!
+//! let exporter = InMemorySpanExporter::default();
+//! let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
+//! let provider = SdkTracerProvider::builder()
+//!     .with_span_processor(OpenSpanCloser::with_target(batch.clone()))
+//!     .with_span_processor(batch.clone())
+//!     .build();
+//! let _open = provider.tracer("doc").start("train");
+//! let counters = batch.counters();
+//! provider.shutdown().unwrap();
+//! // The open span was exported, truncated, before the exporter shut down.
+//! assert_eq!(counters.snapshot().exported, 1);
+//! # }
+//! ```
+//!
+//! After shutdown the SDK provider no longer passes ended spans to its
+//! processors, and the batch processor rejects any that still arrive, so a
+//! span whose owner ends it after shutdown is not exported a second time.
+//!
+//! In a forked child the closer forgets the parent's open spans (the child
+//! must not export them again) and never waits on a lock that a thread of the
+//! parent held at the fork.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Duration;
+
+use opentelemetry::trace::{Event, Link, SpanContext, SpanId};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
+
+use super::batch::LensBatchSpanProcessor;
+use super::ids::fork_generation;
+
+/// The attribute (`true`) and the event name on a span that was still open at
+/// shutdown.
+pub const SPAN_TRUNCATED: &str = "nemo.span.truncated";
+/// The attribute of the [`SPAN_TRUNCATED`] event that says why.
+pub const SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
+/// The value of [`SPAN_TRUNCATED_REASON`].
+pub const SPAN_TRUNCATED_REASON_AT_SHUTDOWN: &str = "still open at telemetry shutdown";
+
+/// The attribute (`true`) on a copy of a span that was still open when a
+/// hang was suspected ([`OpenSpanCloser::export_open_copies`], called by the
+/// hang watchdog).
+pub const SPAN_OPEN: &str = "nemo.span.open";
+
+/// Where the truncated copies go at shutdown.
+enum Target {
+    None,
+    Batch(LensBatchSpanProcessor),
+    Sink(Box<dyn Fn(SpanData) + Send + Sync>),
+}
+
+#[derive(Default)]
+struct OpenSpans {
+    /// Snapshots of the open spans, with their start order.
+    open: HashMap<SpanId, (u64, SpanData)>,
+    next_order: u64,
+}
+
+/// A span processor that remembers open spans and, at shutdown, exports
+/// ended copies of the ones still open, innermost first, marked
+/// [`SPAN_TRUNCATED`].
+///
+/// It tracks sampled spans only (unsampled ones are never exported), costs a
+/// copy of the span's data at start and a map update at start and end, and
+/// does nothing on `force_flush`: flushing never ends a live span. Clones are
+/// handles to the same closer, so the runtime can keep one while the provider
+/// owns another.
+#[derive(Clone)]
+pub struct OpenSpanCloser {
+    inner: Arc<CloserInner>,
+}
+
+struct CloserInner {
+    state: Mutex<OpenSpans>,
+    closed: AtomicBool,
+    /// The fork generation that owns `state`; another value means a forked
+    /// child.
+    generation: AtomicU64,
+    target: Target,
+}
+
+impl fmt::Debug for OpenSpanCloser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = match self.inner.target {
+            Target::None => "none",
+            Target::Batch(_) => "batch processor",
+            Target::Sink(_) => "sink",
+        };
+        f.debug_struct("OpenSpanCloser")
+            .field("closed", &self.inner.closed.load(Ordering::Relaxed))
+            .field("target", &target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for OpenSpanCloser {
+    fn default() -> OpenSpanCloser {
+        OpenSpanCloser::new()
+    }
+}
+
+impl OpenSpanCloser {
+    /// A closer without a target: at shutdown, collect the truncated copies
+    /// yourself with [`drain_truncated`](Self::drain_truncated) first (a
+    /// shutdown through the provider would discard them).
+    pub fn new() -> OpenSpanCloser {
+        OpenSpanCloser::with(Target::None)
+    }
+
+    /// A closer that queues its truncated copies on `batch` at shutdown
+    /// (through [`LensBatchSpanProcessor::enqueue_data`]). Register it before
+    /// `batch` on the provider.
+    pub fn with_target(batch: LensBatchSpanProcessor) -> OpenSpanCloser {
+        OpenSpanCloser::with(Target::Batch(batch))
+    }
+
+    /// A closer that passes each truncated copy to `sink` at shutdown,
+    /// innermost first.
+    pub fn with_sink(sink: impl Fn(SpanData) + Send + Sync + 'static) -> OpenSpanCloser {
+        OpenSpanCloser::with(Target::Sink(Box::new(sink)))
+    }
+
+    fn with(target: Target) -> OpenSpanCloser {
+        OpenSpanCloser {
+            inner: Arc::new(CloserInner {
+                state: Mutex::new(OpenSpans::default()),
+                closed: AtomicBool::new(false),
+                generation: AtomicU64::new(fork_generation()),
+                target,
+            }),
+        }
+    }
+
+    /// How many spans are open now (tracked and not yet ended).
+    pub fn open_count(&self) -> usize {
+        self.state().map_or(0, |state| state.open.len())
+    }
+
+    /// Stops tracking and returns ended, marked copies of the spans still
+    /// open, innermost (latest started) first, all ending now. Later calls,
+    /// and [`SpanProcessor::shutdown`] after this one, return nothing more.
+    pub fn drain_truncated(&self) -> Vec<SpanData> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        let Some(mut state) = self.state() else {
+            return Vec::new();
+        };
+        let mut open: Vec<(u64, SpanData)> = state.open.drain().map(|(_, entry)| entry).collect();
+        drop(state);
+        open.sort_unstable_by_key(|&(order, _)| std::cmp::Reverse(order));
+        let now = opentelemetry::time::now();
+        open.into_iter().map(|(_, span)| truncated(span, now)).collect()
+    }
+
+    /// Copies of the spans open now, outermost (earliest started) first,
+    /// each with a fresh span id, its parent the copy of its open parent (or
+    /// the original's parent when that one is not open), marked
+    /// [`SPAN_OPEN`], linked to its original and ended now; the innermost
+    /// also gets the event `event` with `attributes`. The originals stay
+    /// open and end as usual (or truncated at shutdown). Nothing once
+    /// closed.
+    ///
+    /// Takes the closer's lock for the time of a copy of each open span's
+    /// data: a handful of spans, once per suspected hang.
+    pub fn open_copies(&self, event: &'static str, attributes: Vec<KeyValue>) -> Vec<SpanData> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let Some(state) = self.state() else {
+            return Vec::new();
+        };
+        let mut open: Vec<(u64, SpanData)> = state.open.values().cloned().collect();
+        drop(state);
+        open.sort_unstable_by_key(|&(order, _)| order);
+        let fresh: HashMap<SpanId, SpanId> = open
+            .iter()
+            .map(|(_, span)| (span.span_context.span_id(), SpanId::from(super::ids::random_u64().max(1))))
+            .collect();
+        let now = opentelemetry::time::now();
+        let mut copies: Vec<SpanData> = open
+            .into_iter()
+            .map(|(_, mut span)| {
+                let original = span.span_context.clone();
+                span.span_context = SpanContext::new(
+                    original.trace_id(),
+                    fresh[&original.span_id()],
+                    original.trace_flags(),
+                    false,
+                    original.trace_state().clone(),
+                );
+                if let Some(parent) = fresh.get(&span.parent_span_id) {
+                    span.parent_span_id = *parent;
+                    span.parent_span_is_remote = false;
+                }
+                span.end_time = now.max(span.start_time);
+                span.attributes.push(KeyValue::new(SPAN_OPEN, true));
+                span.links.links.push(Link::with_context(original));
+                span
+            })
+            .collect();
+        if let Some(innermost) = copies.last_mut() {
+            let at = innermost.end_time;
+            innermost.events.events.push(Event::new(event, at, attributes, 0));
+        }
+        copies
+    }
+
+    /// [`open_copies`](Self::open_copies), handed to the target (queued on
+    /// the batch processor, or passed to the sink), outermost first; the
+    /// names of the copies, outermost first. Flush afterwards to export them.
+    pub fn export_open_copies(&self, event: &'static str, attributes: Vec<KeyValue>) -> Vec<String> {
+        let copies = self.open_copies(event, attributes);
+        let names = copies.iter().map(|span| span.name.to_string()).collect();
+        self.hand_over(copies);
+        names
+    }
+
+    fn hand_over(&self, spans: Vec<SpanData>) {
+        match &self.inner.target {
+            Target::None => {}
+            Target::Batch(batch) => {
+                for span in spans {
+                    let _queued = batch.enqueue_data(span);
+                }
+            }
+            Target::Sink(sink) => {
+                for span in spans {
+                    let _ignored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(span)));
+                }
+            }
+        }
+    }
+
+    /// The state, recovered if poisoned; `None` in a forked child whose
+    /// inherited lock is held (by a thread that did not survive the fork).
+    fn state(&self) -> Option<MutexGuard<'_, OpenSpans>> {
+        let inner = &*self.inner;
+        let generation = fork_generation();
+        if inner.generation.load(Ordering::Acquire) == generation {
+            return Some(inner.state.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        // A forked child: never block, and forget the parent's spans.
+        let mut state = match inner.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        if inner.generation.swap(generation, Ordering::AcqRel) != generation {
+            state.open.clear();
+        }
+        Some(state)
+    }
+}
+
+/// Marks `span` as truncated and ends it at `now` (or at its start, if it
+/// was backdated to start later than now).
+fn truncated(mut span: SpanData, now: std::time::SystemTime) -> SpanData {
+    span.end_time = now.max(span.start_time);
+    span.attributes.push(KeyValue::new(SPAN_TRUNCATED, true));
+    span.events.events.push(Event::new(
+        SPAN_TRUNCATED,
+        span.end_time,
+        vec![KeyValue::new(SPAN_TRUNCATED_REASON, SPAN_TRUNCATED_REASON_AT_SHUTDOWN)],
+        0,
+    ));
+    span
+}
+
+impl SpanProcessor for OpenSpanCloser {
+    fn on_start(&self, span: &mut Span, _cx: &Context) {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(data) = span.exported_data() else {
+            return;
+        };
+        if !data.span_context.is_sampled() {
+            return;
+        }
+        if let Some(mut state) = self.state() {
+            if self.inner.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let order = state.next_order;
+            state.next_order += 1;
+            let id = data.span_context.span_id();
+            state.open.insert(id, (order, data));
+        }
+    }
+
+    fn on_end(&self, span: SpanData) {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(mut state) = self.state() {
+            state.open.remove(&span.span_context.span_id());
+        }
+    }
+
+    /// Does nothing: a flush must not end live spans.
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    /// Hands truncated copies of the open spans to the target, innermost
+    /// first. A second call does nothing.
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        self.hand_over(self.drain_truncated());
+        Ok(())
+    }
+}

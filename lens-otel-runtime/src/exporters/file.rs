@@ -1,0 +1,318 @@
+//! The `file` exporters: OTLP/JSON lines per signal per rank.
+//!
+//! Each export appends one line holding one `ExportTraceServiceRequest`,
+//! `ExportMetricsServiceRequest` or `ExportLogsServiceRequest` in the OTLP
+//! JSON encoding, which is the OpenTelemetry Collector file exporter's
+//! format: a Collector's `otlpjsonfile` receiver replays the files later,
+//! which is what air-gapped clusters and the zero-setup quickstart need.
+//!
+//! Files are `traces-rank<N>.jsonl`, `metrics-rank<N>.jsonl` and
+//! `logs-rank<N>.jsonl` under a directory the caller chooses (the runtime
+//! glue uses `<PREFIX>_FILE_DIR`, default `telemetry/<run_id>/`),
+//! created with its parents, opened for appending (a restarted rank adds to
+//! its file), and flushed after every export so that a killed job loses at
+//! most the batch in flight.
+//!
+//! Each file has a size cap ([`FileLimit`]; the runtime glue uses
+//! `<PREFIX>_FILE_MAX_BYTES`, default 1 GiB, and counts what an existing file
+//! already holds). A record that would take a file past its cap is not
+//! written: one warning names the file and the cap, and every record dropped
+//! so is counted in [`FileLimit::dropped`] (the shutdown report's
+//! `dropped_file_full`), never an error to the job or the processor.
+//!
+//! The encoding is opentelemetry-proto's serde mapping (`with-serde`):
+//! lowerCamelCase field names, trace and span ids as hex strings, 64-bit
+//! integers (`startTimeUnixNano`, `intValue`, counts) as decimal strings,
+//! enums (`kind`, status `code`, `aggregationTemporality`) as integers, as
+//! the OTLP JSON specification requires. Deviations from protobuf's
+//! canonical JSON (checked against 0.33.1, see docs/exporters.md): default
+//! values are written rather than omitted, and a non-finite double outside
+//! number data points (histogram sum/min/max, attributes) becomes `null`.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+use opentelemetry_proto::transform::logs::tonic::group_logs_by_resource_and_scope;
+use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::logs::{LogBatch, LogExporter};
+use opentelemetry_sdk::metrics::Temporality;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+
+use super::{ExporterError, Signal};
+
+/// The file of `signal` for `rank` under `dir`: `traces-rank3.jsonl`, ...
+///
+/// ```
+/// use lens_otel_runtime::exporters::{Signal, file_path};
+/// let path = file_path("telemetry/run-1".as_ref(), Signal::Metrics, 3);
+/// assert_eq!(path, std::path::Path::new("telemetry/run-1/metrics-rank3.jsonl"));
+/// ```
+pub fn file_path(dir: &Path, signal: Signal, rank: u32) -> PathBuf {
+    dir.join(format!("{}-rank{rank}.jsonl", signal.as_str()))
+}
+
+/// The size cap of the `file` exporter's files, and the count of records
+/// it dropped, shared by the exporters of one lifetime.
+#[derive(Debug)]
+pub struct FileLimit {
+    max_bytes: u64,
+    dropped: AtomicU64,
+}
+
+impl FileLimit {
+    /// A cap of `max_bytes` per file (at least one byte).
+    pub fn new(max_bytes: u64) -> Arc<FileLimit> {
+        Arc::new(FileLimit { max_bytes: max_bytes.max(1), dropped: AtomicU64::new(0) })
+    }
+
+    /// No cap (`u64::MAX` bytes).
+    pub fn unlimited() -> Arc<FileLimit> {
+        FileLimit::new(u64::MAX)
+    }
+
+    /// The cap per file, in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Records (spans, metric collections, log records) not written because
+    /// their file had reached the cap.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// One append-only OTLP/JSON lines file.
+struct JsonLines {
+    path: PathBuf,
+    writer: Mutex<Option<BufWriter<File>>>,
+    /// Bytes in the file: what it held when opened plus what was appended.
+    written: AtomicU64,
+    limit: Arc<FileLimit>,
+    warned_full: AtomicBool,
+}
+
+impl JsonLines {
+    fn open(dir: &Path, signal: Signal, rank: u32, limit: Arc<FileLimit>) -> Result<JsonLines, ExporterError> {
+        let path = file_path(dir, signal, rank);
+        let file = std::fs::create_dir_all(dir)
+            .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
+            .map_err(|source| ExporterError::File {
+                variable: "the file exporter's directory".to_string(),
+                path: path.clone(),
+                source,
+            })?;
+        let held = file.metadata().map_or(0, |m| m.len());
+        Ok(JsonLines {
+            path,
+            writer: Mutex::new(Some(BufWriter::new(file))),
+            written: AtomicU64::new(held),
+            limit,
+            warned_full: AtomicBool::new(false),
+        })
+    }
+
+    /// Appends one encoded request (`serde_json::to_vec` at the call site, so
+    /// that this crate needs no direct serde dependency) and a newline,
+    /// unless that takes the file past its cap: then the `records` of the
+    /// request are counted as dropped (one warning per file) and the export
+    /// succeeds.
+    fn append(&self, encoded: serde_json::Result<Vec<u8>>, records: u64) -> OTelSdkResult {
+        let failure = |error: &dyn fmt::Display| {
+            OTelSdkError::InternalFailure(format!("file exporter: cannot write {}: {error}", self.path.display()))
+        };
+        let mut guard = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let writer = guard.as_mut().ok_or(OTelSdkError::AlreadyShutdown)?;
+        let line = encoded.map_err(|error| failure(&error))?;
+        let size = line.len() as u64 + 1;
+        let written = self.written.load(Ordering::Relaxed);
+        if written.saturating_add(size) > self.limit.max_bytes {
+            self.limit.dropped.fetch_add(records, Ordering::Relaxed);
+            if !self.warned_full.swap(true, Ordering::Relaxed) {
+                crate::diag::warn(format_args!(
+                    "{} reached its cap of {} bytes: further records for it are dropped and counted in the \
+                     shutdown report (raise the cap with the FILE_MAX_BYTES variable of this program's prefix)",
+                    self.path.display(),
+                    self.limit.max_bytes
+                ));
+            }
+            return Ok(());
+        }
+        writer
+            .write_all(&line)
+            .and_then(|()| writer.write_all(b"\n"))
+            .and_then(|()| writer.flush())
+            .map_err(|error| failure(&error))?;
+        self.written.store(written + size, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn flush(&self) -> OTelSdkResult {
+        let mut guard = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match guard.as_mut() {
+            Some(writer) => writer.flush().map_err(|error| {
+                OTelSdkError::InternalFailure(format!("file exporter: cannot flush {}: {error}", self.path.display()))
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn close(&self) -> OTelSdkResult {
+        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        match writer {
+            Some(mut writer) => writer.flush().map_err(|error| {
+                OTelSdkError::InternalFailure(format!("file exporter: cannot flush {}: {error}", self.path.display()))
+            }),
+            None => Err(OTelSdkError::AlreadyShutdown),
+        }
+    }
+}
+
+/// Appends one `ExportTraceServiceRequest` per export to
+/// `traces-rank<N>.jsonl`.
+pub struct FileSpanExporter {
+    file: JsonLines,
+    resource: ResourceAttributesWithSchema,
+}
+
+impl FileSpanExporter {
+    /// Creates `dir` (with parents) and opens the rank's traces file for
+    /// appending, capped by `limit`.
+    pub fn create(dir: &Path, rank: u32, limit: Arc<FileLimit>) -> Result<Self, ExporterError> {
+        Ok(FileSpanExporter { file: JsonLines::open(dir, Signal::Traces, rank, limit)?, resource: Default::default() })
+    }
+
+    /// The file this exporter appends to.
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+}
+
+impl fmt::Debug for FileSpanExporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileSpanExporter").field("path", &self.file.path).finish()
+    }
+}
+
+impl SpanExporter for FileSpanExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let records = batch.len() as u64;
+        let request =
+            ExportTraceServiceRequest { resource_spans: group_spans_by_resource_and_scope(batch, &self.resource) };
+        self.file.append(serde_json::to_vec(&request), records)
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        self.file.close()
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.file.flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.resource = resource.into();
+    }
+}
+
+/// Appends one `ExportMetricsServiceRequest` per export to
+/// `metrics-rank<N>.jsonl` (cumulative temporality).
+pub struct FileMetricExporter {
+    file: JsonLines,
+}
+
+impl FileMetricExporter {
+    /// Creates `dir` (with parents) and opens the rank's metrics file for
+    /// appending.
+    pub fn create(dir: &Path, rank: u32, limit: Arc<FileLimit>) -> Result<Self, ExporterError> {
+        Ok(FileMetricExporter { file: JsonLines::open(dir, Signal::Metrics, rank, limit)? })
+    }
+
+    /// The file this exporter appends to.
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+}
+
+impl fmt::Debug for FileMetricExporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileMetricExporter").field("path", &self.file.path).finish()
+    }
+}
+
+impl PushMetricExporter for FileMetricExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        self.file.append(serde_json::to_vec(&ExportMetricsServiceRequest::from(metrics)), 1)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.file.flush()
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        self.file.close()
+    }
+
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
+
+/// Appends one `ExportLogsServiceRequest` per export to
+/// `logs-rank<N>.jsonl`.
+pub struct FileLogExporter {
+    file: JsonLines,
+    resource: ResourceAttributesWithSchema,
+}
+
+impl FileLogExporter {
+    /// Creates `dir` (with parents) and opens the rank's logs file for
+    /// appending.
+    pub fn create(dir: &Path, rank: u32, limit: Arc<FileLimit>) -> Result<Self, ExporterError> {
+        Ok(FileLogExporter { file: JsonLines::open(dir, Signal::Logs, rank, limit)?, resource: Default::default() })
+    }
+
+    /// The file this exporter appends to.
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+}
+
+impl fmt::Debug for FileLogExporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileLogExporter").field("path", &self.file.path).finish()
+    }
+}
+
+impl LogExporter for FileLogExporter {
+    async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+        let records = batch.iter().count() as u64;
+        let request =
+            ExportLogsServiceRequest { resource_logs: group_logs_by_resource_and_scope(&batch, &self.resource) };
+        self.file.append(serde_json::to_vec(&request), records)
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        self.file.close()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.resource = resource.into();
+    }
+}

@@ -1,0 +1,1087 @@
+//! OTLP exporters over gRPC (tonic), `http/protobuf` and `http/json`.
+//!
+//! The SDK must read no environment on its own (every option comes from the
+//! validated configuration, so no variable is read twice with two meanings),
+//! and
+//! opentelemetry-otlp 0.33.1 does read `OTEL_EXPORTER_OTLP_*` whenever an
+//! option is left unset (endpoint, protocol, timeout, compression,
+//! temporality, `*_INSECURE` for endpoints without a scheme) and *always*
+//! merges `OTEL_EXPORTER_OTLP_[SIGNAL_]HEADERS` into its requests. So every
+//! option is set here from the configuration's per-signal
+//! [`OtlpSettings`] (`config.otel.otlp(signal)`):
+//!
+//! - gRPC: lens builds the tonic `Channel` itself (endpoint, TLS with the
+//!   private CA or the webpki roots, request and connect timeouts) and hands
+//!   it to the SDK, so the SDK resolves no endpoint and no TLS; an
+//!   interceptor, which runs after the SDK's, replaces whatever metadata the
+//!   SDK added with lens's headers (and its user agent).
+//! - HTTP: lens gives the SDK an HTTP client of its own (a blocking reqwest
+//!   client with rustls on the ring provider, the private CA or the webpki
+//!   roots, and explicit timeouts) and the full signal URL; the client sends
+//!   only the content headers, the user agent and lens's headers.
+//! - Protocol, timeout, temporality and the retry policy (disabled: retries
+//!   belong to lens's batch processors, which bound them by the retry window)
+//!   are set explicitly.
+//! - The metric exporter comes with an [`OtlpMetricResender`]: the SDK's
+//!   exporter takes only a `ResourceMetrics`, which cannot be kept, so a
+//!   failed collection is kept encoded and resent by lens's own sender, with
+//!   the same endpoint, protocol, headers, TLS, compression and timeout (the
+//!   same tonic channel settings and interceptor, or the same HTTP client).
+//! - The span exporter carries lens's own sender of encoded batches
+//!   ([`OtlpSpanExporter`]'s crate-private `encode` and `send_encoded`): lens's
+//!   batch processor encodes a batch once, exactly as the SDK's exporter
+//!   does (same grouping, resource, protocol and compression), and sends
+//!   and resends those bytes with the same HTTP client settings or tonic
+//!   channel settings and interceptor, so a retry needs no copy of the
+//!   spans. The SDK's exporter beside it serves any other caller
+//!   of [`SpanExporter::export`].
+//! - One residue: with [`Compression::None`] the SDK still consults
+//!   `OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION` (it has no "none" setter). The
+//!   configuration reads the same variables, so the two agree in a real
+//!   process.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use opentelemetry_http::{Bytes, HttpClient, HttpError};
+use opentelemetry_otlp::{Protocol, RetryPolicy, WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::logs::{LogBatch, LogExporter};
+use opentelemetry_sdk::metrics::Temporality;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
+
+use super::ExporterError;
+use super::runtime::{InRuntime, OtlpRuntime};
+use crate::config::{Compression, Headers, OtlpProtocol, OtlpSettings, Signal};
+
+/// Response bodies larger than this are refused (as the SDK's clients do).
+const MAX_RESPONSE_BODY_BYTES: u64 = 4 * 1024 * 1024;
+const USER_AGENT: &str = concat!("lens/", env!("CARGO_PKG_VERSION"));
+
+/// Where an exporter of one signal sends, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedEndpoint {
+    /// The full URL: for HTTP, the signal's URL (`.../v1/traces`); for gRPC,
+    /// the endpoint as given (gRPC paths come from the service definition).
+    pub url: String,
+    /// The protocol.
+    pub protocol: OtlpProtocol,
+    /// Whether the connection uses TLS (an `https` URL).
+    pub tls: bool,
+    /// The variable the endpoint came from (for messages), or `"default"`.
+    pub source: &'static str,
+}
+
+/// The first failed export of one signal's OTLP exporter, reported once at
+/// once, naming the endpoint: a collector that is not there is said when
+/// the first export fails, not after the retry window or at shutdown (the
+/// batch processor's rate-limited warnings follow with the counts).
+#[derive(Debug)]
+struct FirstFailure {
+    signal: Signal,
+    endpoint: ResolvedEndpoint,
+    secrets: Vec<String>,
+    reported: std::sync::atomic::AtomicBool,
+}
+
+impl FirstFailure {
+    fn new(signal: Signal, endpoint: &ResolvedEndpoint, settings: &OtlpSettings) -> Arc<FirstFailure> {
+        Arc::new(FirstFailure {
+            signal,
+            endpoint: endpoint.clone(),
+            secrets: settings.headers.secrets(),
+            reported: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// `result`, after reporting it if it is this exporter's first failure.
+    fn check(&self, result: OTelSdkResult) -> OTelSdkResult {
+        if let Err(error) = &result
+            && !matches!(error, OTelSdkError::AlreadyShutdown)
+            && !self.reported.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.report(error);
+        }
+        result
+    }
+
+    #[cold]
+    fn report(&self, error: &OTelSdkError) {
+        crate::diag::warn(format_args!(
+            "cannot export {} to the OTLP collector at {} ({}; endpoint from {}): {}; lens retries within its retry window \
+             and counts what is lost in the shutdown report",
+            self.signal,
+            self.endpoint.url,
+            self.endpoint.protocol.as_str(),
+            self.endpoint.source,
+            crate::diag::redact(&error.to_string(), &self.secrets),
+        ));
+    }
+}
+
+/// Resolves the URL, protocol and TLS of `signal`'s exporter.
+///
+/// The URL is [`OtlpSettings::endpoint_url`]: a general endpoint (or the
+/// default) gets `/v1/traces`, `/v1/metrics` or `/v1/logs` appended for the
+/// HTTP protocols; a per-signal one is used as-is; gRPC endpoints are always
+/// used as-is. It must be an `http://` (plain) or `https://` (TLS) URL with a
+/// host; otherwise the error names the variable the endpoint came from.
+///
+/// ```
+/// use lens_core::config::{OtlpEndpoint, OtlpProtocol, OtlpSettings, Signal};
+/// use lens_otel_runtime::exporters::resolve_endpoint;
+///
+/// let settings = OtlpSettings {
+///     endpoint: Some(OtlpEndpoint { url: "http://collector:4318/".into(), signal_specific: false }),
+///     protocol: OtlpProtocol::HttpProtobuf,
+///     ..OtlpSettings::default()
+/// };
+/// let resolved = resolve_endpoint(&settings, Signal::Metrics)?;
+/// assert_eq!(resolved.url, "http://collector:4318/v1/metrics");
+/// assert!(!resolved.tls);
+/// # Ok::<(), lens_otel_runtime::exporters::ExporterError>(())
+/// ```
+pub fn resolve_endpoint(settings: &OtlpSettings, signal: Signal) -> Result<ResolvedEndpoint, ExporterError> {
+    let url = settings.endpoint_url(signal);
+    let variable = settings.endpoint_variable(signal);
+    let source = if settings.endpoint.is_some() { variable } else { "default" };
+    // Errors show the endpoint as the user wrote it, not the derived URL.
+    let written = settings.endpoint.as_ref().map_or(url.as_str(), |endpoint| endpoint.url.as_str());
+    let invalid = |reason: String| ExporterError::InvalidEndpoint { variable, value: written.to_owned(), reason };
+    let uri: http::Uri = url.parse().map_err(|error: http::uri::InvalidUri| invalid(error.to_string()))?;
+    let tls = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        Some(other) => return Err(invalid(format!("unsupported scheme {other:?}"))),
+        None => return Err(invalid("no scheme".into())),
+    };
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(invalid("no host".into()));
+    }
+    Ok(ResolvedEndpoint { url, protocol: settings.protocol, tls, source })
+}
+
+/// The headers, checked; values are marked sensitive.
+fn checked_headers(headers: &Headers) -> Result<Vec<(HeaderName, HeaderValue)>, ExporterError> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| ExporterError::InvalidHeader { name: name.to_owned(), reason: "invalid header name" })?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| ExporterError::InvalidHeader {
+                name: name.to_owned(),
+                reason: "invalid characters in the value",
+            })?;
+            value.set_sensitive(true);
+            Ok((header, value))
+        })
+        .collect()
+}
+
+/// Reads the private CA file: its bytes, checked to hold at least one PEM
+/// certificate.
+fn read_certificate(path: &Path) -> Result<(Vec<u8>, Vec<rustls::pki_types::CertificateDer<'static>>), ExporterError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let error = |reason: String| ExporterError::Certificate { path: path.to_owned(), reason };
+    let pem = std::fs::read(path).map_err(|source| error(format!("cannot read the file: {source}")))?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| error(format!("not a valid PEM file: {source}")))?;
+    if certificates.is_empty() {
+        return Err(error("the file holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into()));
+    }
+    Ok((pem, certificates))
+}
+
+/// The rustls configuration of the HTTP client: ring, and the private CA or
+/// the webpki roots.
+fn rustls_config(
+    certificates: Option<Vec<rustls::pki_types::CertificateDer<'static>>>,
+    path: Option<&Path>,
+) -> Result<rustls::ClientConfig, ExporterError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match certificates {
+        Some(certificates) => {
+            for certificate in certificates {
+                roots.add(certificate).map_err(|error| ExporterError::Certificate {
+                    path: path.map(Path::to_owned).unwrap_or_default(),
+                    reason: format!("not a usable CA certificate: {error}"),
+                })?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| ExporterError::Runtime { reason: format!("TLS setup failed: {error}") })?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The HTTP client lens gives the SDK: a blocking reqwest client that sends
+/// lens's headers and drops any header the SDK took from the environment.
+struct LensHttpClient {
+    client: reqwest::blocking::Client,
+    headers: Arc<[(HeaderName, HeaderValue)]>,
+    /// The SDK turns every transport failure into "network error"; lens
+    /// says why (refused, timed out, a certificate it does not trust) once
+    /// a minute.
+    transport_warnings: Arc<crate::diag::RateLimit>,
+}
+
+impl fmt::Debug for LensHttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensHttpClient").field("headers", &self.headers.len()).finish_non_exhaustive()
+    }
+}
+
+impl LensHttpClient {
+    fn build(
+        settings: &OtlpSettings,
+        certificates: Option<Vec<rustls::pki_types::CertificateDer<'static>>>,
+        headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<LensHttpClient, ExporterError> {
+        let tls = rustls_config(certificates, settings.certificate.as_deref())?;
+        let timeout = settings.timeout;
+        // A blocking reqwest client owns a runtime of its own: build it on a
+        // plain thread, so that a caller inside an async runtime is safe.
+        let client = std::thread::Builder::new()
+            .name("lens-otlp-http-setup".into())
+            .spawn(move || {
+                crate::export_path::mark_thread();
+                reqwest::blocking::Client::builder()
+                    .timeout(timeout)
+                    .connect_timeout(timeout)
+                    .redirect(reqwest::redirect::Policy::none())
+                    .user_agent(USER_AGENT)
+                    .tls_backend_preconfigured(tls)
+                    .build()
+            })
+            .map_err(|error| ExporterError::Runtime { reason: error.to_string() })?
+            .join()
+            .map_err(|_| ExporterError::Runtime { reason: "building the HTTP client panicked".into() })?
+            .map_err(|error| ExporterError::Runtime { reason: format!("cannot build the HTTP client: {error}") })?;
+        Ok(LensHttpClient {
+            client,
+            headers: headers.into(),
+            transport_warnings: Arc::new(crate::diag::RateLimit::new(Duration::from_secs(60))),
+        })
+    }
+
+    fn send(&self, request: http::Request<Bytes>) -> Result<http::Response<Bytes>, HttpError> {
+        use std::io::Read;
+
+        let _export_path = crate::export_path::ExportScope::enter();
+
+        let (parts, body) = request.into_parts();
+        let mut headers = http::HeaderMap::new();
+        for name in [http::header::CONTENT_TYPE, http::header::CONTENT_ENCODING] {
+            if let Some(value) = parts.headers.get(&name) {
+                headers.insert(name, value.clone());
+            }
+        }
+        for (name, value) in self.headers.iter() {
+            headers.insert(name.clone(), value.clone());
+        }
+        let response = match self
+            .client
+            .request(parts.method, parts.uri.to_string())
+            .headers(headers)
+            .body(body.to_vec())
+            .send()
+        {
+            Ok(response) => response,
+            Err(error) => {
+                self.warn_transport(&error);
+                return Err(Box::new(error));
+            }
+        };
+        let status = response.status();
+        let response_headers = response.headers().clone();
+        let mut body = Vec::new();
+        response.take(MAX_RESPONSE_BODY_BYTES + 1).read_to_end(&mut body)?;
+        if body.len() as u64 > MAX_RESPONSE_BODY_BYTES {
+            return Err(Box::new(opentelemetry_http::ResponseBodyTooLarge::new()));
+        }
+        let mut response = http::Response::builder().status(status).body(Bytes::from(body))?;
+        *response.headers_mut() = response_headers;
+        Ok(response)
+    }
+}
+
+impl LensHttpClient {
+    /// Warns (rate-limited) with the whole cause chain of a failed request,
+    /// without its URL and with the header values redacted.
+    #[cold]
+    fn warn_transport(&self, error: &reqwest::Error) {
+        let Some(held_back) = self.transport_warnings.check() else { return };
+        let mut message = String::new();
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        while let Some(current) = cause {
+            let text = current.to_string();
+            if !message.contains(&text) {
+                if !message.is_empty() {
+                    message.push_str(": ");
+                }
+                message.push_str(&text);
+            }
+            cause = current.source();
+        }
+        if let Some(url) = error.url() {
+            message = message.replace(&format!(" for url ({url})"), "");
+        }
+        let secrets: Vec<String> =
+            self.headers.iter().filter_map(|(_, value)| value.to_str().ok().map(str::to_string)).collect();
+        let message = crate::diag::redact(&message, &secrets);
+        crate::diag::warn(format_args!(
+            "OTLP/HTTP export request failed: {message}{}",
+            if held_back > 0 { format!(" ({held_back} more held back)") } else { String::new() }
+        ));
+    }
+}
+
+impl HttpClient for LensHttpClient {
+    fn send_bytes<'life0, 'async_trait>(
+        &'life0 self,
+        request: http::Request<Bytes>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<http::Response<Bytes>, HttpError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move { self.send(request) })
+    }
+}
+
+/// The gRPC interceptor: replaces the SDK's metadata (which may hold headers
+/// from the environment) with lens's headers.
+#[derive(Clone)]
+struct HeaderInterceptor {
+    headers: Arc<[(AsciiMetadataKey, AsciiMetadataValue)]>,
+    /// Whether the request's metadata is replaced rather than added to.
+    /// The SDK's exporter calls its interceptor on an empty request of its
+    /// own, whose metadata holds only what the SDK read from the environment:
+    /// replaced, so that only lens's headers are sent. A tonic
+    /// `InterceptedService` (lens's own senders) calls it on the whole HTTP/2
+    /// request, whose metadata is every header (`content-type`, `te`,
+    /// `grpc-encoding`): added to, or the collector sees a malformed gRPC call.
+    replace: bool,
+}
+
+impl HeaderInterceptor {
+    fn new(headers: &[(HeaderName, HeaderValue)]) -> Result<HeaderInterceptor, ExporterError> {
+        let headers = headers
+            .iter()
+            .map(|(name, value)| {
+                let key = AsciiMetadataKey::from_bytes(name.as_str().as_bytes()).map_err(|_| {
+                    ExporterError::InvalidHeader { name: name.to_string(), reason: "invalid gRPC metadata key" }
+                })?;
+                let mut value = AsciiMetadataValue::try_from(value.as_bytes()).map_err(|_| {
+                    ExporterError::InvalidHeader { name: name.to_string(), reason: "invalid characters in the value" }
+                })?;
+                value.set_sensitive(true);
+                Ok((key, value))
+            })
+            .collect::<Result<Vec<_>, ExporterError>>()?;
+        Ok(HeaderInterceptor { headers: headers.into(), replace: true })
+    }
+
+    /// The interceptor of a tonic service wrapped around a channel (lens's
+    /// own gRPC senders): adds lens's headers to the request's own.
+    fn for_service(headers: &[(HeaderName, HeaderValue)]) -> Result<HeaderInterceptor, ExporterError> {
+        Ok(HeaderInterceptor { replace: false, ..HeaderInterceptor::new(headers)? })
+    }
+}
+
+impl tonic::service::Interceptor for HeaderInterceptor {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let metadata = request.metadata_mut();
+        if self.replace {
+            *metadata = tonic::metadata::MetadataMap::new();
+        }
+        metadata.insert("user-agent", AsciiMetadataValue::from_static(USER_AGENT));
+        for (key, value) in self.headers.iter() {
+            metadata.insert(key.clone(), value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// What a builder needs, checked once.
+struct Prepared {
+    endpoint: ResolvedEndpoint,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    certificate: Option<(Vec<u8>, Vec<rustls::pki_types::CertificateDer<'static>>)>,
+}
+
+fn prepare(settings: &OtlpSettings, signal: Signal) -> Result<Prepared, ExporterError> {
+    let endpoint = resolve_endpoint(settings, signal)?;
+    let headers = checked_headers(&settings.headers)?;
+    // A bad file is an error even for an `http` endpoint, where it is unused:
+    // the user asked for it and should learn that it is wrong.
+    let certificate = settings.certificate.as_deref().map(read_certificate).transpose()?;
+    Ok(Prepared { endpoint, headers, certificate })
+}
+
+fn build_error(signal: Signal, endpoint: &ResolvedEndpoint, reason: impl fmt::Display) -> ExporterError {
+    ExporterError::Build { signal, endpoint: endpoint.url.clone(), reason: reason.to_string() }
+}
+
+/// The tonic channel to the endpoint, created lazily in the runtime.
+fn grpc_channel(
+    prepared: &Prepared,
+    settings: &OtlpSettings,
+    signal: Signal,
+    runtime: &OtlpRuntime,
+) -> Result<tonic::transport::Channel, ExporterError> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+
+    let endpoint = &prepared.endpoint;
+    let mut channel = Endpoint::from_shared(endpoint.url.clone())
+        .map_err(|error| build_error(signal, endpoint, error))?
+        .timeout(settings.timeout)
+        .connect_timeout(settings.timeout);
+    if endpoint.tls {
+        let uri: http::Uri = endpoint.url.parse().map_err(|error| build_error(signal, endpoint, error))?;
+        let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
+        let tls = ClientTlsConfig::new().domain_name(host);
+        let tls = match &prepared.certificate {
+            Some((pem, _)) => tls.ca_certificate(Certificate::from_pem(pem)),
+            None => tls.trust_anchors(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        };
+        channel = channel.tls_config(tls).map_err(|error| build_error(signal, endpoint, error))?;
+    }
+    let _entered = runtime.handle().enter();
+    Ok(channel.connect_lazy())
+}
+
+/// The SDK's compression; `None` for [`Compression::None`] (the SDK has no
+/// "none" setter: see the module documentation).
+fn sdk_compression(compression: Compression) -> Option<opentelemetry_otlp::Compression> {
+    match compression {
+        Compression::None => None,
+        Compression::Gzip => Some(opentelemetry_otlp::Compression::Gzip),
+    }
+}
+
+fn sdk_protocol(protocol: OtlpProtocol) -> Protocol {
+    match protocol {
+        OtlpProtocol::Grpc => Protocol::Grpc,
+        OtlpProtocol::HttpProtobuf => Protocol::HttpBinary,
+        OtlpProtocol::HttpJson => Protocol::HttpJson,
+    }
+}
+
+/// Applies the options common to every builder.
+macro_rules! configure_grpc {
+    ($builder:expr, $prepared:expr, $settings:expr, $signal:expr, $runtime:expr) => {{
+        let channel = grpc_channel(&$prepared, $settings, $signal, &$runtime)?;
+        let mut builder = $builder
+            .with_tonic()
+            .with_endpoint($prepared.endpoint.url.clone())
+            .with_protocol(Protocol::Grpc)
+            .with_timeout($settings.timeout)
+            .with_channel(channel)
+            .with_interceptor(HeaderInterceptor::new(&$prepared.headers)?)
+            .with_retry_policy(RetryPolicy::disabled());
+        if let Some(compression) = sdk_compression($settings.compression) {
+            builder = builder.with_compression(compression);
+        }
+        let _entered = $runtime.handle().enter();
+        builder.build().map_err(|error| build_error($signal, &$prepared.endpoint, error))?
+    }};
+}
+
+macro_rules! configure_http {
+    ($builder:expr, $prepared:expr, $settings:expr, $signal:expr) => {{
+        let certificates = $prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
+        let client = LensHttpClient::build($settings, certificates, $prepared.headers.clone())?;
+        let mut builder = $builder
+            .with_http()
+            .with_endpoint($prepared.endpoint.url.clone())
+            .with_protocol(sdk_protocol($settings.protocol))
+            .with_timeout($settings.timeout)
+            .with_http_client(client)
+            .with_retry_policy(RetryPolicy::disabled());
+        if let Some(compression) = sdk_compression($settings.compression) {
+            builder = builder.with_compression(compression);
+        }
+        builder.build().map_err(|error| build_error($signal, &$prepared.endpoint, error))?
+    }};
+}
+
+/// Builds the OTLP span exporter for `settings`, the traces settings of the
+/// configuration (`config.otel.otlp(Signal::Traces)`).
+///
+/// For gRPC this starts (or shares) the `lens-otlp` runtime; nothing
+/// connects until the first export.
+///
+/// ```
+/// use lens_core::config::{OtlpProtocol, OtlpSettings};
+/// use lens_otel_runtime::exporters::build_otlp_span_exporter;
+///
+/// let settings = OtlpSettings { protocol: OtlpProtocol::HttpJson, ..OtlpSettings::default() };
+/// let exporter = build_otlp_span_exporter(&settings)?;
+/// assert_eq!(exporter.endpoint().url, "http://localhost:4318/v1/traces");
+/// # Ok::<(), lens_otel_runtime::exporters::ExporterError>(())
+/// ```
+pub fn build_otlp_span_exporter(settings: &OtlpSettings) -> Result<OtlpSpanExporter, ExporterError> {
+    let signal = Signal::Traces;
+    let prepared = prepare(settings, signal)?;
+    let builder = opentelemetry_otlp::SpanExporter::builder();
+    let (inner, runtime, transport) = if settings.protocol.is_http() {
+        let certificates = prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
+        let client = LensHttpClient::build(settings, certificates, prepared.headers.clone())?;
+        let transport = SpanTransport::Http {
+            client,
+            url: prepared.endpoint.url.clone(),
+            json: settings.protocol == OtlpProtocol::HttpJson,
+        };
+        (configure_http!(builder, prepared, settings, signal), None, transport)
+    } else {
+        let runtime = OtlpRuntime::shared()?;
+        let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
+        let service = tonic::service::interceptor::InterceptedService::new(
+            channel,
+            HeaderInterceptor::for_service(&prepared.headers)?,
+        );
+        let transport = SpanTransport::Grpc { service };
+        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
+    };
+    let sender = SpanSender {
+        transport,
+        gzip: settings.compression == Compression::Gzip,
+        resource: Default::default(),
+        shut_down: std::sync::atomic::AtomicBool::new(false),
+        first_failure: FirstFailure::new(signal, &prepared.endpoint, settings),
+    };
+    Ok(OtlpSpanExporter { inner, runtime, endpoint: prepared.endpoint, sender: Arc::new(sender) })
+}
+
+/// How lens's own span sender reaches the collector: the same HTTP client
+/// settings, or the same tonic channel settings and interceptor, as the
+/// SDK's exporter beside it.
+enum SpanTransport {
+    Http { client: LensHttpClient, url: String, json: bool },
+    Grpc { service: tonic::service::interceptor::InterceptedService<tonic::transport::Channel, HeaderInterceptor> },
+}
+
+/// Encodes a batch of spans once and sends the encoded request as often as
+/// lens's batch processor attempts it within its retry window: a retry resends the same
+/// bytes, so no copy of the spans is kept for it. The encoding is the SDK
+/// exporter's (`group_spans_by_resource_and_scope` with the provider's
+/// resource, protobuf or JSON, gzip when configured).
+struct SpanSender {
+    transport: SpanTransport,
+    gzip: bool,
+    resource: opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema,
+    shut_down: std::sync::atomic::AtomicBool,
+    first_failure: Arc<FirstFailure>,
+}
+
+/// The gRPC path of the trace service's `Export` call.
+const GRPC_TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// A tonic codec that sends an already encoded protobuf message as it is and
+/// reads the (ignored) response.
+#[derive(Clone, Copy, Debug, Default)]
+struct EncodedCodec;
+
+impl tonic::codec::Codec for EncodedCodec {
+    type Encode = Bytes;
+    type Decode = ();
+    type Encoder = EncodedCodec;
+    type Decoder = EncodedCodec;
+
+    fn encoder(&mut self) -> EncodedCodec {
+        EncodedCodec
+    }
+
+    fn decoder(&mut self) -> EncodedCodec {
+        EncodedCodec
+    }
+}
+
+impl tonic::codec::Encoder for EncodedCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        use bytes::BufMut as _;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for EncodedCodec {
+    type Item = ();
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+        use bytes::Buf as _;
+        src.advance(src.remaining());
+        Ok(Some(()))
+    }
+}
+
+impl SpanSender {
+    fn encode(&self, batch: Vec<SpanData>) -> Result<Bytes, OTelSdkError> {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+        use prost::Message as _;
+
+        let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
+        let request =
+            ExportTraceServiceRequest { resource_spans: group_spans_by_resource_and_scope(batch, &self.resource) };
+        let body = match &self.transport {
+            SpanTransport::Http { json: true, .. } => {
+                serde_json::to_vec(&request).map_err(|error| failure(error.to_string()))?
+            }
+            _ => request.encode_to_vec(),
+        };
+        // gRPC compresses in tonic (`send_compressed`), HTTP here.
+        if self.gzip && matches!(self.transport, SpanTransport::Http { .. }) {
+            use std::io::Write as _;
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let body =
+                encoder.write_all(&body).and_then(|()| encoder.finish()).map_err(|error| failure(error.to_string()))?;
+            return Ok(Bytes::from(body));
+        }
+        Ok(Bytes::from(body))
+    }
+
+    async fn send(&self, body: Bytes) -> OTelSdkResult {
+        if self.shut_down.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(OTelSdkError::AlreadyShutdown);
+        }
+        let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
+        match &self.transport {
+            SpanTransport::Http { client, url, json } => {
+                let content_type = if *json { "application/json" } else { "application/x-protobuf" };
+                let mut builder = http::Request::builder()
+                    .method(http::Method::POST)
+                    .uri(url.as_str())
+                    .header(http::header::CONTENT_TYPE, content_type);
+                if self.gzip {
+                    builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+                }
+                let request = builder.body(body).map_err(|error| failure(error.to_string()))?;
+                let response = client.send(request).map_err(|error| failure(error.to_string()))?;
+                if response.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(failure(format!("the collector answered HTTP {}", response.status())))
+                }
+            }
+            SpanTransport::Grpc { service } => {
+                let mut grpc = tonic::client::Grpc::new(service.clone());
+                if self.gzip {
+                    grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                let status = |status: tonic::Status| {
+                    failure(format!("the collector answered {:?}: {}", status.code(), status.message()))
+                };
+                grpc.ready().await.map_err(|error| failure(format!("the channel is not ready: {error}")))?;
+                let path = http::uri::PathAndQuery::from_static(GRPC_TRACE_EXPORT_PATH);
+                grpc.unary(tonic::Request::new(body), path, EncodedCodec).await.map(|_| ()).map_err(status)
+            }
+        }
+    }
+}
+
+impl OtlpSpanExporter {
+    /// Encodes `batch` once for every attempt of its export through
+    /// [`OtlpSpanExporter::send_encoded`] (lens's batch processor does this
+    /// instead of keeping a copy of the spans for retries).
+    pub(crate) fn encode(&self, batch: Vec<SpanData>) -> Result<Bytes, OTelSdkError> {
+        self.sender.encode(batch)
+    }
+
+    /// Sends a batch encoded by [`OtlpSpanExporter::encode`] (a cheap clone
+    /// of the bytes per attempt).
+    pub(crate) fn send_encoded(&self, body: Bytes) -> impl Future<Output = OTelSdkResult> + Send + 'static {
+        let sender = Arc::clone(&self.sender);
+        InRuntime::new(self.runtime.as_ref(), async move {
+            let result = sender.send(body).await;
+            sender.first_failure.check(result)
+        })
+    }
+}
+
+/// Builds the OTLP metric exporter for `settings`, the metrics settings of
+/// the configuration (`config.otel.otlp(Signal::Metrics)`), with the given
+/// temporality (lens uses cumulative, the OTLP default).
+pub fn build_otlp_metric_exporter(
+    settings: &OtlpSettings,
+    temporality: Temporality,
+) -> Result<OtlpMetricExporter, ExporterError> {
+    let signal = Signal::Metrics;
+    let prepared = prepare(settings, signal)?;
+    let builder = opentelemetry_otlp::MetricExporter::builder().with_temporality(temporality);
+    let (inner, runtime, transport) = if settings.protocol.is_http() {
+        let certificates = prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
+        let client = LensHttpClient::build(settings, certificates, prepared.headers.clone())?;
+        let transport = ResendTransport::Http {
+            client,
+            url: prepared.endpoint.url.clone(),
+            json: settings.protocol == OtlpProtocol::HttpJson,
+        };
+        (configure_http!(builder, prepared, settings, signal), None, transport)
+    } else {
+        let runtime = OtlpRuntime::shared()?;
+        let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
+        let mut client =
+            MetricsServiceClient::with_interceptor(channel, HeaderInterceptor::for_service(&prepared.headers)?);
+        if settings.compression == Compression::Gzip {
+            client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        }
+        let transport = ResendTransport::Grpc { client, runtime: Arc::clone(&runtime) };
+        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
+    };
+    let resender = Arc::new(OtlpMetricResender {
+        transport,
+        gzip: settings.compression == Compression::Gzip,
+        timeout: settings.timeout,
+    });
+    let first_failure = FirstFailure::new(signal, &prepared.endpoint, settings);
+    Ok(OtlpMetricExporter { inner, runtime, endpoint: prepared.endpoint, resender, first_failure })
+}
+
+type GrpcMetricsClient =
+    MetricsServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, HeaderInterceptor>>;
+
+enum ResendTransport {
+    Http { client: LensHttpClient, url: String, json: bool },
+    Grpc { client: GrpcMetricsClient, runtime: Arc<OtlpRuntime> },
+}
+
+/// Resends an encoded metric collection to the metric exporter's endpoint
+/// with its protocol, headers, TLS, compression and timeout, so that failed
+/// collections are retried within the retry window (the SDK's exporter takes only a `ResourceMetrics`, which cannot be rebuilt).
+/// Made by [`OtlpMetricExporter::resender`].
+pub struct OtlpMetricResender {
+    transport: ResendTransport,
+    gzip: bool,
+    timeout: Duration,
+}
+
+impl fmt::Debug for OtlpMetricResender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.transport {
+            ResendTransport::Http { json: true, .. } => "http/json",
+            ResendTransport::Http { json: false, .. } => "http/protobuf",
+            ResendTransport::Grpc { .. } => "grpc",
+        };
+        f.debug_struct("OtlpMetricResender").field("protocol", &kind).finish_non_exhaustive()
+    }
+}
+
+impl OtlpMetricResender {
+    fn send_http(
+        &self,
+        client: &LensHttpClient,
+        url: &str,
+        json: bool,
+        request: &ExportMetricsServiceRequest,
+    ) -> OTelSdkResult {
+        use prost::Message as _;
+
+        let failure = |reason: String| OTelSdkError::InternalFailure(format!("metric resend: {reason}"));
+        let (body, content_type) = if json {
+            (serde_json::to_vec(request).map_err(|error| failure(error.to_string()))?, "application/json")
+        } else {
+            (request.encode_to_vec(), "application/x-protobuf")
+        };
+        let mut builder = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(url)
+            .header(http::header::CONTENT_TYPE, content_type);
+        let body = if self.gzip {
+            use std::io::Write as _;
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            encoder.write_all(&body).and_then(|()| encoder.finish()).map_err(|error| failure(error.to_string()))?
+        } else {
+            body
+        };
+        if self.gzip {
+            builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+        }
+        let http_request = builder.body(Bytes::from(body)).map_err(|error| failure(error.to_string()))?;
+        let response = client.send(http_request).map_err(|error| failure(error.to_string()))?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(failure(format!("the collector answered HTTP {}", response.status())))
+        }
+    }
+}
+
+impl crate::accounting::MetricResender for OtlpMetricResender {
+    fn resend(&self, request: &ExportMetricsServiceRequest) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
+        match &self.transport {
+            ResendTransport::Http { client, url, json } => self.send_http(client, url, *json, request),
+            ResendTransport::Grpc { client, runtime } => {
+                let mut client = client.clone();
+                let request = request.clone();
+                let task = runtime.handle().spawn(async move { client.export(request).await });
+                // The channel's own timeout ends the call; this is a backstop.
+                let deadline = std::time::Instant::now() + self.timeout + Duration::from_secs(1);
+                let mut task = task;
+                match super::block_on_until(&mut task, deadline) {
+                    Some(Ok(Ok(_response))) => Ok(()),
+                    Some(Ok(Err(status))) => Err(OTelSdkError::InternalFailure(format!(
+                        "metric resend: the collector answered {:?}: {}",
+                        status.code(),
+                        status.message()
+                    ))),
+                    Some(Err(join_error)) => {
+                        Err(OTelSdkError::InternalFailure(format!("metric resend: the task failed: {join_error}")))
+                    }
+                    None => {
+                        task.abort();
+                        Err(OTelSdkError::Timeout(self.timeout))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Builds the OTLP log exporter for `settings`, the logs settings of the
+/// configuration (`config.otel.otlp(Signal::Logs)`).
+pub fn build_otlp_log_exporter(settings: &OtlpSettings) -> Result<OtlpLogExporter, ExporterError> {
+    let signal = Signal::Logs;
+    let prepared = prepare(settings, signal)?;
+    let builder = opentelemetry_otlp::LogExporter::builder();
+    let (inner, runtime) = if settings.protocol.is_http() {
+        (configure_http!(builder, prepared, settings, signal), None)
+    } else {
+        let runtime = OtlpRuntime::shared()?;
+        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime))
+    };
+    let first_failure = FirstFailure::new(signal, &prepared.endpoint, settings);
+    Ok(OtlpLogExporter { inner, runtime, endpoint: prepared.endpoint, first_failure })
+}
+
+macro_rules! exporter_common {
+    ($name:ident) => {
+        impl $name {
+            /// Where this exporter sends.
+            pub fn endpoint(&self) -> &ResolvedEndpoint {
+                &self.endpoint
+            }
+
+            /// The `lens-otlp` runtime this (gRPC) exporter runs in; `None`
+            /// for HTTP.
+            pub fn runtime(&self) -> Option<&Arc<OtlpRuntime>> {
+                self.runtime.as_ref()
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name)).field("endpoint", &self.endpoint).finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+/// The OTLP span exporter. Its exports can be polled by any executor on an
+/// ordinary thread (gRPC exports enter the `lens-otlp` runtime).
+pub struct OtlpSpanExporter {
+    inner: opentelemetry_otlp::SpanExporter,
+    runtime: Option<Arc<OtlpRuntime>>,
+    endpoint: ResolvedEndpoint,
+    /// Lens's own sender of encoded batches (`encode`, `send_encoded`).
+    sender: Arc<SpanSender>,
+}
+exporter_common!(OtlpSpanExporter);
+
+impl SpanExporter for OtlpSpanExporter {
+    fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+        InRuntime::new(self.runtime.as_ref(), self.inner.export(batch))
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.sender.shut_down.store(true, std::sync::atomic::Ordering::Release);
+        let _export_path = crate::export_path::ExportScope::enter();
+        let _entered = self.runtime.as_ref().map(|runtime| runtime.handle().enter());
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+        match Arc::get_mut(&mut self.sender) {
+            Some(sender) => sender.resource = resource.into(),
+            None => crate::diag::warn(format_args!("the span exporter is busy; it keeps its previous resource")),
+        }
+    }
+}
+
+/// The OTLP metric exporter (push; wrap it in a periodic reader).
+pub struct OtlpMetricExporter {
+    inner: opentelemetry_otlp::MetricExporter,
+    runtime: Option<Arc<OtlpRuntime>>,
+    endpoint: ResolvedEndpoint,
+    resender: Arc<OtlpMetricResender>,
+    first_failure: Arc<FirstFailure>,
+}
+exporter_common!(OtlpMetricExporter);
+
+impl OtlpMetricExporter {
+    /// The sender that resends a failed collection, encoded, to the same
+    /// endpoint the same way (for [`crate::accounting::CountingMetricExporter::with_resender`]).
+    pub fn resender(&self) -> Arc<OtlpMetricResender> {
+        Arc::clone(&self.resender)
+    }
+}
+
+impl PushMetricExporter for OtlpMetricExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        self.first_failure.check(InRuntime::new(self.runtime.as_ref(), self.inner.export(metrics)).await)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
+        let _entered = self.runtime.as_ref().map(|runtime| runtime.handle().enter());
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
+    }
+}
+
+/// The OTLP log exporter.
+pub struct OtlpLogExporter {
+    inner: opentelemetry_otlp::LogExporter,
+    runtime: Option<Arc<OtlpRuntime>>,
+    endpoint: ResolvedEndpoint,
+    first_failure: Arc<FirstFailure>,
+}
+exporter_common!(OtlpLogExporter);
+
+impl LogExporter for OtlpLogExporter {
+    async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+        self.first_failure.check(InRuntime::new(self.runtime.as_ref(), self.inner.export(batch)).await)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _export_path = crate::export_path::ExportScope::enter();
+        let _entered = self.runtime.as_ref().map(|runtime| runtime.handle().enter());
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::OtlpEndpoint;
+
+    fn settings(endpoint: Option<&str>, signal_specific: bool, protocol: OtlpProtocol) -> OtlpSettings {
+        OtlpSettings {
+            endpoint: endpoint.map(|url| OtlpEndpoint { url: url.to_owned(), signal_specific }),
+            protocol,
+            ..OtlpSettings::default()
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_protocol() {
+        let grpc = resolve_endpoint(&OtlpSettings::default(), Signal::Traces).unwrap();
+        assert_eq!((grpc.url.as_str(), grpc.protocol), ("http://localhost:4317", OtlpProtocol::Grpc));
+        assert_eq!(grpc.source, "default");
+        let http = resolve_endpoint(&settings(None, false, OtlpProtocol::HttpProtobuf), Signal::Logs).unwrap();
+        assert_eq!(http.url, "http://localhost:4318/v1/logs");
+    }
+
+    #[test]
+    fn generic_http_endpoints_get_the_signal_path_and_specific_ones_do_not() {
+        let generic = settings(Some("https://otel.example:4318/base"), false, OtlpProtocol::HttpJson);
+        let resolved = resolve_endpoint(&generic, Signal::Traces).unwrap();
+        assert_eq!(resolved.url, "https://otel.example:4318/base/v1/traces");
+        assert!(resolved.tls);
+        assert_eq!(resolved.source, "OTEL_EXPORTER_OTLP_ENDPOINT");
+        let specific = settings(Some("http://otel:9999/custom"), true, OtlpProtocol::HttpProtobuf);
+        let resolved = resolve_endpoint(&specific, Signal::Metrics).unwrap();
+        assert_eq!(resolved.url, "http://otel:9999/custom");
+        assert_eq!(resolved.source, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
+        let grpc = settings(Some("http://otel:4317/"), false, OtlpProtocol::Grpc);
+        assert_eq!(resolve_endpoint(&grpc, Signal::Metrics).unwrap().url, "http://otel:4317/");
+    }
+
+    #[test]
+    fn resolved_urls_are_the_configuration_s() {
+        for protocol in OtlpProtocol::ALL {
+            for endpoint in [None, Some("https://otel.example:4318/base/")] {
+                for signal_specific in [false, true] {
+                    let settings = settings(endpoint, signal_specific, protocol);
+                    for signal in Signal::ALL {
+                        let resolved = resolve_endpoint(&settings, signal).unwrap();
+                        assert_eq!(resolved.url, settings.endpoint_url(signal), "{settings:?} {signal}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_endpoints_name_the_variable() {
+        for (endpoint, specific, protocol, variable) in [
+            ("otel:4317", false, OtlpProtocol::Grpc, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            ("ftp://otel:21", true, OtlpProtocol::Grpc, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            ("http://", false, OtlpProtocol::Grpc, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            ("http://", false, OtlpProtocol::HttpJson, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            ("collector:4318", true, OtlpProtocol::HttpProtobuf, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        ] {
+            let error = resolve_endpoint(&settings(Some(endpoint), specific, protocol), Signal::Traces)
+                .expect_err(endpoint)
+                .to_string();
+            assert!(error.starts_with(&format!("{variable}={endpoint:?} ")), "{error}");
+        }
+    }
+
+    #[test]
+    fn protocols_parse_and_print() {
+        for protocol in OtlpProtocol::ALL {
+            assert_eq!(OtlpProtocol::from_name(protocol.as_str()), Some(protocol));
+        }
+        assert_eq!(OtlpProtocol::default(), OtlpProtocol::Grpc);
+        assert_eq!(OtlpProtocol::from_name("http/xml"), None);
+    }
+
+    #[test]
+    fn only_gzip_asks_the_sdk_to_compress() {
+        assert_eq!(sdk_compression(Compression::None), None);
+        assert_eq!(sdk_compression(Compression::Gzip), Some(opentelemetry_otlp::Compression::Gzip));
+    }
+}

@@ -1,0 +1,402 @@
+//! The sampler of the lens runtime: the per-process rank decision of the
+//! sampling strategy, composed with the sampler configured by
+//! `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`: a rank that passes the
+//! rank decision (the original's hash, so a mixed Python/Rust job picks the
+//! same ranks) delegates to that sampler instead of replacing it.
+//!
+//! [`LensSampler`] wraps a *delegate* (by default parent-based always-on,
+//! built from the configuration with [`delegate_from`], or any user
+//! [`ShouldSample`]) and adds three rules on top of it:
+//!
+//! 1. **Rank decision.** A rank that its sampling strategy (`rank_aware` or a
+//!    registered one, decided once per process by [`crate::strategies`])
+//!    rejects records no spans at all. A rank that passes delegates, so a
+//!    `rank_aware` rate of 0.1 with `parentbased_traceidratio` 0.1 keeps about
+//!    1% of the sampled units.
+//! 2. **Structure is never sampled away.** On a rank that records spans, a span
+//!    started with [`STRUCTURAL_ATTRIBUTE`]` = true` is always recorded and
+//!    sampled, whatever the delegate and the parent say.
+//! 3. **Sampling keys.** A span started with an `i64` [`SAMPLING_KEY_ATTRIBUTE`]
+//!    is decided by that key instead of its trace id: the delegate is asked as
+//!    if the span were a root whose trace id is made of the key (see
+//!    [`key_trace_id`]), so a ratio delegate keeps it iff
+//!    [`ratio_keeps_key`] says so, and the decision is the same on every rank
+//!    without any communication. Its subtree follows it: the keyed span's trace
+//!    state carries [`TRACE_STATE_KEY`]` = `[`TRACE_STATE_KEYED`], and a span
+//!    whose parent carries it (and that has no key or marker of its own) takes
+//!    its parent's sampled flag, whatever the delegate.
+//!
+//! The marker attributes stay on the exported span: stripping them would need a
+//! span processor of its own, and keeping them shows in a backend why a span was
+//! kept. The framework layer decides which spans carry them; the runtime only
+//! offers the mechanism. See `docs/sampling.md` for the user's view.
+
+use opentelemetry::trace::{Link, SpanKind, TraceContextExt as _, TraceId, TraceState};
+use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, ShouldSample};
+
+// The marker attributes and the key are defined once for both builds in
+// `crate::span` (the facade exports them with `otel` off too).
+pub use lens_core::sampling::{SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, sampling_key};
+
+/// W3C trace-state key that [`LensSampler`] sets on a keyed span, so that the
+/// spans below it follow its decision.
+pub const TRACE_STATE_KEY: &str = "lens";
+
+/// Value of [`TRACE_STATE_KEY`] on a keyed span and its subtree.
+pub const TRACE_STATE_KEYED: &str = "keyed";
+
+/// The six values of `OTEL_TRACES_SAMPLER`, as the kind of delegate that
+/// [`delegate_from`] builds.
+///
+/// ```
+/// use lens_otel_runtime::sampler::DelegateSampler;
+/// assert_eq!(DelegateSampler::default(), DelegateSampler::ParentBasedAlwaysOn);
+/// assert_eq!(
+///     DelegateSampler::from_name("parentbased_traceidratio"),
+///     Some(DelegateSampler::ParentBasedTraceIdRatio)
+/// );
+/// assert_eq!(DelegateSampler::TraceIdRatio.as_str(), "traceidratio");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DelegateSampler {
+    /// `always_on`: every span.
+    AlwaysOn,
+    /// `always_off`: no span.
+    AlwaysOff,
+    /// `traceidratio`: a share of trace ids, whatever the parent.
+    TraceIdRatio,
+    /// `parentbased_always_on`: follow the parent, keep every root (the default).
+    #[default]
+    ParentBasedAlwaysOn,
+    /// `parentbased_always_off`: follow the parent, drop every root.
+    ParentBasedAlwaysOff,
+    /// `parentbased_traceidratio`: follow the parent, keep a share of roots.
+    ParentBasedTraceIdRatio,
+}
+
+impl DelegateSampler {
+    /// Every kind, in the order of the OpenTelemetry specification.
+    pub const ALL: [Self; 6] = [
+        Self::AlwaysOn,
+        Self::AlwaysOff,
+        Self::TraceIdRatio,
+        Self::ParentBasedAlwaysOn,
+        Self::ParentBasedAlwaysOff,
+        Self::ParentBasedTraceIdRatio,
+    ];
+
+    /// The `OTEL_TRACES_SAMPLER` value of this kind.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::AlwaysOn => "always_on",
+            Self::AlwaysOff => "always_off",
+            Self::TraceIdRatio => "traceidratio",
+            Self::ParentBasedAlwaysOn => "parentbased_always_on",
+            Self::ParentBasedAlwaysOff => "parentbased_always_off",
+            Self::ParentBasedTraceIdRatio => "parentbased_traceidratio",
+        }
+    }
+
+    /// The kind named by an `OTEL_TRACES_SAMPLER` value (exact, lower case),
+    /// or `None`. Validation and its error messages belong to the
+    /// configuration; this is only the mapping.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+
+    /// Whether this kind reads `OTEL_TRACES_SAMPLER_ARG`.
+    pub const fn takes_ratio(self) -> bool {
+        matches!(self, Self::TraceIdRatio | Self::ParentBasedTraceIdRatio)
+    }
+}
+
+/// Builds the SDK sampler for an `OTEL_TRACES_SAMPLER` kind and its
+/// `OTEL_TRACES_SAMPLER_ARG` ratio.
+///
+/// `ratio` is used by the two ratio kinds only; `None` means the
+/// specification's default, 1.0. The configuration validates the range; here
+/// a ratio at or above 1.0 keeps everything, and one below 0.0 (or NaN) keeps
+/// nothing, as the SDK does.
+///
+/// ```
+/// use lens_otel_runtime::sampler::{DelegateSampler, delegate_from};
+/// use opentelemetry_sdk::trace::Sampler;
+///
+/// let sampler = delegate_from(DelegateSampler::TraceIdRatio, Some(0.25));
+/// assert!(matches!(sampler, Sampler::TraceIdRatioBased(r) if r == 0.25));
+/// let default = delegate_from(DelegateSampler::default(), None);
+/// assert!(matches!(default, Sampler::ParentBased(_)));
+/// ```
+pub fn delegate_from(kind: DelegateSampler, ratio: Option<f64>) -> Sampler {
+    let ratio = ratio.unwrap_or(1.0);
+    match kind {
+        DelegateSampler::AlwaysOn => Sampler::AlwaysOn,
+        DelegateSampler::AlwaysOff => Sampler::AlwaysOff,
+        DelegateSampler::TraceIdRatio => Sampler::TraceIdRatioBased(ratio),
+        DelegateSampler::ParentBasedAlwaysOn => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
+        DelegateSampler::ParentBasedAlwaysOff => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
+        DelegateSampler::ParentBasedTraceIdRatio => Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio))),
+    }
+}
+
+/// The trace id a delegate sees for a keyed span: both halves are the key's
+/// big-endian bytes, so the SDK's ratio sampler (which reads the low half)
+/// decides by the key alone.
+pub fn key_trace_id(key: i64) -> TraceId {
+    let half = key.to_be_bytes();
+    let mut bytes = [0_u8; 16];
+    bytes[..8].copy_from_slice(&half);
+    bytes[8..].copy_from_slice(&half);
+    TraceId::from_bytes(bytes)
+}
+
+/// Whether a trace-id ratio of `ratio` keeps the span keyed `key`: always for
+/// a ratio at or above 1.0, otherwise iff `(key as u64) >> 1` is below
+/// `ratio * 2^63` (the SDK's trace-id rule applied to the key). Python:
+/// `ratio >= 1 or ((key & (2**64 - 1)) >> 1) < int(max(ratio, 0.0) * 2**63)`.
+///
+/// ```
+/// use lens_otel_runtime::sampler::ratio_keeps_key;
+/// assert!(ratio_keeps_key(1.0, -1));
+/// assert!(!ratio_keeps_key(0.0, 0));
+/// assert!(ratio_keeps_key(0.5, 0x3fff_ffff_ffff_ffff));
+/// assert!(!ratio_keeps_key(0.5, -1)); // 0xffff…: the top half of the range
+/// ```
+pub fn ratio_keeps_key(ratio: f64, key: i64) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    // The SDK's own conversion: a ratio in [0, 1) times 2^63 fits in u64.
+    let bound = (ratio.max(0.0) * (1_u64 << 63) as f64) as u64;
+    let bits = key as u64; // the key's bits, read as unsigned
+    (bits >> 1) < bound
+}
+
+/// What [`LensSampler`] says about itself in [`LensSampler::description`].
+#[derive(Clone, Debug)]
+enum Strategy {
+    /// No sampling strategy: the rank records spans.
+    None,
+    /// `rank_aware`, with its inputs.
+    RankAware { rank: u32, rate: f64 },
+    /// A registered sampling strategy, by name.
+    Registered { name: String },
+}
+
+/// The sampler of a lens tracer provider: the rank decision, structural spans,
+/// sampling keys, then the delegate (see the module documentation).
+///
+/// ```
+/// use lens_otel_runtime::sampler::{
+///     DelegateSampler, LensSampler, STRUCTURAL_ATTRIBUTE, delegate_from,
+/// };
+/// use opentelemetry::KeyValue;
+/// use opentelemetry::trace::{SpanKind, TraceId};
+/// use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
+///
+/// let delegate = delegate_from(DelegateSampler::AlwaysOff, None);
+/// let sampler = LensSampler::rank_aware(delegate, 3, 0.5, true);
+/// assert_eq!(sampler.description(), "RankAwareSampler(rank=3, rate=0.5)");
+///
+/// let structural = [KeyValue::new(STRUCTURAL_ATTRIBUTE, true)];
+/// let kind = SpanKind::Internal;
+/// let trace_id = TraceId::from_bytes([7; 16]);
+/// let kept = sampler.should_sample(None, trace_id, "megatron.train", &kind, &structural, &[]);
+/// assert_eq!(kept.decision, SamplingDecision::RecordAndSample);
+/// let other = sampler.should_sample(None, trace_id, "megatron.step", &kind, &[], &[]);
+/// assert_eq!(other.decision, SamplingDecision::Drop);
+/// ```
+#[derive(Clone, Debug)]
+pub struct LensSampler {
+    delegate: Box<dyn ShouldSample>,
+    records_spans: bool,
+    strategy: Strategy,
+    description: String,
+}
+
+impl LensSampler {
+    /// A sampler with no sampling strategy (the rank records spans), adding
+    /// the structural and sampling-key rules to `delegate`.
+    pub fn new(delegate: impl Into<Box<dyn ShouldSample>>) -> Self {
+        let delegate = delegate.into();
+        let description = format!("LensSampler(delegate={delegate:?})");
+        Self { delegate, records_spans: true, strategy: Strategy::None, description }
+    }
+
+    /// The `rank_aware` sampling strategy: `records_spans` is this process's
+    /// decision for `rank` at `rate` (the original's md5 hash of the rank,
+    /// computed by [`crate::strategies`]); a rank that does not record spans drops every
+    /// span. The description is the original's
+    /// `RankAwareSampler(rank={rank}, rate={rate})`.
+    pub fn rank_aware(delegate: impl Into<Box<dyn ShouldSample>>, rank: u32, rate: f64, records_spans: bool) -> Self {
+        Self {
+            delegate: delegate.into(),
+            records_spans,
+            strategy: Strategy::RankAware { rank, rate },
+            description: format!("RankAwareSampler(rank={rank}, rate={rate:?})"),
+        }
+    }
+
+    /// A registered sampling strategy named `name`, whose per-process decision
+    /// is `records_spans`. The description is
+    /// `RegisteredSampler(name={name}, records_spans={records_spans})`.
+    pub fn registered(delegate: impl Into<Box<dyn ShouldSample>>, name: &str, records_spans: bool) -> Self {
+        Self {
+            delegate: delegate.into(),
+            records_spans,
+            strategy: Strategy::Registered { name: name.to_owned() },
+            description: format!("RegisteredSampler(name={name}, records_spans={records_spans})"),
+        }
+    }
+
+    /// What this sampler is, for logs and diagnostics (the original's
+    /// `get_description`).
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Whether this rank records spans at all.
+    pub fn records_spans(&self) -> bool {
+        self.records_spans
+    }
+
+    /// The `rank_aware` inputs, when that is the strategy.
+    pub fn rank_aware_inputs(&self) -> Option<(u32, f64)> {
+        match self.strategy {
+            Strategy::RankAware { rank, rate } => Some((rank, rate)),
+            Strategy::None | Strategy::Registered { .. } => None,
+        }
+    }
+
+    /// The registered strategy's name, when that is the strategy.
+    pub fn registered_name(&self) -> Option<&str> {
+        match &self.strategy {
+            Strategy::Registered { name } => Some(name),
+            Strategy::None | Strategy::RankAware { .. } => None,
+        }
+    }
+}
+
+/// What the start attributes say about sampling.
+enum Marker {
+    Structural,
+    Key(i64),
+    None,
+}
+
+#[inline]
+fn marker(attributes: &[KeyValue]) -> Marker {
+    let mut key = None;
+    for attribute in attributes {
+        match (attribute.key.as_str(), &attribute.value) {
+            (STRUCTURAL_ATTRIBUTE, Value::Bool(true)) => return Marker::Structural,
+            (SAMPLING_KEY_ATTRIBUTE, Value::I64(value)) => key = Some(*value),
+            _ => {}
+        }
+    }
+    key.map_or(Marker::None, Marker::Key)
+}
+
+fn result(decision: SamplingDecision, trace_state: TraceState) -> SamplingResult {
+    SamplingResult { decision, attributes: Vec::new(), trace_state }
+}
+
+fn keyed_trace_state(parent: &TraceState) -> TraceState {
+    if parent.get(TRACE_STATE_KEY) == Some(TRACE_STATE_KEYED) {
+        return parent.clone();
+    }
+    parent.insert(TRACE_STATE_KEY, TRACE_STATE_KEYED).unwrap_or_else(|_| parent.clone())
+}
+
+impl ShouldSample for LensSampler {
+    fn should_sample(
+        &self,
+        parent_context: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        span_kind: &SpanKind,
+        attributes: &[KeyValue],
+        links: &[Link],
+    ) -> SamplingResult {
+        let parent = parent_context.map(|cx| cx.span());
+        let parent = parent.as_ref().map(|span| span.span_context()).filter(|sc| sc.is_valid());
+        let parent_state = || parent.map(|sc| sc.trace_state().clone()).unwrap_or_default();
+
+        if !self.records_spans {
+            return result(SamplingDecision::Drop, parent_state());
+        }
+        match marker(attributes) {
+            Marker::Structural => result(SamplingDecision::RecordAndSample, parent_state()),
+            Marker::Key(key) => {
+                let decided = self.delegate.should_sample(None, key_trace_id(key), name, span_kind, attributes, links);
+                SamplingResult {
+                    decision: decided.decision,
+                    attributes: decided.attributes,
+                    trace_state: keyed_trace_state(&parent_state()),
+                }
+            }
+            Marker::None => match parent {
+                Some(sc) if sc.trace_state().get(TRACE_STATE_KEY) == Some(TRACE_STATE_KEYED) => {
+                    let decision =
+                        if sc.is_sampled() { SamplingDecision::RecordAndSample } else { SamplingDecision::Drop };
+                    result(decision, sc.trace_state().clone())
+                }
+                _ => self.delegate.should_sample(parent_context, trace_id, name, span_kind, attributes, links),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for kind in DelegateSampler::ALL {
+            assert_eq!(DelegateSampler::from_name(kind.as_str()), Some(kind));
+        }
+        assert_eq!(DelegateSampler::from_name("parentbased_traceid_ratio"), None);
+    }
+
+    #[test]
+    fn ratio_kinds_use_the_ratio() {
+        assert!(matches!(
+            delegate_from(DelegateSampler::TraceIdRatio, None),
+            Sampler::TraceIdRatioBased(r) if r == 1.0
+        ));
+        assert!(DelegateSampler::ParentBasedTraceIdRatio.takes_ratio());
+        assert!(!DelegateSampler::AlwaysOn.takes_ratio());
+    }
+
+    #[test]
+    fn key_trace_id_matches_the_sdk_ratio_rule() {
+        for key in [0_i64, 1, -1, i64::MAX, i64::MIN, 0x1234_5678_9abc_def0] {
+            for ratio in [0.0, 0.1, 0.5, 0.9, 1.0] {
+                let sdk = Sampler::TraceIdRatioBased(ratio).should_sample(
+                    None,
+                    key_trace_id(key),
+                    "s",
+                    &SpanKind::Internal,
+                    &[],
+                    &[],
+                );
+                let expected = if ratio_keeps_key(ratio, key) {
+                    SamplingDecision::RecordAndSample
+                } else {
+                    SamplingDecision::Drop
+                };
+                assert_eq!(sdk.decision, expected, "key {key:#x} ratio {ratio}");
+            }
+        }
+    }
+
+    #[test]
+    fn structural_wins_over_a_key() {
+        let attributes = [KeyValue::new(SAMPLING_KEY_ATTRIBUTE, 0_i64), KeyValue::new(STRUCTURAL_ATTRIBUTE, true)];
+        assert!(matches!(marker(&attributes), Marker::Structural));
+        let wrong_types = [KeyValue::new(SAMPLING_KEY_ATTRIBUTE, "7"), KeyValue::new(STRUCTURAL_ATTRIBUTE, "true")];
+        assert!(matches!(marker(&wrong_types), Marker::None));
+    }
+}

@@ -1,0 +1,582 @@
+//! The batch span processor as a provider uses it: spans reach the exporter,
+//! every span is accounted for, failed exports are retried within the window,
+//! and neither a training thread nor shutdown waits on a hung exporter.
+//! Run with `--features testing,otlp-sink` (the in-memory exporter, and
+//! tonic's server for the gRPC collector).
+
+#[path = "support/grpc_collector.rs"]
+mod grpc_collector;
+
+#[cfg(feature = "testing")]
+mod with_testing {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Condvar, Mutex};
+    use std::time::{Duration, Instant};
+
+    use lens_otel_runtime::batch::{BatchConfig, LensBatchSpanProcessor, SpanExportSnapshot};
+    use lens_otel_runtime::exporters::testing::KeepingSpanExporter;
+    use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
+    use opentelemetry::{InstrumentationScope, KeyValue};
+    use opentelemetry_sdk::Resource;
+    use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+    use opentelemetry_sdk::trace::{
+        InMemorySpanExporter, SamplingDecision, SamplingResult, SdkTracerProvider, ShouldSample, SpanData, SpanExporter,
+    };
+
+    /// Fails its first `failures` exports, then stores spans.
+    #[derive(Debug)]
+    struct Flaky {
+        failures: u64,
+        calls: AtomicU64,
+        store: KeepingSpanExporter,
+    }
+
+    impl SpanExporter for Flaky {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            if self.calls.fetch_add(1, Ordering::SeqCst) < self.failures {
+                return Err(OTelSdkError::InternalFailure("collector unavailable".to_owned()));
+            }
+            self.store.export(batch).await
+        }
+    }
+
+    /// Blocks inside `export` (as a blocking HTTP client would) until the
+    /// gate opens or 30 s pass.
+    #[derive(Debug, Default)]
+    struct Gated {
+        open: Mutex<bool>,
+        opened: Condvar,
+        entered: AtomicU64,
+        store: KeepingSpanExporter,
+    }
+
+    impl Gated {
+        fn open(&self) {
+            *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            self.opened.notify_all();
+        }
+    }
+
+    /// A handle on a [`Gated`] exporter.
+    #[derive(Clone, Debug)]
+    struct GatedHandle(Arc<Gated>);
+
+    impl SpanExporter for GatedHandle {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            let gated = &self.0;
+            gated.entered.fetch_add(1, Ordering::SeqCst);
+            let guard = gated.open.lock().unwrap_or_else(|e| e.into_inner());
+            let (guard, _) = gated
+                .opened
+                .wait_timeout_while(guard, Duration::from_secs(30), |open| !*open)
+                .unwrap_or_else(|e| e.into_inner());
+            drop(guard);
+            gated.store.export(batch).await
+        }
+    }
+
+    #[track_caller]
+    fn assert_ok(result: OTelSdkResult) {
+        assert!(result.is_ok(), "{result:?}");
+    }
+
+    fn provider_with(batch: &LensBatchSpanProcessor) -> SdkTracerProvider {
+        SdkTracerProvider::builder().with_span_processor(batch.clone()).build()
+    }
+
+    fn emit(provider: &SdkTracerProvider, count: usize) {
+        let tracer = provider.tracer("test");
+        for i in 0..count {
+            let mut span = tracer.start(format!("span-{i}"));
+            span.set_attribute(KeyValue::new("i", i as i64));
+            span.end();
+        }
+    }
+
+    /// Waits (bounded) until `condition` holds on the counters.
+    fn wait_for(batch: &LensBatchSpanProcessor, condition: impl Fn(&SpanExportSnapshot) -> bool) -> SpanExportSnapshot {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let snapshot = batch.counters().snapshot();
+            if condition(&snapshot) || Instant::now() >= deadline {
+                return snapshot;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn spans_reach_the_exporter_with_their_names_and_attributes() {
+        let exporter = KeepingSpanExporter::default();
+        let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
+        let provider = provider_with(&batch);
+        emit(&provider, 10);
+        assert_ok(batch.force_flush_with_timeout(Duration::from_secs(10)));
+        let spans = exporter.get_finished_spans().unwrap_or_default();
+        let mut names = exporter.names();
+        names.sort();
+        let mut expected: Vec<String> = (0..10).map(|i| format!("span-{i}")).collect();
+        expected.sort();
+        assert_eq!(names, expected);
+        assert!(spans.iter().all(|span| span.attributes.iter().any(|kv| kv.key.as_str() == "i")));
+        let snapshot = batch.counters().snapshot();
+        assert_eq!((snapshot.accepted, snapshot.exported, snapshot.dropped()), (10, 10, 0));
+        assert_ok(provider.shutdown());
+    }
+
+    #[test]
+    fn the_schedule_delay_exports_a_partial_batch_without_a_flush() {
+        let exporter = KeepingSpanExporter::default();
+        let config = BatchConfig { scheduled_delay: Duration::from_millis(50), ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(exporter.clone(), config);
+        let provider = provider_with(&batch);
+        emit(&provider, 3);
+        let snapshot = wait_for(&batch, |s| s.exported == 3);
+        assert_eq!(snapshot.exported, 3);
+        assert_eq!(exporter.names().len(), 3);
+    }
+
+    #[test]
+    fn a_full_queue_drops_spans_and_counts_every_one() {
+        let gated = Arc::new(Gated::default());
+        let config = BatchConfig {
+            max_queue_size: 50,
+            max_export_batch_size: 10,
+            max_concurrent_exports: 1,
+            scheduled_delay: Duration::from_millis(10),
+            ..BatchConfig::default()
+        };
+        let batch = LensBatchSpanProcessor::new(GatedHandle(Arc::clone(&gated)), config);
+        let provider = provider_with(&batch);
+        emit(&provider, 5);
+        // The first export is stuck at the gate; the queue now fills up.
+        let stuck = wait_for(&batch, |s| s.in_flight_exports == 1);
+        assert_eq!(stuck.in_flight_exports, 1);
+        emit(&provider, 495);
+        let full = batch.counters().snapshot();
+        assert!(full.dropped_queue_full > 0, "{full:?}");
+        gated.open();
+        assert_ok(batch.force_flush_with_timeout(Duration::from_secs(10)));
+        let done = batch.counters().snapshot();
+        assert_eq!(done.exported + done.dropped_queue_full, 500, "{done:?}");
+        assert_eq!(done.accepted, done.exported);
+        assert_eq!(gated.store.names().len() as u64, done.exported);
+        assert_eq!(done.pending(), 0);
+    }
+
+    #[test]
+    fn an_exporter_that_recovers_within_the_retry_window_loses_nothing() {
+        let store = KeepingSpanExporter::default();
+        let flaky = Flaky { failures: 3, calls: AtomicU64::new(0), store: store.clone() };
+        let config = BatchConfig { max_concurrent_exports: 1, ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(flaky, config);
+        let provider = provider_with(&batch);
+        emit(&provider, 20);
+        assert_ok(batch.force_flush_with_timeout(Duration::from_secs(10)));
+        let snapshot = batch.counters().snapshot();
+        assert_eq!(store.names().len(), 20);
+        assert_eq!((snapshot.exported, snapshot.dropped()), (20, 0), "{snapshot:?}");
+        assert_eq!((snapshot.export_errors, snapshot.retries), (3, 3), "{snapshot:?}");
+    }
+
+    #[test]
+    fn an_exporter_that_never_recovers_has_its_batches_counted_as_dropped() {
+        let flaky = Flaky { failures: u64::MAX, calls: AtomicU64::new(0), store: KeepingSpanExporter::default() };
+        let config = BatchConfig { retry_window: Duration::from_millis(300), ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(flaky, config);
+        let started = Instant::now();
+        let provider = provider_with(&batch);
+        emit(&provider, 20);
+        // Failed spans count as resolved, so the flush completes.
+        assert_ok(batch.force_flush_with_timeout(Duration::from_secs(10)));
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        let snapshot = batch.counters().snapshot();
+        assert_eq!((snapshot.exported, snapshot.dropped_export_failed), (0, 20), "{snapshot:?}");
+        assert!(snapshot.export_errors >= 2, "{snapshot:?}");
+        assert_eq!(snapshot.retries + 1, snapshot.export_errors, "{snapshot:?}");
+    }
+
+    #[derive(Debug)]
+    struct NeverAnswers;
+
+    impl SpanExporter for NeverAnswers {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            std::future::pending().await
+        }
+    }
+
+    #[test]
+    fn an_export_that_never_answers_times_out_and_is_retried_then_dropped() {
+        let config = BatchConfig {
+            export_timeout: Duration::from_millis(100),
+            retry_window: Duration::from_millis(400),
+            ..BatchConfig::default()
+        };
+        let batch = LensBatchSpanProcessor::new(NeverAnswers, config);
+        let provider = provider_with(&batch);
+        emit(&provider, 4);
+        assert_ok(batch.force_flush_with_timeout(Duration::from_secs(10)));
+        let snapshot = batch.counters().snapshot();
+        assert_eq!(snapshot.dropped_export_failed, 4, "{snapshot:?}");
+        assert!(snapshot.export_errors >= 2, "{snapshot:?}");
+    }
+
+    #[test]
+    fn shutdown_returns_within_its_timeout_while_the_exporter_hangs() {
+        let gated = Arc::new(Gated::default());
+        let config = BatchConfig { max_concurrent_exports: 1, ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(GatedHandle(Arc::clone(&gated)), config);
+        let provider = provider_with(&batch);
+        emit(&provider, 10);
+        let _ = batch.force_flush_with_timeout(Duration::from_millis(1));
+        let stuck = wait_for(&batch, |s| s.in_flight_exports == 1);
+        assert_eq!(stuck.in_flight_exports, 1);
+        emit(&provider, 10);
+        let started = Instant::now();
+        let result = batch.shutdown_with_timeout(Duration::from_millis(300));
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(300) + Duration::from_secs(1), "shutdown took {took:?}");
+        assert!(matches!(result, Err(OTelSdkError::Timeout(t)) if t == Duration::from_millis(300)), "{result:?}");
+        // The hung batch is still in flight and the one behind it was never
+        // sent: both are counted as unsent at shutdown, so nothing is
+        // pending and nothing was lost silently.
+        let snapshot = wait_for(&batch, |s| s.dropped_at_shutdown == 20);
+        assert_eq!((snapshot.in_flight_spans, snapshot.dropped_at_shutdown), (10, 20), "{snapshot:?}");
+        assert_eq!((snapshot.accepted, snapshot.exported, snapshot.pending()), (20, 0, 0), "{snapshot:?}");
+        // The hung export returns after all: its spans were already counted
+        // as lost, and are not counted again as exported.
+        gated.open();
+        let after = wait_for(&batch, |s| s.in_flight_exports == 0);
+        assert_eq!((after.in_flight_exports, after.in_flight_spans), (0, 0), "{after:?}");
+        assert_eq!((after.exported, after.dropped_at_shutdown, after.pending()), (0, 20, 0), "{after:?}");
+    }
+
+    #[test]
+    fn a_batch_whose_retries_shutdown_cuts_short_is_counted_as_unsent_at_shutdown() {
+        let config = BatchConfig {
+            export_timeout: Duration::from_millis(100),
+            retry_window: Duration::from_secs(60),
+            ..BatchConfig::default()
+        };
+        let batch = LensBatchSpanProcessor::new(NeverAnswers, config);
+        let provider = provider_with(&batch);
+        emit(&provider, 6);
+        let _ = batch.force_flush_with_timeout(Duration::from_millis(1));
+        let failing = wait_for(&batch, |s| s.export_errors >= 1);
+        assert!(failing.export_errors >= 1, "{failing:?}");
+        let result = batch.shutdown_with_timeout(Duration::from_millis(300));
+        assert!(result.is_ok() || matches!(result, Err(OTelSdkError::Timeout(_))), "{result:?}");
+        let snapshot = wait_for(&batch, |s| s.pending() == 0);
+        // Not "failed after retries": the retry window had 60 s to go.
+        assert_eq!((snapshot.dropped_at_shutdown, snapshot.dropped_export_failed), (6, 0), "{snapshot:?}");
+        assert_eq!((snapshot.accepted, snapshot.exported, snapshot.pending()), (6, 0, 0), "{snapshot:?}");
+    }
+
+    #[test]
+    fn ending_spans_never_waits_for_a_hung_exporter() {
+        let gated = Arc::new(Gated::default());
+        let config = BatchConfig { max_queue_size: 1_000, max_export_batch_size: 100, ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(GatedHandle(Arc::clone(&gated)), config);
+        let provider = provider_with(&batch);
+        emit(&provider, 200);
+        let _ = batch.force_flush_with_timeout(Duration::from_millis(1));
+        let stuck = wait_for(&batch, |s| s.in_flight_exports == 2);
+        assert_eq!(stuck.in_flight_exports, 2, "{stuck:?}");
+        let tracer = provider.tracer("step");
+        let started = Instant::now();
+        let mut slowest = Duration::ZERO;
+        for _ in 0..20_000 {
+            let one = Instant::now();
+            tracer.start("step").end();
+            slowest = slowest.max(one.elapsed());
+        }
+        let took = started.elapsed();
+        // Generous bounds, far above a span's cost; a wait on the exporter
+        // would take the 30 s of the gate.
+        assert!(took < Duration::from_secs(5), "20,000 spans took {took:?}");
+        assert!(slowest < Duration::from_millis(500), "slowest span end took {slowest:?}");
+        let snapshot = batch.counters().snapshot();
+        assert_eq!(snapshot.accepted + snapshot.dropped_queue_full, 20_200, "{snapshot:?}");
+        // Held at most: the queue's bound plus the two stuck batches (fewer
+        // when the worker had a batch in hand, which the bound also covers).
+        assert!((1_000..=1_000 + 200).contains(&snapshot.accepted), "{snapshot:?}");
+        gated.open();
+    }
+
+    #[test]
+    fn spans_after_shutdown_are_rejected_and_a_second_shutdown_says_so() {
+        let exporter = KeepingSpanExporter::default();
+        let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
+        let provider = provider_with(&batch);
+        emit(&provider, 3);
+        assert_ok(batch.shutdown_with_timeout(Duration::from_secs(5)));
+        assert_eq!(exporter.names().len(), 3);
+        let late = exporter.get_finished_spans().unwrap_or_default().remove(0);
+        assert!(!batch.enqueue_data(late));
+        let snapshot = batch.counters().snapshot();
+        assert_eq!((snapshot.exported, snapshot.rejected_after_shutdown), (3, 1));
+        assert!(matches!(batch.shutdown_with_timeout(Duration::from_secs(1)), Err(OTelSdkError::AlreadyShutdown)));
+        assert!(matches!(batch.force_flush_with_timeout(Duration::from_secs(1)), Err(OTelSdkError::AlreadyShutdown)));
+    }
+
+    #[test]
+    fn shutdown_exports_what_is_queued_then_shuts_the_exporter_down() {
+        let exporter = InMemorySpanExporter::default();
+        let config = BatchConfig { scheduled_delay: Duration::from_secs(60), ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(exporter.clone(), config);
+        let provider = provider_with(&batch);
+        emit(&provider, 7);
+        assert_eq!(batch.counters().snapshot().exported, 0);
+        assert_ok(batch.shutdown_with_timeout(Duration::from_secs(5)));
+        assert_eq!(batch.counters().snapshot().exported, 7);
+        assert!(exporter.is_shutdown_called());
+    }
+
+    /// Records the resource it was given.
+    #[derive(Debug, Default)]
+    struct ResourceProbe {
+        service: Arc<Mutex<Option<String>>>,
+    }
+
+    impl SpanExporter for ResourceProbe {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            Ok(())
+        }
+
+        fn set_resource(&mut self, resource: &Resource) {
+            let name = resource.get(&opentelemetry::Key::from_static_str("service.name")).map(|v| v.to_string());
+            *self.service.lock().unwrap_or_else(|e| e.into_inner()) = name;
+        }
+    }
+
+    #[test]
+    fn the_provider_resource_reaches_the_exporter() {
+        let probe = ResourceProbe::default();
+        let seen = Arc::clone(&probe.service);
+        let batch = LensBatchSpanProcessor::new(probe, BatchConfig::default());
+        let _provider = SdkTracerProvider::builder()
+            .with_resource(Resource::builder_empty().with_service_name("trainer").build())
+            .with_span_processor(batch)
+            .build();
+        assert_eq!(seen.lock().unwrap_or_else(|e| e.into_inner()).as_deref(), Some("trainer"));
+    }
+
+    /// Needs a tokio runtime: its export sleeps on tokio's timer.
+    #[derive(Debug)]
+    struct OnTokio(KeepingSpanExporter);
+
+    impl SpanExporter for OnTokio {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.0.export(batch).await
+        }
+    }
+
+    #[test]
+    fn exports_run_on_the_given_tokio_runtime() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build();
+        let Ok(runtime) = runtime else {
+            panic!("could not build a tokio runtime");
+        };
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let driver = std::thread::spawn(move || runtime.block_on(stopped));
+        let store = KeepingSpanExporter::default();
+        let config = BatchConfig { runtime: Some(handle), ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(OnTokio(store.clone()), config);
+        let provider = provider_with(&batch);
+        emit(&provider, 5);
+        assert_ok(batch.force_flush_with_timeout(Duration::from_secs(10)));
+        assert_eq!(store.names().len(), 5);
+        assert_eq!(batch.counters().snapshot().export_errors, 0);
+        assert_ok(provider.shutdown());
+        let _ = stop.send(());
+        assert!(driver.join().is_ok());
+    }
+
+    /// Records every span without sampling it.
+    #[derive(Clone, Debug)]
+    struct RecordOnly;
+
+    impl ShouldSample for RecordOnly {
+        fn should_sample(
+            &self,
+            _parent: Option<&opentelemetry::Context>,
+            _trace_id: opentelemetry::trace::TraceId,
+            _name: &str,
+            _kind: &opentelemetry::trace::SpanKind,
+            _attributes: &[KeyValue],
+            _links: &[opentelemetry::trace::Link],
+        ) -> SamplingResult {
+            SamplingResult {
+                decision: SamplingDecision::RecordOnly,
+                attributes: Vec::new(),
+                trace_state: Default::default(),
+            }
+        }
+    }
+
+    #[test]
+    fn recorded_but_unsampled_spans_are_not_exported() {
+        let exporter = KeepingSpanExporter::default();
+        let batch = LensBatchSpanProcessor::new(exporter.clone(), BatchConfig::default());
+        let provider = SdkTracerProvider::builder().with_sampler(RecordOnly).with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer_with_scope(InstrumentationScope::builder("record-only").build());
+        let span = tracer.start("recorded");
+        assert!(span.is_recording());
+        drop(span);
+        assert_ok(batch.force_flush_with_timeout(Duration::from_secs(5)));
+        assert_eq!(batch.counters().snapshot(), SpanExportSnapshot::default());
+        assert!(exporter.names().is_empty());
+    }
+}
+
+/// Lens's OTLP exporter under the batch processor: a batch is encoded once,
+/// and a retry resends that request, so a collector that refuses the first
+/// attempt still receives every span, with the provider's resource.
+#[cfg(feature = "testing")]
+mod otlp_retry {
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    use lens_core::config::{Headers, OtlpEndpoint, OtlpProtocol, OtlpSettings};
+    use lens_otel_runtime::batch::{BatchConfig, LensBatchSpanProcessor};
+    use lens_otel_runtime::exporters::build_otlp_span_exporter;
+    use opentelemetry::KeyValue;
+    use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_sdk::Resource;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use prost::Message as _;
+
+    /// Serves `answers.len()` HTTP requests on 127.0.0.1, one per
+    /// connection, answering each with the next status; returns the port and
+    /// a handle yielding the request bodies.
+    fn collector(answers: &'static [&'static str]) -> (u16, std::thread::JoinHandle<Vec<Vec<u8>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let mut bodies = Vec::new();
+            for status in answers {
+                let (mut stream, _) = listener.accept().unwrap();
+                stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let started = Instant::now();
+                let mut request = Vec::new();
+                let mut buffer = [0_u8; 8192];
+                let mut body_start = None;
+                let mut length = 0;
+                while started.elapsed() < Duration::from_secs(10) {
+                    if body_start.is_none()
+                        && let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n")
+                    {
+                        let head = String::from_utf8_lossy(&request[..end]).to_lowercase();
+                        length = head
+                            .lines()
+                            .find_map(|line| line.strip_prefix("content-length:"))
+                            .and_then(|value| value.trim().parse().ok())
+                            .unwrap_or(0);
+                        body_start = Some(end + 4);
+                    }
+                    if body_start.is_some_and(|start| request.len() >= start + length) {
+                        break;
+                    }
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => break,
+                        Ok(read) => request.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                let start = body_start.expect("a whole request head");
+                bodies.push(request[start..start + length].to_vec());
+                let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                stream.write_all(answer.as_bytes()).unwrap();
+            }
+            bodies
+        });
+        (port, server)
+    }
+
+    #[test]
+    fn a_refused_export_is_resent_whole_with_its_resource() {
+        let (port, server) = collector(&["503 Service Unavailable", "200 OK"]);
+        let settings = OtlpSettings {
+            endpoint: Some(OtlpEndpoint { url: format!("http://127.0.0.1:{port}"), signal_specific: false }),
+            protocol: OtlpProtocol::HttpProtobuf,
+            timeout: Duration::from_secs(5),
+            ..OtlpSettings::default()
+        };
+        let exporter = build_otlp_span_exporter(&settings).unwrap();
+        let config = BatchConfig { retry_window: Duration::from_secs(20), ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(exporter, config);
+        let resource = Resource::builder_empty().with_attribute(KeyValue::new("service.name", "retry-test")).build();
+        let provider = SdkTracerProvider::builder().with_resource(resource).with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer("retry");
+        for name in ["first", "second", "third"] {
+            tracer.in_span(name, |_| {});
+        }
+        batch.force_flush_with_timeout(Duration::from_secs(20)).unwrap();
+        let counters = batch.counters().snapshot();
+        let bodies = server.join().unwrap();
+        assert_eq!((counters.exported, counters.retries, counters.export_errors), (3, 1, 1), "{counters:?}");
+        assert_eq!(counters.dropped(), 0, "{counters:?}");
+        assert_eq!(bodies.len(), 2);
+        assert_eq!(bodies[0], bodies[1], "the retry resends the same request");
+        let request = ExportTraceServiceRequest::decode(bodies[1].as_slice()).unwrap();
+        let resource_spans = &request.resource_spans[0];
+        let service = resource_spans.resource.as_ref().unwrap().attributes.iter().find(|kv| kv.key == "service.name");
+        assert!(format!("{service:?}").contains("retry-test"), "{service:?}");
+        let mut names: Vec<&str> =
+            resource_spans.scope_spans.iter().flat_map(|scope| &scope.spans).map(|span| span.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["first", "second", "third"]);
+        provider.shutdown().ok();
+    }
+
+    /// The same over gRPC, against a real gRPC server: lens's sender of
+    /// encoded batches is a tonic service of its own, whose calls must stay
+    /// well-formed gRPC calls carrying the configured headers.
+    #[test]
+    fn a_refused_grpc_export_is_resent_whole_with_its_resource_and_headers() {
+        let collector = super::grpc_collector::collector::<ExportTraceServiceRequest>(1);
+        let mut headers = Headers::new();
+        headers.insert("authorization", "Bearer x").unwrap();
+        let settings = OtlpSettings {
+            endpoint: Some(OtlpEndpoint { url: collector.endpoint.clone(), signal_specific: false }),
+            protocol: OtlpProtocol::Grpc,
+            headers,
+            timeout: Duration::from_secs(5),
+            ..OtlpSettings::default()
+        };
+        let exporter = build_otlp_span_exporter(&settings).unwrap();
+        let config = BatchConfig { retry_window: Duration::from_secs(10), ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(exporter, config);
+        let resource = Resource::builder_empty().with_attribute(KeyValue::new("service.name", "grpc-retry")).build();
+        let provider = SdkTracerProvider::builder().with_resource(resource).with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer("retry");
+        for name in ["first", "second", "third"] {
+            tracer.in_span(name, |_| {});
+        }
+        let flushed = batch.force_flush_with_timeout(Duration::from_secs(20));
+        let counters = batch.counters().snapshot();
+        let calls = collector.calls.lock().unwrap().clone();
+        assert!(flushed.is_ok(), "{flushed:?} {counters:?} {calls:?}");
+        assert_eq!(collector.refused.load(std::sync::atomic::Ordering::Acquire), 1, "{calls:?}");
+        assert_eq!((counters.exported, counters.retries, counters.export_errors), (3, 1, 1), "{counters:?}");
+        assert_eq!(counters.dropped(), 0, "{counters:?}");
+        assert_eq!(calls.len(), 2, "one refused call, one accepted: {calls:?}");
+        assert!(calls[0].at_unix_nano <= calls[1].at_unix_nano, "the resend follows the refusal: {calls:?}");
+        for call in &calls {
+            assert!(call.is_grpc(), "a well-formed gRPC call (content-type, te): {call:?}");
+            assert_eq!(call.authorization.as_deref(), Some("Bearer x"), "the configured header is gRPC metadata");
+        }
+        let accepted = calls[1].request.as_ref().expect("the resend is accepted");
+        let resource_spans = &accepted.resource_spans[0];
+        let service = resource_spans.resource.as_ref().unwrap().attributes.iter().find(|kv| kv.key == "service.name");
+        assert!(format!("{service:?}").contains("grpc-retry"), "{service:?}");
+        let mut names: Vec<&str> =
+            resource_spans.scope_spans.iter().flat_map(|scope| &scope.spans).map(|span| span.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["first", "second", "third"], "every span exactly once");
+        provider.shutdown().ok();
+    }
+}
