@@ -1,12 +1,15 @@
-//! Setting telemetry up for one rank, and shutting it down again.
+//! The pipeline of one telemetry lifetime: what setup builds for one rank,
+//! and its shutdown.
 //!
-//! [`setup_telemetry`] is the one call a framework makes per process. It
-//! validates the whole configuration first (on every rank, whether or not it
-//! exports, before anything is installed), then asks the rank strategy whether this rank
-//! exports, and only then builds providers. A disabled configuration or a
-//! rank that does not export gets a [`Telemetry`] with no-op tracer and meter
-//! and an empty span-group set, and touches nothing else: no thread, no file,
-//! no socket, no lazy resource attribute (so no NVML).
+//! [`setup`] is what the facade's `setup_telemetry` (the one call a
+//! framework makes per process) runs with `otel`. It validates the whole
+//! configuration first and checks that this build has every transport it
+//! selects (on every rank, whether or not it exports, before anything is
+//! installed), then asks the rank strategy whether this rank exports, and
+//! only then builds providers. A disabled configuration or a rank that does
+//! not export gets a [`Pipeline`] with a no-op tracer, no meter and an empty
+//! span-group set, and touches nothing else: no thread, no file, no socket,
+//! no lazy resource attribute (so no NVML).
 //!
 //! On an exporting rank it builds, from the validated configuration only
 //! (every exporter and provider option is set explicitly; the SDK reads no
@@ -26,8 +29,8 @@
 //! # Lifetimes
 //!
 //! One telemetry lifetime is active per process at a time: a second enabled
-//! setup while one is active is [`SetupError::AlreadyActive`]. After
-//! [`Telemetry::shutdown`], setup works again and the new lifetime exports
+//! setup while one is active is [`PipelineError::AlreadyActive`]. After
+//! [`Pipeline::shutdown`], setup works again and the new lifetime exports
 //! (the Python original could not: its latches were never reset). Shutdown
 //! is idempotent and bounded by its timeout even against a
 //! hung collector: each signal's flush and shutdown run on a helper thread
