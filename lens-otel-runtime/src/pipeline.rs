@@ -55,7 +55,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::SdkLoggerProvider;
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
@@ -70,9 +70,9 @@ use crate::config::{
     COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination, ExporterKind, LensConfig, Propagator, Signal,
     TracesSampler, collector_answers,
 };
-use crate::config::{ConfigError, MissingTransport, Transports, default_destination_in};
+use crate::config::{ConfigError, MissingTransport, default_destination_in};
 use crate::env::EnvSource;
-#[cfg(any(feature = "otlp", feature = "prometheus"))]
+#[cfg(any(any(feature = "otlp-grpc", feature = "otlp-http"), feature = "prometheus"))]
 use crate::exporters;
 use crate::exporters::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLimit, FileLogExporter,
@@ -95,13 +95,7 @@ use crate::{active, logs};
 /// The instrumentation scope of lens's own tracer and meter.
 pub const DEFAULT_SCOPE: &str = "nemo.lens";
 
-/// The transports this build of the runtime has (its features `otlp-grpc`,
-/// `otlp-http`, `prometheus`).
-pub const TRANSPORTS: Transports = Transports {
-    otlp_grpc: cfg!(feature = "otlp-grpc"),
-    otlp_http: cfg!(feature = "otlp-http"),
-    prometheus: cfg!(feature = "prometheus"),
-};
+pub use crate::transports::TRANSPORTS;
 
 /// Whether an enabled lifetime is active in this process.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -734,7 +728,7 @@ fn build(
                 // OTLP collections that fail are kept and resent within the
                 // retry window.
                 let resender = match &exporter {
-                    #[cfg(feature = "otlp")]
+                    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
                     LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
                     _ => None,
                 };
@@ -880,7 +874,7 @@ struct SignalExporters<E> {
 
 /// The OTLP "exporter" of a build without OTLP: setup refused such a
 /// configuration before (`MissingTransport`); this is the same answer.
-#[cfg(not(feature = "otlp"))]
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
 fn no_otlp<E>(settings: &crate::config::OtlpSettings) -> Built<E, String> {
     let (_, feature) = TRANSPORTS.otlp(settings.protocol);
     Err(ExporterError::MissingTransport(MissingTransport {
@@ -891,7 +885,7 @@ fn no_otlp<E>(settings: &crate::config::OtlpSettings) -> Built<E, String> {
     }))
 }
 
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 fn endpoint_words(endpoint: &exporters::ResolvedEndpoint) -> String {
     format!("{} {}", endpoint.protocol.as_str(), endpoint.url)
 }
@@ -950,13 +944,13 @@ fn span_exporter(
 ) -> Result<Option<LensSpanExporter>, ExporterError> {
     let kinds = SignalExporters {
         signal: Signal::Traces,
-        #[cfg(feature = "otlp")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         otlp: |settings| {
             let exporter = exporters::build_otlp_span_exporter(settings)?;
             let endpoint = endpoint_words(exporter.endpoint());
             Ok((LensSpanExporter::Otlp(Box::new(exporter)), endpoint))
         },
-        #[cfg(not(feature = "otlp"))]
+        #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
         otlp: no_otlp,
         console: || LensSpanExporter::Console(ConsoleSpanExporter::stdout()),
         file: |dir, rank, limit| {
@@ -978,13 +972,13 @@ fn metric_exporter(
 ) -> Result<Option<LensMetricExporter>, ExporterError> {
     let kinds = SignalExporters {
         signal: Signal::Metrics,
-        #[cfg(feature = "otlp")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         otlp: |settings| {
             let exporter = exporters::build_otlp_metric_exporter(settings, Temporality::Cumulative)?;
             let endpoint = endpoint_words(exporter.endpoint());
             Ok((LensMetricExporter::Otlp(Box::new(exporter)), endpoint))
         },
-        #[cfg(not(feature = "otlp"))]
+        #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
         otlp: no_otlp,
         console: || LensMetricExporter::Console(ConsoleMetricExporter::stdout()),
         file: |dir, rank, limit| {
@@ -1034,13 +1028,13 @@ fn log_exporter(
 ) -> Result<Option<LensLogExporter>, ExporterError> {
     let kinds = SignalExporters {
         signal: Signal::Logs,
-        #[cfg(feature = "otlp")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         otlp: |settings| {
             let exporter = exporters::build_otlp_log_exporter(settings)?;
             let endpoint = endpoint_words(exporter.endpoint());
             Ok((LensLogExporter::Otlp(Box::new(exporter)), endpoint))
         },
-        #[cfg(not(feature = "otlp"))]
+        #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
         otlp: no_otlp,
         console: || LensLogExporter::Console(ConsoleLogExporter::stdout()),
         file: |dir, rank, limit| {
