@@ -1,11 +1,10 @@
 //! The worker bootstrap's plain data that does not depend on telemetry being
 //! compiled in: the error of reading one back from the environment.
 //!
-//! `WorkerBootstrap` itself has two definitions, one per side of the facade:
-//! with the `otel` feature it captures and restores the current trace
-//! context (`lens_core::otel::propagation`), without it it is always inert
-//! (`lens-fallbacks`). Its error type is the same in both, so it is defined
-//! once, here, and re-exported by both.
+//! `WorkerBootstrap` itself is the facade's (`lens_fallbacks::propagation`):
+//! with its `otel` feature it captures and restores the current trace
+//! context, without it it is always inert. Its error type is plain data, so
+//! it is defined here, in lens-core, and re-exported by the facade.
 
 /// A worker bootstrap has a variable with a value it cannot read.
 ///

@@ -1,13 +1,11 @@
 //! The values that lens-instruments records, as plain data.
 //!
 //! `lens-instruments` builds its handles (`InferenceMetrics`, `RlMetrics`,
-//! `GymMetrics`) on OpenTelemetry meters, so it is only in the build with the
-//! `otel` feature. The values a caller fills in are pure data, and they live
-//! here, in lens-core's OpenTelemetry-free part, so that both sides of the
-//! `lens-fallbacks` facade use the *same* types: `lens-instruments` re-exports
-//! them from its modules, and the compiled-out facade re-exports them next to
-//! its no-op handles. Code that builds a values struct therefore compiles
-//! identically whether or not telemetry is compiled in (as with
+//! `GymMetrics`) on the facade's metric handles. The values a caller fills in
+//! are pure data and live here, in lens-core (re-exported as
+//! `lens_fallbacks::instrument_values`, and by `lens-instruments` from its
+//! modules), so that code that builds a values struct compiles identically
+//! whether or not telemetry is compiled in (as with
 //! [`report`](crate::report)).
 //!
 //! Every field is an `Option`; `None` means "not recorded this time". Build

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-/// The span counters of the batch processor (`otel::batch::SpanExportCounters`) at one moment.
+/// The span counters of the batch processor (`lens_otel_runtime::batch::SpanExportCounters`, moved by the events of `lens_otel_runtime::ledger`) at one moment.
 ///
 /// Every sampled span handed to the processor is counted once, in
 /// `accepted`, `dropped_queue_full` or `rejected_after_shutdown`; every
@@ -54,7 +54,7 @@ impl SpanExportSnapshot {
     }
 }
 
-/// The metric export counters (`otel::accounting::MetricExportCounters`) at one moment.
+/// The metric export counters (`lens_otel_runtime::accounting::MetricExportCounters`) at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MetricExportSnapshot {
     /// Export calls that succeeded.

@@ -7,9 +7,9 @@
 //! lens-core depends on no OpenTelemetry crate, and several keys we need are
 //! experimental or deprecated there (`deployment.environment`, the
 //! `gen_ai.*` keys, `host.name`, `process.pid`), so that crate would gate
-//! them behind a feature or warn on use. A test built with the `otel`
-//! feature compares every key that crate also defines with ours, so the two
-//! cannot drift.
+//! them behind a feature or warn on use. A test of the runtime crate
+//! (`lens-otel-runtime/tests/semconv.rs`) compares every key that crate also
+//! defines with ours, so the two cannot drift.
 //!
 //! Each key carries its [`Stability`], and [`ALL`] lists every key once
 //! (for docs tables and drift tests):

@@ -29,7 +29,7 @@
 //! ```
 //!
 //! The OpenTelemetry sampler that applies a sampling strategy lives in the
-//! runtime (`otel` feature); this module only decides.
+//! runtime crate (`lens_otel_runtime::sampler`); this module only decides.
 
 use std::collections::BTreeMap;
 use std::fmt;

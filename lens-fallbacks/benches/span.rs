@@ -18,7 +18,7 @@
 //! the bench asserts that at the end, since a run that drops spans measures
 //! something else.
 //!
-//! Run: `cargo bench -p lens-core --features otel --bench span`.
+//! Run: `cargo bench -p lens-fallbacks --features testing --bench span`.
 
 #![expect(missing_docs, reason = "criterion_group! and criterion_main! generate undocumented items")]
 

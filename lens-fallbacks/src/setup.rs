@@ -62,14 +62,14 @@ pub use crate::exporter_error::ExporterError;
 pub const DEFAULT_SCOPE: &str = "nemo.lens";
 
 /// The transports this build has: the features `otlp-grpc`, `otlp-http`
-/// and `prometheus` of lens-fallbacks (none without `otel`). For a
-/// framework that applies the default-destination rule itself
-/// (`config::default_destination_in`).
-pub const TRANSPORTS: Transports = Transports {
-    otlp_grpc: cfg!(feature = "otlp-grpc"),
-    otlp_http: cfg!(feature = "otlp-http"),
-    prometheus: cfg!(feature = "prometheus"),
-};
+/// and `prometheus` of lens-fallbacks, which turn on the runtime's of the
+/// same names (none without `otel`). For a framework that applies the
+/// default-destination rule itself (`config::default_destination_in`).
+#[cfg(feature = "otel")]
+pub const TRANSPORTS: Transports = lens_otel_runtime::TRANSPORTS;
+/// The transports this build has: none without `otel`.
+#[cfg(not(feature = "otel"))]
+pub const TRANSPORTS: Transports = Transports::FILES_ONLY;
 
 /// Why setup refused to start: only what setup can return.
 ///

@@ -3,7 +3,7 @@
 //!
 //! The active tracer and the group gate are process-global, so this file is
 //! its own test binary and its tests take a lock. Run with
-//! `cargo test -p lens-core --features testing --test otel_propagation`.
+//! `cargo test -p lens-fallbacks --features testing --test otel_propagation`.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -28,10 +28,10 @@
 //! instrument (a no-op meter, or an SDK rejecting it after logging why) yields
 //! an instrument that records nothing.
 //!
-//! The handles are built on lens-core's metric handles
-//! ([`lens_fallbacks::metrics`]), so this crate has no `cfg` of its own and names
-//! no OpenTelemetry type: with lens-core's `otel` feature (turned on by the
-//! application, through `lens-fallbacks/otel`) they record into the
+//! The handles are built on the facade's metric handles
+//! ([`lens_fallbacks::metrics`]), so this crate has no `cfg` and no `otel`
+//! feature of its own and names no OpenTelemetry type: with the facade's
+//! `otel` feature (turned on by the application) they record into the
 //! OpenTelemetry SDK, without it they are inline no-ops. A handle is also
 //! created from an OpenTelemetry meter (`new` takes anything that converts
 //! into lens's `Meter`). The user guide is `docs/metrics-lens.md`.

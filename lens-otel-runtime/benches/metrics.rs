@@ -12,7 +12,7 @@
 //! do in a job) around an exporter that discards every batch. Records carry
 //! no attributes, like the training metrics.
 //!
-//! Run: `cargo bench -p lens-core --features testing --bench metrics`.
+//! Run: `cargo bench -p lens-otel-runtime --features testing --bench metrics`.
 
 #![expect(missing_docs, reason = "criterion_group! and criterion_main! generate undocumented items")]
 

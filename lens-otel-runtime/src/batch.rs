@@ -54,7 +54,7 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 
 use super::executor::block_on_until;
 use super::exporters::LensSpanExporter;
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use super::exporters::OtlpSpanExporter;
 use crate::diag::{RateLimit, warn};
 use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
@@ -340,10 +340,10 @@ impl<E: SpanExporter + 'static> BatchExporter<SpanData> for Spans<E> {
 /// once and every attempt sends the encoded request, so the success path
 /// costs what the SDK's processor costs (no copy of the spans) and a retry
 /// loses nothing.
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 struct EncodedSpans(OtlpSpanExporter);
 
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 impl BatchExporter<SpanData> for EncodedSpans {
     fn prepare(&self, batch: Vec<SpanData>) -> Result<Payload<SpanData>, OTelSdkError> {
         self.0.encode(batch).map(Payload::Encoded)
@@ -373,7 +373,7 @@ impl BatchExporter<SpanData> for EncodedSpans {
 /// lens's own enum, no downcast.
 fn lens_span_exporter(exporter: LensSpanExporter) -> Arc<dyn BatchExporter<SpanData>> {
     match exporter {
-        #[cfg(feature = "otlp")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         LensSpanExporter::Otlp(otlp) => Arc::new(EncodedSpans(*otlp)),
         other => Arc::new(Spans(other)),
     }

@@ -11,8 +11,9 @@
 //!   [`LensConfig`](lens_core::config::LensConfig): providers, exporters,
 //!   processors, the gate, and their shutdown.
 //! - [`exporters`]: the file and console exporters (always), OTLP over gRPC
-//!   (feature `otlp-grpc`) and HTTP (`otlp-http`), the Prometheus endpoint
-//!   (`prometheus`), and in-memory ones behind `testing`.
+//!   (feature `otlp-grpc`: tonic) and HTTP (`otlp-http`: reqwest), the
+//!   Prometheus endpoint (`prometheus`: hyper), and in-memory ones behind
+//!   `testing`.
 //! - [`batch`]: the bounded, counting, retrying batch span and log
 //!   processor; it knows its exporter through [`batch::BatchExporter`], and
 //!   its counting is the pure state machine of [`ledger`].
@@ -27,6 +28,7 @@
 //! - [`logs`]: the `log` crate bridged to OpenTelemetry logs.
 //! - [`active`]: the one process-global tracer slot the span helpers read.
 //! - [`propagators`]: which W3C propagators `OTEL_PROPAGATORS` selected.
+//! - [`transports`]: which network transports this build has (`TRANSPORTS`).
 //! - [`convert`]: lens's attribute values as OpenTelemetry's.
 
 // lens-core's modules under their own names, so that the runtime's paths
@@ -46,8 +48,10 @@ pub mod logs;
 pub mod pipeline;
 pub mod propagators;
 pub mod sampler;
+pub mod transports;
 
 pub use pipeline::{Pipeline, PipelineError, PipelineOptions};
+pub use transports::TRANSPORTS;
 
 /// The OpenTelemetry API crate lens is built on, for callers that need its
 /// types (`Meter`, `Tracer`) at exactly lens's version.

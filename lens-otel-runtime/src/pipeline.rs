@@ -1,12 +1,15 @@
-//! Setting telemetry up for one rank, and shutting it down again.
+//! The pipeline of one telemetry lifetime: what setup builds for one rank,
+//! and its shutdown.
 //!
-//! [`setup_telemetry`] is the one call a framework makes per process. It
-//! validates the whole configuration first (on every rank, whether or not it
-//! exports, before anything is installed), then asks the rank strategy whether this rank
-//! exports, and only then builds providers. A disabled configuration or a
-//! rank that does not export gets a [`Telemetry`] with no-op tracer and meter
-//! and an empty span-group set, and touches nothing else: no thread, no file,
-//! no socket, no lazy resource attribute (so no NVML).
+//! [`setup`] is what the facade's `setup_telemetry` (the one call a
+//! framework makes per process) runs with `otel`. It validates the whole
+//! configuration first and checks that this build has every transport it
+//! selects (on every rank, whether or not it exports, before anything is
+//! installed), then asks the rank strategy whether this rank exports, and
+//! only then builds providers. A disabled configuration or a rank that does
+//! not export gets a [`Pipeline`] with a no-op tracer, no meter and an empty
+//! span-group set, and touches nothing else: no thread, no file, no socket,
+//! no lazy resource attribute (so no NVML).
 //!
 //! On an exporting rank it builds, from the validated configuration only
 //! (every exporter and provider option is set explicitly; the SDK reads no
@@ -26,8 +29,8 @@
 //! # Lifetimes
 //!
 //! One telemetry lifetime is active per process at a time: a second enabled
-//! setup while one is active is [`SetupError::AlreadyActive`]. After
-//! [`Telemetry::shutdown`], setup works again and the new lifetime exports
+//! setup while one is active is [`PipelineError::AlreadyActive`]. After
+//! [`Pipeline::shutdown`], setup works again and the new lifetime exports
 //! (the Python original could not: its latches were never reset). Shutdown
 //! is idempotent and bounded by its timeout even against a
 //! hung collector: each signal's flush and shutdown run on a helper thread
@@ -52,7 +55,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::SdkLoggerProvider;
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
@@ -67,9 +70,9 @@ use crate::config::{
     COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination, ExporterKind, LensConfig, Propagator, Signal,
     TracesSampler, collector_answers,
 };
-use crate::config::{ConfigError, MissingTransport, Transports, default_destination_in};
+use crate::config::{ConfigError, MissingTransport, default_destination_in};
 use crate::env::EnvSource;
-#[cfg(any(feature = "otlp", feature = "prometheus"))]
+#[cfg(any(any(feature = "otlp-grpc", feature = "otlp-http"), feature = "prometheus"))]
 use crate::exporters;
 use crate::exporters::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ExporterError, FileLimit, FileLogExporter,
@@ -92,13 +95,7 @@ use crate::{active, logs};
 /// The instrumentation scope of lens's own tracer and meter.
 pub const DEFAULT_SCOPE: &str = "nemo.lens";
 
-/// The transports this build of the runtime has (its features `otlp-grpc`,
-/// `otlp-http`, `prometheus`).
-pub const TRANSPORTS: Transports = Transports {
-    otlp_grpc: cfg!(feature = "otlp-grpc"),
-    otlp_http: cfg!(feature = "otlp-http"),
-    prometheus: cfg!(feature = "prometheus"),
-};
+pub use crate::transports::TRANSPORTS;
 
 /// Whether an enabled lifetime is active in this process.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -736,7 +733,7 @@ fn build(
                 // OTLP collections that fail are kept and resent within the
                 // retry window.
                 let resender = match &exporter {
-                    #[cfg(feature = "otlp")]
+                    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
                     LensMetricExporter::Otlp(otlp) => Some(otlp.resender()),
                     _ => None,
                 };
@@ -882,7 +879,7 @@ struct SignalExporters<E> {
 
 /// The OTLP "exporter" of a build without OTLP: setup refused such a
 /// configuration before (`MissingTransport`); this is the same answer.
-#[cfg(not(feature = "otlp"))]
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
 fn no_otlp<E>(settings: &crate::config::OtlpSettings) -> Built<E, String> {
     let (_, feature) = TRANSPORTS.otlp(settings.protocol);
     Err(ExporterError::MissingTransport(MissingTransport {
@@ -893,7 +890,7 @@ fn no_otlp<E>(settings: &crate::config::OtlpSettings) -> Built<E, String> {
     }))
 }
 
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 fn endpoint_words(endpoint: &exporters::ResolvedEndpoint) -> String {
     format!("{} {}", endpoint.protocol.as_str(), endpoint.url)
 }
@@ -952,13 +949,13 @@ fn span_exporter(
 ) -> Result<Option<LensSpanExporter>, ExporterError> {
     let kinds = SignalExporters {
         signal: Signal::Traces,
-        #[cfg(feature = "otlp")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         otlp: |settings| {
             let exporter = exporters::build_otlp_span_exporter(settings)?;
             let endpoint = endpoint_words(exporter.endpoint());
             Ok((LensSpanExporter::Otlp(Box::new(exporter)), endpoint))
         },
-        #[cfg(not(feature = "otlp"))]
+        #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
         otlp: no_otlp,
         console: || LensSpanExporter::Console(ConsoleSpanExporter::stdout()),
         file: |dir, rank, limit| {
@@ -980,13 +977,13 @@ fn metric_exporter(
 ) -> Result<Option<LensMetricExporter>, ExporterError> {
     let kinds = SignalExporters {
         signal: Signal::Metrics,
-        #[cfg(feature = "otlp")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         otlp: |settings| {
             let exporter = exporters::build_otlp_metric_exporter(settings, Temporality::Cumulative)?;
             let endpoint = endpoint_words(exporter.endpoint());
             Ok((LensMetricExporter::Otlp(Box::new(exporter)), endpoint))
         },
-        #[cfg(not(feature = "otlp"))]
+        #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
         otlp: no_otlp,
         console: || LensMetricExporter::Console(ConsoleMetricExporter::stdout()),
         file: |dir, rank, limit| {
@@ -1036,13 +1033,13 @@ fn log_exporter(
 ) -> Result<Option<LensLogExporter>, ExporterError> {
     let kinds = SignalExporters {
         signal: Signal::Logs,
-        #[cfg(feature = "otlp")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         otlp: |settings| {
             let exporter = exporters::build_otlp_log_exporter(settings)?;
             let endpoint = endpoint_words(exporter.endpoint());
             Ok((LensLogExporter::Otlp(Box::new(exporter)), endpoint))
         },
-        #[cfg(not(feature = "otlp"))]
+        #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
         otlp: no_otlp,
         console: || LensLogExporter::Console(ConsoleLogExporter::stdout()),
         file: |dir, rank, limit| {

@@ -143,7 +143,8 @@ fn no_otel_without_feature() -> Result<()> {
 
 /// lens-core holds no OpenTelemetry (nor transport) crate in any build,
 /// dev edges included; a file-only application (the facade with `otel` and
-/// no transport feature) builds no tonic, reqwest or hyper.
+/// no transport feature) builds no tonic, reqwest or hyper; OTLP over gRPC
+/// alone builds no reqwest, over HTTP alone no tonic.
 fn pure_core_and_file_only_builds() -> Result<()> {
     let mut problems = Vec::new();
     let core = tree_crates(&["-p", "lens-core", "--all-features", "-e", "normal,build,dev"])?;
@@ -157,6 +158,21 @@ fn pure_core_and_file_only_builds() -> Result<()> {
     for name in &file_only {
         if forbidden(name, TRANSPORT_CRATES) {
             problems.push(format!("lens-fallbacks with `otel` and no transport feature depends on {name}"));
+        }
+    }
+    // Each OTLP transport brings its own client only.
+    for (feature, other) in [("otlp-grpc", "reqwest"), ("otlp-http", "tonic")] {
+        let crates = tree_crates(&[
+            "-p",
+            "lens-fallbacks",
+            "--no-default-features",
+            "--features",
+            feature,
+            "-e",
+            "normal,build",
+        ])?;
+        if crates.iter().any(|name| forbidden(name, &[other])) {
+            problems.push(format!("lens-fallbacks with only `{feature}` depends on {other}"));
         }
     }
     if !problems.is_empty() {

@@ -163,12 +163,11 @@ impl ConfigProblem {
 
 /// Every problem found in a configuration; `Display` lists them one per line.
 ///
-/// `Debug` prints the same message as `Display` (as [`SetupError`] does), so
+/// `Debug` prints the same message as `Display` (as the facade's
+/// `SetupError` does), so
 /// `fn main() -> Result<(), ConfigError>` with `?` shows the problems a
 /// person can act on rather than the structure; like the message, it never
 /// shows a header value or an endpoint's credentials.
-///
-/// [`SetupError`]: crate::setup::SetupError
 #[derive(Clone, PartialEq)]
 pub struct ConfigError {
     problems: Vec<ConfigProblem>,

@@ -39,11 +39,11 @@
 
 pub mod console;
 pub mod file;
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub mod otlp;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
-#[cfg(any(feature = "otlp", feature = "prometheus"))]
+#[cfg(any(any(feature = "otlp-grpc", feature = "otlp-http"), feature = "prometheus"))]
 mod runtime;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -63,7 +63,7 @@ pub use crate::config::{Compression, OtlpProtocol, OtlpSettings, Signal};
 use crate::export_path::{ExportScope, marked};
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter};
 pub use file::{FileLimit, FileLogExporter, FileMetricExporter, FileSpanExporter, file_path};
-#[cfg(feature = "otlp")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub use otlp::{
     OtlpLogExporter, OtlpMetricExporter, OtlpMetricResender, OtlpSpanExporter, ResolvedEndpoint,
     build_otlp_log_exporter, build_otlp_metric_exporter, build_otlp_span_exporter, resolve_endpoint,
@@ -73,7 +73,7 @@ pub use prometheus::{
     ONE_EXPORTER_PER_HOST_STRATEGIES, PROMETHEUS_HEADER_TIMEOUT, PROMETHEUS_MAX_CONNECTIONS, PROMETHEUS_METRICS_PATH,
     PrometheusExporter, PrometheusMetricKind, PrometheusSettings, prometheus_metric_name, prometheus_port_offset,
 };
-#[cfg(any(feature = "otlp", feature = "prometheus"))]
+#[cfg(any(any(feature = "otlp-grpc", feature = "otlp-http"), feature = "prometheus"))]
 pub use runtime::OtlpRuntime;
 
 // The exporters' setup error is plain data, defined once for both builds
@@ -85,7 +85,7 @@ pub use crate::exporter_error::ExporterError;
 #[non_exhaustive]
 pub enum LensSpanExporter {
     /// OTLP over gRPC or HTTP.
-    #[cfg(feature = "otlp")]
+    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
     Otlp(Box<OtlpSpanExporter>),
     /// Compact JSON lines.
     Console(ConsoleSpanExporter),
@@ -97,7 +97,7 @@ impl SpanExporter for LensSpanExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         marked(async move {
             match self {
-                #[cfg(feature = "otlp")]
+                #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
                 LensSpanExporter::Otlp(exporter) => exporter.export(batch).await,
                 LensSpanExporter::Console(exporter) => exporter.export(batch).await,
                 LensSpanExporter::File(exporter) => exporter.export(batch).await,
@@ -109,7 +109,7 @@ impl SpanExporter for LensSpanExporter {
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         let _export_path = ExportScope::enter();
         match self {
-            #[cfg(feature = "otlp")]
+            #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
             LensSpanExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
             LensSpanExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),
             LensSpanExporter::File(exporter) => exporter.shutdown_with_timeout(timeout),
@@ -119,7 +119,7 @@ impl SpanExporter for LensSpanExporter {
     fn force_flush(&self) -> OTelSdkResult {
         let _export_path = ExportScope::enter();
         match self {
-            #[cfg(feature = "otlp")]
+            #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
             LensSpanExporter::Otlp(exporter) => exporter.force_flush(),
             LensSpanExporter::Console(exporter) => exporter.force_flush(),
             LensSpanExporter::File(exporter) => exporter.force_flush(),
@@ -128,7 +128,7 @@ impl SpanExporter for LensSpanExporter {
 
     fn set_resource(&mut self, resource: &Resource) {
         match self {
-            #[cfg(feature = "otlp")]
+            #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
             LensSpanExporter::Otlp(exporter) => exporter.set_resource(resource),
             LensSpanExporter::Console(exporter) => exporter.set_resource(resource),
             LensSpanExporter::File(exporter) => exporter.set_resource(resource),
@@ -142,7 +142,7 @@ impl SpanExporter for LensSpanExporter {
 #[non_exhaustive]
 pub enum LensMetricExporter {
     /// OTLP over gRPC or HTTP.
-    #[cfg(feature = "otlp")]
+    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
     Otlp(Box<OtlpMetricExporter>),
     /// One compact JSON line per batch.
     Console(ConsoleMetricExporter),
@@ -157,7 +157,7 @@ impl PushMetricExporter for LensMetricExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
         marked(async move {
             match self {
-                #[cfg(feature = "otlp")]
+                #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
                 LensMetricExporter::Otlp(exporter) => exporter.export(metrics).await,
                 LensMetricExporter::Console(exporter) => exporter.export(metrics).await,
                 LensMetricExporter::File(exporter) => exporter.export(metrics).await,
@@ -171,7 +171,7 @@ impl PushMetricExporter for LensMetricExporter {
     fn force_flush(&self) -> OTelSdkResult {
         let _export_path = ExportScope::enter();
         match self {
-            #[cfg(feature = "otlp")]
+            #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
             LensMetricExporter::Otlp(exporter) => exporter.force_flush(),
             LensMetricExporter::Console(exporter) => exporter.force_flush(),
             LensMetricExporter::File(exporter) => exporter.force_flush(),
@@ -183,7 +183,7 @@ impl PushMetricExporter for LensMetricExporter {
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         let _export_path = ExportScope::enter();
         match self {
-            #[cfg(feature = "otlp")]
+            #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
             LensMetricExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
             LensMetricExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),
             LensMetricExporter::File(exporter) => exporter.shutdown_with_timeout(timeout),
@@ -194,7 +194,7 @@ impl PushMetricExporter for LensMetricExporter {
 
     fn temporality(&self) -> Temporality {
         match self {
-            #[cfg(feature = "otlp")]
+            #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
             LensMetricExporter::Otlp(exporter) => exporter.temporality(),
             LensMetricExporter::Console(exporter) => exporter.temporality(),
             LensMetricExporter::File(exporter) => exporter.temporality(),
@@ -209,7 +209,7 @@ impl PushMetricExporter for LensMetricExporter {
 #[non_exhaustive]
 pub enum LensLogExporter {
     /// OTLP over gRPC or HTTP.
-    #[cfg(feature = "otlp")]
+    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
     Otlp(Box<OtlpLogExporter>),
     /// One compact JSON line per record.
     Console(ConsoleLogExporter),
@@ -221,7 +221,7 @@ impl LogExporter for LensLogExporter {
     async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
         marked(async move {
             match self {
-                #[cfg(feature = "otlp")]
+                #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
                 LensLogExporter::Otlp(exporter) => exporter.export(batch).await,
                 LensLogExporter::Console(exporter) => exporter.export(batch).await,
                 LensLogExporter::File(exporter) => exporter.export(batch).await,
@@ -233,7 +233,7 @@ impl LogExporter for LensLogExporter {
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         let _export_path = ExportScope::enter();
         match self {
-            #[cfg(feature = "otlp")]
+            #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
             LensLogExporter::Otlp(exporter) => exporter.shutdown_with_timeout(timeout),
             LensLogExporter::Console(exporter) => exporter.shutdown_with_timeout(timeout),
             LensLogExporter::File(exporter) => exporter.shutdown_with_timeout(timeout),
@@ -242,7 +242,7 @@ impl LogExporter for LensLogExporter {
 
     fn set_resource(&mut self, resource: &Resource) {
         match self {
-            #[cfg(feature = "otlp")]
+            #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
             LensLogExporter::Otlp(exporter) => exporter.set_resource(resource),
             LensLogExporter::Console(exporter) => exporter.set_resource(resource),
             LensLogExporter::File(exporter) => exporter.set_resource(resource),

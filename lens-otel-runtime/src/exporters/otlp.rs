@@ -46,9 +46,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use opentelemetry_http::{Bytes, HttpClient, HttpError};
-use opentelemetry_otlp::{Protocol, RetryPolicy, WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_http::Bytes;
+#[cfg(feature = "otlp-http")]
+use opentelemetry_http::{HttpClient, HttpError};
+#[cfg(feature = "otlp-http")]
+use opentelemetry_otlp::WithHttpConfig;
+#[cfg(feature = "otlp-grpc")]
+use opentelemetry_otlp::WithTonicConfig;
+use opentelemetry_otlp::{Protocol, RetryPolicy, WithExportConfig};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+#[cfg(feature = "otlp-grpc")]
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
@@ -57,6 +64,7 @@ use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+#[cfg(feature = "otlp-grpc")]
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 
 use super::ExporterError;
@@ -64,6 +72,7 @@ use super::runtime::{InRuntime, OtlpRuntime};
 use crate::config::{Compression, Headers, OtlpProtocol, OtlpSettings, Signal};
 
 /// Response bodies larger than this are refused (as the SDK's clients do).
+#[cfg(feature = "otlp-http")]
 const MAX_RESPONSE_BODY_BYTES: u64 = 4 * 1024 * 1024;
 const USER_AGENT: &str = concat!("lens/", env!("CARGO_PKG_VERSION"));
 
@@ -204,6 +213,7 @@ fn read_certificate(path: &Path) -> Result<(Vec<u8>, Vec<rustls::pki_types::Cert
     Ok((pem, certificates))
 }
 
+#[cfg(feature = "otlp-http")]
 /// The rustls configuration of the HTTP client: ring, and the private CA or
 /// the webpki roots.
 fn rustls_config(
@@ -232,6 +242,7 @@ fn rustls_config(
     Ok(config)
 }
 
+#[cfg(feature = "otlp-http")]
 /// The HTTP client lens gives the SDK: a blocking reqwest client that sends
 /// lens's headers and drops any header the SDK took from the environment.
 struct LensHttpClient {
@@ -243,12 +254,14 @@ struct LensHttpClient {
     transport_warnings: Arc<crate::diag::RateLimit>,
 }
 
+#[cfg(feature = "otlp-http")]
 impl fmt::Debug for LensHttpClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LensHttpClient").field("headers", &self.headers.len()).finish_non_exhaustive()
     }
 }
 
+#[cfg(feature = "otlp-http")]
 impl LensHttpClient {
     fn build(
         settings: &OtlpSettings,
@@ -323,6 +336,7 @@ impl LensHttpClient {
     }
 }
 
+#[cfg(feature = "otlp-http")]
 impl LensHttpClient {
     /// Warns (rate-limited) with the whole cause chain of a failed request,
     /// without its URL and with the header values redacted.
@@ -354,6 +368,7 @@ impl LensHttpClient {
     }
 }
 
+#[cfg(feature = "otlp-http")]
 impl HttpClient for LensHttpClient {
     fn send_bytes<'life0, 'async_trait>(
         &'life0 self,
@@ -367,6 +382,7 @@ impl HttpClient for LensHttpClient {
     }
 }
 
+#[cfg(feature = "otlp-grpc")]
 /// The gRPC interceptor: replaces the SDK's metadata (which may hold headers
 /// from the environment) with lens's headers.
 #[derive(Clone)]
@@ -382,6 +398,7 @@ struct HeaderInterceptor {
     replace: bool,
 }
 
+#[cfg(feature = "otlp-grpc")]
 impl HeaderInterceptor {
     fn new(headers: &[(HeaderName, HeaderValue)]) -> Result<HeaderInterceptor, ExporterError> {
         let headers = headers
@@ -407,6 +424,7 @@ impl HeaderInterceptor {
     }
 }
 
+#[cfg(feature = "otlp-grpc")]
 impl tonic::service::Interceptor for HeaderInterceptor {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         let metadata = request.metadata_mut();
@@ -437,10 +455,24 @@ fn prepare(settings: &OtlpSettings, signal: Signal) -> Result<Prepared, Exporter
     Ok(Prepared { endpoint, headers, certificate })
 }
 
+/// The error of an OTLP exporter whose transport this build lacks (setup
+/// refuses such a configuration first: `MissingTransport`).
+#[cfg(not(all(feature = "otlp-grpc", feature = "otlp-http")))]
+fn missing_transport(settings: &OtlpSettings) -> ExporterError {
+    let (_, feature) = crate::transports::TRANSPORTS.otlp(settings.protocol);
+    ExporterError::MissingTransport(crate::config::MissingTransport {
+        variable: "OTEL_EXPORTER_OTLP_PROTOCOL".to_string(),
+        value: settings.protocol.as_str().to_string(),
+        selects: format!("OTLP over {}", settings.protocol.as_str()),
+        feature,
+    })
+}
+
 fn build_error(signal: Signal, endpoint: &ResolvedEndpoint, reason: impl fmt::Display) -> ExporterError {
     ExporterError::Build { signal, endpoint: endpoint.url.clone(), reason: reason.to_string() }
 }
 
+#[cfg(feature = "otlp-grpc")]
 /// The tonic channel to the endpoint, created lazily in the runtime.
 fn grpc_channel(
     prepared: &Prepared,
@@ -478,14 +510,17 @@ fn sdk_compression(compression: Compression) -> Option<opentelemetry_otlp::Compr
     }
 }
 
+/// The SDK's HTTP protocol (called for the HTTP protocols only; the SDK
+/// names gRPC only in a build with gRPC).
+#[cfg(feature = "otlp-http")]
 fn sdk_protocol(protocol: OtlpProtocol) -> Protocol {
     match protocol {
-        OtlpProtocol::Grpc => Protocol::Grpc,
-        OtlpProtocol::HttpProtobuf => Protocol::HttpBinary,
         OtlpProtocol::HttpJson => Protocol::HttpJson,
+        OtlpProtocol::HttpProtobuf | OtlpProtocol::Grpc => Protocol::HttpBinary,
     }
 }
 
+#[cfg(feature = "otlp-grpc")]
 /// Applies the options common to every builder.
 macro_rules! configure_grpc {
     ($builder:expr, $prepared:expr, $settings:expr, $signal:expr, $runtime:expr) => {{
@@ -506,6 +541,7 @@ macro_rules! configure_grpc {
     }};
 }
 
+#[cfg(feature = "otlp-http")]
 macro_rules! configure_http {
     ($builder:expr, $prepared:expr, $settings:expr, $signal:expr) => {{
         let certificates = $prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
@@ -543,24 +579,31 @@ pub fn build_otlp_span_exporter(settings: &OtlpSettings) -> Result<OtlpSpanExpor
     let signal = Signal::Traces;
     let prepared = prepare(settings, signal)?;
     let builder = opentelemetry_otlp::SpanExporter::builder();
-    let (inner, runtime, transport) = if settings.protocol.is_http() {
-        let certificates = prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
-        let client = LensHttpClient::build(settings, certificates, prepared.headers.clone())?;
-        let transport = SpanTransport::Http {
-            client,
-            url: prepared.endpoint.url.clone(),
-            json: settings.protocol == OtlpProtocol::HttpJson,
-        };
-        (configure_http!(builder, prepared, settings, signal), None, transport)
-    } else {
-        let runtime = OtlpRuntime::shared()?;
-        let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
-        let service = tonic::service::interceptor::InterceptedService::new(
-            channel,
-            HeaderInterceptor::for_service(&prepared.headers)?,
-        );
-        let transport = SpanTransport::Grpc { service };
-        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
+    let (inner, runtime, transport) = match settings.protocol.is_http() {
+        #[cfg(feature = "otlp-http")]
+        true => {
+            let certificates = prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
+            let client = LensHttpClient::build(settings, certificates, prepared.headers.clone())?;
+            let transport = SpanTransport::Http {
+                client,
+                url: prepared.endpoint.url.clone(),
+                json: settings.protocol == OtlpProtocol::HttpJson,
+            };
+            (configure_http!(builder, prepared, settings, signal), None, transport)
+        }
+        #[cfg(feature = "otlp-grpc")]
+        false => {
+            let runtime = OtlpRuntime::shared()?;
+            let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
+            let service = tonic::service::interceptor::InterceptedService::new(
+                channel,
+                HeaderInterceptor::for_service(&prepared.headers)?,
+            );
+            let transport = SpanTransport::Grpc { service };
+            (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
+        }
+        #[cfg(not(all(feature = "otlp-grpc", feature = "otlp-http")))]
+        _ => return Err(missing_transport(settings)),
     };
     let sender = SpanSender {
         transport,
@@ -576,8 +619,22 @@ pub fn build_otlp_span_exporter(settings: &OtlpSettings) -> Result<OtlpSpanExpor
 /// settings, or the same tonic channel settings and interceptor, as the
 /// SDK's exporter beside it.
 enum SpanTransport {
+    #[cfg(feature = "otlp-http")]
     Http { client: LensHttpClient, url: String, json: bool },
+    #[cfg(feature = "otlp-grpc")]
     Grpc { service: tonic::service::interceptor::InterceptedService<tonic::transport::Channel, HeaderInterceptor> },
+}
+
+impl SpanTransport {
+    /// `Some(json)` for HTTP (JSON or protobuf), `None` for gRPC.
+    fn http_json(&self) -> Option<bool> {
+        match self {
+            #[cfg(feature = "otlp-http")]
+            SpanTransport::Http { json, .. } => Some(*json),
+            #[cfg(feature = "otlp-grpc")]
+            SpanTransport::Grpc { .. } => None,
+        }
+    }
 }
 
 /// Encodes a batch of spans once and sends the encoded request as often as
@@ -593,14 +650,17 @@ struct SpanSender {
     first_failure: Arc<FirstFailure>,
 }
 
+#[cfg(feature = "otlp-grpc")]
 /// The gRPC path of the trace service's `Export` call.
 const GRPC_TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
+#[cfg(feature = "otlp-grpc")]
 /// A tonic codec that sends an already encoded protobuf message as it is and
 /// reads the (ignored) response.
 #[derive(Clone, Copy, Debug, Default)]
 struct EncodedCodec;
 
+#[cfg(feature = "otlp-grpc")]
 impl tonic::codec::Codec for EncodedCodec {
     type Encode = Bytes;
     type Decode = ();
@@ -616,6 +676,7 @@ impl tonic::codec::Codec for EncodedCodec {
     }
 }
 
+#[cfg(feature = "otlp-grpc")]
 impl tonic::codec::Encoder for EncodedCodec {
     type Item = Bytes;
     type Error = tonic::Status;
@@ -627,6 +688,7 @@ impl tonic::codec::Encoder for EncodedCodec {
     }
 }
 
+#[cfg(feature = "otlp-grpc")]
 impl tonic::codec::Decoder for EncodedCodec {
     type Item = ();
     type Error = tonic::Status;
@@ -647,14 +709,12 @@ impl SpanSender {
         let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
         let request =
             ExportTraceServiceRequest { resource_spans: group_spans_by_resource_and_scope(batch, &self.resource) };
-        let body = match &self.transport {
-            SpanTransport::Http { json: true, .. } => {
-                serde_json::to_vec(&request).map_err(|error| failure(error.to_string()))?
-            }
+        let body = match self.transport.http_json() {
+            Some(true) => serde_json::to_vec(&request).map_err(|error| failure(error.to_string()))?,
             _ => request.encode_to_vec(),
         };
         // gRPC compresses in tonic (`send_compressed`), HTTP here.
-        if self.gzip && matches!(self.transport, SpanTransport::Http { .. }) {
+        if self.gzip && self.transport.http_json().is_some() {
             use std::io::Write as _;
             let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
             let body =
@@ -670,6 +730,7 @@ impl SpanSender {
         }
         let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
         match &self.transport {
+            #[cfg(feature = "otlp-http")]
             SpanTransport::Http { client, url, json } => {
                 let content_type = if *json { "application/json" } else { "application/x-protobuf" };
                 let mut builder = http::Request::builder()
@@ -687,6 +748,7 @@ impl SpanSender {
                     Err(failure(format!("the collector answered HTTP {}", response.status())))
                 }
             }
+            #[cfg(feature = "otlp-grpc")]
             SpanTransport::Grpc { service } => {
                 let mut grpc = tonic::client::Grpc::new(service.clone());
                 if self.gzip {
@@ -732,25 +794,32 @@ pub fn build_otlp_metric_exporter(
     let signal = Signal::Metrics;
     let prepared = prepare(settings, signal)?;
     let builder = opentelemetry_otlp::MetricExporter::builder().with_temporality(temporality);
-    let (inner, runtime, transport) = if settings.protocol.is_http() {
-        let certificates = prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
-        let client = LensHttpClient::build(settings, certificates, prepared.headers.clone())?;
-        let transport = ResendTransport::Http {
-            client,
-            url: prepared.endpoint.url.clone(),
-            json: settings.protocol == OtlpProtocol::HttpJson,
-        };
-        (configure_http!(builder, prepared, settings, signal), None, transport)
-    } else {
-        let runtime = OtlpRuntime::shared()?;
-        let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
-        let mut client =
-            MetricsServiceClient::with_interceptor(channel, HeaderInterceptor::for_service(&prepared.headers)?);
-        if settings.compression == Compression::Gzip {
-            client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let (inner, runtime, transport) = match settings.protocol.is_http() {
+        #[cfg(feature = "otlp-http")]
+        true => {
+            let certificates = prepared.certificate.as_ref().map(|(_, certificates)| certificates.clone());
+            let client = LensHttpClient::build(settings, certificates, prepared.headers.clone())?;
+            let transport = ResendTransport::Http {
+                client,
+                url: prepared.endpoint.url.clone(),
+                json: settings.protocol == OtlpProtocol::HttpJson,
+            };
+            (configure_http!(builder, prepared, settings, signal), None, transport)
         }
-        let transport = ResendTransport::Grpc { client, runtime: Arc::clone(&runtime) };
-        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
+        #[cfg(feature = "otlp-grpc")]
+        false => {
+            let runtime = OtlpRuntime::shared()?;
+            let channel = grpc_channel(&prepared, settings, signal, &runtime)?;
+            let mut client =
+                MetricsServiceClient::with_interceptor(channel, HeaderInterceptor::for_service(&prepared.headers)?);
+            if settings.compression == Compression::Gzip {
+                client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+            }
+            let transport = ResendTransport::Grpc { client, runtime: Arc::clone(&runtime) };
+            (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime), transport)
+        }
+        #[cfg(not(all(feature = "otlp-grpc", feature = "otlp-http")))]
+        _ => return Err(missing_transport(settings)),
     };
     let resender = Arc::new(OtlpMetricResender {
         transport,
@@ -761,11 +830,14 @@ pub fn build_otlp_metric_exporter(
     Ok(OtlpMetricExporter { inner, runtime, endpoint: prepared.endpoint, resender, first_failure })
 }
 
+#[cfg(feature = "otlp-grpc")]
 type GrpcMetricsClient =
     MetricsServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, HeaderInterceptor>>;
 
 enum ResendTransport {
+    #[cfg(feature = "otlp-http")]
     Http { client: LensHttpClient, url: String, json: bool },
+    #[cfg(feature = "otlp-grpc")]
     Grpc { client: GrpcMetricsClient, runtime: Arc<OtlpRuntime> },
 }
 
@@ -775,21 +847,29 @@ enum ResendTransport {
 /// Made by [`OtlpMetricExporter::resender`].
 pub struct OtlpMetricResender {
     transport: ResendTransport,
+    /// Whether the HTTP resend compresses (gRPC's client was built with it).
+    #[cfg_attr(not(feature = "otlp-http"), expect(dead_code, reason = "only the HTTP resend reads it"))]
     gzip: bool,
+    /// The backstop of the gRPC resend (HTTP's client has the timeout).
+    #[cfg_attr(not(feature = "otlp-grpc"), expect(dead_code, reason = "only the gRPC resend reads it"))]
     timeout: Duration,
 }
 
 impl fmt::Debug for OtlpMetricResender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.transport {
+            #[cfg(feature = "otlp-http")]
             ResendTransport::Http { json: true, .. } => "http/json",
+            #[cfg(feature = "otlp-http")]
             ResendTransport::Http { json: false, .. } => "http/protobuf",
+            #[cfg(feature = "otlp-grpc")]
             ResendTransport::Grpc { .. } => "grpc",
         };
         f.debug_struct("OtlpMetricResender").field("protocol", &kind).finish_non_exhaustive()
     }
 }
 
+#[cfg(feature = "otlp-http")]
 impl OtlpMetricResender {
     fn send_http(
         &self,
@@ -834,7 +914,9 @@ impl crate::accounting::MetricResender for OtlpMetricResender {
     fn resend(&self, request: &ExportMetricsServiceRequest) -> OTelSdkResult {
         let _export_path = crate::export_path::ExportScope::enter();
         match &self.transport {
+            #[cfg(feature = "otlp-http")]
             ResendTransport::Http { client, url, json } => self.send_http(client, url, *json, request),
+            #[cfg(feature = "otlp-grpc")]
             ResendTransport::Grpc { client, runtime } => {
                 let mut client = client.clone();
                 let request = request.clone();
@@ -868,11 +950,16 @@ pub fn build_otlp_log_exporter(settings: &OtlpSettings) -> Result<OtlpLogExporte
     let signal = Signal::Logs;
     let prepared = prepare(settings, signal)?;
     let builder = opentelemetry_otlp::LogExporter::builder();
-    let (inner, runtime) = if settings.protocol.is_http() {
-        (configure_http!(builder, prepared, settings, signal), None)
-    } else {
-        let runtime = OtlpRuntime::shared()?;
-        (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime))
+    let (inner, runtime) = match settings.protocol.is_http() {
+        #[cfg(feature = "otlp-http")]
+        true => (configure_http!(builder, prepared, settings, signal), None),
+        #[cfg(feature = "otlp-grpc")]
+        false => {
+            let runtime = OtlpRuntime::shared()?;
+            (configure_grpc!(builder, prepared, settings, signal, runtime), Some(runtime))
+        }
+        #[cfg(not(all(feature = "otlp-grpc", feature = "otlp-http")))]
+        _ => return Err(missing_transport(settings)),
     };
     let first_failure = FirstFailure::new(signal, &prepared.endpoint, settings);
     Ok(OtlpLogExporter { inner, runtime, endpoint: prepared.endpoint, first_failure })
