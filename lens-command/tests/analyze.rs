@@ -257,7 +257,7 @@ fn hangs_are_read_under_the_old_and_the_shared_names() {
     assert!(stdout.contains("  no rank metrics in this export (run with MYJOB_OTEL_RANK_METRICS=1)\n"), "{stdout}");
     assert!(
         stdout.contains(
-            "  - no megatron.train.iteration spans: the export's span groups (job,checkpoint,evaluate) lack `step`; \
+            "  - no iteration spans: the export's span groups (job,checkpoint,evaluate) lack `step`; \
              run with MYJOB_OTEL_SPAN_GROUPS=job,checkpoint,evaluate,step\n"
         ),
         "{stdout}"

@@ -55,7 +55,7 @@ fn a_plain_programs_export_is_analyzed_and_viewed_with_advice_naming_its_own_var
             "  no rank metrics in this export (run with MYJOB_OTEL_RANK_METRICS=1)\n",
             "goodput (from the spans, one rank per attempt; docs/goodput.md):\n",
             "  not computed: the export lacks what the breakdown needs:\n",
-            "  - no megatron.train.iteration spans: the export's span groups (job,checkpoint,evaluate) lack `step`; ",
+            "  - no iteration spans: the export's span groups (job,checkpoint,evaluate) lack `step`; ",
             "run with MYJOB_OTEL_SPAN_GROUPS=job,checkpoint,evaluate,step\n",
             "hangs (the hang watchdog's span events and gauge):\n",
             "  no hang suspected\n",

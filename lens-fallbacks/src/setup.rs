@@ -46,7 +46,8 @@ use std::time::Duration;
 
 use crate::attr::{AttrValue, KeyValue};
 use crate::config::{
-    ConfigError, ConfigLoader, DEFAULT_PREFIX, DEFAULT_SERVICE_NAME, LensConfig, MissingTransport, Transports,
+    ConfigError, ConfigLoader, DEFAULT_PREFIX, DEFAULT_SERVICE_NAME, HangTimeout, LensConfig, MissingTransport,
+    Transports,
 };
 use crate::env::{EnvSource, ProcessEnv};
 use crate::groups::{GroupSet, LENS_CATALOG, SpanGroupCatalog};
@@ -304,6 +305,10 @@ pub struct Telemetry {
     /// The `tracing` bridge's rules from this setup's configuration, and the
     /// variable that sets them.
     pub(crate) tracing_rules: Option<(TracingRules, String)>,
+    /// The training diagnosis' settings from this setup's configuration
+    /// (`<PREFIX>_HANG_TIMEOUT_S`, `<PREFIX>_PEAK_TFLOPS`), read once.
+    pub(crate) hang_timeout: HangTimeout,
+    pub(crate) peak_tflops: Option<f64>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -336,6 +341,8 @@ impl Telemetry {
             shutdown_timeout,
             warnings: Vec::new(),
             tracing_rules: None,
+            hang_timeout: HangTimeout::Auto,
+            peak_tflops: None,
         }
     }
 
@@ -362,6 +369,8 @@ impl Telemetry {
             shutdown_timeout,
             warnings: Vec::new(),
             tracing_rules: None,
+            hang_timeout: HangTimeout::Auto,
+            peak_tflops: None,
         }
     }
 
@@ -539,6 +548,26 @@ impl Telemetry {
         self.tracing_rules.as_ref().map_or_else(|| TracingRules::none(&LENS_CATALOG), |(rules, _)| rules.clone())
     }
 
+    /// The hang watchdog's timeout (`<PREFIX>_HANG_TIMEOUT_S`, read with
+    /// this setup's prefix; `auto` for a handle setup did not build from a
+    /// configuration): lens-training's default, so that a program reads
+    /// its configuration once.
+    pub fn hang_timeout(&self) -> HangTimeout {
+        self.hang_timeout
+    }
+
+    /// The GPU peak MFU divides by, TFLOP/s per GPU (`<PREFIX>_PEAK_TFLOPS`),
+    /// when the configuration sets one: lens-training's default.
+    pub fn peak_tflops(&self) -> Option<f64> {
+        self.peak_tflops
+    }
+
+    /// The bound on shutdown and on a forced flush
+    /// (`<PREFIX>_SHUTDOWN_TIMEOUT_MS`, 5 s by default).
+    pub fn shutdown_timeout(&self) -> Duration {
+        self.shutdown_timeout
+    }
+
     /// Where each signal goes, in words (for a run summary): `traces: OTLP
     /// grpc http://localhost:4317`, `metrics: file /abs/telemetry/<run_id>/metrics-rank0.jsonl`,
     /// ...; empty where this rank exports nothing. Setup prints them once on
@@ -691,6 +720,8 @@ pub fn setup_telemetry(
     };
     telemetry.tracing_rules =
         config.tracing_rules().ok().map(|rules| (rules, config.variable_to_set("tracing_groups", "TRACING_GROUPS")));
+    telemetry.hang_timeout = config.hang_timeout;
+    telemetry.peak_tflops = config.peak_tflops;
     Ok(telemetry)
 }
 

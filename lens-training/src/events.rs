@@ -344,8 +344,9 @@ impl EventSpans for SpanNames {
 pub struct TrainingOptions {
     coordinates: RankCoordinates,
     spans: Box<dyn EventSpans>,
-    hang_timeout: HangTimeout,
-    flush_timeout: Duration,
+    /// `None`: the telemetry handle's (its configuration's).
+    hang_timeout: Option<HangTimeout>,
+    flush_timeout: Option<Duration>,
     peak_tflops: Option<f64>,
     flops: Option<Box<dyn FlopCount>>,
     world_size: u32,
@@ -368,14 +369,17 @@ impl std::fmt::Debug for TrainingOptions {
 
 impl TrainingOptions {
     /// The options of the rank at `coordinates`: generic span names, the
-    /// `auto` hang timeout, no peak and no FLOP count (no MFU), a world of
-    /// one, no progress record, the attempt starting now.
+    /// hang timeout, peak and flush bound of the telemetry handle's
+    /// configuration (`<PREFIX>_HANG_TIMEOUT_S`, `<PREFIX>_PEAK_TFLOPS`,
+    /// `<PREFIX>_SHUTDOWN_TIMEOUT_MS`: the program reads its configuration
+    /// once, at setup), no FLOP count (no MFU), a world of one, no progress
+    /// record, the attempt starting now.
     pub fn new(coordinates: RankCoordinates) -> TrainingOptions {
         TrainingOptions {
             coordinates,
             spans: Box::new(SpanNames::generic()),
-            hang_timeout: HangTimeout::Auto,
-            flush_timeout: Duration::from_secs(5),
+            hang_timeout: None,
+            flush_timeout: None,
             peak_tflops: None,
             flops: None,
             world_size: 1,
@@ -384,14 +388,16 @@ impl TrainingOptions {
         }
     }
 
-    /// The values the program's configuration gives (read with its
-    /// prefix): the hang timeout (`<PREFIX>_HANG_TIMEOUT_S`), the peak
+    /// The values of a configuration other than the telemetry handle's:
+    /// the hang timeout (`<PREFIX>_HANG_TIMEOUT_S`), the peak
     /// (`<PREFIX>_PEAK_TFLOPS`) and the bound on the watchdog's flush
-    /// (`<PREFIX>_SHUTDOWN_TIMEOUT_MS`).
+    /// (`<PREFIX>_SHUTDOWN_TIMEOUT_MS`). A program that set telemetry up
+    /// from its configuration needs none of this: [`Training::new`] takes
+    /// them from the handle.
     pub fn with_config(mut self, config: &LensConfig) -> TrainingOptions {
-        self.hang_timeout = config.hang_timeout;
+        self.hang_timeout = Some(config.hang_timeout);
         self.peak_tflops = config.peak_tflops.or(self.peak_tflops);
-        self.flush_timeout = config.shutdown_timeout;
+        self.flush_timeout = Some(config.shutdown_timeout);
         self
     }
 
@@ -403,17 +409,18 @@ impl TrainingOptions {
 
     /// The hang watchdog's timeout ([`HangTimeout::Off`]: no watchdog).
     pub fn with_hang_timeout(mut self, timeout: HangTimeout) -> TrainingOptions {
-        self.hang_timeout = timeout;
+        self.hang_timeout = Some(timeout);
         self
     }
 
     /// The bound on the watchdog's forced flush (default 5 s).
     pub fn with_flush_timeout(mut self, timeout: Duration) -> TrainingOptions {
-        self.flush_timeout = timeout;
+        self.flush_timeout = Some(timeout);
         self
     }
 
-    /// The peak MFU divides by, TFLOP/s per GPU (see [`crate::mfu`]).
+    /// The peak MFU divides by, TFLOP/s per GPU (see [`crate::mfu`]);
+    /// `None`: the telemetry handle's (`<PREFIX>_PEAK_TFLOPS`), if any.
     pub fn with_peak_tflops(mut self, peak: Option<f64>) -> TrainingOptions {
         self.peak_tflops = peak;
         self
@@ -515,6 +522,9 @@ impl Training {
             launch,
         } = options;
         let launch = launch.unwrap_or_else(SystemTime::now);
+        let hang_timeout = hang_timeout.unwrap_or_else(|| telemetry.hang_timeout());
+        let flush_timeout = flush_timeout.unwrap_or_else(|| telemetry.shutdown_timeout());
+        let peak_tflops = peak_tflops.or_else(|| telemetry.peak_tflops());
         let enabled = telemetry.is_enabled();
         let phases = Phases::new(enabled);
         let watchdog =

@@ -18,8 +18,14 @@ use crate::{cargo, codegen, run_cmd, say, tidy};
 /// follow the facade's (alone, with no default features, nothing turns it
 /// on). lens-core has no features that change it (its one build is the
 /// workspace run's) and lens-otel-runtime is the runtime itself.
-pub(crate) const OTEL_OFF_CRATES: &[&str] =
-    &["lens-instruments", "lens-fallbacks", "lens-tracing", "lens-training", "megatron-telemetry", "megatron-train-sim"];
+pub(crate) const OTEL_OFF_CRATES: &[&str] = &[
+    "lens-instruments",
+    "lens-fallbacks",
+    "lens-tracing",
+    "lens-training",
+    "megatron-telemetry",
+    "megatron-train-sim",
+];
 
 pub(crate) fn run() -> Result<()> {
     run_cmd(cargo(&["fmt", "--all", "--check"]))?;

@@ -27,8 +27,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lens_fallbacks::config::LensConfig;
-use lens_fallbacks::{LENS_CATALOG, ProcessEnv, Telemetry};
+use lens_fallbacks::Telemetry;
 use lens_tracing::TelemetryExt as _;
 use lens_training::{RankCoordinates, Training, TrainingOptions};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -38,9 +37,6 @@ use crate::args::{Args, USAGE};
 /// The prefix of this program's telemetry variables (`CANDLE_OTEL_*`, with
 /// the `NEMO_LENS_*` fallback).
 const PREFIX: &str = "CANDLE_OTEL";
-
-/// The prefix read where `CANDLE_OTEL_*` is unset.
-const FALLBACK_PREFIX: &str = "NEMO_LENS";
 
 /// How long shutdown may take to flush what is left.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -74,15 +70,12 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     // The training diagnosis: the hang timeout and the peak come from the
-    // configuration (CANDLE_OTEL_HANG_TIMEOUT_S, CANDLE_OTEL_PEAK_TFLOPS),
-    // the FLOP count from the model, and the goodput progress record goes
-    // beside the checkpoints. Setup has validated the configuration already,
-    // so this read cannot fail where telemetry is on.
-    let config = LensConfig::from_env(&ProcessEnv, PREFIX, Some(FALLBACK_PREFIX), &LENS_CATALOG).unwrap_or_default();
+    // configuration setup read (CANDLE_OTEL_HANG_TIMEOUT_S,
+    // CANDLE_OTEL_PEAK_TFLOPS), the FLOP count from the model, and the
+    // goodput progress record goes beside the checkpoints.
     let training = Training::new(
         &telemetry,
         TrainingOptions::new(RankCoordinates::SINGLE)
-            .with_config(&config)
             .with_flop_count(|_iteration: u64| model::FLOPS_PER_ITERATION)
             .with_checkpoint_dir(&args.checkpoint_dir),
     );
