@@ -5,7 +5,7 @@
 //! that follows the facade's feature, each crate built alone so that no
 //! other member turns it back on, and the file-only facade (`otel` without a
 //! transport feature), whose missing-transport errors are tested.
-//! The candle example ([`CANDLE_EXAMPLE`](crate::commands::CANDLE_EXAMPLE)) is in the first set (the
+//! The candle example ([`CANDLE_EXAMPLE`]) is in the first set (the
 //! workspace's steps) and has a step of its own for the second.
 
 use anyhow::Result;
