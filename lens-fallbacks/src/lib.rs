@@ -44,8 +44,8 @@
 //! custom exporters of `SetupOptions`) exist only with `otel` and are not
 //! part of the facade's API.
 
-// lens-core's pure modules, under the same names: `lens_fallbacks::X` is
-// `lens_fallbacks::X`.
+// lens-core's pure modules, under the same names: lens-core's `X` is
+// `lens_fallbacks::X` (no crate above the facade names lens-core).
 pub use lens_core::{
     attr, bootstrap, config, diag, env, export_path, exporter_error, groups, identity, instrument_values, otlp_file,
     report, sampling, semconv, strategies, tracing_rules,
