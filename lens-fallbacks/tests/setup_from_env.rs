@@ -245,3 +245,22 @@ fn an_unwritable_file_dir_names_the_programs_own_variable() {
     assert!(error.contains("choose a writable directory with MEGATRON_OTEL_FILE_DIR"), "{error}");
     std::fs::remove_dir_all(&root).ok();
 }
+
+#[test]
+fn the_handle_carries_the_diagnosis_settings_it_read_so_a_program_reads_its_configuration_once() {
+    let _serial = serial();
+    let telemetry = setup(&[
+        ("MYJOB_OTEL_HANG_TIMEOUT_S", "7"),
+        ("MYJOB_OTEL_PEAK_TFLOPS", "312"),
+        ("MYJOB_OTEL_SHUTDOWN_TIMEOUT_MS", "1500"),
+    ])
+    .unwrap();
+    assert_eq!(telemetry.hang_timeout(), lens_fallbacks::config::HangTimeout::After(Duration::from_secs(7)));
+    assert_eq!(telemetry.peak_tflops(), Some(312.0));
+    assert_eq!(telemetry.shutdown_timeout(), Duration::from_millis(1500));
+    // Nothing set: the defaults (`auto`, no peak, 5 s).
+    let defaults = setup(&[]).unwrap();
+    assert_eq!(defaults.hang_timeout(), lens_fallbacks::config::HangTimeout::Auto);
+    assert_eq!(defaults.peak_tflops(), None);
+    assert_eq!(defaults.shutdown_timeout(), Duration::from_secs(5));
+}
