@@ -204,7 +204,7 @@ pub(crate) fn write_header(
 /// header's tail); resource attributes that do not fit are left out.
 /// Returns its length.
 pub(crate) fn encode_meta(buf: &mut [u8], host: &str, run_id: &str, resource: &[KeyValue]) -> usize {
-    let mut w = Writer { buf, at: 0, full: false };
+    let mut w = Writer { buf, at: 0, full: false, reserve: 0 };
     w.str(host);
     w.str(run_id);
     w.attributes(resource.iter());
@@ -292,7 +292,7 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanData) {
         Status::Error { .. } => 2,
     };
     let (head, payload) = slot.split_at_mut(SLOT_PAYLOAD);
-    let mut w = Writer { buf: payload, at: 0, full: false };
+    let mut w = Writer { buf: payload, at: 0, full: false, reserve: 2 };
     w.str(&span.name);
     w.str(span.instrumentation_scope.name());
     w.str(span.instrumentation_scope.version().unwrap_or(""));
@@ -305,6 +305,8 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanData) {
     let dropped = span.dropped_attributes_count as usize + span.attributes.len() - kept;
     put_u32(head, SLOT_DROPPED_ATTRIBUTES, dropped.min(u32::MAX as usize) as u32);
     // Events: as many as fit, each with its attributes.
+    w.full = false;
+    w.reserve = 0;
     let count_at = w.at;
     w.u16(0);
     let mut events = 0_u16;
@@ -408,11 +410,13 @@ struct Writer<'a> {
     buf: &'a mut [u8],
     at: usize,
     full: bool,
+    /// Bytes kept free at the end (for what follows).
+    reserve: usize,
 }
 
 impl Writer<'_> {
     fn fits(&self, n: usize) -> bool {
-        self.at + n <= self.buf.len()
+        self.at + n + self.reserve <= self.buf.len()
     }
 
     fn bytes(&mut self, bytes: &[u8]) {
@@ -434,7 +438,7 @@ impl Writer<'_> {
 
     fn str(&mut self, value: &str) {
         // A string longer than a slot is cut at a character boundary.
-        let mut n = value.len().min(u16::MAX as usize).min(self.buf.len().saturating_sub(self.at + 2));
+        let mut n = value.len().min(u16::MAX as usize).min(self.buf.len().saturating_sub(self.at + 2 + self.reserve));
         while !value.is_char_boundary(n) {
             n -= 1;
         }
@@ -488,13 +492,13 @@ impl Writer<'_> {
             }
             kept += 1;
         }
-        let was_full = self.full;
         self.full = false;
         let end = self.at;
         self.at = count_at;
+        let reserve = std::mem::take(&mut self.reserve);
         self.u16(kept as u16);
+        self.reserve = reserve;
         self.at = end;
-        self.full = was_full;
         kept
     }
 }
@@ -548,5 +552,119 @@ impl<'a> Reader<'a> {
             out.push(KeyValue::new(key, value));
         }
         Some(out)
+    }
+}
+
+/// A span for tests.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    pub(crate) fn span(name: &'static str, span_id: u64, parent: u64, start_s: u64) -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(0xabcd_u128),
+                SpanId::from(span_id),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent_span_id: SpanId::from(parent),
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: Cow::Borrowed(name),
+            start_time: time(start_s * 1_000_000_000 + 123),
+            end_time: time(start_s * 1_000_000_000 + 999),
+            attributes: vec![
+                KeyValue::new("dl.iteration", 17_i64),
+                KeyValue::new("dl.loss", 2.5_f64),
+                KeyValue::new("dl.ok", true),
+                KeyValue::new("dl.phase", "forward_backward"),
+            ],
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::builder("nemo.lens").with_version("0.1.0").build(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::span;
+    use super::*;
+    use opentelemetry::trace::Event;
+
+    #[test]
+    fn a_span_round_trips_through_a_slot() {
+        let mut original = span("megatron.train.iteration", 7, 3, 100);
+        original.events.events.push(Event::new("checkpoint", time(5), vec![KeyValue::new("dl.step", 4_i64)], 0));
+        original.status = Status::error("boom");
+        let mut slot = vec![0_u8; SLOT_SIZE];
+        encode_span(&mut slot, &original);
+        let decoded = decode_span(&slot).expect("decodes");
+        assert_eq!(decoded.span_context, original.span_context);
+        assert_eq!(decoded.parent_span_id, original.parent_span_id);
+        assert_eq!(decoded.name, original.name);
+        assert_eq!(decoded.start_time, original.start_time);
+        assert_eq!(decoded.end_time, original.end_time);
+        assert_eq!(decoded.attributes, original.attributes);
+        assert_eq!(decoded.events.events, original.events.events);
+        assert_eq!(decoded.status, Status::error("boom"));
+        assert_eq!(decoded.instrumentation_scope.name(), "nemo.lens");
+        assert_eq!(decoded.instrumentation_scope.version(), Some("0.1.0"));
+    }
+
+    #[test]
+    fn attributes_beyond_a_slot_are_dropped_and_counted() {
+        let mut big = span("s", 1, 0, 1);
+        big.attributes = (0..100).map(|i| KeyValue::new(format!("key.{i}"), "x".repeat(30))).collect();
+        let mut slot = vec![0_u8; SLOT_SIZE];
+        encode_span(&mut slot, &big);
+        let decoded = decode_span(&slot).expect("decodes");
+        assert!(!decoded.attributes.is_empty() && decoded.attributes.len() < 100, "{}", decoded.attributes.len());
+        assert_eq!(decoded.attributes[..], big.attributes[..decoded.attributes.len()]);
+        assert_eq!(decoded.dropped_attributes_count as usize, 100 - decoded.attributes.len());
+    }
+
+    fn header_bytes() -> Vec<u8> {
+        let mut file = vec![0_u8; HEADER_SIZE + 4 * SLOT_SIZE];
+        write_header(&mut file, 4, 4242, 1000, 3, 8, "0f1e-boot", time(1_000_000_000));
+        let resource = [KeyValue::new("service.name", "megatron-lm"), KeyValue::new("dl.rank", 3_i64)];
+        let len = encode_meta(&mut file[OFF_META..HEADER_SIZE], "node-07", "run-42", &resource);
+        put_u32(&mut file, OFF_META_LEN, len as u32);
+        file
+    }
+
+    #[test]
+    fn a_header_round_trips() {
+        let header = read_header(&header_bytes()).expect("reads");
+        assert_eq!((header.pid, header.uid, header.rank, header.world_size), (4242, 1000, 3, 8));
+        assert_eq!(header.boot_id, "0f1e-boot");
+        assert_eq!((header.host.as_str(), header.run_id.as_str()), ("node-07", "run-42"));
+        assert_eq!(header.resource[0], KeyValue::new("service.name", "megatron-lm"));
+        assert_eq!(header.resource[1], KeyValue::new("dl.rank", 3_i64));
+        assert_eq!(header.slot_count, 4);
+        assert_eq!(header.progress, None);
+        assert!(!header.closed_cleanly);
+    }
+
+    #[test]
+    fn a_damaged_file_and_another_version_are_errors_not_panics() {
+        assert_eq!(read_header(b"hello"), Err(FormatError::Damaged("no spool header")));
+        let mut other = header_bytes();
+        put_u32(&mut other, OFF_VERSION, 99);
+        assert_eq!(read_header(&other), Err(FormatError::OtherVersion { found: 99 }));
+        let mut cut = header_bytes();
+        cut.truncate(HEADER_SIZE + SLOT_SIZE);
+        assert_eq!(read_header(&cut), Err(FormatError::Damaged("more slots than the file holds")));
+        let mut meta = header_bytes();
+        put_u32(&mut meta, OFF_META_LEN, 3);
+        assert!(matches!(read_header(&meta), Err(FormatError::Damaged(_))));
+        // A slot of garbage decodes to nothing rather than panicking.
+        let mut slot = vec![0xff_u8; SLOT_SIZE];
+        put_u32(&mut slot, SLOT_LEN, 40);
+        assert!(decode_span(&slot).is_none());
     }
 }

@@ -626,3 +626,37 @@ pub fn spool_dir(
     }
     file_export_dir.map(|dir| dir.join(SPOOL_SUBDIRECTORY))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(id: u64) -> SpanData {
+        format::tests_support::span("s", id, 0, id)
+    }
+
+    #[test]
+    fn a_full_table_gives_up_its_oldest_ended_span_and_counts_it() {
+        let table = SpoolTable::anonymous(2);
+        assert!(table.span_started(&span(1)));
+        assert!(table.span_started(&span(2)));
+        table.span_ended(&span(1));
+        table.span_ended(&span(2));
+        // Full: span 1 (the oldest ended) gives its slot up.
+        assert!(table.span_started(&span(3)));
+        assert_eq!(table.overflow(), 1);
+        table.span_ended(&span(3));
+        table.released([3]);
+        assert!(table.span_started(&span(4)));
+        assert_eq!(table.overflow(), 1, "a released slot is reused without overflow");
+        // Two open spans fill it: a third is not tracked, and counted.
+        table.released([2]);
+        assert!(table.span_started(&span(5)));
+        assert!(!table.span_started(&span(6)));
+        assert_eq!(table.overflow(), 2);
+        let mut open: Vec<u64> =
+            table.open_spans().iter().map(|(_, s)| u64::from_be_bytes(s.span_context.span_id().to_bytes())).collect();
+        open.sort_unstable();
+        assert_eq!(open, [4, 5]);
+    }
+}
