@@ -63,6 +63,9 @@ pub struct ReplaySummary {
     pub overflow: u64,
     /// Spools left alone because their writer is alive (lock held).
     pub alive: usize,
+    /// Spools that could not be read, decoded or exported (each named in a
+    /// warning); left in place.
+    pub failed: usize,
     /// Warnings (damaged files, other versions, failed exports), each also
     /// written on standard error.
     pub warnings: Vec<String>,
@@ -185,6 +188,7 @@ fn replay_file(
         }
         Err(std::fs::TryLockError::Error(error)) => {
             warn(summary, format!("spool {}: cannot lock it ({error}); left alone", path.display()));
+            summary.failed += 1;
             return;
         }
     }
@@ -192,6 +196,7 @@ fn replay_file(
         Ok(bytes) => bytes,
         Err(error) => {
             warn(summary, format!("spool {}: cannot read it ({error}); left alone", path.display()));
+            summary.failed += 1;
             return;
         }
     };
@@ -206,6 +211,7 @@ fn replay_file(
         Ok(dead) => dead,
         Err(error) => {
             warn(summary, format!("spool {}: {error}; ignored", path.display()));
+            summary.failed += 1;
             return;
         }
     };
@@ -235,6 +241,7 @@ fn replay_file(
                 path.display()
             ),
         );
+        summary.failed += 1;
         return;
     }
     if let Err(error) = std::fs::remove_file(path) {
