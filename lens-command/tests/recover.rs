@@ -10,6 +10,7 @@
 //! set (its `victim` test does the work then, and nothing otherwise).
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -40,7 +41,8 @@ fn victim() {
     lens_fallbacks::spool::record_progress(17, Some(16), Some(10));
     let bracket = |name: &str, span: &lens_fallbacks::SpanGuard, before: SystemTime| {
         let id = span.remote_context().span_id_hex().expect("recording");
-        println!("SPAN {name} {id} {} {}", nanos(before), nanos(SystemTime::now()));
+        let line = format!("SPAN {name} {id} {} {}\n", nanos(before), nanos(SystemTime::now()));
+        let _ = std::io::stdout().lock().write_all(line.as_bytes());
     };
     let before = SystemTime::now();
     let train = managed_span(SpanGroup::JOB, "victim.train", [KeyValue::new("victim.kind", "root")]);
@@ -59,8 +61,7 @@ fn victim() {
     bracket("victim.backward", &open_child, before);
     // Let the last-alive stamp move past the spans' starts.
     std::thread::sleep(Duration::from_millis(1300));
-    println!("KILL {}", nanos(SystemTime::now()));
-    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(format!("KILL {}\n", nanos(SystemTime::now())).as_bytes());
     let _ = std::io::stdout().flush();
     // SAFETY: sends SIGKILL to this process; nothing runs after it.
     unsafe { kill(std::process::id() as i32, 9) };

@@ -26,6 +26,10 @@ use super::ReplayedProgress;
 use super::format::{self, FormatError, Header, STATE_ENDED, STATE_OPEN};
 use crate::closer::{SPAN_TRUNCATED_REASON_PROCESS_DIED, mark_truncated};
 
+/// What a replay hands each file's spans to, with the dead process's
+/// resource: `Ok` once the exporter accepted them.
+pub type ExportFn<'a> = dyn FnMut(Vec<SpanData>, &Resource) -> Result<(), String> + 'a;
+
 /// Which spools a replay takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -134,7 +138,7 @@ pub fn replay_dir(
     dir: &Path,
     claim: Claim,
     own: Option<&Path>,
-    export: &mut dyn FnMut(Vec<SpanData>, &Resource) -> Result<(), String>,
+    export: &mut ExportFn<'_>,
 ) -> ReplaySummary {
     let mut summary = ReplaySummary::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -163,7 +167,7 @@ fn replay_file(
     claim: Claim,
     uid: u32,
     summary: &mut ReplaySummary,
-    export: &mut dyn FnMut(Vec<SpanData>, &Resource) -> Result<(), String>,
+    export: &mut ExportFn<'_>,
 ) {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = match std::fs::OpenOptions::new()
