@@ -134,12 +134,7 @@ pub fn is_spool_file(path: &Path) -> bool {
 /// `export`, and removes each file whose export succeeded. `own` is this
 /// process's spool file (never replayed). A missing directory replays
 /// nothing.
-pub fn replay_dir(
-    dir: &Path,
-    claim: Claim,
-    own: Option<&Path>,
-    export: &mut ExportFn<'_>,
-) -> ReplaySummary {
+pub fn replay_dir(dir: &Path, claim: Claim, own: Option<&Path>, export: &mut ExportFn<'_>) -> ReplaySummary {
     let mut summary = ReplaySummary::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return summary;
@@ -162,13 +157,7 @@ fn warn(summary: &mut ReplaySummary, message: String) {
     summary.warnings.push(message);
 }
 
-fn replay_file(
-    path: &Path,
-    claim: Claim,
-    uid: u32,
-    summary: &mut ReplaySummary,
-    export: &mut ExportFn<'_>,
-) {
+fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplaySummary, export: &mut ExportFn<'_>) {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = match std::fs::OpenOptions::new()
         .read(true)
