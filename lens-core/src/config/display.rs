@@ -39,6 +39,8 @@ impl fmt::Debug for LensConfig {
             .field("prometheus_resource_labels", &self.prometheus_resource_labels)
             .field("peak_tflops", &self.peak_tflops)
             .field("hang_timeout", &self.hang_timeout)
+            .field("control_file", &self.control_file)
+            .field("control_poll", &self.control_poll)
             .field("otel", &self.otel)
             .finish_non_exhaustive()
     }
@@ -78,6 +80,11 @@ impl fmt::Display for LensConfig {
         line(f, "metrics_enabled", "metrics_enabled", &self.metrics_enabled)?;
         line(f, "rank_metrics", "rank_metrics", &self.rank_metrics)?;
         line(f, "hang_timeout_s", "hang_timeout", &self.hang_timeout)?;
+        if let Some(control_file) = &self.control_file {
+            let control =
+                format!("{} (polled every {} s)", control_file.display(), py_float(self.control_poll.as_secs_f64()));
+            line(f, "control_file", "control_file", &control)?;
+        }
         line(f, "logs_enabled", "logs_enabled", &self.logs_enabled)?;
         let groups = match self.resolved_span_groups() {
             Ok(set) => format!("{} = {{{}}}", self.span_groups, self.catalog.names(set).join(", ")),

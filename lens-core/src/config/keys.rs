@@ -88,6 +88,10 @@ const FIELDS: &[(&str, FieldRepr)] = &[
     ("prometheus_resource_labels", |c| Some(c.prometheus_resource_labels.join(","))),
     ("peak_tflops", |c| Some(py_float(c.peak_tflops?))),
     ("hang_timeout", |c| Some(c.hang_timeout.to_string())),
+    // --- control file (issue 23) ---
+    ("control_file", |c| Some(c.control_file.as_ref()?.display().to_string())),
+    ("control_poll", |c| Some(py_float(c.control_poll.as_secs_f64()))),
+    // --- end control file ---
     ("otel.sdk_disabled", |c| Some(c.otel.sdk_disabled.to_string())),
     ("otel.traces_exporter", |c| Some(c.otel.traces_exporter?.as_str().into())),
     ("otel.metrics_exporter", |c| Some(c.otel.metrics_exporter?.as_str().into())),
