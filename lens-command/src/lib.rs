@@ -8,6 +8,9 @@
 //! - [`analyze`]: `lens analyze DIR` prints the stragglers, the goodput and
 //!   the hangs, reading its input as a stream (memory grows with ranks and
 //!   phases, not with the files' size);
+//! - [`control`]: `lens control FILE ...` writes a running job's control
+//!   file (span groups for an iteration window, sampling ratio, per-rank
+//!   metrics, hang timeout), `--show`s it, `--reset`s it;
 //! - [`advice`]: what the tools tell a user to set names the program's own
 //!   variables and span groups, read from the export's resource
 //!   (`lens.config.prefix`, `lens.span_groups`).
@@ -18,6 +21,7 @@
 
 pub mod advice;
 pub mod analyze;
+pub mod control;
 pub mod hangs;
 pub mod trace_view;
 
@@ -40,6 +44,8 @@ pub enum Command {
     TraceView(trace_view::TraceViewArgs),
     /// Stragglers, goodput and hangs from a `file` export.
     Analyze(analyze::AnalyzeArgs),
+    /// Change a running job's telemetry through its control file (<PREFIX>_CONTROL_FILE).
+    Control(control::ControlArgs),
 }
 
 /// Runs one parsed command line.
@@ -47,6 +53,7 @@ pub fn run(cli: &Cli) -> std::process::ExitCode {
     match &cli.command {
         Command::TraceView(args) => trace_view::run(args),
         Command::Analyze(args) => analyze::run(args),
+        Command::Control(args) => control::run(args),
     }
 }
 

@@ -130,6 +130,44 @@ impl Settings {
     }
 }
 
+/// What a job's control thread needs from its configuration: the file,
+/// the poll, the prefix (for messages), the catalog and the launch
+/// settings (the configured span groups, whatever this rank records).
+#[derive(Clone, Debug)]
+pub struct ControlSetup {
+    /// The control file (`<PREFIX>_CONTROL_FILE`).
+    pub file: PathBuf,
+    /// The poll period (`<PREFIX>_CONTROL_POLL_S`).
+    pub poll: std::time::Duration,
+    /// The job's primary prefix.
+    pub prefix: String,
+    /// The catalog span-group specs resolve against.
+    pub catalog: &'static SpanGroupCatalog,
+    /// The launch settings.
+    pub launch: Settings,
+}
+
+impl ControlSetup {
+    /// The control setup of `config`; `None` without a control file, with
+    /// telemetry off, or with a span-group spec that does not resolve
+    /// (validation refused it already).
+    pub fn from_config(config: &crate::config::LensConfig) -> Option<ControlSetup> {
+        let file = config.control_file.clone().filter(|_| config.telemetry_enabled())?;
+        Some(ControlSetup {
+            file,
+            poll: config.control_poll,
+            prefix: config.origins.prefix().unwrap_or(crate::config::DEFAULT_PREFIX).to_string(),
+            catalog: config.catalog,
+            launch: Settings {
+                groups: config.resolved_span_groups().ok()?,
+                sampling_ratio: None,
+                rank_metrics: config.rank_metrics,
+                hang_timeout: config.hang_timeout,
+            },
+        })
+    }
+}
+
 /// One version of the control file, parsed and checked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlRequest {
@@ -571,6 +609,34 @@ pub fn check_file(path: &Path, uid: u32) -> Result<Option<std::fs::Metadata>, Re
         return Err(Refusal::TooLong(meta.len()));
     }
     Ok(Some(meta))
+}
+
+/// The file's text, at most [`MAX_CONTROL_BYTES`], never through a
+/// symbolic link (`O_NOFOLLOW`); the error says why in words.
+pub fn read_capped(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = options.open(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONTROL_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > MAX_CONTROL_BYTES {
+        return Err(format!("it is longer than {MAX_CONTROL_BYTES} bytes"));
+    }
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
+}
+
+/// The user this process runs as (its effective uid): the only user whose
+/// control file it reads.
+#[cfg(unix)]
+pub fn job_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 /// The identity of one version of a file as `stat` sees it (device, inode,

@@ -88,7 +88,7 @@ use crate::identity::{
 use crate::ids::SeedIndependentIdGenerator;
 use crate::propagators;
 pub use crate::report::ShutdownReport;
-use crate::sampler::{DelegateSampler, LensSampler, delegate_from};
+use crate::sampler::{DelegateSampler, LensSampler, RatioOverride, delegate_from};
 use crate::strategies::{self, RankStrategy, StrategyError};
 use crate::{active, logs};
 
@@ -232,6 +232,8 @@ pub struct Pipeline {
     holds_slot: AtomicBool,
     /// Header values, removed from the report's error strings.
     secrets: Vec<String>,
+    /// The per-iteration sampling ratio an in-flight control change sets.
+    ratio_override: RatioOverride,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -286,7 +288,15 @@ impl Pipeline {
             parts: Mutex::new(None),
             holds_slot: AtomicBool::new(holds_slot),
             secrets: Vec::new(),
+            ratio_override: RatioOverride::new(),
         }
+    }
+
+    /// Sets (`Some`) or clears (`None`) the per-iteration trace sampling
+    /// ratio that decides spans with a sampling key in place of the launch
+    /// sampler (an in-flight control change, SPEC A24).
+    pub fn set_sampling_ratio(&self, ratio: Option<f64>) {
+        self.ratio_override.set(ratio);
     }
 
     /// The tracer (a no-op tracer when this rank records no spans).
@@ -680,6 +690,7 @@ fn build(
     let mut tracer_provider = None;
     let mut closer = None;
     let mut span_counters = None;
+    let ratio_override = RatioOverride::new();
     if config.traces_enabled && records_spans {
         let batch_config = batch_config(config);
         let batch = match options.span_exporter.take() {
@@ -695,7 +706,7 @@ fn build(
             let span_closer = OpenSpanCloser::with_target(batch.clone());
             let provider = SdkTracerProvider::builder()
                 .with_id_generator(SeedIndependentIdGenerator::new())
-                .with_sampler(sampler(config, rank))
+                .with_sampler(sampler(config, rank).with_ratio_override(ratio_override.clone()))
                 .with_span_limits(SpanLimits::default())
                 .with_resource(resource.clone())
                 .with_span_processor(span_closer.clone())
@@ -821,6 +832,7 @@ fn build(
         })),
         holds_slot: AtomicBool::new(true),
         secrets: secrets(config),
+        ratio_override,
     })
 }
 
