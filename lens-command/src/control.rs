@@ -71,6 +71,12 @@ pub struct ControlArgs {
     pub show: bool,
 }
 
+/// One line on standard output, in one write.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
 /// Exit status of bad input (the file is left as it was).
 const BAD_INPUT: u8 = 2;
 
@@ -133,10 +139,10 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
     write_atomic(&args.file, &request.to_json())
         .map_err(|error| Failure::Io(format!("could not write {}: {error}", args.file.display())))?;
     if args.reset {
-        println!("wrote generation {generation} to {}: back to the launch configuration", args.file.display());
+        say(format_args!("wrote generation {generation} to {}: back to the launch configuration", args.file.display()));
     } else {
         let what: Vec<String> = describe(&request).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("wrote generation {generation} to {}: {}", args.file.display(), what.join(" "));
+        say(format_args!("wrote generation {generation} to {}: {}", args.file.display(), what.join(" ")));
     }
     Ok(())
 }
@@ -190,7 +196,7 @@ fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogDa
                 ))
             })?;
             let last = status.and_then(|s| s.last_iteration).unwrap_or(0);
-            println!("from iteration {start} (the job's last iteration {last} plus a margin of two polls)");
+            say(format_args!("from iteration {start} (the job's last iteration {last} plus a margin of two polls)"));
             start
         }
     };
@@ -209,27 +215,27 @@ fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogDa
 fn show(args: &ControlArgs) -> ExitCode {
     match read_capped(&args.file) {
         Err(_) if !args.file.exists() => {
-            println!("{}: no control file: the launch configuration holds", args.file.display());
+            say(format_args!("{}: no control file: the launch configuration holds", args.file.display()));
         }
-        Err(error) => println!("{}: {error}", args.file.display()),
+        Err(error) => say(format_args!("{}: {error}", args.file.display())),
         Ok(text) => {
-            println!("{}:", args.file.display());
-            println!("  {}", text.trim());
+            say(format_args!("{}:", args.file.display()));
+            say(format_args!("  {}", text.trim()));
         }
     }
     match read_status(&args.file) {
         Some(status) => {
             let last = status.last_iteration.map_or_else(|| "none yet".to_string(), |i| i.to_string());
-            println!(
+            say(format_args!(
                 "job (rank 0): last iteration {last}, generation {} in force, catalog {}, launch span groups {}, \
                  poll {} s",
                 status.generation,
                 status.catalog.name,
                 status.launch_groups.join(","),
                 status.poll_s
-            );
+            ));
         }
-        None => println!("no status from the job at {}", status_path(&args.file).display()),
+        None => say(format_args!("no status from the job at {}", status_path(&args.file).display())),
     }
     ExitCode::SUCCESS
 }

@@ -12,18 +12,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lens_fallbacks::control::{CatalogData, ControlStatus};
 use lens_fallbacks::groups::LENS_CATALOG;
 
-fn temp_dir(name: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "lens-command-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+#[expect(dead_code, reason = "this test uses only the support module's temporary directories")]
+mod support;
+use support::temp_dir;
 
 const LENS: &str = env!("CARGO_BIN_EXE_lens");
 

@@ -375,6 +375,14 @@ impl Args {
     }
 }
 
+/// Parses `RANK:ITERATION` (clap's value parser of `--inject-control-delay`).
+fn parse_control_delay(value: &str) -> Result<(u32, u64), String> {
+    let parsed = value
+        .split_once(':')
+        .and_then(|(rank, iteration)| Some((rank.trim().parse::<u32>().ok()?, iteration.trim().parse::<u64>().ok()?)));
+    parsed.ok_or_else(|| format!("expected RANK:ITERATION, two whole numbers such as 1:12, got {value:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,12 +422,4 @@ mod tests {
         assert!(message.contains("--seq-length must be at most 1048576 (2^20 tokens), got 1048577"), "{message}");
         assert!(parse(&["--seq-length", "1048576"]).validate(1, "x").is_ok());
     }
-}
-
-/// Parses `RANK:ITERATION` (clap's value parser of `--inject-control-delay`).
-fn parse_control_delay(value: &str) -> Result<(u32, u64), String> {
-    let parsed = value
-        .split_once(':')
-        .and_then(|(rank, iteration)| Some((rank.trim().parse::<u32>().ok()?, iteration.trim().parse::<u64>().ok()?)));
-    parsed.ok_or_else(|| format!("expected RANK:ITERATION, two whole numbers such as 1:12, got {value:?}"))
 }
