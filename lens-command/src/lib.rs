@@ -44,7 +44,7 @@ pub enum Command {
     TraceView(trace_view::TraceViewArgs),
     /// Stragglers, goodput and hangs from a `file` export.
     Analyze(analyze::AnalyzeArgs),
-    /// Change a running job's telemetry through its control file (<PREFIX>_CONTROL_FILE).
+    /// Change a running job's telemetry through its control file (`<PREFIX>_CONTROL_FILE`).
     Control(control::ControlArgs),
 }
 

@@ -221,8 +221,15 @@ pub struct LensSampler {
 /// place of the delegate, whatever the launch sampler was (`always_on`
 /// included); structural spans stay kept. Shared between the sampler and
 /// the pipeline that sets it; one relaxed load per keyed span.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RatioOverride(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Default for RatioOverride {
+    /// No override (not a ratio of 0).
+    fn default() -> RatioOverride {
+        RatioOverride::new()
+    }
+}
 
 /// No override: the bits of a NaN no ratio ever has.
 const NO_OVERRIDE: u64 = u64::MAX;
