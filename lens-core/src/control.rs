@@ -816,7 +816,10 @@ impl ControlStatus {
 }
 
 /// Writes `text` to `path` atomically: a temporary file beside it (mode
-/// 0600), then a rename over it.
+/// 0600), then a rename over it, so that a reader sees the old version or
+/// the new one, never a part. No `fsync`: the job writes its status file
+/// with this on the training thread, and a control file lost in a crash
+/// of the writer's machine is simply written again.
 pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -832,7 +835,7 @@ pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     let result = (|| {
         let mut file = options.open(&temporary)?;
         file.write_all(text.as_bytes())?;
-        file.sync_all()?;
+        drop(file);
         std::fs::rename(&temporary, path)
     })();
     if result.is_err() {
@@ -970,6 +973,36 @@ mod tests {
     }
 
     #[test]
+    fn only_a_file_its_owner_alone_can_write_is_read() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("lens-core-control-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let set_mode =
+            |path: &Path, mode: u32| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        set_mode(&dir, 0o700);
+        let file = dir.join("control.json");
+        assert_eq!(check_file(&file, job_uid()).map(|m| m.is_some()), Ok(false), "missing: the launch configuration");
+        write_atomic(&file, "{}").unwrap();
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(matches!(check_file(&file, job_uid()), Ok(Some(_))));
+        assert_eq!(check_file(&file, job_uid().wrapping_add(1)).unwrap_err(), Refusal::NotOwner(job_uid()));
+        set_mode(&file, 0o666);
+        assert_eq!(check_file(&file, job_uid()).unwrap_err(), Refusal::WritableByOthers(0o666));
+        set_mode(&file, 0o600);
+        set_mode(&dir, 0o777);
+        assert!(matches!(check_file(&file, job_uid()), Err(Refusal::DirectoryWritableByOthers(_, 0o777))));
+        set_mode(&dir, 0o700);
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(check_file(&link, job_uid()).unwrap_err(), Refusal::Symlink);
+        assert!(read_capped(&link).is_err(), "never read through a link");
+        write_atomic(&file, &" ".repeat(MAX_CONTROL_BYTES as usize + 1)).unwrap();
+        assert_eq!(check_file(&file, job_uid()).unwrap_err(), Refusal::TooLong(MAX_CONTROL_BYTES + 1));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn the_status_round_trips_and_picks_a_start_two_polls_ahead() {
         let status = ControlStatus {
             catalog: CatalogData::of(&LENS_CATALOG),
@@ -988,5 +1021,41 @@ mod tests {
         let catalog = CatalogData::of(&LENS_CATALOG);
         assert_eq!(catalog.resolve("default, step"), Ok(LENS_CATALOG.resolve("default,step").unwrap()));
         assert_eq!(catalog.resolve("per_stpe").unwrap_err(), LENS_CATALOG.resolve("per_stpe").unwrap_err().to_string());
+    }
+
+    proptest::proptest! {
+        /// Whenever a rank reads a window (before it, inside it or after
+        /// it), it has the window's settings at exactly the iterations from
+        /// the later of the start and its reading to the common end, and
+        /// the launch settings everywhere else.
+        #[test]
+        fn every_reader_ends_the_window_at_the_same_iteration(
+            from in 0u64..40,
+            length in 1u64..20,
+            seen in 0u64..70,
+        ) {
+            let until = from + length - 1;
+            let text = format!(
+                r#"{{"generation": 2, "span_groups": "per_step", "from_iteration": {from}, "until_iteration": {until}}}"#
+            );
+            let request = parse(&text).unwrap();
+            let mut schedule = ControlSchedule::new(launch());
+            for iteration in 0..80u64 {
+                if iteration == seen {
+                    schedule.set_request(Some(request.clone()));
+                }
+                let due = schedule.next_due(iteration.saturating_sub(1));
+                let change = schedule.at_iteration(iteration);
+                if change.is_some() && iteration > 0 && seen != iteration {
+                    proptest::prop_assert!(iteration >= due, "a change at {} before it was due at {}", iteration, due);
+                }
+                let inside = iteration >= from.max(seen) && iteration <= until;
+                let expected = if inside { request.settings_over(&launch()) } else { launch() };
+                proptest::prop_assert_eq!(*schedule.in_force(), expected, "iteration {}", iteration);
+                if let Some(change) = change.filter(|c| c.generation == 2 && !c.window_end && seen > from) {
+                    proptest::prop_assert_eq!(change.late_by, seen - from);
+                }
+            }
+        }
     }
 }
