@@ -285,6 +285,13 @@ impl Watcher {
 
     /// One look: a `stat`, and a read when the file changed.
     fn poll(&mut self) {
+        // One `stat` when nothing changed; the full check (the directory
+        // too) and the read only for a new version.
+        if let Ok(meta) = std::fs::symlink_metadata(&self.path)
+            && self.last_version == Some(file_version(&meta))
+        {
+            return;
+        }
         match check_file(&self.path, self.uid) {
             Err(refusal) => {
                 let version = std::fs::symlink_metadata(&self.path).ok().map(|m| file_version(&m));

@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use megatron_telemetry::taxonomy::{self, attr};
@@ -156,6 +157,35 @@ fn wait_for_status(control: &Path) {
     }
 }
 
+/// Standard error of a running child, line by line, readable while it runs.
+fn shared_stderr(child: &mut std::process::Child) -> (Arc<Mutex<String>>, std::thread::JoinHandle<()>) {
+    use std::io::BufRead as _;
+    let text = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&text);
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let mut text = sink.lock().unwrap();
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    (text, reader)
+}
+
+/// Waits (bounded) until `count` lines of `text` contain `needle`.
+fn wait_for_lines(text: &Mutex<String>, needle: &str, count: usize) {
+    let started = Instant::now();
+    while text.lock().unwrap().lines().filter(|l| l.contains(needle)).count() < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no {count} lines with {needle:?}: {}",
+            text.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn control_command(dir: &Path, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(BIN).current_dir(dir).arg("control").args(args).stdin(Stdio::null()).output().unwrap();
     (
@@ -188,16 +218,15 @@ fn lens_control_changes_a_live_run_and_bad_files_leave_it_as_it_was() {
     let mut command = command(&dir, &args);
     file_dir_env(&mut command, &dir, &control, "0.1");
     let mut child = command.spawn().unwrap();
-    let reader = drain_stderr(&mut child);
-    let settle = || std::thread::sleep(Duration::from_millis(400));
+    let (live, reader) = shared_stderr(&mut child);
 
-    // Bad versions: each warns, none changes the run.
+    // Bad versions: each warns on both ranks, none changes the run.
     write_control(&control, r#"{"generation": 1, "span_groups": "#, 0o600);
-    settle();
+    wait_for_lines(&live, "not JSON", 2);
     write_control(&control, r#"{"generation": 2, "span_groups": "per_step", "from_iteration": 0, "spam": 1}"#, 0o600);
-    settle();
+    wait_for_lines(&live, "key 'spam'", 2);
     write_control(&control, r#"{"generation": 7, "span_groups": "per_step", "from_iteration": 0}"#, 0o666);
-    settle();
+    wait_for_lines(&live, "other users can write it", 2);
 
     // `lens control` against the live run's status file.
     wait_for_status(&control);
@@ -214,12 +243,14 @@ fn lens_control_changes_a_live_run_and_bad_files_leave_it_as_it_was() {
         .unwrap_or_else(|| panic!("the start is printed: {stdout_ok}"));
     assert!(stdout_ok.contains("wrote generation 8"), "{stdout_ok}");
     assert_eq!(std::fs::metadata(&control).unwrap().permissions().mode() & 0o777, 0o600, "written for its owner only");
-    // Once every rank has read it, a lower generation changes nothing.
-    std::thread::sleep(Duration::from_millis(600));
+    // Once every rank applies it, a lower generation changes nothing.
+    wait_for_lines(&live, "applies generation 8", 2);
     write_control(&control, r#"{"generation": 3, "span_groups": "per_step", "from_iteration": 0}"#, 0o600);
+    wait_for_lines(&live, "lower than generation 8", 2);
 
     let status = wait_bounded(&mut child, LIMIT);
-    let stderr = reader.join().unwrap();
+    reader.join().unwrap();
+    let stderr = live.lock().unwrap().clone();
     assert!(status.success(), "the job never stops: {stderr}");
     for rank in 0..2 {
         let warned = |needle: &str| {
