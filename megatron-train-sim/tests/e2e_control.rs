@@ -25,9 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use megatron_telemetry::taxonomy::{self, attr};
-use support::{
-    BIN, SMALL, Span, command, drain_stderr, read_metrics, read_traces, run_command, temp_dir, wait_bounded, with,
-};
+use support::{BIN, SMALL, Span, command, read_metrics, read_traces, run_command, temp_dir, wait_bounded, with};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
