@@ -79,8 +79,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use lens_fallbacks::config::{HangTimeout, LensConfig};
+use lens_fallbacks::control::Change;
 use lens_fallbacks::{KeyValue, SpanGroup, SpanGuard, Telemetry, managed_span};
 
+use crate::control::RankControl;
 use crate::goodput::{Accountant, Bucket, Coverage, GoodputMetrics, GoodputTotals, ProgressRecord};
 use crate::mfu::FlopCount;
 pub use crate::names::EVENT_ATTRIBUTE;
@@ -352,6 +354,7 @@ pub struct TrainingOptions {
     world_size: u32,
     checkpoint_dir: Option<PathBuf>,
     launch: Option<SystemTime>,
+    control_hold: u64,
 }
 
 impl std::fmt::Debug for TrainingOptions {
@@ -385,6 +388,7 @@ impl TrainingOptions {
             world_size: 1,
             checkpoint_dir: None,
             launch: None,
+            control_hold: 0,
         }
     }
 
@@ -452,6 +456,14 @@ impl TrainingOptions {
         self.launch = Some(launch);
         self
     }
+
+    /// A test hook for the control file (`<PREFIX>_CONTROL_FILE`): this rank
+    /// takes what its control thread read only from iteration `iteration`
+    /// on, as a rank whose poll came late would (default 0: at once).
+    pub fn with_control_hold(mut self, iteration: u64) -> TrainingOptions {
+        self.control_hold = iteration;
+        self
+    }
 }
 
 /// One rank's training diagnosis: the event API (see the module docs).
@@ -463,6 +475,16 @@ pub struct Training {
     watchdog: Mutex<HangWatchdog>,
     goodput: Option<Mutex<GoodputState>>,
     launch: SystemTime,
+    control: RankControl,
+    /// What a control change of the hang timeout restarts the watchdog with.
+    watchdog_inputs: Option<WatchdogInputs>,
+}
+
+/// The watchdog's inputs besides its timeout.
+struct WatchdogInputs {
+    telemetry: std::sync::Weak<Telemetry>,
+    coordinates: RankCoordinates,
+    flush_timeout: Duration,
 }
 
 impl std::fmt::Debug for Training {
@@ -520,6 +542,7 @@ impl Training {
             world_size,
             checkpoint_dir,
             launch,
+            control_hold,
         } = options;
         let launch = launch.unwrap_or_else(SystemTime::now);
         let hang_timeout = hang_timeout.unwrap_or_else(|| telemetry.hang_timeout());
@@ -560,6 +583,8 @@ impl Training {
             watchdog: Mutex::new(watchdog),
             goodput,
             launch,
+            control: RankControl::start(telemetry, coordinates, control_hold),
+            watchdog_inputs: Some(WatchdogInputs { telemetry: Arc::downgrade(telemetry), coordinates, flush_timeout }),
         }
     }
 
@@ -572,6 +597,8 @@ impl Training {
             watchdog: Mutex::new(HangWatchdog::inert()),
             goodput: None,
             launch: SystemTime::now(),
+            control: RankControl::none(),
+            watchdog_inputs: None,
         }
     }
 
@@ -621,7 +648,14 @@ impl Training {
     /// completes it: the span ends, the rank enters `other`, goodput counts
     /// the iteration, `dl.training.iterations` follows, the watchdog sees
     /// progress and the FLOP count adds to MFU's window.
+    ///
+    /// With a control file (`<PREFIX>_CONTROL_FILE`), this is where a change
+    /// it asks for applies, at the iteration it names, before the
+    /// iteration's span opens (see the `control` module).
     pub fn iteration(&self, counter: u64) -> IterationGuard<'_> {
+        if let Some(change) = self.control.before_iteration(counter) {
+            self.apply_control(&change);
+        }
         self.phases.begin_iteration(counter);
         IterationGuard {
             training: self,
@@ -630,6 +664,29 @@ impl Training {
             started: Instant::now(),
             abandoned: false,
             ended: false,
+        }
+    }
+
+    /// The parts of a control change that are this handle's: per-rank
+    /// metrics paused or resumed, the watchdog restarted with the new
+    /// timeout.
+    #[cold]
+    fn apply_control(&self, change: &Change) {
+        if change.before.rank_metrics != change.after.rank_metrics {
+            self.rank_metrics.set_paused(!change.after.rank_metrics);
+        }
+        if change.before.hang_timeout != change.after.hang_timeout
+            && let Some(inputs) = &self.watchdog_inputs
+        {
+            let mut watchdog = self.watchdog.lock().unwrap_or_else(PoisonError::into_inner);
+            watchdog.stop();
+            *watchdog = HangWatchdog::start(
+                inputs.telemetry.clone(),
+                change.after.hang_timeout,
+                &self.phases,
+                inputs.coordinates,
+                inputs.flush_timeout,
+            );
         }
     }
 
@@ -731,6 +788,7 @@ impl Training {
     /// interval), the goodput and MFU gauges on the export rank, and the
     /// progress record.
     pub fn log_interval(&self) {
+        self.control.log_interval();
         let totals = self.phases.totals();
         self.rank_metrics.record(&totals);
         self.with_goodput(|s, now| {
@@ -768,6 +826,7 @@ impl Training {
     /// Stops the hang watchdog (the loop is over; a crash path that skips
     /// [`Training::finish`] calls this). Idempotent.
     pub fn stop_watchdog(&self) {
+        self.control.stop();
         self.watchdog.lock().unwrap_or_else(PoisonError::into_inner).stop();
     }
 

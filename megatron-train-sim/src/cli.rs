@@ -169,6 +169,10 @@ pub(crate) struct Args {
     /// watchdog's 60 s floor, so that the watchdog speaks first).
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub(crate) comm_timeout: u64,
+    /// Rank RANK takes what its telemetry control thread read (`MEGATRON_OTEL_CONTROL_FILE`) only from
+    /// iteration ITERATION on, as a rank whose poll came late (test aid). Repeatable.
+    #[arg(long, hide = true, value_name = "RANK:ITERATION", value_parser = parse_control_delay)]
+    pub(crate) inject_control_delay: Vec<(u32, u64)>,
     /// Launcher: write "RANK PID" lines to this file once the ranks are started (test aid).
     #[arg(long, hide = true, value_name = "PATH")]
     pub(crate) rank_pids_file: Option<PathBuf>,
@@ -191,6 +195,9 @@ pub(crate) enum Tool {
     /// Cross-rank analyses of a `file` export (stragglers, goodput, hangs):
     /// an alias of `lens analyze` (docs/ranks.md).
     Analyze(lens_command::analyze::AnalyzeArgs),
+    /// Change a running job's telemetry through its control file
+    /// (`MEGATRON_OTEL_CONTROL_FILE`): an alias of `lens control` (docs/control.md).
+    Control(lens_command::control::ControlArgs),
     /// Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md).
     Serve(crate::serve::ServeArgs),
 }
@@ -366,6 +373,14 @@ impl Args {
     pub(crate) fn num_microbatches(&self, layout: Layout) -> u64 {
         self.global_batch_size / (self.micro_batch_size * u64::from(layout.dp))
     }
+}
+
+/// Parses `RANK:ITERATION` (clap's value parser of `--inject-control-delay`).
+fn parse_control_delay(value: &str) -> Result<(u32, u64), String> {
+    let parsed = value
+        .split_once(':')
+        .and_then(|(rank, iteration)| Some((rank.trim().parse::<u32>().ok()?, iteration.trim().parse::<u64>().ok()?)));
+    parsed.ok_or_else(|| format!("expected RANK:ITERATION, two whole numbers such as 1:12, got {value:?}"))
 }
 
 #[cfg(test)]

@@ -44,14 +44,27 @@ pub(crate) struct InsightSetup<'a> {
     pub(crate) save: Option<&'a std::path::Path>,
     /// The peak MFU divides by (`crate::telemetry::MfuPeak`); `None`: no MFU.
     pub(crate) peak_tflops: Option<f64>,
+    /// `--inject-control-delay`: the iteration from which this rank takes
+    /// what its control thread read.
+    pub(crate) control_delay: Option<u64>,
 }
 
 impl RankInsight {
     /// The insight of one rank: the diagnosis records while telemetry is
     /// enabled, rank metrics where they are exported.
     pub(crate) fn new(telemetry: &Telemetry, setup: InsightSetup<'_>) -> RankInsight {
-        let InsightSetup { stragglers, hangs, rank, local_rank, coords, world, flops_per_iteration, save, peak_tflops } =
-            setup;
+        let InsightSetup {
+            stragglers,
+            hangs,
+            rank,
+            local_rank,
+            coords,
+            world,
+            flops_per_iteration,
+            save,
+            peak_tflops,
+            control_delay,
+        } = setup;
         let coordinates = RankCoordinates { rank, local_rank, pipeline: coords.pp, tensor: coords.tp, data: coords.dp };
         let mut options = TrainingOptions::new(coordinates)
             .with_world_size(world)
@@ -59,6 +72,9 @@ impl RankInsight {
             .with_flop_count(move |_iteration: u64| flops_per_iteration);
         if let Some(save) = save {
             options = options.with_checkpoint_dir(save);
+        }
+        if let Some(iteration) = control_delay {
+            options = options.with_control_hold(iteration);
         }
         let training = Arc::new(telemetry.training(options));
         RankInsight {

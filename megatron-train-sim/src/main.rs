@@ -77,6 +77,7 @@ fn main() -> ExitCode {
         // Aliases of `lens trace-view` and `lens analyze` (the same code).
         Some(cli::Tool::TraceView(view)) => return lens_command::trace_view::run(view),
         Some(cli::Tool::Analyze(analyze)) => return lens_command::analyze::run(analyze),
+        Some(cli::Tool::Control(control)) => return lens_command::control::run(control),
         Some(cli::Tool::Serve(serve)) => return serve::run(serve, program_start),
         None => {}
     }

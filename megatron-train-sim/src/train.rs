@@ -164,6 +164,7 @@ impl Trainer {
                     * tokens as f64,
                 save: args.save.as_deref(),
                 peak_tflops,
+                control_delay: args.inject_control_delay.iter().find(|(r, _)| *r == rank).map(|(_, i)| *i),
             },
         );
         comm.set_phases(insight.phases().clone());
