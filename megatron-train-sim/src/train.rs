@@ -156,6 +156,7 @@ impl Trainer {
             InsightSetup {
                 stragglers: &args.inject_straggler,
                 hangs: &args.inject_hang,
+                kills: &args.inject_kill,
                 rank,
                 local_rank: telemetry.local_rank(),
                 coords,
@@ -918,7 +919,14 @@ impl Trainer {
             // is durable.
             (Ok(()), false) => save.durable(),
             // Durable at its finalize.
-            (Ok(()), true) => self.pending_checkpoint = Some(save.in_flight()),
+            (Ok(()), true) => {
+                self.pending_checkpoint = Some(save.in_flight());
+                if self.args.inject_crash_during_save == Some(iteration) {
+                    // Dispatched, not finalized: the checkpoint never becomes durable.
+                    let why = format!("{} {iteration}", crate::faults::CRASH_DURING_SAVE_FLAG);
+                    crate::faults::die(self.rank(), &format!("{why}: the asynchronous save is in flight"));
+                }
+            }
             // A failed save keeps nothing.
             (Err(_), _) => save.failed(),
         }
