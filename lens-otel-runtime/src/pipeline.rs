@@ -149,6 +149,9 @@ pub struct PipelineOptions {
     pub scope: std::borrow::Cow<'static, str>,
     /// `service.version`.
     pub service_version: Option<String>,
+    /// Where the program saves checkpoints: the spool's default place is
+    /// beside them (`<dir>/lens-spool`).
+    pub checkpoint_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for PipelineOptions {
@@ -160,6 +163,7 @@ impl Default for PipelineOptions {
             lazy_resource: Vec::new(),
             scope: std::borrow::Cow::Borrowed(DEFAULT_SCOPE),
             service_version: None,
+            checkpoint_dir: None,
         }
     }
 }
