@@ -168,7 +168,9 @@ pub(crate) fn check_crash_during_save(
         problems.push(format!("{flag} needs --save DIR (and a save at iteration {iteration})"));
     } else if iteration > train_iters {
         problems.push(format!("{flag}: iteration {iteration} is never reached (--train-iters is {train_iters})"));
-    } else if iteration != train_iters && !save_interval.is_some_and(|every| every > 0 && iteration.is_multiple_of(every)) {
+    } else if iteration != train_iters
+        && !save_interval.is_some_and(|every| every > 0 && iteration.is_multiple_of(every))
+    {
         let interval = save_interval.map_or_else(|| "not given".to_string(), |every| every.to_string());
         problems.push(format!(
             "{flag}: there is no save at iteration {iteration} (saves come every --save-interval iterations, \

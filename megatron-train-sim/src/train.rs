@@ -1157,6 +1157,7 @@ mod tests {
                         env: BTreeMap::<String, String>::new(),
                         stamps: Default::default(),
                         graceful_signals: false,
+                        checkpoint_dir: None,
                     };
                     let telemetry = Telemetry::setup(&args.otel, setup).unwrap();
                     let stop = crate::signals::StopFlag::default();
