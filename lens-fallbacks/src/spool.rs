@@ -90,6 +90,62 @@ pub fn is_active() -> bool {
     return false;
 }
 
+/// What [`recover`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoverReport {
+    /// The spool files replayed and removed.
+    pub consumed: Vec<PathBuf>,
+    /// Spans exported.
+    pub spans: usize,
+    /// Of those, spans open when their process died (ended truncated).
+    pub truncated: usize,
+    /// Ended spans the dead processes had dropped from their full spools.
+    pub overflow: u64,
+    /// Spools left alone because their writer is alive.
+    pub alive: usize,
+    /// Warnings (damaged or foreign files, failed exports), also written on
+    /// standard error.
+    pub warnings: Vec<String>,
+}
+
+/// Replays every unconsumed spool in `dir` whose writer is dead, whatever
+/// its rank and run id, through `telemetry`'s span exporter, each with its
+/// dead process's resource (what `lens recover DIR` does for a run that is
+/// never restarted). Call it on a fresh handle, before any span. Spools
+/// whose spans cannot be exported stay, with a warning. Empty without
+/// `otel`.
+pub fn recover(telemetry: &crate::setup::Telemetry, dir: &std::path::Path) -> RecoverReport {
+    #[cfg(feature = "otel")]
+    {
+        let summary = telemetry.pipeline.recover(dir);
+        RecoverReport {
+            consumed: summary.consumed,
+            spans: summary.spans,
+            truncated: summary.truncated,
+            overflow: summary.overflow,
+            alive: summary.alive,
+            warnings: summary.warnings,
+        }
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (telemetry, dir);
+        RecoverReport::default()
+    }
+}
+
+/// This process's spool file, while it writes one.
+pub fn path(telemetry: &crate::setup::Telemetry) -> Option<PathBuf> {
+    #[cfg(feature = "otel")]
+    return telemetry.pipeline.spool_path().map(std::path::Path::to_path_buf);
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = telemetry;
+        None
+    }
+}
+
 /// The spool directory beside a program's checkpoints: `<checkpoints>/lens-spool`.
 pub fn dir_beside_checkpoints(checkpoints: &std::path::Path) -> PathBuf {
     checkpoints.join(SPOOL_SUBDIRECTORY)

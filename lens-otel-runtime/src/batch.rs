@@ -96,8 +96,18 @@ const LOGS: Pipeline = Pipeline {
 type LogItem = (SdkLogRecord, InstrumentationScope);
 
 /// What a batch processor queues: a span or a log record.
-trait Item: Clone + Send + Sync + 'static {}
-impl Item for SpanData {}
+trait Item: Clone + Send + Sync + 'static {
+    /// The key of the item in the rank's spool ([`crate::spool`]): spans
+    /// have one, log records none.
+    fn spool_key(&self) -> Option<u64> {
+        None
+    }
+}
+impl Item for SpanData {
+    fn spool_key(&self) -> Option<u64> {
+        Some(crate::spool::span_key(self))
+    }
+}
 impl Item for LogItem {}
 
 /// How the batch span processor queues, batches, exports and retries.
@@ -461,6 +471,9 @@ struct Inner<T> {
     last_error: Mutex<Option<String>>,
     warnings: RateLimit,
     export_threads: AtomicU64,
+    /// The rank's spool: told which spans have left (exported, or dropped
+    /// for good), so that it stops keeping them.
+    spool: std::sync::OnceLock<Arc<crate::spool::SpoolTable>>,
 }
 
 impl<T: Item> Inner<T> {
@@ -486,6 +499,15 @@ impl<T: Item> Inner<T> {
         if admission != Admission::Accepted {
             drop(queue);
             self.counters.record(ExportEvent::Offered(admission));
+            if let Some(spool) = self.spool.get()
+                && let Some(key) = span.spool_key()
+            {
+                // Dropped for good while the process lives (a closed
+                // processor's spans stay for the next attempt).
+                if admission != Admission::AfterShutdown {
+                    spool.released([key]);
+                }
+            }
             return false;
         }
         queue.push_back(span);
@@ -597,6 +619,52 @@ impl LensBatchSpanProcessor {
         Arc::clone(&self.owner.inner.counters)
     }
 
+    /// Tells `spool` which spans have left (exported, or dropped for good),
+    /// so that it keeps ended spans only until then. Once per processor.
+    pub fn set_spool(&self, spool: Arc<crate::spool::SpoolTable>) {
+        let _ = self.owner.inner.spool.set(spool);
+    }
+
+    /// Exports `spans` now, on the calling thread, with `resource` instead
+    /// of the processor's own (a replay of a dead process's spool), then
+    /// gives the exporter `own` back; waits at most `timeout`. Not counted
+    /// in this processor's counters. Call it before any span of this
+    /// lifetime is exported (setup does): the exporter must be idle.
+    ///
+    /// # Errors
+    ///
+    /// The exporter's error, [`OTelSdkError::Timeout`], or
+    /// [`OTelSdkError::InternalFailure`] when the exporter is busy.
+    pub fn export_with_resource(
+        &self,
+        spans: Vec<SpanData>,
+        resource: &Resource,
+        own: &Resource,
+        timeout: Duration,
+    ) -> OTelSdkResult {
+        let inner = &self.owner.inner;
+        let mut slot = lock(&inner.exporter);
+        let Some(exporter) = Arc::get_mut(&mut slot) else {
+            return Err(OTelSdkError::InternalFailure("the span exporter is busy".into()));
+        };
+        exporter.set_resource(resource);
+        let result = {
+            let exporter = Arc::clone(&slot);
+            match exporter.prepare(spans) {
+                Ok(payload) => {
+                    let future = exporter.export_payload(&payload);
+                    block_on_until(future, Instant::now() + timeout).unwrap_or(Err(OTelSdkError::Timeout(timeout)))
+                }
+                Err(error) => Err(error),
+            }
+        };
+        match Arc::get_mut(&mut slot) {
+            Some(exporter) => exporter.set_resource(own),
+            None => warn(format_args!("the span exporter is busy; replayed spans' resource may stay on it")),
+        }
+        result
+    }
+
     /// Queues an already-ended span, as [`SpanProcessor::on_end`] does: the
     /// open-span closer hands its truncated copies over through here.
     /// Returns whether the span was queued (unsampled spans are ignored and
@@ -658,6 +726,7 @@ impl<T: Item> Owner<T> {
             last_error: Mutex::new(None),
             warnings: RateLimit::new(WARNING_PERIOD),
             export_threads: AtomicU64::new(0),
+            spool: std::sync::OnceLock::new(),
         });
         let for_worker = Arc::clone(&inner);
         let worker = thread::Builder::new().name(pipeline.worker_thread.to_owned()).spawn(move || {
@@ -1005,7 +1074,15 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
 /// counted it as unsent at shutdown (the export outlived the deadline).
 fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
     let len = batch.len();
+    let spooled: Option<Vec<u64>> = inner.spool.get().map(|_| batch.iter().filter_map(Item::spool_key).collect());
     let outcome = export_with_retry(inner, batch);
+    // Exported, or dropped for good after the retry window: the spool stops
+    // keeping them. Abandoned at shutdown: kept, for the next attempt.
+    if let (Some(spool), Some(keys)) = (inner.spool.get(), spooled)
+        && outcome != Outcome::Abandoned
+    {
+        spool.released(keys);
+    }
     inner.counters.record(ExportEvent::Finished { len: len as u64 });
     let mut control = lock(&inner.control);
     if control.unresolved.remove(&start).is_some() {
