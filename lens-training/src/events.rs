@@ -502,6 +502,9 @@ struct GoodputState {
     last_flush: Instant,
     write_warned: bool,
     finished: bool,
+    /// Whether this attempt writes a spool (seen at [`Training::new`], after
+    /// setup; shutdown closes it before a program's summary reads the totals).
+    spool: bool,
 }
 
 /// How often the per-rank counters follow the iterations at most (also at
@@ -557,6 +560,7 @@ impl Training {
                 last_flush: Instant::now(),
                 write_warned: false,
                 finished: false,
+                spool: lens_fallbacks::spool::is_active(),
             })
         });
         Training {
@@ -794,7 +798,7 @@ impl Training {
     pub fn totals(&self) -> Option<GoodputTotals> {
         let state = self.goodput.as_ref()?.lock().unwrap_or_else(PoisonError::into_inner);
         let mut totals = state.accountant.snapshot(state.offset + state.origin.elapsed().as_secs_f64());
-        if !lens_fallbacks::spool::is_active() {
+        if !state.spool {
             totals.lost_precision = LostPrecision::LogInterval;
         }
         Some(totals)
