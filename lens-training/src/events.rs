@@ -861,8 +861,13 @@ impl GoodputState {
                 }
                 // The dead attempt's last progress, from its spool when setup
                 // replayed it: the charge is then exact.
-                let dead = lens_fallbacks::spool::replayed_progress()
-                    .and_then(|spool| DeadProgress::from_spool(spool.completed, spool.last_alive, record.written_at));
+                // It lived at least until the later of its last progress
+                // write (every iteration) and its last-alive stamp (every
+                // second).
+                let dead = lens_fallbacks::spool::replayed_progress().and_then(|spool| {
+                    let alive = spool.last_alive.max(spool.recorded_at);
+                    DeadProgress::from_spool(spool.completed, alive, record.written_at)
+                });
                 self.accountant.continue_from(record.resume_totals(iteration, dead));
             }
             Err(error) => warn(&format!("goodput: {error}; the goodput totals start fresh")),

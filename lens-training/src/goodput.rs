@@ -38,7 +38,7 @@
 //! writes its progress (iteration reached, last completed, last durable
 //! checkpoint) into its crash-safe spool at every iteration
 //! (`lens_fallbacks::spool::record_progress`); when the next attempt's setup
-//! replays the dead attempt's spool, its last progress and last-alive stamp
+//! replays the dead attempt's spool, its last progress and when it was last alive
 //! ([`DeadProgress`]) make the charge exact: every iteration completed after
 //! the checkpoint the run resumes from is lost, at any log interval, and the
 //! dead attempt's time after its last record is charged with it
@@ -231,8 +231,9 @@ impl LostPrecision {
 pub struct DeadProgress {
     /// The last iteration it completed (`None`: none).
     pub completed: Option<u64>,
-    /// Its last-alive stamp minus the time its progress record was written,
-    /// in seconds (0 when not known; negative or non-finite counts as 0).
+    /// The last time it was known alive minus the time its progress record
+    /// was written, in seconds (0 when not known; negative or non-finite
+    /// counts as 0).
     pub unseen_seconds: f64,
 }
 
@@ -581,8 +582,8 @@ pub struct ProgressRecord {
     /// The run's totals when the record was written.
     pub totals: GoodputTotals,
     /// When the record was written (`None` in a record of an older version):
-    /// the dead attempt's time after it, to its spool's last-alive stamp,
-    /// is charged at the resume.
+    /// the dead attempt's time after it, to when its spool says it was last
+    /// alive, is charged at the resume.
     pub written_at: Option<SystemTime>,
     /// Whether the attempt that wrote it had ended normally (nothing
     /// pending, nothing to charge).
@@ -591,11 +592,12 @@ pub struct ProgressRecord {
 
 impl DeadProgress {
     /// The dead attempt's progress from its spool: its last `completed`
-    /// iteration and last-alive stamp, against the progress record it left
-    /// (`record_written_at`). `None` when the spool cannot be the record's
-    /// writer's: its last-alive stamp, refreshed every second while it
-    /// lived, is more than [`SPOOL_STALENESS`] older than the record (a spool
-    /// of an earlier attempt, left beside a later attempt's record).
+    /// iteration and the last time it was known alive (the later of its
+    /// spool's last progress write and last-alive stamp), against the
+    /// progress record it left (`record_written_at`). `None` when the spool
+    /// cannot be the record's writer's: it was last alive more than
+    /// [`SPOOL_STALENESS`] before the record was written (a spool of an
+    /// earlier attempt, left beside a later attempt's record).
     pub fn from_spool(
         completed: Option<u64>,
         last_alive: SystemTime,
@@ -612,8 +614,9 @@ impl DeadProgress {
     }
 }
 
-/// How much older than a progress record a spool's last-alive stamp may be
-/// and still be its writer's (the stamp is refreshed every second).
+/// How long before a progress record was written its writer's spool may
+/// last have been alive and still be its writer's (the last-alive stamp is
+/// refreshed every second).
 pub const SPOOL_STALENESS: Duration = Duration::from_secs(3);
 
 /// Why a progress record could not be read or written.
