@@ -1157,13 +1157,16 @@ fn spool_variables_are_read_and_checked() {
     assert!(!config.spool);
     assert_eq!(config.spool_dir.as_deref(), Some(std::path::Path::new("/local/spool")));
     assert_eq!(config.spool_size_kib, 128);
-    for bad in ["63", "1048577", "4MiB", "-1"] {
+    for bad in ["63", "1048577", "-1"] {
         let error = megatron(&[("MEGATRON_OTEL_SPOOL_SIZE_KIB", bad)]).unwrap_err().to_string();
         assert!(
             error.contains("MEGATRON_OTEL_SPOOL_SIZE_KIB") && error.contains(bad) && error.contains("64 to 1048576"),
             "{error}"
         );
     }
+    // Not a number: the integer message every integer variable gives (SPEC 1.2).
+    let error = megatron(&[("MEGATRON_OTEL_SPOOL_SIZE_KIB", "4MiB")]).unwrap_err().to_string();
+    assert_eq!(error, "Invalid integer for MEGATRON_OTEL_SPOOL_SIZE_KIB: '4MiB'.");
     let error = megatron(&[("MEGATRON_OTEL_SPOOL", "maybe")]).unwrap_err().to_string();
     assert!(error.contains("MEGATRON_OTEL_SPOOL") && error.contains("maybe"), "{error}");
 }

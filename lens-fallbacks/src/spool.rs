@@ -104,6 +104,9 @@ pub struct RecoverReport {
     pub overflow: u64,
     /// Spools left alone because their writer is alive.
     pub alive: usize,
+    /// Spools that could not be read, decoded or exported (each named in a
+    /// warning), left in place.
+    pub failed: usize,
     /// Warnings (damaged or foreign files, failed exports), also written on
     /// standard error.
     pub warnings: Vec<String>,
@@ -125,6 +128,7 @@ pub fn recover(telemetry: &crate::setup::Telemetry, dir: &std::path::Path) -> Re
             truncated: summary.truncated,
             overflow: summary.overflow,
             alive: summary.alive,
+            failed: summary.failed,
             warnings: summary.warnings,
         }
     }

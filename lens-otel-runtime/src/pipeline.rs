@@ -649,8 +649,8 @@ pub fn setup(
         pipeline.spool = spool;
         return Ok(pipeline);
     }
-    let decision = RankDecision { exports, rank_metrics, records_spans, groups };
-    match build(config, rank, resource_attributes, options, env, decision, run_id, spool) {
+    let decision = RankDecision { exports, rank_metrics, records_spans, groups, run_id, spool };
+    match build(config, rank, resource_attributes, options, env, decision) {
         Ok(telemetry) => Ok(telemetry),
         Err(error) => {
             ACTIVE.store(false, Ordering::Release);
@@ -681,6 +681,10 @@ struct RankDecision {
     records_spans: bool,
     /// The span groups it enables.
     groups: GroupSet,
+    /// The run id, resolved once for the spool's header and the resource.
+    run_id: crate::identity::RunId,
+    /// The rank's spool file, made before the export decision's providers.
+    spool: Option<Arc<SpoolTable>>,
 }
 
 /// Builds the providers of an exporting rank.
@@ -691,10 +695,8 @@ fn build(
     mut options: PipelineOptions,
     env: &(dyn EnvSource + Send + Sync),
     decision: RankDecision,
-    run_id: crate::identity::RunId,
-    spool: Option<Arc<SpoolTable>>,
 ) -> Result<Pipeline, PipelineError> {
-    let RankDecision { exports, rank_metrics, records_spans, groups } = decision;
+    let RankDecision { exports, rank_metrics, records_spans, groups, run_id, spool } = decision;
     // SPEC A22: with nothing selecting a destination (and no exporter given
     // in code), OTLP to the local collector if one answers, else files.
     let custom = options.span_exporter.is_some() || options.metric_exporter.is_some();

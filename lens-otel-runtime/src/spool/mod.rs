@@ -377,14 +377,14 @@ impl SpoolTable {
     }
 
     fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= HEADER_SIZE);
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= HEADER_SIZE);
         // SAFETY: the mapping is page-aligned, `offset` is a multiple of 8
         // within the header, and the mapping lives as long as `self`.
         unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }
     }
 
     fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset % 4 == 0 && offset + 4 <= self.len);
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= self.len);
         // SAFETY: as for `atomic_u64`, with 4-byte alignment.
         unsafe { AtomicU32::from_ptr(self.base.add(offset).cast()) }
     }
@@ -419,14 +419,6 @@ impl SpoolTable {
     /// Ended spans dropped from the spool because every slot was taken.
     pub fn overflow(&self) -> u64 {
         self.atomic_u64(OFF_OVERFLOW).load(Ordering::Relaxed)
-    }
-
-    /// # Safety
-    /// The caller holds `slots` and `index < slot_count`.
-    unsafe fn slot_mut(&self, index: u32) -> &mut [u8] {
-        let range = format::slot_range(index);
-        // SAFETY: in bounds (index < slot_count), and exclusive under the lock.
-        unsafe { std::slice::from_raw_parts_mut(self.base.add(range.start), SLOT_SIZE) }
     }
 
     fn slots(&self) -> Option<MutexGuard<'_, Slots>> {
@@ -498,9 +490,11 @@ impl SpoolTable {
         let state_word = self.atomic_u32(format::slot_range(index).start + SLOT_STATE);
         state_word.store(STATE_WRITING, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
-        // SAFETY: the lock is held (callers hold the `slots` guard) and
-        // `index` came from the free list or the table.
-        let slot = unsafe { self.slot_mut(index) };
+        let range = format::slot_range(index);
+        // SAFETY: in bounds (`index` came from the free list or the table, so
+        // it is below `slot_count`), and exclusive: callers hold the `slots`
+        // lock, under which alone slot bytes are written.
+        let slot = unsafe { std::slice::from_raw_parts_mut(self.base.add(range.start), SLOT_SIZE) };
         format::encode_span(slot, span);
         state_word.store(state, Ordering::Release);
     }

@@ -26,6 +26,10 @@ use super::ReplayedProgress;
 use super::format::{self, FormatError, Header, STATE_ENDED, STATE_OPEN};
 use crate::closer::{SPAN_TRUNCATED_REASON_PROCESS_DIED, mark_truncated};
 
+/// What a replay hands each file's spans to, with the dead process's
+/// resource: `Ok` once the exporter accepted them.
+pub type ExportFn<'a> = dyn FnMut(Vec<SpanData>, &Resource) -> Result<(), String> + 'a;
+
 /// Which spools a replay takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -63,6 +67,9 @@ pub struct ReplaySummary {
     pub overflow: u64,
     /// Spools left alone because their writer is alive (lock held).
     pub alive: usize,
+    /// Spools that could not be read, decoded or exported (each named in a
+    /// warning); left in place.
+    pub failed: usize,
     /// Warnings (damaged files, other versions, failed exports), each also
     /// written on standard error.
     pub warnings: Vec<String>,
@@ -131,7 +138,7 @@ pub fn replay_dir(
     dir: &Path,
     claim: Claim,
     own: Option<&Path>,
-    export: &mut dyn FnMut(Vec<SpanData>, &Resource) -> Result<(), String>,
+    export: &mut ExportFn<'_>,
 ) -> ReplaySummary {
     let mut summary = ReplaySummary::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -160,7 +167,7 @@ fn replay_file(
     claim: Claim,
     uid: u32,
     summary: &mut ReplaySummary,
-    export: &mut dyn FnMut(Vec<SpanData>, &Resource) -> Result<(), String>,
+    export: &mut ExportFn<'_>,
 ) {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = match std::fs::OpenOptions::new()
@@ -185,6 +192,7 @@ fn replay_file(
         }
         Err(std::fs::TryLockError::Error(error)) => {
             warn(summary, format!("spool {}: cannot lock it ({error}); left alone", path.display()));
+            summary.failed += 1;
             return;
         }
     }
@@ -192,6 +200,7 @@ fn replay_file(
         Ok(bytes) => bytes,
         Err(error) => {
             warn(summary, format!("spool {}: cannot read it ({error}); left alone", path.display()));
+            summary.failed += 1;
             return;
         }
     };
@@ -206,6 +215,7 @@ fn replay_file(
         Ok(dead) => dead,
         Err(error) => {
             warn(summary, format!("spool {}: {error}; ignored", path.display()));
+            summary.failed += 1;
             return;
         }
     };
@@ -235,6 +245,7 @@ fn replay_file(
                 path.display()
             ),
         );
+        summary.failed += 1;
         return;
     }
     if let Err(error) = std::fs::remove_file(path) {
