@@ -115,7 +115,7 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
 }
 
 /// Replays the spools of `args.dir`.
-pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::RecoverReport, RecoverError> {
+pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport, RecoverError> {
     let input = |reason: String| RecoverError::Input { path: args.dir.clone(), reason };
     match std::fs::metadata(&args.dir) {
         Ok(metadata) if metadata.is_dir() => {}

@@ -22,29 +22,8 @@
 //! ```
 
 use std::path::PathBuf;
-use std::time::SystemTime;
 
-/// What the previous attempt's rank-0 spool said when setup replayed it:
-/// its last progress record and its writer's last-alive stamp.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReplayedProgress {
-    /// The spool file that was replayed.
-    pub file: PathBuf,
-    /// The run id in that spool's header (it may differ from this run's).
-    pub run_id: String,
-    /// The last iteration reached (entered) by the dead attempt.
-    pub reached: u64,
-    /// The last iteration it completed, if any.
-    pub completed: Option<u64>,
-    /// The last iteration whose checkpoint was durable, if any.
-    pub durable: Option<u64>,
-    /// When that progress record was written.
-    pub recorded_at: SystemTime,
-    /// The dead writer's last-alive stamp (refreshed every second while it
-    /// lived): the best estimate of its time of death.
-    pub last_alive: SystemTime,
-}
+pub use crate::report::{ReplayReport, ReplayedProgress};
 
 /// Writes this rank's progress record into its spool: the iteration
 /// `reached` (entered), the last `completed` one and the last one whose
@@ -67,15 +46,7 @@ pub fn record_progress(reached: u64, completed: Option<u64>, durable: Option<u64
 /// setup's replay replaces it.
 pub fn replayed_progress() -> Option<ReplayedProgress> {
     #[cfg(feature = "otel")]
-    return lens_otel_runtime::spool::replayed_progress().map(|replayed| ReplayedProgress {
-        file: replayed.file,
-        run_id: replayed.run_id,
-        reached: replayed.reached,
-        completed: replayed.completed,
-        durable: replayed.durable,
-        recorded_at: replayed.recorded_at,
-        last_alive: replayed.last_alive,
-    });
+    return lens_otel_runtime::spool::replayed_progress();
     #[cfg(not(feature = "otel"))]
     return None;
 }
@@ -90,52 +61,19 @@ pub fn is_active() -> bool {
     return false;
 }
 
-/// What [`recover`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecoverReport {
-    /// The spool files replayed and removed.
-    pub consumed: Vec<PathBuf>,
-    /// Spans exported.
-    pub spans: usize,
-    /// Of those, spans open when their process died (ended truncated).
-    pub truncated: usize,
-    /// Ended spans the dead processes had dropped from their full spools.
-    pub overflow: u64,
-    /// Spools left alone because their writer is alive.
-    pub alive: usize,
-    /// Spools that could not be read, decoded or exported (each named in a
-    /// warning), left in place.
-    pub failed: usize,
-    /// Warnings (damaged or foreign files, failed exports), also written on
-    /// standard error.
-    pub warnings: Vec<String>,
-}
-
 /// Replays every unconsumed spool in `dir` whose writer is dead, whatever
 /// its rank and run id, through `telemetry`'s span exporter, each with its
 /// dead process's resource (what `lens recover DIR` does for a run that is
 /// never restarted). Call it on a fresh handle, before any span. Spools
 /// whose spans cannot be exported stay, with a warning. Empty without
 /// `otel`.
-pub fn recover(telemetry: &crate::setup::Telemetry, dir: &std::path::Path) -> RecoverReport {
+pub fn recover(telemetry: &crate::setup::Telemetry, dir: &std::path::Path) -> ReplayReport {
     #[cfg(feature = "otel")]
-    {
-        let summary = telemetry.pipeline.recover(dir);
-        RecoverReport {
-            consumed: summary.consumed,
-            spans: summary.spans,
-            truncated: summary.truncated,
-            overflow: summary.overflow,
-            alive: summary.alive,
-            failed: summary.failed,
-            warnings: summary.warnings,
-        }
-    }
+    return telemetry.pipeline.recover(dir);
     #[cfg(not(feature = "otel"))]
     {
         let _ = (telemetry, dir);
-        RecoverReport::default()
+        ReplayReport::default()
     }
 }
 

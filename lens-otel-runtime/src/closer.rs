@@ -7,15 +7,21 @@
 //! otherwise lose them, and with them the parents of every span already
 //! exported. In Python the closer holds the live spans and ends them. An
 //! OpenTelemetry Rust span processor only *borrows* a span in `on_start`, so
-//! [`OpenSpanCloser`] keeps a snapshot of each open span instead, taken when
-//! it starts and dropped when it ends; at shutdown it turns the snapshots of
-//! the spans still open into ended, marked copies and hands them to the batch
-//! span processor before that one drains.
+//! [`OpenSpanCloser`] keeps a record of each open span instead, written when
+//! it starts into a slot of the rank's spool ([`crate::spool`], the one
+//! open-span registry: a memory-mapped file that a killed process leaves for
+//! the next attempt, or the same table in anonymous memory when the spool is
+//! off), and marked ended when it ends (the batch processor frees the slot
+//! once the span is exported); at shutdown it turns the records of the spans
+//! still open into ended, marked copies and hands them to the batch span
+//! processor before that one drains.
 //!
 //! What such a copy lacks, compared with the span its owner would have
 //! ended: attributes, events and links added after the span started, a name
-//! changed after it started, and its status (left unset, as in the original,
-//! which did not set ERROR either). Its end time is the shutdown time.
+//! changed after it started, its links, attributes beyond what a 1 KiB slot
+//! holds (counted as dropped), and its status (left unset, as in the
+//! original, which did not set ERROR either). Its end time is the shutdown
+//! time.
 //!
 //! Wiring: register the closer *before* the batch processor, so that the
 //! provider's shutdown (which shuts processors down in order) closes spans
@@ -47,8 +53,9 @@
 //! span whose owner ends it after shutdown is not exported a second time.
 //!
 //! In a forked child the closer forgets the parent's open spans (the child
-//! must not export them again) and never waits on a lock that a thread of the
-//! parent held at the fork.
+//! must not export them again): it keeps its own in a table of its own in
+//! anonymous memory, never in the parent's spool file, and never waits on a
+//! lock that a thread of the parent held at the fork.
 
 use std::collections::HashMap;
 use std::fmt;

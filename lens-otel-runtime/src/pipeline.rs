@@ -487,7 +487,7 @@ impl Pipeline {
     /// through this pipeline's span exporter (`lens recover DIR`). Call it
     /// before this lifetime records any span. Without a span exporter every
     /// spool that holds spans is kept, with a warning.
-    pub fn recover(&self, dir: &std::path::Path) -> crate::spool::ReplaySummary {
+    pub fn recover(&self, dir: &std::path::Path) -> crate::spool::ReplayReport {
         let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match &self.replay {
             Some((batch, own, timeout)) => {
                 batch.export_with_resource(spans, resource, own, *timeout).map_err(|error| error.to_string())

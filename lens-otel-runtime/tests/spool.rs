@@ -150,7 +150,7 @@ fn a_dead_writers_spool_is_replayed_once_at_setup() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn collect(dir: &Path, claim: Claim) -> (lens_otel_runtime::spool::ReplaySummary, Vec<(SpanData, Resource)>) {
+fn collect(dir: &Path, claim: Claim) -> (lens_otel_runtime::spool::ReplayReport, Vec<(SpanData, Resource)>) {
     let mut got = Vec::new();
     let summary = replay_dir(dir, claim, None, &mut |spans, resource| {
         got.extend(spans.into_iter().map(|s| (s, resource.clone())));

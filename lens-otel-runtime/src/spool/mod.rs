@@ -50,7 +50,7 @@ use self::format::{
     OFF_META_LEN, OFF_OVERFLOW, OFF_PROGRESS_AT, OFF_PROGRESS_SEQ, OFF_REACHED, SLOT_SIZE, SLOT_STATE, STATE_ENDED,
     STATE_FREE, STATE_OPEN, STATE_WRITING, nanos,
 };
-pub use self::replay::{ReplaySummary, replay_dir};
+pub use self::replay::replay_dir;
 
 /// The spool directory's name inside a checkpoint or file-export directory.
 pub const SPOOL_SUBDIRECTORY: &str = "lens-spool";
@@ -66,24 +66,7 @@ pub const ANONYMOUS_SLOTS: u32 = 4096;
 /// The boot id's file.
 pub const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 
-/// What a replayed rank-0 spool said about the dead attempt's progress.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReplayedProgress {
-    /// The spool file that was replayed.
-    pub file: PathBuf,
-    /// The run id in its header.
-    pub run_id: String,
-    /// The last iteration reached (entered).
-    pub reached: u64,
-    /// The last iteration completed, if any.
-    pub completed: Option<u64>,
-    /// The last iteration durably checkpointed, if any.
-    pub durable: Option<u64>,
-    /// When the progress record was last written.
-    pub recorded_at: SystemTime,
-    /// The writer's last-alive stamp (refreshed every second).
-    pub last_alive: SystemTime,
-}
+pub use lens_core::report::{ReplayReport, ReplayedProgress};
 
 /// What setup's replay learned from rank 0's dead spool.
 static REPLAYED: Mutex<Option<ReplayedProgress>> = Mutex::new(None);

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SpanData;
 
-use super::ReplayedProgress;
 use super::format::{self, FormatError, Header, STATE_ENDED, STATE_OPEN};
+use super::{ReplayReport, ReplayedProgress};
 use crate::closer::{SPAN_TRUNCATED_REASON_PROCESS_DIED, mark_truncated};
 
 /// What a replay hands each file's spans to, with the dead process's
@@ -52,30 +52,6 @@ impl Claim {
             Claim::Rank { rank: own, world_size } => rank == own || (own == 0 && rank >= world_size),
         }
     }
-}
-
-/// What a replay did.
-#[derive(Debug, Default)]
-pub struct ReplaySummary {
-    /// The spool files consumed (their spans exported, then removed).
-    pub consumed: Vec<PathBuf>,
-    /// Spans exported.
-    pub spans: usize,
-    /// Of those, open spans ended truncated.
-    pub truncated: usize,
-    /// Ended spans the dead writers had dropped from their full spools.
-    pub overflow: u64,
-    /// Spools left alone because their writer is alive (lock held).
-    pub alive: usize,
-    /// Spools that could not be read, decoded or exported (each named in a
-    /// warning); left in place.
-    pub failed: usize,
-    /// Warnings (damaged files, other versions, failed exports), each also
-    /// written on standard error.
-    pub warnings: Vec<String>,
-    /// Rank 0's progress record, from the consumed rank-0 spool with the
-    /// latest last-alive stamp.
-    pub progress: Option<ReplayedProgress>,
 }
 
 /// A dead writer's spool, read.
@@ -134,13 +110,8 @@ pub fn is_spool_file(path: &Path) -> bool {
 /// `export`, and removes each file whose export succeeded. `own` is this
 /// process's spool file (never replayed). A missing directory replays
 /// nothing.
-pub fn replay_dir(
-    dir: &Path,
-    claim: Claim,
-    own: Option<&Path>,
-    export: &mut ExportFn<'_>,
-) -> ReplaySummary {
-    let mut summary = ReplaySummary::default();
+pub fn replay_dir(dir: &Path, claim: Claim, own: Option<&Path>, export: &mut ExportFn<'_>) -> ReplayReport {
+    let mut summary = ReplayReport::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return summary;
     };
@@ -157,18 +128,12 @@ pub fn replay_dir(
     summary
 }
 
-fn warn(summary: &mut ReplaySummary, message: String) {
+fn warn(summary: &mut ReplayReport, message: String) {
     crate::diag::warn(format_args!("{message}"));
     summary.warnings.push(message);
 }
 
-fn replay_file(
-    path: &Path,
-    claim: Claim,
-    uid: u32,
-    summary: &mut ReplaySummary,
-    export: &mut ExportFn<'_>,
-) {
+fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = match std::fs::OpenOptions::new()
         .read(true)
@@ -262,15 +227,13 @@ fn replay_file(
         && let Some(progress) = header.progress
         && summary.progress.as_ref().is_none_or(|p| p.last_alive < header.last_alive)
     {
-        summary.progress = Some(ReplayedProgress {
-            file: path.to_path_buf(),
-            run_id: header.run_id.clone(),
-            reached: progress.reached,
-            completed: progress.completed,
-            durable: progress.durable,
-            recorded_at: progress.at,
-            last_alive: header.last_alive,
-        });
+        summary.progress = Some(ReplayedProgress::new(
+            path.to_path_buf(),
+            header.run_id.clone(),
+            (progress.reached, progress.completed, progress.durable),
+            progress.at,
+            header.last_alive,
+        ));
     }
     summary.consumed.push(path.to_path_buf());
 }
