@@ -19,6 +19,8 @@
 //! - every span that had ended before the kill arrives exactly once
 //!   (whether its batch was exported before the kill or waited in the
 //!   spool), and none is missing from the tree;
+//! - the resumed attempt's goodput (its last rank's summary) charges the
+//!   iterations after the checkpoint exactly;
 //! - a further resume replays nothing.
 //!
 //! One run is shared by every assertion (CI has 2 cores).
@@ -38,6 +40,9 @@ const FORWARD_BACKWARD: &str = "megatron.train.iteration.forward_backward";
 /// The iteration both ranks die in (1-based), and its `megatron.iteration`
 /// attribute (the counter at its start).
 const KILLED_IN: u64 = 8;
+/// The skew between two ranks' clocks of one iteration boundary (they leave
+/// it through the same all-reduce; more on a loaded machine).
+const RANK_SKEW_S: f64 = 0.2;
 /// The most one attempt may take.
 const ATTEMPT_LIMIT: Duration = Duration::from_secs(120);
 
@@ -101,7 +106,16 @@ fn after_every_rank_is_killed_the_resume_replays_each_open_and_unexported_span_o
     let tracker = std::fs::read_to_string(ctx.path("D/latest_checkpointed_iteration.txt")).unwrap();
     assert_eq!(tracker.trim(), "5");
     let resumed_at = now_ns();
-    attempt("resumed", &["--load", "D"]).assert_success("the resumed attempt");
+    attempt("resumed", &["--load", "D", "--summary-json", "summary.json"]).assert_success("the resumed attempt");
+    // Goodput, from the last rank's summary: every iteration completed after
+    // the checkpoint of 5 is lost (6 and 7; 8 was under way), exactly, on
+    // every rank (each rank replayed its own predecessor's progress).
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(ctx.path("summary.json")).unwrap()).unwrap();
+    let goodput = &summary["goodput"];
+    assert_eq!(goodput["lost_iterations"], KILLED_IN - 1 - 5, "{goodput}");
+    assert_eq!(goodput["lost_precision"], "iteration", "{goodput}");
+    assert_eq!(goodput["productive_iterations"], 12, "{goodput}");
+    let lost_s = goodput["seconds"]["lost_progress"].as_f64().unwrap();
     let after_resume = sink.records();
 
     // Every span arrives once: no span id twice, whichever attempt sent it.
@@ -138,6 +152,15 @@ fn after_every_rank_is_killed_the_resume_replays_each_open_and_unexported_span_o
         }
         let open_iteration = iterations[&(KILLED_IN - 1)][0];
         let before = iterations[&(KILLED_IN - 2)][0];
+        if rank == 1 {
+            // The summary's rank: its lost time holds the lost iterations'
+            // (6 and 7: counters 5 and 6), from the moment it was last known
+            // alive (its progress write as iteration 8 began); the record it
+            // is counted from is rank 0's (a little skew either way).
+            let steps_s: f64 =
+                [5, 6].iter().map(|c| iterations[c][0]).map(|s| (s.end_ns - s.start_ns) as f64 / 1e9).sum();
+            assert!(lost_s >= steps_s - RANK_SKEW_S, "lost {lost_s} s, iterations 6 and 7 took {steps_s} s");
+        }
 
         // The open interval: once, truncated, the parent of iterations 6, 7
         // and 8 (its original id), in their trace, started before them.
@@ -169,6 +192,18 @@ fn after_every_rank_is_killed_the_resume_replays_each_open_and_unexported_span_o
         assert_eq!(names, [TRAIN, ITERATION, FORWARD_BACKWARD], "rank {rank}");
         for span in &replayed_open {
             assert_eq!(span.trace_id, interval.trace_id, "rank {rank}: {}", span.name);
+            let reasons: Vec<_> = span
+                .events
+                .iter()
+                .filter(|(name, _)| name == "nemo.span.truncated")
+                .map(|(_, attributes)| attributes.get("nemo.span.truncated.reason"))
+                .collect();
+            assert_eq!(
+                reasons,
+                [Some(&Value::from("the process died; replayed by the next attempt"))],
+                "rank {rank}: {}",
+                span.name
+            );
             assert!(span.start_ns <= span.end_ns && span.end_ns <= resumed_at, "rank {rank}: {span:?}");
             if span.name != TRAIN {
                 assert!(span.start_ns >= before.end_ns, "rank {rank}: {} starts in iteration 8", span.name);
