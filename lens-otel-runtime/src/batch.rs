@@ -633,8 +633,9 @@ impl LensBatchSpanProcessor {
     ///
     /// # Errors
     ///
-    /// The exporter's error, [`OTelSdkError::Timeout`], or
-    /// [`OTelSdkError::InternalFailure`] when the exporter is busy.
+    /// [`OTelSdkError::InternalFailure`] with the exporter's error, a
+    /// timeout, or a busy exporter, its message redacted of the configured
+    /// header values (as the batch path's warnings are).
     pub fn export_with_resource(
         &self,
         spans: Vec<SpanData>,
@@ -662,7 +663,12 @@ impl LensBatchSpanProcessor {
             Some(exporter) => exporter.set_resource(own),
             None => warn(format_args!("the span exporter is busy; replayed spans' resource may stay on it")),
         }
-        result
+        // The error may quote a collector's answer that echoes the request's
+        // headers: its message goes into warnings, so it is redacted as the
+        // batch path's are.
+        result.map_err(|error| {
+            OTelSdkError::InternalFailure(crate::diag::redact(&error.to_string(), &inner.config.redact))
+        })
     }
 
     /// Queues an already-ended span, as [`SpanProcessor::on_end`] does: the

@@ -10,9 +10,9 @@
 //! | Call | Span ([`Event`]) | Phase | Goodput |
 //! |---|---|---|---|
 //! | [`Training::new`] | — | `other` | the attempt starts (at the launch stamp) |
-//! | [`Training::checkpoint_load`] → [`LoadGuard::resumed`] | `checkpoint_load` | `checkpoint` | `checkpoint_load`; the progress record continues the run |
+//! | [`Training::checkpoint_load`] → [`LoadGuard::resumed`] | `checkpoint_load` | `checkpoint` | `checkpoint_load`; the progress record (and the dead attempt's replayed spool) continues the run |
 //! | [`Training::loop_started`] | `startup` (backdated) | — | startup ends |
-//! | [`Training::iteration`] → [`IterationGuard`] dropped | `iteration` | `other` after it | an iteration completed; `dl.training.iterations` |
+//! | [`Training::iteration`] → [`IterationGuard`] dropped | `iteration` | `other` after it | an iteration completed; `dl.training.iterations`; progress into the spool at both ends |
 //! | [`Training::phase`], [`Training::mark`], [`Training::wait`] | the phase's, where configured | that phase | — |
 //! | [`Training::checkpoint_save`] → [`SaveGuard::durable`] / [`SaveGuard::failed`] / [`SaveGuard::in_flight`] | `checkpoint_save` | `checkpoint` | `checkpoint_save`; kept once durable |
 //! | [`Training::checkpoint_finalize`] → [`FinalizeGuard::durable`] | `checkpoint_finalize` | `checkpoint` | `checkpoint_save`; kept |
@@ -83,7 +83,9 @@ use lens_fallbacks::control::Change;
 use lens_fallbacks::{KeyValue, SpanGroup, SpanGuard, Telemetry, managed_span};
 
 use crate::control::RankControl;
-use crate::goodput::{Accountant, Bucket, Coverage, GoodputMetrics, GoodputTotals, ProgressRecord};
+use crate::goodput::{
+    Accountant, Bucket, Coverage, DeadProgress, GoodputMetrics, GoodputTotals, LostPrecision, ProgressRecord,
+};
 use crate::mfu::FlopCount;
 pub use crate::names::EVENT_ATTRIBUTE;
 use crate::names::{ASYNC_ATTRIBUTE, DURABLE_ATTRIBUTE, ITERATION_ATTRIBUTE, spans};
@@ -507,7 +509,10 @@ struct GoodputState {
     peak_tflops: Option<f64>,
     flops: Option<Box<dyn FlopCount>>,
     world_size: u32,
-    /// The last completed iteration and the latest durable checkpoint's.
+    /// The last iteration reached (entered), the last completed and the
+    /// latest durable checkpoint's: the progress written into the spool at
+    /// every iteration and into the record at log intervals.
+    reached: u64,
     iteration: u64,
     checkpoint_iteration: Option<u64>,
     /// MFU's window: FLOPs since the last log interval, and the step time
@@ -519,6 +524,9 @@ struct GoodputState {
     last_flush: Instant,
     write_warned: bool,
     finished: bool,
+    /// Whether this attempt writes a spool (seen at [`Training::new`], after
+    /// setup; shutdown closes it before a program's summary reads the totals).
+    spool: bool,
 }
 
 /// How often the per-rank counters follow the iterations at most (also at
@@ -566,6 +574,7 @@ impl Training {
                 peak_tflops,
                 flops,
                 world_size,
+                reached: 0,
                 iteration: 0,
                 checkpoint_iteration: None,
                 window_flops: 0.0,
@@ -574,6 +583,7 @@ impl Training {
                 last_flush: Instant::now(),
                 write_warned: false,
                 finished: false,
+                spool: lens_fallbacks::spool::is_active(),
             })
         });
         Training {
@@ -647,7 +657,9 @@ impl Training {
     /// before it, the loop's counter). Its span opens; dropping the guard
     /// completes it: the span ends, the rank enters `other`, goodput counts
     /// the iteration, `dl.training.iterations` follows, the watchdog sees
-    /// progress and the FLOP count adds to MFU's window.
+    /// progress and the FLOP count adds to MFU's window. Both ends write the
+    /// rank's progress into its spool (`lens_fallbacks::spool::record_progress`:
+    /// a few stores), so that a crash at any iteration is charged exactly.
     ///
     /// With a control file (`<PREFIX>_CONTROL_FILE`), this is where a change
     /// it asks for applies, at the iteration it names, before the
@@ -657,6 +669,10 @@ impl Training {
             self.apply_control(&change);
         }
         self.phases.begin_iteration(counter);
+        self.with_goodput(|s, _| {
+            s.reached = counter.saturating_add(1);
+            s.record_progress();
+        });
         IterationGuard {
             training: self,
             span: self.open(Event::Iteration, counter),
@@ -698,6 +714,8 @@ impl Training {
         self.with_goodput(|s, now| {
             s.accountant.iteration_completed(now);
             s.iteration = completed;
+            s.reached = s.reached.max(completed);
+            s.record_progress();
             if let Some(flops) = &s.flops {
                 s.window_flops += flops.flops(completed);
             }
@@ -830,10 +848,19 @@ impl Training {
         self.watchdog.lock().unwrap_or_else(PoisonError::into_inner).stop();
     }
 
-    /// The run's goodput totals now (`None` with telemetry off).
+    /// The run's goodput totals now (`None` with telemetry off). Their
+    /// [`lost_precision`](GoodputTotals::lost_precision) says
+    /// [`LostPrecision::LogInterval`] when a resume charged a dead attempt
+    /// from its progress record alone, or when this attempt writes no spool
+    /// (`<PREFIX>_SPOOL=0`, a failed mapping): a crash of it would be charged
+    /// to the last log interval.
     pub fn totals(&self) -> Option<GoodputTotals> {
         let state = self.goodput.as_ref()?.lock().unwrap_or_else(PoisonError::into_inner);
-        Some(state.accountant.snapshot(state.offset + state.origin.elapsed().as_secs_f64()))
+        let mut totals = state.accountant.snapshot(state.offset + state.origin.elapsed().as_secs_f64());
+        if !state.spool {
+            totals.lost_precision = LostPrecision::LogInterval;
+        }
+        Some(totals)
     }
 
     /// The MFU of the latest log interval (`None` without a peak, a FLOP
@@ -850,6 +877,12 @@ impl GoodputState {
         self.write_record(now);
     }
 
+    /// This rank's progress into its spool (nothing without one).
+    fn record_progress(&self) {
+        let completed = (self.iteration > 0).then_some(self.iteration);
+        lens_fallbacks::spool::record_progress(self.reached, completed, self.checkpoint_iteration);
+    }
+
     fn write_record(&mut self, now: f64) {
         let Some(dir) = &self.record_dir else { return };
         let record = ProgressRecord {
@@ -857,6 +890,8 @@ impl GoodputState {
             iteration: self.iteration,
             checkpoint_iteration: self.checkpoint_iteration,
             totals: self.accountant.snapshot(now),
+            written_at: Some(SystemTime::now()),
+            normal_end: self.finished,
         };
         if let Err(error) = std::fs::create_dir_all(dir)
             .map_err(|e| format!("{}: {e}", dir.display()))
@@ -869,7 +904,9 @@ impl GoodputState {
 
     fn resume(&mut self, dir: &Path, iteration: u64) {
         self.iteration = iteration;
+        self.reached = iteration;
         self.checkpoint_iteration = Some(iteration);
+        self.record_progress();
         match ProgressRecord::read(dir) {
             Ok(None) => {}
             Ok(Some(record)) => {
@@ -881,7 +918,16 @@ impl GoodputState {
                         record.checkpoint_iteration.map_or_else(|| "none".to_string(), |i| i.to_string())
                     ));
                 }
-                self.accountant.continue_from(record.totals.resume());
+                // The dead attempt's last progress, from its spool when setup
+                // replayed it: the charge is then exact.
+                // It lived at least until the later of its last progress
+                // write (every iteration) and its last-alive stamp (every
+                // second).
+                let dead = lens_fallbacks::spool::replayed_progress().and_then(|spool| {
+                    let alive = spool.last_alive.max(spool.recorded_at);
+                    DeadProgress::from_spool(spool.completed, alive, record.written_at)
+                });
+                self.accountant.continue_from(record.resume_totals(iteration, dead));
             }
             Err(error) => warn(&format!("goodput: {error}; the goodput totals start fresh")),
         }
@@ -1015,9 +1061,12 @@ impl LoadGuard<'_> {
     }
 
     /// The run resumes from the checkpoint of `iteration` in `dir`: the
-    /// goodput totals continue from the progress record there (the dead
-    /// attempt's pending time charged as lost; a record of the schema
-    /// before the rename reads alike), if any. A record that cannot be
+    /// goodput totals continue from the progress record there (a record of
+    /// the schema before the rename reads alike), if any, charging the dead
+    /// attempt's lost progress: exactly (every iteration it completed after
+    /// `iteration`) when setup replayed its spool
+    /// (`lens_fallbacks::spool::replayed_progress`), else its pending time
+    /// at the record, known only to a log interval. A record that cannot be
     /// read is a warning, and the totals start fresh.
     pub fn resumed(&self, dir: &Path, iteration: u64) {
         self.span().set_attribute(ITERATION_ATTRIBUTE, i64::try_from(iteration).unwrap_or(i64::MAX));
@@ -1054,6 +1103,7 @@ fn make_durable(training: &Training, iteration: u64, coverage: Option<Coverage>)
             s.accountant.checkpoint_durable(coverage, now);
         }
         s.checkpoint_iteration = Some(s.checkpoint_iteration.map_or(iteration, |c| c.max(iteration)));
+        s.record_progress();
         s.write_record(now);
     });
 }

@@ -182,7 +182,14 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
         bf16: args.bf16,
     };
     let precision = resource.precision().as_str();
-    let setup = RankSetup { rank: &rank, args: resource, env, stamps, graceful_signals: args.exit_signal_handler };
+    let setup = RankSetup {
+        rank: &rank,
+        args: resource,
+        env,
+        stamps,
+        graceful_signals: args.exit_signal_handler,
+        checkpoint_dir: args.save.clone(),
+    };
     let mut telemetry = match Telemetry::setup(&args.otel, setup) {
         Ok(telemetry) => telemetry,
         Err(error) => {

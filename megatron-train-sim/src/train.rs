@@ -156,6 +156,7 @@ impl Trainer {
             InsightSetup {
                 stragglers: &args.inject_straggler,
                 hangs: &args.inject_hang,
+                kills: &args.inject_kill,
                 rank,
                 local_rank: telemetry.local_rank(),
                 coords,
@@ -919,7 +920,14 @@ impl Trainer {
             // is durable.
             (Ok(()), false) => save.durable(),
             // Durable at its finalize.
-            (Ok(()), true) => self.pending_checkpoint = Some(save.in_flight()),
+            (Ok(()), true) => {
+                self.pending_checkpoint = Some(save.in_flight());
+                if self.args.inject_crash_during_save == Some(iteration) {
+                    // Dispatched, not finalized: the checkpoint never becomes durable.
+                    let why = format!("{} {iteration}", crate::faults::CRASH_DURING_SAVE_FLAG);
+                    crate::faults::die(self.rank(), &format!("{why}: the asynchronous save is in flight"));
+                }
+            }
             // A failed save keeps nothing.
             (Err(_), _) => save.failed(),
         }
@@ -1150,6 +1158,7 @@ mod tests {
                         env: BTreeMap::<String, String>::new(),
                         stamps: Default::default(),
                         graceful_signals: false,
+                        checkpoint_dir: None,
                     };
                     let telemetry = Telemetry::setup(&args.otel, setup).unwrap();
                     let stop = crate::signals::StopFlag::default();
