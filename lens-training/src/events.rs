@@ -80,7 +80,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lens_fallbacks::config::{HangTimeout, LensConfig};
 use lens_fallbacks::control::Change;
-use lens_fallbacks::{KeyValue, SpanGroup, SpanGuard, Telemetry, managed_span};
+use lens_fallbacks::{KeyValue, SAMPLING_KEY_ATTRIBUTE, SpanGroup, SpanGuard, Telemetry, managed_span, sampling_key};
 
 use crate::control::RankControl;
 use crate::goodput::{
@@ -239,6 +239,15 @@ pub trait EventSpans: Send + Sync {
     fn backdates_startup(&self) -> Option<SpanName> {
         None
     }
+
+    /// The run the spans belong to: [`Training::new`] hands the telemetry
+    /// handle's run id and restart attempt before the first event, for the
+    /// iteration spans' sampling keys (one ratio decision per iteration,
+    /// the same on every rank: SPEC A4). Default: ignored (a framework that
+    /// keys its spans knows its run already).
+    fn set_run(&mut self, run_id: &str, restart_attempt: u32) {
+        let _ = (run_id, restart_attempt);
+    }
 }
 
 /// A span's group and name.
@@ -259,11 +268,20 @@ impl SpanName {
 
 /// The generic [`EventSpans`]: a group and a name per event and per phase
 /// (`None`: no span), each span stamped with [`EVENT_ATTRIBUTE`] and, for
-/// iterations and checkpoints, `dl.training.iteration`.
+/// iterations and checkpoints, `dl.training.iteration`. An iteration span
+/// also carries its iteration's sampling key
+/// ([`SAMPLING_KEY_ATTRIBUTE`], `sampling_key(run id, restart attempt,
+/// counter)` with the loop's counter at the iteration's start, as
+/// Megatron's) once [`Training::new`] has told it the run: a ratio sampler
+/// (`OTEL_TRACES_SAMPLER`) then decides per iteration, the same on every
+/// rank, even where the iterations sit inside one long-lived span of the
+/// program's (an interval trace), and the phase spans inside follow it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SpanNames {
     events: [Option<SpanName>; 7],
     phases: [Option<SpanName>; PHASE_COUNT],
+    /// The run id and restart attempt of the sampling keys ([`EventSpans::set_run`]).
+    run: Option<(Arc<str>, u32)>,
 }
 
 impl SpanNames {
@@ -288,12 +306,13 @@ impl SpanNames {
                 Some(SpanName::new(SpanGroup::JOB, spans::SHUTDOWN)),
             ],
             phases,
+            run: None,
         }
     }
 
     /// No span at all (phases and goodput only).
     pub const fn none() -> SpanNames {
-        SpanNames { events: [None; 7], phases: [None; PHASE_COUNT] }
+        SpanNames { events: [None; 7], phases: [None; PHASE_COUNT], run: None }
     }
 
     /// `event`'s span is `name` (`None`: no span).
@@ -329,7 +348,14 @@ impl EventSpans for SpanNames {
             Event::CheckpointLoad | Event::Startup | Event::Shutdown => None,
         };
         let number = number.map(|n| KeyValue::new(ITERATION_ATTRIBUTE, i64::try_from(n).unwrap_or(i64::MAX)));
-        EventSpan::new(managed_span(group, name, std::iter::once(stamp).chain(number)))
+        // Computed only where the span is recorded (`managed_span` does not
+        // iterate the attributes of a disabled group).
+        let key = self.run.as_ref().filter(|_| event == Event::Iteration).into_iter().map(
+            move |(run_id, restart_attempt)| {
+                KeyValue::new(SAMPLING_KEY_ATTRIBUTE, sampling_key(run_id, *restart_attempt, iteration))
+            },
+        );
+        EventSpan::new(managed_span(group, name, std::iter::once(stamp).chain(number).chain(key)))
     }
 
     fn open_phase(&self, phase: Phase) -> SpanGuard {
@@ -341,6 +367,10 @@ impl EventSpans for SpanNames {
 
     fn backdates_startup(&self) -> Option<SpanName> {
         self.event(Event::Startup)
+    }
+
+    fn set_run(&mut self, run_id: &str, restart_attempt: u32) {
+        self.run = Some((Arc::from(run_id), restart_attempt));
     }
 }
 
@@ -542,7 +572,7 @@ impl Training {
     pub fn new(telemetry: &Arc<Telemetry>, options: TrainingOptions) -> Training {
         let TrainingOptions {
             coordinates,
-            spans,
+            mut spans,
             hang_timeout,
             flush_timeout,
             peak_tflops,
@@ -552,6 +582,7 @@ impl Training {
             launch,
             control_hold,
         } = options;
+        spans.set_run(telemetry.run_id(), telemetry.restart_attempt());
         let launch = launch.unwrap_or_else(SystemTime::now);
         let hang_timeout = hang_timeout.unwrap_or_else(|| telemetry.hang_timeout());
         let flush_timeout = flush_timeout.unwrap_or_else(|| telemetry.shutdown_timeout());
