@@ -649,10 +649,20 @@ pub fn setup(
         pipeline.spool = spool;
         return Ok(pipeline);
     }
+    let own_spool = spool.clone();
     let decision = RankDecision { exports, rank_metrics, records_spans, groups, run_id, spool };
     match build(config, rank, resource_attributes, options, env, decision) {
         Ok(telemetry) => Ok(telemetry),
         Err(error) => {
+            // Nothing was set up: no spool either.
+            if let Some(table) = own_spool {
+                crate::spool::uninstall();
+                table.stop();
+                table.close_file();
+                if let Some(path) = table.path() {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
             ACTIVE.store(false, Ordering::Release);
             Err(error)
         }

@@ -146,6 +146,19 @@ fn a_dead_writers_spool_is_replayed_once_at_setup() {
     assert_eq!(exporter.get_finished_spans().expect("spans").len(), 0);
     assert_eq!(replayed_progress(), None);
     assert!(!own.exists(), "the clean spool was consumed");
+    assert!(lens_otel_runtime::spool::is_active());
+    telemetry.shutdown(Duration::from_secs(5));
+    assert!(!lens_otel_runtime::spool::is_active(), "shutdown empties the slot");
+
+    // A spool directory that cannot be made (here a plain file): no spool,
+    // a warning, and telemetry goes on (spans still recorded and closed).
+    let not_a_dir = dir.join("a-file");
+    std::fs::write(&not_a_dir, b"x").expect("write");
+    let config = LensConfig { spool_dir: Some(not_a_dir), ..config };
+    let options = PipelineOptions::default().with_span_exporter(exporter.clone());
+    let telemetry = setup(&config, &rank0, Vec::new(), options, &env).expect("setup without a spool");
+    assert_eq!(telemetry.spool_path(), None);
+    assert!(!lens_otel_runtime::spool::is_active());
     telemetry.shutdown(Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -444,8 +444,14 @@ impl SpoolTable {
                 slots.free.push(index);
             }
         }
-        if slots.by_span.is_empty() {
-            slots.ended.clear();
+        // Drop the released spans from the front of the ended list (batches
+        // leave roughly in the order their spans ended), so that it stays as
+        // long as the spans the spool keeps.
+        while let Some(&(key, index)) = slots.ended.front() {
+            if slots.by_span.get(&key).is_some_and(|&(held, _)| held == index) {
+                break;
+            }
+            slots.ended.pop_front();
         }
     }
 
@@ -636,5 +642,19 @@ mod tests {
             table.open_spans().iter().map(|(_, s)| u64::from_be_bytes(s.span_context.span_id().to_bytes())).collect();
         open.sort_unstable();
         assert_eq!(open, [4, 5]);
+    }
+
+    #[test]
+    fn the_ended_list_does_not_grow_while_a_span_stays_open() {
+        let table = SpoolTable::anonymous(8);
+        assert!(table.span_started(&span(1)));
+        for id in 2..1000 {
+            assert!(table.span_started(&span(id)));
+            table.span_ended(&span(id));
+            table.released([id]);
+        }
+        assert_eq!(lock(&table.slots).ended.len(), 0);
+        assert_eq!(table.overflow(), 0);
+        assert_eq!(table.open_count(), 1);
     }
 }
