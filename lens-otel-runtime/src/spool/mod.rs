@@ -7,7 +7,7 @@
 //! fsynced on the hot path) holding:
 //!
 //! - a header: format version, host, pid, boot id, uid, run id, rank, world
-//!   size and the resource as key-values ([`format`]);
+//!   size and the resource as key-values ([`mod@format`]);
 //! - one fixed-size slot per open span (ids, parent, name, start time, kind,
 //!   attributes up to the slot's size, already redacted by the facade) and
 //!   per ended span until the batch processor says its batch was exported
