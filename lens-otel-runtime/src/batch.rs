@@ -58,6 +58,7 @@ use super::exporters::LensSpanExporter;
 use super::exporters::OtlpSpanExporter;
 use crate::diag::{RateLimit, warn};
 use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
+use crate::recorder::SpanRecord;
 pub use crate::report::SpanExportSnapshot;
 
 /// The first wait before retrying a failed export.
@@ -99,6 +100,7 @@ type LogItem = (SdkLogRecord, InstrumentationScope);
 trait Item: Clone + Send + Sync + 'static {}
 impl Item for SpanData {}
 impl Item for LogItem {}
+impl Item for SpanRecord {}
 
 /// How the batch span processor queues, batches, exports and retries.
 ///
@@ -461,7 +463,13 @@ struct Inner<T> {
     last_error: Mutex<Option<String>>,
     warnings: RateLimit,
     export_threads: AtomicU64,
+    /// Called by the worker at each wake, before it takes the queue: the
+    /// span recorder's collection of its threads' buffers (none otherwise).
+    collector: Mutex<Option<Collector>>,
 }
+
+/// What the worker calls at each wake ([`Inner::collector`]).
+type Collector = Arc<dyn Fn() + Send + Sync>;
 
 impl<T: Item> Inner<T> {
     fn exporter(&self) -> Arc<dyn BatchExporter<T>> {
@@ -497,6 +505,29 @@ impl<T: Item> Inner<T> {
             self.queue_changed.notify_one();
         }
         true
+    }
+
+    /// Offers every item of `items` under one lock (each admitted or
+    /// dropped and counted as [`Inner::push`] does); leaves `items` empty.
+    fn push_all(&self, items: &mut Vec<T>) -> usize {
+        let mut queue = lock(&self.queue);
+        let closed = self.closed.load(Ordering::Acquire);
+        let held = self.held_by_worker.load(Ordering::Acquire);
+        let mut accepted = 0;
+        for item in items.drain(..) {
+            let admission = admit(closed, queue.len() + held, self.config.max_queue_size);
+            self.counters.record(ExportEvent::Offered(admission));
+            if admission == Admission::Accepted {
+                queue.push_back(item);
+                accepted += 1;
+            }
+        }
+        let full_batch = queue.len() >= self.config.max_export_batch_size;
+        drop(queue);
+        if full_batch {
+            self.queue_changed.notify_one();
+        }
+        accepted
     }
 
     fn resolve(&self, start: u64, len: usize, outcome: Outcome) {
@@ -638,6 +669,66 @@ impl LensBatchSpanProcessor {
     }
 }
 
+/// The batch processor of the span recorder's records
+/// ([`crate::recorder`]): the same queue bound, batching, concurrent
+/// exports, retries and counters as [`LensBatchSpanProcessor`], fed a
+/// thread's buffer at a time. Clones are handles to the same processor.
+#[derive(Clone)]
+pub struct LensBatchRecordProcessor {
+    owner: Arc<Owner<SpanRecord>>,
+}
+
+impl fmt::Debug for LensBatchRecordProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensBatchRecordProcessor")
+            .field("config", &self.owner.inner.config)
+            .field("counters", &self.owner.inner.counters.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LensBatchRecordProcessor {
+    /// A processor exporting through `exporter`, with `config`.
+    pub fn new(exporter: Arc<dyn BatchExporter<SpanRecord>>, config: BatchConfig) -> LensBatchRecordProcessor {
+        LensBatchRecordProcessor { owner: Owner::start(exporter, config, &SPANS) }
+    }
+
+    /// The export counters (shared, live).
+    pub fn counters(&self) -> Arc<SpanExportCounters> {
+        Arc::clone(&self.owner.inner.counters)
+    }
+
+    /// Queues every record of `records` under one lock: those the queue
+    /// cannot take are dropped and counted (`dropped_queue_full`), and after
+    /// shutdown refused and counted. Leaves `records` empty; returns how
+    /// many were queued.
+    pub fn push_all(&self, records: &mut Vec<SpanRecord>) -> usize {
+        self.owner.inner.push_all(records)
+    }
+
+    /// What the worker calls at each wake before it takes the queue (the
+    /// recorder's collection of its threads' buffers).
+    pub fn set_collector(&self, collect: Box<dyn Fn() + Send + Sync>) {
+        *lock(&self.owner.inner.collector) = Some(Arc::from(collect));
+    }
+
+    /// Waits until everything queued before the call is exported or
+    /// dropped, at most `timeout`.
+    pub fn force_flush_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.force_flush(timeout)
+    }
+
+    /// Exports what it can within `timeout` and stops.
+    pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.shutdown(timeout)
+    }
+
+    /// Sets the resource of everything it exports.
+    pub fn set_resource(&self, resource: &Resource) {
+        self.owner.set_resource(resource);
+    }
+}
+
 impl<T: Item> Owner<T> {
     /// Starts the worker. If its thread cannot be started, the processor is
     /// inert: a warning is printed and every item is rejected.
@@ -658,6 +749,7 @@ impl<T: Item> Owner<T> {
             last_error: Mutex::new(None),
             warnings: RateLimit::new(WARNING_PERIOD),
             export_threads: AtomicU64::new(0),
+            collector: Mutex::new(None),
         });
         let for_worker = Arc::clone(&inner);
         let worker = thread::Builder::new().name(pipeline.worker_thread.to_owned()).spawn(move || {
@@ -883,6 +975,10 @@ fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
     let mut taken: VecDeque<T> = VecDeque::new();
     let mut warned = Warned::default();
     loop {
+        let collector = lock(&inner.collector).clone();
+        if let Some(collect) = collector {
+            collect();
+        }
         let closing = {
             let mut queue = lock(&inner.queue);
             let wake_at = Instant::now() + inner.config.scheduled_delay;

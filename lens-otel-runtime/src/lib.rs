@@ -21,6 +21,8 @@
 //!   admission and retry decisions), pure data and functions.
 //! - [`accounting`]: the counting (and resending) metric exporter.
 //! - [`closer`]: ends spans still open at shutdown, marked truncated.
+//! - [`recorder`]: spans recorded as plain data into bounded per-thread
+//!   buffers, built into the OTLP request on the export thread (SPEC A25).
 //! - `executor`: the small thread-parking executor that runs exports
 //!   (`block_on`, `block_on_until`, re-exported from [`exporters`]).
 //! - [`ids`]: trace and span ids independent of any seeding the job does.
@@ -47,6 +49,7 @@ pub mod ledger;
 pub mod logs;
 pub mod pipeline;
 pub mod propagators;
+pub mod recorder;
 pub mod sampler;
 pub mod transports;
 
