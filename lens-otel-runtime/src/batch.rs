@@ -58,8 +58,8 @@ use super::exporters::LensSpanExporter;
 use super::exporters::OtlpSpanExporter;
 use crate::diag::{RateLimit, warn};
 use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
-use crate::recorder::SpanRecord;
 pub use crate::report::SpanExportSnapshot;
+use crate::span_record::SpanRecord;
 
 /// The first wait before retrying a failed export.
 pub const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
