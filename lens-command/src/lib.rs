@@ -8,6 +8,8 @@
 //! - [`analyze`]: `lens analyze DIR` prints the stragglers, the goodput and
 //!   the hangs, reading its input as a stream (memory grows with ranks and
 //!   phases, not with the files' size);
+//! - [`recover`]: `lens recover DIR` replays the crash-safe spools of a
+//!   run that is never restarted;
 //! - [`advice`]: what the tools tell a user to set names the program's own
 //!   variables and span groups, read from the export's resource
 //!   (`lens.config.prefix`, `lens.span_groups`).
@@ -19,6 +21,7 @@
 pub mod advice;
 pub mod analyze;
 pub mod hangs;
+pub mod recover;
 pub mod trace_view;
 
 use std::io::Write as _;
@@ -40,6 +43,8 @@ pub enum Command {
     TraceView(trace_view::TraceViewArgs),
     /// Stragglers, goodput and hangs from a `file` export.
     Analyze(analyze::AnalyzeArgs),
+    /// Replay the crash-safe spools of a run that is never restarted.
+    Recover(recover::RecoverArgs),
 }
 
 /// Runs one parsed command line.
@@ -47,6 +52,7 @@ pub fn run(cli: &Cli) -> std::process::ExitCode {
     match &cli.command {
         Command::TraceView(args) => trace_view::run(args),
         Command::Analyze(args) => analyze::run(args),
+        Command::Recover(args) => recover::run(args),
     }
 }
 

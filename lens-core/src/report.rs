@@ -160,3 +160,64 @@ impl fmt::Display for ShutdownReport {
         Ok(())
     }
 }
+
+/// What the previous attempt's rank-0 spool said when setup replayed it
+/// (the crash-safe spool, `docs/crashes.md`): its last progress record and
+/// its writer's last-alive stamp.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayedProgress {
+    /// The spool file that was replayed.
+    pub file: std::path::PathBuf,
+    /// The run id in that spool's header (it may differ from this run's).
+    pub run_id: String,
+    /// The last iteration reached (entered) by the dead attempt.
+    pub reached: u64,
+    /// The last iteration it completed, if any.
+    pub completed: Option<u64>,
+    /// The last iteration whose checkpoint was durable, if any.
+    pub durable: Option<u64>,
+    /// When that progress record was written.
+    pub recorded_at: std::time::SystemTime,
+    /// The dead writer's last-alive stamp (refreshed every second while it
+    /// lived): the best estimate of its time of death.
+    pub last_alive: std::time::SystemTime,
+}
+
+impl ReplayedProgress {
+    /// A record (the runtime's replay fills these from a spool header).
+    pub fn new(
+        file: std::path::PathBuf,
+        run_id: String,
+        (reached, completed, durable): (u64, Option<u64>, Option<u64>),
+        recorded_at: std::time::SystemTime,
+        last_alive: std::time::SystemTime,
+    ) -> ReplayedProgress {
+        ReplayedProgress { file, run_id, reached, completed, durable, recorded_at, last_alive }
+    }
+}
+
+/// What a replay of crash-safe spools did (setup's, or `lens recover`'s).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayReport {
+    /// The spool files replayed and removed (consumed).
+    pub consumed: Vec<std::path::PathBuf>,
+    /// Spans exported.
+    pub spans: usize,
+    /// Of those, spans open when their process died (ended truncated).
+    pub truncated: usize,
+    /// Ended spans the dead processes had dropped from their full spools.
+    pub overflow: u64,
+    /// Spools left alone because their writer is alive (its lock held).
+    pub alive: usize,
+    /// Spools that could not be read, decoded or exported (each named in a
+    /// warning), left in place.
+    pub failed: usize,
+    /// Warnings (damaged or foreign files, failed exports), each also
+    /// written on standard error.
+    pub warnings: Vec<String>,
+    /// Rank 0's progress record, from the consumed rank-0 spool with the
+    /// latest last-alive stamp.
+    pub progress: Option<ReplayedProgress>,
+}

@@ -971,6 +971,9 @@ const VARIABLES: &[&str] = &[
     "MEGATRON_OTEL_PROMETHEUS_RESOURCE_LABELS",
     "MEGATRON_OTEL_PEAK_TFLOPS",
     "MEGATRON_OTEL_HANG_TIMEOUT_S",
+    "MEGATRON_OTEL_SPOOL",
+    "MEGATRON_OTEL_SPOOL_DIR",
+    "MEGATRON_OTEL_SPOOL_SIZE_KIB",
     "OTEL_SERVICE_NAME",
     "WANDB_ENTITY",
     "WANDB_PROJECT",
@@ -1135,4 +1138,35 @@ fn every_variable_read_is_documented() {
             variable.replace("_EXPORT_STRATEGY", "_RANK_STRATEGY").replace("_SAMPLER_ENABLED", "_SAMPLING_STRATEGY");
         assert!(documented.contains(&canonical), "{variable} is read but not in docs/configuration.md");
     }
+}
+
+// ------------------------------------------------------- the spool (issue 22)
+
+#[test]
+fn spool_variables_are_read_and_checked() {
+    let config = megatron(&[]).unwrap();
+    assert!(config.spool, "the spool is on by default");
+    assert_eq!(config.spool_dir, None);
+    assert_eq!(config.spool_size_kib, 4096);
+    let config = megatron(&[
+        ("MEGATRON_OTEL_SPOOL", "0"),
+        ("NEMO_LENS_SPOOL_DIR", "/local/spool"),
+        ("MEGATRON_OTEL_SPOOL_SIZE_KIB", "128"),
+    ])
+    .unwrap();
+    assert!(!config.spool);
+    assert_eq!(config.spool_dir.as_deref(), Some(std::path::Path::new("/local/spool")));
+    assert_eq!(config.spool_size_kib, 128);
+    for bad in ["63", "1048577", "-1"] {
+        let error = megatron(&[("MEGATRON_OTEL_SPOOL_SIZE_KIB", bad)]).unwrap_err().to_string();
+        assert!(
+            error.contains("MEGATRON_OTEL_SPOOL_SIZE_KIB") && error.contains(bad) && error.contains("64 to 1048576"),
+            "{error}"
+        );
+    }
+    // Not a number: the integer message every integer variable gives (SPEC 1.2).
+    let error = megatron(&[("MEGATRON_OTEL_SPOOL_SIZE_KIB", "4MiB")]).unwrap_err().to_string();
+    assert_eq!(error, "Invalid integer for MEGATRON_OTEL_SPOOL_SIZE_KIB: '4MiB'.");
+    let error = megatron(&[("MEGATRON_OTEL_SPOOL", "maybe")]).unwrap_err().to_string();
+    assert!(error.contains("MEGATRON_OTEL_SPOOL") && error.contains("maybe"), "{error}");
 }

@@ -55,6 +55,7 @@ pub mod metrics;
 pub mod propagation;
 pub mod setup;
 pub mod span;
+pub mod spool;
 #[cfg(feature = "testing")]
 pub mod testing;
 

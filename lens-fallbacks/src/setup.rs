@@ -157,6 +157,7 @@ pub struct SetupOptions {
     pub(crate) scope: Cow<'static, str>,
     pub(crate) env: Option<Box<dyn EnvSource + Send + Sync>>,
     pub(crate) service_version: Option<String>,
+    pub(crate) checkpoint_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for SetupOptions {
@@ -174,6 +175,7 @@ impl fmt::Debug for SetupOptions {
             .field("lazy_resource", &self.lazy_resource.len())
             .field("scope", &self.scope)
             .field("service_version", &self.service_version)
+            .field("checkpoint_dir", &self.checkpoint_dir)
             .finish_non_exhaustive()
     }
 }
@@ -206,6 +208,7 @@ impl SetupOptions {
             scope: Cow::Borrowed(DEFAULT_SCOPE),
             env: None,
             service_version: None,
+            checkpoint_dir: None,
         }
     }
 
@@ -243,6 +246,16 @@ impl SetupOptions {
     #[must_use]
     pub fn with_service_version(mut self, version: impl Into<String>) -> Self {
         self.service_version = Some(version.into());
+        self
+    }
+
+    /// The directory where the program saves its checkpoints (Megatron's
+    /// `--save`): the default place of the crash-safe spool is
+    /// `<dir>/lens-spool` (`<PREFIX>_SPOOL_DIR` wins; see `docs/crashes.md`).
+    /// Without it the spool goes under the file-export directory.
+    #[must_use]
+    pub fn with_checkpoint_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.checkpoint_dir = Some(dir.into());
         self
     }
 
@@ -689,6 +702,7 @@ pub fn setup_telemetry(
             lazy_resource: options.lazy_resource,
             scope: options.scope,
             service_version: options.service_version,
+            checkpoint_dir: options.checkpoint_dir,
         };
         let pipeline = lens_otel_runtime::pipeline::setup(config, rank, resource_attributes, runtime_options, &*env)?;
         // The context handed in by the launcher, on a rank that built a pipeline.
@@ -905,6 +919,13 @@ impl TelemetryBuilder {
         self
     }
 
+    /// The directory where the program saves its checkpoints: the spool's
+    /// default place (see [`SetupOptions::with_checkpoint_dir`]).
+    pub fn checkpoint_dir(mut self, dir: impl Into<std::path::PathBuf>) -> TelemetryBuilder {
+        self.options = self.options.with_checkpoint_dir(dir);
+        self
+    }
+
     /// This process's rank context, instead of detecting it.
     pub fn rank(mut self, rank: RankContext) -> TelemetryBuilder {
         self.rank = Some(rank);
@@ -912,13 +933,17 @@ impl TelemetryBuilder {
     }
 
     /// Setup's options (rank strategy, lazy resource attributes, scope; with
-    /// `otel`, custom exporters). A service version or environment given to
+    /// `otel`, custom exporters). A service version, checkpoint directory or environment given to
     /// the builder wins over the options'.
     pub fn options(mut self, options: SetupOptions) -> TelemetryBuilder {
         let version = self.options.service_version.take();
+        let checkpoint_dir = self.options.checkpoint_dir.take();
         self.options = options;
         if version.is_some() {
             self.options.service_version = version;
+        }
+        if checkpoint_dir.is_some() {
+            self.options.checkpoint_dir = checkpoint_dir;
         }
         self
     }

@@ -97,8 +97,18 @@ const LOGS: Pipeline = Pipeline {
 type LogItem = (SdkLogRecord, InstrumentationScope);
 
 /// What a batch processor queues: a span or a log record.
-trait Item: Clone + Send + Sync + 'static {}
-impl Item for SpanData {}
+trait Item: Clone + Send + Sync + 'static {
+    /// The key of the item in the rank's spool ([`crate::spool`]): spans
+    /// have one, log records none.
+    fn spool_key(&self) -> Option<u64> {
+        None
+    }
+}
+impl Item for SpanData {
+    fn spool_key(&self) -> Option<u64> {
+        Some(crate::spool::span_key(self))
+    }
+}
 impl Item for LogItem {}
 impl Item for SpanRecord {}
 
@@ -463,9 +473,13 @@ struct Inner<T> {
     last_error: Mutex<Option<String>>,
     warnings: RateLimit,
     export_threads: AtomicU64,
-    /// Called by the worker at each wake, before it takes the queue: the
-    /// span recorder's collection of its threads' buffers (none otherwise).
+    /// Called by the worker at a scheduled wake, a flush and shutdown,
+    /// before it takes the queue: the span recorder's collection of its
+    /// threads' buffers (none otherwise).
     collector: Mutex<Option<Collector>>,
+    /// The rank's spool: told which spans have left (exported, or dropped
+    /// for good), so that it stops keeping them.
+    spool: std::sync::OnceLock<Arc<crate::spool::SpoolTable>>,
 }
 
 /// What the worker calls at each wake ([`Inner::collector`]).
@@ -494,6 +508,15 @@ impl<T: Item> Inner<T> {
         if admission != Admission::Accepted {
             drop(queue);
             self.counters.record(ExportEvent::Offered(admission));
+            if let Some(spool) = self.spool.get()
+                && let Some(key) = span.spool_key()
+            {
+                // Dropped for good while the process lives (a closed
+                // processor's spans stay for the next attempt).
+                if admission != Admission::AfterShutdown {
+                    spool.released([key]);
+                }
+            }
             return false;
         }
         queue.push_back(span);
@@ -628,6 +651,52 @@ impl LensBatchSpanProcessor {
         Arc::clone(&self.owner.inner.counters)
     }
 
+    /// Tells `spool` which spans have left (exported, or dropped for good),
+    /// so that it keeps ended spans only until then. Once per processor.
+    pub fn set_spool(&self, spool: Arc<crate::spool::SpoolTable>) {
+        let _ = self.owner.inner.spool.set(spool);
+    }
+
+    /// Exports `spans` now, on the calling thread, with `resource` instead
+    /// of the processor's own (a replay of a dead process's spool), then
+    /// gives the exporter `own` back; waits at most `timeout`. Not counted
+    /// in this processor's counters. Call it before any span of this
+    /// lifetime is exported (setup does): the exporter must be idle.
+    ///
+    /// # Errors
+    ///
+    /// The exporter's error, [`OTelSdkError::Timeout`], or
+    /// [`OTelSdkError::InternalFailure`] when the exporter is busy.
+    pub fn export_with_resource(
+        &self,
+        spans: Vec<SpanData>,
+        resource: &Resource,
+        own: &Resource,
+        timeout: Duration,
+    ) -> OTelSdkResult {
+        let inner = &self.owner.inner;
+        let mut slot = lock(&inner.exporter);
+        let Some(exporter) = Arc::get_mut(&mut slot) else {
+            return Err(OTelSdkError::InternalFailure("the span exporter is busy".into()));
+        };
+        exporter.set_resource(resource);
+        let result = {
+            let exporter = Arc::clone(&slot);
+            match exporter.prepare(spans) {
+                Ok(payload) => {
+                    let future = exporter.export_payload(&payload);
+                    block_on_until(future, Instant::now() + timeout).unwrap_or(Err(OTelSdkError::Timeout(timeout)))
+                }
+                Err(error) => Err(error),
+            }
+        };
+        match Arc::get_mut(&mut slot) {
+            Some(exporter) => exporter.set_resource(own),
+            None => warn(format_args!("the span exporter is busy; replayed spans' resource may stay on it")),
+        }
+        result
+    }
+
     /// Queues an already-ended span, as [`SpanProcessor::on_end`] does: the
     /// open-span closer hands its truncated copies over through here.
     /// Returns whether the span was queued (unsampled spans are ignored and
@@ -706,8 +775,9 @@ impl LensBatchRecordProcessor {
         self.owner.inner.push_all(records)
     }
 
-    /// What the worker calls at each wake before it takes the queue (the
-    /// recorder's collection of its threads' buffers).
+    /// What the worker calls at a scheduled wake, a flush and shutdown,
+    /// before it takes the queue (the recorder's collection of its threads'
+    /// buffers).
     pub fn set_collector(&self, collect: Box<dyn Fn() + Send + Sync>) {
         *lock(&self.owner.inner.collector) = Some(Arc::from(collect));
     }
@@ -750,6 +820,7 @@ impl<T: Item> Owner<T> {
             warnings: RateLimit::new(WARNING_PERIOD),
             export_threads: AtomicU64::new(0),
             collector: Mutex::new(None),
+            spool: std::sync::OnceLock::new(),
         });
         let for_worker = Arc::clone(&inner);
         let worker = thread::Builder::new().name(pipeline.worker_thread.to_owned()).spawn(move || {
@@ -975,25 +1046,30 @@ fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
     let mut taken: VecDeque<T> = VecDeque::new();
     let mut warned = Warned::default();
     loop {
-        let collector = lock(&inner.collector).clone();
-        if let Some(collect) = collector {
-            collect();
-        }
         let closing = {
             let mut queue = lock(&inner.queue);
             let wake_at = Instant::now() + inner.config.scheduled_delay;
-            loop {
-                if inner.closed.load(Ordering::Acquire)
-                    || inner.flush_requested.load(Ordering::Acquire)
-                    || queue.len() >= inner.config.max_export_batch_size
-                {
-                    break;
+            // Whether to collect the recorder's thread buffers first: at a
+            // scheduled wake, a flush and shutdown (not for a full batch).
+            let collect = loop {
+                if inner.closed.load(Ordering::Acquire) || inner.flush_requested.load(Ordering::Acquire) {
+                    break true;
+                }
+                if queue.len() >= inner.config.max_export_batch_size {
+                    break false;
                 }
                 let now = Instant::now();
                 if now >= wake_at {
-                    break;
+                    break true;
                 }
                 queue = wait_timeout(&inner.queue_changed, queue, wake_at - now);
+            };
+            // The collector queues what it collects: it takes the queue's lock.
+            let collector = if collect { lock(&inner.collector).clone() } else { None };
+            if let Some(collector) = collector {
+                drop(queue);
+                collector();
+                queue = lock(&inner.queue);
             }
             inner.flush_requested.store(false, Ordering::Release);
             // Swapping keeps the lock short and leaves capacity behind.
@@ -1101,7 +1177,15 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
 /// counted it as unsent at shutdown (the export outlived the deadline).
 fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
     let len = batch.len();
+    let spooled: Option<Vec<u64>> = inner.spool.get().map(|_| batch.iter().filter_map(Item::spool_key).collect());
     let outcome = export_with_retry(inner, batch);
+    // Exported, or dropped for good after the retry window: the spool stops
+    // keeping them. Abandoned at shutdown: kept, for the next attempt.
+    if let (Some(spool), Some(keys)) = (inner.spool.get(), spooled)
+        && outcome != Outcome::Abandoned
+    {
+        spool.released(keys);
+    }
     inner.counters.record(ExportEvent::Finished { len: len as u64 });
     let mut control = lock(&inner.control);
     if control.unresolved.remove(&start).is_some() {

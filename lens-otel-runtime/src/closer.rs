@@ -7,15 +7,21 @@
 //! otherwise lose them, and with them the parents of every span already
 //! exported. In Python the closer holds the live spans and ends them. An
 //! OpenTelemetry Rust span processor only *borrows* a span in `on_start`, so
-//! [`OpenSpanCloser`] keeps a snapshot of each open span instead, taken when
-//! it starts and dropped when it ends; at shutdown it turns the snapshots of
-//! the spans still open into ended, marked copies and hands them to the batch
-//! span processor before that one drains.
+//! [`OpenSpanCloser`] keeps a record of each open span instead, written when
+//! it starts into a slot of the rank's spool ([`crate::spool`], the one
+//! open-span registry: a memory-mapped file that a killed process leaves for
+//! the next attempt, or the same table in anonymous memory when the spool is
+//! off), and marked ended when it ends (the batch processor frees the slot
+//! once the span is exported); at shutdown it turns the records of the spans
+//! still open into ended, marked copies and hands them to the batch span
+//! processor before that one drains.
 //!
 //! What such a copy lacks, compared with the span its owner would have
 //! ended: attributes, events and links added after the span started, a name
-//! changed after it started, and its status (left unset, as in the original,
-//! which did not set ERROR either). Its end time is the shutdown time.
+//! changed after it started, its links, attributes beyond what a 1 KiB slot
+//! holds (counted as dropped), and its status (left unset, as in the
+//! original, which did not set ERROR either). Its end time is the shutdown
+//! time.
 //!
 //! Wiring: register the closer *before* the batch processor, so that the
 //! provider's shutdown (which shuts processors down in order) closes spans
@@ -47,13 +53,14 @@
 //! span whose owner ends it after shutdown is not exported a second time.
 //!
 //! In a forked child the closer forgets the parent's open spans (the child
-//! must not export them again) and never waits on a lock that a thread of the
-//! parent held at the fork.
+//! must not export them again): it keeps its own in a table of its own in
+//! anonymous memory, never in the parent's spool file, and never waits on a
+//! lock that a thread of the parent held at the fork.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::trace::{Event, Link, SpanContext, SpanId};
@@ -63,6 +70,7 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 
 use super::batch::LensBatchSpanProcessor;
 use super::ids::fork_generation;
+use super::spool::SpoolTable;
 
 /// The attribute (`true`) and the event name on a span that was still open at
 /// shutdown.
@@ -71,6 +79,9 @@ pub const SPAN_TRUNCATED: &str = "nemo.span.truncated";
 pub const SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
 /// The value of [`SPAN_TRUNCATED_REASON`].
 pub const SPAN_TRUNCATED_REASON_AT_SHUTDOWN: &str = "still open at telemetry shutdown";
+/// The value of [`SPAN_TRUNCATED_REASON`] on a span that was open when its
+/// process died, replayed from the spool ([`crate::spool`]).
+pub const SPAN_TRUNCATED_REASON_PROCESS_DIED: &str = "the process died; replayed by the next attempt";
 
 /// The attribute (`true`) on a copy of a span that was still open when a
 /// hang was suspected ([`OpenSpanCloser::export_open_copies`], called by the
@@ -82,13 +93,6 @@ enum Target {
     None,
     Batch(LensBatchSpanProcessor),
     Sink(Box<dyn Fn(SpanData) + Send + Sync>),
-}
-
-#[derive(Default)]
-struct OpenSpans {
-    /// Snapshots of the open spans, with their start order.
-    open: HashMap<SpanId, (u64, SpanData)>,
-    next_order: u64,
 }
 
 /// A span processor that remembers open spans and, at shutdown, exports
@@ -106,11 +110,14 @@ pub struct OpenSpanCloser {
 }
 
 struct CloserInner {
-    state: Mutex<OpenSpans>,
+    /// The open-span registry: the spool's slots (a file, or anonymous
+    /// memory when the spool is off).
+    table: Arc<SpoolTable>,
+    /// A forked child's own table (it never writes into its parent's).
+    child_table: OnceLock<Arc<SpoolTable>>,
     closed: AtomicBool,
-    /// The fork generation that owns `state`; another value means a forked
-    /// child.
-    generation: AtomicU64,
+    /// The fork generation that owns `table`.
+    generation: u64,
     target: Target,
 }
 
@@ -139,36 +146,57 @@ impl OpenSpanCloser {
     /// yourself with [`drain_truncated`](Self::drain_truncated) first (a
     /// shutdown through the provider would discard them).
     pub fn new() -> OpenSpanCloser {
-        OpenSpanCloser::with(Target::None)
+        OpenSpanCloser::with(Target::None, None)
     }
 
     /// A closer that queues its truncated copies on `batch` at shutdown
     /// (through [`LensBatchSpanProcessor::enqueue_data`]). Register it before
     /// `batch` on the provider.
     pub fn with_target(batch: LensBatchSpanProcessor) -> OpenSpanCloser {
-        OpenSpanCloser::with(Target::Batch(batch))
+        OpenSpanCloser::with(Target::Batch(batch), None)
+    }
+
+    /// [`with_target`](Self::with_target), keeping the open spans in
+    /// `table` (the rank's spool), which `batch` also releases exported
+    /// spans from.
+    pub fn with_spool(batch: LensBatchSpanProcessor, table: Arc<SpoolTable>) -> OpenSpanCloser {
+        if table.is_file() {
+            batch.set_spool(Arc::clone(&table));
+        }
+        OpenSpanCloser::with(Target::Batch(batch), Some(table))
     }
 
     /// A closer that passes each truncated copy to `sink` at shutdown,
     /// innermost first.
     pub fn with_sink(sink: impl Fn(SpanData) + Send + Sync + 'static) -> OpenSpanCloser {
-        OpenSpanCloser::with(Target::Sink(Box::new(sink)))
+        OpenSpanCloser::with(Target::Sink(Box::new(sink)), None)
     }
 
-    fn with(target: Target) -> OpenSpanCloser {
+    fn with(target: Target, table: Option<Arc<SpoolTable>>) -> OpenSpanCloser {
         OpenSpanCloser {
             inner: Arc::new(CloserInner {
-                state: Mutex::new(OpenSpans::default()),
+                table: table.unwrap_or_else(|| SpoolTable::anonymous(crate::spool::ANONYMOUS_SLOTS)),
+                child_table: OnceLock::new(),
                 closed: AtomicBool::new(false),
-                generation: AtomicU64::new(fork_generation()),
+                generation: fork_generation(),
                 target,
             }),
         }
     }
 
+    /// The open-span table: the spool's, or in a forked child a table of its
+    /// own (it forgets the parent's spans).
+    fn table(&self) -> &SpoolTable {
+        let inner = &*self.inner;
+        if inner.generation == fork_generation() {
+            return &inner.table;
+        }
+        inner.child_table.get_or_init(|| SpoolTable::anonymous(crate::spool::ANONYMOUS_SLOTS))
+    }
+
     /// How many spans are open now (tracked and not yet ended).
     pub fn open_count(&self) -> usize {
-        self.state().map_or(0, |state| state.open.len())
+        self.table().open_count()
     }
 
     /// Stops tracking and returns ended, marked copies of the spans still
@@ -178,11 +206,9 @@ impl OpenSpanCloser {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Vec::new();
         }
-        let Some(mut state) = self.state() else {
-            return Vec::new();
-        };
-        let mut open: Vec<(u64, SpanData)> = state.open.drain().map(|(_, entry)| entry).collect();
-        drop(state);
+        // The slots stay until the batch processor has exported the
+        // truncated copies (same span ids) and released them.
+        let mut open = self.table().open_spans();
         open.sort_unstable_by_key(|&(order, _)| std::cmp::Reverse(order));
         let now = opentelemetry::time::now();
         open.into_iter().map(|(_, span)| truncated(span, now)).collect()
@@ -202,11 +228,7 @@ impl OpenSpanCloser {
         if self.inner.closed.load(Ordering::Acquire) {
             return Vec::new();
         }
-        let Some(state) = self.state() else {
-            return Vec::new();
-        };
-        let mut open: Vec<(u64, SpanData)> = state.open.values().cloned().collect();
-        drop(state);
+        let mut open = self.table().open_spans();
         open.sort_unstable_by_key(|&(order, _)| order);
         let fresh: HashMap<SpanId, SpanId> = open
             .iter()
@@ -266,37 +288,24 @@ impl OpenSpanCloser {
             }
         }
     }
-
-    /// The state, recovered if poisoned; `None` in a forked child whose
-    /// inherited lock is held (by a thread that did not survive the fork).
-    fn state(&self) -> Option<MutexGuard<'_, OpenSpans>> {
-        let inner = &*self.inner;
-        let generation = fork_generation();
-        if inner.generation.load(Ordering::Acquire) == generation {
-            return Some(inner.state.lock().unwrap_or_else(PoisonError::into_inner));
-        }
-        // A forked child: never block, and forget the parent's spans.
-        let mut state = match inner.state.try_lock() {
-            Ok(state) => state,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
-        if inner.generation.swap(generation, Ordering::AcqRel) != generation {
-            state.open.clear();
-        }
-        Some(state)
-    }
 }
 
 /// Marks `span` as truncated and ends it at `now` (or at its start, if it
 /// was backdated to start later than now).
-fn truncated(mut span: SpanData, now: std::time::SystemTime) -> SpanData {
-    span.end_time = now.max(span.start_time);
+fn truncated(span: SpanData, now: std::time::SystemTime) -> SpanData {
+    mark_truncated(span, now, SPAN_TRUNCATED_REASON_AT_SHUTDOWN)
+}
+
+/// Ends `span` at `end` (or at its start, if that is later), marked
+/// [`SPAN_TRUNCATED`] with an event saying `reason`: the closer's marks,
+/// shared with the spool's replay.
+pub fn mark_truncated(mut span: SpanData, end: std::time::SystemTime, reason: &'static str) -> SpanData {
+    span.end_time = end.max(span.start_time);
     span.attributes.push(KeyValue::new(SPAN_TRUNCATED, true));
     span.events.events.push(Event::new(
         SPAN_TRUNCATED,
         span.end_time,
-        vec![KeyValue::new(SPAN_TRUNCATED_REASON, SPAN_TRUNCATED_REASON_AT_SHUTDOWN)],
+        vec![KeyValue::new(SPAN_TRUNCATED_REASON, reason)],
         0,
     ));
     span
@@ -313,23 +322,19 @@ impl SpanProcessor for OpenSpanCloser {
         if !data.span_context.is_sampled() {
             return;
         }
-        if let Some(mut state) = self.state() {
-            if self.inner.closed.load(Ordering::Acquire) {
-                return;
-            }
-            let order = state.next_order;
-            state.next_order += 1;
-            let id = data.span_context.span_id();
-            state.open.insert(id, (order, data));
-        }
+        self.table().span_started(&data);
     }
 
     fn on_end(&self, span: SpanData) {
         if self.inner.closed.load(Ordering::Acquire) {
             return;
         }
-        if let Some(mut state) = self.state() {
-            state.open.remove(&span.span_context.span_id());
+        let table = self.table();
+        match &self.inner.target {
+            // The batch processor releases the slot once the span's batch is
+            // exported: until then the spool file keeps the ended span.
+            Target::Batch(_) if table.is_file() && span.span_context.is_sampled() => table.span_ended(&span),
+            _ => table.forget(crate::spool::span_key(&span)),
         }
     }
 

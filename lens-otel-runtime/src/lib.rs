@@ -28,6 +28,8 @@
 //!   (`block_on`, `block_on_until`, re-exported from [`exporters`]).
 //! - [`ids`]: trace and span ids independent of any seeding the job does.
 //! - [`sampler`]: rank-aware sampling, structural spans, sampling keys.
+//! - [`spool`]: the per-rank crash-safe spool (open spans, unexported
+//!   ended spans, progress, last-alive) and its replay.
 //! - [`logs`]: the `log` crate bridged to OpenTelemetry logs.
 //! - [`active`]: the one process-global tracer slot the span helpers read.
 //! - [`propagators`]: which W3C propagators `OTEL_PROPAGATORS` selected.
@@ -53,6 +55,7 @@ pub mod propagators;
 pub mod recorder;
 pub mod sampler;
 pub mod span_record;
+pub mod spool;
 pub mod transports;
 
 pub use pipeline::{Pipeline, PipelineError, PipelineOptions};

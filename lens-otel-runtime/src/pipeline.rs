@@ -89,6 +89,7 @@ use crate::ids::SeedIndependentIdGenerator;
 use crate::propagators;
 pub use crate::report::ShutdownReport;
 use crate::sampler::{DelegateSampler, LensSampler, delegate_from};
+use crate::spool::SpoolTable;
 use crate::strategies::{self, RankStrategy, StrategyError};
 use crate::{active, logs};
 
@@ -149,6 +150,9 @@ pub struct PipelineOptions {
     pub scope: std::borrow::Cow<'static, str>,
     /// `service.version`.
     pub service_version: Option<String>,
+    /// Where the program saves checkpoints: the spool's default place is
+    /// beside them (`<dir>/lens-spool`).
+    pub checkpoint_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for PipelineOptions {
@@ -160,6 +164,7 @@ impl Default for PipelineOptions {
             lazy_resource: Vec::new(),
             scope: std::borrow::Cow::Borrowed(DEFAULT_SCOPE),
             service_version: None,
+            checkpoint_dir: None,
         }
     }
 }
@@ -232,6 +237,12 @@ pub struct Pipeline {
     holds_slot: AtomicBool,
     /// Header values, removed from the report's error strings.
     secrets: Vec<String>,
+    /// The rank's spool file (`None` when the spool is off or could not be
+    /// made); closed at shutdown.
+    spool: Option<Arc<SpoolTable>>,
+    /// The span batch processor, this lifetime's resource and the export
+    /// timeout: what a replay exports through (`lens recover`).
+    replay: Option<(LensBatchSpanProcessor, Resource, Duration)>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -286,6 +297,8 @@ impl Pipeline {
             parts: Mutex::new(None),
             holds_slot: AtomicBool::new(holds_slot),
             secrets: Vec::new(),
+            spool: None,
+            replay: None,
         }
     }
 
@@ -406,6 +419,9 @@ impl Pipeline {
     pub fn shutdown(&self, timeout: Duration) -> ShutdownReport {
         let parts = lock(&self.parts).take();
         let Some(parts) = parts else {
+            // An enabled rank that exports nothing: its spool holds only
+            // the progress record.
+            self.close_spool(true);
             self.release_slot();
             return ShutdownReport { performed: false, ..self.report() };
         };
@@ -452,6 +468,10 @@ impl Pipeline {
         // is pending.
         report.spans.dropped_at_shutdown += report.spans.pending();
         report.logs.dropped_at_shutdown += report.logs.pending();
+        // Every span exported or counted: nothing for the next attempt to
+        // replay but the progress record. Spans unsent at shutdown stay in
+        // the spool, replayed by the next attempt.
+        self.close_spool(report.spans.dropped_at_shutdown == 0);
         #[cfg(feature = "prometheus")]
         if let Some(prometheus) = prometheus {
             if !self.linger.is_zero() {
@@ -461,6 +481,39 @@ impl Pipeline {
         }
         self.release_slot();
         report
+    }
+
+    /// Replays every dead writer's spool in `dir`, whatever its rank,
+    /// through this pipeline's span exporter (`lens recover DIR`). Call it
+    /// before this lifetime records any span. Without a span exporter every
+    /// spool that holds spans is kept, with a warning.
+    pub fn recover(&self, dir: &std::path::Path) -> crate::spool::ReplayReport {
+        let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match &self.replay {
+            Some((batch, own, timeout)) => {
+                batch.export_with_resource(spans, resource, own, *timeout).map_err(|error| error.to_string())
+            }
+            None => Err("no span exporter is configured (are traces enabled?)".to_string()),
+        };
+        crate::spool::replay_dir(dir, crate::spool::replay::Claim::All, self.spool_path(), &mut export)
+    }
+
+    /// The rank's spool file, if it has one.
+    pub fn spool_path(&self) -> Option<&std::path::Path> {
+        self.spool.as_ref().and_then(|table| table.path())
+    }
+
+    fn close_spool(&self, clean: bool) {
+        let Some(table) = &self.spool else { return };
+        if table.is_closed() {
+            return;
+        }
+        crate::spool::uninstall();
+        if clean {
+            table.close_cleanly();
+        } else {
+            table.stop();
+            table.close_file();
+        }
     }
 
     fn release_slot(&self) {
@@ -576,17 +629,40 @@ pub fn setup(
     // builds a metrics pipeline; spans, logs and `is_exporting` still follow
     // the rank strategy.
     let rank_metrics = enabled && config.rank_metrics && config.metrics_enabled;
-    if !exports && !rank_metrics {
-        if enabled {
-            // This lifetime owns the gate: nothing is recorded on this rank.
-            set_enabled_span_groups(GroupSet::EMPTY);
-        }
-        return Ok(Pipeline::inert(enabled));
+    if !enabled {
+        return Ok(Pipeline::inert(false));
     }
-    let decision = RankDecision { exports, rank_metrics, records_spans, groups };
+    let run_id = resolve_run_id(&config.run_id, env);
+    crate::spool::set_replayed_progress(None);
+    let spool = if enabled {
+        open_spool(config, rank, &run_id.value, options.checkpoint_dir.as_deref(), options.span_exporter.is_some())
+    } else {
+        None
+    };
+    if !exports && !rank_metrics {
+        // This lifetime owns the gate: nothing is recorded on this rank.
+        set_enabled_span_groups(GroupSet::EMPTY);
+        if let Some(table) = &spool {
+            replay_at_setup(table, rank, None);
+        }
+        let mut pipeline = Pipeline::inert(true);
+        pipeline.spool = spool;
+        return Ok(pipeline);
+    }
+    let own_spool = spool.clone();
+    let decision = RankDecision { exports, rank_metrics, records_spans, groups, run_id, spool };
     match build(config, rank, resource_attributes, options, env, decision) {
         Ok(telemetry) => Ok(telemetry),
         Err(error) => {
+            // Nothing was set up: no spool either.
+            if let Some(table) = own_spool {
+                crate::spool::uninstall();
+                table.stop();
+                table.close_file();
+                if let Some(path) = table.path() {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
             ACTIVE.store(false, Ordering::Release);
             Err(error)
         }
@@ -615,6 +691,10 @@ struct RankDecision {
     records_spans: bool,
     /// The span groups it enables.
     groups: GroupSet,
+    /// The run id, resolved once for the spool's header and the resource.
+    run_id: crate::identity::RunId,
+    /// The rank's spool file, made before the export decision's providers.
+    spool: Option<Arc<SpoolTable>>,
 }
 
 /// Builds the providers of an exporting rank.
@@ -626,7 +706,7 @@ fn build(
     env: &(dyn EnvSource + Send + Sync),
     decision: RankDecision,
 ) -> Result<Pipeline, PipelineError> {
-    let RankDecision { exports, rank_metrics, records_spans, groups } = decision;
+    let RankDecision { exports, rank_metrics, records_spans, groups, run_id, spool } = decision;
     // SPEC A22: with nothing selecting a destination (and no exporter given
     // in code), OTLP to the local collector if one answers, else files.
     let custom = options.span_exporter.is_some() || options.metric_exporter.is_some();
@@ -641,7 +721,6 @@ fn build(
         config
     };
     let file_limit = FileLimit::new(config.file_max_bytes);
-    let run_id = resolve_run_id(&config.run_id, env);
     if rank.world_size > 1 && !run_id.source.is_shared() && !WARNED_RANDOM_RUN_ID.swap(true, Ordering::Relaxed) {
         crate::diag::warn(format_args!(
             "no run id is shared by the {} ranks of this job (set {}, or launch under SLURM or torchrun): each rank \
@@ -679,6 +758,7 @@ fn build(
     // Traces.
     let mut tracer_provider = None;
     let mut closer = None;
+    let mut replay_batch: Option<LensBatchSpanProcessor> = None;
     let mut span_counters = None;
     if config.traces_enabled && records_spans {
         let batch_config = batch_config(config);
@@ -692,7 +772,11 @@ fn build(
         };
         if let Some(batch) = batch {
             span_counters = Some(batch.counters());
-            let span_closer = OpenSpanCloser::with_target(batch.clone());
+            // The open-span registry: the spool file, else the same table
+            // in anonymous memory.
+            let table = spool.clone().unwrap_or_else(|| SpoolTable::anonymous(crate::spool::ANONYMOUS_SLOTS));
+            let span_closer = OpenSpanCloser::with_spool(batch.clone(), table);
+            replay_batch = Some(batch.clone());
             let provider = SdkTracerProvider::builder()
                 .with_id_generator(SeedIndependentIdGenerator::new())
                 .with_sampler(sampler(config, rank))
@@ -769,6 +853,15 @@ fn build(
         logger_provider = Some(provider);
     }
 
+    // The spool: this process's resource in its header, then the dead
+    // writers' spools replayed, before any span of this lifetime.
+    if let Some(table) = &spool {
+        let attributes: Vec<opentelemetry::KeyValue> =
+            resource.iter().map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())).collect();
+        table.write_meta(&spool_identity(rank, &run_id.value), &attributes);
+        let exporter = replay_batch.as_ref().map(|batch| (batch, &resource, config.otel.otlp(Signal::Traces).timeout));
+        replay_at_setup(table, rank, exporter);
+    }
     let tracer: BoxedTracer = match &tracer_provider {
         Some(provider) => {
             let tracer = provider.tracer_with_scope(scope.clone());
@@ -821,7 +914,117 @@ fn build(
         })),
         holds_slot: AtomicBool::new(true),
         secrets: secrets(config),
+        spool,
+        replay: replay_batch.map(|batch| (batch, resource.clone(), config.otel.otlp(Signal::Traces).timeout)),
     })
+}
+
+/// The header identity of this rank's spool.
+fn spool_identity(rank: RankContext, run_id: &str) -> crate::spool::Identity {
+    crate::spool::Identity {
+        rank: rank.rank,
+        world_size: rank.world_size,
+        run_id: run_id.to_string(),
+        host: OsProbe.hostname().unwrap_or_default(),
+    }
+}
+
+/// The spool's directory for this configuration (see
+/// [`crate::spool::spool_dir`]): the file-export directory counts when
+/// traces may go to files (the `file` exporter, or no destination selected
+/// so that the default may be files; never with an exporter given in code);
+/// its default `telemetry/<run_id>` is
+/// shared across run ids as `telemetry/lens-spool`, since the run id may
+/// change per launch.
+pub fn spool_dir_for(
+    config: &LensConfig,
+    checkpoint_dir: Option<&std::path::Path>,
+    custom_exporter: bool,
+) -> Option<std::path::PathBuf> {
+    let files = !custom_exporter
+        && (config.exporter_for(Signal::Traces) == ExporterKind::File || !config.destination_selected());
+    let file_dir = files.then(|| config.file_dir.clone().unwrap_or_else(|| std::path::PathBuf::from("telemetry")));
+    crate::spool::spool_dir(config.spool_dir.as_deref(), checkpoint_dir, file_dir.as_deref())
+}
+
+/// Creates this rank's spool file (one warning and `None` when the spool is
+/// off for want of a place, or the file cannot be made or mapped), and
+/// starts its last-alive thread.
+fn open_spool(
+    config: &LensConfig,
+    rank: RankContext,
+    run_id: &str,
+    checkpoint_dir: Option<&std::path::Path>,
+    custom_exporter: bool,
+) -> Option<Arc<SpoolTable>> {
+    if !config.spool {
+        return None;
+    }
+    let Some(dir) = spool_dir_for(config, checkpoint_dir, custom_exporter) else {
+        if custom_exporter {
+            // An exporter given in code (a test's in-memory one): no file
+            // place to default to, and nothing to warn a job about.
+            return None;
+        }
+        crate::diag::warn_once(format_args!(
+            "no crash-safe spool: this program gives no checkpoint directory and exports no files, so spans open \
+             when a process is killed are lost; set {} to a directory (node-local storage is best), or {}=0 to \
+             silence this",
+            config.variable_to_set("spool_dir", "SPOOL_DIR"),
+            config.variable_to_set("spool", "SPOOL"),
+        ));
+        return None;
+    };
+    let size = usize::try_from(config.spool_size_kib.saturating_mul(1024)).unwrap_or(usize::MAX);
+    match SpoolTable::create(&dir, size, &spool_identity(rank, run_id)) {
+        Ok(table) => {
+            crate::spool::install(&table);
+            crate::spool::start_alive_thread(&table);
+            Some(table)
+        }
+        Err(error) => {
+            crate::diag::warn_once(format_args!(
+                "no crash-safe spool for this run ({error}); telemetry goes on without it (set {} to a local \
+                 directory)",
+                config.variable_to_set("spool_dir", "SPOOL_DIR")
+            ));
+            None
+        }
+    }
+}
+
+/// Replays, once, the dead writers' spools of this rank (rank 0: also of
+/// ranks at or above the world size) in `table`'s directory, through
+/// `exporter` (the batch processor, this lifetime's resource and the
+/// export timeout); a rank without one keeps spools that hold spans for a
+/// rank that exports or `lens recover`. Fills
+/// [`crate::spool::replayed_progress`].
+fn replay_at_setup(
+    table: &SpoolTable,
+    rank: RankContext,
+    exporter: Option<(&LensBatchSpanProcessor, &Resource, Duration)>,
+) {
+    let Some(own) = table.path() else { return };
+    let Some(dir) = own.parent() else { return };
+    let claim = crate::spool::replay::Claim::Rank { rank: rank.rank, world_size: rank.world_size };
+    let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match exporter {
+        Some((batch, own, timeout)) => {
+            batch.export_with_resource(spans, resource, own, timeout).map_err(|error| error.to_string())
+        }
+        None => Err("this rank exports no spans".to_string()),
+    };
+    let summary = crate::spool::replay_dir(dir, claim, Some(own), &mut export);
+    if !summary.consumed.is_empty() {
+        crate::diag::note(format_args!(
+            "replayed {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) of a \
+             previous attempt in {}",
+            summary.spans,
+            summary.truncated,
+            summary.consumed.len(),
+            dir.display()
+        ));
+    }
+    crate::spool::set_replayed_progress(summary.progress);
 }
 
 /// Header values of every signal: never quoted in a warning.

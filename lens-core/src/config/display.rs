@@ -39,6 +39,9 @@ impl fmt::Debug for LensConfig {
             .field("prometheus_resource_labels", &self.prometheus_resource_labels)
             .field("peak_tflops", &self.peak_tflops)
             .field("hang_timeout", &self.hang_timeout)
+            .field("spool", &self.spool)
+            .field("spool_dir", &self.spool_dir)
+            .field("spool_size_kib", &self.spool_size_kib)
             .field("otel", &self.otel)
             .finish_non_exhaustive()
     }

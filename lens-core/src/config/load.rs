@@ -173,6 +173,24 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     if let Some(v) = r.float("peak_tflops", r.prefixed("PEAK_TFLOPS")) {
         c.peak_tflops = Some(v);
     }
+    // --- spool (issue 22) ---
+    if let Some(v) = r.bool("spool", r.prefixed("SPOOL")) {
+        c.spool = v;
+    }
+    if let Some(v) = r.string("spool_dir", r.prefixed("SPOOL_DIR")) {
+        c.spool_dir = Some(PathBuf::from(v));
+    }
+    let found = r.prefixed("SPOOL_SIZE_KIB");
+    if let Some(v) = r.int_in(
+        "spool_size_kib",
+        found,
+        i128::from(super::model::MIN_SPOOL_SIZE_KIB),
+        i128::from(super::model::MAX_SPOOL_SIZE_KIB),
+        SPOOL_SIZE_EXPECTED,
+    ) {
+        c.spool_size_kib = v as u64;
+    }
+    // --- end spool ---
     if let Some(found) = r.prefixed("HANG_TIMEOUT_S") {
         match HangTimeout::parse(&found.value) {
             Some(v) => {
@@ -187,6 +205,9 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
         }
     }
 }
+
+/// What `<PREFIX>_SPOOL_SIZE_KIB` accepts.
+pub(crate) const SPOOL_SIZE_EXPECTED: &str = "a whole number of KiB from 64 to 1048576 (default 4096)";
 
 /// A whole number of milliseconds, at least `min`.
 fn millis<E: EnvSource + ?Sized>(

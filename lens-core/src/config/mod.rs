@@ -65,7 +65,7 @@ pub use headers::{HeaderError, Headers};
 pub use load::ConfigLoader;
 pub use model::{
     CliOverrides, DEFAULT_FILE_MAX_BYTES, DEFAULT_PREFIX, DEFAULT_PROMETHEUS_RESOURCE_LABELS, DEFAULT_SERVICE_NAME,
-    HangTimeout, LensConfig, Origins, parse_bool,
+    DEFAULT_SPOOL_SIZE_KIB, HangTimeout, LensConfig, MAX_SPOOL_SIZE_KIB, MIN_SPOOL_SIZE_KIB, Origins, parse_bool,
 };
 pub use standard::{
     BatchSettings, Compression, ExporterKind, OtelSettings, OtlpEndpoint, OtlpProtocol, OtlpSettings, Propagator,

@@ -20,6 +20,13 @@ pub const DEFAULT_SERVICE_NAME: &str = "nemo";
 /// The default of `<PREFIX>_PROMETHEUS_RESOURCE_LABELS`.
 pub const DEFAULT_PROMETHEUS_RESOURCE_LABELS: &[&str] = &["nemo.run.id", "service.instance.id"];
 
+/// The default of `<PREFIX>_SPOOL_SIZE_KIB`: 4096 KiB (4 MiB) of spool per rank.
+pub const DEFAULT_SPOOL_SIZE_KIB: u64 = 4096;
+/// The smallest `<PREFIX>_SPOOL_SIZE_KIB` accepted.
+pub const MIN_SPOOL_SIZE_KIB: u64 = 64;
+/// The largest `<PREFIX>_SPOOL_SIZE_KIB` accepted (1 GiB).
+pub const MAX_SPOOL_SIZE_KIB: u64 = 1 << 20;
+
 /// The default of `<PREFIX>_FILE_MAX_BYTES`: 1 GiB per file.
 pub const DEFAULT_FILE_MAX_BYTES: u64 = 1 << 30;
 
@@ -165,6 +172,18 @@ pub struct LensConfig {
     /// When the per-rank hang watchdog fires (`<PREFIX>_HANG_TIMEOUT_S`:
     /// `auto`, `0` for off, or seconds; default `auto`).
     pub hang_timeout: HangTimeout,
+    // --- spool (issue 22) ---
+    /// Whether each rank keeps the crash-safe spool while telemetry is
+    /// enabled (`<PREFIX>_SPOOL`, default on; `0` turns it off).
+    pub spool: bool,
+    /// Where the spool files go (`<PREFIX>_SPOOL_DIR`; default beside the
+    /// program's checkpoints, else under the file-export directory).
+    pub spool_dir: Option<PathBuf>,
+    /// The size of each rank's spool file in KiB (`<PREFIX>_SPOOL_SIZE_KIB`,
+    /// default [`DEFAULT_SPOOL_SIZE_KIB`], from [`MIN_SPOOL_SIZE_KIB`] to
+    /// [`MAX_SPOOL_SIZE_KIB`]).
+    pub spool_size_kib: u64,
+    // --- end spool ---
     /// The standard `OTEL_*` variables.
     pub otel: OtelSettings,
     /// Which variable set each field (for messages).
@@ -202,6 +221,9 @@ impl Default for LensConfig {
             prometheus_resource_labels: DEFAULT_PROMETHEUS_RESOURCE_LABELS.iter().map(|s| s.to_string()).collect(),
             peak_tflops: None,
             hang_timeout: HangTimeout::Auto,
+            spool: true,
+            spool_dir: None,
+            spool_size_kib: DEFAULT_SPOOL_SIZE_KIB,
             otel: OtelSettings::default(),
             origins: Origins::default(),
         }

@@ -83,6 +83,13 @@ impl LensConfig {
                 expected: "a whole number of bytes, 1 or more".into(),
             });
         }
+        if !(super::model::MIN_SPOOL_SIZE_KIB..=super::model::MAX_SPOOL_SIZE_KIB).contains(&self.spool_size_kib) {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("spool_size_kib"),
+                value: self.spool_size_kib.to_string(),
+                expected: super::load::SPOOL_SIZE_EXPECTED.into(),
+            });
+        }
         if let Some(peak) = self.peak_tflops.filter(|p| !(p.is_finite() && *p > 0.0)) {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("peak_tflops"),

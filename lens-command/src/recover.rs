@@ -1,0 +1,158 @@
+//! `lens recover DIR`: replays the crash-safe spools of a run that is never
+//! restarted (see docs/crashes.md).
+//!
+//! Every rank of a job keeps a spool file while telemetry is enabled; when a
+//! process is killed, the next attempt replays its spool at setup. A run
+//! that is not restarted has no next attempt: `lens recover DIR` does the
+//! same replay, for every rank's spool in `DIR` whose writer is dead,
+//! through the exporter the program's variables configure (`--prefix`,
+//! default `NEMO_LENS`: `<PREFIX>_EXPORTER`, `OTEL_EXPORTER_OTLP_*`...) or,
+//! with `--to-files OUT`, into `OUT/traces-rank0.jsonl`. Each replayed span
+//! keeps its ids, start time and its dead process's resource; spans open at
+//! the kill end at the last-alive stamp, marked `nemo.span.truncated`.
+//! A spool is removed once its spans were exported, so a second recover
+//! replays nothing.
+//!
+//! Exit codes: 0 when every dead spool was replayed (or there was none), 1
+//! when a spool could not be read or exported (each named in a warning), 2
+//! for bad input (no such directory, a bad configuration).
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lens_fallbacks::setup::{SetupError, Telemetry};
+
+/// `recover`: replay the spools in a directory.
+#[derive(Clone, Debug, clap::Args)]
+pub struct RecoverArgs {
+    /// The spool directory: `<PREFIX>_SPOOL_DIR`, or `<checkpoint dir>/lens-spool`,
+    /// or `<file-export dir>/lens-spool` (by default `telemetry/lens-spool`).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Write the replayed spans to `OUT/traces-rank0.jsonl` (the `file`
+    /// exporter's format) instead of the configured exporter.
+    #[arg(long, value_name = "OUT")]
+    pub to_files: Option<PathBuf>,
+    /// The program's variable prefix: the exporter is configured from
+    /// `<PREFIX>_*`, then `NEMO_LENS_*`, then the `OTEL_*` variables.
+    #[arg(long, value_name = "PREFIX", default_value = "NEMO_LENS")]
+    pub prefix: String,
+}
+
+/// Why `recover` could not run.
+#[derive(Debug)]
+pub enum RecoverError {
+    /// `DIR` is not a directory that can be read.
+    Input {
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The exporter's configuration is bad.
+    Setup(SetupError),
+    /// This `lens` was built without the runtime (`otel`).
+    CompiledOut,
+}
+
+impl RecoverError {
+    /// 2: bad input or configuration.
+    pub fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
+impl fmt::Display for RecoverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecoverError::Input { path, reason } => write!(
+                f,
+                "recover: cannot read {}: {reason} (expected the spool directory: <PREFIX>_SPOOL_DIR, \
+                 <checkpoint dir>/lens-spool, or telemetry/lens-spool)",
+                path.display()
+            ),
+            RecoverError::Setup(error) => write!(f, "recover: the exporter's configuration: {error}"),
+            RecoverError::CompiledOut => write!(
+                f,
+                "recover: this `lens` was built without its `otel` feature, so it cannot export; rebuild it with \
+                 default features"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RecoverError {}
+
+/// The subcommand: replay, print what was recovered, exit 0, 1 or 2.
+pub fn run(args: &RecoverArgs) -> ExitCode {
+    match recover(args) {
+        Ok(report) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(
+                stdout,
+                "recovered {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) in {}",
+                report.spans,
+                report.truncated,
+                report.consumed.len(),
+                args.dir.display()
+            );
+            if let Some(out) = &args.to_files {
+                let _ = writeln!(stdout, "spans written to {}", out.join("traces-rank0.jsonl").display());
+            }
+            if report.alive > 0 {
+                let _ = writeln!(stdout, "{} spool file(s) left alone: their process is still running", report.alive);
+            }
+            if report.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
+        }
+        Err(error) => {
+            crate::error(&error);
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+/// Replays the spools of `args.dir`.
+pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport, RecoverError> {
+    let input = |reason: String| RecoverError::Input { path: args.dir.clone(), reason };
+    match std::fs::metadata(&args.dir) {
+        Ok(metadata) if metadata.is_dir() => {}
+        Ok(_) => return Err(input("not a directory".into())),
+        Err(error) => return Err(input(error.to_string())),
+    }
+    if !lens_fallbacks::setup::COMPILED_IN {
+        return Err(RecoverError::CompiledOut);
+    }
+    let prefix = args.prefix.clone();
+    let mut overrides: Vec<(String, String)> = vec![
+        (format!("{prefix}_ENABLED"), "1".into()),
+        (format!("{prefix}_RANK_STRATEGY"), "all_ranks".into()),
+        (format!("{prefix}_TRACES_ENABLED"), "1".into()),
+        (format!("{prefix}_METRICS_ENABLED"), "0".into()),
+        (format!("{prefix}_LOGS_ENABLED"), "0".into()),
+        (format!("{prefix}_SAMPLING_STRATEGY"), String::new()),
+        // This process keeps no spool of its own.
+        (format!("{prefix}_SPOOL"), "0".into()),
+        ("OTEL_SDK_DISABLED".into(), "false".into()),
+    ];
+    if let Some(out) = &args.to_files {
+        overrides.push((format!("{prefix}_EXPORTER"), "file".into()));
+        overrides.push((format!("{prefix}_FILE_DIR"), out.display().to_string()));
+        overrides.push(("OTEL_TRACES_EXPORTER".into(), String::new()));
+    }
+    let env = lens_fallbacks::FnEnv(move |key: &str| match overrides.iter().find(|(k, _)| k == key) {
+        Some((_, value)) if value.is_empty() => None,
+        Some((_, value)) => Some(value.clone()),
+        None => std::env::var(key).ok(),
+    });
+    let telemetry = Telemetry::builder(&args.prefix)
+        .env(env)
+        .rank(lens_fallbacks::RankContext::SINGLE)
+        .setup()
+        .map_err(RecoverError::Setup)?;
+    let report = lens_fallbacks::spool::recover(&telemetry, &args.dir);
+    telemetry.shutdown(Duration::from_secs(10));
+    Ok(report)
+}

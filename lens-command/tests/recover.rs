@@ -1,0 +1,263 @@
+//! `lens recover` after a SIGKILL (issue 22): a child process sets
+//! telemetry up with the `file` exporter, opens spans, ends some, and kills
+//! itself with SIGKILL (nothing flushed, no handler run). `lens recover`
+//! then delivers every span exactly once (counting what the child had
+//! exported itself), the open ones truncated with their original ids and
+//! start times and the child's resource; a second recover replays nothing.
+//! Bad input gets exit code 2 and a message naming the path.
+//!
+//! The child is this test binary itself, re-run with `LENS_SPOOL_VICTIM`
+//! set (its `victim` test does the work then, and nothing otherwise).
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lens_fallbacks::{KeyValue, SpanGroup, managed_span};
+use serde_json::Value;
+
+const VICTIM: &str = "LENS_SPOOL_VICTIM";
+
+fn nanos(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, signal: i32) -> i32;
+}
+
+/// The child: spans open and ended, then SIGKILL. Prints one line per span:
+/// `SPAN <name> <span id> <not before> <not after>` (the start time's
+/// bracket, in Unix nanoseconds).
+#[test]
+fn victim() {
+    if std::env::var_os(VICTIM).is_none() {
+        return;
+    }
+    let telemetry = lens_fallbacks::Telemetry::from_env("NEMO_LENS").expect("setup");
+    assert!(lens_fallbacks::spool::is_active(), "the spool is on by default");
+    lens_fallbacks::spool::record_progress(17, Some(16), Some(10));
+    let bracket = |name: &str, span: &lens_fallbacks::SpanGuard, before: SystemTime| {
+        let id = span.remote_context().span_id_hex().expect("recording");
+        let line = format!("SPAN {name} {id} {} {}\n", nanos(before), nanos(SystemTime::now()));
+        let _ = std::io::stdout().lock().write_all(line.as_bytes());
+    };
+    let before = SystemTime::now();
+    let train = managed_span(SpanGroup::JOB, "victim.train", [KeyValue::new("victim.kind", "root")]);
+    bracket("victim.train", &train, before);
+    let before = SystemTime::now();
+    let iteration = managed_span(SpanGroup::STEP, "victim.iteration", [KeyValue::new("dl.iteration", 17_i64)]);
+    bracket("victim.iteration", &iteration, before);
+    for name in ["victim.data", "victim.forward"] {
+        let before = SystemTime::now();
+        let ended = managed_span(SpanGroup::STEP, name, []);
+        bracket(name, &ended, before);
+        drop(ended);
+    }
+    let before = SystemTime::now();
+    let open_child = managed_span(SpanGroup::STEP, "victim.backward", []);
+    bracket("victim.backward", &open_child, before);
+    // Let the last-alive stamp move past the spans' starts.
+    std::thread::sleep(Duration::from_millis(1300));
+    let _ = std::io::stdout().lock().write_all(format!("KILL {}\n", nanos(SystemTime::now())).as_bytes());
+    let _ = std::io::stdout().flush();
+    // SAFETY: sends SIGKILL to this process; nothing runs after it.
+    unsafe { kill(std::process::id() as i32, 9) };
+    drop((telemetry, train, iteration, open_child));
+    unreachable!("SIGKILL");
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let nanos = nanos(SystemTime::now());
+    let dir = std::env::temp_dir().join(format!("lens-recover-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[derive(Debug)]
+struct Exported {
+    name: String,
+    span_id: String,
+    parent: String,
+    start: u64,
+    end: u64,
+    truncated: bool,
+    reason: Option<String>,
+    service: Option<String>,
+}
+
+fn text(value: &Value) -> Option<String> {
+    value.get("stringValue").and_then(Value::as_str).map(str::to_string)
+}
+
+fn number(value: &Value) -> u64 {
+    value.as_str().and_then(|s| s.parse().ok()).or_else(|| value.as_u64()).unwrap_or(0)
+}
+
+/// Every span of an OTLP/JSON-lines traces file.
+fn read_spans(path: &Path) -> Vec<Exported> {
+    let Ok(content) = std::fs::read_to_string(path) else { return Vec::new() };
+    let mut out = Vec::new();
+    for line in content.lines().filter(|l| !l.trim().is_empty()) {
+        let json: Value = serde_json::from_str(line).expect("a JSON line");
+        for resource_spans in json["resourceSpans"].as_array().into_iter().flatten() {
+            let resource: BTreeMap<String, Value> = resource_spans["resource"]["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|kv| (kv["key"].as_str().unwrap_or("").to_string(), kv["value"].clone()))
+                .collect();
+            for scope in resource_spans["scopeSpans"].as_array().into_iter().flatten() {
+                for span in scope["spans"].as_array().into_iter().flatten() {
+                    let attributes = span["attributes"].as_array().cloned().unwrap_or_default();
+                    let truncated = attributes.iter().any(|kv| {
+                        kv["key"] == "nemo.span.truncated" && kv["value"].get("boolValue") == Some(&Value::Bool(true))
+                    });
+                    let reason = span["events"].as_array().into_iter().flatten().find_map(|event| {
+                        (event["name"] == "nemo.span.truncated").then(|| {
+                            event["attributes"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .find(|kv| kv["key"] == "nemo.span.truncated.reason")
+                                .and_then(|kv| text(&kv["value"]))
+                        })?
+                    });
+                    out.push(Exported {
+                        name: span["name"].as_str().unwrap_or("").to_string(),
+                        span_id: span["spanId"].as_str().unwrap_or("").to_lowercase(),
+                        parent: span["parentSpanId"].as_str().unwrap_or("").to_lowercase(),
+                        start: number(&span["startTimeUnixNano"]),
+                        end: number(&span["endTimeUnixNano"]),
+                        truncated,
+                        reason,
+                        service: resource.get("service.name").and_then(text),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn lens(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lens")).args(args).env_remove("NEMO_LENS_ENABLED").output().expect("run lens")
+}
+
+#[test]
+fn recover_after_sigkill_delivers_every_span_once() {
+    if std::env::var_os(VICTIM).is_some() {
+        return;
+    }
+    let root = temp_dir("kill");
+    let (export, spool, out) = (root.join("export"), root.join("spool"), root.join("recovered"));
+    let child = Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "victim", "--nocapture", "--test-threads", "1"])
+        .env(VICTIM, "1")
+        .env("NEMO_LENS_ENABLED", "1")
+        .env("NEMO_LENS_EXPORTER", "file")
+        .env("NEMO_LENS_FILE_DIR", &export)
+        .env("NEMO_LENS_SPOOL_DIR", &spool)
+        .env("NEMO_LENS_SPAN_GROUPS", "all")
+        .env("NEMO_LENS_RANK_STRATEGY", "all_ranks")
+        .env("NEMO_LENS_RUN_ID", "victim-run")
+        .env("OTEL_SERVICE_NAME", "victim-service")
+        // Ended spans wait in the export queue: only the spool has them.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "600000")
+        .env_remove("OTEL_TRACES_EXPORTER")
+        .output()
+        .expect("run the victim");
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(
+        child.status.signal(),
+        Some(9),
+        "killed by SIGKILL: {stdout}\n{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    let killed_at: u64 =
+        stdout.lines().find_map(|l| l.strip_prefix("KILL ")).and_then(|n| n.parse().ok()).expect("KILL");
+    let started: Vec<(String, String, u64, u64)> = stdout
+        .lines()
+        .filter_map(|l| l.find("SPAN ").map(|at| &l[at + 5..]))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].to_string(), f[1].to_string(), f[2].parse().unwrap(), f[3].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(started.len(), 5, "{stdout}");
+    let spool_files: Vec<_> = std::fs::read_dir(&spool).expect("spool dir").collect();
+    assert_eq!(spool_files.len(), 1, "one spool file for the one rank");
+
+    let recovered = lens(&["recover", spool.to_str().unwrap(), "--to-files", out.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&recovered.stdout);
+    assert_eq!(recovered.status.code(), Some(0), "{said}\n{}", String::from_utf8_lossy(&recovered.stderr));
+    assert!(said.contains("from 1 spool file(s)"), "{said}");
+
+    let mut all = read_spans(&export.join("traces-rank0.jsonl"));
+    all.extend(read_spans(&out.join("traces-rank0.jsonl")));
+    for (name, id, not_before, not_after) in &started {
+        let copies: Vec<&Exported> = all.iter().filter(|s| &s.span_id == id).collect();
+        assert_eq!(copies.len(), 1, "{name} arrives exactly once: {all:?}");
+        let span = copies[0];
+        assert_eq!(&span.name, name);
+        assert!((*not_before..=*not_after).contains(&span.start), "{name}: original start time");
+        assert_eq!(span.service.as_deref(), Some("victim-service"), "{name}: the dead process's resource");
+        let open = ["victim.train", "victim.iteration", "victim.backward"].contains(&name.as_str());
+        assert_eq!(span.truncated, open, "{name}");
+        if open {
+            assert_eq!(span.reason.as_deref(), Some("the process died; replayed by the next attempt"));
+            // Ended at the last-alive stamp: after the start, no later than the kill.
+            assert!(span.end >= span.start && span.end <= killed_at, "{name}: {span:?}");
+            assert!(span.end > *not_after, "{name}: the last-alive stamp moved past the start");
+        }
+    }
+    let id_of = |name: &str| started.iter().find(|s| s.0 == name).map(|s| s.1.clone()).unwrap();
+    let parent_of = |name: &str| all.iter().find(|s| s.name == name).map(|s| s.parent.clone()).unwrap();
+    assert_eq!(parent_of("victim.iteration"), id_of("victim.train"));
+    assert_eq!(parent_of("victim.backward"), id_of("victim.iteration"));
+    assert_eq!(parent_of("victim.forward"), id_of("victim.iteration"));
+    assert_eq!(std::fs::read_dir(&spool).expect("spool dir").count(), 0, "consumed");
+
+    // A second recover replays nothing.
+    let again = lens(&["recover", spool.to_str().unwrap(), "--to-files", out.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("recovered 0 span(s)"));
+    assert_eq!(
+        read_spans(&out.join("traces-rank0.jsonl")).len(),
+        all.len() - read_spans(&export.join("traces-rank0.jsonl")).len()
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn recover_names_a_missing_directory_and_exits_2() {
+    if std::env::var_os(VICTIM).is_some() {
+        return;
+    }
+    let missing = temp_dir("missing").join("nope");
+    let output = lens(&["recover", missing.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("recover: cannot read") && stderr.contains(missing.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains("SPOOL_DIR"), "{stderr}");
+}
+
+#[test]
+fn recover_says_which_spool_is_damaged_and_exits_1() {
+    if std::env::var_os(VICTIM).is_some() {
+        return;
+    }
+    let dir = temp_dir("damaged");
+    let damaged = dir.join("spool-rank0-host-1-00000000.lens");
+    std::fs::write(&damaged, b"garbage").expect("write");
+    let out = dir.join("out");
+    let output = lens(&["recover", dir.to_str().unwrap(), "--to-files", out.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(damaged.to_str().unwrap()) && stderr.contains("not a lens spool"), "{stderr}");
+    assert_eq!(stderr.matches("not a lens spool").count(), 1, "one warning: {stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

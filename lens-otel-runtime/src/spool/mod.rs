@@ -1,0 +1,659 @@
+//! The per-rank crash-safe spool (SPEC A23).
+//!
+//! SIGKILL, the OOM killer or a hard abort run no handler: every span open
+//! at that moment, and every ended span still waiting in the export queue,
+//! would be lost. While telemetry is enabled each rank therefore keeps a
+//! memory-mapped file (the page cache outlives the process; nothing is
+//! fsynced on the hot path) holding:
+//!
+//! - a header: format version, host, pid, boot id, uid, run id, rank, world
+//!   size and the resource as key-values ([`format`]);
+//! - one fixed-size slot per open span (ids, parent, name, start time, kind,
+//!   attributes up to the slot's size, already redacted by the facade) and
+//!   per ended span until the batch processor says its batch was exported
+//!   (or dropped); when every slot is taken the oldest ended span gives its
+//!   slot up and is counted as overflow;
+//! - the progress record ([`record_progress`]), rewritten at each iteration;
+//! - a last-alive stamp, refreshed every second by the `lens-spool-alive`
+//!   thread.
+//!
+//! The spool is lens's one open-span registry: the open-span closer
+//! ([`crate::closer`]) and, through it, the hang watchdog's flight recorder
+//! read the open spans from it. With the spool off (`<PREFIX>_SPOOL=0`, no
+//! directory, or the file cannot be mapped) the same table lives in
+//! anonymous memory, so the closer and the recorder work the same and
+//! nothing survives the process.
+//!
+//! The next attempt replays dead writers' spools once, at setup
+//! ([`replay`]); `lens recover DIR` does the same for a run that is never
+//! restarted.
+//!
+//! Files are created mode 0600 with `O_EXCL | O_NOFOLLOW`, and their writer
+//! holds an exclusive advisory lock (`flock`) on them for its lifetime, so a
+//! live writer's spool is never replayed.
+
+pub mod format;
+pub mod replay;
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::trace::SpanData;
+
+use self::format::{
+    FLAG_CLOSED_CLEANLY, HEADER_SIZE, NONE, OFF_COMPLETED, OFF_DURABLE, OFF_FLAGS, OFF_LAST_ALIVE, OFF_META,
+    OFF_META_LEN, OFF_OVERFLOW, OFF_PROGRESS_AT, OFF_PROGRESS_SEQ, OFF_REACHED, SLOT_SIZE, SLOT_STATE, STATE_ENDED,
+    STATE_FREE, STATE_OPEN, STATE_WRITING, nanos,
+};
+pub use self::replay::replay_dir;
+
+/// The spool directory's name inside a checkpoint or file-export directory.
+pub const SPOOL_SUBDIRECTORY: &str = "lens-spool";
+/// The spool files' name prefix (`spool-rank<N>-<host>-<pid>-<tag>.lens`).
+pub const FILE_PREFIX: &str = "spool-rank";
+/// The spool files' extension.
+pub const FILE_EXTENSION: &str = "lens";
+/// How often the last-alive stamp is refreshed.
+pub const ALIVE_PERIOD: Duration = Duration::from_secs(1);
+/// The number of slots of the anonymous table used when there is no spool
+/// file (`<PREFIX>_SPOOL=0`).
+pub const ANONYMOUS_SLOTS: u32 = 4096;
+/// The boot id's file.
+pub const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
+
+pub use lens_core::report::{ReplayReport, ReplayedProgress};
+
+/// What setup's replay learned from rank 0's dead spool.
+static REPLAYED: Mutex<Option<ReplayedProgress>> = Mutex::new(None);
+
+/// The spool of this process's telemetry lifetime, for [`record_progress`]:
+/// null, or a table leaked on purpose (see [`install`]).
+static ACTIVE: AtomicPtr<SpoolTable> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Writes the progress record of this process's spool: a seqlock of a few
+/// relaxed stores into the mapping, no syscall; nothing without a spool
+/// file (or in a forked child).
+#[inline]
+pub fn record_progress(reached: u64, completed: Option<u64>, durable: Option<u64>) {
+    let table = ACTIVE.load(Ordering::Acquire);
+    // SAFETY: the slot holds null or a pointer from `Arc::into_raw` that is
+    // never released (see `install`), so the table outlives every reader.
+    if let Some(table) = unsafe { table.as_ref() } {
+        table.write_progress(reached, completed, durable, SystemTime::now());
+    }
+}
+
+/// The progress record of the dead rank-0 spool that setup replayed.
+pub fn replayed_progress() -> Option<ReplayedProgress> {
+    lock(&REPLAYED).clone()
+}
+
+pub(crate) fn set_replayed_progress(progress: Option<ReplayedProgress>) {
+    *lock(&REPLAYED) = progress;
+}
+
+/// Whether this process writes a spool file now.
+pub fn is_active() -> bool {
+    !ACTIVE.load(Ordering::Acquire).is_null()
+}
+
+/// Makes `table` the process's spool for [`record_progress`]. The table is
+/// leaked (one mapping per telemetry lifetime, as `active.rs` leaks a
+/// tracer): a reader may hold it while shutdown empties the slot.
+pub(crate) fn install(table: &Arc<SpoolTable>) {
+    let pointer = Arc::into_raw(Arc::clone(table)).cast_mut();
+    let previous = ACTIVE.swap(pointer, Ordering::AcqRel);
+    let _ = previous; // the previous one (if any) stays leaked
+}
+
+/// Empties the slot of [`install`].
+pub(crate) fn uninstall() {
+    ACTIVE.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Where the table lives.
+enum Backing {
+    /// A spool file, mapped shared, locked by this process.
+    File { _map: memmap2::MmapMut, file: File, path: PathBuf },
+    /// Anonymous memory: the open-span registry without crash safety.
+    Anonymous { _map: memmap2::MmapMut },
+    /// A header on the heap, no slots (no memory could be mapped).
+    Heap { _memory: Box<[u64]> },
+}
+
+/// The process side of the slots: which slot holds which span.
+#[derive(Default)]
+struct Slots {
+    /// Span id → (slot, start order).
+    by_span: HashMap<u64, (u32, u64)>,
+    free: Vec<u32>,
+    /// Ended spans, oldest first (span id, slot); stale entries are skipped.
+    ended: VecDeque<(u64, u32)>,
+    next_order: u64,
+}
+
+/// One spool: the mapped header and slots, and which slot holds which
+/// span. Clones of the `Arc` are shared by the closer, the batch processor,
+/// the last-alive thread and [`record_progress`].
+pub struct SpoolTable {
+    base: *mut u8,
+    len: usize,
+    slot_count: u32,
+    slots: Mutex<Slots>,
+    backing: Backing,
+    closed: AtomicBool,
+    /// The fork generation that owns the table; a forked child never writes
+    /// into its parent's mapping.
+    generation: u64,
+}
+
+// SAFETY: the mapping is process-wide memory; slot bytes are written only
+// with `slots` locked, header fields through atomics.
+unsafe impl Send for SpoolTable {}
+// SAFETY: as above.
+unsafe impl Sync for SpoolTable {}
+
+impl std::fmt::Debug for SpoolTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpoolTable")
+            .field("path", &self.path())
+            .field("slots", &self.slot_count)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a spool file could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    /// The directory or the file could not be created, sized, locked or
+    /// mapped.
+    #[error("cannot create the spool file {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+}
+
+/// Who writes a spool: the header's identity fields.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// The rank.
+    pub rank: u32,
+    /// The world size.
+    pub world_size: u32,
+    /// The run id.
+    pub run_id: String,
+    /// The host name.
+    pub host: String,
+}
+
+/// This machine's boot id (empty when it cannot be read).
+pub fn boot_id() -> String {
+    std::fs::read_to_string(BOOT_ID_FILE).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// This process's user id.
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+fn file_name(identity: &Identity, pid: u32) -> String {
+    let host: String = identity
+        .host
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '_' { c } else { '_' })
+        .collect();
+    let tag = crate::ids::random_u64() & 0xffff_ffff;
+    format!("{FILE_PREFIX}{}-{host}-{pid}-{tag:08x}.{FILE_EXTENSION}", identity.rank)
+}
+
+impl SpoolTable {
+    /// Creates, sizes, locks and maps a new spool file of `size` bytes in
+    /// `dir` (created if missing, mode 0700), mode 0600, `O_EXCL |
+    /// O_NOFOLLOW`.
+    pub fn create(dir: &Path, size: usize, identity: &Identity) -> Result<Arc<SpoolTable>, SpoolError> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SpoolError::Io { path, source }
+        };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
+        let pid = std::process::id();
+        let path = dir.join(file_name(identity, pid));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(io(&path))?;
+        let built = (|| {
+            file.try_lock().map_err(|error| match error {
+                std::fs::TryLockError::Error(error) => error,
+                std::fs::TryLockError::WouldBlock => std::io::Error::other("the file is locked by another process"),
+            })?;
+            let slots = format::slot_count(size);
+            let size = HEADER_SIZE + slots as usize * SLOT_SIZE;
+            file.set_len(size as u64)?;
+            // SAFETY: the file was just created by this process (O_EXCL), is
+            // locked by it, and is only ever written through this mapping;
+            // another process that maps it (a replay) finds the lock held and
+            // leaves it alone.
+            let map = unsafe { memmap2::MmapMut::map_mut(&file) }?;
+            Ok::<_, std::io::Error>((map, slots))
+        })();
+        let (map, slots) = match built {
+            Ok(built) => built,
+            Err(source) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(SpoolError::Io { path, source });
+            }
+        };
+        let table = SpoolTable::from_map(map, slots, |map| Backing::File { _map: map, file, path });
+        table.init_header(identity, pid);
+        Ok(table)
+    }
+
+    /// The same table in anonymous memory: the open-span registry with no
+    /// file behind it.
+    pub fn anonymous(slots: u32) -> Arc<SpoolTable> {
+        let size = HEADER_SIZE + slots as usize * SLOT_SIZE;
+        match memmap2::MmapMut::map_anon(size) {
+            Ok(map) => SpoolTable::from_map(map, slots, |map| Backing::Anonymous { _map: map }),
+            // No memory to map: a header on the heap and no slots (open
+            // spans are not tracked).
+            Err(error) => {
+                crate::diag::warn_once(format_args!(
+                    "cannot map memory for the open-span table ({error}); open spans are not tracked"
+                ));
+                let mut heap = vec![0_u64; HEADER_SIZE / 8].into_boxed_slice();
+                let base = heap.as_mut_ptr().cast::<u8>();
+                Arc::new(SpoolTable {
+                    base,
+                    len: HEADER_SIZE,
+                    slot_count: 0,
+                    slots: Mutex::new(Slots::default()),
+                    backing: Backing::Heap { _memory: heap },
+                    closed: AtomicBool::new(false),
+                    generation: crate::ids::fork_generation(),
+                })
+            }
+        }
+    }
+
+    fn from_map(
+        mut map: memmap2::MmapMut,
+        slot_count: u32,
+        backing: impl FnOnce(memmap2::MmapMut) -> Backing,
+    ) -> Arc<SpoolTable> {
+        let base = map.as_mut_ptr();
+        let len = map.len();
+        Arc::new(SpoolTable {
+            base,
+            len,
+            slot_count,
+            slots: Mutex::new(Slots { free: (0..slot_count).rev().collect(), ..Slots::default() }),
+            backing: backing(map),
+            closed: AtomicBool::new(false),
+            generation: crate::ids::fork_generation(),
+        })
+    }
+
+    fn init_header(&self, identity: &Identity, pid: u32) {
+        // SAFETY: nothing else references the header yet.
+        let header = unsafe { std::slice::from_raw_parts_mut(self.base, HEADER_SIZE) };
+        format::write_header(
+            header,
+            self.slot_count,
+            pid,
+            uid(),
+            identity.rank,
+            identity.world_size,
+            &boot_id(),
+            SystemTime::now(),
+        );
+        self.write_meta(identity, &[]);
+    }
+
+    /// Rewrites the metadata block (host, run id, resource): setup calls it
+    /// once the resource is known, before any span.
+    pub fn write_meta(&self, identity: &Identity, resource: &[KeyValue]) {
+        if !self.is_file() {
+            return;
+        }
+        let _slots = lock(&self.slots);
+        // SAFETY: the metadata block is written only here, under the lock.
+        let meta = unsafe { std::slice::from_raw_parts_mut(self.base.add(OFF_META), HEADER_SIZE - OFF_META) };
+        let len = format::encode_meta(meta, &identity.host, &identity.run_id, resource);
+        self.atomic_u32(OFF_META_LEN).store(len as u32, Ordering::Release);
+    }
+
+    /// The spool file, if the table has one.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.backing {
+            Backing::File { path, .. } => Some(path),
+            Backing::Anonymous { .. } | Backing::Heap { .. } => None,
+        }
+    }
+
+    /// Whether the table is backed by a file.
+    pub fn is_file(&self) -> bool {
+        matches!(self.backing, Backing::File { .. })
+    }
+
+    /// The number of slots.
+    pub fn slot_count(&self) -> u32 {
+        self.slot_count
+    }
+
+    fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= HEADER_SIZE);
+        // SAFETY: the mapping is page-aligned, `offset` is a multiple of 8
+        // within the header, and the mapping lives as long as `self`.
+        unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }
+    }
+
+    fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= self.len);
+        // SAFETY: as for `atomic_u64`, with 4-byte alignment.
+        unsafe { AtomicU32::from_ptr(self.base.add(offset).cast()) }
+    }
+
+    fn writable(&self) -> bool {
+        !self.closed.load(Ordering::Acquire) && crate::ids::fork_generation() == self.generation
+    }
+
+    /// Refreshes the last-alive stamp.
+    pub fn touch(&self, now: SystemTime) {
+        if self.writable() {
+            self.atomic_u64(OFF_LAST_ALIVE).store(nanos(now), Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the progress record (a seqlock: odd while writing).
+    pub fn write_progress(&self, reached: u64, completed: Option<u64>, durable: Option<u64>, now: SystemTime) {
+        if !self.is_file() || crate::ids::fork_generation() != self.generation {
+            return;
+        }
+        let seq = self.atomic_u64(OFF_PROGRESS_SEQ);
+        let start = seq.load(Ordering::Relaxed);
+        seq.store(start | 1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        self.atomic_u64(OFF_REACHED).store(reached, Ordering::Relaxed);
+        self.atomic_u64(OFF_COMPLETED).store(completed.unwrap_or(NONE), Ordering::Relaxed);
+        self.atomic_u64(OFF_DURABLE).store(durable.unwrap_or(NONE), Ordering::Relaxed);
+        self.atomic_u64(OFF_PROGRESS_AT).store(nanos(now).max(1), Ordering::Relaxed);
+        seq.store((start | 1) + 1, Ordering::Release);
+    }
+
+    /// Ended spans dropped from the spool because every slot was taken.
+    pub fn overflow(&self) -> u64 {
+        self.atomic_u64(OFF_OVERFLOW).load(Ordering::Relaxed)
+    }
+
+    fn slots(&self) -> Option<MutexGuard<'_, Slots>> {
+        if !self.writable() {
+            return None;
+        }
+        Some(lock(&self.slots))
+    }
+
+    /// Records a started span in a free slot (or, when none is free, in the
+    /// slot of the oldest ended span, which is counted as overflow).
+    /// Returns whether it was recorded.
+    pub fn span_started(&self, span: &SpanData) -> bool {
+        let Some(mut slots) = self.slots() else { return false };
+        let Some(index) = self.take_slot(&mut slots) else { return false };
+        let order = slots.next_order;
+        slots.next_order += 1;
+        slots.by_span.insert(span_key(span), (index, order));
+        self.write_slot(index, span, STATE_OPEN);
+        true
+    }
+
+    /// Records `span` as ended in its slot (kept until [`released`](Self::released)).
+    pub fn span_ended(&self, span: &SpanData) {
+        let Some(mut slots) = self.slots() else { return };
+        let key = span_key(span);
+        let Some(&(index, _)) = slots.by_span.get(&key) else { return };
+        self.write_slot(index, span, STATE_ENDED);
+        slots.ended.push_back((key, index));
+    }
+
+    /// The batch processor exported (or finally dropped) the spans with
+    /// these ids: their slots are free again.
+    pub fn released(&self, span_ids: impl IntoIterator<Item = u64>) {
+        let Some(mut slots) = self.slots() else { return };
+        for key in span_ids {
+            if let Some((index, _)) = slots.by_span.remove(&key) {
+                self.atomic_u32(format::slot_range(index).start + SLOT_STATE).store(STATE_FREE, Ordering::Release);
+                slots.free.push(index);
+            }
+        }
+        // Drop the released spans from the front of the ended list (batches
+        // leave roughly in the order their spans ended), so that it stays as
+        // long as the spans the spool keeps.
+        while let Some(&(key, index)) = slots.ended.front() {
+            if slots.by_span.get(&key).is_some_and(|&(held, _)| held == index) {
+                break;
+            }
+            slots.ended.pop_front();
+        }
+    }
+
+    /// Forgets an open span without keeping it (a span that ended unsampled).
+    pub fn forget(&self, span_id: u64) {
+        self.released([span_id]);
+    }
+
+    fn take_slot(&self, slots: &mut Slots) -> Option<u32> {
+        if let Some(index) = slots.free.pop() {
+            return Some(index);
+        }
+        // Every slot is taken: the oldest ended span gives its slot up.
+        while let Some((key, index)) = slots.ended.pop_front() {
+            if slots.by_span.get(&key).is_some_and(|&(held, _)| held == index) {
+                slots.by_span.remove(&key);
+                self.atomic_u64(OFF_OVERFLOW).fetch_add(1, Ordering::Relaxed);
+                return Some(index);
+            }
+        }
+        self.atomic_u64(OFF_OVERFLOW).fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    fn write_slot(&self, index: u32, span: &SpanData, state: u32) {
+        let state_word = self.atomic_u32(format::slot_range(index).start + SLOT_STATE);
+        state_word.store(STATE_WRITING, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        let range = format::slot_range(index);
+        // SAFETY: in bounds (`index` came from the free list or the table, so
+        // it is below `slot_count`), and exclusive: callers hold the `slots`
+        // lock, under which alone slot bytes are written.
+        let slot = unsafe { std::slice::from_raw_parts_mut(self.base.add(range.start), SLOT_SIZE) };
+        format::encode_span(slot, span);
+        state_word.store(state, Ordering::Release);
+    }
+
+    /// The spans open now, decoded from their slots, with their start order.
+    pub fn open_spans(&self) -> Vec<(u64, SpanData)> {
+        let Some(slots) = self.slots() else { return Vec::new() };
+        let mut open = Vec::new();
+        for &(index, order) in slots.by_span.values() {
+            let range = format::slot_range(index);
+            if self.atomic_u32(range.start + SLOT_STATE).load(Ordering::Acquire) != STATE_OPEN {
+                continue;
+            }
+            // SAFETY: in bounds; the lock is held, so no writer changes it.
+            let slot = unsafe { std::slice::from_raw_parts(self.base.add(range.start), SLOT_SIZE) };
+            if let Some(span) = format::decode_span(slot) {
+                open.push((order, span));
+            }
+        }
+        open
+    }
+
+    /// The number of open spans.
+    pub fn open_count(&self) -> usize {
+        let Some(slots) = self.slots() else { return 0 };
+        slots
+            .by_span
+            .values()
+            .filter(|&&(index, _)| {
+                self.atomic_u32(format::slot_range(index).start + SLOT_STATE).load(Ordering::Acquire) == STATE_OPEN
+            })
+            .count()
+    }
+
+    /// Forgets every span (the closer's drain, and a forked child's).
+    pub fn clear(&self) {
+        let Some(mut slots) = self.slots() else { return };
+        self.clear_locked(&mut slots);
+    }
+
+    fn clear_locked(&self, slots: &mut Slots) {
+        for &(index, _) in slots.by_span.values() {
+            self.atomic_u32(format::slot_range(index).start + SLOT_STATE).store(STATE_FREE, Ordering::Release);
+        }
+        slots.by_span.clear();
+        slots.ended.clear();
+        slots.free = (0..self.slot_count).rev().collect();
+    }
+
+    /// After a clean shutdown (every span exported or counted): frees every
+    /// slot, marks the file closed cleanly (its progress record stays for
+    /// the next attempt) and stops writing. The lock goes with the process
+    /// (or with [`close_file`](Self::close_file)).
+    pub fn close_cleanly(&self) {
+        if crate::ids::fork_generation() != self.generation {
+            return;
+        }
+        let mut slots = lock(&self.slots);
+        self.clear_locked(&mut slots);
+        self.atomic_u64(OFF_LAST_ALIVE).store(nanos(SystemTime::now()), Ordering::Relaxed);
+        self.atomic_u64(OFF_FLAGS).fetch_or(FLAG_CLOSED_CLEANLY, Ordering::Release);
+        self.closed.store(true, Ordering::Release);
+        drop(slots);
+        self.close_file();
+    }
+
+    /// Releases the advisory lock (the mapping stays, unwritten).
+    pub fn close_file(&self) {
+        if let Backing::File { file, .. } = &self.backing {
+            let _ = file.unlock();
+        }
+    }
+
+    /// Stops writing (a shutdown that did not finish cleanly keeps the
+    /// spans for the next attempt).
+    pub fn stop(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether writing has stopped.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// The key of a span in the table: its span id as a number.
+pub(crate) fn span_key(span: &SpanData) -> u64 {
+    u64::from_be_bytes(span.span_context.span_id().to_bytes())
+}
+
+/// Starts the thread that refreshes `table`'s last-alive stamp every
+/// second until the table is closed. Without a thread (none to be had), the
+/// stamp stays at the time setup wrote it; a warning says so.
+pub(crate) fn start_alive_thread(table: &Arc<SpoolTable>) {
+    let table = Arc::clone(table);
+    let spawned = std::thread::Builder::new().name("lens-spool-alive".into()).spawn(move || {
+        while !table.is_closed() {
+            table.touch(SystemTime::now());
+            std::thread::sleep(ALIVE_PERIOD);
+        }
+    });
+    if let Err(error) = spawned {
+        crate::diag::warn_once(format_args!(
+            "could not start the spool's last-alive thread ({error}); a replay will end open spans at setup's time"
+        ));
+    }
+}
+
+/// Where this rank's spool goes: `<PREFIX>_SPOOL_DIR`, else beside the
+/// checkpoints, else under the file-export directory (when the file
+/// exporter is configured for traces); `None` for an OTLP-only program
+/// without checkpoints.
+pub fn spool_dir(
+    configured: Option<&Path>,
+    checkpoint_dir: Option<&Path>,
+    file_export_dir: Option<&Path>,
+) -> Option<PathBuf> {
+    if let Some(dir) = configured {
+        return Some(dir.to_path_buf());
+    }
+    if let Some(dir) = checkpoint_dir {
+        return Some(dir.join(SPOOL_SUBDIRECTORY));
+    }
+    file_export_dir.map(|dir| dir.join(SPOOL_SUBDIRECTORY))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(id: u64) -> SpanData {
+        format::tests_support::span("s", id, 0, id)
+    }
+
+    #[test]
+    fn a_full_table_gives_up_its_oldest_ended_span_and_counts_it() {
+        let table = SpoolTable::anonymous(2);
+        assert!(table.span_started(&span(1)));
+        assert!(table.span_started(&span(2)));
+        table.span_ended(&span(1));
+        table.span_ended(&span(2));
+        // Full: span 1 (the oldest ended) gives its slot up.
+        assert!(table.span_started(&span(3)));
+        assert_eq!(table.overflow(), 1);
+        table.span_ended(&span(3));
+        table.released([3]);
+        assert!(table.span_started(&span(4)));
+        assert_eq!(table.overflow(), 1, "a released slot is reused without overflow");
+        // Two open spans fill it: a third is not tracked, and counted.
+        table.released([2]);
+        assert!(table.span_started(&span(5)));
+        assert!(!table.span_started(&span(6)));
+        assert_eq!(table.overflow(), 2);
+        let mut open: Vec<u64> =
+            table.open_spans().iter().map(|(_, s)| u64::from_be_bytes(s.span_context.span_id().to_bytes())).collect();
+        open.sort_unstable();
+        assert_eq!(open, [4, 5]);
+    }
+
+    #[test]
+    fn the_ended_list_does_not_grow_while_a_span_stays_open() {
+        let table = SpoolTable::anonymous(8);
+        assert!(table.span_started(&span(1)));
+        for id in 2..1000 {
+            assert!(table.span_started(&span(id)));
+            table.span_ended(&span(id));
+            table.released([id]);
+        }
+        assert_eq!(lock(&table.slots).ended.len(), 0);
+        assert_eq!(table.overflow(), 0);
+        assert_eq!(table.open_count(), 1);
+    }
+}

@@ -1,0 +1,245 @@
+//! Replaying dead writers' spools, once: at setup (each rank its own rank's
+//! spools, rank 0 also those of ranks at or above the world size) and in
+//! `lens recover DIR` (every rank's).
+//!
+//! A spool is replayed when its writer is dead: its advisory lock is free
+//! (a live writer, an old rank still running elsewhere after a requeue,
+//! holds it), it belongs to this user, and it is not this process's own.
+//! The replayer holds the lock while it replays, so two replayers never
+//! take the same file. Spans keep their trace and span ids, parents, start
+//! times and the dead process's resource; open ones end at
+//! `max(start, last-alive)` with the closer's truncation marks and the
+//! reason [`SPAN_TRUNCATED_REASON_PROCESS_DIED`]. The file is removed
+//! (consumed) only after the exporter accepted its spans; a crash between
+//! the two replays them again next time (the same ids twice). A damaged
+//! file or another format version is one warning naming the file, then
+//! left alone.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SpanData;
+
+use super::format::{self, FormatError, Header, STATE_ENDED, STATE_OPEN};
+use super::{ReplayReport, ReplayedProgress};
+use crate::closer::{SPAN_TRUNCATED_REASON_PROCESS_DIED, mark_truncated};
+
+/// What a replay hands each file's spans to, with the dead process's
+/// resource: `Ok` once the exporter accepted them.
+pub type ExportFn<'a> = dyn FnMut(Vec<SpanData>, &Resource) -> Result<(), String> + 'a;
+
+/// Which spools a replay takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// A rank at setup: its own rank's, and for rank 0 those of ranks at or
+    /// above `world_size` (after a change of world size).
+    Rank {
+        /// This rank.
+        rank: u32,
+        /// The world size now.
+        world_size: u32,
+    },
+    /// Every rank's (`lens recover`).
+    All,
+}
+
+impl Claim {
+    fn takes(self, rank: u32) -> bool {
+        match self {
+            Claim::All => true,
+            Claim::Rank { rank: own, world_size } => rank == own || (own == 0 && rank >= world_size),
+        }
+    }
+}
+
+/// A dead writer's spool, read.
+#[derive(Debug)]
+pub struct DeadSpool {
+    /// Its header.
+    pub header: Header,
+    /// Its spans: ended ones as they ended, open ones truncated.
+    pub spans: Vec<SpanData>,
+    /// How many of `spans` were open (truncated).
+    pub truncated: usize,
+    /// Slots that did not decode.
+    pub undecodable: usize,
+}
+
+/// Decodes a whole spool file's bytes.
+pub fn read_spool(bytes: &[u8]) -> Result<DeadSpool, FormatError> {
+    let header = format::read_header(bytes)?;
+    let mut spans = Vec::new();
+    let (mut truncated, mut undecodable) = (0, 0);
+    for index in 0..header.slot_count {
+        let slot = &bytes[format::slot_range(index)];
+        let state = format::get_u32(slot, format::SLOT_STATE);
+        if state != STATE_OPEN && state != STATE_ENDED {
+            continue;
+        }
+        let Some(span) = format::decode_span(slot) else {
+            undecodable += 1;
+            continue;
+        };
+        if state == STATE_OPEN {
+            truncated += 1;
+            spans.push(mark_truncated(span, header.last_alive, SPAN_TRUNCATED_REASON_PROCESS_DIED));
+        } else {
+            spans.push(span);
+        }
+    }
+    // Parents before children, as they started.
+    spans.sort_by_key(|span| span.start_time);
+    Ok(DeadSpool { header, spans, truncated, undecodable })
+}
+
+/// The resource stored in a spool's header.
+pub fn resource_of(header: &Header) -> Resource {
+    Resource::builder_empty().with_attributes(header.resource.iter().cloned()).build()
+}
+
+/// Whether `path` names a spool file.
+pub fn is_spool_file(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.starts_with(super::FILE_PREFIX) && path.extension().and_then(|e| e.to_str()) == Some(super::FILE_EXTENSION)
+}
+
+/// Replays every unconsumed spool in `dir` that `claim` takes and whose
+/// writer is dead, handing each file's spans with its resource to
+/// `export`, and removes each file whose export succeeded. `own` is this
+/// process's spool file (never replayed). A missing directory replays
+/// nothing.
+pub fn replay_dir(dir: &Path, claim: Claim, own: Option<&Path>, export: &mut ExportFn<'_>) -> ReplayReport {
+    let mut summary = ReplayReport::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return summary;
+    };
+    let mut paths: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_spool_file(p)).collect();
+    paths.sort();
+    let uid = super::uid();
+    for path in paths {
+        if own.is_some_and(|own| own == path) {
+            continue;
+        }
+        replay_file(&path, claim, uid, &mut summary, export);
+    }
+    summary
+}
+
+fn warn(summary: &mut ReplayReport, message: String) {
+    crate::diag::warn(format_args!("{message}"));
+    summary.warnings.push(message);
+}
+
+fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(file) => file,
+        // Another user's file (no access), a link, or gone: not ours.
+        Err(_) => return,
+    };
+    let Ok(metadata) = file.metadata() else { return };
+    if !metadata.is_file() || metadata.uid() != uid {
+        return;
+    }
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            summary.alive += 1;
+            return;
+        }
+        Err(std::fs::TryLockError::Error(error)) => {
+            warn(summary, format!("spool {}: cannot lock it ({error}); left alone", path.display()));
+            summary.failed += 1;
+            return;
+        }
+    }
+    let bytes = match read_all(&file) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            warn(summary, format!("spool {}: cannot read it ({error}); left alone", path.display()));
+            summary.failed += 1;
+            return;
+        }
+    };
+    // The rank is read before the whole file is trusted: a file that is
+    // not this rank's is left for its own rank, damaged or not.
+    if let Ok(header) = format::read_header(&bytes)
+        && !claim.takes(header.rank)
+    {
+        return;
+    }
+    let dead = match read_spool(&bytes) {
+        Ok(dead) => dead,
+        Err(error) => {
+            warn(summary, format!("spool {}: {error}; ignored", path.display()));
+            summary.failed += 1;
+            return;
+        }
+    };
+    if dead.undecodable > 0 {
+        warn(summary, format!("spool {}: {} span record(s) did not decode; skipped", path.display(), dead.undecodable));
+    }
+    if dead.header.overflow > 0 {
+        warn(
+            summary,
+            format!(
+                "spool {}: the dead process had dropped {} ended span(s) from its full spool (raise \
+                 <PREFIX>_SPOOL_SIZE_KIB to keep more)",
+                path.display(),
+                dead.header.overflow
+            ),
+        );
+    }
+    let DeadSpool { header, spans, truncated, .. } = dead;
+    let count = spans.len();
+    if count > 0
+        && let Err(error) = export(spans, &resource_of(&header))
+    {
+        warn(
+            summary,
+            format!(
+                "spool {}: its {count} span(s) could not be exported ({error}); kept for the next attempt or `lens recover`",
+                path.display()
+            ),
+        );
+        summary.failed += 1;
+        return;
+    }
+    if let Err(error) = std::fs::remove_file(path) {
+        warn(
+            summary,
+            format!("spool {}: replayed, but cannot remove it ({error}); it may be replayed again", path.display()),
+        );
+    }
+    drop(file);
+    summary.spans += count;
+    summary.truncated += truncated;
+    summary.overflow += header.overflow;
+    if header.rank == 0
+        && let Some(progress) = header.progress
+        && summary.progress.as_ref().is_none_or(|p| p.last_alive < header.last_alive)
+    {
+        summary.progress = Some(ReplayedProgress::new(
+            path.to_path_buf(),
+            header.run_id.clone(),
+            (progress.reached, progress.completed, progress.durable),
+            progress.at,
+            header.last_alive,
+        ));
+    }
+    summary.consumed.push(path.to_path_buf());
+}
+
+fn read_all(mut file: &File) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}

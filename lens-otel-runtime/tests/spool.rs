@@ -1,0 +1,234 @@
+//! The crash-safe spool's replay, in process (issue 22): a spool whose
+//! writer died (its lock free) is replayed once at setup through the
+//! configured exporter, with its span ids, parents and start times, open
+//! spans ended at the last-alive stamp and marked truncated; its progress
+//! record reaches `replayed_progress`; a live writer's spool, a damaged
+//! file and another format version are left alone.
+//!
+//! The setup test owns the process's telemetry lifetime, so this binary
+//! holds the tests that set up a pipeline in one function.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lens_core::config::LensConfig;
+use lens_core::identity::RankContext;
+use lens_otel_runtime::closer::{SPAN_TRUNCATED, SPAN_TRUNCATED_REASON, SPAN_TRUNCATED_REASON_PROCESS_DIED};
+use lens_otel_runtime::pipeline::{PipelineOptions, setup};
+use lens_otel_runtime::spool::replay::Claim;
+use lens_otel_runtime::spool::{Identity, SpoolTable, replay_dir, replayed_progress};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::{InstrumentationScope, KeyValue, Value};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData, SpanEvents, SpanLinks};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let dir = std::env::temp_dir().join(format!("lens-spool-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn at(seconds: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_700_000_000 + seconds)
+}
+
+fn span(name: &'static str, id: u64, parent: u64, start: SystemTime) -> SpanData {
+    SpanData {
+        span_context: SpanContext::new(
+            TraceId::from(0x5eed_u128),
+            SpanId::from(id),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        ),
+        parent_span_id: SpanId::from(parent),
+        parent_span_is_remote: false,
+        span_kind: SpanKind::Internal,
+        name: Cow::Borrowed(name),
+        start_time: start,
+        end_time: start,
+        attributes: vec![KeyValue::new("dl.iteration", 17_i64)],
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status: Status::Unset,
+        instrumentation_scope: InstrumentationScope::builder("nemo.lens").build(),
+    }
+}
+
+fn identity(rank: u32, world_size: u32) -> Identity {
+    Identity { rank, world_size, run_id: "dead-run".into(), host: "node-07".into() }
+}
+
+/// A spool left as a killed process leaves it: `megatron.train` and its
+/// iteration open, the iteration's forward-backward ended but not yet
+/// exported, progress at iteration 17 (completed 16, durable 10), then the
+/// writer's lock dropped as its death would.
+fn dead_spool(dir: &Path, rank: u32) -> PathBuf {
+    let table = SpoolTable::create(dir, 256 * 1024, &identity(rank, 2)).expect("spool");
+    table.write_meta(&identity(rank, 2), &[KeyValue::new("service.name", "dead-service")]);
+    table.span_started(&span("megatron.train", 1, 0, at(0)));
+    table.span_started(&span("megatron.train.iteration", 2, 1, at(10)));
+    let mut child = span("megatron.train.iteration.forward_backward", 3, 2, at(11));
+    table.span_started(&child);
+    child.end_time = at(12);
+    table.span_ended(&child);
+    table.write_progress(17, Some(16), Some(10), at(12));
+    table.touch(at(13));
+    let path = table.path().expect("a file").to_path_buf();
+    table.stop();
+    table.close_file();
+    path
+}
+
+fn id(span: &SpanData) -> u64 {
+    u64::from_be_bytes(span.span_context.span_id().to_bytes())
+}
+
+fn truncation_reason(span: &SpanData) -> Option<String> {
+    let event = span.events.events.iter().find(|e| e.name == SPAN_TRUNCATED)?;
+    event.attributes.iter().find(|kv| kv.key.as_str() == SPAN_TRUNCATED_REASON).map(|kv| kv.value.to_string())
+}
+
+#[test]
+fn a_dead_writers_spool_is_replayed_once_at_setup() {
+    let dir = temp_dir("setup");
+    let dead = dead_spool(&dir, 0);
+    let exporter = InMemorySpanExporter::default();
+    let config = LensConfig {
+        enabled: true,
+        rank_strategy: "all_ranks".into(),
+        metrics_enabled: false,
+        spool_dir: Some(dir.clone()),
+        ..LensConfig::default()
+    };
+    let env = std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "new-run".to_string())]);
+    let rank0 = RankContext { rank: 0, world_size: 1, local_rank: 0, node_rank: None };
+    let options = PipelineOptions::default().with_span_exporter(exporter.clone());
+    let telemetry = setup(&config, &rank0, Vec::new(), options, &env).expect("setup");
+
+    // Replayed before any span of this lifetime: each span once, with its ids
+    // and start time; the open ones ended at the last-alive stamp, marked.
+    let mut spans = exporter.get_finished_spans().expect("spans");
+    spans.sort_by_key(id);
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    assert_eq!(names, ["megatron.train", "megatron.train.iteration", "megatron.train.iteration.forward_backward"]);
+    assert_eq!(
+        spans.iter().map(|s| s.parent_span_id).collect::<Vec<_>>(),
+        [SpanId::INVALID, SpanId::from(1), SpanId::from(2)]
+    );
+    assert_eq!(spans.iter().map(|s| s.start_time).collect::<Vec<_>>(), [at(0), at(10), at(11)]);
+    assert_eq!(spans.iter().map(|s| s.end_time).collect::<Vec<_>>(), [at(13), at(13), at(12)]);
+    for open in &spans[..2] {
+        assert!(open.attributes.contains(&KeyValue::new(SPAN_TRUNCATED, true)), "{open:?}");
+        assert_eq!(truncation_reason(open).as_deref(), Some(SPAN_TRUNCATED_REASON_PROCESS_DIED));
+        assert_eq!(open.span_context.trace_id(), TraceId::from(0x5eed_u128));
+    }
+    assert!(!spans[2].attributes.iter().any(|kv| kv.key.as_str() == SPAN_TRUNCATED), "ended normally");
+    assert_eq!(spans[2].attributes[0], KeyValue::new("dl.iteration", Value::I64(17)));
+
+    let progress = replayed_progress().expect("rank 0's progress");
+    assert_eq!((progress.reached, progress.completed, progress.durable), (17, Some(16), Some(10)));
+    assert_eq!((progress.last_alive, progress.recorded_at), (at(13), at(12)));
+    assert_eq!(progress.run_id, "dead-run");
+    assert!(!dead.exists(), "consumed");
+    let own = telemetry.spool_path().expect("this lifetime's spool").to_path_buf();
+    assert!(own.starts_with(&dir));
+    telemetry.shutdown(Duration::from_secs(5));
+    exporter.reset();
+
+    // A further attempt replays nothing (this lifetime closed cleanly: no
+    // spans, and no progress record).
+    let options = PipelineOptions::default().with_span_exporter(exporter.clone());
+    let telemetry = setup(&config, &rank0, Vec::new(), options, &env).expect("setup again");
+    assert_eq!(exporter.get_finished_spans().expect("spans").len(), 0);
+    assert_eq!(replayed_progress(), None);
+    assert!(!own.exists(), "the clean spool was consumed");
+    assert!(lens_otel_runtime::spool::is_active());
+    telemetry.shutdown(Duration::from_secs(5));
+    assert!(!lens_otel_runtime::spool::is_active(), "shutdown empties the slot");
+
+    // A spool directory that cannot be made (here a plain file): no spool,
+    // a warning, and telemetry goes on (spans still recorded and closed).
+    let not_a_dir = dir.join("a-file");
+    std::fs::write(&not_a_dir, b"x").expect("write");
+    let config = LensConfig { spool_dir: Some(not_a_dir), ..config };
+    let options = PipelineOptions::default().with_span_exporter(exporter.clone());
+    let telemetry = setup(&config, &rank0, Vec::new(), options, &env).expect("setup without a spool");
+    assert_eq!(telemetry.spool_path(), None);
+    assert!(!lens_otel_runtime::spool::is_active());
+    telemetry.shutdown(Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn collect(dir: &Path, claim: Claim) -> (lens_otel_runtime::spool::ReplayReport, Vec<(SpanData, Resource)>) {
+    let mut got = Vec::new();
+    let summary = replay_dir(dir, claim, None, &mut |spans, resource| {
+        got.extend(spans.into_iter().map(|s| (s, resource.clone())));
+        Ok(())
+    });
+    (summary, got)
+}
+
+#[test]
+fn a_live_writers_spool_is_not_replayed() {
+    let dir = temp_dir("alive");
+    let table = SpoolTable::create(&dir, 128 * 1024, &identity(0, 1)).expect("spool");
+    table.span_started(&span("megatron.train", 1, 0, at(0)));
+    let (summary, got) = collect(&dir, Claim::All);
+    assert_eq!((summary.alive, got.len(), summary.consumed.len()), (1, 0, 0));
+    assert!(table.path().expect("file").exists());
+    drop(table);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_dead_processs_resource_goes_with_its_spans_and_a_failed_export_keeps_the_file() {
+    let dir = temp_dir("resource");
+    let path = dead_spool(&dir, 0);
+    let summary = replay_dir(&dir, Claim::All, None, &mut |_, _| Err("collector down".into()));
+    assert_eq!(summary.consumed.len(), 0);
+    assert!(summary.warnings[0].contains("collector down") && summary.warnings[0].contains(&*path.to_string_lossy()));
+    assert!(path.exists(), "kept for the next attempt");
+    let (summary, got) = collect(&dir, Claim::All);
+    assert_eq!((summary.spans, summary.truncated, got.len()), (3, 2, 3));
+    let service = got[0].1.get(&opentelemetry::Key::from_static_str("service.name"));
+    assert_eq!(service, Some(Value::from("dead-service")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rank_zero_takes_the_spools_of_ranks_beyond_the_world_size() {
+    let dir = temp_dir("claim");
+    dead_spool(&dir, 1);
+    dead_spool(&dir, 3);
+    // Rank 1 of a world of 2 takes rank 1's only; rank 0 takes rank 3's.
+    let (summary, _) = collect(&dir, Claim::Rank { rank: 1, world_size: 2 });
+    assert_eq!(summary.consumed.len(), 1);
+    assert!(summary.consumed[0].file_name().unwrap().to_string_lossy().starts_with("spool-rank1-"));
+    let (summary, _) = collect(&dir, Claim::Rank { rank: 0, world_size: 2 });
+    assert_eq!(summary.consumed.len(), 1);
+    assert!(summary.consumed[0].file_name().unwrap().to_string_lossy().starts_with("spool-rank3-"));
+    assert_eq!(summary.progress, None, "progress is rank 0's only");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_damaged_spool_or_another_version_is_one_warning_naming_the_file() {
+    let dir = temp_dir("damaged");
+    let damaged = dir.join("spool-rank0-host-1-0000.lens");
+    std::fs::write(&damaged, b"not a spool").expect("write");
+    let other = dead_spool(&dir, 0);
+    let mut bytes = std::fs::read(&other).expect("read");
+    bytes[8..12].copy_from_slice(&7_u32.to_le_bytes());
+    std::fs::write(&other, bytes).expect("write");
+    let (summary, got) = collect(&dir, Claim::All);
+    assert_eq!((got.len(), summary.consumed.len()), (0, 0));
+    assert_eq!(summary.warnings.len(), 2, "{:?}", summary.warnings);
+    assert!(summary.warnings.iter().any(|w| w.contains(&*damaged.to_string_lossy()) && w.contains("not a lens spool")));
+    assert!(summary.warnings.iter().any(|w| w.contains(&*other.to_string_lossy()) && w.contains("version 7")));
+    assert!(damaged.exists() && other.exists(), "left alone");
+    let _ = std::fs::remove_dir_all(&dir);
+}
