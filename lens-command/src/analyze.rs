@@ -24,12 +24,14 @@
 //!   reported it or moved past it; complete iterations fill a window of
 //!   `stragglers::WINDOW_INTERVALS`, which the rule judges and drops. What
 //!   is held is a few iterations per rank ([`Analysis::peak_retained`]);
-//! - the traces files feed the hang events, and the goodput view keeps,
-//!   from the one rank it reads per attempt, only the spans it looks at
-//!   (startup, train, iteration, checkpoint and evaluation spans, with only
-//!   their iteration and `nvrx.call_idx`), plus that attempt's earliest and
-//!   latest span: one small record per iteration and checkpoint of one rank
-//!   ([`Analysis::goodput_spans`]), not the export's spans.
+//! - the traces files feed the hang events; the goodput view reads the
+//!   files of the one rank it reads per attempt twice
+//!   ([`goodput_view::breakdown_read`]): first keeping only the spans that
+//!   are not iterations (startup, loads, saves, finalizes that finalized
+//!   something, evaluations, the normal end, with only the attributes it
+//!   reads), then counting the iterations between each two of their events.
+//!   What it holds grows with checkpoints and evaluations, not with
+//!   iterations ([`Analysis::goodput_records`]).
 //!
 //! # Bad input
 //!
@@ -46,7 +48,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lens_fallbacks::otlp_file::{self, AttributeValue, MetricPoint, SpanRecord};
+use lens_fallbacks::otlp_file::{self, AttributeValue, MetricPoint};
 use lens_fallbacks::semconv;
 use lens_training::{goodput_view, stragglers};
 
@@ -151,9 +153,12 @@ pub struct Analysis {
     /// The most iteration records the straggler analysis held at once,
     /// plus the hang records: grows with ranks, not with the files' size.
     pub peak_retained: usize,
-    /// Span records the goodput view kept (one per goodput span of the one
-    /// rank it reads per attempt, plus two per attempt).
-    pub goodput_spans: usize,
+    /// The most records the goodput view held at once: per attempt (of the
+    /// one rank it reads), its startup, load, save, finalize, evaluation and
+    /// end spans in the first pass, then their events and one record per
+    /// run of iterations between two of them; grows with checkpoints and
+    /// evaluations, not with iterations.
+    pub goodput_records: usize,
 }
 
 /// One directory of the export.
@@ -326,48 +331,6 @@ impl StragglerStream {
     }
 }
 
-/// The spans one attempt keeps for the goodput view.
-#[derive(Debug, Default)]
-struct AttemptSpans {
-    spans: Vec<SpanRecord>,
-    /// The earliest-starting and the latest-ending other span: the view's
-    /// origin (without a startup span) and its end.
-    earliest: Option<SpanRecord>,
-    latest: Option<SpanRecord>,
-}
-
-impl AttemptSpans {
-    fn add(&mut self, span: SpanRecord) {
-        if goodput_view::reads(&span) {
-            let mut span = span;
-            span.attributes.retain(|key, _| goodput_view::READ_ATTRIBUTES.contains(&key.as_str()));
-            self.spans.push(span);
-            return;
-        }
-        let slim = |mut span: SpanRecord| {
-            span.attributes.clear();
-            span
-        };
-        if self.earliest.as_ref().is_none_or(|e| span.start_unix_nano < e.start_unix_nano) {
-            self.earliest = Some(slim(span.clone()));
-        }
-        if self.latest.as_ref().is_none_or(|l| span.end_unix_nano > l.end_unix_nano) {
-            self.latest = Some(slim(span));
-        }
-    }
-
-    fn first_start(&self) -> u64 {
-        self.spans.iter().chain(&self.earliest).map(|s| s.start_unix_nano).min().unwrap_or(u64::MAX)
-    }
-
-    fn into_spans(self) -> Vec<SpanRecord> {
-        let mut spans = self.spans;
-        spans.extend(self.earliest);
-        spans.extend(self.latest);
-        spans
-    }
-}
-
 /// Reads `dir` and runs the analyses.
 pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     let dirs = export_dirs(dir)?;
@@ -433,10 +396,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         }
     }
 
-    // The traces: hang events from every rank, the goodput spans of the
-    // highest rank of each directory (the export rank under the default
-    // rank strategy; every rank's time splits alike).
-    let mut attempts: BTreeMap<(usize, String), AttemptSpans> = BTreeMap::new();
+    // The traces: hang events from every rank; the goodput view's first
+    // pass over the spans of the highest rank of each directory (the export
+    // rank under the default rank strategy; every rank's time splits alike).
+    let mut attempts: BTreeMap<(usize, String), goodput_view::Boundaries> = BTreeMap::new();
     let mut attempt_runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
     for (dir_index, export) in dirs.iter().enumerate() {
         let goodput_rank = export.traces.last().map(|(rank, _)| *rank);
@@ -462,16 +425,39 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 if Some(*file_rank) == goodput_rank {
                     attempt_runs.entry(dir_index).or_default().insert(run.clone());
                     let attempt = attempts.entry((dir_index, run)).or_default();
-                    line.spans.into_iter().for_each(|span| attempt.add(span));
+                    line.spans.iter().for_each(|span| attempt.add(span));
                 }
             }
         }
     }
-    let goodput_spans = attempts.values().map(|a| a.spans.len() + 2).sum();
+    // The second pass: the iterations of the same files, binned between
+    // the events the first pass found.
+    let first_pass = attempts.values().map(goodput_view::Boundaries::records).sum::<usize>();
+    let mut attempts: BTreeMap<(usize, String), (u64, goodput_view::Iterations)> = attempts
+        .into_iter()
+        .map(|(key, boundaries)| {
+            let first = boundaries.first_start().unwrap_or(u64::MAX);
+            (key, (first, boundaries.into_iterations()))
+        })
+        .collect();
+    for (dir_index, export) in dirs.iter().enumerate() {
+        let Some((file_rank, path)) = export.traces.last() else { continue };
+        let lines = otlp_file::open_span_lines(path, *file_rank)
+            .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
+        let mut last_run = None;
+        for line in lines {
+            let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
+            if let Some((_, attempt)) = attempts.get_mut(&(dir_index, run)) {
+                line.spans.iter().for_each(|span| attempt.add(span));
+            }
+        }
+    }
+    let second_pass = attempts.values().map(|(_, read)| read.records()).sum::<usize>();
+    let goodput_records = first_pass.max(second_pass);
     let goodput = (!attempts.is_empty()).then(|| {
-        let mut read: Vec<(u64, goodput_view::Attempt)> = attempts
+        let mut read: Vec<(u64, goodput_view::ReadAttempt)> = attempts
             .into_iter()
-            .map(|((dir_index, run), spans)| {
+            .map(|((dir_index, run), (first_start, read))| {
                 let export = &dirs[dir_index];
                 let name = if attempt_runs.get(&dir_index).is_some_and(|runs| runs.len() > 1) {
                     format!("{} (run {run})", export.name)
@@ -479,13 +465,13 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                     export.name.clone()
                 };
                 let rank = export.traces.last().map_or(0, |(rank, _)| *rank);
-                (spans.first_start(), goodput_view::Attempt { name, rank, spans: spans.into_spans() })
+                (first_start, goodput_view::ReadAttempt { name, rank, read })
             })
             .collect();
         // Attempts in time order: by their first span.
         read.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
-        let read: Vec<goodput_view::Attempt> = read.into_iter().map(|(_, attempt)| attempt).collect();
-        goodput_view::breakdown(&read)
+        let read: Vec<goodput_view::ReadAttempt> = read.into_iter().map(|(_, attempt)| attempt).collect();
+        goodput_view::breakdown_read(&read)
     });
 
     let stragglers = any_metrics.then(|| {
@@ -508,7 +494,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         skipped: context.skipped,
         mixed,
         peak_retained,
-        goodput_spans,
+        goodput_records,
     })
 }
 

@@ -10,6 +10,9 @@
 //!   phases, not with the files' size);
 //! - [`recover`]: `lens recover DIR` replays the crash-safe spools of a
 //!   run that is never restarted;
+//! - [`control`]: `lens control FILE ...` writes a running job's control
+//!   file (span groups for an iteration window, sampling ratio, per-rank
+//!   metrics, hang timeout), `--show`s it, `--reset`s it;
 //! - [`advice`]: what the tools tell a user to set names the program's own
 //!   variables and span groups, read from the export's resource
 //!   (`lens.config.prefix`, `lens.span_groups`).
@@ -20,6 +23,7 @@
 
 pub mod advice;
 pub mod analyze;
+pub mod control;
 pub mod hangs;
 pub mod recover;
 pub mod trace_view;
@@ -45,6 +49,8 @@ pub enum Command {
     Analyze(analyze::AnalyzeArgs),
     /// Replay the crash-safe spools of a run that is never restarted.
     Recover(recover::RecoverArgs),
+    /// Change a running job's telemetry through its control file (`<PREFIX>_CONTROL_FILE`).
+    Control(control::ControlArgs),
 }
 
 /// Runs one parsed command line.
@@ -53,6 +59,7 @@ pub fn run(cli: &Cli) -> std::process::ExitCode {
         Command::TraceView(args) => trace_view::run(args),
         Command::Analyze(args) => analyze::run(args),
         Command::Recover(args) => recover::run(args),
+        Command::Control(args) => control::run(args),
     }
 }
 

@@ -1,5 +1,5 @@
 //! `lens`: `lens trace-view DIR` and `lens analyze DIR` on a lens `file`
-//! export (see the library's documentation and docs/trace-view.md).
+//! export, and `lens control FILE` on a running job's control file (see the library's documentation and docs/trace-view.md).
 
 use clap::Parser as _;
 

@@ -112,7 +112,8 @@ fn lens_analyze_reads_the_simulators_export() {
     assert!(stdout.ends_with("hangs (the hang watchdog's span events and gauge):\n  no hang suspected\n"), "{stdout}");
     assert!(!stdout.contains("skipped"), "{stdout}");
 
-    // The streamed goodput (slim spans) is the goodput of every span.
+    // The goodput read in two passes is exactly the goodput of every span
+    // held at once.
     let traces = telemetry.join(RUN_ID).join("traces-rank1.jsonl");
     let spans = otlp_file::read_span_file(&traces, 1).unwrap().spans;
     let full = goodput_view::breakdown(&[goodput_view::Attempt { name: RUN_ID.into(), rank: 1, spans: spans.clone() }]);
@@ -120,7 +121,8 @@ fn lens_analyze_reads_the_simulators_export() {
     goodput_view::write_section(&mut section, &full).unwrap();
     assert!(stdout.contains(&String::from_utf8(section).unwrap()), "{stdout}");
     let analysis = lens_command::analyze::analyze(telemetry).unwrap();
-    assert!(analysis.goodput_spans < spans.len(), "{} of {} spans kept", analysis.goodput_spans, spans.len());
+    assert_eq!(analysis.goodput.as_ref(), Some(&full));
+    assert!(analysis.goodput_records < spans.len(), "{} records for {} spans", analysis.goodput_records, spans.len());
     assert!(analysis.advice.megatron && analysis.advice.prefix.as_deref() == Some("MEGATRON_OTEL"));
 }
 

@@ -9,7 +9,9 @@
 //! The process-wide gate is one `AtomicU64`. [`is_span_group_enabled`] is a
 //! relaxed load and a mask test, with no lock and no allocation, so that a
 //! disabled span costs about as much as an empty function call. Only setup
-//! and shutdown write the gate (tests do through `lens_core::testing`, with
+//! and shutdown write the gate, and, besides them, an in-flight change from
+//! the control file (SPEC A24), applied on the training thread at an
+//! iteration boundary (tests write it through `lens_core::testing`, with
 //! the `testing` feature).
 //!
 //! ```
@@ -394,19 +396,20 @@ impl fmt::Display for UnknownSpanGroup {
     /// The original's text, `Unknown span group or preset: 'x'. Valid
     /// options: [...]`, plus a suggestion when one is close.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Unknown span group or preset: '{}'. Valid options: [", self.word)?;
-        for (i, word) in self.valid.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "'{word}'")?;
-        }
-        f.write_str("]")?;
-        if let Some(suggestion) = self.suggestion {
-            write!(f, " (did you mean '{suggestion}'?)")?;
-        }
-        Ok(())
+        f.write_str(&unknown_group_message(&self.word, &self.valid, self.suggestion))
     }
+}
+
+/// The text of an unknown word in a span-group spec (what
+/// [`UnknownSpanGroup`] displays), for catalogs held as data too
+/// (`lens control` checks against the catalog a job wrote).
+pub(crate) fn unknown_group_message(word: &str, valid: &[&str], suggestion: Option<&str>) -> String {
+    let quoted: Vec<String> = valid.iter().map(|w| format!("'{w}'")).collect();
+    let mut text = format!("Unknown span group or preset: '{word}'. Valid options: [{}]", quoted.join(", "));
+    if let Some(suggestion) = suggestion {
+        text.push_str(&format!(" (did you mean '{suggestion}'?)"));
+    }
+    text
 }
 
 impl std::error::Error for UnknownSpanGroup {}
@@ -453,8 +456,9 @@ pub fn enabled_span_groups() -> GroupSet {
     GroupSet(ENABLED.load(Ordering::Relaxed))
 }
 
-/// Replaces the enabled groups. The runtime's setup and shutdown call this
-/// (and, for tests, the facade's `testing::set_enabled_span_groups`);
+/// Replaces the enabled groups. The runtime's setup and shutdown call this,
+/// and lens-training's control-file change at an iteration boundary (SPEC
+/// A24); for tests, the facade's `testing::set_enabled_span_groups`;
 /// instrumented code only reads the gate. Public for the runtime crate,
 /// hidden from the docs: it is not part of the API a program calls.
 #[doc(hidden)]

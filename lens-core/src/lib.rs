@@ -39,6 +39,7 @@
 pub mod attr;
 pub mod bootstrap;
 pub mod config;
+pub mod control;
 pub mod diag;
 pub mod env;
 pub mod export_path;

@@ -161,7 +161,7 @@ impl fmt::Display for ShutdownReport {
     }
 }
 
-/// What the previous attempt's rank-0 spool said when setup replayed it
+/// What the previous attempt's spool of this rank said when setup replayed it
 /// (the crash-safe spool, `docs/crashes.md`): its last progress record and
 /// its writer's last-alive stamp.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,7 +217,8 @@ pub struct ReplayReport {
     /// Warnings (damaged or foreign files, failed exports), each also
     /// written on standard error.
     pub warnings: Vec<String>,
-    /// Rank 0's progress record, from the consumed rank-0 spool with the
-    /// latest last-alive stamp.
+    /// The progress record of the consumed spool of the replaying rank's
+    /// own rank number (rank 0's for `lens recover`) with the latest
+    /// last-alive stamp.
     pub progress: Option<ReplayedProgress>,
 }

@@ -939,6 +939,27 @@ fn the_hang_timeout_is_auto_off_or_seconds_and_a_bad_one_says_what_is_accepted()
     }
 }
 
+// --- control file (issue 23) ---
+#[test]
+fn the_control_file_and_its_poll_are_read_and_a_bad_poll_says_what_is_accepted() {
+    let config = megatron(&[]).unwrap();
+    assert_eq!(config.control_file, None);
+    assert_eq!(config.control_poll, std::time::Duration::from_secs(2), "default 2 s");
+    let config =
+        megatron(&[("NEMO_LENS_CONTROL_FILE", "/tmp/job/control.json"), ("MEGATRON_OTEL_CONTROL_POLL_S", "0.25")])
+            .unwrap();
+    assert_eq!(config.control_file.as_deref(), Some(std::path::Path::new("/tmp/job/control.json")));
+    assert_eq!(config.control_poll, std::time::Duration::from_millis(250), "fractions allowed");
+    assert_eq!(config.variable_for("control_file"), Some("NEMO_LENS_CONTROL_FILE"));
+    for bad in ["0", "-1", "soon", "inf", "7200"] {
+        let err = megatron(&[("MEGATRON_OTEL_CONTROL_POLL_S", bad)]).unwrap_err();
+        assert!(err.mentions("MEGATRON_OTEL_CONTROL_POLL_S"), "{bad}: {err}");
+        assert!(err.to_string().contains("a number of seconds from 0.01 to 3600"), "{bad}: {err}");
+        assert!(err.to_string().contains(bad), "the value is named: {err}");
+    }
+}
+// --- end control file ---
+
 // ---------------------------------------------------------------- proptests
 
 /// Every variable the model reads, for the property tests.
@@ -974,6 +995,10 @@ const VARIABLES: &[&str] = &[
     "MEGATRON_OTEL_SPOOL",
     "MEGATRON_OTEL_SPOOL_DIR",
     "MEGATRON_OTEL_SPOOL_SIZE_KIB",
+    // --- control file (issue 23) ---
+    "MEGATRON_OTEL_CONTROL_FILE",
+    "MEGATRON_OTEL_CONTROL_POLL_S",
+    // --- end control file ---
     "OTEL_SERVICE_NAME",
     "WANDB_ENTITY",
     "WANDB_PROJECT",

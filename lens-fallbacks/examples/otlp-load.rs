@@ -47,7 +47,7 @@ use lens_fallbacks::config::{LensConfig, Signal};
 use lens_fallbacks::groups::{LENS_CATALOG, SpanGroup};
 use lens_fallbacks::identity::RankContext;
 use lens_fallbacks::otel::batch::{BatchConfig, LensBatchSpanProcessor};
-use lens_fallbacks::otel::exporters::build_otlp_span_exporter;
+use lens_fallbacks::otel::exporters::{LensSpanExporter, build_otlp_span_exporter};
 use lens_fallbacks::setup::{SetupOptions, setup_telemetry};
 use lens_fallbacks::span::managed_span;
 use opentelemetry::trace::{Tracer as _, TracerProvider as _};
@@ -286,9 +286,11 @@ fn run_lens_batch(endpoint: &str, protocol: &str, attrs: usize, load: Load) -> R
     let (config, _) = config(endpoint, protocol)?;
     let exporter = build_otlp_span_exporter(config.otel.otlp(Signal::Traces)).map_err(|e| e.to_string())?;
     let b = &config.otel.batch;
-    // As `setup_telemetry` builds it (its `batch_config`).
-    let batch = LensBatchSpanProcessor::new(
-        exporter,
+    // As `setup_telemetry` builds it (its `batch_config`, and the configured
+    // exporter's encode-once path: `LensBatchSpanProcessor::new` would give
+    // a plain `SpanExporter` a copy of the batch per attempt instead).
+    let batch = LensBatchSpanProcessor::for_configured(
+        LensSpanExporter::Otlp(Box::new(exporter)),
         BatchConfig {
             max_queue_size: b.max_queue_size,
             max_export_batch_size: b.max_export_batch_size,

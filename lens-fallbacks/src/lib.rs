@@ -47,8 +47,8 @@
 // lens-core's pure modules, under the same names: lens-core's `X` is
 // `lens_fallbacks::X` (no crate above the facade names lens-core).
 pub use lens_core::{
-    attr, bootstrap, config, diag, env, export_path, exporter_error, groups, identity, instrument_values, otlp_file,
-    report, sampling, semconv, strategies, tracing_rules,
+    attr, bootstrap, config, control, diag, env, export_path, exporter_error, groups, identity, instrument_values,
+    otlp_file, report, sampling, semconv, strategies, tracing_rules,
 };
 
 pub mod metrics;

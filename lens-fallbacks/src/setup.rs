@@ -322,6 +322,9 @@ pub struct Telemetry {
     /// (`<PREFIX>_HANG_TIMEOUT_S`, `<PREFIX>_PEAK_TFLOPS`), read once.
     pub(crate) hang_timeout: HangTimeout,
     pub(crate) peak_tflops: Option<f64>,
+    /// The control file's setup (`<PREFIX>_CONTROL_FILE`), when one is set
+    /// and telemetry is on.
+    pub(crate) control: Option<crate::control::ControlSetup>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -356,6 +359,7 @@ impl Telemetry {
             tracing_rules: None,
             hang_timeout: HangTimeout::Auto,
             peak_tflops: None,
+            control: None,
         }
     }
 
@@ -384,6 +388,7 @@ impl Telemetry {
             tracing_rules: None,
             hang_timeout: HangTimeout::Auto,
             peak_tflops: None,
+            control: None,
         }
     }
 
@@ -569,6 +574,27 @@ impl Telemetry {
         self.hang_timeout
     }
 
+    /// The control file's setup (`<PREFIX>_CONTROL_FILE`, its poll, the
+    /// launch settings it may change), when one is configured and telemetry
+    /// is on: lens-training watches the file and applies its changes at
+    /// iteration boundaries (SPEC A24).
+    pub fn control(&self) -> Option<&crate::control::ControlSetup> {
+        self.control.as_ref()
+    }
+
+    /// Sets (`Some`) or clears (`None`) the per-iteration trace sampling
+    /// ratio that decides each iteration's spans in place of the launch
+    /// sampler (`OTEL_TRACES_SAMPLER[_ARG]`, `always_on` included); structural
+    /// spans stay kept. lens-training's control-file change calls it on the
+    /// training thread at an iteration boundary. A no-op where this rank
+    /// records no spans.
+    pub fn set_sampling_ratio(&self, ratio: Option<f64>) {
+        #[cfg(feature = "otel")]
+        self.pipeline.set_sampling_ratio(ratio);
+        #[cfg(not(feature = "otel"))]
+        let _ = ratio;
+    }
+
     /// The GPU peak MFU divides by, TFLOP/s per GPU (`<PREFIX>_PEAK_TFLOPS`),
     /// when the configuration sets one: lens-training's default.
     pub fn peak_tflops(&self) -> Option<f64> {
@@ -736,6 +762,7 @@ pub fn setup_telemetry(
         config.tracing_rules().ok().map(|rules| (rules, config.variable_to_set("tracing_groups", "TRACING_GROUPS")));
     telemetry.hang_timeout = config.hang_timeout;
     telemetry.peak_tflops = config.peak_tflops;
+    telemetry.control = if telemetry.enabled { crate::control::ControlSetup::from_config(config) } else { None };
     Ok(telemetry)
 }
 

@@ -111,6 +111,24 @@ pub fn is_span_group_enabled(group: SpanGroup) -> bool {
 
 pub use lens_core::sampling::{SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, sampling_key};
 
+/// Adds an event with attributes, timestamped now, to the span current on
+/// this thread (nothing when no recorded span is current; nothing without
+/// `otel`). For a library that announces something on its caller's span
+/// without holding its guard: lens-training's control-file change marks
+/// the training interval this way.
+pub fn add_event_to_current(name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) {
+    #[cfg(feature = "otel")]
+    {
+        let cx = opentelemetry::Context::current();
+        let span = cx.span();
+        if span.is_recording() {
+            span.add_event(name, to_otel(attributes));
+        }
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = (name, attributes);
+}
+
 /// The name of the event that records an error or a panic on a span.
 pub const EXCEPTION_EVENT: &str = "exception";
 

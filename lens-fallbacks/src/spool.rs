@@ -1,6 +1,6 @@
 //! The crash-safe spool (SPEC A23), as instrumented code sees it: the
 //! progress record a training loop writes at every iteration, and what
-//! setup's replay learned from the previous attempt's rank-0 spool.
+//! setup's replay learned from the previous attempt's spool of this rank.
 //!
 //! While telemetry is enabled every rank keeps a memory-mapped spool file
 //! (`<PREFIX>_SPOOL`, `<PREFIX>_SPOOL_DIR`, `<PREFIX>_SPOOL_SIZE_KIB`; see
@@ -38,11 +38,13 @@ pub fn record_progress(reached: u64, completed: Option<u64>, durable: Option<u64
     let _ = (reached, completed, durable);
 }
 
-/// The progress record of the previous attempt's rank-0 spool, when this
-/// process's setup replayed one (rank 0 only, and only a spool whose writer
-/// is dead and that was not consumed before); `None` otherwise, and always
-/// without `otel`. When several dead rank-0 spools were replayed, the one
-/// with the latest last-alive stamp. It stays readable until the next
+/// The progress record of the previous attempt's spool of this rank (the
+/// same rank number), when this process's setup replayed one (only a spool
+/// whose writer is dead and that was not consumed before); `None`
+/// otherwise, and always without `otel`. When several dead spools of this
+/// rank were replayed, the one with the latest last-alive stamp. Every rank
+/// gets its own predecessor's (every rank charges goodput, and ranks move
+/// through the iterations together). It stays readable until the next
 /// setup's replay replaces it.
 pub fn replayed_progress() -> Option<ReplayedProgress> {
     #[cfg(feature = "otel")]

@@ -88,7 +88,7 @@ use crate::identity::{
 use crate::ids::SeedIndependentIdGenerator;
 use crate::propagators;
 pub use crate::report::ShutdownReport;
-use crate::sampler::{DelegateSampler, LensSampler, delegate_from};
+use crate::sampler::{DelegateSampler, LensSampler, RatioOverride, delegate_from};
 use crate::spool::SpoolTable;
 use crate::strategies::{self, RankStrategy, StrategyError};
 use crate::{active, logs};
@@ -243,6 +243,8 @@ pub struct Pipeline {
     /// The span batch processor, this lifetime's resource and the export
     /// timeout: what a replay exports through (`lens recover`).
     replay: Option<(LensBatchSpanProcessor, Resource, Duration)>,
+    /// The per-iteration sampling ratio an in-flight control change sets.
+    ratio_override: RatioOverride,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -299,7 +301,15 @@ impl Pipeline {
             secrets: Vec::new(),
             spool: None,
             replay: None,
+            ratio_override: RatioOverride::new(),
         }
+    }
+
+    /// Sets (`Some`) or clears (`None`) the per-iteration trace sampling
+    /// ratio that decides spans with a sampling key in place of the launch
+    /// sampler (an in-flight control change, SPEC A24).
+    pub fn set_sampling_ratio(&self, ratio: Option<f64>) {
+        self.ratio_override.set(ratio);
     }
 
     /// The tracer (a no-op tracer when this rank records no spans).
@@ -760,6 +770,7 @@ fn build(
     let mut closer = None;
     let mut replay_batch: Option<LensBatchSpanProcessor> = None;
     let mut span_counters = None;
+    let ratio_override = RatioOverride::new();
     if config.traces_enabled && records_spans {
         let batch_config = batch_config(config);
         let batch = match options.span_exporter.take() {
@@ -779,7 +790,7 @@ fn build(
             replay_batch = Some(batch.clone());
             let provider = SdkTracerProvider::builder()
                 .with_id_generator(SeedIndependentIdGenerator::new())
-                .with_sampler(sampler(config, rank))
+                .with_sampler(sampler(config, rank).with_ratio_override(ratio_override.clone()))
                 .with_span_limits(SpanLimits::default())
                 .with_resource(resource.clone())
                 .with_span_processor(span_closer.clone())
@@ -916,6 +927,7 @@ fn build(
         secrets: secrets(config),
         spool,
         replay: replay_batch.map(|batch| (batch, resource.clone(), config.otel.otlp(Signal::Traces).timeout)),
+        ratio_override,
     })
 }
 

@@ -213,6 +213,45 @@ pub struct LensSampler {
     records_spans: bool,
     strategy: Strategy,
     description: String,
+    ratio_override: RatioOverride,
+}
+
+/// The per-iteration trace sampling ratio that an in-flight control change
+/// sets (SPEC A24): when set, it decides every span with a sampling key in
+/// place of the delegate, whatever the launch sampler was (`always_on`
+/// included); structural spans stay kept. Shared between the sampler and
+/// the pipeline that sets it; one relaxed load per keyed span.
+#[derive(Clone, Debug)]
+pub struct RatioOverride(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Default for RatioOverride {
+    /// No override (not a ratio of 0).
+    fn default() -> RatioOverride {
+        RatioOverride::new()
+    }
+}
+
+/// No override: the bits of a NaN no ratio ever has.
+const NO_OVERRIDE: u64 = u64::MAX;
+
+impl RatioOverride {
+    /// No override: the delegate decides.
+    pub fn new() -> RatioOverride {
+        RatioOverride(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(NO_OVERRIDE)))
+    }
+
+    /// Sets (`Some`, clamped to `[0, 1]`) or clears (`None`) the override.
+    pub fn set(&self, ratio: Option<f64>) {
+        let bits = ratio.map_or(NO_OVERRIDE, |r| r.clamp(0.0, 1.0).to_bits());
+        self.0.store(bits, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The override in force.
+    #[inline]
+    pub fn get(&self) -> Option<f64> {
+        let bits = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        (bits != NO_OVERRIDE).then(|| f64::from_bits(bits))
+    }
 }
 
 impl LensSampler {
@@ -221,7 +260,13 @@ impl LensSampler {
     pub fn new(delegate: impl Into<Box<dyn ShouldSample>>) -> Self {
         let delegate = delegate.into();
         let description = format!("LensSampler(delegate={delegate:?})");
-        Self { delegate, records_spans: true, strategy: Strategy::None, description }
+        Self {
+            delegate,
+            records_spans: true,
+            strategy: Strategy::None,
+            description,
+            ratio_override: RatioOverride::new(),
+        }
     }
 
     /// The `rank_aware` sampling strategy: `records_spans` is this process's
@@ -235,6 +280,7 @@ impl LensSampler {
             records_spans,
             strategy: Strategy::RankAware { rank, rate },
             description: format!("RankAwareSampler(rank={rank}, rate={rate:?})"),
+            ratio_override: RatioOverride::new(),
         }
     }
 
@@ -247,7 +293,15 @@ impl LensSampler {
             records_spans,
             strategy: Strategy::Registered { name: name.to_owned() },
             description: format!("RegisteredSampler(name={name}, records_spans={records_spans})"),
+            ratio_override: RatioOverride::new(),
         }
+    }
+
+    /// The sampler with `ratio_override` deciding keyed spans while it is set.
+    #[must_use]
+    pub fn with_ratio_override(mut self, ratio_override: RatioOverride) -> Self {
+        self.ratio_override = ratio_override;
+        self
     }
 
     /// What this sampler is, for logs and diagnostics (the original's
@@ -328,6 +382,14 @@ impl ShouldSample for LensSampler {
         }
         match marker(attributes) {
             Marker::Structural => result(SamplingDecision::RecordAndSample, parent_state()),
+            Marker::Key(key) if let Some(ratio) = self.ratio_override.get() => {
+                let decision = if ratio_keeps_key(ratio, key) {
+                    SamplingDecision::RecordAndSample
+                } else {
+                    SamplingDecision::Drop
+                };
+                result(decision, keyed_trace_state(&parent_state()))
+            }
             Marker::Key(key) => {
                 let decided = self.delegate.should_sample(None, key_trace_id(key), name, span_kind, attributes, links);
                 SamplingResult {
@@ -390,6 +452,29 @@ mod tests {
                 assert_eq!(sdk.decision, expected, "key {key:#x} ratio {ratio}");
             }
         }
+    }
+
+    #[test]
+    fn a_ratio_override_decides_keyed_spans_whatever_the_delegate() {
+        let ratio_override = RatioOverride::new();
+        let sampler = LensSampler::new(delegate_from(DelegateSampler::AlwaysOn, None))
+            .with_ratio_override(ratio_override.clone());
+        let kind = SpanKind::Internal;
+        let trace_id = TraceId::from_bytes([7; 16]);
+        let decide = |key: i64| {
+            let attributes = [KeyValue::new(SAMPLING_KEY_ATTRIBUTE, key)];
+            sampler.should_sample(None, trace_id, "megatron.train.iteration", &kind, &attributes, &[]).decision
+        };
+        let (low, high) = (0x1000_i64, -1_i64);
+        assert_eq!(decide(high), SamplingDecision::RecordAndSample, "always_on at launch");
+        ratio_override.set(Some(0.5));
+        assert_eq!(decide(low), SamplingDecision::RecordAndSample);
+        assert_eq!(decide(high), SamplingDecision::Drop, "the override replaces always_on");
+        let structural = [KeyValue::new(STRUCTURAL_ATTRIBUTE, true)];
+        let kept = sampler.should_sample(None, trace_id, "megatron.train", &kind, &structural, &[]);
+        assert_eq!(kept.decision, SamplingDecision::RecordAndSample, "structure is never sampled away");
+        ratio_override.set(None);
+        assert_eq!(decide(high), SamplingDecision::RecordAndSample, "back to the launch sampler");
     }
 
     #[test]

@@ -208,10 +208,13 @@ fn rank_zero_takes_the_spools_of_ranks_beyond_the_world_size() {
     let (summary, _) = collect(&dir, Claim::Rank { rank: 1, world_size: 2 });
     assert_eq!(summary.consumed.len(), 1);
     assert!(summary.consumed[0].file_name().unwrap().to_string_lossy().starts_with("spool-rank1-"));
+    // Each rank charges goodput from its own predecessor's progress.
+    let progress = summary.progress.expect("rank 1's own predecessor's progress");
+    assert_eq!((progress.reached, progress.completed, progress.durable), (17, Some(16), Some(10)));
     let (summary, _) = collect(&dir, Claim::Rank { rank: 0, world_size: 2 });
     assert_eq!(summary.consumed.len(), 1);
     assert!(summary.consumed[0].file_name().unwrap().to_string_lossy().starts_with("spool-rank3-"));
-    assert_eq!(summary.progress, None, "progress is rank 0's only");
+    assert_eq!(summary.progress, None, "the progress is of the replaying rank's own number: rank 3 is not rank 0");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -230,5 +233,21 @@ fn a_damaged_spool_or_another_version_is_one_warning_naming_the_file() {
     assert!(summary.warnings.iter().any(|w| w.contains(&*damaged.to_string_lossy()) && w.contains("not a lens spool")));
     assert!(summary.warnings.iter().any(|w| w.contains(&*other.to_string_lossy()) && w.contains("version 7")));
     assert!(damaged.exists() && other.exists(), "left alone");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ranks replay at the same moment: a rank never opens (nor locks) another
+/// rank's spool, so that its own rank never mistakes that lock for a live
+/// writer's; and a damaged spool is one warning, by its own rank's replay.
+#[test]
+fn a_rank_leaves_the_other_ranks_spools_unopened() {
+    let dir = temp_dir("other-ranks");
+    std::fs::write(dir.join("spool-rank0-host-1-0000.lens"), b"not a spool").expect("write");
+    let (summary, got) = collect(&dir, Claim::Rank { rank: 1, world_size: 2 });
+    assert_eq!((got.len(), summary.consumed.len(), summary.alive), (0, 0, 0));
+    assert!(summary.warnings.is_empty(), "rank 1 looked at rank 0's file: {:?}", summary.warnings);
+    let (summary, _) = collect(&dir, Claim::Rank { rank: 0, world_size: 2 });
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+    assert!(summary.warnings[0].contains("spool-rank0-host-1-0000.lens"), "{:?}", summary.warnings);
     let _ = std::fs::remove_dir_all(&dir);
 }

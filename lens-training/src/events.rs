@@ -10,9 +10,9 @@
 //! | Call | Span ([`Event`]) | Phase | Goodput |
 //! |---|---|---|---|
 //! | [`Training::new`] | — | `other` | the attempt starts (at the launch stamp) |
-//! | [`Training::checkpoint_load`] → [`LoadGuard::resumed`] | `checkpoint_load` | `checkpoint` | `checkpoint_load`; the progress record continues the run |
+//! | [`Training::checkpoint_load`] → [`LoadGuard::resumed`] | `checkpoint_load` | `checkpoint` | `checkpoint_load`; the progress record (and the dead attempt's replayed spool) continues the run |
 //! | [`Training::loop_started`] | `startup` (backdated) | — | startup ends |
-//! | [`Training::iteration`] → [`IterationGuard`] dropped | `iteration` | `other` after it | an iteration completed; `dl.training.iterations` |
+//! | [`Training::iteration`] → [`IterationGuard`] dropped | `iteration` | `other` after it | an iteration completed; `dl.training.iterations`; progress into the spool at both ends |
 //! | [`Training::phase`], [`Training::mark`], [`Training::wait`] | the phase's, where configured | that phase | — |
 //! | [`Training::checkpoint_save`] → [`SaveGuard::durable`] / [`SaveGuard::failed`] / [`SaveGuard::in_flight`] | `checkpoint_save` | `checkpoint` | `checkpoint_save`; kept once durable |
 //! | [`Training::checkpoint_finalize`] → [`FinalizeGuard::durable`] | `checkpoint_finalize` | `checkpoint` | `checkpoint_save`; kept |
@@ -79,9 +79,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use lens_fallbacks::config::{HangTimeout, LensConfig};
-use lens_fallbacks::{KeyValue, SpanGroup, SpanGuard, Telemetry, managed_span};
+use lens_fallbacks::control::Change;
+use lens_fallbacks::{KeyValue, SAMPLING_KEY_ATTRIBUTE, SpanGroup, SpanGuard, Telemetry, managed_span, sampling_key};
 
-use crate::goodput::{Accountant, Bucket, Coverage, GoodputMetrics, GoodputTotals, ProgressRecord};
+use crate::control::RankControl;
+use crate::goodput::{
+    Accountant, Bucket, Coverage, DeadProgress, GoodputMetrics, GoodputTotals, LostPrecision, ProgressRecord,
+};
 use crate::mfu::FlopCount;
 pub use crate::names::EVENT_ATTRIBUTE;
 use crate::names::{ASYNC_ATTRIBUTE, DURABLE_ATTRIBUTE, ITERATION_ATTRIBUTE, spans};
@@ -235,6 +239,15 @@ pub trait EventSpans: Send + Sync {
     fn backdates_startup(&self) -> Option<SpanName> {
         None
     }
+
+    /// The run the spans belong to: [`Training::new`] hands the telemetry
+    /// handle's run id and restart attempt before the first event, for the
+    /// iteration spans' sampling keys (one ratio decision per iteration,
+    /// the same on every rank: SPEC A4). Default: ignored (a framework that
+    /// keys its spans knows its run already).
+    fn set_run(&mut self, run_id: &str, restart_attempt: u32) {
+        let _ = (run_id, restart_attempt);
+    }
 }
 
 /// A span's group and name.
@@ -255,11 +268,20 @@ impl SpanName {
 
 /// The generic [`EventSpans`]: a group and a name per event and per phase
 /// (`None`: no span), each span stamped with [`EVENT_ATTRIBUTE`] and, for
-/// iterations and checkpoints, `dl.training.iteration`.
+/// iterations and checkpoints, `dl.training.iteration`. An iteration span
+/// also carries its iteration's sampling key
+/// ([`SAMPLING_KEY_ATTRIBUTE`], `sampling_key(run id, restart attempt,
+/// counter)` with the loop's counter at the iteration's start, as
+/// Megatron's) once [`Training::new`] has told it the run: a ratio sampler
+/// (`OTEL_TRACES_SAMPLER`) then decides per iteration, the same on every
+/// rank, even where the iterations sit inside one long-lived span of the
+/// program's (an interval trace), and the phase spans inside follow it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SpanNames {
     events: [Option<SpanName>; 7],
     phases: [Option<SpanName>; PHASE_COUNT],
+    /// The run id and restart attempt of the sampling keys ([`EventSpans::set_run`]).
+    run: Option<(Arc<str>, u32)>,
 }
 
 impl SpanNames {
@@ -284,12 +306,13 @@ impl SpanNames {
                 Some(SpanName::new(SpanGroup::JOB, spans::SHUTDOWN)),
             ],
             phases,
+            run: None,
         }
     }
 
     /// No span at all (phases and goodput only).
     pub const fn none() -> SpanNames {
-        SpanNames { events: [None; 7], phases: [None; PHASE_COUNT] }
+        SpanNames { events: [None; 7], phases: [None; PHASE_COUNT], run: None }
     }
 
     /// `event`'s span is `name` (`None`: no span).
@@ -325,7 +348,14 @@ impl EventSpans for SpanNames {
             Event::CheckpointLoad | Event::Startup | Event::Shutdown => None,
         };
         let number = number.map(|n| KeyValue::new(ITERATION_ATTRIBUTE, i64::try_from(n).unwrap_or(i64::MAX)));
-        EventSpan::new(managed_span(group, name, std::iter::once(stamp).chain(number)))
+        // Computed only where the span is recorded (`managed_span` does not
+        // iterate the attributes of a disabled group).
+        let key = self.run.as_ref().filter(|_| event == Event::Iteration).into_iter().map(
+            move |(run_id, restart_attempt)| {
+                KeyValue::new(SAMPLING_KEY_ATTRIBUTE, sampling_key(run_id, *restart_attempt, iteration))
+            },
+        );
+        EventSpan::new(managed_span(group, name, std::iter::once(stamp).chain(number).chain(key)))
     }
 
     fn open_phase(&self, phase: Phase) -> SpanGuard {
@@ -337,6 +367,10 @@ impl EventSpans for SpanNames {
 
     fn backdates_startup(&self) -> Option<SpanName> {
         self.event(Event::Startup)
+    }
+
+    fn set_run(&mut self, run_id: &str, restart_attempt: u32) {
+        self.run = Some((Arc::from(run_id), restart_attempt));
     }
 }
 
@@ -352,6 +386,7 @@ pub struct TrainingOptions {
     world_size: u32,
     checkpoint_dir: Option<PathBuf>,
     launch: Option<SystemTime>,
+    control_hold: u64,
 }
 
 impl std::fmt::Debug for TrainingOptions {
@@ -385,6 +420,7 @@ impl TrainingOptions {
             world_size: 1,
             checkpoint_dir: None,
             launch: None,
+            control_hold: 0,
         }
     }
 
@@ -452,6 +488,14 @@ impl TrainingOptions {
         self.launch = Some(launch);
         self
     }
+
+    /// A test hook for the control file (`<PREFIX>_CONTROL_FILE`): this rank
+    /// takes what its control thread read only from iteration `iteration`
+    /// on, as a rank whose poll came late would (default 0: at once).
+    pub fn with_control_hold(mut self, iteration: u64) -> TrainingOptions {
+        self.control_hold = iteration;
+        self
+    }
 }
 
 /// One rank's training diagnosis: the event API (see the module docs).
@@ -463,6 +507,16 @@ pub struct Training {
     watchdog: Mutex<HangWatchdog>,
     goodput: Option<Mutex<GoodputState>>,
     launch: SystemTime,
+    control: RankControl,
+    /// What a control change of the hang timeout restarts the watchdog with.
+    watchdog_inputs: Option<WatchdogInputs>,
+}
+
+/// The watchdog's inputs besides its timeout.
+struct WatchdogInputs {
+    telemetry: std::sync::Weak<Telemetry>,
+    coordinates: RankCoordinates,
+    flush_timeout: Duration,
 }
 
 impl std::fmt::Debug for Training {
@@ -485,7 +539,10 @@ struct GoodputState {
     peak_tflops: Option<f64>,
     flops: Option<Box<dyn FlopCount>>,
     world_size: u32,
-    /// The last completed iteration and the latest durable checkpoint's.
+    /// The last iteration reached (entered), the last completed and the
+    /// latest durable checkpoint's: the progress written into the spool at
+    /// every iteration and into the record at log intervals.
+    reached: u64,
     iteration: u64,
     checkpoint_iteration: Option<u64>,
     /// MFU's window: FLOPs since the last log interval, and the step time
@@ -497,6 +554,9 @@ struct GoodputState {
     last_flush: Instant,
     write_warned: bool,
     finished: bool,
+    /// Whether this attempt writes a spool (seen at [`Training::new`], after
+    /// setup; shutdown closes it before a program's summary reads the totals).
+    spool: bool,
 }
 
 /// How often the per-rank counters follow the iterations at most (also at
@@ -512,7 +572,7 @@ impl Training {
     pub fn new(telemetry: &Arc<Telemetry>, options: TrainingOptions) -> Training {
         let TrainingOptions {
             coordinates,
-            spans,
+            mut spans,
             hang_timeout,
             flush_timeout,
             peak_tflops,
@@ -520,7 +580,9 @@ impl Training {
             world_size,
             checkpoint_dir,
             launch,
+            control_hold,
         } = options;
+        spans.set_run(telemetry.run_id(), telemetry.restart_attempt());
         let launch = launch.unwrap_or_else(SystemTime::now);
         let hang_timeout = hang_timeout.unwrap_or_else(|| telemetry.hang_timeout());
         let flush_timeout = flush_timeout.unwrap_or_else(|| telemetry.shutdown_timeout());
@@ -543,6 +605,7 @@ impl Training {
                 peak_tflops,
                 flops,
                 world_size,
+                reached: 0,
                 iteration: 0,
                 checkpoint_iteration: None,
                 window_flops: 0.0,
@@ -551,6 +614,7 @@ impl Training {
                 last_flush: Instant::now(),
                 write_warned: false,
                 finished: false,
+                spool: lens_fallbacks::spool::is_active(),
             })
         });
         Training {
@@ -560,6 +624,8 @@ impl Training {
             watchdog: Mutex::new(watchdog),
             goodput,
             launch,
+            control: RankControl::start(telemetry, coordinates, control_hold),
+            watchdog_inputs: Some(WatchdogInputs { telemetry: Arc::downgrade(telemetry), coordinates, flush_timeout }),
         }
     }
 
@@ -572,6 +638,8 @@ impl Training {
             watchdog: Mutex::new(HangWatchdog::inert()),
             goodput: None,
             launch: SystemTime::now(),
+            control: RankControl::none(),
+            watchdog_inputs: None,
         }
     }
 
@@ -620,9 +688,22 @@ impl Training {
     /// before it, the loop's counter). Its span opens; dropping the guard
     /// completes it: the span ends, the rank enters `other`, goodput counts
     /// the iteration, `dl.training.iterations` follows, the watchdog sees
-    /// progress and the FLOP count adds to MFU's window.
+    /// progress and the FLOP count adds to MFU's window. Both ends write the
+    /// rank's progress into its spool (`lens_fallbacks::spool::record_progress`:
+    /// a few stores), so that a crash at any iteration is charged exactly.
+    ///
+    /// With a control file (`<PREFIX>_CONTROL_FILE`), this is where a change
+    /// it asks for applies, at the iteration it names, before the
+    /// iteration's span opens (see the `control` module).
     pub fn iteration(&self, counter: u64) -> IterationGuard<'_> {
+        if let Some(change) = self.control.before_iteration(counter) {
+            self.apply_control(&change);
+        }
         self.phases.begin_iteration(counter);
+        self.with_goodput(|s, _| {
+            s.reached = counter.saturating_add(1);
+            s.record_progress();
+        });
         IterationGuard {
             training: self,
             span: self.open(Event::Iteration, counter),
@@ -630,6 +711,29 @@ impl Training {
             started: Instant::now(),
             abandoned: false,
             ended: false,
+        }
+    }
+
+    /// The parts of a control change that are this handle's: per-rank
+    /// metrics paused or resumed, the watchdog restarted with the new
+    /// timeout.
+    #[cold]
+    fn apply_control(&self, change: &Change) {
+        if change.before.rank_metrics != change.after.rank_metrics {
+            self.rank_metrics.set_paused(!change.after.rank_metrics);
+        }
+        if change.before.hang_timeout != change.after.hang_timeout
+            && let Some(inputs) = &self.watchdog_inputs
+        {
+            let mut watchdog = self.watchdog.lock().unwrap_or_else(PoisonError::into_inner);
+            watchdog.stop();
+            *watchdog = HangWatchdog::start(
+                inputs.telemetry.clone(),
+                change.after.hang_timeout,
+                &self.phases,
+                inputs.coordinates,
+                inputs.flush_timeout,
+            );
         }
     }
 
@@ -641,6 +745,8 @@ impl Training {
         self.with_goodput(|s, now| {
             s.accountant.iteration_completed(now);
             s.iteration = completed;
+            s.reached = s.reached.max(completed);
+            s.record_progress();
             if let Some(flops) = &s.flops {
                 s.window_flops += flops.flops(completed);
             }
@@ -731,6 +837,7 @@ impl Training {
     /// interval), the goodput and MFU gauges on the export rank, and the
     /// progress record.
     pub fn log_interval(&self) {
+        self.control.log_interval();
         let totals = self.phases.totals();
         self.rank_metrics.record(&totals);
         self.with_goodput(|s, now| {
@@ -768,13 +875,23 @@ impl Training {
     /// Stops the hang watchdog (the loop is over; a crash path that skips
     /// [`Training::finish`] calls this). Idempotent.
     pub fn stop_watchdog(&self) {
+        self.control.stop();
         self.watchdog.lock().unwrap_or_else(PoisonError::into_inner).stop();
     }
 
-    /// The run's goodput totals now (`None` with telemetry off).
+    /// The run's goodput totals now (`None` with telemetry off). Their
+    /// [`lost_precision`](GoodputTotals::lost_precision) says
+    /// [`LostPrecision::LogInterval`] when a resume charged a dead attempt
+    /// from its progress record alone, or when this attempt writes no spool
+    /// (`<PREFIX>_SPOOL=0`, a failed mapping): a crash of it would be charged
+    /// to the last log interval.
     pub fn totals(&self) -> Option<GoodputTotals> {
         let state = self.goodput.as_ref()?.lock().unwrap_or_else(PoisonError::into_inner);
-        Some(state.accountant.snapshot(state.offset + state.origin.elapsed().as_secs_f64()))
+        let mut totals = state.accountant.snapshot(state.offset + state.origin.elapsed().as_secs_f64());
+        if !state.spool {
+            totals.lost_precision = LostPrecision::LogInterval;
+        }
+        Some(totals)
     }
 
     /// The MFU of the latest log interval (`None` without a peak, a FLOP
@@ -791,6 +908,12 @@ impl GoodputState {
         self.write_record(now);
     }
 
+    /// This rank's progress into its spool (nothing without one).
+    fn record_progress(&self) {
+        let completed = (self.iteration > 0).then_some(self.iteration);
+        lens_fallbacks::spool::record_progress(self.reached, completed, self.checkpoint_iteration);
+    }
+
     fn write_record(&mut self, now: f64) {
         let Some(dir) = &self.record_dir else { return };
         let record = ProgressRecord {
@@ -798,6 +921,8 @@ impl GoodputState {
             iteration: self.iteration,
             checkpoint_iteration: self.checkpoint_iteration,
             totals: self.accountant.snapshot(now),
+            written_at: Some(SystemTime::now()),
+            normal_end: self.finished,
         };
         if let Err(error) = std::fs::create_dir_all(dir)
             .map_err(|e| format!("{}: {e}", dir.display()))
@@ -810,7 +935,9 @@ impl GoodputState {
 
     fn resume(&mut self, dir: &Path, iteration: u64) {
         self.iteration = iteration;
+        self.reached = iteration;
         self.checkpoint_iteration = Some(iteration);
+        self.record_progress();
         match ProgressRecord::read(dir) {
             Ok(None) => {}
             Ok(Some(record)) => {
@@ -822,7 +949,16 @@ impl GoodputState {
                         record.checkpoint_iteration.map_or_else(|| "none".to_string(), |i| i.to_string())
                     ));
                 }
-                self.accountant.continue_from(record.totals.resume());
+                // The dead attempt's last progress, from its spool when setup
+                // replayed it: the charge is then exact.
+                // It lived at least until the later of its last progress
+                // write (every iteration) and its last-alive stamp (every
+                // second).
+                let dead = lens_fallbacks::spool::replayed_progress().and_then(|spool| {
+                    let alive = spool.last_alive.max(spool.recorded_at);
+                    DeadProgress::from_spool(spool.completed, alive, record.written_at)
+                });
+                self.accountant.continue_from(record.resume_totals(iteration, dead));
             }
             Err(error) => warn(&format!("goodput: {error}; the goodput totals start fresh")),
         }
@@ -956,9 +1092,12 @@ impl LoadGuard<'_> {
     }
 
     /// The run resumes from the checkpoint of `iteration` in `dir`: the
-    /// goodput totals continue from the progress record there (the dead
-    /// attempt's pending time charged as lost; a record of the schema
-    /// before the rename reads alike), if any. A record that cannot be
+    /// goodput totals continue from the progress record there (a record of
+    /// the schema before the rename reads alike), if any, charging the dead
+    /// attempt's lost progress: exactly (every iteration it completed after
+    /// `iteration`) when setup replayed its spool
+    /// (`lens_fallbacks::spool::replayed_progress`), else its pending time
+    /// at the record, known only to a log interval. A record that cannot be
     /// read is a warning, and the totals start fresh.
     pub fn resumed(&self, dir: &Path, iteration: u64) {
         self.span().set_attribute(ITERATION_ATTRIBUTE, i64::try_from(iteration).unwrap_or(i64::MAX));
@@ -995,6 +1134,7 @@ fn make_durable(training: &Training, iteration: u64, coverage: Option<Coverage>)
             s.accountant.checkpoint_durable(coverage, now);
         }
         s.checkpoint_iteration = Some(s.checkpoint_iteration.map_or(iteration, |c| c.max(iteration)));
+        s.record_progress();
         s.write_record(now);
     });
 }

@@ -25,17 +25,27 @@
 //! - `checkpoint_save`, `checkpoint_load`, `evaluation`: the loop blocked
 //!   by them;
 //! - `lost_progress`: a dead attempt's `pending` time, from its last
-//!   durable checkpoint to its last progress record, charged when the next attempt
-//!   resumes from that checkpoint ([`GoodputTotals::resume`]);
+//!   durable checkpoint to its last iteration, charged when the next attempt
+//!   resumes from that checkpoint ([`GoodputTotals::resume_exactly`] with the
+//!   dead attempt's spool, [`GoodputTotals::resume`] without);
 //! - `other`: the rest (after the normal end: barriers, shutdown).
 //!
 //! Restarts: one rank writes a [`ProgressRecord`] (the run's totals so far)
 //! beside the checkpoints, atomically, at every log interval and whenever a
 //! checkpoint becomes durable ([`ProgressRecord::write_atomic`]); the next attempt reads it from its
 //! `--load` directory ([`ProgressRecord::read`]), charges the dead
-//! attempt's pending time as lost and continues the totals. A dead attempt's
-//! time after its last record is not seen by anyone (at most one log
-//! interval plus the crash itself).
+//! attempt's pending time as lost and continues the totals. Every rank also
+//! writes its progress (iteration reached, last completed, last durable
+//! checkpoint) into its crash-safe spool at every iteration
+//! (`lens_fallbacks::spool::record_progress`); when the next attempt's setup
+//! replays the dead attempt's spool, its last progress and when it was last alive
+//! ([`DeadProgress`]) make the charge exact: every iteration completed after
+//! the checkpoint the run resumes from is lost, at any log interval, and the
+//! dead attempt's time after its last record is charged with it
+//! ([`GoodputTotals::resume_exactly`]). Without the spool (`<PREFIX>_SPOOL=0`,
+//! a failed mapping) the record alone is read, and lost progress is known
+//! only to a log interval ([`LostPrecision::LogInterval`]): the iterations
+//! and time after the last record are seen by no one.
 //!
 //! [`GoodputMetrics`] exports the totals as gauges on the export rank
 //! (`dl.goodput.time` per bucket, `dl.goodput.ratio`), with the model FLOPs
@@ -72,6 +82,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where a second of wall-clock time went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,6 +167,74 @@ pub struct GoodputTotals {
     pub lost_iterations: u64,
     /// Attempts counted so far (this one included).
     pub attempts: u32,
+    /// How exactly `lost_progress` is known: to the iteration, unless a
+    /// resume had to charge a dead attempt from its progress record alone.
+    pub lost_precision: LostPrecision,
+}
+
+/// How exactly a run's lost progress is known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LostPrecision {
+    /// To the iteration: every dead attempt's last progress came from its
+    /// spool (or nothing was lost).
+    #[default]
+    Iteration,
+    /// To a log interval: a dead attempt was charged from its progress
+    /// record alone (written at log intervals and durable checkpoints), so
+    /// what it did after its last record is not counted; or this attempt
+    /// writes no spool, so that is how a crash of it would be charged.
+    LogInterval,
+}
+
+impl LostPrecision {
+    /// Both values.
+    pub const ALL: [LostPrecision; 2] = [LostPrecision::Iteration, LostPrecision::LogInterval];
+
+    /// The value in the progress record and the summary: `iteration` or
+    /// `log_interval`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LostPrecision::Iteration => "iteration",
+            LostPrecision::LogInterval => "log_interval",
+        }
+    }
+
+    /// The value named `name` (as [`LostPrecision::as_str`] writes it).
+    pub fn from_name(name: &str) -> Option<LostPrecision> {
+        LostPrecision::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// The less exact of the two.
+    #[must_use]
+    pub fn worst(self, other: LostPrecision) -> LostPrecision {
+        if self == LostPrecision::LogInterval || other == LostPrecision::LogInterval {
+            LostPrecision::LogInterval
+        } else {
+            LostPrecision::Iteration
+        }
+    }
+
+    /// What a report says: `lost progress known to the iteration` or `lost
+    /// progress known only to a log interval`.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            LostPrecision::Iteration => "lost progress known to the iteration",
+            LostPrecision::LogInterval => "lost progress known only to a log interval (no spool)",
+        }
+    }
+}
+
+/// What a dead attempt's spool said at its end (replayed by the next
+/// attempt's setup; `lens_fallbacks::spool::replayed_progress`): its last
+/// completed iteration, and how long it lived after its last progress record.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeadProgress {
+    /// The last iteration it completed (`None`: none).
+    pub completed: Option<u64>,
+    /// The last time it was known alive minus the time its progress record
+    /// was written, in seconds (0 when not known; negative or non-finite
+    /// counts as 0).
+    pub unseen_seconds: f64,
 }
 
 impl GoodputTotals {
@@ -192,11 +271,67 @@ impl GoodputTotals {
     /// checkpoint the new attempt resumes from), and the attempt count goes
     /// up by one. After a normal end there is nothing pending, so nothing is
     /// lost.
+    ///
+    /// This is the charge without the dead attempt's spool: what it did
+    /// after its last record is not seen ([`ProgressRecord::resume_totals`]
+    /// says so in [`GoodputTotals::lost_precision`]; use
+    /// [`GoodputTotals::resume_exactly`] when the spool was replayed).
     #[must_use]
     pub fn resume(mut self) -> GoodputTotals {
         self.seconds[Bucket::LostProgress.index()] += self.seconds[Bucket::Pending.index()];
         self.seconds[Bucket::Pending.index()] = 0.0;
         self.lost_iterations += self.pending_iterations;
+        self.pending_iterations = 0;
+        self
+    }
+
+    /// The totals a new attempt continues from, given the previous
+    /// attempt's (from its progress record, written after it completed
+    /// `record_iteration`), the checkpoint the new attempt resumes from
+    /// (`resumed`) and what the dead attempt's spool said at its end
+    /// (`dead`). Lost progress is exact, at any log interval: every iteration
+    /// it completed after `resumed` is lost; the ones up to `resumed` that the
+    /// record still had pending (a checkpoint that became durable after the
+    /// record) are kept. Its time after the record (`dead.unseen_seconds`)
+    /// joins its pending time, which the two share in proportion to their
+    /// iterations; with nothing pending it goes to `other`. The attempt count
+    /// goes up by one.
+    ///
+    /// ```
+    /// use lens_training::goodput::{Bucket, DeadProgress, GoodputTotals, LostPrecision};
+    ///
+    /// // A record written at iteration 10, when the checkpoint of 10 became
+    /// // durable (nothing pending); the attempt then died after completing
+    /// // 17, 6.5 s later. The next attempt resumes from 10.
+    /// let mut record = GoodputTotals::default();
+    /// record.productive_iterations = 10;
+    /// record.set_seconds(Bucket::Productive, 10.0);
+    /// let dead = DeadProgress { completed: Some(17), unseen_seconds: 6.5 };
+    /// let resumed = record.resume_exactly(10, 10, dead);
+    /// assert_eq!((resumed.lost_iterations, resumed.productive_iterations), (7, 10));
+    /// assert_eq!(resumed.seconds(Bucket::LostProgress), 6.5);
+    /// assert_eq!(resumed.lost_precision, LostPrecision::Iteration);
+    /// // From the record alone, nothing would be lost.
+    /// assert_eq!(record.resume().lost_iterations, 0);
+    /// ```
+    #[must_use]
+    pub fn resume_exactly(mut self, record_iteration: u64, resumed: u64, dead: DeadProgress) -> GoodputTotals {
+        let completed = dead.completed.unwrap_or(0).max(record_iteration);
+        let unseen = if dead.unseen_seconds.is_finite() { dead.unseen_seconds.max(0.0) } else { 0.0 };
+        let pending_iterations = self.pending_iterations + (completed - record_iteration);
+        let lost = completed.saturating_sub(resumed).min(pending_iterations);
+        let kept = pending_iterations - lost;
+        if pending_iterations == 0 {
+            self.seconds[Bucket::Other.index()] += unseen;
+        } else {
+            let pending_seconds = self.seconds[Bucket::Pending.index()] + unseen;
+            let kept_seconds = pending_seconds * kept as f64 / pending_iterations as f64;
+            self.seconds[Bucket::Productive.index()] += kept_seconds;
+            self.seconds[Bucket::LostProgress.index()] += pending_seconds - kept_seconds;
+        }
+        self.seconds[Bucket::Pending.index()] = 0.0;
+        self.productive_iterations += kept;
+        self.lost_iterations += lost;
         self.pending_iterations = 0;
         self
     }
@@ -208,6 +343,7 @@ impl GoodputTotals {
         self.productive_iterations += other.productive_iterations;
         self.pending_iterations += other.pending_iterations;
         self.lost_iterations += other.lost_iterations;
+        self.lost_precision = self.lost_precision.worst(other.lost_precision);
     }
 }
 
@@ -445,7 +581,43 @@ pub struct ProgressRecord {
     pub checkpoint_iteration: Option<u64>,
     /// The run's totals when the record was written.
     pub totals: GoodputTotals,
+    /// When the record was written (`None` in a record of an older version):
+    /// the dead attempt's time after it, to when its spool says it was last
+    /// alive, is charged at the resume.
+    pub written_at: Option<SystemTime>,
+    /// Whether the attempt that wrote it had ended normally (nothing
+    /// pending, nothing to charge).
+    pub normal_end: bool,
 }
+
+impl DeadProgress {
+    /// The dead attempt's progress from its spool: its last `completed`
+    /// iteration and the last time it was known alive (the later of its
+    /// spool's last progress write and last-alive stamp), against the
+    /// progress record it left (`record_written_at`). `None` when the spool
+    /// cannot be the record's writer's: it was last alive more than
+    /// [`SPOOL_STALENESS`] before the record was written (a spool of an
+    /// earlier attempt, left beside a later attempt's record).
+    pub fn from_spool(
+        completed: Option<u64>,
+        last_alive: SystemTime,
+        record_written_at: Option<SystemTime>,
+    ) -> Option<DeadProgress> {
+        let Some(written) = record_written_at else { return Some(DeadProgress { completed, unseen_seconds: 0.0 }) };
+        match last_alive.duration_since(written) {
+            Ok(after) => Some(DeadProgress { completed, unseen_seconds: after.as_secs_f64() }),
+            Err(before) if before.duration() <= SPOOL_STALENESS => {
+                Some(DeadProgress { completed, unseen_seconds: 0.0 })
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// How long before a progress record was written its writer's spool may
+/// last have been alive and still be its writer's (the last-alive stamp is
+/// refreshed every second).
+pub const SPOOL_STALENESS: Duration = Duration::from_secs(3);
 
 /// Why a progress record could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -487,6 +659,12 @@ impl ProgressRecord {
         let _ = writeln!(out, "  \"productive_iterations\": {},", t.productive_iterations);
         let _ = writeln!(out, "  \"pending_iterations\": {},", t.pending_iterations);
         let _ = writeln!(out, "  \"lost_iterations\": {},", t.lost_iterations);
+        let _ = writeln!(out, "  \"lost_precision\": \"{}\",", t.lost_precision.as_str());
+        let _ = writeln!(out, "  \"normal_end\": {},", self.normal_end);
+        if let Some(at) = self.written_at {
+            let seconds = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+            let _ = writeln!(out, "  \"written_unix_s\": {},", serde_json::Value::from(seconds));
+        }
         out.push_str("  \"seconds\": {");
         for (i, (bucket, seconds)) in t.buckets().enumerate() {
             let sep = if i == 0 { "" } else { ", " };
@@ -524,6 +702,24 @@ impl ProgressRecord {
                 .ok_or_else(|| invalid(format!("seconds.{} is not a non-negative number", bucket.as_str())))?;
             totals.set_seconds(bucket, v);
         }
+        // Added with the spool (issue 22); absent from older records, whose
+        // losses were charged from the record alone.
+        totals.lost_precision = match value.get("lost_precision") {
+            None | Some(serde_json::Value::Null) if totals.lost_iterations == 0 => LostPrecision::Iteration,
+            None | Some(serde_json::Value::Null) => LostPrecision::LogInterval,
+            Some(v) => v
+                .as_str()
+                .and_then(LostPrecision::from_name)
+                .ok_or_else(|| invalid(format!("lost_precision is {v}; expected \"iteration\" or \"log_interval\"")))?,
+        };
+        let written_at = match value.get("written_unix_s") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => {
+                let seconds = v.as_f64().filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e11);
+                let seconds = seconds.ok_or_else(|| invalid("written_unix_s is not a time in seconds".into()))?;
+                Some(UNIX_EPOCH + Duration::from_secs_f64(seconds))
+            }
+        };
         let checkpoint_iteration = match value.get("checkpoint_iteration") {
             None | Some(serde_json::Value::Null) => None,
             Some(v) => Some(v.as_u64().ok_or_else(|| invalid("checkpoint_iteration is not a count".into()))?),
@@ -533,7 +729,50 @@ impl ProgressRecord {
             iteration: count("iteration")?,
             checkpoint_iteration,
             totals,
+            written_at,
+            normal_end: value.get("normal_end").and_then(serde_json::Value::as_bool).unwrap_or(false),
         })
+    }
+
+    /// The totals the attempt resuming from the checkpoint of `resumed`
+    /// continues from. With the dead attempt's spool (`dead`), the charge is
+    /// exact ([`GoodputTotals::resume_exactly`]); without, its pending time
+    /// and iterations at this record are lost ([`GoodputTotals::resume`]) and
+    /// what it did after the record is not seen: lost progress is then known
+    /// only to a log interval ([`LostPrecision::LogInterval`]), unless the
+    /// attempt ended normally (nothing was pending).
+    ///
+    /// ```
+    /// use lens_training::goodput::{DeadProgress, GoodputTotals, LostPrecision, ProgressRecord};
+    ///
+    /// // Checkpoint 10 durable at iteration 10 (its record), then a crash
+    /// // after iteration 17 at the default log interval of 10.
+    /// let mut totals = GoodputTotals::default();
+    /// totals.productive_iterations = 10;
+    /// let record = ProgressRecord {
+    ///     run_id: "r".into(),
+    ///     iteration: 10,
+    ///     checkpoint_iteration: Some(10),
+    ///     totals,
+    ///     written_at: None,
+    ///     normal_end: false,
+    /// };
+    /// let exact = record.resume_totals(10, Some(DeadProgress { completed: Some(17), unseen_seconds: 7.0 }));
+    /// assert_eq!((exact.lost_iterations, exact.lost_precision), (7, LostPrecision::Iteration));
+    /// let rough = record.resume_totals(10, None);
+    /// assert_eq!((rough.lost_iterations, rough.lost_precision), (0, LostPrecision::LogInterval));
+    /// ```
+    pub fn resume_totals(&self, resumed: u64, dead: Option<DeadProgress>) -> GoodputTotals {
+        match dead {
+            Some(dead) => self.totals.resume_exactly(self.iteration, resumed, dead),
+            None => {
+                let mut totals = self.totals.resume();
+                if !self.normal_end {
+                    totals.lost_precision = LostPrecision::LogInterval;
+                }
+                totals
+            }
+        }
     }
 
     /// Writes the record to `dir`/[`PROGRESS_RECORD_FILE`] atomically: a

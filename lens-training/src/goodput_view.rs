@@ -46,6 +46,16 @@
 //! for a resumed attempt, and no ratio sampler (`OTEL_TRACES_SAMPLER`):
 //! [`breakdown`] names what is missing instead of guessing.
 //!
+//! Memory: the accountant's `iteration_completed` only advances its clock,
+//! so the iterations that end between two other events (a save's begin and
+//! end, a durable checkpoint, an evaluation, the normal end) count as one
+//! advance and a count. The view therefore reads an attempt's spans twice:
+//! [`Boundaries`] keeps the few spans that are not iterations, then
+//! [`Iterations`] bins each iteration (its number and end) into the gap
+//! between two of their events. It holds what grows with checkpoints and
+//! evaluations, never with iterations; `lens analyze` streams both passes
+//! from the files ([`breakdown_read`]), [`breakdown`] runs them over a list.
+//!
 //! ```
 //! use std::collections::BTreeMap;
 //! use lens_fallbacks::otlp_file::{AttributeValue, SpanRecord};
@@ -82,7 +92,7 @@ use std::io::{self, Write};
 use lens_fallbacks::otlp_file::SpanRecord;
 
 use crate::events::Event as TrainingEvent;
-use crate::goodput::{Accountant, Bucket, GoodputTotals};
+use crate::goodput::{Accountant, Bucket, Coverage, GoodputTotals};
 use crate::names::legacy::spans as tx;
 use crate::names::{EVENT_ATTRIBUTE, ITERATION_ATTRIBUTE};
 
@@ -196,35 +206,67 @@ pub enum Missing {
     },
 }
 
-impl fmt::Display for Missing {
+impl Missing {
+    /// The text of [`Missing`]'s `Display`, with the span-group variable of
+    /// the program whose export this is: `prefix` is its variable prefix
+    /// (the export's resource attribute `lens.config.prefix`, such as
+    /// `MYJOB_OTEL`); `None` writes `<PREFIX>_SPAN_GROUPS`.
+    ///
+    /// ```
+    /// use lens_training::goodput_view::Missing;
+    ///
+    /// let missing = Missing::CheckpointSpans { attempt: "run-2".into() };
+    /// assert_eq!(
+    ///     missing.advice(Some("MYJOB_OTEL")).to_string(),
+    ///     "run-2: no checkpoint spans: the export's span groups lack `checkpoint`; run with \
+    ///      MYJOB_OTEL_SPAN_GROUPS=per_step (or all)"
+    /// );
+    /// assert!(missing.to_string().contains("<PREFIX>_SPAN_GROUPS=per_step"));
+    /// ```
+    pub fn advice<'a>(&'a self, prefix: Option<&'a str>) -> impl fmt::Display + 'a {
+        MissingAdvice { missing: self, prefix }
+    }
+}
+
+/// [`Missing::advice`].
+struct MissingAdvice<'a> {
+    missing: &'a Missing,
+    prefix: Option<&'a str>,
+}
+
+impl fmt::Display for MissingAdvice<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
+        let prefix = self.prefix.unwrap_or("<PREFIX>");
+        let groups = format!("{prefix}_SPAN_GROUPS=per_step (or all)");
+        match self.missing {
             Missing::IterationSpans => write!(
                 f,
-                "no {} spans: the export's span groups lack `step` (the `default` preset has none); run with \
-                 MEGATRON_OTEL_SPAN_GROUPS=per_step (or all)",
-                tx::ITERATION
+                "no iteration spans: the export's span groups lack `step` (the `default` preset has none); run \
+                 with {groups}"
             ),
             Missing::SampledIterations { attempt, missing, first, last } => write!(
                 f,
-                "{attempt}: {missing} of iterations {first}-{last} have no {} span: a ratio sampler \
+                "{attempt}: {missing} of iterations {first}-{last} have no iteration span: a ratio sampler \
                  (OTEL_TRACES_SAMPLER/OTEL_TRACES_SAMPLER_ARG) dropped them; the breakdown needs every iteration, \
-                 run without one",
-                tx::ITERATION
+                 run without one"
             ),
             Missing::CheckpointSpans { attempt } => write!(
                 f,
-                "{attempt}: no {} spans: the export's span groups lack `checkpoint`; run with \
-                 MEGATRON_OTEL_SPAN_GROUPS=per_step (or all)",
-                tx::SAVE_FINALIZE
+                "{attempt}: no checkpoint spans: the export's span groups lack `checkpoint`; run with {groups}"
             ),
             Missing::LoadSpan { attempt, first } => write!(
                 f,
-                "{attempt}: resumed at iteration {first} but has no {} span: the export's span groups lack \
-                 `load_checkpoint`; run with MEGATRON_OTEL_SPAN_GROUPS=per_step (or all)",
-                tx::LOAD
+                "{attempt}: resumed at iteration {first} but has no checkpoint-load span: the export's span groups \
+                 lack `load_checkpoint`; run with {groups}"
             ),
         }
+    }
+}
+
+/// Names `<PREFIX>_SPAN_GROUPS`: [`Missing::advice`] names the program's.
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.advice(None).fmt(f)
     }
 }
 
@@ -283,31 +325,301 @@ fn completed_by(span: &SpanRecord) -> Option<u64> {
     get(ITERATION_ATTRIBUTE).or_else(|| get(attr::ITERATION).map(|i| i.saturating_add(1)))
 }
 
-/// The spans of an attempt by role: the stamped ones where any span of
-/// the role is stamped, else the Megatron names.
-struct Roles<'a> {
-    spans: &'a [SpanRecord],
+/// The first pass over one attempt's spans (see [`breakdown_read`]): it
+/// keeps the few spans that are not iterations (startup, loads, saves,
+/// finalizes that finalized something, evaluations, the normal end), with
+/// only the attributes the view reads, and a few facts about the rest (the
+/// earliest start, the latest end, the loop's start, which events carry a
+/// stamp). What it holds grows with the checkpoints and evaluations of the
+/// attempt, not with its iterations.
+#[derive(Clone, Debug, Default)]
+pub struct Boundaries {
+    spans: Vec<SpanRecord>,
+    /// Bit `event as usize` set: some span carries that event's stamp.
+    stamped: u8,
+    first_start: Option<u64>,
+    last_end: Option<u64>,
+    /// The start of the first `megatron.train` span.
+    train_start: Option<u64>,
+    /// Some span is named `megatron.checkpoint.save.finalize`.
+    megatron_finalizes: bool,
+    /// Some span is an iteration span (stamped or named).
+    iteration_spans: bool,
 }
 
-impl<'a> Roles<'a> {
-    fn of(&self, event: TrainingEvent, legacy: &'static [&'static str]) -> Vec<&'a SpanRecord> {
-        let marked: Vec<&SpanRecord> = self.spans.iter().filter(|s| stamped(s) == Some(event)).collect();
-        if !marked.is_empty() {
-            return marked;
+impl Boundaries {
+    /// An attempt with no span read yet.
+    pub fn new() -> Boundaries {
+        Boundaries::default()
+    }
+
+    /// Reads `span` (any span of the attempt's rank, in any order).
+    pub fn add(&mut self, span: &SpanRecord) {
+        self.first_start = Some(self.first_start.map_or(span.start_unix_nano, |s| s.min(span.start_unix_nano)));
+        self.last_end = Some(self.last_end.map_or(span.end_unix_nano, |e| e.max(span.end_unix_nano)));
+        let event = stamped(span);
+        if let Some(event) = event {
+            self.stamped |= 1 << event as u8;
+        }
+        let name = span.name.as_str();
+        self.megatron_finalizes |= name == tx::SAVE_FINALIZE;
+        self.iteration_spans |= event == Some(TrainingEvent::Iteration) || name == tx::ITERATION;
+        if name == tx::TRAIN {
+            self.train_start = Some(self.train_start.map_or(span.start_unix_nano, |s| s.min(span.start_unix_nano)));
+        }
+        let keep = match event {
+            Some(TrainingEvent::Iteration) => false,
+            // A stamped finalize that finalized nothing: only its stamp counts.
+            Some(TrainingEvent::CheckpointFinalize) => flag(span, DURABLE_ATTRIBUTE),
+            Some(_) => true,
+            // Megatron opens a finalize span every iteration; the one that
+            // finalized something carries `nvrx.call_idx`.
+            None if name == tx::SAVE_FINALIZE => span.attributes.contains_key(attr::NVRX_CALL_IDX),
+            None => name != tx::ITERATION && name != tx::TRAIN && LEGACY_SPANS.contains(&name),
+        };
+        if keep {
+            let mut kept = SpanRecord {
+                file_rank: span.file_rank,
+                name: span.name.clone(),
+                start_unix_nano: span.start_unix_nano,
+                end_unix_nano: span.end_unix_nano,
+                attributes: std::collections::BTreeMap::new(),
+            };
+            for key in READ_ATTRIBUTES {
+                if let Some(value) = span.attributes.get(key) {
+                    kept.attributes.insert(key.to_string(), value.clone());
+                }
+            }
+            self.spans.push(kept);
+        }
+    }
+
+    /// The earliest start of a span read.
+    pub fn first_start(&self) -> Option<u64> {
+        self.first_start
+    }
+
+    /// The spans held (the records this pass keeps).
+    pub fn records(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The kept spans of `event`'s role: the stamped ones where any span
+    /// carries the stamp, else the unstamped ones named in `legacy`.
+    fn of(&self, event: TrainingEvent, legacy: &[&str]) -> Vec<&SpanRecord> {
+        if self.stamped & (1 << event as u8) != 0 {
+            return self.spans.iter().filter(|s| stamped(s) == Some(event)).collect();
         }
         self.spans.iter().filter(|s| stamped(s).is_none() && legacy.contains(&s.name.as_str())).collect()
     }
 
-    fn any_stamped(&self) -> bool {
-        self.spans.iter().any(|s| stamped(s).is_some())
+    /// Ends the first pass: the attempt's origin, its phase intervals and
+    /// checkpoints as the accountant's events, ready for the second pass.
+    pub fn into_iterations(self) -> Iterations {
+        let startup = self.of(TrainingEvent::Startup, &[tx::STARTUP]);
+        let origin = startup.iter().map(|s| s.start_unix_nano).min().or(self.first_start).unwrap_or(0);
+        let end = self.last_end.map_or(0.0, |end| seconds(end, origin));
+        let seconds_of = |s: &SpanRecord| (seconds(s.start_unix_nano, origin), seconds(s.end_unix_nano, origin));
+        let intervals = |list: &[&SpanRecord]| union(list.iter().map(|s| seconds_of(s)).collect());
+        let load = intervals(&self.of(TrainingEvent::CheckpointLoad, &[tx::LOAD]));
+        // A finalize span that finalized something: a stamped one that says
+        // durable, or a Megatron one that carries `nvrx.call_idx` (the
+        // first pass kept no other).
+        let finalizes = self.of(TrainingEvent::CheckpointFinalize, &[tx::SAVE_FINALIZE, tx::EXIT_FINALIZE]);
+        let finalizes: Vec<&SpanRecord> = finalizes
+            .into_iter()
+            .filter(|s| {
+                if stamped(s).is_some() {
+                    flag(s, DURABLE_ATTRIBUTE)
+                } else {
+                    s.attributes.contains_key(attr::NVRX_CALL_IDX)
+                }
+            })
+            .collect();
+        let save_spans = self.of(TrainingEvent::CheckpointSave, &[tx::EXPOSED_SAVE, tx::SAVE]);
+        let blocked = save_spans.iter().chain(&finalizes).map(|s| seconds_of(s)).collect();
+        let save = subtract(&union(blocked), &load);
+        let evaluation =
+            subtract(&subtract(&intervals(&self.of(TrainingEvent::Evaluation, &[tx::EVALUATE])), &load), &save);
+        let last_checkpoint = save_spans.iter().copied().filter_map(iteration_of).max();
+        let finish = self
+            .of(TrainingEvent::Shutdown, &[tx::EXIT_FINALIZE])
+            .into_iter()
+            .map(|s| seconds(s.end_unix_nano, origin))
+            .reduce(f64::max);
+        let training = self
+            .train_start
+            .map(|start| seconds(start, origin))
+            .or_else(|| startup.iter().map(|s| seconds(s.end_unix_nano, origin)).reduce(f64::max));
+
+        let mut events: Vec<(f64, Event)> = Vec::new();
+        for (key, list) in [(PhaseKey::Load, &load), (PhaseKey::Save, &save), (PhaseKey::Evaluation, &evaluation)] {
+            for &(start, stop) in list {
+                events.push((start, Event::Begin(key)));
+                events.push((stop, Event::End(key)));
+            }
+        }
+        // The credit rule: each save covers what is pending at its start and
+        // keeps it once durable.
+        // The save that covers: a stamped save span, else Megatron's inner
+        // `megatron.checkpoint.save`.
+        let mut saves: Vec<&SpanRecord> =
+            save_spans.iter().copied().filter(|s| stamped(s).is_some() || s.name == tx::SAVE).collect();
+        saves.sort_by_key(|s| s.start_unix_nano);
+        let mut finalized = finalizes.iter().map(|s| (s.start_unix_nano, s.end_unix_nano)).collect::<Vec<_>>();
+        finalized.sort_unstable();
+        let mut next_finalize = 0;
+        for (index, save) in saves.iter().enumerate() {
+            events.push((seconds(save.start_unix_nano, origin), Event::Covers(index)));
+            let asynchronous = if stamped(save).is_some() {
+                flag(save, ASYNC_ATTRIBUTE)
+            } else {
+                save.attributes.contains_key(attr::NVRX_CALL_IDX)
+            };
+            let failed = stamped(save).is_some() && !asynchronous && !flag(save, DURABLE_ATTRIBUTE);
+            let durable = if failed {
+                None
+            } else if asynchronous {
+                while finalized.get(next_finalize).is_some_and(|&(start, _)| start < save.start_unix_nano) {
+                    next_finalize += 1;
+                }
+                let end = finalized.get(next_finalize).map(|&(_, end)| end);
+                next_finalize += 1;
+                end
+            } else {
+                Some(save.end_unix_nano)
+            };
+            events.extend(durable.map(|end| (seconds(end, origin), Event::Durable(index))));
+        }
+        events.extend(training.map(|t| (t, Event::TrainingStarted)));
+        events.extend(finish.map(|t| (t, Event::Finish)));
+        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let bins = vec![None; events.len() + 1];
+        Iterations {
+            origin,
+            end,
+            events,
+            saves: saves.len(),
+            bins,
+            stamped_iterations: self.stamped & (1 << TrainingEvent::Iteration as u8) != 0,
+            iteration_spans: self.iteration_spans,
+            any_stamped: self.stamped != 0,
+            megatron_finalizes: self.megatron_finalizes,
+            no_load: load.is_empty(),
+            last_checkpoint,
+            finish,
+        }
     }
 }
 
-/// Whether any span of `attempts` is an iteration span (stamped or named).
-fn has_iteration_spans(attempts: &[Attempt]) -> bool {
-    attempts
-        .iter()
-        .any(|a| a.spans.iter().any(|s| stamped(s) == Some(TrainingEvent::Iteration) || s.name == tx::ITERATION))
+/// The iterations that end between two consecutive events of the attempt
+/// (a gap): the accountant only advances its clock at an iteration, so a
+/// run of them with no other event between is one advance and a count.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bin {
+    /// Iteration spans read.
+    count: u64,
+    /// Distinct iteration numbers (exact when the numbers increase within
+    /// the gap, as one rank writes them).
+    distinct: u64,
+    last_number: u64,
+    first_end: f64,
+    last_end: f64,
+    min: u64,
+    max: u64,
+}
+
+/// The second pass over one attempt's spans (see [`breakdown_read`]): each
+/// iteration span (its number and end) goes into the gap between the
+/// attempt's events where it ends. What it holds grows with the attempt's
+/// checkpoints, evaluations and loads, not with its iterations.
+#[derive(Clone, Debug)]
+pub struct Iterations {
+    origin: u64,
+    end: f64,
+    /// The accountant's events but iterations, in the order they apply.
+    events: Vec<(f64, Event)>,
+    saves: usize,
+    /// Per gap (before `events[i]`, the last after every event).
+    bins: Vec<Option<Bin>>,
+    stamped_iterations: bool,
+    iteration_spans: bool,
+    any_stamped: bool,
+    megatron_finalizes: bool,
+    no_load: bool,
+    last_checkpoint: Option<u64>,
+    finish: Option<f64>,
+}
+
+impl Iterations {
+    /// Reads `span` (the attempt's spans again, in any order; only its
+    /// iteration spans count).
+    pub fn add(&mut self, span: &SpanRecord) {
+        let iteration = if self.stamped_iterations {
+            stamped(span) == Some(TrainingEvent::Iteration)
+        } else {
+            stamped(span).is_none() && span.name == tx::ITERATION
+        };
+        let Some(number) = iteration.then(|| completed_by(span)).flatten() else { return };
+        let t = seconds(span.end_unix_nano, self.origin);
+        // An iteration applies after the ends and durable checkpoints at
+        // its instant and before anything that begins then.
+        let gap =
+            self.events.partition_point(|&(at, event)| at.total_cmp(&t).then(event.cmp(&Event::Iteration)).is_lt());
+        let bin = &mut self.bins[gap];
+        match bin {
+            None => {
+                *bin = Some(Bin {
+                    count: 1,
+                    distinct: 1,
+                    last_number: number,
+                    first_end: t,
+                    last_end: t,
+                    min: number,
+                    max: number,
+                });
+            }
+            Some(bin) => {
+                bin.count += 1;
+                if number != bin.last_number {
+                    bin.distinct += 1;
+                    bin.last_number = number;
+                }
+                bin.first_end = bin.first_end.min(t);
+                bin.last_end = bin.last_end.max(t);
+                bin.min = bin.min.min(number);
+                bin.max = bin.max.max(number);
+            }
+        }
+    }
+
+    /// The records held: one per event of the attempt and one per gap
+    /// that holds iterations.
+    pub fn records(&self) -> usize {
+        self.events.len() + self.bins.iter().flatten().count()
+    }
+}
+
+/// One attempt read in two passes ([`Boundaries`], then [`Iterations`]).
+#[derive(Clone, Debug)]
+pub struct ReadAttempt {
+    /// The attempt's name (its run directory).
+    pub name: String,
+    /// The rank whose spans these are.
+    pub rank: u32,
+    /// Its spans, read twice.
+    pub read: Iterations,
+}
+
+impl ReadAttempt {
+    /// `attempt`'s spans read in two passes.
+    pub fn of(attempt: &Attempt) -> ReadAttempt {
+        let mut boundaries = Boundaries::new();
+        attempt.spans.iter().for_each(|span| boundaries.add(span));
+        let mut read = boundaries.into_iterations();
+        attempt.spans.iter().for_each(|span| read.add(span));
+        ReadAttempt { name: attempt.name.clone(), rank: attempt.rank, read }
+    }
 }
 
 /// One lifecycle event, in the order events at the same instant apply.
@@ -341,53 +653,46 @@ impl PhaseKey {
     }
 }
 
-/// One attempt through the accountant, continuing from `prior`.
-fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, GoodputTotals), Missing> {
-    let spans = &attempt.spans;
-    let roles = Roles { spans };
-    let seconds_of = |s: &SpanRecord, origin| (seconds(s.start_unix_nano, origin), seconds(s.end_unix_nano, origin));
-    let startup = roles.of(TrainingEvent::Startup, &[tx::STARTUP]);
-    let origin = startup
-        .iter()
-        .map(|s| s.start_unix_nano)
-        .min()
-        .or_else(|| spans.iter().map(|s| s.start_unix_nano).min())
-        .unwrap_or(0);
-    let end = spans.iter().map(|s| seconds(s.end_unix_nano, origin)).fold(0.0, f64::max);
-    let intervals = |list: &[&SpanRecord]| union(list.iter().map(|s| seconds_of(s, origin)).collect());
-    let load = intervals(&roles.of(TrainingEvent::CheckpointLoad, &[tx::LOAD]));
-    // A finalize span that finalized something: a stamped one that says
-    // durable, or a Megatron one that carries `nvrx.call_idx`.
-    let finalizes: Vec<&SpanRecord> = roles
-        .of(TrainingEvent::CheckpointFinalize, &[tx::SAVE_FINALIZE, tx::EXIT_FINALIZE])
-        .into_iter()
-        .filter(|s| {
-            if stamped(s).is_some() {
-                flag(s, DURABLE_ATTRIBUTE)
-            } else {
-                s.attributes.contains_key(attr::NVRX_CALL_IDX)
+/// `event` at `t` through the accountant (`coverage`: per save, what it
+/// covers once it has begun).
+fn apply(accountant: &mut Accountant, coverage: &mut [Option<Coverage>], t: f64, event: Event) {
+    match event {
+        Event::Begin(key) => accountant.begin(key.bucket(), t),
+        Event::End(key) => accountant.end(key.bucket(), t),
+        Event::Covers(index) => coverage[index] = Some(accountant.coverage(t)),
+        Event::Durable(index) => {
+            if let Some(covers) = coverage[index] {
+                accountant.checkpoint_durable(covers, t);
             }
-        })
-        .collect();
-    let save_spans = roles.of(TrainingEvent::CheckpointSave, &[tx::EXPOSED_SAVE, tx::SAVE]);
-    let blocked = save_spans.iter().chain(&finalizes).map(|s| seconds_of(s, origin)).collect();
-    let save = subtract(&union(blocked), &load);
-    let evaluation =
-        subtract(&subtract(&intervals(&roles.of(TrainingEvent::Evaluation, &[tx::EVALUATE])), &load), &save);
+        }
+        Event::Iteration => accountant.iteration_completed(t),
+        Event::TrainingStarted => accountant.training_started(t),
+        Event::Finish => accountant.finish(t),
+    }
+}
 
-    let mut iterations: Vec<(u64, f64)> = roles
-        .of(TrainingEvent::Iteration, &[tx::ITERATION])
-        .into_iter()
-        .filter_map(|s| Some((completed_by(s)?, seconds(s.end_unix_nano, origin))))
-        .collect();
-    iterations.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    iterations.dedup_by_key(|(i, _)| *i);
-    let last_checkpoint = save_spans.iter().copied().filter_map(iteration_of).max();
+/// The totals at the attempt's end (`last_event`: the time of its latest
+/// event).
+fn closing_totals(accountant: &Accountant, read: &Iterations, last_event: f64) -> GoodputTotals {
+    if read.finish.is_some() {
+        return accountant.snapshot(read.end);
+    }
+    // A dead attempt: nobody saw its time after the last event (the job's
+    // record neither); the spans do, and it is not progress.
+    let mut totals = accountant.snapshot(last_event);
+    totals.set_seconds(Bucket::Other, totals.seconds(Bucket::Other) + (read.end - last_event).max(0.0));
+    totals
+}
+
+/// One attempt through the accountant, continuing from `prior`.
+fn account(attempt: &ReadAttempt, prior: GoodputTotals) -> Result<(AttemptSummary, GoodputTotals), Missing> {
+    let read = &attempt.read;
+    let bins = read.bins.iter().flatten();
+    let range = bins.clone().map(|b| (b.min, b.max)).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
     let name = attempt.name.clone();
-    let range = iterations.first().zip(iterations.last()).map(|(a, b)| (a.0, b.0));
     if let Some((first, last)) = range {
-        let last = last.max(last_checkpoint.unwrap_or(0));
-        let count = u64::try_from(iterations.len()).unwrap_or(u64::MAX);
+        let last = last.max(read.last_checkpoint.unwrap_or(0));
+        let count = bins.clone().map(|b| b.distinct).sum::<u64>();
         let missing = (last - first + 1).saturating_sub(count);
         if missing > 0 {
             return Err(Missing::SampledIterations { attempt: name, missing, first, last });
@@ -395,112 +700,88 @@ fn account(attempt: &Attempt, prior: GoodputTotals) -> Result<(AttemptSummary, G
         // Megatron opens a finalize span every iteration: without one the
         // `checkpoint` group was off. A program of the event API has save
         // spans only when it saves.
-        if !roles.any_stamped() && !spans.iter().any(|s| s.name == tx::SAVE_FINALIZE) {
+        if !read.any_stamped && !read.megatron_finalizes {
             return Err(Missing::CheckpointSpans { attempt: name });
         }
-        if first > 1 && load.is_empty() {
+        if first > 1 && read.no_load {
             return Err(Missing::LoadSpan { attempt: name, first });
         }
     }
-    let finish = roles
-        .of(TrainingEvent::Shutdown, &[tx::EXIT_FINALIZE])
-        .into_iter()
-        .map(|s| seconds(s.end_unix_nano, origin))
-        .reduce(f64::max);
-    let training = spans
-        .iter()
-        .filter(|s| s.name == tx::TRAIN)
-        .map(|s| seconds(s.start_unix_nano, origin))
-        .reduce(f64::min)
-        .or_else(|| startup.iter().map(|s| seconds(s.end_unix_nano, origin)).reduce(f64::max));
-
-    let mut events: Vec<(f64, Event)> = Vec::new();
-    for (key, list) in [(PhaseKey::Load, &load), (PhaseKey::Save, &save), (PhaseKey::Evaluation, &evaluation)] {
-        for &(start, stop) in list {
-            events.push((start, Event::Begin(key)));
-            events.push((stop, Event::End(key)));
-        }
-    }
-    events.extend(iterations.iter().map(|&(_, t)| (t, Event::Iteration)));
-    // The credit rule: each save covers what is pending at its start and
-    // keeps it once durable.
-    // The save that covers: a stamped save span, else Megatron's inner
-    // `megatron.checkpoint.save`.
-    let mut saves: Vec<&SpanRecord> =
-        save_spans.iter().copied().filter(|s| stamped(s).is_some() || s.name == tx::SAVE).collect();
-    saves.sort_by_key(|s| s.start_unix_nano);
-    let mut finalized = finalizes.iter().map(|s| (s.start_unix_nano, s.end_unix_nano)).collect::<Vec<_>>();
-    finalized.sort_unstable();
-    let mut next_finalize = 0;
-    for (index, save) in saves.iter().enumerate() {
-        events.push((seconds(save.start_unix_nano, origin), Event::Covers(index)));
-        let asynchronous = if stamped(save).is_some() {
-            flag(save, ASYNC_ATTRIBUTE)
-        } else {
-            save.attributes.contains_key(attr::NVRX_CALL_IDX)
-        };
-        let failed = stamped(save).is_some() && !asynchronous && !flag(save, DURABLE_ATTRIBUTE);
-        let durable = if failed {
-            None
-        } else if asynchronous {
-            while finalized.get(next_finalize).is_some_and(|&(start, _)| start < save.start_unix_nano) {
-                next_finalize += 1;
-            }
-            let end = finalized.get(next_finalize).map(|&(_, end)| end);
-            next_finalize += 1;
-            end
-        } else {
-            Some(save.end_unix_nano)
-        };
-        events.extend(durable.map(|end| (seconds(end, origin), Event::Durable(index))));
-    }
-    events.extend(training.map(|t| (t, Event::TrainingStarted)));
-    events.extend(finish.map(|t| (t, Event::Finish)));
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
 
     let mut accountant = Accountant::new(prior);
-    let mut coverage = vec![None; saves.len()];
+    let mut coverage = vec![None; read.saves];
     let mut last_event = 0.0_f64;
-    for &(t, event) in &events {
-        match event {
-            Event::Begin(key) => accountant.begin(key.bucket(), t),
-            Event::End(key) => accountant.end(key.bucket(), t),
-            Event::Covers(index) => coverage[index] = Some(accountant.coverage(t)),
-            Event::Durable(index) => {
-                if let Some(covers) = coverage[index] {
-                    accountant.checkpoint_durable(covers, t);
-                }
+    for (gap, bin) in read.bins.iter().enumerate() {
+        if let Some(bin) = bin {
+            // The accountant's `iteration_completed` only advances the
+            // clock: the gap's iterations are the first (which may start
+            // training), a count, and one advance to the last.
+            accountant.iteration_completed(bin.first_end);
+            for _ in 2..bin.distinct {
+                accountant.iteration_completed(bin.first_end);
             }
-            Event::Iteration => accountant.iteration_completed(t),
-            Event::TrainingStarted => accountant.training_started(t),
-            Event::Finish => accountant.finish(t),
+            if bin.distinct > 1 {
+                accountant.iteration_completed(bin.last_end);
+            }
+            last_event = last_event.max(bin.last_end);
         }
+        let Some(&(t, event)) = read.events.get(gap) else { continue };
+        apply(&mut accountant, &mut coverage, t, event);
         last_event = last_event.max(t);
     }
-    let totals = if finish.is_some() {
-        accountant.snapshot(end)
-    } else {
-        // A dead attempt: nobody saw its time after the last event (the
-        // job's record neither); the spans do, and it is not progress.
-        let mut totals = accountant.snapshot(last_event);
-        totals.set_seconds(Bucket::Other, totals.seconds(Bucket::Other) + (end - last_event).max(0.0));
-        totals
-    };
+    let end = read.end;
+    let totals = closing_totals(&accountant, read, last_event);
     let summary = AttemptSummary {
         name,
         rank: attempt.rank,
         wall_seconds: end,
         iterations: range,
-        last_checkpoint,
-        ended_normally: finish.is_some(),
+        last_checkpoint: read.last_checkpoint,
+        ended_normally: read.finish.is_some(),
     };
     Ok((summary, totals))
 }
 
 /// The breakdown of `attempts` (in time order), or everything the export
-/// lacks for one.
+/// lacks for one. Holds every span: a reader of large exports reads each
+/// attempt twice instead ([`breakdown_read`]), with the same result.
 pub fn breakdown(attempts: &[Attempt]) -> Result<SpanBreakdown, Vec<Missing>> {
-    if !has_iteration_spans(attempts) {
+    breakdown_read(&attempts.iter().map(ReadAttempt::of).collect::<Vec<_>>())
+}
+
+/// The breakdown of `attempts` read in two passes (in time order), or
+/// everything the export lacks for one: memory that grows with the
+/// attempts' checkpoints and evaluations, not with their iterations.
+///
+/// ```
+/// use lens_fallbacks::otlp_file::{AttributeValue, SpanRecord};
+/// use lens_training::goodput_view::{Boundaries, ReadAttempt, breakdown_read};
+///
+/// let span = |name: &str, start: u64, end: u64, iteration: Option<i64>| SpanRecord {
+///     file_rank: 0,
+///     name: name.into(),
+///     start_unix_nano: start * 1_000_000_000,
+///     end_unix_nano: end * 1_000_000_000,
+///     attributes: iteration.map(|i| ("megatron.iteration".to_string(), AttributeValue::Int(i))).into_iter().collect(),
+/// };
+/// let spans = || {
+///     [span("megatron.startup", 0, 1, None), span("megatron.train", 1, 1000, None)]
+///         .into_iter()
+///         .chain((0..999).map(|i| span("megatron.train.iteration", i + 1, i + 2, Some(i as i64))))
+///         .chain([span("megatron.checkpoint.save.finalize", 1000, 1000, None)])
+///         .chain([span("megatron.checkpoint.exit_finalize", 1000, 1000, None)])
+/// };
+/// let mut boundaries = Boundaries::new();
+/// spans().for_each(|span| boundaries.add(&span)); // first pass
+/// assert_eq!(boundaries.records(), 2, "the startup and the normal end");
+/// let mut read = boundaries.into_iterations();
+/// spans().for_each(|span| read.add(&span)); // second pass
+/// assert_eq!(read.records(), 3, "two events, and the 999 iterations between them");
+/// let view = breakdown_read(&[ReadAttempt { name: "run".into(), rank: 0, read }]).unwrap();
+/// assert_eq!(view.totals.productive_iterations, 999);
+/// ```
+pub fn breakdown_read(attempts: &[ReadAttempt]) -> Result<SpanBreakdown, Vec<Missing>> {
+    if !attempts.iter().any(|a| a.read.iteration_spans) {
         return Err(vec![Missing::IterationSpans]);
     }
     let mut totals = GoodputTotals::default();
@@ -738,6 +1019,180 @@ mod tests {
         assert!(!view.attempts[0].ended_normally);
     }
 
+    /// The reading the two passes replace: every iteration its own event
+    /// (deduplicated by number), through the accountant one by one.
+    fn per_iteration(attempts: &[Attempt]) -> GoodputTotals {
+        let mut totals = GoodputTotals::default();
+        for (i, attempt) in attempts.iter().enumerate() {
+            let read = ReadAttempt::of(attempt).read;
+            let mut iterations: Vec<(u64, f64)> = attempt
+                .spans
+                .iter()
+                .filter(|s| {
+                    if read.stamped_iterations {
+                        stamped(s) == Some(TrainingEvent::Iteration)
+                    } else {
+                        stamped(s).is_none() && s.name == tx::ITERATION
+                    }
+                })
+                .filter_map(|s| Some((completed_by(s)?, seconds(s.end_unix_nano, read.origin))))
+                .collect();
+            iterations.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+            iterations.dedup_by_key(|(i, _)| *i);
+            let mut events = read.events.clone();
+            events.extend(iterations.iter().map(|&(_, t)| (t, Event::Iteration)));
+            events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let prior = if i == 0 { GoodputTotals::default() } else { totals.resume() };
+            let mut accountant = Accountant::new(prior);
+            let mut coverage = vec![None; read.saves];
+            let mut last_event = 0.0_f64;
+            for &(t, event) in &events {
+                apply(&mut accountant, &mut coverage, t, event);
+                last_event = last_event.max(t);
+            }
+            totals = closing_totals(&accountant, &read, last_event);
+        }
+        totals
+    }
+
+    /// The two passes give what one event per iteration gives (to the
+    /// float rounding of one advance against many).
+    fn assert_same_as_per_iteration(attempts: &[Attempt]) -> SpanBreakdown {
+        let view = breakdown(attempts).unwrap();
+        let reference = per_iteration(attempts);
+        let (t, r) = (&view.totals, &reference);
+        for ((bucket, seconds), (_, expected)) in t.buckets().zip(r.buckets()) {
+            assert!((seconds - expected).abs() < 1e-9, "{bucket:?}: {seconds} != {expected}\n{t:?}\n{r:?}");
+        }
+        assert_eq!(
+            (t.productive_iterations, t.pending_iterations, t.lost_iterations, t.attempts),
+            (r.productive_iterations, r.pending_iterations, r.lost_iterations, r.attempts)
+        );
+        view
+    }
+
+    /// A Megatron-named attempt of `iterations` (1 s each): a sync save
+    /// every `save_every` (0.25 s), an async save every `async_every`
+    /// finalized at the next iteration, an evaluation every `eval_every`
+    /// (0.5 s); a normal end, or a crash after the last iteration.
+    fn megatron_attempt(
+        name: &str,
+        first: u64,
+        iterations: u64,
+        (save_every, async_every, eval_every): (u64, u64, u64),
+        normal_end: bool,
+    ) -> Attempt {
+        let mut spans = vec![span("megatron.startup", 0.0, 2.0, None)];
+        if first > 0 {
+            spans.push(span("megatron.checkpoint.load", 0.5, 1.5, None));
+        }
+        let mut t = 2.0;
+        let mut in_flight = None;
+        let mut call = 0;
+        for counter in first..first + iterations {
+            let finalize_call = in_flight.take();
+            let finalize = span("megatron.checkpoint.save.finalize", t, t + 0.1, None);
+            spans.push(match finalize_call {
+                Some(c) => with_call_index(finalize, AttributeValue::Int(c)),
+                None => finalize,
+            });
+            t += 0.1;
+            spans.push(span("megatron.train.iteration", t, t + 1.0, Some(counter)));
+            t += 1.0;
+            let done = counter + 1;
+            if done % save_every == 0 {
+                spans.push(span("megatron.checkpoint.exposed_save", t, t + 0.25, Some(done)));
+                spans.push(span("megatron.checkpoint.save", t + 0.05, t + 0.2, Some(done)));
+                t += 0.25;
+            } else if done % async_every == 0 {
+                spans.push(span("megatron.checkpoint.exposed_save", t, t + 0.1, Some(done)));
+                spans.push(with_call_index(
+                    span("megatron.checkpoint.save", t, t + 0.05, Some(done)),
+                    AttributeValue::Int(call),
+                ));
+                in_flight = Some(call);
+                call += 1;
+                t += 0.1;
+            }
+            if done % eval_every == 0 {
+                spans.push(span("megatron.evaluate", t, t + 0.5, Some(done)));
+                t += 0.5;
+            }
+        }
+        if normal_end {
+            spans.push(with_call_index(
+                span("megatron.checkpoint.exit_finalize", t, t + 0.3, None),
+                AttributeValue::Other,
+            ));
+            t += 0.3;
+        } else {
+            t += 0.7;
+        }
+        spans.insert(1, span("megatron.train", 2.0, t, None));
+        attempt(name, spans)
+    }
+
+    #[test]
+    fn two_passes_give_what_every_iteration_through_the_accountant_gives() {
+        let schedule = (7, 5, 6);
+        for iterations in [8, 80] {
+            let crashed = megatron_attempt("a1", 0, iterations, schedule, false);
+            let view = assert_same_as_per_iteration(std::slice::from_ref(&crashed));
+            assert!(!view.attempts[0].ended_normally);
+            // The resumed attempt starts from the crashed one's last save.
+            let last_save = view.attempts[0].last_checkpoint.unwrap();
+            let resumed = megatron_attempt("a2", last_save, iterations, schedule, true);
+            let view = assert_same_as_per_iteration(&[crashed, resumed]);
+            assert_eq!(view.totals.attempts, 2);
+            assert!(view.totals.lost_iterations > 0, "{:?}", view.totals);
+        }
+        // Every earlier fixture, stamped and unstamped.
+        // A stamped run: a durable save after 1, an evaluation after 3.
+        let step = |start: f64, number: i64| {
+            stamped_span(
+                span("job.step", start, start + 1.0, None),
+                "iteration",
+                &[(ITERATION_ATTRIBUTE, AttributeValue::Int(number))],
+            )
+        };
+        let durable = [(ITERATION_ATTRIBUTE, AttributeValue::Int(1)), (DURABLE_ATTRIBUTE, AttributeValue::Bool(true))];
+        let stamped_run = vec![
+            stamped_span(span("job.startup", 0.0, 1.0, None), "startup", &[]),
+            step(1.0, 1),
+            stamped_span(span("job.save", 2.0, 2.5, None), "checkpoint_save", &durable),
+            step(2.5, 2),
+            step(3.5, 3),
+            stamped_span(span("job.eval", 4.5, 5.0, None), "evaluation", &[]),
+            step(5.0, 4),
+            stamped_span(span("job.end", 6.0, 6.2, None), "shutdown", &[]),
+        ];
+        let view = assert_same_as_per_iteration(&[attempt("s", stamped_run)]);
+        assert_eq!((view.totals.productive_iterations, view.attempts[0].iterations), (4, Some((1, 4))));
+    }
+
+    /// What the two passes hold grows with the checkpoints and
+    /// evaluations, not with the iterations.
+    #[test]
+    fn the_records_held_do_not_grow_with_the_iterations() {
+        let held = |iterations: u64| {
+            // Saves only at the end: the same boundaries for any length.
+            let attempt = megatron_attempt("a", 0, iterations, (iterations, u64::MAX, u64::MAX), true);
+            let mut boundaries = Boundaries::new();
+            attempt.spans.iter().for_each(|s| boundaries.add(s));
+            let first = boundaries.records();
+            let mut read = boundaries.into_iterations();
+            attempt.spans.iter().for_each(|s| read.add(s));
+            let view = breakdown_read(&[ReadAttempt { name: "a".into(), rank: 1, read: read.clone() }]).unwrap();
+            assert_eq!(view.totals.productive_iterations, iterations);
+            (first, read.records())
+        };
+        // Startup, the save's two spans, the normal end; then the events
+        // (training starts, the save's begin, end, cover and durable, the
+        // normal end) and one gap of iterations.
+        assert_eq!(held(8), (4, 7));
+        assert_eq!(held(800), held(8));
+    }
+
     #[test]
     fn what_is_missing_is_named() {
         let startup_only =
@@ -766,6 +1221,17 @@ mod tests {
         let mut text = Vec::new();
         write_section(&mut text, &Err(vec![Missing::IterationSpans])).unwrap();
         let text = String::from_utf8(text).unwrap();
-        assert!(text.contains("not computed") && text.contains("MEGATRON_OTEL_SPAN_GROUPS=per_step"), "{text}");
+        assert_eq!(
+            text,
+            "goodput (from the spans, one rank per attempt; docs/goodput.md):\n  not computed: the export lacks what \
+             the breakdown needs:\n  - no iteration spans: the export's span groups lack `step` (the `default` preset \
+             has none); run with <PREFIX>_SPAN_GROUPS=per_step (or all)\n"
+        );
+        assert_eq!(
+            missing[0].advice(Some("MYJOB_OTEL")).to_string(),
+            "r: resumed at iteration 5 but has no checkpoint-load span: the export's span groups lack \
+             `load_checkpoint`; run with MYJOB_OTEL_SPAN_GROUPS=per_step (or all)"
+        );
+        assert!(!format!("{}{:?}", missing[0], missing[0]).contains("MEGATRON"));
     }
 }

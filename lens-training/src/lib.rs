@@ -26,6 +26,7 @@
 //! application's facade does (its build script reads the facade's), and
 //! with the facade's `otel` off every call is a no-op.
 
+mod control;
 pub mod events;
 pub mod goodput;
 pub mod goodput_view;

@@ -94,6 +94,33 @@ pub const GOODPUT_RATIO: MetricDef = MetricDef {
     prometheus_name: "dl_goodput_ratio",
 };
 
+/// `dl.control.generation`: gauge, the control file's generation in force
+/// on this rank (0: the launch configuration), recorded wherever the rank
+/// has a metrics pipeline, so that
+/// `count_values("generation", dl_control_generation)` shows which ranks
+/// applied a change.
+pub const CONTROL_GENERATION: MetricDef = MetricDef {
+    name: "dl.control.generation",
+    kind: InstrumentKind::Gauge,
+    unit: None,
+    value_unit: None,
+    description: "The control file's generation in force on this rank (0: the launch configuration); count_values(\"generation\", dl_control_generation) shows which ranks applied a change (rank attributes)",
+    prometheus_name: "dl_control_generation",
+};
+
+/// The event a control change adds to the current span (the training
+/// interval) at the iteration it applies at.
+pub const CONTROL_CHANGE_EVENT: &str = "lens.control.change";
+/// The change's generation (on [`CONTROL_CHANGE_EVENT`]).
+pub const CONTROL_GENERATION_ATTRIBUTE: &str = "lens.control.generation";
+/// What changed, `key=value` words (on [`CONTROL_CHANGE_EVENT`]).
+pub const CONTROL_CHANGED_ATTRIBUTE: &str = "lens.control.changed";
+/// The iteration the change applies at (on [`CONTROL_CHANGE_EVENT`]).
+pub const CONTROL_ITERATION_ATTRIBUTE: &str = "lens.control.iteration";
+/// How many iterations after the window's start this rank applied it (0:
+/// on time; on [`CONTROL_CHANGE_EVENT`]).
+pub const CONTROL_LATE_ATTRIBUTE: &str = "lens.control.late_iterations";
+
 /// The per-rank metrics (`<PREFIX>_RANK_METRICS=1`), in docs order; the
 /// hang gauge is recorded wherever the rank exports metrics.
 pub const RANK_METRICS: &[MetricDef] = &[PHASE_TIME, ITERATIONS, HANG_SUSPECTED];

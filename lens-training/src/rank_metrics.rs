@@ -92,6 +92,8 @@ struct Instruments {
 #[derive(Debug)]
 pub struct RankMetrics {
     instruments: Option<Box<Instruments>>,
+    /// Paused by the control file: the counters stop following.
+    paused: std::sync::atomic::AtomicBool,
 }
 
 impl RankMetrics {
@@ -123,12 +125,19 @@ impl RankMetrics {
             per_phase,
             recorded: Mutex::new(PhaseTotals::default()),
         };
-        RankMetrics { instruments: Some(Box::new(instruments)) }
+        RankMetrics { instruments: Some(Box::new(instruments)), paused: std::sync::atomic::AtomicBool::new(false) }
     }
 
     /// A handle that records nothing.
     pub const fn noop() -> RankMetrics {
-        RankMetrics { instruments: None }
+        RankMetrics { instruments: None, paused: std::sync::atomic::AtomicBool::new(false) }
+    }
+
+    /// Pauses (`true`) or resumes (`false`) the counters (the control
+    /// file's `rank_metrics`): while paused they stay where they are, and a
+    /// resume counts from the resume on (the paused time is not counted).
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether this handle records nothing.
@@ -146,6 +155,9 @@ impl RankMetrics {
         let delta = totals.since(&recorded);
         *recorded = *totals;
         drop(recorded);
+        if self.paused.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         // Every phase's series, zero or not, so that all of a rank's series
         // start together and the ratio of their rates covers one window.
         for (phase, attributes) in &i.per_phase {

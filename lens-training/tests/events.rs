@@ -346,3 +346,64 @@ fn with_telemetry_off_nothing_is_recorded_and_nothing_fails() {
     assert_eq!(training.mfu(), None);
     let _ = Path::new("unused");
 }
+
+/// Generic iteration spans carry their iteration's sampling key, so that a
+/// ratio sampler decides per iteration (the same on every rank) even where
+/// the iterations sit inside one long-lived span of the program's (an
+/// interval trace, always kept): without the key, `parentbased_traceidratio`
+/// would follow that parent and keep every iteration.
+#[test]
+fn under_a_ratio_sampler_each_generic_iteration_follows_its_own_key_inside_an_interval_trace() {
+    use lens_fallbacks::config::{OtelSettings, TracesSampler};
+    use lens_fallbacks::otel::sampler::ratio_keeps_key;
+    use lens_fallbacks::{
+        KeyValue, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanGroup, managed_span, sampling_key,
+    };
+
+    let _serial = serial();
+    let spans = KeepingSpanExporter::default();
+    let config = LensConfig {
+        enabled: true,
+        span_groups: "all".to_string(),
+        run_id: "keyed-test".to_string(),
+        otel: OtelSettings { traces_sampler: TracesSampler::ParentBasedTraceIdRatio(0.5), ..OtelSettings::default() },
+        ..LensConfig::default()
+    };
+    let options = SetupOptions::new()
+        .with_env(BTreeMap::<String, String>::new())
+        .with_span_exporter(spans.clone())
+        .with_metric_exporter(InMemoryMetricExporter::default());
+    let telemetry = Arc::new(setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("setup"));
+    let restart = telemetry.restart_attempt();
+    let training = Training::new(&telemetry, TrainingOptions::new(RankCoordinates::SINGLE));
+    training.loop_started();
+    {
+        let _interval = managed_span(SpanGroup::JOB, "myjob.train", [KeyValue::new(STRUCTURAL_ATTRIBUTE, true)]);
+        for counter in 0..40_u64 {
+            let step = training.iteration(counter);
+            drop(training.phase(Phase::Forward));
+            drop(step);
+        }
+    }
+    training.finish();
+    drop(training);
+    let telemetry = Arc::try_unwrap(telemetry).expect("the only handle");
+    assert!(telemetry.shutdown(Duration::from_secs(5)).completed());
+    let spans = spans.get_finished_spans().unwrap_or_default();
+
+    let kept: Vec<u64> = (0..40).filter(|c| ratio_keeps_key(0.5, sampling_key("keyed-test", restart, *c))).collect();
+    assert!(!kept.is_empty() && kept.len() < 40, "{kept:?}");
+    let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    assert_eq!(named("myjob.train").len(), 1, "the interval is structure");
+    let iterations = named("dl.training.iteration");
+    let keys: Vec<Option<&Value>> = iterations.iter().map(|s| attribute(s, SAMPLING_KEY_ATTRIBUTE)).collect();
+    let expected: Vec<Value> = kept.iter().map(|c| Value::I64(sampling_key("keyed-test", restart, *c))).collect();
+    assert_eq!(keys, expected.iter().map(Some).collect::<Vec<_>>(), "exactly the kept iterations, each keyed");
+    let numbers: Vec<Option<&Value>> = iterations.iter().map(|s| attribute(s, "dl.training.iteration")).collect();
+    let completed: Vec<Value> = kept.iter().map(|c| Value::I64(i64::try_from(c + 1).unwrap())).collect();
+    assert_eq!(numbers, completed.iter().map(Some).collect::<Vec<_>>());
+    // The phase spans inside follow their iteration.
+    let parents: Vec<_> = iterations.iter().map(|s| s.span_context.span_id()).collect();
+    let forward: Vec<_> = named("dl.training.forward").iter().map(|s| s.parent_span_id).collect();
+    assert_eq!(forward, parents);
+}

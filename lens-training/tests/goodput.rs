@@ -4,9 +4,19 @@
 //! in the next attempt, a failed save keeps nothing, an asynchronous save
 //! keeps its iterations only at its finalize, a clean run loses nothing,
 //! and the progress record survives a round trip while bad content is a
-//! clear error, never a panic.
+//! clear error, never a panic. With the dead attempt's spool (issue 22),
+//! lost progress is exact at any log interval: a crash after iteration 17
+//! with saves every 10 at the default log interval loses 7, a crash during
+//! an asynchronous save loses everything since the previous durable
+//! checkpoint; without it, the charge is known only to a log interval and
+//! says so.
 
-use lens_training::goodput::{Accountant, Bucket, Coverage, GoodputTotals, PROGRESS_RECORD_FILE, ProgressRecord};
+use std::time::{Duration, SystemTime};
+
+use lens_training::goodput::{
+    Accountant, Bucket, Coverage, DeadProgress, GoodputTotals, LostPrecision, PROGRESS_RECORD_FILE, ProgressRecord,
+    SPOOL_STALENESS,
+};
 use proptest::prelude::*;
 
 #[derive(Clone, Copy, Debug)]
@@ -282,6 +292,9 @@ fn the_progress_record_round_trips_and_bad_content_is_a_clear_error() {
         iteration: 13,
         checkpoint_iteration: Some(10),
         totals: acc.snapshot(now),
+        // Whole milliseconds: the JSON number round-trips exactly.
+        written_at: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_650_000_250)),
+        normal_end: false,
     };
     record.write_atomic(&dir).unwrap();
     assert_eq!(ProgressRecord::read(&dir).unwrap(), Some(record));
@@ -297,6 +310,13 @@ fn the_progress_record_round_trips_and_bad_content_is_a_clear_error() {
              \"productive_iterations\": 0, \"pending_iterations\": 0, \"lost_iterations\": 0, \
              \"seconds\": {\"productive\": -1}}",
             "seconds.productive is not a non-negative number",
+        ),
+        (
+            "{\"schema\": \"dl.goodput.progress/1\", \"iteration\": 3, \"attempts\": 1, \
+             \"productive_iterations\": 0, \"pending_iterations\": 0, \"lost_iterations\": 0, \
+             \"lost_precision\": \"roughly\", \"seconds\": {\"productive\": 0, \"pending\": 0, \"startup\": 0, \
+             \"checkpoint_save\": 0, \"checkpoint_load\": 0, \"evaluation\": 0, \"lost_progress\": 0, \"other\": 0}}",
+            "lost_precision is \"roughly\"; expected \"iteration\" or \"log_interval\"",
         ),
     ] {
         std::fs::write(dir.join(PROGRESS_RECORD_FILE), content).unwrap();
@@ -326,6 +346,11 @@ fn a_record_of_the_old_schema_is_resumed() {
     .unwrap();
     let record = ProgressRecord::read(&dir).unwrap().expect("the old record");
     assert_eq!((record.iteration, record.checkpoint_iteration), (17, Some(10)));
+    // Older versions wrote neither the time nor the precision; nothing was
+    // lost before this record, so nothing is imprecise yet.
+    assert_eq!((record.written_at, record.normal_end), (None, false));
+    assert_eq!(record.totals.lost_precision, LostPrecision::Iteration);
+    assert_eq!(record.resume_totals(10, None).lost_precision, LostPrecision::LogInterval);
     let resumed = record.totals.resume();
     assert_eq!((resumed.lost_iterations, resumed.pending_iterations, resumed.productive_iterations), (7, 0, 10));
     assert_eq!(resumed.seconds(Bucket::LostProgress), 1.25);
@@ -334,4 +359,152 @@ fn a_record_of_the_old_schema_is_resumed() {
     let rewritten = std::fs::read_to_string(dir.join(PROGRESS_RECORD_FILE)).unwrap();
     assert!(rewritten.contains("\"schema\": \"dl.goodput.progress/1\""), "{rewritten}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Attempt 1 of the issue's run: saves every 10 (synchronous), the default
+/// log interval of 10, a crash after iteration 17. Its last progress record
+/// is the one written when the checkpoint of 10 became durable; the spool
+/// had every iteration. Returns the accountant, the record and the time of
+/// the record and of the death (the spool's last-alive stamp).
+fn crash_after_17() -> (ProgressRecord, f64, f64) {
+    let mut first = Accountant::new(GoodputTotals::default());
+    let record_at = train(&mut first, 10, 10);
+    let record = ProgressRecord {
+        run_id: "attempt-1".into(),
+        iteration: 10,
+        checkpoint_iteration: Some(10),
+        totals: first.snapshot(record_at),
+        written_at: None,
+        normal_end: false,
+    };
+    assert_eq!((record.totals.productive_iterations, record.totals.pending_iterations), (10, 0));
+    // Iterations 11 to 17: no log interval, no save, no record.
+    let mut now = record_at;
+    for _ in 11..=17 {
+        now += 1.0;
+        first.iteration_completed(now);
+    }
+    (record, record_at, now)
+}
+
+#[test]
+fn with_the_spool_a_crash_after_17_at_the_default_log_interval_loses_exactly_7() {
+    let (record, record_at, died_at) = crash_after_17();
+    let dead = DeadProgress { completed: Some(17), unseen_seconds: died_at - record_at };
+    let mut second = Accountant::new(record.resume_totals(10, Some(dead)));
+    let mut now = train(&mut second, 30, 10);
+    second.finish(now);
+    now += 0.25;
+    let totals = second.snapshot(now);
+    assert_eq!((totals.productive_iterations, totals.lost_iterations, totals.pending_iterations), (40, 7, 0));
+    assert_eq!(totals.seconds(Bucket::LostProgress), 7.0, "the seven steps 11 to 17");
+    assert_eq!(totals.seconds(Bucket::Productive), 40.0);
+    assert_eq!(totals.lost_precision, LostPrecision::Iteration);
+    // Nothing of the dead attempt is unseen any more: the buckets sum to
+    // both attempts' time.
+    assert_eq!(totals.total_seconds(), died_at + now);
+    assert_eq!(totals.attempts, 2);
+
+    // Without the spool, the record alone: the 7 iterations after it are
+    // seen by no one, and the totals say the charge is known only to a log
+    // interval.
+    let rough = Accountant::new(record.resume_totals(10, None)).snapshot(0.0);
+    assert_eq!((rough.lost_iterations, rough.seconds(Bucket::LostProgress)), (0, 0.0));
+    assert_eq!(rough.lost_precision, LostPrecision::LogInterval);
+    assert_eq!(rough.lost_precision.describe(), "lost progress known only to a log interval (no spool)");
+}
+
+/// An asynchronous save every 10 at the default log interval: the save of
+/// 10 is finalized at the top of iteration 12 (its record written then),
+/// the save of 20 is dispatched after iteration 20 and the attempt dies
+/// while it is in flight. Everything since the checkpoint of 10 is lost:
+/// the 10 iterations 11 to 20, and their time.
+#[test]
+fn with_the_spool_a_crash_during_an_async_save_loses_everything_since_the_previous_durable_checkpoint() {
+    let mut first = Accountant::new(GoodputTotals::default());
+    first.training_started(0.0);
+    let mut now = 0.0;
+    let mut in_flight = None;
+    let mut record = None;
+    for i in 1..=20_u64 {
+        if i == 12 {
+            first.begin(Bucket::CheckpointSave, now);
+            now += 0.25;
+            first.end(Bucket::CheckpointSave, now);
+            first.checkpoint_durable(in_flight.take().unwrap(), now);
+            record = Some((first.snapshot(now), now));
+        }
+        now += 1.0;
+        first.iteration_completed(now);
+        if i % 10 == 0 {
+            first.begin(Bucket::CheckpointSave, now);
+            in_flight = Some(first.coverage(now));
+            now += 0.25;
+            first.end(Bucket::CheckpointSave, now);
+        }
+    }
+    assert!(in_flight.is_some(), "the save of 20 is in flight");
+    let died_at = now + 0.5; // killed while the write runs
+    let (totals, record_at) = record.unwrap();
+    assert_eq!((totals.productive_iterations, totals.pending_iterations), (10, 1), "the record of the finalize of 10");
+    let record = ProgressRecord {
+        run_id: "r".into(),
+        iteration: 11,
+        checkpoint_iteration: Some(10),
+        totals,
+        written_at: None,
+        normal_end: false,
+    };
+    let dead = DeadProgress { completed: Some(20), unseen_seconds: died_at - record_at };
+    let resumed = Accountant::new(record.resume_totals(10, Some(dead))).snapshot(0.0);
+    assert_eq!((resumed.lost_iterations, resumed.productive_iterations, resumed.pending_iterations), (10, 10, 0));
+    // The loop time of 11 to 20, the dispatch of 20 and the half second
+    // after it: everything of the attempt after the finalize of 10 but the
+    // finalize itself (save time) and iteration 11's second before it.
+    let lost = resumed.seconds(Bucket::LostProgress);
+    assert!((lost - (1.0 + (died_at - record_at))).abs() < 1e-9, "{lost}");
+    assert!((resumed.total_seconds() - died_at).abs() < 1e-9, "{resumed:?}");
+    // The record alone knew of iteration 11 only.
+    assert_eq!(record.resume_totals(10, None).lost_iterations, 1);
+}
+
+/// The record lags a checkpoint that became durable just before the crash
+/// (the spool says 22 completed; the run resumes from 20): what the
+/// checkpoint covers is kept, only 21 and 22 are lost, and the pending time
+/// is shared in proportion.
+#[test]
+fn iterations_a_newer_checkpoint_covers_are_kept_and_only_the_rest_is_lost() {
+    let mut totals = GoodputTotals::default();
+    (totals.productive_iterations, totals.pending_iterations) = (10, 5);
+    totals.set_seconds(Bucket::Productive, 10.0);
+    totals.set_seconds(Bucket::Pending, 5.0);
+    let resumed = totals.resume_exactly(15, 20, DeadProgress { completed: Some(22), unseen_seconds: 7.0 });
+    assert_eq!((resumed.productive_iterations, resumed.lost_iterations, resumed.pending_iterations), (20, 2, 0));
+    assert_eq!(resumed.seconds(Bucket::Productive), 20.0);
+    assert_eq!(resumed.seconds(Bucket::LostProgress), 2.0);
+    assert_eq!(resumed.total_seconds(), 22.0);
+    // After a normal end nothing is pending: the tail is `other`, nothing lost.
+    let mut clean = GoodputTotals::default();
+    clean.productive_iterations = 40;
+    let resumed = clean.resume_exactly(40, 40, DeadProgress { completed: Some(40), unseen_seconds: 0.5 });
+    assert_eq!((resumed.lost_iterations, resumed.seconds(Bucket::LostProgress)), (0, 0.0));
+    assert_eq!(resumed.seconds(Bucket::Other), 0.5);
+}
+
+#[test]
+fn a_spool_older_than_the_record_is_not_its_writers() {
+    let written = SystemTime::UNIX_EPOCH + Duration::from_secs(1_764_650_000);
+    let later = DeadProgress::from_spool(Some(17), written + Duration::from_millis(6500), Some(written));
+    assert_eq!(later, Some(DeadProgress { completed: Some(17), unseen_seconds: 6.5 }));
+    // The stamp is refreshed every second: a little older is the same writer.
+    let just_before = DeadProgress::from_spool(Some(17), written - Duration::from_millis(800), Some(written));
+    assert_eq!(just_before, Some(DeadProgress { completed: Some(17), unseen_seconds: 0.0 }));
+    let stale = written - SPOOL_STALENESS - Duration::from_secs(1);
+    assert_eq!(DeadProgress::from_spool(Some(9), stale, Some(written)), None);
+    // A record of an older version has no time: the spool is taken, the
+    // unseen time is not known.
+    assert_eq!(
+        DeadProgress::from_spool(Some(9), stale, None),
+        Some(DeadProgress { completed: Some(9), unseen_seconds: 0.0 })
+    );
 }

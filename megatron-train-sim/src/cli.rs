@@ -155,6 +155,15 @@ pub(crate) struct Args {
     /// killed: a hang for the watchdog (docs/ranks.md). Repeatable.
     #[arg(long, value_name = "RANK:PHASE:ITERATION", value_parser = crate::faults::parse_hang)]
     pub(crate) inject_hang: Vec<crate::faults::Hang>,
+    /// Make rank RANK send itself SIGKILL inside PHASE (data, forward, backward or optimizer) at
+    /// ITERATION: nothing is flushed, as when the OOM killer strikes (docs/crashes.md). Repeatable:
+    /// one value per rank kills every rank.
+    #[arg(long, value_name = "RANK:PHASE:ITERATION", value_parser = crate::faults::parse_kill)]
+    pub(crate) inject_kill: Vec<crate::faults::Kill>,
+    /// Kill every rank (SIGKILL) while the asynchronous save of ITERATION is in flight: dispatched,
+    /// never finalized (needs --async-save and a save at ITERATION).
+    #[arg(long, value_name = "ITERATION", value_parser = crate::faults::parse_save_iteration)]
+    pub(crate) inject_crash_during_save: Option<u64>,
     /// Sleep this long in every step, on every rank (to simulate a slower step in benchmarks).
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub(crate) step_sleep_ms: u64,
@@ -169,6 +178,10 @@ pub(crate) struct Args {
     /// watchdog's 60 s floor, so that the watchdog speaks first).
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub(crate) comm_timeout: u64,
+    /// Rank RANK takes what its telemetry control thread read (`MEGATRON_OTEL_CONTROL_FILE`) only from
+    /// iteration ITERATION on, as a rank whose poll came late (test aid). Repeatable.
+    #[arg(long, hide = true, value_name = "RANK:ITERATION", value_parser = parse_control_delay)]
+    pub(crate) inject_control_delay: Vec<(u32, u64)>,
     /// Launcher: write "RANK PID" lines to this file once the ranks are started (test aid).
     #[arg(long, hide = true, value_name = "PATH")]
     pub(crate) rank_pids_file: Option<PathBuf>,
@@ -191,6 +204,9 @@ pub(crate) enum Tool {
     /// Cross-rank analyses of a `file` export (stragglers, goodput, hangs):
     /// an alias of `lens analyze` (docs/ranks.md).
     Analyze(lens_command::analyze::AnalyzeArgs),
+    /// Change a running job's telemetry through its control file
+    /// (`MEGATRON_OTEL_CONTROL_FILE`): an alias of `lens control` (docs/control.md).
+    Control(lens_command::control::ControlArgs),
     /// Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md).
     Serve(crate::serve::ServeArgs),
 }
@@ -271,7 +287,27 @@ impl Args {
         }
 
         problems.extend(crate::faults::check_ranks(&self.inject_straggler, world_size));
-        problems.extend(crate::faults::check_hangs(&self.inject_hang, world_size, self.train_iters));
+        problems.extend(crate::faults::check_phase_faults(
+            crate::faults::HANG_FLAG,
+            &self.inject_hang,
+            world_size,
+            self.train_iters,
+        ));
+        problems.extend(crate::faults::check_phase_faults(
+            crate::faults::KILL_FLAG,
+            &self.inject_kill,
+            world_size,
+            self.train_iters,
+        ));
+        if let Some(iteration) = self.inject_crash_during_save {
+            problems.extend(crate::faults::check_crash_during_save(
+                iteration,
+                self.async_save,
+                self.save.is_some(),
+                self.save_interval,
+                self.train_iters,
+            ));
+        }
         let model_parallel = tp * pp;
         let dp = if !world_size.is_multiple_of(model_parallel) {
             problems.push(format!(
@@ -368,6 +404,14 @@ impl Args {
     }
 }
 
+/// Parses `RANK:ITERATION` (clap's value parser of `--inject-control-delay`).
+fn parse_control_delay(value: &str) -> Result<(u32, u64), String> {
+    let parsed = value
+        .split_once(':')
+        .and_then(|(rank, iteration)| Some((rank.trim().parse::<u32>().ok()?, iteration.trim().parse::<u64>().ok()?)));
+    parsed.ok_or_else(|| format!("expected RANK:ITERATION, two whole numbers such as 1:12, got {value:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,5 +450,31 @@ mod tests {
         let message = parse(&["--seq-length", "1048577"]).validate(1, "x").unwrap_err().to_string();
         assert!(message.contains("--seq-length must be at most 1048576 (2^20 tokens), got 1048577"), "{message}");
         assert!(parse(&["--seq-length", "1048576"]).validate(1, "x").is_ok());
+    }
+
+    #[test]
+    fn kill_and_crash_during_save_flags_are_checked_against_the_run() {
+        let args = parse(&["--inject-kill", "0:forward:18", "--inject-kill", "1:forward:18", "--train-iters", "40"]);
+        assert_eq!(args.inject_kill.len(), 2);
+        assert!(args.validate(2, "x").is_ok());
+        let message = args.validate(1, "--nproc-per-node").unwrap_err().to_string();
+        assert_eq!(message, "--inject-kill 1:forward:18: rank 1 does not exist (the world has 1 ranks: 0 to 0)");
+        let error = Args::try_parse_from(["megatron-train-sim", "--inject-kill", "0:comm:3"]).unwrap_err().to_string();
+        assert!(error.contains("--inject-kill") && error.contains("PHASE must be one of"), "{error}");
+
+        let save = ["--save", "D", "--save-interval", "10", "--train-iters", "40"];
+        let with_save = |extra: &[&str]| parse(&[&save[..], extra].concat());
+        assert!(with_save(&["--async-save", "--inject-crash-during-save", "20"]).validate(1, "x").is_ok());
+        let message = with_save(&["--inject-crash-during-save", "20"]).validate(1, "x").unwrap_err().to_string();
+        assert!(message.starts_with("--inject-crash-during-save 20 needs --async-save"), "{message}");
+        let message =
+            with_save(&["--async-save", "--inject-crash-during-save", "25"]).validate(1, "x").unwrap_err().to_string();
+        assert!(message.contains("there is no save at iteration 25"), "{message}");
+        let message =
+            parse(&["--async-save", "--inject-crash-during-save", "5"]).validate(1, "x").unwrap_err().to_string();
+        assert!(message.contains("--async-save needs --save DIR"), "{message}");
+        assert!(message.contains("--inject-crash-during-save 5 needs --save DIR"), "{message}");
+        let error = Args::try_parse_from(["megatron-train-sim", "--inject-crash-during-save", "0"]).unwrap_err();
+        assert!(error.to_string().contains("ITERATION must be a whole number, 1 or more"), "{error}");
     }
 }

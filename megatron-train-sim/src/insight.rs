@@ -1,7 +1,7 @@
 //! Per-rank insight (docs/ranks.md): this rank's training diagnosis
 //! (lens-training's event API, with Megatron's span taxonomy: phases, the
 //! `dl.training.*` per-rank counters, the hang watchdog, goodput and MFU)
-//! and the injected straggler delays and hangs, in one place for the
+//! and the injected straggler delays, hangs and kills, in one place for the
 //! training loop. The diagnosis belongs to lens-training; this module only
 //! wires it to the simulator's rank.
 
@@ -11,7 +11,7 @@ use lens_training::phases::{Phase, Phases};
 use lens_training::{RankCoordinates, Training, TrainingOptions};
 
 use crate::config::Coords;
-use crate::faults::{Delays, Hang, Straggler};
+use crate::faults::{Delays, Hang, Kill, Straggler};
 use crate::telemetry::Telemetry;
 
 /// One rank's training diagnosis and injected delays.
@@ -21,6 +21,8 @@ pub(crate) struct RankInsight {
     phases: Phases,
     delays: Delays,
     hangs: Vec<Hang>,
+    kills: Vec<Kill>,
+    rank: u32,
     /// The iteration running (1-based).
     iteration: u64,
 }
@@ -31,6 +33,8 @@ pub(crate) struct InsightSetup<'a> {
     pub(crate) stragglers: &'a [Straggler],
     /// The injected hangs (`--inject-hang`).
     pub(crate) hangs: &'a [Hang],
+    /// The injected kills (`--inject-kill`).
+    pub(crate) kills: &'a [Kill],
     /// The global rank, its local rank and its coordinates.
     pub(crate) rank: u32,
     pub(crate) local_rank: u32,
@@ -44,14 +48,28 @@ pub(crate) struct InsightSetup<'a> {
     pub(crate) save: Option<&'a std::path::Path>,
     /// The peak MFU divides by (`crate::telemetry::MfuPeak`); `None`: no MFU.
     pub(crate) peak_tflops: Option<f64>,
+    /// `--inject-control-delay`: the iteration from which this rank takes
+    /// what its control thread read.
+    pub(crate) control_delay: Option<u64>,
 }
 
 impl RankInsight {
     /// The insight of one rank: the diagnosis records while telemetry is
     /// enabled, rank metrics where they are exported.
     pub(crate) fn new(telemetry: &Telemetry, setup: InsightSetup<'_>) -> RankInsight {
-        let InsightSetup { stragglers, hangs, rank, local_rank, coords, world, flops_per_iteration, save, peak_tflops } =
-            setup;
+        let InsightSetup {
+            stragglers,
+            hangs,
+            kills,
+            rank,
+            local_rank,
+            coords,
+            world,
+            flops_per_iteration,
+            save,
+            peak_tflops,
+            control_delay,
+        } = setup;
         let coordinates = RankCoordinates { rank, local_rank, pipeline: coords.pp, tensor: coords.tp, data: coords.dp };
         let mut options = TrainingOptions::new(coordinates)
             .with_world_size(world)
@@ -60,12 +78,17 @@ impl RankInsight {
         if let Some(save) = save {
             options = options.with_checkpoint_dir(save);
         }
+        if let Some(iteration) = control_delay {
+            options = options.with_control_hold(iteration);
+        }
         let training = Arc::new(telemetry.training(options));
         RankInsight {
             phases: training.phases().clone(),
             training,
             delays: Delays::for_rank(stragglers, rank),
             hangs: hangs.iter().filter(|h| h.rank == rank).copied().collect(),
+            kills: kills.iter().filter(|k| k.rank == rank).copied().collect(),
+            rank,
             iteration: 0,
         }
     }
@@ -94,11 +117,12 @@ impl RankInsight {
     }
 
     /// Marks `phase`; on a training step also sleeps the injected delay,
-    /// or stops for good at an injected hang.
+    /// stops for good at an injected hang, or dies at an injected kill.
     pub(crate) fn enter_compute(&self, phase: Phase, inject: bool) {
         self.phases.mark(phase);
         if inject {
             self.delays.apply(phase);
+            crate::faults::kill_if_injected(&self.kills, self.rank, phase, self.iteration);
             crate::faults::hang_if_injected(&self.hangs, phase, self.iteration);
         }
     }

@@ -77,6 +77,7 @@ fn main() -> ExitCode {
         // Aliases of `lens trace-view` and `lens analyze` (the same code).
         Some(cli::Tool::TraceView(view)) => return lens_command::trace_view::run(view),
         Some(cli::Tool::Analyze(analyze)) => return lens_command::analyze::run(analyze),
+        Some(cli::Tool::Control(control)) => return lens_command::control::run(control),
         Some(cli::Tool::Serve(serve)) => return serve::run(serve, program_start),
         None => {}
     }
@@ -181,7 +182,14 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
         bf16: args.bf16,
     };
     let precision = resource.precision().as_str();
-    let setup = RankSetup { rank: &rank, args: resource, env, stamps, graceful_signals: args.exit_signal_handler };
+    let setup = RankSetup {
+        rank: &rank,
+        args: resource,
+        env,
+        stamps,
+        graceful_signals: args.exit_signal_handler,
+        checkpoint_dir: args.save.clone(),
+    };
     let mut telemetry = match Telemetry::setup(&args.otel, setup) {
         Ok(telemetry) => telemetry,
         Err(error) => {

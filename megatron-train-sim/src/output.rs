@@ -163,6 +163,7 @@ fn goodput_json(telemetry: &TelemetrySummary) -> Value {
         "pending_iterations": totals.pending_iterations,
         "lost_iterations": totals.lost_iterations,
         "attempts": totals.attempts,
+        "lost_precision": totals.lost_precision.as_str(),
         "mfu": mfu,
     })
 }
@@ -172,8 +173,14 @@ fn print_goodput(telemetry: &TelemetrySummary) {
     let (Some(totals), mfu) = telemetry.goodput else { return };
     let parts: Vec<String> =
         totals.buckets().filter(|(_, s)| *s > 0.0).map(|(b, s)| format!("{} {s:.2} s", b.as_str())).collect();
+    // Said only when lost progress is not exact (the spool off, or a resume
+    // that charged a dead attempt from its progress record alone).
+    let precision = match totals.lost_precision {
+        lens_training::goodput::LostPrecision::Iteration => String::new(),
+        rough => format!(" | {}", rough.describe()),
+    };
     stderr_line!(
-        "goodput: {} over {} attempt(s), {:.2} s in all: {} | {} iterations kept, {} lost | MFU {}",
+        "goodput: {} over {} attempt(s), {:.2} s in all: {} | {} iterations kept, {} lost{precision} | MFU {}",
         totals.ratio().map_or_else(|| "n/a".to_string(), |r| format!("{:.1}%", r * 100.0)),
         totals.attempts,
         totals.total_seconds(),

@@ -224,6 +224,9 @@ pub(crate) struct RankSetup<'a, E> {
     /// `--exit-signal-handler`: the lifecycle's handlers only flush and pass
     /// the signal on to the simulator's drain flag.
     pub(crate) graceful_signals: bool,
+    /// `--save`: the checkpoint directory, where the crash-safe spool lives
+    /// by default (`DIR/lens-spool/`, docs/crashes.md).
+    pub(crate) checkpoint_dir: Option<std::path::PathBuf>,
 }
 
 /// One rank's telemetry: the lifecycle.
@@ -246,7 +249,7 @@ impl Telemetry {
     where
         E: EnvSource + Clone + Send + Sync + 'static,
     {
-        let RankSetup { rank, args, env, stamps, graceful_signals } = setup;
+        let RankSetup { rank, args, env, stamps, graceful_signals, checkpoint_dir } = setup;
         let local_rank = rank.local_rank;
         let (resource_env, gpu_env) = (env.clone(), env.clone());
         let options = LifecycleOptions::new()
@@ -255,6 +258,10 @@ impl Telemetry {
             .with_startup(stamps)
             .with_model_type("GPT")
             .with_exit_signal_handler(graceful_signals);
+        let options = match checkpoint_dir {
+            Some(dir) => options.with_setup_options(lens_fallbacks::SetupOptions::new().with_checkpoint_dir(dir)),
+            None => options,
+        };
         let lifecycle = MegatronTelemetry::setup(cli, rank, env, options)?;
         Ok(Telemetry { lifecycle })
     }

@@ -156,6 +156,7 @@ impl Trainer {
             InsightSetup {
                 stragglers: &args.inject_straggler,
                 hangs: &args.inject_hang,
+                kills: &args.inject_kill,
                 rank,
                 local_rank: telemetry.local_rank(),
                 coords,
@@ -164,6 +165,7 @@ impl Trainer {
                     * tokens as f64,
                 save: args.save.as_deref(),
                 peak_tflops,
+                control_delay: args.inject_control_delay.iter().find(|(r, _)| *r == rank).map(|(_, i)| *i),
             },
         );
         comm.set_phases(insight.phases().clone());
@@ -918,7 +920,14 @@ impl Trainer {
             // is durable.
             (Ok(()), false) => save.durable(),
             // Durable at its finalize.
-            (Ok(()), true) => self.pending_checkpoint = Some(save.in_flight()),
+            (Ok(()), true) => {
+                self.pending_checkpoint = Some(save.in_flight());
+                if self.args.inject_crash_during_save == Some(iteration) {
+                    // Dispatched, not finalized: the checkpoint never becomes durable.
+                    let why = format!("{} {iteration}", crate::faults::CRASH_DURING_SAVE_FLAG);
+                    crate::faults::die(self.rank(), &format!("{why}: the asynchronous save is in flight"));
+                }
+            }
             // A failed save keeps nothing.
             (Err(_), _) => save.failed(),
         }
@@ -1149,6 +1158,7 @@ mod tests {
                         env: BTreeMap::<String, String>::new(),
                         stamps: Default::default(),
                         graceful_signals: false,
+                        checkpoint_dir: None,
                     };
                     let telemetry = Telemetry::setup(&args.otel, setup).unwrap();
                     let stop = crate::signals::StopFlag::default();

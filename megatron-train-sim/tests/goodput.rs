@@ -425,3 +425,100 @@ fn a_failed_save_keeps_nothing() {
         assert_eq!(record["pending_iterations"], last - 5, "{mode}: {record}");
     }
 }
+
+/// Copies the directory `from` to `to` (files and subdirectories).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Issue 22's run, as a new user tries it: saves every 10, the default log
+/// interval (10), the process killed with `SIGKILL` inside iteration 18
+/// (`--inject-kill`: after iteration 17, nothing flushed). Its last progress
+/// record is the one of the checkpoint of 10, with nothing pending; the
+/// spool has every iteration. The resume charges exactly 7 iterations
+/// (11 to 17) and their time, and says lost progress is known to the
+/// iteration. The same dead attempt resumed with the spool off charges
+/// nothing, and says lost progress is known only to a log interval.
+#[test]
+fn a_kill_after_17_at_the_default_log_interval_charges_exactly_seven() {
+    let dir = temp_dir("goodput-kill");
+    let base = with(SMALL, &["--otel-enabled", "--train-iters", "30", "--save-interval", "10"]);
+    let in_d = with(&base, &["--save", "D"]);
+    let (ok, stderr, first_wall) = attempt(&dir, "kill-1", &with(&in_d, &["--inject-kill", "0:forward:18"]), &[]);
+    assert!(!ok, "the killed attempt must fail: {stderr}");
+    assert!(stderr.contains("rank 0: --inject-kill 0:forward:18: SIGKILL"), "{stderr}");
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("D/goodput.json")).unwrap()).unwrap();
+    assert_eq!((record["iteration"].as_u64(), record["pending_iterations"].as_u64()), (Some(10), Some(0)), "{record}");
+    copy_dir(&dir.join("D"), &dir.join("D2"));
+
+    let (ok, stderr, second_wall) =
+        attempt(&dir, "kill-2", &with(&in_d, &["--load", "D", "--summary-json", "summary.json"]), &[]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("30 iterations kept, 7 lost |"), "{stderr}");
+    assert!(!stderr.contains("known only to a log interval"), "{stderr}");
+    let g = &summary(&dir)["goodput"];
+    assert_eq!((g["productive_iterations"].as_u64(), g["lost_iterations"].as_u64()), (Some(30), Some(7)), "{g}");
+    assert_eq!(g["lost_precision"], "iteration");
+    assert_eq!(g["attempts"], 2);
+    // The lost time is the seven steps' and the dead attempt's last moments
+    // (its last-alive stamp, refreshed every second): more than the seven
+    // steps of the resumed attempt's 11 to 17 at their fastest, and the
+    // buckets sum to both attempts' wall time.
+    let steps: Vec<f64> =
+        summary(&dir)["step_times_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let fastest_seven_s = steps.iter().copied().fold(f64::INFINITY, f64::min) * 7.0 / 1e3;
+    let lost = g["seconds"]["lost_progress"].as_f64().unwrap();
+    assert!(lost >= fastest_seven_s * 0.5, "lost {lost} s, seven of the fastest steps {fastest_seven_s} s");
+    let total = g["total_seconds"].as_f64().unwrap();
+    let wall = first_wall + second_wall;
+    assert!(total <= wall + 0.1 && total >= wall - TOLERANCE_S, "buckets {total} s, wall {wall} s");
+
+    // The spool off when resuming: the record alone, nothing after it seen.
+    let (ok, stderr, _) = attempt(
+        &dir,
+        "kill-2-no-spool",
+        &with(&base, &["--load", "D2", "--save", "D2", "--summary-json", "summary.json"]),
+        &[("MEGATRON_OTEL_SPOOL", "0")],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("0 lost | lost progress known only to a log interval (no spool)"), "{stderr}");
+    let g = &summary(&dir)["goodput"];
+    assert_eq!(g["lost_iterations"], 0);
+    assert_eq!(g["lost_precision"], "log_interval");
+}
+
+/// Killed while an asynchronous save is in flight (`--inject-crash-during-save`):
+/// saves every 6, the save of 6 finalized, the save of 12 dispatched and
+/// never finalized, the last progress record at the log interval of 10.
+/// The run resumes from 6 and loses everything since: 7 to 12, not the 4
+/// the record knew of.
+#[test]
+fn a_kill_during_an_async_save_charges_everything_since_the_previous_durable_checkpoint() {
+    let dir = temp_dir("goodput-kill-async");
+    let base =
+        with(SMALL, &["--otel-enabled", "--train-iters", "18", "--save", "D", "--save-interval", "6", "--async-save"]);
+    let (ok, stderr, _) = attempt(&dir, "async-kill-1", &with(&base, &["--inject-crash-during-save", "12"]), &[]);
+    assert!(!ok, "the killed attempt must fail: {stderr}");
+    assert!(stderr.contains("--inject-crash-during-save 12: the asynchronous save is in flight: SIGKILL"), "{stderr}");
+    let tracker = std::fs::read_to_string(dir.join("D/latest_checkpointed_iteration.txt")).unwrap();
+    assert_eq!(tracker.trim(), "6", "the save of 12 was never finalized");
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("D/goodput.json")).unwrap()).unwrap();
+    assert_eq!((record["iteration"].as_u64(), record["pending_iterations"].as_u64()), (Some(10), Some(4)), "{record}");
+
+    let (ok, stderr, _) =
+        attempt(&dir, "async-kill-2", &with(&base, &["--load", "D", "--summary-json", "summary.json"]), &[]);
+    assert!(ok, "{stderr}");
+    let g = &summary(&dir)["goodput"];
+    assert_eq!((g["productive_iterations"].as_u64(), g["lost_iterations"].as_u64()), (Some(18), Some(6)), "{g}");
+    assert_eq!(g["pending_iterations"], 0);
+    assert_eq!(g["lost_precision"], "iteration");
+}

@@ -496,15 +496,11 @@ fn with_exit_signal_handler_an_exporting_rank_drains_and_still_exports_everythin
 fn wait_for_iterations(dir: &Path) {
     let started = std::time::Instant::now();
     loop {
-        let written = std::fs::read_dir(dir.join("telemetry"))
-            .ok()
-            .and_then(|mut runs| runs.next())
-            .and_then(Result::ok)
-            .is_some_and(|run| {
-                support::trace_ranks(&run.path()).len() == 2
-                    && std::fs::read_to_string(run.path().join("traces-rank1.jsonl"))
-                        .is_ok_and(|t| t.contains(taxonomy::CHECKPOINT_FT_HEARTBEAT.name))
-            });
+        let written = support::run_dirs(dir).first().is_some_and(|run| {
+            support::trace_ranks(run).len() == 2
+                && std::fs::read_to_string(run.join("traces-rank1.jsonl"))
+                    .is_ok_and(|t| t.contains(taxonomy::CHECKPOINT_FT_HEARTBEAT.name))
+        });
         if written {
             return;
         }

@@ -81,7 +81,7 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
     ("lens-tracing", &["lens-fallbacks"]),
     ("lens-training", &["lens-fallbacks", "lens-instruments"]),
     ("megatron-telemetry", &["lens-fallbacks", "lens-instruments", "lens-training"]),
-    ("lens-command", &["lens-fallbacks", "lens-training"]),
+    ("lens-command", &["lens-fallbacks", "lens-training", "megatron-telemetry"]),
     (
         "megatron-train-sim",
         &["megatron-telemetry", "lens-tracing", "lens-fallbacks", "lens-instruments", "lens-training", "lens-command"],

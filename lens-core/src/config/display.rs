@@ -42,6 +42,8 @@ impl fmt::Debug for LensConfig {
             .field("spool", &self.spool)
             .field("spool_dir", &self.spool_dir)
             .field("spool_size_kib", &self.spool_size_kib)
+            .field("control_file", &self.control_file)
+            .field("control_poll", &self.control_poll)
             .field("otel", &self.otel)
             .finish_non_exhaustive()
     }
@@ -81,6 +83,11 @@ impl fmt::Display for LensConfig {
         line(f, "metrics_enabled", "metrics_enabled", &self.metrics_enabled)?;
         line(f, "rank_metrics", "rank_metrics", &self.rank_metrics)?;
         line(f, "hang_timeout_s", "hang_timeout", &self.hang_timeout)?;
+        if let Some(control_file) = &self.control_file {
+            let control =
+                format!("{} (polled every {} s)", control_file.display(), py_float(self.control_poll.as_secs_f64()));
+            line(f, "control_file", "control_file", &control)?;
+        }
         line(f, "logs_enabled", "logs_enabled", &self.logs_enabled)?;
         let groups = match self.resolved_span_groups() {
             Ok(set) => format!("{} = {{{}}}", self.span_groups, self.catalog.names(set).join(", ")),

@@ -91,6 +91,10 @@ const FIELDS: &[(&str, FieldRepr)] = &[
     ("spool", |c| Some(c.spool.to_string())),
     ("spool_dir", |c| Some(c.spool_dir.as_ref()?.display().to_string())),
     ("spool_size_kib", |c| Some(c.spool_size_kib.to_string())),
+    // --- control file (issue 23) ---
+    ("control_file", |c| Some(c.control_file.as_ref()?.display().to_string())),
+    ("control_poll", |c| Some(py_float(c.control_poll.as_secs_f64()))),
+    // --- end control file ---
     ("otel.sdk_disabled", |c| Some(c.otel.sdk_disabled.to_string())),
     ("otel.traces_exporter", |c| Some(c.otel.traces_exporter?.as_str().into())),
     ("otel.metrics_exporter", |c| Some(c.otel.metrics_exporter?.as_str().into())),

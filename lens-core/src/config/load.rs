@@ -8,7 +8,9 @@ use std::time::Duration;
 use super::error::{ConfigError, ConfigProblem};
 use super::headers::Headers;
 use super::keys::{header_keys, otlp_fields, propagator_names};
-use super::model::{CliOverrides, DEFAULT_SERVICE_NAME, HangTimeout, LensConfig};
+use super::model::{
+    CONTROL_POLL_EXPECTED, CliOverrides, DEFAULT_SERVICE_NAME, HangTimeout, LensConfig, parse_control_poll,
+};
 use super::pyrepr::py_float;
 use super::read::{Alias, Found, Reader, unknown_name};
 use super::standard::{
@@ -204,6 +206,25 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
             }),
         }
     }
+    // --- control file (issue 23) ---
+    if let Some(found) = r.prefixed("CONTROL_FILE") {
+        r.record("control_file", &found, found.value.clone());
+        c.control_file = Some(PathBuf::from(found.value));
+    }
+    if let Some(found) = r.prefixed("CONTROL_POLL_S") {
+        match parse_control_poll(&found.value) {
+            Some(v) => {
+                r.record("control_poll", &found, py_float(v.as_secs_f64()));
+                c.control_poll = v;
+            }
+            None => r.push(ConfigProblem::InvalidValue {
+                variable: found.variable,
+                value: found.value,
+                expected: CONTROL_POLL_EXPECTED.into(),
+            }),
+        }
+    }
+    // --- end control file ---
 }
 
 /// What `<PREFIX>_SPOOL_SIZE_KIB` accepts.

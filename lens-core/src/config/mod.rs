@@ -67,6 +67,9 @@ pub use model::{
     CliOverrides, DEFAULT_FILE_MAX_BYTES, DEFAULT_PREFIX, DEFAULT_PROMETHEUS_RESOURCE_LABELS, DEFAULT_SERVICE_NAME,
     DEFAULT_SPOOL_SIZE_KIB, HangTimeout, LensConfig, MAX_SPOOL_SIZE_KIB, MIN_SPOOL_SIZE_KIB, Origins, parse_bool,
 };
+// --- control file (issue 23) ---
+pub use model::{CONTROL_POLL_EXPECTED, DEFAULT_CONTROL_POLL, parse_control_poll};
+// --- end control file ---
 pub use standard::{
     BatchSettings, Compression, ExporterKind, OtelSettings, OtlpEndpoint, OtlpProtocol, OtlpSettings, Propagator,
     Signal, TracesSampler,

@@ -30,6 +30,27 @@ pub const MAX_SPOOL_SIZE_KIB: u64 = 1 << 20;
 /// The default of `<PREFIX>_FILE_MAX_BYTES`: 1 GiB per file.
 pub const DEFAULT_FILE_MAX_BYTES: u64 = 1 << 30;
 
+// --- control file (issue 23) ---
+/// The default of `<PREFIX>_CONTROL_POLL_S`: 2 s.
+pub const DEFAULT_CONTROL_POLL: Duration = Duration::from_secs(2);
+
+/// What `<PREFIX>_CONTROL_POLL_S` accepts, in words.
+pub const CONTROL_POLL_EXPECTED: &str = "a number of seconds from 0.01 to 3600, fractions allowed, e.g. 2 or 0.5";
+
+/// `<PREFIX>_CONTROL_POLL_S`: seconds from 0.01 to 3600, fractions allowed.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(lens_core::config::parse_control_poll("0.5"), Some(Duration::from_millis(500)));
+/// assert_eq!(lens_core::config::parse_control_poll("0"), None);
+/// assert_eq!(lens_core::config::parse_control_poll("soon"), None);
+/// ```
+pub fn parse_control_poll(value: &str) -> Option<Duration> {
+    let seconds = value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && (0.01..=3600.0).contains(s))?;
+    Some(Duration::from_secs_f64(seconds))
+}
+// --- end control file ---
+
 /// A boolean as the original spells it: `1/true/yes/on` and `0/false/no/off`,
 /// case-insensitive, surrounding whitespace ignored.
 ///
@@ -184,6 +205,16 @@ pub struct LensConfig {
     /// [`MAX_SPOOL_SIZE_KIB`]).
     pub spool_size_kib: u64,
     // --- end spool ---
+    // --- control file (issue 23, SPEC A24) ---
+    /// The control file a lens thread on each rank watches for changes in
+    /// flight (`<PREFIX>_CONTROL_FILE`; `None`: no control file, no thread).
+    /// See [`crate::control`].
+    pub control_file: Option<PathBuf>,
+    /// How often that thread looks at the control file: one `stat` per poll
+    /// (`<PREFIX>_CONTROL_POLL_S`, seconds, fractions allowed, default
+    /// [`DEFAULT_CONTROL_POLL`], 2 s).
+    pub control_poll: Duration,
+    // --- end control file ---
     /// The standard `OTEL_*` variables.
     pub otel: OtelSettings,
     /// Which variable set each field (for messages).
@@ -224,6 +255,10 @@ impl Default for LensConfig {
             spool: true,
             spool_dir: None,
             spool_size_kib: DEFAULT_SPOOL_SIZE_KIB,
+            // --- control file (issue 23) ---
+            control_file: None,
+            control_poll: DEFAULT_CONTROL_POLL,
+            // --- end control file ---
             otel: OtelSettings::default(),
             origins: Origins::default(),
         }

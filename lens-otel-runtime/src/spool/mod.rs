@@ -68,7 +68,7 @@ pub const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 
 pub use lens_core::report::{ReplayReport, ReplayedProgress};
 
-/// What setup's replay learned from rank 0's dead spool.
+/// What setup's replay learned from this rank's dead predecessor's spool.
 static REPLAYED: Mutex<Option<ReplayedProgress>> = Mutex::new(None);
 
 /// The spool of this process's telemetry lifetime, for [`record_progress`]:
@@ -88,7 +88,8 @@ pub fn record_progress(reached: u64, completed: Option<u64>, durable: Option<u64
     }
 }
 
-/// The progress record of the dead rank-0 spool that setup replayed.
+/// The progress record of this rank's dead predecessor's spool that setup
+/// replayed.
 pub fn replayed_progress() -> Option<ReplayedProgress> {
     lock(&REPLAYED).clone()
 }

@@ -52,6 +52,16 @@ impl Claim {
             Claim::Rank { rank: own, world_size } => rank == own || (own == 0 && rank >= world_size),
         }
     }
+
+    /// The rank whose progress record the replay keeps: this rank's own
+    /// predecessor's at setup (every rank charges goodput, and ranks move
+    /// through the iterations together), rank 0's for `lens recover`.
+    fn progress_rank(self) -> u32 {
+        match self {
+            Claim::All => 0,
+            Claim::Rank { rank, .. } => rank,
+        }
+    }
 }
 
 /// A dead writer's spool, read.
@@ -99,6 +109,12 @@ pub fn resource_of(header: &Header) -> Resource {
     Resource::builder_empty().with_attributes(header.resource.iter().cloned()).build()
 }
 
+/// The rank in a spool file's name (`spool-rank<N>-...`).
+fn rank_in_name(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix(super::FILE_PREFIX)?.split('-').next()?.parse().ok()
+}
+
 /// Whether `path` names a spool file.
 pub fn is_spool_file(path: &Path) -> bool {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -121,6 +137,12 @@ pub fn replay_dir(dir: &Path, claim: Claim, own: Option<&Path>, export: &mut Exp
     let uid = super::uid();
     for path in paths {
         if own.is_some_and(|own| own == path) {
+            continue;
+        }
+        // Another rank's file is not even opened: taking its lock, even for a
+        // moment, would make its own rank (replaying at the same time) see a
+        // live writer and skip it.
+        if rank_in_name(&path).is_some_and(|rank| !claim.takes(rank)) {
             continue;
         }
         replay_file(&path, claim, uid, &mut summary, export);
@@ -223,7 +245,7 @@ fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, 
     summary.spans += count;
     summary.truncated += truncated;
     summary.overflow += header.overflow;
-    if header.rank == 0
+    if header.rank == claim.progress_rank()
         && let Some(progress) = header.progress
         && summary.progress.as_ref().is_none_or(|p| p.last_alive < header.last_alive)
     {

@@ -117,7 +117,16 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
     let env = SimEnv { default_file_exporter: telemetry::exporter_unconfigured(&ProcessEnv, &args.otel) };
     http::install_tracing(&args.otel);
     let stamps = StartupTimestamps { program_start: Some(program_start), ..StartupTimestamps::default() };
-    let setup = RankSetup { rank: &rank, args: ResourceArgs::default(), env, stamps, graceful_signals: true };
+    // A server saves no checkpoints: its spool (if any) goes where the
+    // configuration says (docs/crashes.md).
+    let setup = RankSetup {
+        rank: &rank,
+        args: ResourceArgs::default(),
+        env,
+        stamps,
+        graceful_signals: true,
+        checkpoint_dir: None,
+    };
     let mut telemetry = match Telemetry::setup(&args.otel, setup) {
         Ok(telemetry) => telemetry,
         Err(error) => {

@@ -700,6 +700,8 @@ pub(crate) struct SinkSpan {
     pub(crate) attributes: BTreeMap<String, Value>,
     /// (trace id, span id) of each link.
     pub(crate) links: Vec<(String, String)>,
+    /// (name, attributes) of each event.
+    pub(crate) events: Vec<(String, BTreeMap<String, Value>)>,
     /// `unset`, `ok` or `error`.
     pub(crate) status: String,
     /// The resource's attributes.
@@ -795,6 +797,10 @@ impl Records {
                     links: value["links"]
                         .as_array()
                         .map(|links| links.iter().map(|l| (string(l, "trace_id"), string(l, "span_id"))).collect())
+                        .unwrap_or_default(),
+                    events: value["events"]
+                        .as_array()
+                        .map(|events| events.iter().map(|e| (string(e, "name"), object(e, "attributes"))).collect())
                         .unwrap_or_default(),
                     status: value["status"]["code"].as_str().unwrap_or_default().to_string(),
                     resource: object(&value, "resource"),

@@ -352,10 +352,21 @@ pub(crate) fn read_metrics(dir: &Path) -> Vec<MetricPoint> {
     points
 }
 
-/// The one directory under `dir/telemetry/` (the run's).
+/// The run directories under `dir/telemetry/`: every subdirectory but the
+/// crash-safe spool's (`telemetry/lens-spool/`, where the spool lives when
+/// the run has no `--save` directory; docs/crashes.md).
+pub(crate) fn run_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(dir.join("telemetry"))
+        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    runs.retain(|path| path.file_name().is_some_and(|name| name != lens_fallbacks::spool::SPOOL_SUBDIRECTORY));
+    runs.sort();
+    runs
+}
+
+/// The one run directory under `dir/telemetry/` ([`run_dirs`]).
 pub(crate) fn run_dir(dir: &Path) -> PathBuf {
-    let entries: Vec<PathBuf> =
-        std::fs::read_dir(dir.join("telemetry")).unwrap().filter_map(Result::ok).map(|e| e.path()).collect();
+    let entries = run_dirs(dir);
     assert_eq!(entries.len(), 1, "one run directory expected: {entries:?}");
     entries.into_iter().next().unwrap()
 }

@@ -1,0 +1,1061 @@
+//! The control file (SPEC A24): what may change while a job runs, decided
+//! as plain data.
+//!
+//! A job launched with `<PREFIX>_CONTROL_FILE` has a lens thread on each
+//! rank that looks at the file (one `stat` per `<PREFIX>_CONTROL_POLL_S`,
+//! a read only when it changed, at most [`MAX_CONTROL_BYTES`]). What it
+//! reads is parsed here ([`parse_request`]) against the job's catalog and
+//! launch settings; the training thread feeds each accepted request to a
+//! [`ControlSchedule`], which says at each iteration boundary what to
+//! apply ([`ControlSchedule::at_iteration`]). Every rank computes the same
+//! answer from the same file and the same iteration, so the ranks change
+//! together without talking to each other; a rank that read the file late
+//! applies at its next iteration (the [`Change`] says how late) and ends
+//! the window at the same iteration as every other rank.
+//!
+//! Also here: the file checks that refuse a file others could have written
+//! ([`check_file`]), the status file the job writes beside the control file
+//! for `lens control` ([`ControlStatus`]), and the file's own format
+//! ([`ControlRequest::to_json`]), so that the job and the command share one
+//! definition.
+//!
+//! ```
+//! use lens_core::config::HangTimeout;
+//! use lens_core::control::{ControlSchedule, Settings, parse_request};
+//! use lens_core::groups::LENS_CATALOG;
+//!
+//! let launch = Settings {
+//!     groups: LENS_CATALOG.resolve("default").unwrap(),
+//!     sampling_ratio: None,
+//!     rank_metrics: false,
+//!     hang_timeout: HangTimeout::Auto,
+//! };
+//! let text = r#"{"generation": 1, "span_groups": "per_step", "from_iteration": 10, "iterations": 5}"#;
+//! let request = parse_request(text, &LENS_CATALOG, &launch, "NEMO_LENS").unwrap();
+//! let mut schedule = ControlSchedule::new(launch);
+//! schedule.set_request(Some(request));
+//! assert!(schedule.at_iteration(9).is_none());
+//! let start = schedule.at_iteration(10).unwrap();
+//! assert_eq!((start.generation, start.late_by), (1, 0));
+//! assert_eq!(start.after.groups, LENS_CATALOG.resolve("per_step").unwrap());
+//! assert!(schedule.at_iteration(14).is_none());
+//! let end = schedule.at_iteration(15).unwrap();
+//! assert_eq!(end.after, launch);
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::config::HangTimeout;
+use crate::groups::{GroupSet, SpanGroup, SpanGroupCatalog};
+
+/// The most bytes of the control file that are read: a longer file is a bad
+/// file (warned about, nothing changes).
+pub const MAX_CONTROL_BYTES: u64 = 64 * 1024;
+
+/// What the job writes beside the control file: `<FILE>.status`.
+pub const STATUS_SUFFIX: &str = ".status";
+
+/// The control file's keys.
+pub mod keys {
+    /// The file's version: each change has a higher one (integer, 1 or more).
+    pub const GENERATION: &str = "generation";
+    /// A span-group spec, against the job's catalog.
+    pub const SPAN_GROUPS: &str = "span_groups";
+    /// The first iteration of the window (the iteration the span of
+    /// `Training::iteration` carries).
+    pub const FROM_ITERATION: &str = "from_iteration";
+    /// How many iterations the window lasts.
+    pub const ITERATIONS: &str = "iterations";
+    /// The window's last iteration, inclusive.
+    pub const UNTIL_ITERATION: &str = "until_iteration";
+    /// The per-iteration trace sampling ratio, in `[0, 1]`.
+    pub const SAMPLING_RATIO: &str = "sampling_ratio";
+    /// Per-rank metrics paused (`false`) or resumed (`true`).
+    pub const RANK_METRICS: &str = "rank_metrics";
+    /// The hang watchdog's timeout: seconds, `0` (off) or `"auto"`.
+    pub const HANG_TIMEOUT_S: &str = "hang_timeout_s";
+    /// Every key the file accepts.
+    pub const ALL: [&str; 8] = [
+        GENERATION,
+        SPAN_GROUPS,
+        FROM_ITERATION,
+        ITERATIONS,
+        UNTIL_ITERATION,
+        SAMPLING_RATIO,
+        RANK_METRICS,
+        HANG_TIMEOUT_S,
+    ];
+    /// What can never change in flight (only at launch).
+    pub const NEVER: [&str; 5] = ["endpoint", "headers", "exporter", "rank_strategy", "resource"];
+}
+
+/// The settings a control file can change, as a rank has them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Settings {
+    /// The enabled span groups (the gate's mask).
+    pub groups: GroupSet,
+    /// The per-iteration trace sampling ratio; `None`: the launch sampler
+    /// (`OTEL_TRACES_SAMPLER[_ARG]`) decides.
+    pub sampling_ratio: Option<f64>,
+    /// Whether per-rank metrics record (they can be paused and resumed,
+    /// never turned on without a launch with them on).
+    pub rank_metrics: bool,
+    /// The hang watchdog's timeout.
+    pub hang_timeout: HangTimeout,
+}
+
+impl Settings {
+    /// The names of the settings that differ between `self` and `other`,
+    /// each with its new value (`span_groups=job,step`), in key order.
+    pub fn changes_to(&self, other: &Settings, catalog: &SpanGroupCatalog) -> Vec<String> {
+        let mut changed = Vec::new();
+        if self.groups != other.groups {
+            changed.push(format!("{}={}", keys::SPAN_GROUPS, catalog.names(other.groups).join(",")));
+        }
+        if self.sampling_ratio != other.sampling_ratio {
+            let ratio = other.sampling_ratio.map_or_else(|| "launch".to_string(), |r| r.to_string());
+            changed.push(format!("{}={ratio}", keys::SAMPLING_RATIO));
+        }
+        if self.rank_metrics != other.rank_metrics {
+            changed.push(format!("{}={}", keys::RANK_METRICS, if other.rank_metrics { "on" } else { "off" }));
+        }
+        if self.hang_timeout != other.hang_timeout {
+            changed.push(format!("{}={}", keys::HANG_TIMEOUT_S, other.hang_timeout));
+        }
+        changed
+    }
+}
+
+/// What a job's control thread needs from its configuration: the file,
+/// the poll, the prefix (for messages), the catalog and the launch
+/// settings (the configured span groups, whatever this rank records).
+#[derive(Clone, Debug)]
+pub struct ControlSetup {
+    /// The control file (`<PREFIX>_CONTROL_FILE`).
+    pub file: PathBuf,
+    /// The poll period (`<PREFIX>_CONTROL_POLL_S`).
+    pub poll: std::time::Duration,
+    /// The job's primary prefix.
+    pub prefix: String,
+    /// The catalog span-group specs resolve against.
+    pub catalog: &'static SpanGroupCatalog,
+    /// The launch settings.
+    pub launch: Settings,
+}
+
+impl ControlSetup {
+    /// The control setup of `config`; `None` without a control file, with
+    /// telemetry off, or with a span-group spec that does not resolve
+    /// (validation refused it already).
+    pub fn from_config(config: &crate::config::LensConfig) -> Option<ControlSetup> {
+        let file = config.control_file.clone().filter(|_| config.telemetry_enabled())?;
+        Some(ControlSetup {
+            file,
+            poll: config.control_poll,
+            prefix: config.origins.prefix().unwrap_or(crate::config::DEFAULT_PREFIX).to_string(),
+            catalog: config.catalog,
+            launch: Settings {
+                groups: config.resolved_span_groups().ok()?,
+                sampling_ratio: None,
+                rank_metrics: config.rank_metrics,
+                hang_timeout: config.hang_timeout,
+            },
+        })
+    }
+}
+
+/// One version of the control file, parsed and checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControlRequest {
+    /// The file's generation.
+    pub generation: u64,
+    /// The span-group spec and what it resolves to.
+    pub span_groups: Option<(String, GroupSet)>,
+    /// The window's first iteration (0 when absent: from the next iteration).
+    pub from_iteration: u64,
+    /// The window's last iteration, inclusive (`None`: until the next change).
+    pub until_iteration: Option<u64>,
+    /// The per-iteration trace sampling ratio.
+    pub sampling_ratio: Option<f64>,
+    /// Per-rank metrics on (resume) or off (pause).
+    pub rank_metrics: Option<bool>,
+    /// The hang timeout.
+    pub hang_timeout: Option<HangTimeout>,
+}
+
+impl ControlRequest {
+    /// A request that only moves to `generation` (back to the launch
+    /// configuration: `lens control --reset`).
+    pub fn reset(generation: u64) -> ControlRequest {
+        ControlRequest {
+            generation,
+            span_groups: None,
+            from_iteration: 0,
+            until_iteration: None,
+            sampling_ratio: None,
+            rank_metrics: None,
+            hang_timeout: None,
+        }
+    }
+
+    /// The settings during the window, over `launch`.
+    pub fn settings_over(&self, launch: &Settings) -> Settings {
+        Settings {
+            groups: self.span_groups.as_ref().map_or(launch.groups, |(_, set)| *set),
+            sampling_ratio: self.sampling_ratio.or(launch.sampling_ratio),
+            rank_metrics: self.rank_metrics.unwrap_or(launch.rank_metrics),
+            hang_timeout: self.hang_timeout.unwrap_or(launch.hang_timeout),
+        }
+    }
+
+    /// Whether `iteration` is inside the window.
+    pub fn covers(&self, iteration: u64) -> bool {
+        iteration >= self.from_iteration && self.until_iteration.is_none_or(|until| iteration <= until)
+    }
+
+    /// The file's text: one JSON object, keys in a fixed order.
+    pub fn to_json(&self) -> String {
+        let mut object = Map::new();
+        object.insert(keys::GENERATION.into(), self.generation.into());
+        if let Some((spec, _)) = &self.span_groups {
+            object.insert(keys::SPAN_GROUPS.into(), spec.clone().into());
+        }
+        if self.from_iteration > 0 || self.until_iteration.is_some() {
+            object.insert(keys::FROM_ITERATION.into(), self.from_iteration.into());
+        }
+        if let Some(until) = self.until_iteration {
+            object.insert(keys::UNTIL_ITERATION.into(), until.into());
+        }
+        if let Some(ratio) = self.sampling_ratio {
+            object.insert(keys::SAMPLING_RATIO.into(), ratio.into());
+        }
+        if let Some(on) = self.rank_metrics {
+            object.insert(keys::RANK_METRICS.into(), on.into());
+        }
+        match self.hang_timeout {
+            None => {}
+            Some(HangTimeout::Auto) => {
+                object.insert(keys::HANG_TIMEOUT_S.into(), "auto".into());
+            }
+            Some(HangTimeout::Off) => {
+                object.insert(keys::HANG_TIMEOUT_S.into(), 0.into());
+            }
+            Some(HangTimeout::After(d)) => {
+                object.insert(keys::HANG_TIMEOUT_S.into(), d.as_secs_f64().into());
+            }
+        }
+        let mut text = Value::Object(object).to_string();
+        text.push('\n');
+        text
+    }
+}
+
+/// Why a version of the control file changes nothing: the key and the value
+/// at fault, and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlInputError {
+    /// The key at fault (`(file)` for the file as a whole).
+    pub key: String,
+    /// The value at fault, as written.
+    pub value: String,
+    /// What is wrong and what is accepted.
+    pub reason: String,
+}
+
+impl ControlInputError {
+    fn new(key: &str, value: impl fmt::Display, reason: impl Into<String>) -> ControlInputError {
+        ControlInputError { key: key.to_string(), value: value.to_string(), reason: reason.into() }
+    }
+}
+
+impl fmt::Display for ControlInputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "key '{}' = {}: {}", self.key, self.value, self.reason)
+    }
+}
+
+impl std::error::Error for ControlInputError {}
+
+const WHOLE_FILE: &str = "(file)";
+
+fn as_iteration(key: &str, value: &Value) -> Result<u64, ControlInputError> {
+    value.as_u64().ok_or_else(|| ControlInputError::new(key, value, "expected a whole number of iterations, 0 or more"))
+}
+
+/// Parses one version of the control file against `catalog` and the
+/// rank's `launch` settings (`prefix`: the job's variable prefix, for the
+/// messages). Any problem (not JSON, not an object, an unknown key, a key
+/// that can never change in flight, a bad value, a `job` group different
+/// from the launch's, per-rank metrics turned on without a launch with them
+/// on) is an error naming the key and the value: the version changes
+/// nothing.
+pub fn parse_request(
+    text: &str,
+    catalog: &SpanGroupCatalog,
+    launch: &Settings,
+    prefix: &str,
+) -> Result<ControlRequest, ControlInputError> {
+    let value: Value = serde_json::from_str(text).map_err(|error| {
+        let shown: String = text.chars().take(40).collect();
+        ControlInputError::new(WHOLE_FILE, format!("{shown:?}"), format!("not JSON: {error}"))
+    })?;
+    let Value::Object(object) = value else {
+        return Err(ControlInputError::new(WHOLE_FILE, value, "expected a JSON object"));
+    };
+    for (key, value) in &object {
+        if keys::NEVER.contains(&key.as_str()) {
+            return Err(ControlInputError::new(
+                key,
+                value,
+                "can never be changed while the job runs (only at launch); accepted keys: ".to_string()
+                    + &keys::ALL.join(", "),
+            ));
+        }
+        if !keys::ALL.contains(&key.as_str()) {
+            let hint =
+                crate::suggest::closest(key, keys::ALL).map_or(String::new(), |s| format!(" (did you mean '{s}'?)"));
+            return Err(ControlInputError::new(
+                key,
+                value,
+                format!("unknown key; accepted keys: {}{hint}", keys::ALL.join(", ")),
+            ));
+        }
+    }
+    let generation = match object.get(keys::GENERATION) {
+        Some(value) => value
+            .as_u64()
+            .filter(|g| *g >= 1)
+            .ok_or_else(|| ControlInputError::new(keys::GENERATION, value, "expected a whole number, 1 or more"))?,
+        None => return Err(ControlInputError::new(keys::GENERATION, "(missing)", "every version needs a generation")),
+    };
+    let mut request = ControlRequest::reset(generation);
+    if let Some(value) = object.get(keys::SPAN_GROUPS) {
+        let spec = value
+            .as_str()
+            .ok_or_else(|| ControlInputError::new(keys::SPAN_GROUPS, value, "expected a span-group spec (a string)"))?;
+        let set = catalog
+            .resolve(spec)
+            .map_err(|error| ControlInputError::new(keys::SPAN_GROUPS, value, error.to_string()))?;
+        if set.contains(SpanGroup::JOB) != launch.groups.contains(SpanGroup::JOB) {
+            let state = if launch.groups.contains(SpanGroup::JOB) { "on" } else { "off" };
+            return Err(ControlInputError::new(
+                keys::SPAN_GROUPS,
+                value,
+                format!(
+                    "the 'job' group (the intervals) cannot change while the job runs; it was {state} at launch, \
+                     keep it {state}"
+                ),
+            ));
+        }
+        request.span_groups = Some((spec.to_string(), set));
+    }
+    if let Some(value) = object.get(keys::FROM_ITERATION) {
+        request.from_iteration = as_iteration(keys::FROM_ITERATION, value)?;
+    }
+    match (object.get(keys::ITERATIONS), object.get(keys::UNTIL_ITERATION)) {
+        (Some(_), Some(value)) => {
+            return Err(ControlInputError::new(
+                keys::UNTIL_ITERATION,
+                value,
+                "give either 'iterations' or 'until_iteration', not both",
+            ));
+        }
+        (Some(value), None) => {
+            if !object.contains_key(keys::FROM_ITERATION) {
+                return Err(ControlInputError::new(keys::ITERATIONS, value, "'iterations' needs 'from_iteration'"));
+            }
+            let count = value
+                .as_u64()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| ControlInputError::new(keys::ITERATIONS, value, "expected a whole number, 1 or more"))?;
+            request.until_iteration = Some(request.from_iteration.saturating_add(count - 1));
+        }
+        (None, Some(value)) => {
+            let until = as_iteration(keys::UNTIL_ITERATION, value)?;
+            if until < request.from_iteration {
+                return Err(ControlInputError::new(
+                    keys::UNTIL_ITERATION,
+                    value,
+                    format!("before from_iteration {}", request.from_iteration),
+                ));
+            }
+            request.until_iteration = Some(until);
+        }
+        (None, None) => {}
+    }
+    if let Some(value) = object.get(keys::SAMPLING_RATIO) {
+        request.sampling_ratio =
+            Some(value.as_f64().filter(|r| (0.0..=1.0).contains(r)).ok_or_else(|| {
+                ControlInputError::new(keys::SAMPLING_RATIO, value, "expected a number in [0.0, 1.0]")
+            })?);
+    }
+    if let Some(value) = object.get(keys::RANK_METRICS) {
+        let on = value.as_bool().ok_or_else(|| {
+            ControlInputError::new(keys::RANK_METRICS, value, "expected true (resume) or false (pause)")
+        })?;
+        if on && !launch.rank_metrics {
+            return Err(ControlInputError::new(
+                keys::RANK_METRICS,
+                value,
+                format!(
+                    "per-rank metrics can only be paused and resumed here: turning them on needs a launch with \
+                     {prefix}_RANK_METRICS=1"
+                ),
+            ));
+        }
+        request.rank_metrics = Some(on);
+    }
+    if let Some(value) = object.get(keys::HANG_TIMEOUT_S) {
+        let parsed = match value {
+            Value::String(text) => HangTimeout::parse(text),
+            Value::Number(number) => HangTimeout::parse(&number.to_string()),
+            _ => None,
+        };
+        request.hang_timeout =
+            Some(parsed.ok_or_else(|| ControlInputError::new(keys::HANG_TIMEOUT_S, value, HangTimeout::EXPECTED))?);
+    }
+    Ok(request)
+}
+
+/// What to apply at one iteration boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// The generation in force from this iteration.
+    pub generation: u64,
+    /// The iteration it applies at.
+    pub iteration: u64,
+    /// How many iterations after the window's first this rank applies it
+    /// (0: on time; more: the file was read late).
+    pub late_by: u64,
+    /// The settings until now.
+    pub before: Settings,
+    /// The settings from this iteration.
+    pub after: Settings,
+    /// Whether this is the end of a window (back to the launch settings).
+    pub window_end: bool,
+}
+
+/// One rank's schedule of control changes: which settings each iteration
+/// has, from the launch settings and the latest accepted request. The
+/// training thread asks it at each iteration boundary.
+#[derive(Clone, Debug)]
+pub struct ControlSchedule {
+    launch: Settings,
+    request: Option<ControlRequest>,
+    started: bool,
+    in_force: Settings,
+    generation: u64,
+}
+
+impl ControlSchedule {
+    /// A schedule at the launch settings, generation 0.
+    pub fn new(launch: Settings) -> ControlSchedule {
+        ControlSchedule { launch, request: None, started: false, in_force: launch, generation: 0 }
+    }
+
+    /// The launch settings.
+    pub fn launch(&self) -> &Settings {
+        &self.launch
+    }
+
+    /// The settings in force.
+    pub fn in_force(&self) -> &Settings {
+        &self.in_force
+    }
+
+    /// The generation in force (0: the launch configuration, no file
+    /// applied yet).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The latest accepted request (`None`: the file is missing, the launch
+    /// configuration holds from the next iteration).
+    pub fn set_request(&mut self, request: Option<ControlRequest>) {
+        self.started = false;
+        self.request = request;
+    }
+
+    /// The first iteration after `iteration` at which [`Self::at_iteration`]
+    /// may return a change (`u64::MAX`: none is due), so that the training
+    /// thread can skip the schedule with one comparison.
+    pub fn next_due(&self, iteration: u64) -> u64 {
+        let Some(request) = &self.request else {
+            return if self.in_force == self.launch { u64::MAX } else { iteration.saturating_add(1) };
+        };
+        if !self.started {
+            return request.from_iteration.max(iteration.saturating_add(1));
+        }
+        match request.until_iteration {
+            Some(until) if until >= iteration && self.in_force != self.launch => until.saturating_add(1),
+            _ => u64::MAX,
+        }
+    }
+
+    /// What to apply at the boundary of `iteration` (`None`: nothing
+    /// changes). The first boundary at or after the request's window start
+    /// applies it (late when after it); the boundary after its last
+    /// iteration goes back to the launch settings.
+    pub fn at_iteration(&mut self, iteration: u64) -> Option<Change> {
+        let before = self.in_force;
+        let mut late_by = 0;
+        let mut generation_changed = false;
+        let desired = match &self.request {
+            Some(request) => {
+                if !self.started && iteration >= request.from_iteration {
+                    self.started = true;
+                    late_by = iteration - request.from_iteration;
+                    generation_changed = request.generation != self.generation;
+                    self.generation = request.generation;
+                }
+                if self.started && request.covers(iteration) {
+                    request.settings_over(&self.launch)
+                } else {
+                    self.launch
+                }
+            }
+            None => self.launch,
+        };
+        if desired == before && !generation_changed {
+            return None;
+        }
+        self.in_force = desired;
+        Some(Change {
+            generation: self.generation,
+            iteration,
+            late_by,
+            before,
+            after: desired,
+            window_end: !generation_changed && desired == self.launch,
+        })
+    }
+}
+
+/// Why a control file is refused before it is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The path is a symbolic link.
+    Symlink,
+    /// Another user owns the file (its uid).
+    NotOwner(u32),
+    /// Other users can write the file (its mode).
+    WritableByOthers(u32),
+    /// Other users can write the directory (its mode), so they could
+    /// replace the file.
+    DirectoryWritableByOthers(PathBuf, u32),
+    /// Not a regular file.
+    NotAFile,
+    /// Longer than [`MAX_CONTROL_BYTES`].
+    TooLong(u64),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Symlink => f.write_str("it is a symbolic link"),
+            Refusal::NotOwner(uid) => write!(f, "it is owned by uid {uid}, not by the job's user"),
+            Refusal::WritableByOthers(mode) => write!(f, "other users can write it (mode {mode:o})"),
+            Refusal::DirectoryWritableByOthers(dir, mode) => {
+                write!(f, "other users can write its directory {} (mode {mode:o})", dir.display())
+            }
+            Refusal::NotAFile => f.write_str("it is not a regular file"),
+            Refusal::TooLong(len) => write!(f, "it is {len} bytes long, more than {MAX_CONTROL_BYTES}"),
+        }
+    }
+}
+
+/// Whether a mode lets users other than the owner write: the group or
+/// world write bit (a sticky directory, such as `/tmp`, still lets them
+/// replace nothing of ours, but lens asks for a directory only its owner
+/// writes, so the rule stays one line).
+fn others_write(mode: u32) -> bool {
+    mode & 0o022 != 0
+}
+
+/// The file's metadata if lens may read it: not a symbolic link, a regular
+/// file owned by `uid` (the job's user), not writable by others, in a
+/// directory that others cannot write, at most [`MAX_CONTROL_BYTES`] long.
+/// `Ok(None)`: there is no file (the launch configuration holds).
+#[cfg(unix)]
+pub fn check_file(path: &Path, uid: u32) -> Result<Option<std::fs::Metadata>, Refusal> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(None) };
+    if meta.file_type().is_symlink() {
+        return Err(Refusal::Symlink);
+    }
+    if !meta.is_file() {
+        return Err(Refusal::NotAFile);
+    }
+    if meta.uid() != uid {
+        return Err(Refusal::NotOwner(meta.uid()));
+    }
+    if others_write(meta.mode()) {
+        return Err(Refusal::WritableByOthers(meta.mode() & 0o7777));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if let Ok(dir_meta) = std::fs::metadata(&dir)
+        && others_write(dir_meta.mode())
+    {
+        return Err(Refusal::DirectoryWritableByOthers(dir, dir_meta.mode() & 0o7777));
+    }
+    if meta.len() > MAX_CONTROL_BYTES {
+        return Err(Refusal::TooLong(meta.len()));
+    }
+    Ok(Some(meta))
+}
+
+/// The file's text, at most [`MAX_CONTROL_BYTES`], never through a
+/// symbolic link (`O_NOFOLLOW`); the error says why in words.
+pub fn read_capped(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = options.open(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONTROL_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > MAX_CONTROL_BYTES {
+        return Err(format!("it is longer than {MAX_CONTROL_BYTES} bytes"));
+    }
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
+}
+
+/// The user this process runs as (its effective uid): the only user whose
+/// control file it reads.
+#[cfg(unix)]
+pub fn job_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The identity of one version of a file as `stat` sees it (device, inode,
+/// size, modification time in nanoseconds, mode, owner): a poll reads the
+/// file only when this changes.
+#[cfg(unix)]
+pub fn file_version(meta: &std::fs::Metadata) -> [u64; 6] {
+    use std::os::unix::fs::MetadataExt as _;
+    let mtime = (meta.mtime() as u64).wrapping_mul(1_000_000_000).wrapping_add(meta.mtime_nsec() as u64);
+    [meta.dev(), meta.ino(), meta.len(), mtime, u64::from(meta.mode()), u64::from(meta.uid())]
+}
+
+/// The path of the status file beside `control_file`.
+pub fn status_path(control_file: &Path) -> PathBuf {
+    let mut name = control_file.as_os_str().to_os_string();
+    name.push(STATUS_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// A span-group catalog as data (the status file carries the job's, so
+/// that `lens control` checks a spec against the catalog the job has).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogData {
+    /// The catalog's name.
+    pub name: String,
+    /// Its groups with their bits.
+    pub groups: Vec<(String, u8)>,
+    /// Its presets with their masks.
+    pub presets: Vec<(String, u64)>,
+}
+
+impl CatalogData {
+    /// The data of `catalog`.
+    pub fn of(catalog: &SpanGroupCatalog) -> CatalogData {
+        CatalogData {
+            name: catalog.name().to_string(),
+            groups: catalog.groups().iter().map(|g| (g.name().to_string(), g.bit())).collect(),
+            presets: {
+                let mut presets: Vec<(String, u64)> =
+                    catalog.presets().iter().map(|p| (p.name.to_string(), p.groups.bits())).collect();
+                presets.sort();
+                presets
+            },
+        }
+    }
+
+    /// Resolves `spec` as [`SpanGroupCatalog::resolve`] does, with the same
+    /// error text ("Unknown span group or preset ... (did you mean ...)").
+    pub fn resolve(&self, spec: &str) -> Result<GroupSet, String> {
+        let mut bits = 0u64;
+        for item in spec.split(',') {
+            let word = item.trim().to_lowercase();
+            if word.is_empty() {
+                continue;
+            }
+            if let Some((_, mask)) = self.presets.iter().find(|(name, _)| *name == word) {
+                bits |= mask;
+            } else if let Some((_, bit)) = self.groups.iter().find(|(name, _)| *name == word) {
+                bits |= 1u64 << (bit & 63);
+            } else {
+                let mut valid: Vec<&str> = self
+                    .groups
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .chain(self.presets.iter().map(|(n, _)| n.as_str()))
+                    .collect();
+                valid.sort_unstable();
+                valid.dedup();
+                let suggestion = crate::suggest::closest(&word, valid.iter().copied());
+                return Err(crate::groups::unknown_group_message(&word, &valid, suggestion));
+            }
+        }
+        Ok(GroupSet::from_bits(bits))
+    }
+
+    fn to_value(&self) -> Value {
+        let groups: Map<String, Value> = self.groups.iter().map(|(n, b)| (n.clone(), Value::from(*b))).collect();
+        let presets: Map<String, Value> = self.presets.iter().map(|(n, m)| (n.clone(), Value::from(*m))).collect();
+        serde_json::json!({ "name": self.name, "groups": groups, "presets": presets })
+    }
+
+    fn from_value(value: &Value) -> Option<CatalogData> {
+        let name = value.get("name")?.as_str()?.to_string();
+        let mut groups: Vec<(String, u8)> = value
+            .get("groups")?
+            .as_object()?
+            .iter()
+            .map(|(n, b)| Some((n.clone(), u8::try_from(b.as_u64()?).ok().filter(|b| *b < 64)?)))
+            .collect::<Option<_>>()?;
+        groups.sort_by_key(|(_, bit)| *bit);
+        let mut presets: Vec<(String, u64)> = value
+            .get("presets")?
+            .as_object()?
+            .iter()
+            .map(|(n, m)| Some((n.clone(), m.as_u64()?)))
+            .collect::<Option<_>>()?;
+        presets.sort();
+        Some(CatalogData { name, groups, presets })
+    }
+}
+
+/// What the job writes beside the control file (`<FILE>.status`, global
+/// rank 0): its catalog and launch groups at startup, its last iteration at
+/// each log interval, for `lens control`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControlStatus {
+    /// The job's span-group catalog.
+    pub catalog: CatalogData,
+    /// The launch span groups (names).
+    pub launch_groups: Vec<String>,
+    /// The job's variable prefix.
+    pub prefix: String,
+    /// The poll period, seconds.
+    pub poll_s: f64,
+    /// The last iteration that began (`None` before the first).
+    pub last_iteration: Option<u64>,
+    /// Seconds per iteration over the latest log interval (`None`: unknown).
+    pub iteration_time_s: Option<f64>,
+    /// The generation in force on rank 0.
+    pub generation: u64,
+    /// When this was written, seconds since the epoch.
+    pub written_unix_s: f64,
+}
+
+impl ControlStatus {
+    /// The status as JSON (one line).
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::json!({
+            "catalog": self.catalog.to_value(),
+            "launch_span_groups": self.launch_groups,
+            "prefix": self.prefix,
+            "poll_s": self.poll_s,
+            "last_iteration": self.last_iteration,
+            "iteration_time_s": self.iteration_time_s,
+            "generation": self.generation,
+            "written_unix_s": self.written_unix_s,
+        })
+        .to_string();
+        text.push('\n');
+        text
+    }
+
+    /// The status from its JSON (`None`: not a status file).
+    pub fn from_json(text: &str) -> Option<ControlStatus> {
+        let value: Value = serde_json::from_str(text).ok()?;
+        Some(ControlStatus {
+            catalog: CatalogData::from_value(value.get("catalog")?)?,
+            launch_groups: value
+                .get("launch_span_groups")?
+                .as_array()?
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<_>>()?,
+            prefix: value.get("prefix")?.as_str()?.to_string(),
+            poll_s: value.get("poll_s")?.as_f64()?,
+            last_iteration: value.get("last_iteration").and_then(Value::as_u64),
+            iteration_time_s: value.get("iteration_time_s").and_then(Value::as_f64),
+            generation: value.get("generation").and_then(Value::as_u64).unwrap_or(0),
+            written_unix_s: value.get("written_unix_s").and_then(Value::as_f64).unwrap_or(0.0),
+        })
+    }
+
+    /// The first iteration a change written now can safely start at: the
+    /// last iteration (extrapolated to now at the iteration time) plus a
+    /// margin of two polls' worth of iterations (at least one); `None`
+    /// when the last iteration is unknown.
+    pub fn safe_start(&self, now_unix_s: f64) -> Option<u64> {
+        let last = self.last_iteration?;
+        let per_iteration = self.iteration_time_s.filter(|t| *t > 0.0);
+        let elapsed = (now_unix_s - self.written_unix_s).max(0.0);
+        let (since, margin) = match per_iteration {
+            Some(t) => ((elapsed / t).ceil() as u64, ((2.0 * self.poll_s) / t).ceil() as u64),
+            None => (0, 0),
+        };
+        Some(last.saturating_add(since).saturating_add(margin.max(1)))
+    }
+}
+
+/// Writes `text` to `path` atomically: a temporary file beside it (mode
+/// 0600), then a rename over it, so that a reader sees the old version or
+/// the new one, never a part. No `fsync`: the job writes its status file
+/// with this on the training thread, and a control file lost in a crash
+/// of the writer's machine is simply written again.
+pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map_or_else(|| "control".into(), |n| n.to_string_lossy().into_owned());
+    let temporary = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let result = (|| {
+        let mut file = options.open(&temporary)?;
+        file.write_all(text.as_bytes())?;
+        drop(file);
+        std::fs::rename(&temporary, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result
+}
+
+/// The keys of a request for display (`lens control --show`): key → value.
+pub fn describe(request: &ControlRequest) -> BTreeMap<&'static str, String> {
+    let mut out = BTreeMap::new();
+    out.insert(keys::GENERATION, request.generation.to_string());
+    if let Some((spec, _)) = &request.span_groups {
+        out.insert(keys::SPAN_GROUPS, spec.clone());
+    }
+    out.insert(keys::FROM_ITERATION, request.from_iteration.to_string());
+    out.insert(
+        keys::UNTIL_ITERATION,
+        request.until_iteration.map_or_else(|| "(until the next change)".to_string(), |u| u.to_string()),
+    );
+    if let Some(ratio) = request.sampling_ratio {
+        out.insert(keys::SAMPLING_RATIO, ratio.to_string());
+    }
+    if let Some(on) = request.rank_metrics {
+        out.insert(keys::RANK_METRICS, if on { "on" } else { "off" }.to_string());
+    }
+    if let Some(timeout) = request.hang_timeout {
+        out.insert(keys::HANG_TIMEOUT_S, timeout.to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::LENS_CATALOG;
+
+    fn launch() -> Settings {
+        Settings {
+            groups: LENS_CATALOG.resolve("default").unwrap(),
+            sampling_ratio: None,
+            rank_metrics: true,
+            hang_timeout: HangTimeout::Auto,
+        }
+    }
+
+    fn parse(text: &str) -> Result<ControlRequest, ControlInputError> {
+        parse_request(text, &LENS_CATALOG, &launch(), "NEMO_LENS")
+    }
+
+    #[test]
+    fn bad_versions_name_the_key_and_the_value() {
+        let cases: [(&str, &str, &str); 12] = [
+            ("{not json", "(file)", "not JSON"),
+            ("[1]", "(file)", "a JSON object"),
+            (r#"{"generation": 2, "spam_groups": "x"}"#, "spam_groups", "did you mean 'span_groups'"),
+            (r#"{"generation": 2, "endpoint": "http://x"}"#, "endpoint", "never be changed"),
+            (r#"{"span_groups": "per_step"}"#, "generation", "needs a generation"),
+            (r#"{"generation": 0}"#, "generation", "1 or more"),
+            (r#"{"generation": 2, "span_groups": "per_stp"}"#, "span_groups", "did you mean 'per_step'"),
+            (r#"{"generation": 2, "span_groups": "step"}"#, "span_groups", "'job' group"),
+            (r#"{"generation": 2, "sampling_ratio": 1.5}"#, "sampling_ratio", "[0.0, 1.0]"),
+            (
+                r#"{"generation": 2, "from_iteration": 5, "iterations": 2, "until_iteration": 9}"#,
+                "until_iteration",
+                "not both",
+            ),
+            (r#"{"generation": 2, "iterations": 2}"#, "iterations", "needs 'from_iteration'"),
+            (r#"{"generation": 2, "hang_timeout_s": "soon"}"#, "hang_timeout_s", "auto, 0 (off)"),
+        ];
+        for (text, key, reason) in cases {
+            let error = parse(text).unwrap_err();
+            assert_eq!(error.key, key, "{text}: {error}");
+            assert!(error.to_string().contains(reason), "{text}: {error}");
+        }
+        let off = Settings { rank_metrics: false, ..launch() };
+        let error =
+            parse_request(r#"{"generation": 2, "rank_metrics": true}"#, &LENS_CATALOG, &off, "MYJOB").unwrap_err();
+        assert!(error.reason.contains("needs a launch with MYJOB_RANK_METRICS=1"), "{error}");
+    }
+
+    #[test]
+    fn a_request_round_trips_through_its_json() {
+        let text = r#"{"generation": 7, "span_groups": "per_step", "from_iteration": 40, "iterations": 10,
+            "sampling_ratio": 0.25, "rank_metrics": false, "hang_timeout_s": 90}"#;
+        let request = parse(text).unwrap();
+        assert_eq!(request.until_iteration, Some(49));
+        assert_eq!(parse(&request.to_json()).unwrap(), request);
+        assert_eq!(parse(&ControlRequest::reset(8).to_json()).unwrap(), ControlRequest::reset(8));
+    }
+
+    #[test]
+    fn a_late_reader_applies_at_its_next_iteration_and_ends_with_everyone() {
+        let request =
+            parse(r#"{"generation": 3, "span_groups": "per_step", "from_iteration": 10, "iterations": 10}"#).unwrap();
+        let mut schedule = ControlSchedule::new(launch());
+        for i in 0..13 {
+            assert!(schedule.at_iteration(i).is_none());
+        }
+        schedule.set_request(Some(request));
+        let start = schedule.at_iteration(13).unwrap();
+        assert_eq!((start.generation, start.late_by, start.window_end), (3, 3, false));
+        assert_eq!(schedule.next_due(13), 20);
+        for i in 14..20 {
+            assert!(schedule.at_iteration(i).is_none(), "{i}");
+        }
+        let end = schedule.at_iteration(20).unwrap();
+        assert!(end.window_end);
+        assert_eq!(end.after, launch());
+        assert_eq!(schedule.generation(), 3);
+        assert_eq!(schedule.next_due(20), u64::MAX);
+    }
+
+    #[test]
+    fn a_window_read_after_its_end_changes_only_the_generation() {
+        let request =
+            parse(r#"{"generation": 4, "span_groups": "per_step", "from_iteration": 1, "until_iteration": 2}"#)
+                .unwrap();
+        let mut schedule = ControlSchedule::new(launch());
+        schedule.set_request(Some(request));
+        let change = schedule.at_iteration(9).unwrap();
+        assert_eq!(change.after, launch());
+        assert_eq!(change.generation, 4);
+        assert!(schedule.at_iteration(10).is_none());
+    }
+
+    #[test]
+    fn a_missing_file_goes_back_to_the_launch_settings() {
+        let mut schedule = ControlSchedule::new(launch());
+        schedule.set_request(Some(parse(r#"{"generation": 1, "sampling_ratio": 0.5}"#).unwrap()));
+        assert_eq!(schedule.at_iteration(0).unwrap().after.sampling_ratio, Some(0.5));
+        schedule.set_request(None);
+        assert_eq!(schedule.next_due(0), 1);
+        assert_eq!(schedule.at_iteration(1).unwrap().after, launch());
+    }
+
+    #[test]
+    fn only_a_file_its_owner_alone_can_write_is_read() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("lens-core-control-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let set_mode =
+            |path: &Path, mode: u32| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        set_mode(&dir, 0o700);
+        let file = dir.join("control.json");
+        assert_eq!(check_file(&file, job_uid()).map(|m| m.is_some()), Ok(false), "missing: the launch configuration");
+        write_atomic(&file, "{}").unwrap();
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(matches!(check_file(&file, job_uid()), Ok(Some(_))));
+        assert_eq!(check_file(&file, job_uid().wrapping_add(1)).unwrap_err(), Refusal::NotOwner(job_uid()));
+        set_mode(&file, 0o666);
+        assert_eq!(check_file(&file, job_uid()).unwrap_err(), Refusal::WritableByOthers(0o666));
+        set_mode(&file, 0o600);
+        set_mode(&dir, 0o777);
+        assert!(matches!(check_file(&file, job_uid()), Err(Refusal::DirectoryWritableByOthers(_, 0o777))));
+        set_mode(&dir, 0o700);
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(check_file(&link, job_uid()).unwrap_err(), Refusal::Symlink);
+        assert!(read_capped(&link).is_err(), "never read through a link");
+        write_atomic(&file, &" ".repeat(MAX_CONTROL_BYTES as usize + 1)).unwrap();
+        assert_eq!(check_file(&file, job_uid()).unwrap_err(), Refusal::TooLong(MAX_CONTROL_BYTES + 1));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_status_round_trips_and_picks_a_start_two_polls_ahead() {
+        let status = ControlStatus {
+            catalog: CatalogData::of(&LENS_CATALOG),
+            launch_groups: vec!["job".into()],
+            prefix: "NEMO_LENS".into(),
+            poll_s: 1.0,
+            last_iteration: Some(100),
+            iteration_time_s: Some(0.25),
+            generation: 2,
+            written_unix_s: 1000.0,
+        };
+        assert_eq!(ControlStatus::from_json(&status.to_json()), Some(status.clone()));
+        // 2 polls of 1 s at 0.25 s per iteration: 8 iterations, plus 4 since the write.
+        assert_eq!(status.safe_start(1001.0), Some(112));
+        assert_eq!(ControlStatus { last_iteration: None, ..status.clone() }.safe_start(1001.0), None);
+        let catalog = CatalogData::of(&LENS_CATALOG);
+        assert_eq!(catalog.resolve("default, step"), Ok(LENS_CATALOG.resolve("default,step").unwrap()));
+        assert_eq!(catalog.resolve("per_stpe").unwrap_err(), LENS_CATALOG.resolve("per_stpe").unwrap_err().to_string());
+    }
+
+    proptest::proptest! {
+        /// Whenever a rank reads a window (before it, inside it or after
+        /// it), it has the window's settings at exactly the iterations from
+        /// the later of the start and its reading to the common end, and
+        /// the launch settings everywhere else.
+        #[test]
+        fn every_reader_ends_the_window_at_the_same_iteration(
+            from in 0u64..40,
+            length in 1u64..20,
+            seen in 0u64..70,
+        ) {
+            let until = from + length - 1;
+            let text = format!(
+                r#"{{"generation": 2, "span_groups": "per_step", "from_iteration": {from}, "until_iteration": {until}}}"#
+            );
+            let request = parse(&text).unwrap();
+            let mut schedule = ControlSchedule::new(launch());
+            for iteration in 0..80u64 {
+                if iteration == seen {
+                    schedule.set_request(Some(request.clone()));
+                }
+                let due = schedule.next_due(iteration.saturating_sub(1));
+                let change = schedule.at_iteration(iteration);
+                if change.is_some() && iteration > 0 && seen != iteration {
+                    proptest::prop_assert!(iteration >= due, "a change at {} before it was due at {}", iteration, due);
+                }
+                let inside = iteration >= from.max(seen) && iteration <= until;
+                let expected = if inside { request.settings_over(&launch()) } else { launch() };
+                proptest::prop_assert_eq!(*schedule.in_force(), expected, "iteration {}", iteration);
+                if let Some(change) = change.filter(|c| c.generation == 2 && !c.window_end && seen > from) {
+                    proptest::prop_assert_eq!(change.late_by, seen - from);
+                }
+            }
+        }
+    }
+}

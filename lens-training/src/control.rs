@@ -1,0 +1,444 @@
+//! The control file on one rank (SPEC A24): a lens thread that only reads,
+//! and the training thread that applies at the iteration hook.
+//!
+//! With `<PREFIX>_CONTROL_FILE` set, [`crate::Training::new`] starts a
+//! thread that looks at the file every `<PREFIX>_CONTROL_POLL_S`: one
+//! `stat` per poll, a read (at most 64 KiB, never through a symbolic link)
+//! only when the file changed. The thread checks what it read against the
+//! job's catalog and launch settings (lens-core's
+//! [`control`](lens_fallbacks::control)) and hands an accepted version to
+//! the training thread; it warns, once per distinct file version, about a
+//! file that does not parse, an unknown key, a bad value, a lower generation,
+//! or a file others could have written, and then nothing changes.
+//!
+//! The training thread asks its [`ControlSchedule`] at each
+//! [`Training::iteration`](crate::Training::iteration) (one comparison and
+//! one relaxed load when nothing is due) and applies a change there: the
+//! gate's mask (this is the gate's one writer besides setup and shutdown),
+//! the per-iteration sampling ratio, per-rank metrics paused or resumed, the
+//! hang watchdog's timeout. It adds a `lens.control.change` event to the
+//! current span (the training interval), records `dl.control.generation`,
+//! and writes one line on standard error, which says how late a rank that
+//! read the file late applied it.
+//!
+//! Global rank 0 also writes the status file beside the control file
+//! (`<FILE>.status`): the catalog at startup and the last iteration at each
+//! log interval, for `lens control`.
+
+use std::collections::HashSet;
+use std::hash::{Hash as _, Hasher as _};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lens_fallbacks::control::{
+    CatalogData, Change, ControlRequest, ControlSchedule, ControlSetup, ControlStatus, check_file, file_version,
+    job_uid, parse_request, read_capped, status_path, write_atomic,
+};
+use lens_fallbacks::{Gauge, KeyValue, Telemetry};
+
+use crate::names::{
+    CONTROL_CHANGE_EVENT, CONTROL_CHANGED_ATTRIBUTE, CONTROL_GENERATION, CONTROL_GENERATION_ATTRIBUTE,
+    CONTROL_ITERATION_ATTRIBUTE, CONTROL_LATE_ATTRIBUTE,
+};
+use crate::rank_metrics::{RankCoordinates, rank_attributes};
+
+/// "No iteration yet" in [`Shared::last_iteration`].
+const NO_ITERATION: u64 = u64::MAX;
+
+/// What the watcher thread and the training thread share.
+struct Shared {
+    /// The latest accepted version (`Some(None)`: the file is gone).
+    pending: Mutex<Option<Option<ControlRequest>>>,
+    has_pending: AtomicBool,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    last_iteration: AtomicU64,
+}
+
+/// The control of one rank: nothing without a control file.
+pub(crate) struct RankControl {
+    state: Option<Box<State>>,
+}
+
+struct State {
+    setup: ControlSetup,
+    rank: u32,
+    records_spans: bool,
+    telemetry: Weak<Telemetry>,
+    shared: Arc<Shared>,
+    next_due: AtomicU64,
+    hold_until: u64,
+    schedule: Mutex<ControlSchedule>,
+    gauge: Gauge<u64>,
+    gauge_attributes: Vec<KeyValue>,
+    status: Option<Mutex<StatusWriter>>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl RankControl {
+    /// No control file.
+    pub(crate) const fn none() -> RankControl {
+        RankControl { state: None }
+    }
+
+    /// The control of the rank at `coordinates` when `telemetry` has a
+    /// control file (and records); `hold_until`: a test hook, the first
+    /// iteration at which this rank takes what its thread read (0: at once).
+    pub(crate) fn start(telemetry: &Arc<Telemetry>, coordinates: RankCoordinates, hold_until: u64) -> RankControl {
+        let Some(setup) = telemetry.control().cloned() else { return RankControl::none() };
+        if !telemetry.is_enabled() {
+            return RankControl::none();
+        }
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(None),
+            has_pending: AtomicBool::new(false),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            last_iteration: AtomicU64::new(NO_ITERATION),
+        });
+        let gauge = telemetry
+            .meter()
+            .u64_gauge(CONTROL_GENERATION.name)
+            .with_description(CONTROL_GENERATION.description)
+            .build();
+        let gauge_attributes = rank_attributes(coordinates);
+        gauge.record(0, &gauge_attributes);
+        let status = (coordinates.rank == 0).then(|| Mutex::new(StatusWriter::new(&setup)));
+        let mut watcher = Watcher::new(&setup, coordinates.rank, Arc::clone(&shared));
+        // The first look happens here, so that a window still ahead of a
+        // resumed attempt is known before its first iteration.
+        watcher.poll();
+        let poll = setup.poll;
+        let thread = std::thread::Builder::new()
+            .name("lens-control".to_string())
+            .spawn(move || watcher.run(poll))
+            .map_err(|error| warn(&format!("control: could not start the control thread: {error}")))
+            .ok();
+        let state = State {
+            schedule: Mutex::new(ControlSchedule::new(setup.launch)),
+            setup,
+            rank: coordinates.rank,
+            records_spans: telemetry.records_spans(),
+            telemetry: Arc::downgrade(telemetry),
+            shared,
+            next_due: AtomicU64::new(0),
+            hold_until,
+            gauge,
+            gauge_attributes,
+            status,
+            watcher: Mutex::new(thread),
+        };
+        if let Some(status) = &state.status {
+            status.lock().unwrap_or_else(PoisonError::into_inner).write(None, 0);
+        }
+        RankControl { state: Some(Box::new(state)) }
+    }
+
+    /// The iteration hook: what changes at the boundary of `iteration` (the
+    /// counter [`crate::Training::iteration`] gets), already applied to the
+    /// gate, the sampler, the gauge and the interval's span; the caller
+    /// applies per-rank metrics and the watchdog. One relaxed load and a
+    /// comparison when nothing is due.
+    #[inline]
+    pub(crate) fn before_iteration(&self, iteration: u64) -> Option<Change> {
+        let state = self.state.as_deref()?;
+        state.shared.last_iteration.store(iteration, Ordering::Relaxed);
+        if iteration < state.next_due.load(Ordering::Relaxed) && !state.shared.has_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        state.due(iteration)
+    }
+
+    /// A log interval: global rank 0 writes the status file.
+    pub(crate) fn log_interval(&self) {
+        let Some(state) = self.state.as_deref() else { return };
+        if let Some(status) = &state.status {
+            let last = state.shared.last_iteration.load(Ordering::Relaxed);
+            let generation = state.schedule.lock().unwrap_or_else(PoisonError::into_inner).generation();
+            status
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .write((last != NO_ITERATION).then_some(last), generation);
+        }
+    }
+
+    /// Stops the thread (idempotent).
+    pub(crate) fn stop(&self) {
+        let Some(state) = self.state.as_deref() else { return };
+        *state.shared.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        state.shared.wake.notify_all();
+        if let Some(thread) = state.watcher.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for RankControl {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl State {
+    #[cold]
+    fn due(&self, iteration: u64) -> Option<Change> {
+        let mut schedule = self.schedule.lock().unwrap_or_else(PoisonError::into_inner);
+        if iteration >= self.hold_until && self.shared.has_pending.swap(false, Ordering::AcqRel) {
+            let taken = self.shared.pending.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(request) = taken {
+                schedule.set_request(request);
+            }
+        }
+        let change = schedule.at_iteration(iteration);
+        self.next_due.store(schedule.next_due(iteration), Ordering::Relaxed);
+        drop(schedule);
+        let change = change?;
+        self.apply(&change);
+        Some(change)
+    }
+
+    fn apply(&self, change: &Change) {
+        if change.before.groups != change.after.groups && self.records_spans {
+            lens_fallbacks::groups::set_enabled_span_groups(change.after.groups);
+        }
+        if change.before.sampling_ratio != change.after.sampling_ratio
+            && let Some(telemetry) = self.telemetry.upgrade()
+        {
+            telemetry.set_sampling_ratio(change.after.sampling_ratio);
+        }
+        self.gauge.record(change.generation, &self.gauge_attributes);
+        let changed = change.before.changes_to(&change.after, self.setup.catalog);
+        let changed_text = if changed.is_empty() { "nothing".to_string() } else { changed.join(" ") };
+        lens_fallbacks::span::add_event_to_current(
+            CONTROL_CHANGE_EVENT,
+            [
+                KeyValue::new(CONTROL_GENERATION_ATTRIBUTE, i64::try_from(change.generation).unwrap_or(i64::MAX)),
+                KeyValue::new(CONTROL_CHANGED_ATTRIBUTE, changed_text.clone()),
+                KeyValue::new(CONTROL_ITERATION_ATTRIBUTE, i64::try_from(change.iteration).unwrap_or(i64::MAX)),
+                KeyValue::new(CONTROL_LATE_ATTRIBUTE, i64::try_from(change.late_by).unwrap_or(i64::MAX)),
+            ],
+        );
+        let what = if change.window_end { "ends the window of" } else { "applies" };
+        let late = if change.late_by > 0 {
+            format!(
+                ", {} iteration(s) late (the window starts at iteration {}; this rank read the file late)",
+                change.late_by,
+                change.iteration - change.late_by
+            )
+        } else {
+            String::new()
+        };
+        note(&format!(
+            "control: rank {} {what} generation {} at iteration {}{late}: {changed_text}",
+            self.rank, change.generation, change.iteration
+        ));
+    }
+}
+
+/// The watcher thread's state: what it saw and what it warned about.
+struct Watcher {
+    path: PathBuf,
+    setup: ControlSetup,
+    rank: u32,
+    uid: u32,
+    shared: Arc<Shared>,
+    last_version: Option<[u64; 6]>,
+    present: bool,
+    highest: u64,
+    warned: HashSet<u64>,
+}
+
+impl Watcher {
+    fn new(setup: &ControlSetup, rank: u32, shared: Arc<Shared>) -> Watcher {
+        Watcher {
+            path: setup.file.clone(),
+            setup: setup.clone(),
+            rank,
+            uid: job_uid(),
+            shared,
+            last_version: None,
+            present: false,
+            highest: 0,
+            warned: HashSet::new(),
+        }
+    }
+
+    fn run(mut self, poll: Duration) {
+        loop {
+            {
+                let stop = self.shared.stop.lock().unwrap_or_else(PoisonError::into_inner);
+                let (stop, _) = self
+                    .shared
+                    .wake
+                    .wait_timeout_while(stop, poll, |stop| !*stop)
+                    .unwrap_or_else(PoisonError::into_inner);
+                if *stop {
+                    return;
+                }
+            }
+            self.poll();
+        }
+    }
+
+    /// One look: a `stat`, and a read when the file changed.
+    fn poll(&mut self) {
+        // One `stat` when nothing changed; the full check (the directory
+        // too) and the read only for a new version.
+        if let Ok(meta) = std::fs::symlink_metadata(&self.path)
+            && self.last_version == Some(file_version(&meta))
+        {
+            return;
+        }
+        match check_file(&self.path, self.uid) {
+            Err(refusal) => {
+                let version = std::fs::symlink_metadata(&self.path).ok().map(|m| file_version(&m));
+                self.last_version = None;
+                self.warn_once(
+                    &(refusal.to_string(), version),
+                    &format!(
+                        "control file {}: refused, {refusal}; nothing changes (only the job's user may write the file \
+                         that changes what a job sends)",
+                        self.path.display()
+                    ),
+                );
+            }
+            Ok(None) => {
+                self.last_version = None;
+                if std::mem::replace(&mut self.present, false) {
+                    note(&format!(
+                        "control: rank {}: control file {} is gone: back to the launch configuration",
+                        self.rank,
+                        self.path.display()
+                    ));
+                    self.hand(None);
+                }
+            }
+            Ok(Some(meta)) => {
+                self.present = true;
+                let version = file_version(&meta);
+                if self.last_version == Some(version) {
+                    return;
+                }
+                self.last_version = Some(version);
+                let text = match read_capped(&self.path) {
+                    Ok(text) => text,
+                    Err(error) => {
+                        self.warn_once(
+                            &(error.clone(), version),
+                            &format!("control file {}: {error}; nothing changes", self.path.display()),
+                        );
+                        return;
+                    }
+                };
+                match parse_request(&text, self.setup.catalog, &self.setup.launch, &self.setup.prefix) {
+                    Err(error) => {
+                        self.warn_once(
+                            &text,
+                            &format!("control file {}: {error}; nothing changes", self.path.display()),
+                        );
+                    }
+                    Ok(request) if request.generation < self.highest => {
+                        self.warn_once(
+                            &text,
+                            &format!(
+                                "control file {}: key 'generation' = {}: lower than generation {} in force; nothing \
+                                 changes (each change needs a higher generation: lens control writes the next one)",
+                                self.path.display(),
+                                request.generation,
+                                self.highest
+                            ),
+                        );
+                    }
+                    Ok(request) if request.generation == self.highest => {}
+                    Ok(request) => {
+                        self.highest = request.generation;
+                        self.hand(Some(request));
+                    }
+                }
+            }
+        }
+    }
+
+    fn hand(&self, request: Option<ControlRequest>) {
+        *self.shared.pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(request);
+        self.shared.has_pending.store(true, Ordering::Release);
+    }
+
+    fn warn_once(&mut self, version: &impl std::hash::Hash, message: &str) {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        version.hash(&mut hasher);
+        message.hash(&mut hasher);
+        if self.warned.insert(hasher.finish()) {
+            warn(&format!("rank {}: {message}", self.rank));
+        }
+    }
+}
+
+/// Global rank 0's status file.
+struct StatusWriter {
+    path: PathBuf,
+    catalog: CatalogData,
+    launch_groups: Vec<String>,
+    prefix: String,
+    poll_s: f64,
+    last_log: Option<(Instant, u64)>,
+    iteration_time_s: Option<f64>,
+    warned: bool,
+}
+
+impl StatusWriter {
+    fn new(setup: &ControlSetup) -> StatusWriter {
+        StatusWriter {
+            path: status_path(&setup.file),
+            catalog: CatalogData::of(setup.catalog),
+            launch_groups: setup.catalog.names(setup.launch.groups).into_iter().map(str::to_string).collect(),
+            prefix: setup.prefix.clone(),
+            poll_s: setup.poll.as_secs_f64(),
+            last_log: None,
+            iteration_time_s: None,
+            warned: false,
+        }
+    }
+
+    fn write(&mut self, last_iteration: Option<u64>, generation: u64) {
+        if let Some(last) = last_iteration {
+            let now = Instant::now();
+            if let Some((at, iteration)) = self.last_log
+                && last > iteration
+            {
+                self.iteration_time_s = Some(now.duration_since(at).as_secs_f64() / (last - iteration) as f64);
+            }
+            self.last_log = Some((now, last));
+        }
+        let status = ControlStatus {
+            catalog: self.catalog.clone(),
+            launch_groups: self.launch_groups.clone(),
+            prefix: self.prefix.clone(),
+            poll_s: self.poll_s,
+            last_iteration,
+            iteration_time_s: self.iteration_time_s,
+            generation,
+            written_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+        };
+        if let Err(error) = write_atomic(&self.path, &status.to_json())
+            && !std::mem::replace(&mut self.warned, true)
+        {
+            warn(&format!("control: could not write the status file {} (warned once): {error}", self.path.display()));
+        }
+    }
+}
+
+/// One warning line on standard error, in one write.
+fn warn(message: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_all(format!("lens: warning: {message}\n").as_bytes());
+}
+
+/// One information line on standard error, in one write.
+fn note(message: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_all(format!("lens: {message}\n").as_bytes());
+}
