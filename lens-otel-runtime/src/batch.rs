@@ -59,6 +59,7 @@ use super::exporters::OtlpSpanExporter;
 use crate::diag::{RateLimit, warn};
 use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
 pub use crate::report::SpanExportSnapshot;
+use crate::span_record::SpanRecord;
 
 /// The first wait before retrying a failed export.
 pub const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -109,6 +110,7 @@ impl Item for SpanData {
     }
 }
 impl Item for LogItem {}
+impl Item for SpanRecord {}
 
 /// How the batch span processor queues, batches, exports and retries.
 ///
@@ -475,10 +477,17 @@ struct Inner<T> {
     last_error: Mutex<Option<String>>,
     warnings: RateLimit,
     export_threads: AtomicU64,
+    /// Called by the worker at a scheduled wake, a flush and shutdown,
+    /// before it takes the queue: the span recorder's collection of its
+    /// threads' buffers (none otherwise).
+    collector: Mutex<Option<Collector>>,
     /// The rank's spool: told which spans have left (exported, or dropped
     /// for good), so that it stops keeping them.
     spool: std::sync::OnceLock<Arc<crate::spool::SpoolTable>>,
 }
+
+/// What the worker calls at each wake ([`Inner::collector`]).
+type Collector = Arc<dyn Fn() + Send + Sync>;
 
 impl<T: Item> Inner<T> {
     fn exporter(&self) -> Arc<dyn BatchExporter<T>> {
@@ -523,6 +532,29 @@ impl<T: Item> Inner<T> {
             self.queue_changed.notify_one();
         }
         true
+    }
+
+    /// Offers every item of `items` under one lock (each admitted or
+    /// dropped and counted as [`Inner::push`] does); leaves `items` empty.
+    fn push_all(&self, items: &mut Vec<T>) -> usize {
+        let mut queue = lock(&self.queue);
+        let closed = self.closed.load(Ordering::Acquire);
+        let held = self.held_by_worker.load(Ordering::Acquire);
+        let mut accepted = 0;
+        for item in items.drain(..) {
+            let admission = admit(closed, queue.len() + held, self.config.max_queue_size);
+            self.counters.record(ExportEvent::Offered(admission));
+            if admission == Admission::Accepted {
+                queue.push_back(item);
+                accepted += 1;
+            }
+        }
+        let full_batch = queue.len() >= self.config.max_export_batch_size;
+        drop(queue);
+        if full_batch {
+            self.queue_changed.notify_one();
+        }
+        accepted
     }
 
     fn resolve(&self, start: u64, len: usize, outcome: Outcome) {
@@ -716,6 +748,67 @@ impl LensBatchSpanProcessor {
     }
 }
 
+/// The batch processor of the span recorder's records
+/// ([`crate::recorder`]): the same queue bound, batching, concurrent
+/// exports, retries and counters as [`LensBatchSpanProcessor`], fed a
+/// thread's buffer at a time. Clones are handles to the same processor.
+#[derive(Clone)]
+pub struct LensBatchRecordProcessor {
+    owner: Arc<Owner<SpanRecord>>,
+}
+
+impl fmt::Debug for LensBatchRecordProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensBatchRecordProcessor")
+            .field("config", &self.owner.inner.config)
+            .field("counters", &self.owner.inner.counters.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LensBatchRecordProcessor {
+    /// A processor exporting through `exporter`, with `config`.
+    pub fn new(exporter: Arc<dyn BatchExporter<SpanRecord>>, config: BatchConfig) -> LensBatchRecordProcessor {
+        LensBatchRecordProcessor { owner: Owner::start(exporter, config, &SPANS) }
+    }
+
+    /// The export counters (shared, live).
+    pub fn counters(&self) -> Arc<SpanExportCounters> {
+        Arc::clone(&self.owner.inner.counters)
+    }
+
+    /// Queues every record of `records` under one lock: those the queue
+    /// cannot take are dropped and counted (`dropped_queue_full`), and after
+    /// shutdown refused and counted. Leaves `records` empty; returns how
+    /// many were queued.
+    pub fn push_all(&self, records: &mut Vec<SpanRecord>) -> usize {
+        self.owner.inner.push_all(records)
+    }
+
+    /// What the worker calls at a scheduled wake, a flush and shutdown,
+    /// before it takes the queue (the recorder's collection of its threads'
+    /// buffers).
+    pub fn set_collector(&self, collect: Box<dyn Fn() + Send + Sync>) {
+        *lock(&self.owner.inner.collector) = Some(Arc::from(collect));
+    }
+
+    /// Waits until everything queued before the call is exported or
+    /// dropped, at most `timeout`.
+    pub fn force_flush_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.force_flush(timeout)
+    }
+
+    /// Exports what it can within `timeout` and stops.
+    pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.owner.shutdown(timeout)
+    }
+
+    /// Sets the resource of everything it exports.
+    pub fn set_resource(&self, resource: &Resource) {
+        self.owner.set_resource(resource);
+    }
+}
+
 impl<T: Item> Owner<T> {
     /// Starts the worker. If its thread cannot be started, the processor is
     /// inert: a warning is printed and every item is rejected.
@@ -736,6 +829,7 @@ impl<T: Item> Owner<T> {
             last_error: Mutex::new(None),
             warnings: RateLimit::new(WARNING_PERIOD),
             export_threads: AtomicU64::new(0),
+            collector: Mutex::new(None),
             spool: std::sync::OnceLock::new(),
         });
         let for_worker = Arc::clone(&inner);
@@ -965,18 +1059,27 @@ fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
         let closing = {
             let mut queue = lock(&inner.queue);
             let wake_at = Instant::now() + inner.config.scheduled_delay;
-            loop {
-                if inner.closed.load(Ordering::Acquire)
-                    || inner.flush_requested.load(Ordering::Acquire)
-                    || queue.len() >= inner.config.max_export_batch_size
-                {
-                    break;
+            // Whether to collect the recorder's thread buffers first: at a
+            // scheduled wake, a flush and shutdown (not for a full batch).
+            let collect = loop {
+                if inner.closed.load(Ordering::Acquire) || inner.flush_requested.load(Ordering::Acquire) {
+                    break true;
+                }
+                if queue.len() >= inner.config.max_export_batch_size {
+                    break false;
                 }
                 let now = Instant::now();
                 if now >= wake_at {
-                    break;
+                    break true;
                 }
                 queue = wait_timeout(&inner.queue_changed, queue, wake_at - now);
+            };
+            // The collector queues what it collects: it takes the queue's lock.
+            let collector = if collect { lock(&inner.collector).clone() } else { None };
+            if let Some(collector) = collector {
+                drop(queue);
+                collector();
+                queue = lock(&inner.queue);
             }
             inner.flush_requested.store(false, Ordering::Release);
             // Swapping keeps the lock short and leaves capacity behind.

@@ -21,6 +21,9 @@
 //!   admission and retry decisions), pure data and functions.
 //! - [`accounting`]: the counting (and resending) metric exporter.
 //! - [`closer`]: ends spans still open at shutdown, marked truncated.
+//! - [`recorder`]: spans recorded as plain data into bounded per-thread
+//!   buffers, built into the OTLP request on the export thread (SPEC A25);
+//!   [`span_record`]: the record and the direct OTLP encoder.
 //! - `executor`: the small thread-parking executor that runs exports
 //!   (`block_on`, `block_on_until`, re-exported from [`exporters`]).
 //! - [`ids`]: trace and span ids independent of any seeding the job does.
@@ -49,7 +52,9 @@ pub mod ledger;
 pub mod logs;
 pub mod pipeline;
 pub mod propagators;
+pub mod recorder;
 pub mod sampler;
+pub mod span_record;
 pub mod spool;
 pub mod transports;
 

@@ -30,7 +30,16 @@
 //!   per generated token decides ([`serve`]);
 //! - export throughput to a receiver in another process: lens's pipeline
 //!   against the raw SDK's batch processor with the same exporter,
-//!   alternating in rounds, as a ratio of drop-free rates ([`throughput`]).
+//!   alternating in rounds, as a ratio of drop-free rates ([`throughput`]);
+//! - fastrace side by side (the bench-only crate `benches/fastrace-compare`):
+//!   a lens span against fastrace's `LocalSpan` under a root, in one
+//!   criterion run and by the calling thread's instructions
+//!   (`examples/fastrace-calls.rs`), which decide when wall time is noisy;
+//! - the whole sending process's CPU per span through OTLP encoding to a
+//!   discarding receiver, lens (`setup_telemetry`, `managed_span`) against
+//!   the raw SDK, alternating runs; instructions of every thread under
+//!   callgrind decide when the rounds spread wider than the margin
+//!   ([`throughput::cpu_rows`]).
 //!
 //! The table goes to standard output and `target/bench-report.md`, and with
 //! `--update-docs` between the markers of `docs/performance.md`. The task
@@ -59,7 +68,9 @@ const USAGE: &str = "\
 usage: cargo xtask bench [--rounds N] [--only PART,...] [--update-docs]
 
 parts: disabled (gate, disabled managed_span with 0 and 5 attributes, otel-off facade), spans
-(enabled managed_span), metrics, tracing (the lens-tracing bridge against tracing-opentelemetry), sim, serve, export. Default: all, 3 rounds.";
+(enabled managed_span), metrics, tracing (the lens-tracing bridge against tracing-opentelemetry), sim, serve, export,
+fastrace (a lens span against fastrace's LocalSpan), otlp-cpu (the sending process's CPU per span, lens against the
+raw SDK, through OTLP to a discarding receiver). Default: all, 3 rounds.";
 
 /// Where the report goes (besides standard output).
 const REPORT: &str = "target/bench-report.md";
@@ -80,7 +91,7 @@ struct Options {
     update_docs: bool,
 }
 
-const PARTS: &[&str] = &["disabled", "spans", "metrics", "tracing", "sim", "serve", "export"];
+const PARTS: &[&str] = &["disabled", "spans", "metrics", "tracing", "sim", "serve", "export", "fastrace", "otlp-cpu"];
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut options = Options { rounds: 3, parts: PARTS.iter().map(ToString::to_string).collect(), update_docs: false };
@@ -131,6 +142,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             "span" => wants("disabled") || wants("spans"),
             "facade-noop" | "facade-otel" => wants("disabled"),
             "tracing" => wants("tracing"),
+            "fastrace" => wants("fastrace"),
             _ => wants("metrics"),
         })
         .collect();
@@ -176,6 +188,35 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             rows.push(row);
             rows.push(tracing_disabled_row(&budgets, &medians)?);
         }
+        if wants("fastrace") {
+            for (scenario, lens, fastrace, lens_mode, fastrace_mode) in [
+                ("lens_span_vs_fastrace", "lens_span", "fastrace_local_span", "lens", "fastrace"),
+                (
+                    "lens_span_vs_fastrace_5_attrs",
+                    "lens_span_5_attrs",
+                    "fastrace_local_span_5_props",
+                    "lens_5_attrs",
+                    "fastrace_5_props",
+                ),
+            ] {
+                let pair = Pair {
+                    a: ("fastrace", lens),
+                    b: ("fastrace", fastrace),
+                    counted: Some((&FASTRACE_CALLS, lens_mode, fastrace_mode)),
+                };
+                let mut row = ratio_row(&budgets, &medians, scenario, &pair, &mut counter, "")?;
+                // The instruction ratio is always stated: it is the repeatable one.
+                if callgrind::available() && !row.measured.contains("instructions on the calling thread") {
+                    let (a, b) = (
+                        counter.per_call(&FASTRACE_CALLS, lens_mode)?,
+                        counter.per_call(&FASTRACE_CALLS, fastrace_mode)?,
+                    );
+                    let _ =
+                        write!(row.measured, "; {:.3}× instructions on the calling thread ({a:.0} vs {b:.0})", a / b);
+                }
+                rows.push(row);
+            }
+        }
     }
     if wants("sim") {
         rows.extend(sim_rows(&budgets, options.rounds.max(3) + 2)?);
@@ -185,6 +226,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     if wants("export") {
         rows.extend(throughput::rows(&budgets, &machine, options.rounds)?);
+    }
+    if wants("otlp-cpu") {
+        rows.extend(throughput::cpu_rows(&budgets, options.rounds.max(3))?);
     }
 
     let table = render(&rows, &machine);
@@ -242,6 +286,10 @@ const METRIC_CALLS: Counted = Counted { package: "megatron-telemetry", example: 
 /// `lens-tracing/examples/tracing-calls.rs`: one `tracing` span through the
 /// bridge, `tracing-opentelemetry`, the registry alone, and the SDK alone.
 const TRACING_CALLS: Counted = Counted { package: "lens-tracing", example: "tracing-calls" };
+
+/// `benches/fastrace-compare/examples/fastrace-calls.rs`: a lens span (set up
+/// as a job sets it up) and fastrace's `LocalSpan` under a root.
+const FASTRACE_CALLS: Counted = Counted { package: "fastrace-compare", example: "fastrace-calls" };
 
 /// The calling thread's instructions per call of the counted programs'
 /// modes, each program built and each mode counted on first need.
@@ -355,7 +403,9 @@ const DISABLED_CALLS: [(&str, &[&str]); 2] = [
 /// does not run in CI).
 pub(crate) fn target_builds() -> Vec<Vec<&'static str>> {
     let suites = criterion::SUITES.iter().map(|suite| suite.cargo_args.to_vec());
-    let counted = [&SPAN_CALLS, &METRIC_CALLS, &TRACING_CALLS].into_iter().map(|counted| counted.build_args().to_vec());
+    let counted = [&SPAN_CALLS, &METRIC_CALLS, &TRACING_CALLS, &FASTRACE_CALLS]
+        .into_iter()
+        .map(|counted| counted.build_args().to_vec());
     let disabled = DISABLED_CALLS.iter().map(|(_, args)| args.to_vec());
     let throughput = [throughput::SINK_BUILD.to_vec(), throughput::LOAD_BUILD.to_vec()];
     suites.chain(counted).chain(disabled).chain(throughput).collect()

@@ -704,11 +704,25 @@ impl SpanSender {
     fn encode(&self, batch: Vec<SpanData>) -> Result<Bytes, OTelSdkError> {
         use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
         use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+
+        self.encode_with(|resource| ExportTraceServiceRequest {
+            resource_spans: group_spans_by_resource_and_scope(batch, resource),
+        })
+    }
+
+    /// Encodes the request `build` makes for this exporter's resource, the
+    /// way [`SpanSender::encode`] encodes the SDK's spans (protobuf or
+    /// JSON, gzip when configured): the span recorder's direct path.
+    fn encode_with(
+        &self,
+        build: impl FnOnce(
+            &opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema,
+        ) -> opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+    ) -> Result<Bytes, OTelSdkError> {
         use prost::Message as _;
 
         let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
-        let request =
-            ExportTraceServiceRequest { resource_spans: group_spans_by_resource_and_scope(batch, &self.resource) };
+        let request = build(&self.resource);
         let body = match self.transport.http_json() {
             Some(true) => serde_json::to_vec(&request).map_err(|error| failure(error.to_string()))?,
             _ => request.encode_to_vec(),
@@ -771,6 +785,17 @@ impl OtlpSpanExporter {
     /// instead of keeping a copy of the spans for retries).
     pub(crate) fn encode(&self, batch: Vec<SpanData>) -> Result<Bytes, OTelSdkError> {
         self.sender.encode(batch)
+    }
+
+    /// Encodes the request `build` makes for this exporter's resource (the
+    /// span recorder's records, built without `SpanData`).
+    pub(crate) fn encode_with(
+        &self,
+        build: impl FnOnce(
+            &opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema,
+        ) -> opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+    ) -> Result<Bytes, OTelSdkError> {
+        self.sender.encode_with(build)
     }
 
     /// Sends a batch encoded by [`OtlpSpanExporter::encode`] (a cheap clone

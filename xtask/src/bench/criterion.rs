@@ -72,6 +72,12 @@ pub(crate) const SUITES: &[Suite] = &[
         ],
     },
     Suite {
+        name: "fastrace",
+        cargo_args: &["-p", "fastrace-compare", "--features", "testing", "--bench", "compare"],
+        group: "fastrace",
+        ids: &["lens_span", "fastrace_local_span", "lens_span_5_attrs", "fastrace_local_span_5_props"],
+    },
+    Suite {
         name: "training_metrics",
         cargo_args: &["-p", "megatron-telemetry", "--features", "testing", "--bench", "training_metrics"],
         group: "training_metrics",

@@ -44,7 +44,7 @@ use anyhow::{Context, Result, bail};
 
 use super::budgets::Budgets;
 use super::callgrind;
-use super::report::{Machine, Row, Verdict, band, median};
+use super::report::{Machine, Row, Verdict, band, median, wider_than};
 use crate::{cargo, run_cmd, say, workspace_root};
 
 /// Offered rates, spans per second.
@@ -154,16 +154,25 @@ fn build() -> Result<(PathBuf, PathBuf)> {
     Ok((dir.join("otlp-sink"), dir.join("otlp-load")))
 }
 
-fn step(load: &Path, sink: &mut Sink, pipeline: &str, protocol: &str, attrs: usize, rate: u64) -> Result<Step> {
-    let before = sink.received()?;
+/// Runs `otlp-load <pipeline> <sink> <protocol> <attrs> <load...>` and
+/// returns its JSON line.
+fn run_load(
+    load: &Path,
+    sink: &Sink,
+    pipeline: &str,
+    protocol: &str,
+    attrs: usize,
+    tail: [String; 2],
+) -> Result<serde_json::Value> {
+    let [first, second] = tail;
     let out = Command::new(load)
         .args([
             pipeline.to_string(),
             format!("http://127.0.0.1:{}", sink.port),
             protocol.to_string(),
             attrs.to_string(),
-            rate.to_string(),
-            SECONDS.to_string(),
+            first,
+            second,
         ])
         .env_remove("OTEL_EXPORTER_OTLP_HEADERS")
         .output()
@@ -171,7 +180,12 @@ fn step(load: &Path, sink: &mut Sink, pipeline: &str, protocol: &str, attrs: usi
     if !out.status.success() {
         bail!("otlp-load failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     }
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).context("otlp-load printed no JSON line")?;
+    serde_json::from_slice(&out.stdout).context("otlp-load printed no JSON line")
+}
+
+fn step(load: &Path, sink: &mut Sink, pipeline: &str, protocol: &str, attrs: usize, rate: u64) -> Result<Step> {
+    let before = sink.received()?;
+    let json = run_load(load, sink, pipeline, protocol, attrs, [rate.to_string(), SECONDS.to_string()])?;
     let field = |name: &str| json[name].as_u64().with_context(|| format!("no `{name}` from otlp-load"));
     let offered = field("offered")?;
     let produce_s = json["produce_s"].as_f64().context("no `produce_s` from otlp-load")?;
@@ -398,6 +412,99 @@ pub(crate) fn rows(budgets: &Budgets, machine: &Machine, rounds: usize) -> Resul
             budget: format!("≥ {min_ratio}× the raw SDK's drop-free rate, 0 dropped"),
             verdict,
             python: if *attrs == 0 && *protocol != "grpc" { "≈ 70,000 spans/s" } else { "" },
+        });
+    }
+    Ok(rows)
+}
+
+/// The whole-process CPU scenarios: (budget section, attributes per span).
+const CPU_SCENARIOS: &[(&str, usize)] = &[("otlp_cpu_per_span", 0), ("otlp_cpu_per_span_5_attrs", 5)];
+/// The protocol of the CPU scenarios (encoded, sent and decoded by the sink).
+const CPU_PROTOCOL: &str = "http/protobuf";
+/// Spans per native CPU run (the second run ends twice as many); below the
+/// queue's bound, so that neither pipeline drops. The process's CPU comes
+/// from `/proc` in clock ticks (10 ms), so a round's figure is coarse: a
+/// band wider than the margin is usual, and the instructions decide.
+const CPU_SPANS: u64 = 30_000;
+/// The CPU sides: lens as a job records (`setup_telemetry`, `managed_span`)
+/// and the raw SDK (its tracer and `BatchSpanProcessor`).
+const CPU_PIPELINES: [&str; 2] = ["lens", "raw"];
+
+/// The whole process's CPU seconds of `otlp-load <pipeline> ... count <spans>`
+/// (every thread, until shutdown returned: everything encoded and sent);
+/// fails when a span was dropped or an export failed.
+fn count_cpu(load: &Path, sink: &mut Sink, pipeline: &str, attrs: usize, spans: u64) -> Result<f64> {
+    let before = sink.received()?;
+    let json = run_load(load, sink, pipeline, CPU_PROTOCOL, attrs, ["count".to_string(), spans.to_string()])?;
+    let (dropped, errors) = (json["dropped"].as_u64(), json["export_errors"].as_u64());
+    let received = sink.received()? - before;
+    if dropped != Some(0) || errors != Some(0) || received != spans {
+        bail!(
+            "otlp-load {pipeline} ({attrs} attributes, {spans} spans): dropped {dropped:?}, export errors {errors:?}, \
+             received {received}: a CPU figure with losses measures something else"
+        );
+    }
+    json["cpu_s"].as_f64().context("no `cpu_s` from otlp-load")
+}
+
+/// The whole sending process's CPU per span through OTLP encoding and
+/// sending to a discarding receiver (the sink decodes and counts), lens
+/// against the raw SDK: per round, each side's CPU for `2N` spans minus `N`
+/// spans over `N` (start-up and shutdown cancel), alternating sides. The
+/// verdict is the median of the per-round ratios against `max_ratio`; when
+/// the rounds spread wider than the margin, the instructions of every thread
+/// under callgrind decide (lens's over raw's, same budget).
+pub(crate) fn cpu_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
+    let (sink_program, load) = build()?;
+    let mut rows = Vec::new();
+    let mut sink = Sink::start(&sink_program, "http")?;
+    for (scenario, attrs) in CPU_SCENARIOS {
+        let max = budgets.get(scenario, "max_ratio")?;
+        let mut per_span: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for side in order {
+                let once = count_cpu(&load, &mut sink, CPU_PIPELINES[side], *attrs, CPU_SPANS)?;
+                let twice = count_cpu(&load, &mut sink, CPU_PIPELINES[side], *attrs, 2 * CPU_SPANS)?;
+                per_span[side].push((twice - once) / CPU_SPANS as f64 * 1e9);
+            }
+            say(&format!(
+                "xtask bench: {scenario} round {}: lens {:.0} ns vs raw {:.0} ns of process CPU per span",
+                round + 1,
+                per_span[0][round],
+                per_span[1][round]
+            ));
+        }
+        let ratios: Vec<f64> = per_span[0].iter().zip(&per_span[1]).map(|(lens, raw)| lens / raw).collect();
+        let ratio = median(&ratios);
+        let (lo, hi) = band(&ratios);
+        let mut measured = format!(
+            "{ratio:.3}× the raw SDK's process CPU per span ({:.0} vs {:.0} ns, {CPU_PROTOCOL}, {attrs} attributes; \
+             band {lo:.3}–{hi:.3})",
+            median(&per_span[0]),
+            median(&per_span[1])
+        );
+        let verdict = if !wider_than(lo, hi, (max - 1.0).abs()) {
+            if ratio <= max { Verdict::Pass } else { Verdict::Fail }
+        } else if callgrind::available() {
+            let (lens_main, lens_all) = instructions(&load, &sink, CPU_PIPELINES[0], CPU_PROTOCOL, *attrs)?;
+            let (raw_main, raw_all) = instructions(&load, &sink, CPU_PIPELINES[1], CPU_PROTOCOL, *attrs)?;
+            measured.push_str(&format!(
+                "; band wider than the budget: {:.3}× instructions of the whole process per span ({lens_all:.0} vs \
+                 {raw_all:.0}; calling thread {lens_main:.0} vs {raw_main:.0})",
+                lens_all / raw_all
+            ));
+            Verdict::by_instructions(lens_all / raw_all <= max)
+        } else {
+            measured.push_str("; band wider than the budget (valgrind not found: decided by process CPU)");
+            if ratio <= max { Verdict::Pass } else { Verdict::Fail }
+        };
+        rows.push(Row {
+            scenario: (*scenario).to_string(),
+            measured,
+            budget: format!("≤ {max}× the raw SDK's"),
+            verdict,
+            python: "",
         });
     }
     Ok(rows)

@@ -1,0 +1,158 @@
+//! A span as plain data ([`SpanRecord`]), what the span recorder
+//! ([`crate::recorder`]) keeps per thread and the batch processor queues,
+//! and the OTLP request built straight from such records
+//! ([`encode_request`]), without the SDK's span object. A leaf module: the
+//! recorder and the batch processor both use it.
+
+use std::borrow::Cow;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use opentelemetry::trace::{Event, Link, SpanContext, SpanId, SpanKind, Status};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span as ProtoSpan, span, status};
+use opentelemetry_proto::transform::common::tonic::{Attributes, ResourceAttributesWithSchema};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+/// One ended span as plain data: what the calling thread records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanRecord {
+    /// The span's name (usually a `&'static str`).
+    pub name: Cow<'static, str>,
+    /// Its trace and span id, flags and trace state.
+    pub span_context: SpanContext,
+    /// The parent's span id ([`SpanId::INVALID`] for a root).
+    pub parent_span_id: SpanId,
+    /// Whether the parent came from another process (`traceparent`).
+    pub parent_span_is_remote: bool,
+    /// The span's kind.
+    pub span_kind: SpanKind,
+    /// When it started and ended.
+    pub start_time: SystemTime,
+    /// When it ended.
+    pub end_time: SystemTime,
+    /// Its attributes, by value.
+    pub attributes: Vec<KeyValue>,
+    /// Its events.
+    pub events: Vec<Event>,
+    /// Its links.
+    pub links: Vec<Link>,
+    /// Its status.
+    pub status: Status,
+}
+
+impl SpanRecord {
+    /// The SDK's `SpanData` of this record in `scope`, for exporters that
+    /// consume it.
+    pub fn to_span_data(self, scope: &InstrumentationScope) -> SpanData {
+        let mut events = SpanEvents::default();
+        events.events = self.events;
+        let mut links = SpanLinks::default();
+        links.links = self.links;
+        SpanData {
+            span_context: self.span_context,
+            parent_span_id: self.parent_span_id,
+            parent_span_is_remote: self.parent_span_is_remote,
+            span_kind: self.span_kind,
+            name: self.name,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            attributes: self.attributes,
+            dropped_attributes_count: 0,
+            events,
+            links,
+            status: self.status,
+            instrumentation_scope: scope.clone(),
+        }
+    }
+
+    /// The OTLP span of this record, built directly (no `SpanData`).
+    fn into_proto(self) -> ProtoSpan {
+        let context = &self.span_context;
+        let mut flags = span_flags::HAS_IS_REMOTE | u32::from(context.trace_flags().to_u8());
+        if self.parent_span_is_remote {
+            flags |= span_flags::IS_REMOTE;
+        }
+        let kind: span::SpanKind = self.span_kind.into();
+        ProtoSpan {
+            trace_id: context.trace_id().to_bytes().to_vec(),
+            span_id: context.span_id().to_bytes().to_vec(),
+            trace_state: context.trace_state().header(),
+            parent_span_id: if self.parent_span_id == SpanId::INVALID {
+                Vec::new()
+            } else {
+                self.parent_span_id.to_bytes().to_vec()
+            },
+            flags,
+            name: self.name.into_owned(),
+            kind: kind as i32,
+            start_time_unix_nano: unix_nanos(self.start_time),
+            end_time_unix_nano: unix_nanos(self.end_time),
+            attributes: Attributes::from(self.attributes).0,
+            dropped_attributes_count: 0,
+            events: self
+                .events
+                .into_iter()
+                .map(|event| span::Event {
+                    time_unix_nano: unix_nanos(event.timestamp),
+                    name: event.name.into_owned(),
+                    attributes: Attributes::from(event.attributes).0,
+                    dropped_attributes_count: event.dropped_attributes_count,
+                })
+                .collect(),
+            dropped_events_count: 0,
+            links: self.links.into_iter().map(Into::into).collect(),
+            dropped_links_count: 0,
+            status: Some(opentelemetry_proto::tonic::trace::v1::Status {
+                code: status::StatusCode::from(&self.status).into(),
+                message: match self.status {
+                    Status::Error { description } => description.into_owned(),
+                    _ => String::new(),
+                },
+            }),
+        }
+    }
+}
+
+/// OTLP's span flags (`opentelemetry.proto.trace.v1.SpanFlags`).
+mod span_flags {
+    /// The flags say whether the parent is remote.
+    pub(super) const HAS_IS_REMOTE: u32 = 0x100;
+    /// The parent is remote.
+    pub(super) const IS_REMOTE: u32 = 0x200;
+}
+
+fn unix_nanos(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The OTLP request of `records`, all in `scope`, for `resource`: built
+/// straight from the records, as the SDK's exporter would build it from
+/// their `SpanData` (`group_spans_by_resource_and_scope`).
+pub fn encode_request(
+    records: Vec<SpanRecord>,
+    resource: &ResourceAttributesWithSchema,
+    scope: &InstrumentationScope,
+) -> ExportTraceServiceRequest {
+    let scope_spans = if records.is_empty() {
+        Vec::new()
+    } else {
+        vec![ScopeSpans {
+            scope: Some((scope, None).into()),
+            schema_url: scope.schema_url().map(ToOwned::to_owned).unwrap_or_default(),
+            spans: records.into_iter().map(SpanRecord::into_proto).collect(),
+        }]
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(ProtoResource {
+                attributes: resource.attributes.0.clone(),
+                dropped_attributes_count: 0,
+                entity_refs: Vec::new(),
+            }),
+            scope_spans,
+            schema_url: resource.schema_url.clone().unwrap_or_default(),
+        }],
+    }
+}
