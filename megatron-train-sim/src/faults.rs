@@ -200,10 +200,15 @@ pub(crate) fn kill_if_injected(kills: &[Kill], rank: u32, phase: Phase, iteratio
     }
 }
 
-/// Stops forever when `hangs` has this rank in `phase` at `iteration`
-/// (1-based): the process ends only when it is killed.
-pub(crate) fn hang_if_injected(hangs: &[Hang], phase: Phase, iteration: u64) {
-    if hangs.iter().any(|h| h.phase == phase && h.iteration == iteration) {
+/// Stops forever when `hangs` (this rank's) has `phase` at `iteration`
+/// (1-based), after one line on stderr saying so: the process ends only
+/// when it is killed.
+pub(crate) fn hang_if_injected(hangs: &[Hang], rank: u32, phase: Phase, iteration: u64) {
+    if let Some(h) = hangs.iter().find(|h| h.phase == phase && h.iteration == iteration) {
+        crate::output::note(&format!(
+            "rank {rank}: {HANG_FLAG} {}:{}:{}: stopped until killed",
+            h.rank, h.phase, h.iteration
+        ));
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }

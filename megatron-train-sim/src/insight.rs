@@ -123,7 +123,7 @@ impl RankInsight {
         if inject {
             self.delays.apply(phase);
             crate::faults::kill_if_injected(&self.kills, self.rank, phase, self.iteration);
-            crate::faults::hang_if_injected(&self.hangs, phase, self.iteration);
+            crate::faults::hang_if_injected(&self.hangs, self.rank, phase, self.iteration);
         }
     }
 }

@@ -1,12 +1,15 @@
-//! Every rank killed with `SIGKILL` mid-iteration, then a resume, against a
-//! live OTLP receiver (`e2e/otlp_sink.py`): what the spool (docs/crashes.md)
-//! gives back, as a user sees it at the collector (issue 22).
+//! The launcher and every rank killed with `SIGKILL` at once mid-iteration,
+//! then a resume, against a live OTLP receiver (`e2e/otlp_sink.py`): what
+//! the spool (docs/crashes.md) gives back, as a user sees it at the
+//! collector (issue 22).
 //!
 //! One run of two ranks under the `per_step` span groups, every rank
-//! exporting (`all_ranks`), saving every 5 iterations; both ranks send
-//! themselves `SIGKILL` inside the forward phase of iteration 8
-//! (`--inject-kill`), so nothing runs a handler or flushes. The resumed
-//! attempt replays the dead attempt's spools; then:
+//! exporting (`all_ranks`), saving every 5 iterations; both ranks stop
+//! inside the forward phase of iteration 8 (`--inject-hang`), and once both
+//! have said so the test sends `SIGKILL` to the launcher's process group:
+//! the launcher and both ranks die at once, nothing runs a handler or
+//! flushes, and no launcher is left to clean up. The resumed attempt
+//! replays the dead attempt's spools; then:
 //!
 //! - each rank's open `megatron.train` (the interval of iterations 6 to
 //!   10), its open `megatron.train.iteration` (8) and the iteration's open
@@ -29,6 +32,7 @@
 mod e2e_support;
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::process::ExitStatusExt as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use e2e_support::{Ctx, Protocol, Records, SMALL, Sink, SinkSpan};
@@ -69,7 +73,7 @@ fn of<'a>(records: &'a Records, run: &'a str, rank: i64) -> impl Iterator<Item =
 }
 
 #[test]
-fn after_every_rank_is_killed_the_resume_replays_each_open_and_unexported_span_once() {
+fn after_the_launcher_and_every_rank_are_killed_at_once_the_resume_replays_each_open_and_unexported_span_once() {
     let ctx = Ctx::new("crash-replay");
     let sink = Sink::start(&ctx);
     let endpoint = sink.endpoint(Protocol::Grpc);
@@ -95,14 +99,25 @@ fn after_every_rank_is_killed_the_resume_replays_each_open_and_unexported_span_o
         ctx.sim(&args).label(run).otlp(Protocol::Grpc, &endpoint).env("MEGATRON_OTEL_RUN_ID", run).run(ATTEMPT_LIMIT)
     };
 
-    let kill = format!("0:forward:{KILLED_IN}");
-    let kill_1 = format!("1:forward:{KILLED_IN}");
-    let killed = attempt("killed", &["--inject-kill", &kill, "--inject-kill", &kill_1]);
-    assert_eq!(killed.status.code(), Some(128 + libc::SIGKILL), "{}", killed.stderr);
-    for rank in [0, 1] {
-        let line = format!("rank {rank}: --inject-kill {rank}:forward:{KILLED_IN}: SIGKILL");
-        assert!(killed.stderr.contains(&line), "{}", killed.stderr);
-    }
+    // Both ranks stop inside the forward phase of iteration 8; once both say
+    // so, the launcher and the ranks get SIGKILL at once (its process group).
+    let stops: Vec<String> = (0..2).map(|rank| format!("{rank}:forward:{KILLED_IN}")).collect();
+    let args: Vec<&str> =
+        base.iter().copied().chain(stops.iter().flat_map(|s| ["--inject-hang", s.as_str()])).collect();
+    let mut killed = ctx
+        .sim(&args)
+        .label("killed")
+        .otlp(Protocol::Grpc, &endpoint)
+        .env("MEGATRON_OTEL_RUN_ID", "killed")
+        .own_process_group()
+        .spawn();
+    let stopped: Vec<String> = (0..2)
+        .map(|rank| format!("rank {rank}: --inject-hang {rank}:forward:{KILLED_IN}: stopped until killed"))
+        .collect();
+    killed.wait_for_stderr_lines(&stopped, ATTEMPT_LIMIT);
+    killed.kill_group();
+    let killed = killed.wait(Duration::from_secs(10));
+    assert_eq!(killed.status.signal(), Some(libc::SIGKILL), "the launcher died of the SIGKILL: {}", killed.stderr);
     let tracker = std::fs::read_to_string(ctx.path("D/latest_checkpointed_iteration.txt")).unwrap();
     assert_eq!(tracker.trim(), "5");
     let resumed_at = now_ns();

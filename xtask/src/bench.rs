@@ -65,12 +65,17 @@ use self::report::{CpuCost, Row, Verdict, band, machine, median, ns, render, wid
 use crate::{cargo, run_cmd, say, workspace_root};
 
 const USAGE: &str = "\
-usage: cargo xtask bench [--rounds N] [--only PART,...] [--update-docs]
+usage: cargo xtask bench [--rounds N] [--only PART,...] [--telemetry-env KEY=VALUE]... [--update-docs]
 
 parts: disabled (gate, disabled managed_span with 0 and 5 attributes, otel-off facade), spans
 (enabled managed_span), metrics, tracing (the lens-tracing bridge against tracing-opentelemetry), sim, serve, export,
 fastrace (a lens span against fastrace's LocalSpan), otlp-cpu (the sending process's CPU per span, lens against the
-raw SDK, through OTLP to a discarding receiver). Default: all, 3 rounds.";
+raw SDK, through OTLP to a discarding receiver). Default: all, 3 rounds.
+
+--telemetry-env KEY=VALUE sets a `MEGATRON_OTEL_*` or `OTEL_*` variable for the simulator's and the
+server's telemetry-on runs (sim, serve), which otherwise start from a clean environment: for example
+`MEGATRON_OTEL_SPOOL=0` to price the spool, or `MEGATRON_OTEL_CONTROL_FILE=PATH` to run with a control
+file set. The report names what was set.";
 
 /// Where the report goes (besides standard output).
 const REPORT: &str = "target/bench-report.md";
@@ -88,13 +93,41 @@ const SPAN_CALLGRIND_ITERATIONS: u64 = 50_000;
 struct Options {
     rounds: usize,
     parts: Vec<String>,
+    telemetry_env: Vec<(String, String)>,
     update_docs: bool,
+}
+
+/// What `--telemetry-env` set, for the simulator's and the server's
+/// telemetry-on runs.
+static TELEMETRY_ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// Sets `--telemetry-env`'s variables on a telemetry-on child.
+pub(crate) fn with_telemetry_env(cmd: &mut std::process::Command) {
+    for (key, value) in TELEMETRY_ENV.get().map_or(&[][..], Vec::as_slice) {
+        cmd.env(key, value);
+    }
+}
+
+/// Parses one `--telemetry-env` value.
+fn telemetry_env(value: &str) -> Result<(String, String)> {
+    let Some((key, setting)) = value.split_once('=') else {
+        bail!("--telemetry-env: `{value}` is not KEY=VALUE\n\n{USAGE}");
+    };
+    if !(key.starts_with("MEGATRON_OTEL_") || key.starts_with("OTEL_")) {
+        bail!("--telemetry-env: `{key}` is not a MEGATRON_OTEL_* or OTEL_* variable\n\n{USAGE}");
+    }
+    Ok((key.to_owned(), setting.to_owned()))
 }
 
 const PARTS: &[&str] = &["disabled", "spans", "metrics", "tracing", "sim", "serve", "export", "fastrace", "otlp-cpu"];
 
 fn parse(args: &[String]) -> Result<Options> {
-    let mut options = Options { rounds: 3, parts: PARTS.iter().map(ToString::to_string).collect(), update_docs: false };
+    let mut options = Options {
+        rounds: 3,
+        parts: PARTS.iter().map(ToString::to_string).collect(),
+        telemetry_env: Vec::new(),
+        update_docs: false,
+    };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -114,12 +147,19 @@ fn parse(args: &[String]) -> Result<Options> {
                     bail!("--only: unknown part `{bad}` (parts: {})\n\n{USAGE}", PARTS.join(", "));
                 }
             }
+            "--telemetry-env" => {
+                let value = args.next().context("--telemetry-env needs KEY=VALUE")?;
+                options.telemetry_env.push(telemetry_env(value)?);
+            }
             "-h" | "--help" => {
                 say(USAGE);
-                return Ok(Options { rounds: 0, parts: Vec::new(), update_docs: false });
+                return Ok(Options { rounds: 0, parts: Vec::new(), telemetry_env: Vec::new(), update_docs: false });
             }
             other => bail!("unknown option `{other}` for bench\n\n{USAGE}"),
         }
+    }
+    if options.update_docs && !options.telemetry_env.is_empty() {
+        bail!("--update-docs: the docs table measures the defaults; drop --telemetry-env to update it");
     }
     Ok(options)
 }
@@ -130,6 +170,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         return Ok(());
     }
     let wants = |part: &str| options.parts.iter().any(|p| p == part);
+    let _ = TELEMETRY_ENV.set(options.telemetry_env.clone());
     let root = workspace_root();
     let budgets = Budgets::load(&root.join("xtask/budgets.toml"))?;
     let machine = machine();
@@ -231,7 +272,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         rows.extend(throughput::cpu_rows(&budgets, options.rounds.max(3))?);
     }
 
-    let table = render(&rows, &machine);
+    let mut table = render(&rows, &machine);
+    if !options.telemetry_env.is_empty() {
+        let set: Vec<String> = options.telemetry_env.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
+        let _ = write!(table, "\nThe simulator's and the server's telemetry-on runs also had {}.\n", set.join(", "));
+    }
     #[expect(clippy::print_stdout, reason = "the report is this task's output")]
     {
         println!("{table}");

@@ -328,6 +328,26 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanData) {
     put_u32(head, SLOT_LEN, end as u32);
 }
 
+/// Whether `slot` was written for a span named `name` (its first string).
+pub(crate) fn holds_name(slot: &[u8], name: &str) -> bool {
+    let payload = &slot[SLOT_PAYLOAD..];
+    let len = u16::from_le_bytes([payload[0], payload[1]]) as usize;
+    payload.get(2..2 + len) == Some(name.as_bytes())
+}
+
+/// Writes what ending changes in a slot written at the span's start, when
+/// its attributes, events and name are the same: the end time and an `Ok`
+/// or unset status (an error's description is in the payload, so an
+/// error needs [`encode_span`]; here it would keep the start's empty one).
+pub(crate) fn encode_end(slot: &mut [u8], span: &SpanData) {
+    put_u64(slot, SLOT_END, nanos(span.end_time));
+    slot[SLOT_STATUS] = match span.status {
+        Status::Unset => 0,
+        Status::Ok => 1,
+        Status::Error { .. } => 2,
+    };
+}
+
 /// Decodes the span in `slot`; `None` when it does not decode.
 pub(crate) fn decode_span(slot: &[u8]) -> Option<SpanData> {
     let len = get_u32(slot, SLOT_LEN) as usize;

@@ -37,6 +37,7 @@ pub mod replay;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -131,11 +132,45 @@ enum Backing {
     Heap { _memory: Box<[u64]> },
 }
 
+/// Hashes a span id as itself: span ids are random already, and SipHash
+/// would cost more than the rest of a lookup.
+#[derive(Default)]
+struct SpanIdHasher(u64);
+
+impl Hasher for SpanIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
+/// Where an open or ended span is held.
+#[derive(Clone, Copy)]
+struct Held {
+    slot: u32,
+    /// Start order (the closer hands spans over innermost first).
+    order: u64,
+    /// The numbers of attributes and events the slot was written with: a
+    /// span that ends with the same numbers (and no error status) only gets
+    /// its end time and state written, not a second encoding.
+    attributes: usize,
+    events: usize,
+}
+
 /// The process side of the slots: which slot holds which span.
 #[derive(Default)]
 struct Slots {
-    /// Span id → (slot, start order).
-    by_span: HashMap<u64, (u32, u64)>,
+    /// Span id → where it is held.
+    by_span: HashMap<u64, Held, BuildHasherDefault<SpanIdHasher>>,
     free: Vec<u32>,
     /// Ended spans, oldest first (span id, slot); stale entries are skipped.
     ended: VecDeque<(u64, u32)>,
@@ -420,7 +455,8 @@ impl SpoolTable {
         let Some(index) = self.take_slot(&mut slots) else { return false };
         let order = slots.next_order;
         slots.next_order += 1;
-        slots.by_span.insert(span_key(span), (index, order));
+        let held = Held { slot: index, order, attributes: span.attributes.len(), events: span.events.len() };
+        slots.by_span.insert(span_key(span), held);
         self.write_slot(index, span, STATE_OPEN);
         true
     }
@@ -429,8 +465,14 @@ impl SpoolTable {
     pub fn span_ended(&self, span: &SpanData) {
         let Some(mut slots) = self.slots() else { return };
         let key = span_key(span);
-        let Some(&(index, _)) = slots.by_span.get(&key) else { return };
-        self.write_slot(index, span, STATE_ENDED);
+        let Some(&held) = slots.by_span.get(&key) else { return };
+        let index = held.slot;
+        let unchanged = held.attributes == span.attributes.len()
+            && held.events == span.events.len()
+            && !matches!(span.status, opentelemetry::trace::Status::Error { .. });
+        if !(unchanged && self.mark_ended(index, span)) {
+            self.write_slot(index, span, STATE_ENDED);
+        }
         slots.ended.push_back((key, index));
     }
 
@@ -439,16 +481,16 @@ impl SpoolTable {
     pub fn released(&self, span_ids: impl IntoIterator<Item = u64>) {
         let Some(mut slots) = self.slots() else { return };
         for key in span_ids {
-            if let Some((index, _)) = slots.by_span.remove(&key) {
-                self.atomic_u32(format::slot_range(index).start + SLOT_STATE).store(STATE_FREE, Ordering::Release);
-                slots.free.push(index);
+            if let Some(held) = slots.by_span.remove(&key) {
+                self.atomic_u32(format::slot_range(held.slot).start + SLOT_STATE).store(STATE_FREE, Ordering::Release);
+                slots.free.push(held.slot);
             }
         }
         // Drop the released spans from the front of the ended list (batches
         // leave roughly in the order their spans ended), so that it stays as
         // long as the spans the spool keeps.
         while let Some(&(key, index)) = slots.ended.front() {
-            if slots.by_span.get(&key).is_some_and(|&(held, _)| held == index) {
+            if slots.by_span.get(&key).is_some_and(|held| held.slot == index) {
                 break;
             }
             slots.ended.pop_front();
@@ -466,7 +508,7 @@ impl SpoolTable {
         }
         // Every slot is taken: the oldest ended span gives its slot up.
         while let Some((key, index)) = slots.ended.pop_front() {
-            if slots.by_span.get(&key).is_some_and(|&(held, _)| held == index) {
+            if slots.by_span.get(&key).is_some_and(|held| held.slot == index) {
                 slots.by_span.remove(&key);
                 self.atomic_u64(OFF_OVERFLOW).fetch_add(1, Ordering::Relaxed);
                 return Some(index);
@@ -489,11 +531,31 @@ impl SpoolTable {
         state_word.store(state, Ordering::Release);
     }
 
+    /// Marks the span in slot `index` ended without encoding it again: its
+    /// end time, status and state. `false` (nothing written) when the
+    /// slot's name is not the span's (renamed after it started).
+    fn mark_ended(&self, index: u32, span: &SpanData) -> bool {
+        let range = format::slot_range(index);
+        // SAFETY: in bounds (`index` is held by this span), and exclusive:
+        // callers hold the `slots` lock, under which alone slot bytes are
+        // written.
+        let slot = unsafe { std::slice::from_raw_parts_mut(self.base.add(range.start), SLOT_SIZE) };
+        if !format::holds_name(slot, &span.name) {
+            return false;
+        }
+        let state_word = self.atomic_u32(range.start + SLOT_STATE);
+        state_word.store(STATE_WRITING, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        format::encode_end(slot, span);
+        state_word.store(STATE_ENDED, Ordering::Release);
+        true
+    }
+
     /// The spans open now, decoded from their slots, with their start order.
     pub fn open_spans(&self) -> Vec<(u64, SpanData)> {
         let Some(slots) = self.slots() else { return Vec::new() };
         let mut open = Vec::new();
-        for &(index, order) in slots.by_span.values() {
+        for &Held { slot: index, order, .. } in slots.by_span.values() {
             let range = format::slot_range(index);
             if self.atomic_u32(range.start + SLOT_STATE).load(Ordering::Acquire) != STATE_OPEN {
                 continue;
@@ -513,8 +575,8 @@ impl SpoolTable {
         slots
             .by_span
             .values()
-            .filter(|&&(index, _)| {
-                self.atomic_u32(format::slot_range(index).start + SLOT_STATE).load(Ordering::Acquire) == STATE_OPEN
+            .filter(|held| {
+                self.atomic_u32(format::slot_range(held.slot).start + SLOT_STATE).load(Ordering::Acquire) == STATE_OPEN
             })
             .count()
     }
@@ -526,7 +588,8 @@ impl SpoolTable {
     }
 
     fn clear_locked(&self, slots: &mut Slots) {
-        for &(index, _) in slots.by_span.values() {
+        for held in slots.by_span.values() {
+            let index = held.slot;
             self.atomic_u32(format::slot_range(index).start + SLOT_STATE).store(STATE_FREE, Ordering::Release);
         }
         slots.by_span.clear();
@@ -656,5 +719,48 @@ mod tests {
         assert_eq!(lock(&table.slots).ended.len(), 0);
         assert_eq!(table.overflow(), 0);
         assert_eq!(table.open_count(), 1);
+    }
+
+    /// The span held for `id`, decoded from its slot.
+    fn held_span(table: &SpoolTable, id: u64) -> SpanData {
+        let held = lock(&table.slots).by_span[&id];
+        let range = format::slot_range(held.slot);
+        // SAFETY: in bounds; no other thread writes this test's table.
+        let bytes = unsafe { std::slice::from_raw_parts(table.base.add(range.start), SLOT_SIZE) };
+        format::decode_span(bytes).expect("the slot decodes")
+    }
+
+    #[test]
+    fn an_ended_span_keeps_what_changed_after_it_started() {
+        use opentelemetry::trace::Status;
+        let table = SpoolTable::anonymous(8);
+        let later = |mut span: SpanData| {
+            span.end_time = span.start_time + Duration::from_millis(250);
+            span
+        };
+        // Unchanged but for its end and an `Ok` status: the end is written in place.
+        assert!(table.span_started(&span(1)));
+        let mut ended = later(span(1));
+        ended.status = Status::Ok;
+        table.span_ended(&ended);
+        let held = held_span(&table, 1);
+        assert_eq!((held.end_time, &held.status, held.attributes.len()), (ended.end_time, &Status::Ok, 4));
+        assert_eq!(table.open_count(), 0);
+        // An attribute set and an error after the start: both are kept.
+        assert!(table.span_started(&span(2)));
+        let mut ended = later(span(2));
+        ended.attributes.push(KeyValue::new("gen_ai.usage.output_tokens", 12_i64));
+        ended.status = Status::error("the engine stopped");
+        table.span_ended(&ended);
+        let held = held_span(&table, 2);
+        assert_eq!(held.attributes.last(), Some(&KeyValue::new("gen_ai.usage.output_tokens", 12_i64)));
+        assert_eq!(held.status, Status::error("the engine stopped"));
+        // Renamed after it started: the new name is kept.
+        assert!(table.span_started(&span(3)));
+        let mut ended = later(span(3));
+        ended.name = "renamed".into();
+        table.span_ended(&ended);
+        assert_eq!(held_span(&table, 3).name, "renamed");
+        assert_eq!(held_span(&table, 3).end_time, ended.end_time);
     }
 }

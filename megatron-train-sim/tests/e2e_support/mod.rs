@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
@@ -173,7 +174,7 @@ impl Ctx {
     pub(crate) fn sim(&self, args: &[&str]) -> Sim<'_> {
         let mut command = clean_command(BIN);
         command.current_dir(&self.dir).args(args);
-        Sim { ctx: self, command, label: "sim".to_string() }
+        Sim { ctx: self, command, label: "sim".to_string(), group: false }
     }
 
     /// Scans every file of the test's directory (logs, telemetry files, the
@@ -265,6 +266,9 @@ pub(crate) struct Proc {
     /// Its stderr file.
     pub(crate) stderr: PathBuf,
     started: Instant,
+    /// Whether it leads a process group of its own (its ranks are in it):
+    /// dropping it then kills the whole group.
+    group: bool,
 }
 
 /// What a finished child left.
@@ -294,7 +298,7 @@ impl Proc {
         command.stdout(File::create(&stdout).unwrap()).stderr(File::create(&stderr).unwrap());
         let child =
             command.spawn().unwrap_or_else(|e| panic!("cannot start {label} ({command:?}): {e}; {INSTALL_HINT}"));
-        Proc { label: label.to_string(), child, stdout, stderr, started: Instant::now() }
+        Proc { label: label.to_string(), child, stdout, stderr, started: Instant::now(), group: false }
     }
 
     /// The process id.
@@ -307,6 +311,32 @@ impl Proc {
         // SAFETY: `kill` has no memory-safety preconditions.
         let rc = unsafe { libc::kill(self.pid(), signal) };
         assert_eq!(rc, 0, "kill({}, {signal}) of {}", self.pid(), self.label);
+    }
+
+    /// Sends `SIGKILL` to its whole process group at once (the launcher and
+    /// every rank; see [`Sim::own_process_group`]).
+    pub(crate) fn kill_group(&self) {
+        assert!(self.group, "{} does not lead a process group of its own", self.label);
+        // SAFETY: `killpg` has no memory-safety preconditions.
+        let rc = unsafe { libc::killpg(self.pid(), libc::SIGKILL) };
+        assert_eq!(rc, 0, "killpg({}, SIGKILL) of {}", self.pid(), self.label);
+    }
+
+    /// Waits at most `limit` until its stderr contains every one of
+    /// `lines`, and returns it; panics (after killing it) otherwise.
+    pub(crate) fn wait_for_stderr_lines(&mut self, lines: &[String], limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let text = self.stderr_text();
+            if lines.iter().all(|line| text.contains(line.as_str())) {
+                return text;
+            }
+            if let Some(status) = self.try_wait() {
+                panic!("{} exited ({status}) before printing {lines:?}; stderr:\n{text}", self.label);
+            }
+            assert!(Instant::now() < deadline, "{} printed no {lines:?} within {limit:?}; stderr:\n{text}", self.label);
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The exit status if it has exited.
@@ -394,6 +424,10 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if self.group {
+            // SAFETY: `killpg` has no memory-safety preconditions.
+            unsafe { libc::killpg(self.pid(), libc::SIGKILL) };
+        }
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -407,6 +441,7 @@ pub(crate) struct Sim<'a> {
     ctx: &'a Ctx,
     command: Command,
     label: String,
+    group: bool,
 }
 
 /// An OTLP protocol as `OTEL_EXPORTER_OTLP_PROTOCOL` names it.
@@ -471,9 +506,21 @@ impl<'a> Sim<'a> {
         ])
     }
 
+    /// Starts the launcher in a process group of its own, which its ranks
+    /// join: [`Proc::kill_group`] then kills them all at once, and dropping
+    /// the [`Proc`] leaves no rank behind.
+    #[must_use]
+    pub(crate) fn own_process_group(mut self) -> Self {
+        self.command.process_group(0);
+        self.group = true;
+        self
+    }
+
     /// Starts it.
     pub(crate) fn spawn(self) -> Proc {
-        Proc::spawn(self.ctx, &self.label, self.command)
+        let mut proc = Proc::spawn(self.ctx, &self.label, self.command);
+        proc.group = self.group;
+        proc
     }
 
     /// Runs it to the end (at most `limit`).

@@ -66,6 +66,7 @@ fn start(binary: &Path, scratch: &Path, telemetry: bool) -> Result<(Child, u16)>
     cmd.args(["serve", "--load", "ckpt", "--port", "0", "--max-batch-size", &CONCURRENCY.to_string()]);
     if telemetry {
         cmd.args(["--otel-enabled", "--otel-span-groups", "default"]);
+        super::with_telemetry_env(&mut cmd);
     }
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().context("could not start the server")?;
     let stdout = child.stdout.take().context("no stdout")?;

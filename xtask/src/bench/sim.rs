@@ -93,6 +93,7 @@ fn sim_command(binary: &Path, scratch: &Path, preset: Option<&str>, iterations: 
     if let Some(preset) = preset {
         let groups = if preset == RANK_METRICS { "default" } else { preset };
         cmd.args(["--otel-enabled", "--otel-span-groups", groups]);
+        super::with_telemetry_env(&mut cmd);
         if preset == RANK_METRICS {
             cmd.env("MEGATRON_OTEL_RANK_METRICS", "1");
         }
