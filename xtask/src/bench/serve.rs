@@ -195,7 +195,8 @@ fn drive(port: u16) -> Result<(u64, f64, f64)> {
     Ok((tokens, tokens as f64 / wall, p99))
 }
 
-/// Trains the checkpoint, then runs `rounds` alternating rounds.
+/// Trains the checkpoint, then runs `rounds` rounds of one run off and one
+/// at `default`, in alternating order.
 pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Measured> {
     let out = clean(binary, scratch).args(["--train-iters", "2", "--save", "ckpt"]).output()?;
     if !out.status.success() {
@@ -205,7 +206,11 @@ pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Me
     for round in 0..rounds {
         say(&format!("xtask bench: serve round {}/{rounds}", round + 1));
         let mut pair = [None, None];
-        for (slot, telemetry) in [(0, false), (1, true)] {
+        // Each side goes first in every other round: whichever run comes
+        // first in a round (cold caches, a machine still settling) is not
+        // always the same side.
+        let order = if round % 2 == 0 { [(0, false), (1, true)] } else { [(1, true), (0, false)] };
+        for (slot, telemetry) in order {
             let (child, port) = start(binary, scratch, telemetry)?;
             let cpu_before = proc_stat(child.id()).map(|(_, time)| time);
             let load = drive(port);
