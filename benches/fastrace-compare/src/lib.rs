@@ -54,7 +54,7 @@ pub const SPAN_NAME: &str = "bench.span";
 pub fn setup_lens() -> Telemetry {
     // Spans only (no metric reader), to the exporter given below (it wins
     // over `console`, which only satisfies this build without OTLP).
-    let config = LensConfig {
+    let mut config = LensConfig {
         enabled: true,
         span_groups: "all".into(),
         rank_strategy: "all_ranks".into(),
@@ -62,6 +62,10 @@ pub fn setup_lens() -> Telemetry {
         metrics_enabled: false,
         ..LensConfig::default()
     };
+    // A queue that holds every span of the longest count (2N = 100,000):
+    // under callgrind the export thread runs far slower and would fall
+    // behind and drop, and a dropped span costs less than a kept one.
+    config.otel.batch.max_queue_size = 1 << 20;
     let env: HashMap<String, String> = HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "bench".to_string())]);
     let options = SetupOptions::new().with_span_exporter(DiscardingSpanExporter).with_env(env);
     setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("lens telemetry sets up")
