@@ -27,7 +27,8 @@
 //!   ([`sim`], [`report::CpuCost`]);
 //! - the inference server: alternating runs off and at `default`; when the
 //!   throughput's band is wider than the budget's margin, the server's CPU
-//!   per generated token decides ([`serve`]);
+//!   per generated token decides, and when that spreads wider too, the
+//!   whole server's instructions per token under callgrind ([`serve`]);
 //! - export throughput to a receiver in another process: lens's pipeline
 //!   against the raw SDK's batch processor with the same exporter,
 //!   alternating in rounds, as a ratio of drop-free rates ([`throughput`]);
@@ -589,7 +590,10 @@ fn disabled_rows(budgets: &Budgets, medians: &Medians) -> Result<Vec<Row>> {
 
 /// The simulator's rows: the whole-iteration time with telemetry on over
 /// off; when its band is wider than the budget's margin, the whole
-/// process's CPU per iteration decides ([`report::ratio_or_cpu`]).
+/// process's CPU per iteration decides ([`report::ratio_or_cpu`]), and when
+/// that CPU's rounds spread wider than the margin too, the whole process's
+/// instructions per iteration under callgrind
+/// ([`sim::instructions_per_iteration`]).
 fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
     let binary = sim::build()?;
     let scratch = workspace_root().join("target/xtask-bench/sim");
@@ -598,6 +602,8 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
     let measured_sim = sim::measure(&binary, &scratch, rounds)?;
     let sleep_ms = measured_sim.sleep_ms;
     let mut rows = Vec::new();
+    // The off side's instructions per iteration, counted on first need.
+    let mut off_instructions: Option<f64> = None;
     for (result, (_, scenario)) in measured_sim.presets.iter().zip(sim::PRESETS) {
         let max = budgets.get(scenario, "max_ratio")?;
         let ratios = result.ratios();
@@ -615,7 +621,32 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
         );
         let cpu = CpuCost::from_rounds(result.rounds.iter().map(|(off, on)| (off.cpu_ms, on.cpu_ms, off.iteration_ms)));
         let missing = "no process CPU in the summary";
-        let verdict = decide_with_cpu(&mut measured, (ratio, lo, hi, max), cpu, "iteration", missing);
+        let noisy_cpu = cpu.filter(|c| c.round_band.is_some_and(|(a, b)| wider_than(a, b, max - 1.0)));
+        let mut verdict = decide_with_cpu(&mut measured, (ratio, lo, hi, max), cpu, "iteration", missing);
+        if let Some(cpu) = noisy_cpu.filter(|_| wider_than(lo, hi, max - 1.0) && callgrind::available()) {
+            // The CPU rounds spread wider than the budget too: the
+            // instructions telemetry adds decide, as time at the off run's
+            // CPU per instruction, over the off run's wall time per
+            // iteration (the CPU rule's terms, without its noise).
+            let off_i = match off_instructions {
+                Some(off) => off,
+                None => *off_instructions.insert(sim::instructions_per_iteration(&binary, &scratch, None)?),
+            };
+            let on_i = sim::instructions_per_iteration(&binary, &scratch, Some(result.preset))?;
+            let ns_per_instruction = cpu.off_ms * 1e6 / off_i;
+            let added_ms = (on_i - off_i) * ns_per_instruction / 1e6;
+            let by_instructions = 1.0 + added_ms / cpu.off_wall_ms;
+            let _ = write!(
+                measured,
+                "; its rounds wider than the budget too: the whole process's instructions per iteration, under \
+                 callgrind with one compute thread, {on_i:.0} vs {off_i:.0} ({:+.2}%), at the off run's \
+                 {ns_per_instruction:.3} ns CPU per instruction {added_ms:+.3} ms over {:.3} ms wall = \
+                 {by_instructions:.4}×",
+                (on_i / off_i - 1.0) * 100.0,
+                cpu.off_wall_ms
+            );
+            verdict = Verdict::by_instructions(by_instructions <= max);
+        }
         rows.push(Row {
             scenario: (*scenario).to_string(),
             measured,
@@ -631,7 +662,10 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
 /// latency (on over off), each the median of the per-round ratios. When the
 /// throughput ratios spread wider than the budget's margin, the server's
 /// CPU per generated token decides (every thread, load start to exit, on
-/// minus off, over the off run's wall time per token).
+/// minus off, over the off run's wall time per token); when that CPU's
+/// rounds spread wider than the margin too, the whole server's
+/// instructions per token under callgrind decide
+/// ([`serve::instructions_per_token`]).
 fn serve_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
     let binary = sim::build()?;
     let scratch = workspace_root().join("target/xtask-bench/serve");
@@ -669,7 +703,22 @@ fn serve_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
                     .iter()
                     .map(|(off, on)| (off.cpu_ms_per_token, on.cpu_ms_per_token, 1e3 / off.tokens_per_sec)),
             );
-            decide_with_cpu(&mut text, (ratio, lo, hi, max), cpu, "token", "no server CPU from /proc")
+            let cpu_noisy = cpu.as_ref().and_then(|c| c.round_band).is_some_and(|(a, b)| wider_than(a, b, max - 1.0));
+            let verdict = decide_with_cpu(&mut text, (ratio, lo, hi, max), cpu, "token", "no server CPU from /proc");
+            if wider_than(lo, hi, max - 1.0) && cpu_noisy && callgrind::available() {
+                // The CPU rounds spread wider than the budget too: the
+                // server's instructions per token decide.
+                let (off_i, on_i) = serve::instructions_per_token(&binary, &scratch)?;
+                let _ = write!(
+                    text,
+                    "; its rounds wider than the budget too: whole server {:.3}× instructions per token \
+                     ({on_i:.0} vs {off_i:.0}, every thread, under callgrind)",
+                    on_i / off_i
+                );
+                Verdict::by_instructions(on_i / off_i <= max)
+            } else {
+                verdict
+            }
         } else if ratio <= max {
             Verdict::Pass
         } else {

@@ -159,11 +159,22 @@ struct Held {
     slot: u32,
     /// Start order (the closer hands spans over innermost first).
     order: u64,
-    /// The numbers of attributes and events the slot was written with: a
-    /// span that ends with the same numbers (and no error status) only gets
-    /// its end time and state written, not a second encoding.
+    /// The numbers of attributes and events (kept and dropped) the slot was
+    /// written with: a span that ends with the same numbers (and no error
+    /// status) only gets its end time and state written, not a second
+    /// encoding.
     attributes: usize,
     events: usize,
+}
+
+impl Held {
+    /// The numbers [`Held`] compares for `span`.
+    fn shape(span: &SpanData) -> (usize, usize) {
+        (
+            span.attributes.len() + span.dropped_attributes_count as usize,
+            span.events.len() + span.events.dropped_count as usize,
+        )
+    }
 }
 
 /// The process side of the slots: which slot holds which span.
@@ -455,7 +466,8 @@ impl SpoolTable {
         let Some(index) = self.take_slot(&mut slots) else { return false };
         let order = slots.next_order;
         slots.next_order += 1;
-        let held = Held { slot: index, order, attributes: span.attributes.len(), events: span.events.len() };
+        let (attributes, events) = Held::shape(span);
+        let held = Held { slot: index, order, attributes, events };
         slots.by_span.insert(span_key(span), held);
         self.write_slot(index, span, STATE_OPEN);
         true
@@ -467,8 +479,7 @@ impl SpoolTable {
         let key = span_key(span);
         let Some(&held) = slots.by_span.get(&key) else { return };
         let index = held.slot;
-        let unchanged = held.attributes == span.attributes.len()
-            && held.events == span.events.len()
+        let unchanged = (held.attributes, held.events) == Held::shape(span)
             && !matches!(span.status, opentelemetry::trace::Status::Error { .. });
         if !(unchanged && self.mark_ended(index, span)) {
             self.write_slot(index, span, STATE_ENDED);

@@ -35,7 +35,7 @@ pub(crate) fn total(program: &Path, args: &[&str], envs: &[(&str, &str)]) -> Res
 }
 
 /// The `==PID== Collected : N` line of callgrind's summary.
-fn collected(stderr: &str) -> Option<u64> {
+pub(crate) fn collected(stderr: &str) -> Option<u64> {
     stderr
         .lines()
         .find_map(|line| line.split_once("Collected :").map(|(_, n)| n.trim().replace(',', "")))
@@ -92,7 +92,7 @@ pub(crate) fn all_threads_total(scratch: &Path) -> Result<u64> {
 }
 
 /// The `totals:` (or `summary:`) line of a callgrind output file.
-fn totals(text: &str) -> Option<u64> {
+pub(crate) fn totals(text: &str) -> Option<u64> {
     text.lines()
         .find_map(|line| line.strip_prefix("totals:").or_else(|| line.strip_prefix("summary:")))
         .and_then(|n| n.split_whitespace().next()?.parse().ok())

@@ -18,6 +18,13 @@
 //! server's CPU per generated token, which decides `serve_tokens_per_sec`
 //! when the throughput ratios spread wider than its budget
 //! ([`super::report::CpuCost`]).
+//!
+//! On a shared machine that CPU figure moves by ±20% from run to run, far
+//! more than the budget's 2%. When its rounds spread wider than the budget
+//! too, the whole server's instructions per generated token decide
+//! ([`instructions_per_token`]): every thread, under callgrind, off and at
+//! `default`, each side run with a small load and with twice that load, so
+//! that start-up and the drain cancel out.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -49,7 +56,21 @@ pub(crate) struct Measured {
 }
 
 fn clean(binary: &Path, scratch: &Path) -> Command {
-    let mut cmd = Command::new(binary);
+    clean_under(binary, scratch, None)
+}
+
+/// [`clean`], run under callgrind writing to `callgrind_out` when given.
+fn clean_under(binary: &Path, scratch: &Path, callgrind_out: Option<&Path>) -> Command {
+    let mut cmd = match callgrind_out {
+        None => Command::new(binary),
+        Some(out) => {
+            // One compute thread, so that no thread pool's spinning is counted.
+            let mut cmd = Command::new("valgrind");
+            cmd.arg("--tool=callgrind").arg(format!("--callgrind-out-file={}", out.display())).arg(binary);
+            cmd.env("RAYON_NUM_THREADS", "1");
+            cmd
+        }
+    };
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy().into_owned();
         if key.starts_with("OTEL_") || key.starts_with("MEGATRON_OTEL") || key.starts_with("NEMO_LENS") {
@@ -61,8 +82,8 @@ fn clean(binary: &Path, scratch: &Path) -> Command {
     cmd
 }
 
-fn start(binary: &Path, scratch: &Path, telemetry: bool) -> Result<(Child, u16)> {
-    let mut cmd = clean(binary, scratch);
+fn start(binary: &Path, scratch: &Path, telemetry: bool, callgrind_out: Option<&Path>) -> Result<(Child, u16)> {
+    let mut cmd = clean_under(binary, scratch, callgrind_out);
     cmd.args(["serve", "--load", "ckpt", "--port", "0", "--max-batch-size", &CONCURRENCY.to_string()]);
     if telemetry {
         cmd.args(["--otel-enabled", "--otel-span-groups", "default"]);
@@ -118,9 +139,9 @@ fn clock_ticks() -> u64 {
 /// Sends SIGTERM and waits for the drain; the server's CPU time over its
 /// whole life, read once it has exited and before it is reaped (`None`
 /// without `/proc`).
-fn stop(mut child: Child) -> Result<Option<Duration>> {
+fn stop(mut child: Child, drain: Duration) -> Result<Option<Duration>> {
     Command::new("kill").arg("-TERM").arg(child.id().to_string()).status()?;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + drain;
     let exited = |status: std::process::ExitStatus, cpu: Option<Duration>| {
         if status.success() { Ok(cpu) } else { bail!("the server exited with {status}") }
     };
@@ -138,7 +159,7 @@ fn stop(mut child: Child) -> Result<Option<Duration>> {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("the server did not drain within 30 s");
+            bail!("the server did not drain within {drain:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -166,13 +187,14 @@ fn request(port: u16, client: usize, index: usize) -> Result<u64> {
     value["usage"]["completion_tokens"].as_u64().context("no usage in the answer")
 }
 
-/// The tokens generated, their rate, and the p99 latency in milliseconds.
-fn drive(port: u16) -> Result<(u64, f64, f64)> {
+/// The tokens generated, their rate, and the p99 latency in milliseconds,
+/// with `requests` requests per client.
+fn drive(port: u16, requests: usize) -> Result<(u64, f64, f64)> {
     let started = Instant::now();
     let clients: Vec<_> = (0..CONCURRENCY)
         .map(|client| {
             std::thread::spawn(move || -> Result<Vec<(u64, Duration)>> {
-                (0..REQUESTS)
+                (0..requests)
                     .map(|index| {
                         let t = Instant::now();
                         Ok((request(port, client, index)?, t.elapsed()))
@@ -211,10 +233,10 @@ pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Me
         // always the same side.
         let order = if round % 2 == 0 { [(0, false), (1, true)] } else { [(1, true), (0, false)] };
         for (slot, telemetry) in order {
-            let (child, port) = start(binary, scratch, telemetry)?;
+            let (child, port) = start(binary, scratch, telemetry, None)?;
             let cpu_before = proc_stat(child.id()).map(|(_, time)| time);
-            let load = drive(port);
-            let cpu_at_exit = stop(child)?;
+            let load = drive(port, REQUESTS);
+            let cpu_at_exit = stop(child, Duration::from_secs(30))?;
             let (tokens, tokens_per_sec, p99_ms) = load?;
             let cpu_ms_per_token = cpu_before
                 .zip(cpu_at_exit)
@@ -231,6 +253,45 @@ pub(crate) fn measure(binary: &Path, scratch: &Path, rounds: usize) -> Result<Me
         }
     }
     Ok(measured)
+}
+
+/// Requests per client of the smaller callgrind load (the larger sends twice
+/// as many): 16 × 2 × 64 = 2,048 tokens, a few seconds under callgrind.
+const INSTRUCTION_REQUESTS: usize = 2;
+
+/// The whole server's instructions (every thread) for one load of
+/// `requests` requests per client, and the tokens it generated.
+fn instructions_for(binary: &Path, scratch: &Path, telemetry: bool, requests: usize) -> Result<(u64, u64)> {
+    let out = scratch.join("serve.callgrind");
+    let _ = std::fs::remove_file(&out);
+    let (child, port) = start(binary, scratch, telemetry, Some(&out))?;
+    let load = drive(port, requests);
+    // Under callgrind the drain (telemetry's final flush included) is slow.
+    stop(child, Duration::from_secs(300))?;
+    let (tokens, _, _) = load?;
+    let text = std::fs::read_to_string(&out).with_context(|| format!("callgrind wrote no {}", out.display()))?;
+    let total = super::callgrind::totals(&text).with_context(|| format!("no totals line in {}", out.display()))?;
+    Ok((total, tokens))
+}
+
+/// The whole server's instructions per generated token (off, at
+/// `default`): each side with [`INSTRUCTION_REQUESTS`] and twice as many
+/// requests per client, the difference in instructions over the difference
+/// in tokens, so that start-up, the checkpoint load and the drain cancel.
+pub(crate) fn instructions_per_token(binary: &Path, scratch: &Path) -> Result<(f64, f64)> {
+    let mut sides = [0.0; 2];
+    for (slot, telemetry) in [(0, false), (1, true)] {
+        let side = if telemetry { "default" } else { "off" };
+        say(&format!("xtask bench: serve {side} under callgrind"));
+        let (once, once_tokens) = instructions_for(binary, scratch, telemetry, INSTRUCTION_REQUESTS)?;
+        let (twice, twice_tokens) = instructions_for(binary, scratch, telemetry, 2 * INSTRUCTION_REQUESTS)?;
+        if twice_tokens <= once_tokens {
+            bail!("the larger callgrind load generated {twice_tokens} tokens, the smaller {once_tokens}");
+        }
+        sides[slot] = (twice as f64 - once as f64) / (twice_tokens - once_tokens) as f64;
+        say(&format!("xtask bench: serve {side}: {:.0} instructions per token (every thread)", sides[slot]));
+    }
+    Ok((sides[0], sides[1]))
 }
 
 #[cfg(test)]

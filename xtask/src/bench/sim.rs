@@ -77,7 +77,17 @@ pub(crate) fn build() -> Result<PathBuf> {
 }
 
 fn sim_command(binary: &Path, scratch: &Path, preset: Option<&str>, iterations: u32, sleep_ms: u32) -> Command {
-    let mut cmd = Command::new(binary);
+    sim_command_under(Command::new(binary), scratch, preset, iterations, sleep_ms)
+}
+
+/// [`sim_command`] on `cmd` (the simulator, or valgrind running it).
+fn sim_command_under(
+    mut cmd: Command,
+    scratch: &Path,
+    preset: Option<&str>,
+    iterations: u32,
+    sleep_ms: u32,
+) -> Command {
     // The child must not inherit a collector or settings from this shell.
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy().into_owned();
@@ -122,6 +132,36 @@ fn run_once(binary: &Path, scratch: &Path, preset: Option<&str>, sleep_ms: u32) 
         iteration_ms: field("mean_iteration_time_ms")?,
         cpu_ms: json["process_cpu_ms_per_iteration"].as_f64(),
     })
+}
+
+/// Iterations of the smaller callgrind run (the larger runs twice as many).
+const INSTRUCTION_ITERATIONS: u32 = 10;
+
+/// The whole process's instructions (every thread, under callgrind) over a
+/// run of `iterations` iterations at `preset` (`None`: telemetry off), with
+/// one compute thread (`RAYON_NUM_THREADS=1`), so that no thread pool's
+/// spinning is counted, and no sleep.
+fn instructions(binary: &Path, scratch: &Path, preset: Option<&str>, iterations: u32) -> Result<u64> {
+    let mut valgrind = Command::new("valgrind");
+    valgrind.args(["--tool=callgrind", "--callgrind-out-file=/dev/null"]).arg(binary).env("RAYON_NUM_THREADS", "1");
+    let out = sim_command_under(valgrind, scratch, preset, iterations, 0).output().context("could not run valgrind")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("the simulator under callgrind failed at preset {preset:?} ({}):\n{stderr}", out.status);
+    }
+    super::callgrind::collected(&stderr).with_context(|| format!("no `Collected :` line from callgrind:\n{stderr}"))
+}
+
+/// The whole process's instructions per iteration at `preset` (`None`:
+/// off): the difference between [`INSTRUCTION_ITERATIONS`] and twice as
+/// many over the difference in iterations, so that start-up and the final
+/// flush cancel.
+pub(crate) fn instructions_per_iteration(binary: &Path, scratch: &Path, preset: Option<&str>) -> Result<f64> {
+    let once = instructions(binary, scratch, preset, INSTRUCTION_ITERATIONS)?;
+    let twice = instructions(binary, scratch, preset, 2 * INSTRUCTION_ITERATIONS)?;
+    let per = (twice as f64 - once as f64) / f64::from(INSTRUCTION_ITERATIONS);
+    say(&format!("xtask bench: simulator {}: {per:.0} instructions per iteration (every thread)", preset.unwrap_or("off")));
+    Ok(per)
 }
 
 /// What [`measure`] found: the sleep per step and each preset's rounds.
