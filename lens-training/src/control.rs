@@ -22,8 +22,10 @@
 //! read the file late applied it.
 //!
 //! Global rank 0 also writes the status file beside the control file
-//! (`<FILE>.status`): the catalog at startup and the last iteration at each
-//! log interval, for `lens control`.
+//! (`<FILE>.status`), for `lens control`: the catalog at startup and, after
+//! each log interval, the last iteration. Its control thread writes it at
+//! its next wake (at most one poll later, and when it stops), so that the
+//! training thread makes no file-system call.
 
 use std::collections::HashSet;
 use std::hash::{Hash as _, Hasher as _};
@@ -56,6 +58,16 @@ struct Shared {
     stop: Mutex<bool>,
     wake: Condvar,
     last_iteration: AtomicU64,
+    /// A log interval asked for the status file (global rank 0): the
+    /// control thread writes it at its next wake, so that the training
+    /// thread makes no file-system call.
+    status_due: AtomicBool,
+    /// The last iteration and the generation in force at that log interval.
+    logged_iteration: AtomicU64,
+    logged_generation: AtomicU64,
+    /// When that log interval was, in nanoseconds since `epoch`.
+    logged_at_ns: AtomicU64,
+    epoch: Instant,
 }
 
 /// The control of one rank: nothing without a control file.
@@ -74,7 +86,8 @@ struct State {
     schedule: Mutex<ControlSchedule>,
     gauge: Gauge<u64>,
     gauge_attributes: Vec<KeyValue>,
-    status: Option<Mutex<StatusWriter>>,
+    /// Whether this rank writes the status file (global rank 0).
+    writes_status: bool,
     watcher: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -98,6 +111,11 @@ impl RankControl {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             last_iteration: AtomicU64::new(NO_ITERATION),
+            status_due: AtomicBool::new(false),
+            logged_iteration: AtomicU64::new(NO_ITERATION),
+            logged_generation: AtomicU64::new(0),
+            logged_at_ns: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         let gauge = telemetry
             .meter()
@@ -106,8 +124,13 @@ impl RankControl {
             .build();
         let gauge_attributes = rank_attributes(coordinates);
         gauge.record(0, &gauge_attributes);
-        let status = (coordinates.rank == 0).then(|| Mutex::new(StatusWriter::new(&setup)));
-        let mut watcher = Watcher::new(&setup, coordinates.rank, Arc::clone(&shared));
+        let mut status = (coordinates.rank == 0).then(|| StatusWriter::new(&setup));
+        // The catalog at startup, before the first iteration.
+        if let Some(status) = &mut status {
+            status.write(None, 0, Instant::now());
+        }
+        let writes_status = status.is_some();
+        let mut watcher = Watcher::new(&setup, coordinates.rank, Arc::clone(&shared), status);
         // The first look happens here, so that a window still ahead of a
         // resumed attempt is known before its first iteration.
         watcher.poll();
@@ -128,12 +151,9 @@ impl RankControl {
             hold_until,
             gauge,
             gauge_attributes,
-            status,
+            writes_status,
             watcher: Mutex::new(thread),
         };
-        if let Some(status) = &state.status {
-            status.lock().unwrap_or_else(PoisonError::into_inner).write(None, 0);
-        }
         RankControl { state: Some(Box::new(state)) }
     }
 
@@ -152,16 +172,19 @@ impl RankControl {
         state.due(iteration)
     }
 
-    /// A log interval: global rank 0 writes the status file.
+    /// A log interval: global rank 0's control thread writes the status
+    /// file at its next wake (at most one poll later, and at stop).
     pub(crate) fn log_interval(&self) {
         let Some(state) = self.state.as_deref() else { return };
-        if let Some(status) = &state.status {
-            let last = state.shared.last_iteration.load(Ordering::Relaxed);
+        if state.writes_status {
+            let shared = &state.shared;
             let generation = state.schedule.lock().unwrap_or_else(PoisonError::into_inner).generation();
-            status
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .write((last != NO_ITERATION).then_some(last), generation);
+            let at = u64::try_from(shared.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let last = shared.last_iteration.load(Ordering::Relaxed);
+            shared.logged_iteration.store(last, Ordering::Relaxed);
+            shared.logged_generation.store(generation, Ordering::Relaxed);
+            shared.logged_at_ns.store(at, Ordering::Relaxed);
+            shared.status_due.store(true, Ordering::Release);
         }
     }
 
@@ -249,10 +272,12 @@ struct Watcher {
     present: bool,
     highest: u64,
     warned: HashSet<u64>,
+    /// Global rank 0's status file.
+    status: Option<StatusWriter>,
 }
 
 impl Watcher {
-    fn new(setup: &ControlSetup, rank: u32, shared: Arc<Shared>) -> Watcher {
+    fn new(setup: &ControlSetup, rank: u32, shared: Arc<Shared>, status: Option<StatusWriter>) -> Watcher {
         Watcher {
             path: setup.file.clone(),
             setup: setup.clone(),
@@ -263,7 +288,21 @@ impl Watcher {
             present: false,
             highest: 0,
             warned: HashSet::new(),
+            status,
         }
+    }
+
+    /// Writes the status file when a log interval asked for it.
+    fn write_status_if_due(&mut self) {
+        let Some(status) = &mut self.status else { return };
+        let shared = &self.shared;
+        if !shared.status_due.swap(false, Ordering::Acquire) {
+            return;
+        }
+        let last = shared.logged_iteration.load(Ordering::Relaxed);
+        let generation = shared.logged_generation.load(Ordering::Relaxed);
+        let at = shared.epoch + Duration::from_nanos(shared.logged_at_ns.load(Ordering::Relaxed));
+        status.write((last != NO_ITERATION).then_some(last), generation, at);
     }
 
     fn run(mut self, poll: Duration) {
@@ -276,9 +315,12 @@ impl Watcher {
                     .wait_timeout_while(stop, poll, |stop| !*stop)
                     .unwrap_or_else(PoisonError::into_inner);
                 if *stop {
+                    drop(stop);
+                    self.write_status_if_due();
                     return;
                 }
             }
+            self.write_status_if_due();
             self.poll();
         }
     }
@@ -403,15 +445,16 @@ impl StatusWriter {
         }
     }
 
-    fn write(&mut self, last_iteration: Option<u64>, generation: u64) {
+    /// Writes the file for a log interval at `logged` (the catalog alone
+    /// at startup: no iteration yet).
+    fn write(&mut self, last_iteration: Option<u64>, generation: u64, logged: Instant) {
         if let Some(last) = last_iteration {
-            let now = Instant::now();
             if let Some((at, iteration)) = self.last_log
                 && last > iteration
             {
-                self.iteration_time_s = Some(now.duration_since(at).as_secs_f64() / (last - iteration) as f64);
+                self.iteration_time_s = Some(logged.duration_since(at).as_secs_f64() / (last - iteration) as f64);
             }
-            self.last_log = Some((now, last));
+            self.last_log = Some((logged, last));
         }
         let status = ControlStatus {
             catalog: self.catalog.clone(),

@@ -160,7 +160,10 @@ pub(crate) fn instructions_per_iteration(binary: &Path, scratch: &Path, preset: 
     let once = instructions(binary, scratch, preset, INSTRUCTION_ITERATIONS)?;
     let twice = instructions(binary, scratch, preset, 2 * INSTRUCTION_ITERATIONS)?;
     let per = (twice as f64 - once as f64) / f64::from(INSTRUCTION_ITERATIONS);
-    say(&format!("xtask bench: simulator {}: {per:.0} instructions per iteration (every thread)", preset.unwrap_or("off")));
+    say(&format!(
+        "xtask bench: simulator {}: {per:.0} instructions per iteration (every thread)",
+        preset.unwrap_or("off")
+    ));
     Ok(per)
 }
 
