@@ -52,6 +52,7 @@ mod criterion;
 mod report;
 mod serve;
 mod sim;
+mod telemetry_env;
 mod throughput;
 
 use std::collections::BTreeMap;
@@ -96,17 +97,6 @@ struct Options {
     parts: Vec<String>,
     telemetry_env: Vec<(String, String)>,
     update_docs: bool,
-}
-
-/// What `--telemetry-env` set, for the simulator's and the server's
-/// telemetry-on runs.
-static TELEMETRY_ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
-
-/// Sets `--telemetry-env`'s variables on a telemetry-on child.
-pub(crate) fn with_telemetry_env(cmd: &mut std::process::Command) {
-    for (key, value) in TELEMETRY_ENV.get().map_or(&[][..], Vec::as_slice) {
-        cmd.env(key, value);
-    }
 }
 
 /// Parses one `--telemetry-env` value.
@@ -171,7 +161,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         return Ok(());
     }
     let wants = |part: &str| options.parts.iter().any(|p| p == part);
-    let _ = TELEMETRY_ENV.set(options.telemetry_env.clone());
+    telemetry_env::set(options.telemetry_env.clone());
     let root = workspace_root();
     let budgets = Budgets::load(&root.join("xtask/budgets.toml"))?;
     let machine = machine();

@@ -87,7 +87,7 @@ fn start(binary: &Path, scratch: &Path, telemetry: bool, callgrind_out: Option<&
     cmd.args(["serve", "--load", "ckpt", "--port", "0", "--max-batch-size", &CONCURRENCY.to_string()]);
     if telemetry {
         cmd.args(["--otel-enabled", "--otel-span-groups", "default"]);
-        super::with_telemetry_env(&mut cmd);
+        super::telemetry_env::apply(&mut cmd);
     }
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().context("could not start the server")?;
     let stdout = child.stdout.take().context("no stdout")?;

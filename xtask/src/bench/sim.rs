@@ -103,7 +103,7 @@ fn sim_command_under(
     if let Some(preset) = preset {
         let groups = if preset == RANK_METRICS { "default" } else { preset };
         cmd.args(["--otel-enabled", "--otel-span-groups", groups]);
-        super::with_telemetry_env(&mut cmd);
+        super::telemetry_env::apply(&mut cmd);
         if preset == RANK_METRICS {
             cmd.env("MEGATRON_OTEL_RANK_METRICS", "1");
         }
