@@ -58,16 +58,20 @@ struct Shared {
     stop: Mutex<bool>,
     wake: Condvar,
     last_iteration: AtomicU64,
-    /// A log interval asked for the status file (global rank 0): the
-    /// control thread writes it at its next wake, so that the training
-    /// thread makes no file-system call.
-    status_due: AtomicBool,
-    /// The last iteration and the generation in force at that log interval.
-    logged_iteration: AtomicU64,
-    logged_generation: AtomicU64,
-    /// When that log interval was, in nanoseconds since `epoch`.
-    logged_at_ns: AtomicU64,
-    epoch: Instant,
+    /// The latest log interval not yet in the status file (global rank
+    /// 0): the control thread writes it at its next wake, so that the
+    /// training thread makes no file-system call.
+    logged: Mutex<Option<Logged>>,
+}
+
+/// A log interval, for the status file.
+#[derive(Clone, Copy)]
+struct Logged {
+    /// The last iteration (`None` before the first).
+    iteration: Option<u64>,
+    /// The generation in force.
+    generation: u64,
+    at: Instant,
 }
 
 /// The control of one rank: nothing without a control file.
@@ -111,11 +115,7 @@ impl RankControl {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             last_iteration: AtomicU64::new(NO_ITERATION),
-            status_due: AtomicBool::new(false),
-            logged_iteration: AtomicU64::new(NO_ITERATION),
-            logged_generation: AtomicU64::new(0),
-            logged_at_ns: AtomicU64::new(0),
-            epoch: Instant::now(),
+            logged: Mutex::new(None),
         });
         let gauge = telemetry
             .meter()
@@ -179,12 +179,9 @@ impl RankControl {
         if state.writes_status {
             let shared = &state.shared;
             let generation = state.schedule.lock().unwrap_or_else(PoisonError::into_inner).generation();
-            let at = u64::try_from(shared.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let last = shared.last_iteration.load(Ordering::Relaxed);
-            shared.logged_iteration.store(last, Ordering::Relaxed);
-            shared.logged_generation.store(generation, Ordering::Relaxed);
-            shared.logged_at_ns.store(at, Ordering::Relaxed);
-            shared.status_due.store(true, Ordering::Release);
+            let logged = Logged { iteration: (last != NO_ITERATION).then_some(last), generation, at: Instant::now() };
+            *shared.logged.lock().unwrap_or_else(PoisonError::into_inner) = Some(logged);
         }
     }
 
@@ -295,14 +292,10 @@ impl Watcher {
     /// Writes the status file when a log interval asked for it.
     fn write_status_if_due(&mut self) {
         let Some(status) = &mut self.status else { return };
-        let shared = &self.shared;
-        if !shared.status_due.swap(false, Ordering::Acquire) {
-            return;
+        let logged = self.shared.logged.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(logged) = logged {
+            status.write(logged.iteration, logged.generation, logged.at);
         }
-        let last = shared.logged_iteration.load(Ordering::Relaxed);
-        let generation = shared.logged_generation.load(Ordering::Relaxed);
-        let at = shared.epoch + Duration::from_nanos(shared.logged_at_ns.load(Ordering::Relaxed));
-        status.write((last != NO_ITERATION).then_some(last), generation, at);
     }
 
     fn run(mut self, poll: Duration) {
