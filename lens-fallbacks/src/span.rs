@@ -496,35 +496,76 @@ fn to_otel(attributes: impl IntoIterator<Item = KeyValue>) -> Vec<opentelemetry:
     attributes.into_iter().map(lens_otel_runtime::convert::ToOtel::to_otel).collect()
 }
 
+/// The tracer a helper starts its span on: the facade's tracer on the span
+/// recorder when setup installed one (a job's setup does), else the SDK
+/// tracer installed alone (the `testing` capture, a program's own setup).
+#[cfg(feature = "otel")]
+#[derive(Clone, Copy)]
+pub(crate) enum ActiveTracer {
+    Recorder(&'static lens_otel_runtime::lens_tracer::LensTracer),
+    Sdk(&'static SdkTracer),
+}
+
+/// The active tracer, if telemetry is set up (one or two loads).
+#[cfg(feature = "otel")]
+#[inline]
+pub(crate) fn active_tracer() -> Option<ActiveTracer> {
+    if let Some(tracer) = active::lens_tracer() {
+        return Some(ActiveTracer::Recorder(tracer));
+    }
+    active::tracer().map(ActiveTracer::Sdk)
+}
+
 /// Starts a span on `tracer` (the enabled path of every helper).
 #[cfg(feature = "otel")]
 pub(crate) fn start_span(
-    tracer: &SdkTracer,
+    tracer: ActiveTracer,
     name: Cow<'static, str>,
     attributes: Vec<opentelemetry::KeyValue>,
     options: StartOptions,
 ) -> SpanGuard {
-    let mut builder = OtelSpanBuilder::from_name(name);
-    builder.start_time = options.start_time;
-    builder.span_kind = options.kind.map(lens_otel_runtime::convert::ToOtel::to_otel);
-    if !attributes.is_empty() {
-        builder.attributes = Some(attributes);
-    }
-    if !options.links.is_empty() {
-        builder.links = Some(options.links);
-    }
-    let cx = match options.parent {
-        Parent::Current => Context::map_current(|current| {
-            let span = tracer.build_with_context(builder, current);
-            current.with_span(span)
-        }),
-        Parent::NewTrace => {
-            let span = tracer.build_with_context(builder, &Context::new());
-            Context::current_with_span(span)
+    let cx = match tracer {
+        ActiveTracer::Recorder(tracer) => {
+            let with = lens_otel_runtime::lens_tracer::StartWith {
+                kind: options.kind.map(lens_otel_runtime::convert::ToOtel::to_otel),
+                links: options.links,
+                start_time: options.start_time,
+            };
+            match options.parent {
+                Parent::Current => {
+                    Context::map_current(|current| tracer.start(name, current, attributes, with).into_context(current))
+                }
+                Parent::NewTrace => {
+                    let started = tracer.start(name, &Context::new(), attributes, with);
+                    Context::map_current(|current| started.into_context(current))
+                }
+                Parent::Context(parent) => tracer.start(name, &parent, attributes, with).into_context(&parent),
+            }
         }
-        Parent::Context(parent) => {
-            let span = tracer.build_with_context(builder, &parent);
-            parent.with_span(span)
+        ActiveTracer::Sdk(tracer) => {
+            let mut builder = OtelSpanBuilder::from_name(name);
+            builder.start_time = options.start_time;
+            builder.span_kind = options.kind.map(lens_otel_runtime::convert::ToOtel::to_otel);
+            if !attributes.is_empty() {
+                builder.attributes = Some(attributes);
+            }
+            if !options.links.is_empty() {
+                builder.links = Some(options.links);
+            }
+            match options.parent {
+                Parent::Current => Context::map_current(|current| {
+                    let span = tracer.build_with_context(builder, current);
+                    current.with_span(span)
+                }),
+                Parent::NewTrace => {
+                    let span = tracer.build_with_context(builder, &Context::new());
+                    Context::current_with_span(span)
+                }
+                Parent::Context(parent) => {
+                    let span = tracer.build_with_context(builder, &parent);
+                    parent.with_span(span)
+                }
+            }
         }
     };
     let attached = options.make_current.then(|| cx.clone().attach());
@@ -537,7 +578,7 @@ pub(crate) fn start_span(
 
 #[cfg(feature = "otel")]
 fn start_current(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValue>) -> SpanGuard {
-    match active::tracer() {
+    match active_tracer() {
         Some(tracer) => start_span(tracer, name, attributes, StartOptions::current()),
         None => SpanGuard::noop(),
     }
@@ -672,12 +713,8 @@ pub fn try_in_managed_span<T, E: fmt::Display>(
 /// here but attached on each poll of `future`.
 #[cfg(feature = "otel")]
 fn start_for_future(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValue>) -> Option<OpenSpan> {
-    let mut guard = start_span(
-        active::tracer()?,
-        name,
-        attributes,
-        StartOptions { make_current: false, ..StartOptions::current() },
-    );
+    let mut guard =
+        start_span(active_tracer()?, name, attributes, StartOptions { make_current: false, ..StartOptions::current() });
     guard.open.take()
 }
 

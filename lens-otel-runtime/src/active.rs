@@ -20,9 +20,60 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use opentelemetry_sdk::trace::SdkTracer;
 
+use crate::lens_tracer::LensTracer;
+
 /// The slot: null (no tracer) or a pointer from `Box::into_raw` that is never
 /// freed once published.
 static ACTIVE: AtomicPtr<SdkTracer> = AtomicPtr::new(ptr::null_mut());
+
+/// The facade's tracer on the span recorder, when setup built one: null or
+/// a leaked `Box`, as [`ACTIVE`].
+static ACTIVE_LENS: AtomicPtr<LensTracer> = AtomicPtr::new(ptr::null_mut());
+
+/// The facade's tracer on the span recorder ([`crate::lens_tracer`]), if
+/// setup installed one; the span helpers prefer it to [`tracer`].
+///
+/// One `Acquire` load.
+#[inline]
+pub fn lens_tracer() -> Option<&'static LensTracer> {
+    read(&ACTIVE_LENS)
+}
+
+/// Installs `tracer` as the facade's tracer on the recorder, next to the
+/// SDK tracer of [`install`] (setup calls both). Fails, and drops `tracer`,
+/// when one is already installed.
+#[doc(hidden)]
+#[cold]
+pub fn install_lens(tracer: LensTracer) -> Result<(), TracerAlreadyInstalled> {
+    publish(&ACTIVE_LENS, tracer)
+}
+
+/// What `slot` holds, for `'static`.
+#[inline]
+fn read<T>(slot: &AtomicPtr<T>) -> Option<&'static T> {
+    let pointer = slot.load(Ordering::Acquire);
+    // SAFETY: a slot holds either null or a pointer that came from
+    // `Box::into_raw` in `publish` and is never freed after it was published
+    // (uninstall leaks it on purpose), so it is valid for `'static`; the
+    // `Acquire` load pairs with the `AcqRel` exchange that published it, so
+    // the tracer's initialisation is visible here.
+    unsafe { pointer.as_ref() }
+}
+
+/// Publishes `value` in the empty `slot`; fails, and drops `value`, when the
+/// slot holds one already.
+fn publish<T>(slot: &AtomicPtr<T>, value: T) -> Result<(), TracerAlreadyInstalled> {
+    let pointer = Box::into_raw(Box::new(value));
+    match slot.compare_exchange(ptr::null_mut(), pointer, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Ok(()),
+        Err(_) => {
+            // SAFETY: `pointer` came from `Box::into_raw` just above and was
+            // never published, so this is its only owner.
+            drop(unsafe { Box::from_raw(pointer) });
+            Err(TracerAlreadyInstalled)
+        }
+    }
+}
 
 /// A tracer is already installed; shut the active telemetry down first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,13 +93,7 @@ impl std::error::Error for TracerAlreadyInstalled {}
 /// after shutdown.
 #[inline]
 pub fn tracer() -> Option<&'static SdkTracer> {
-    let pointer = ACTIVE.load(Ordering::Acquire);
-    // SAFETY: the slot holds either null or a pointer that came from
-    // `Box::into_raw` in `install` and is never freed after it was published
-    // (uninstall leaks it on purpose), so it is valid for `'static`; the
-    // `Acquire` load pairs with the `AcqRel` exchange that published it, so
-    // the tracer's initialisation is visible here.
-    unsafe { pointer.as_ref() }
+    read(&ACTIVE)
 }
 
 /// Installs `tracer` as the active tracer.
@@ -58,24 +103,16 @@ pub fn tracer() -> Option<&'static SdkTracer> {
 #[doc(hidden)]
 #[cold]
 pub fn install(tracer: SdkTracer) -> Result<(), TracerAlreadyInstalled> {
-    let pointer = Box::into_raw(Box::new(tracer));
-    match ACTIVE.compare_exchange(ptr::null_mut(), pointer, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Ok(()),
-        Err(_) => {
-            // SAFETY: `pointer` came from `Box::into_raw` just above and was
-            // never published, so this is its only owner.
-            drop(unsafe { Box::from_raw(pointer) });
-            Err(TracerAlreadyInstalled)
-        }
-    }
+    publish(&ACTIVE, tracer)
 }
 
-/// Empties the slot. The tracer that was there is leaked (see the module
+/// Empties the slots. The tracers that were there are leaked (see the module
 /// docs); new spans are inert from here on.
 ///
 /// Only shutdown calls this. Returns whether a tracer was installed.
 #[doc(hidden)]
 #[cold]
 pub fn uninstall() -> bool {
-    !ACTIVE.swap(ptr::null_mut(), Ordering::AcqRel).is_null()
+    let lens = !ACTIVE_LENS.swap(ptr::null_mut(), Ordering::AcqRel).is_null();
+    !ACTIVE.swap(ptr::null_mut(), Ordering::AcqRel).is_null() || lens
 }

@@ -110,7 +110,11 @@ impl Item for SpanData {
     }
 }
 impl Item for LogItem {}
-impl Item for SpanRecord {}
+impl Item for SpanRecord {
+    fn spool_key(&self) -> Option<u64> {
+        Some(u64::from_be_bytes(self.span_context.span_id().to_bytes()))
+    }
+}
 
 /// How the batch span processor queues, batches, exports and retries.
 ///
@@ -541,16 +545,27 @@ impl<T: Item> Inner<T> {
         let closed = self.closed.load(Ordering::Acquire);
         let held = self.held_by_worker.load(Ordering::Acquire);
         let mut accepted = 0;
+        let mut released = Vec::new();
         for item in items.drain(..) {
             let admission = admit(closed, queue.len() + held, self.config.max_queue_size);
             self.counters.record(ExportEvent::Offered(admission));
             if admission == Admission::Accepted {
                 queue.push_back(item);
                 accepted += 1;
+            } else if admission != Admission::AfterShutdown
+                && let Some(key) = item.spool_key()
+            {
+                released.push(key);
             }
         }
         let full_batch = queue.len() >= self.config.max_export_batch_size;
         drop(queue);
+        // Dropped for good while the process lives, as in `push`.
+        if !released.is_empty()
+            && let Some(spool) = self.spool.get()
+        {
+            spool.released(released);
+        }
         if full_batch {
             self.queue_changed.notify_one();
         }
@@ -679,32 +694,7 @@ impl LensBatchSpanProcessor {
         own: &Resource,
         timeout: Duration,
     ) -> OTelSdkResult {
-        let inner = &self.owner.inner;
-        let mut slot = lock(&inner.exporter);
-        let Some(exporter) = Arc::get_mut(&mut slot) else {
-            return Err(OTelSdkError::InternalFailure("the span exporter is busy".into()));
-        };
-        exporter.set_resource(resource);
-        let result = {
-            let exporter = Arc::clone(&slot);
-            match exporter.prepare(spans) {
-                Ok(payload) => {
-                    let future = exporter.export_payload(&payload);
-                    block_on_until(future, Instant::now() + timeout).unwrap_or(Err(OTelSdkError::Timeout(timeout)))
-                }
-                Err(error) => Err(error),
-            }
-        };
-        match Arc::get_mut(&mut slot) {
-            Some(exporter) => exporter.set_resource(own),
-            None => warn(format_args!("the span exporter is busy; replayed spans' resource may stay on it")),
-        }
-        // The error may quote a collector's answer that echoes the request's
-        // headers: its message goes into warnings, so it is redacted as the
-        // batch path's are.
-        result.map_err(|error| {
-            OTelSdkError::InternalFailure(crate::diag::redact(&error.to_string(), &inner.config.redact))
-        })
+        self.owner.export_with_resource(spans, resource, own, timeout)
     }
 
     /// Queues an already-ended span, as [`SpanProcessor::on_end`] does: the
@@ -785,6 +775,39 @@ impl LensBatchRecordProcessor {
         self.owner.inner.push_all(records)
     }
 
+    /// Queues one ended record (a span the SDK ended, or a closer's
+    /// truncated copy); as [`push_all`](Self::push_all), dropped and counted
+    /// when the queue is full. Unsampled records are ignored (`false`).
+    pub fn enqueue(&self, record: SpanRecord) -> bool {
+        if !record.span_context.is_sampled() {
+            return false;
+        }
+        self.owner.inner.push(record)
+    }
+
+    /// Tells `spool` which spans have left (exported, or dropped for good),
+    /// as [`LensBatchSpanProcessor::set_spool`] does. Once per processor.
+    pub fn set_spool(&self, spool: Arc<crate::spool::SpoolTable>) {
+        let _ = self.owner.inner.spool.set(spool);
+    }
+
+    /// Exports `records` now with `resource` instead of the processor's own,
+    /// as [`LensBatchSpanProcessor::export_with_resource`] does (a replay of
+    /// a dead process's spool, before any span of this lifetime).
+    ///
+    /// # Errors
+    ///
+    /// As [`LensBatchSpanProcessor::export_with_resource`].
+    pub fn export_with_resource(
+        &self,
+        records: Vec<SpanRecord>,
+        resource: &Resource,
+        own: &Resource,
+        timeout: Duration,
+    ) -> OTelSdkResult {
+        self.owner.export_with_resource(records, resource, own, timeout)
+    }
+
     /// What the worker calls at a scheduled wake, a flush and shutdown,
     /// before it takes the queue (the recorder's collection of its threads'
     /// buffers).
@@ -798,8 +821,16 @@ impl LensBatchRecordProcessor {
         self.owner.force_flush(timeout)
     }
 
-    /// Exports what it can within `timeout` and stops.
+    /// Collects the recorder's thread buffers (before the queue closes, so
+    /// that they are exported, not refused), exports what it can within
+    /// `timeout` and stops.
     pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let collector = lock(&self.owner.inner.collector).clone();
+        if let Some(collector) = collector
+            && !self.owner.inner.closed.load(Ordering::Acquire)
+        {
+            collector();
+        }
         self.owner.shutdown(timeout)
     }
 
@@ -810,6 +841,42 @@ impl LensBatchRecordProcessor {
 }
 
 impl<T: Item> Owner<T> {
+    /// See [`LensBatchSpanProcessor::export_with_resource`].
+    fn export_with_resource(
+        &self,
+        spans: Vec<T>,
+        resource: &Resource,
+        own: &Resource,
+        timeout: Duration,
+    ) -> OTelSdkResult {
+        let inner = &self.inner;
+        let mut slot = lock(&inner.exporter);
+        let Some(exporter) = Arc::get_mut(&mut slot) else {
+            return Err(OTelSdkError::InternalFailure("the span exporter is busy".into()));
+        };
+        exporter.set_resource(resource);
+        let result = {
+            let exporter = Arc::clone(&slot);
+            match exporter.prepare(spans) {
+                Ok(payload) => {
+                    let future = exporter.export_payload(&payload);
+                    block_on_until(future, Instant::now() + timeout).unwrap_or(Err(OTelSdkError::Timeout(timeout)))
+                }
+                Err(error) => Err(error),
+            }
+        };
+        match Arc::get_mut(&mut slot) {
+            Some(exporter) => exporter.set_resource(own),
+            None => warn(format_args!("the span exporter is busy; replayed spans' resource may stay on it")),
+        }
+        // The error may quote a collector's answer that echoes the request's
+        // headers: its message goes into warnings, so it is redacted as the
+        // batch path's are.
+        result.map_err(|error| {
+            OTelSdkError::InternalFailure(crate::diag::redact(&error.to_string(), &inner.config.redact))
+        })
+    }
+
     /// Starts the worker. If its thread cannot be started, the processor is
     /// inert: a warning is printed and every item is rejected.
     fn start(exporter: Arc<dyn BatchExporter<T>>, config: BatchConfig, pipeline: &'static Pipeline) -> Arc<Owner<T>> {
@@ -1041,6 +1108,34 @@ impl SpanProcessor for LensBatchSpanProcessor {
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         LensBatchSpanProcessor::shutdown_with_timeout(self, timeout)
+    }
+
+    /// Passes the provider's resource to the exporter (before any export).
+    fn set_resource(&mut self, resource: &Resource) {
+        self.owner.set_resource(resource);
+    }
+}
+
+/// The SDK's spans (those started through the OpenTelemetry API, and the
+/// `tracing` bridge's) join the recorder's records in the one queue.
+impl SpanProcessor for LensBatchRecordProcessor {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        let _queued = self.owner.inner.push(SpanRecord::from_span_data(span));
+    }
+
+    /// Exports what is queued (the recorder's thread buffers included),
+    /// waiting up to the export timeout.
+    fn force_flush(&self) -> OTelSdkResult {
+        self.force_flush_with_timeout(self.owner.inner.config.export_timeout)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        LensBatchRecordProcessor::shutdown_with_timeout(self, timeout)
     }
 
     /// Passes the provider's resource to the exporter (before any export).

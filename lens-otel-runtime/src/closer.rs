@@ -68,9 +68,10 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 
-use super::batch::LensBatchSpanProcessor;
+use super::batch::{LensBatchRecordProcessor, LensBatchSpanProcessor};
 use super::ids::fork_generation;
-use super::spool::SpoolTable;
+use super::span_record::SpanRecord;
+use super::spool::{SpanView, SpoolTable};
 
 /// The attribute (`true`) and the event name on a span that was still open at
 /// shutdown.
@@ -92,6 +93,7 @@ pub const SPAN_OPEN: &str = "nemo.span.open";
 enum Target {
     None,
     Batch(LensBatchSpanProcessor),
+    Records(LensBatchRecordProcessor),
     Sink(Box<dyn Fn(SpanData) + Send + Sync>),
 }
 
@@ -126,6 +128,7 @@ impl fmt::Debug for OpenSpanCloser {
         let target = match self.inner.target {
             Target::None => "none",
             Target::Batch(_) => "batch processor",
+            Target::Records(_) => "record processor",
             Target::Sink(_) => "sink",
         };
         f.debug_struct("OpenSpanCloser")
@@ -166,6 +169,16 @@ impl OpenSpanCloser {
         OpenSpanCloser::with(Target::Batch(batch), Some(table))
     }
 
+    /// [`with_spool`](Self::with_spool) for the span recorder's processor
+    /// (setup's wiring): the truncated copies are queued on `processor`,
+    /// which also releases exported spans from `table`.
+    pub fn with_records(processor: LensBatchRecordProcessor, table: Arc<SpoolTable>) -> OpenSpanCloser {
+        if table.is_file() {
+            processor.set_spool(Arc::clone(&table));
+        }
+        OpenSpanCloser::with(Target::Records(processor), Some(table))
+    }
+
     /// A closer that passes each truncated copy to `sink` at shutdown,
     /// innermost first.
     pub fn with_sink(sink: impl Fn(SpanData) + Send + Sync + 'static) -> OpenSpanCloser {
@@ -192,6 +205,12 @@ impl OpenSpanCloser {
             return &inner.table;
         }
         inner.child_table.get_or_init(|| SpoolTable::anonymous(crate::spool::ANONYMOUS_SLOTS))
+    }
+
+    /// Whether the closer has closed (telemetry shut down): spans started
+    /// now are not recorded.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     /// How many spans are open now (tracked and not yet ended).
@@ -281,6 +300,11 @@ impl OpenSpanCloser {
                     let _queued = batch.enqueue_data(span);
                 }
             }
+            Target::Records(processor) => {
+                for span in spans {
+                    let _queued = processor.enqueue(SpanRecord::from_span_data(span));
+                }
+            }
             Target::Sink(sink) => {
                 for span in spans {
                     let _ignored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(span)));
@@ -311,31 +335,50 @@ pub fn mark_truncated(mut span: SpanData, end: std::time::SystemTime, reason: &'
     span
 }
 
+impl OpenSpanCloser {
+    /// Registers a started span as open (sampled spans only; nothing once
+    /// closed): the SDK's spans through [`SpanProcessor::on_start`], the
+    /// recorder's spans directly.
+    pub fn span_started(&self, span: SpanView<'_>) {
+        if self.inner.closed.load(Ordering::Acquire) || !span.span_context.is_sampled() {
+            return;
+        }
+        self.table().span_started(span);
+    }
+
+    /// Registers a span as ended. `false` once the closer is closed: the
+    /// span was exported truncated at shutdown and must not be exported
+    /// again.
+    pub fn span_ended(&self, span: SpanView<'_>) -> bool {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        let table = self.table();
+        match &self.inner.target {
+            // The processor releases the slot once the span's batch is
+            // exported: until then the spool file keeps the ended span.
+            Target::Batch(_) | Target::Records(_) if table.is_file() && span.span_context.is_sampled() => {
+                table.span_ended(span);
+            }
+            _ => table.forget(span.key()),
+        }
+        true
+    }
+}
+
 impl SpanProcessor for OpenSpanCloser {
     fn on_start(&self, span: &mut Span, _cx: &Context) {
-        if self.inner.closed.load(Ordering::Acquire) {
+        if self.inner.closed.load(Ordering::Acquire) || !opentelemetry::trace::Span::span_context(span).is_sampled() {
             return;
         }
         let Some(data) = span.exported_data() else {
             return;
         };
-        if !data.span_context.is_sampled() {
-            return;
-        }
-        self.table().span_started(&data);
+        self.span_started(SpanView::from(&data));
     }
 
     fn on_end(&self, span: SpanData) {
-        if self.inner.closed.load(Ordering::Acquire) {
-            return;
-        }
-        let table = self.table();
-        match &self.inner.target {
-            // The batch processor releases the slot once the span's batch is
-            // exported: until then the spool file keeps the ended span.
-            Target::Batch(_) if table.is_file() && span.span_context.is_sampled() => table.span_ended(&span),
-            _ => table.forget(crate::spool::span_key(&span)),
-        }
+        let _open = self.span_ended(SpanView::from(&span));
     }
 
     /// Does nothing: a flush must not end live spans.

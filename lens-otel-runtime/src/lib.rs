@@ -49,6 +49,7 @@ mod executor;
 pub mod exporters;
 pub mod ids;
 pub mod ledger;
+pub mod lens_tracer;
 pub mod logs;
 pub mod pipeline;
 pub mod propagators;

@@ -64,7 +64,7 @@ use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter, SpanLimits};
 
 use crate::accounting::{CountingMetricExporter, MetricExportCounters};
 use crate::attr::KeyValue;
-use crate::batch::{BatchConfig, LensBatchLogProcessor, LensBatchSpanProcessor};
+use crate::batch::{BatchConfig, LensBatchLogProcessor, LensBatchRecordProcessor};
 use crate::closer::OpenSpanCloser;
 use crate::config::{
     COLLECTOR_PROBE_TIMEOUT, DEFAULT_COLLECTOR, DefaultDestination, ExporterKind, LensConfig, Propagator, Signal,
@@ -86,9 +86,12 @@ use crate::identity::{
     OsProbe, RankContext, ResourceInputs, SystemProbe, build_resource, resolve_run_id, restart_attempt,
 };
 use crate::ids::SeedIndependentIdGenerator;
+use crate::lens_tracer::LensTracer;
 use crate::propagators;
+use crate::recorder::{Recorder, RecordsAsSpanData, record_exporter};
 pub use crate::report::ShutdownReport;
 use crate::sampler::{DelegateSampler, LensSampler, RatioOverride, delegate_from};
+use crate::span_record::SpanRecord;
 use crate::spool::SpoolTable;
 use crate::strategies::{self, RankStrategy, StrategyError};
 use crate::{active, logs};
@@ -106,8 +109,9 @@ static LIFETIMES: AtomicU32 = AtomicU32::new(0);
 /// The multi-rank "traces will not join" warning is given once per process.
 static WARNED_RANDOM_RUN_ID: AtomicBool = AtomicBool::new(false);
 
-/// Builds the batch span processor of a custom span exporter.
-pub type SpanExporterFactory = Box<dyn FnOnce(BatchConfig) -> LensBatchSpanProcessor + Send>;
+/// Builds the batch processor of a custom span exporter, its spans in the
+/// given scope.
+pub type SpanExporterFactory = Box<dyn FnOnce(BatchConfig, &InstrumentationScope) -> LensBatchRecordProcessor + Send>;
 /// Adds the periodic reader of a custom metric exporter.
 pub type MetricReaderFactory =
     Box<dyn FnOnce(MeterProviderBuilder, Duration, Arc<MetricExportCounters>) -> MeterProviderBuilder + Send>;
@@ -200,7 +204,9 @@ impl PipelineOptions {
 /// The factory of a custom span exporter (through lens's batch processor,
 /// so the counters and limits hold).
 pub fn span_exporter_factory<E: SpanExporter + 'static>(exporter: E) -> SpanExporterFactory {
-    Box::new(move |config| LensBatchSpanProcessor::new(exporter, config))
+    Box::new(move |config, scope| {
+        LensBatchRecordProcessor::new(Arc::new(RecordsAsSpanData::new(exporter, scope.clone())), config)
+    })
 }
 
 /// The factory of a custom metric exporter, read periodically at the
@@ -242,7 +248,7 @@ pub struct Pipeline {
     spool: Option<Arc<SpoolTable>>,
     /// The span batch processor, this lifetime's resource and the export
     /// timeout: what a replay exports through (`lens recover`).
-    replay: Option<(LensBatchSpanProcessor, Resource, Duration)>,
+    replay: Option<(LensBatchRecordProcessor, Resource, Duration)>,
     /// The per-iteration sampling ratio an in-flight control change sets.
     ratio_override: RatioOverride,
 }
@@ -500,7 +506,8 @@ impl Pipeline {
     pub fn recover(&self, dir: &std::path::Path) -> crate::spool::ReplayReport {
         let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match &self.replay {
             Some((batch, own, timeout)) => {
-                batch.export_with_resource(spans, resource, own, *timeout).map_err(|error| error.to_string())
+                let records = spans.into_iter().map(SpanRecord::from_span_data).collect();
+                batch.export_with_resource(records, resource, own, *timeout).map_err(|error| error.to_string())
             }
             None => Err("no span exporter is configured (are traces enabled?)".to_string()),
         };
@@ -768,7 +775,8 @@ fn build(
     // Traces.
     let mut tracer_provider = None;
     let mut closer = None;
-    let mut replay_batch: Option<LensBatchSpanProcessor> = None;
+    let mut replay_batch: Option<LensBatchRecordProcessor> = None;
+    let mut lens_tracer = None;
     let mut span_counters = None;
     let ratio_override = RatioOverride::new();
     if config.traces_enabled && records_spans {
@@ -776,21 +784,31 @@ fn build(
         let batch = match options.span_exporter.take() {
             Some(factory) => {
                 destinations.push("traces: custom exporter".to_string());
-                Some(factory(batch_config))
+                Some(factory(batch_config, &scope))
             }
             None => span_exporter(config, rank, (&run_id.value, &file_limit), &mut destinations)?
-                .map(|exporter| LensBatchSpanProcessor::for_configured(exporter, batch_config)),
+                .map(|exporter| LensBatchRecordProcessor::new(record_exporter(exporter, scope.clone()), batch_config)),
         };
         if let Some(batch) = batch {
             span_counters = Some(batch.counters());
             // The open-span registry: the spool file, else the same table
             // in anonymous memory.
             let table = spool.clone().unwrap_or_else(|| SpoolTable::anonymous(crate::spool::ANONYMOUS_SLOTS));
-            let span_closer = OpenSpanCloser::with_spool(batch.clone(), table);
+            let span_closer = OpenSpanCloser::with_records(batch.clone(), table);
             replay_batch = Some(batch.clone());
+            let span_sampler = sampler(config, rank).with_ratio_override(ratio_override.clone());
+            // The facade's spans go to the recorder; the SDK's (the
+            // OpenTelemetry API's, the `tracing` bridge's) to the same
+            // processor through the provider. One queue, one exporter.
+            lens_tracer = Some(LensTracer::new(
+                Recorder::with_processor(batch.clone()),
+                span_sampler.clone(),
+                span_closer.clone(),
+                scope.clone(),
+            ));
             let provider = SdkTracerProvider::builder()
                 .with_id_generator(SeedIndependentIdGenerator::new())
-                .with_sampler(sampler(config, rank).with_ratio_override(ratio_override.clone()))
+                .with_sampler(span_sampler)
                 .with_span_limits(SpanLimits::default())
                 .with_resource(resource.clone())
                 .with_span_processor(span_closer.clone())
@@ -879,6 +897,9 @@ fn build(
             // The slot is empty: shutdown of the previous lifetime emptied it,
             // and ACTIVE guarantees no other lifetime is running.
             let _ = active::install(tracer.clone());
+            if let Some(lens_tracer) = lens_tracer.take() {
+                let _ = active::install_lens(lens_tracer);
+            }
             BoxedTracer::new(Box::new(tracer))
         }
         None => BoxedTracer::new(Box::new(opentelemetry::trace::noop::NoopTracer::new())),
@@ -1014,14 +1035,15 @@ fn open_spool(
 fn replay_at_setup(
     table: &SpoolTable,
     rank: RankContext,
-    exporter: Option<(&LensBatchSpanProcessor, &Resource, Duration)>,
+    exporter: Option<(&LensBatchRecordProcessor, &Resource, Duration)>,
 ) {
     let Some(own) = table.path() else { return };
     let Some(dir) = own.parent() else { return };
     let claim = crate::spool::replay::Claim::Rank { rank: rank.rank, world_size: rank.world_size };
     let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match exporter {
         Some((batch, own, timeout)) => {
-            batch.export_with_resource(spans, resource, own, timeout).map_err(|error| error.to_string())
+            let records = spans.into_iter().map(SpanRecord::from_span_data).collect();
+            batch.export_with_resource(records, resource, own, timeout).map_err(|error| error.to_string())
         }
         None => Err("this rank exports no spans".to_string()),
     };

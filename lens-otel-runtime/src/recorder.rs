@@ -274,6 +274,7 @@ impl Recorder {
                 start_time: now,
                 end_time: now,
                 attributes,
+                dropped_attributes_count: 0,
                 events: Vec::new(),
                 links: Vec::new(),
                 status: Status::Unset,
@@ -395,6 +396,21 @@ impl<E: SpanExporter + 'static> BatchExporter<SpanRecord> for RecordsAsSpanData<
 
     fn set_resource(&mut self, resource: &Resource) {
         self.exporter.set_resource(resource);
+    }
+}
+
+/// The records' exporter of a configured span exporter, its spans in
+/// `scope`: lens's OTLP exporter encodes the records straight into the
+/// request ([`DirectOtlp`]), any other gets `SpanData` copies
+/// ([`RecordsAsSpanData`]). A match on lens's own enum, no downcast.
+pub fn record_exporter(
+    exporter: crate::exporters::LensSpanExporter,
+    scope: InstrumentationScope,
+) -> Arc<dyn BatchExporter<SpanRecord>> {
+    match exporter {
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+        crate::exporters::LensSpanExporter::Otlp(otlp) => Arc::new(DirectOtlp::new(*otlp, scope)),
+        other => Arc::new(RecordsAsSpanData::new(other, scope)),
     }
 }
 

@@ -34,6 +34,9 @@ pub struct SpanRecord {
     pub end_time: SystemTime,
     /// Its attributes, by value.
     pub attributes: Vec<KeyValue>,
+    /// Attributes dropped before it was recorded (a spool slot's limit on a
+    /// replayed or truncated copy).
+    pub dropped_attributes_count: u32,
     /// Its events.
     pub events: Vec<Event>,
     /// Its links.
@@ -59,11 +62,30 @@ impl SpanRecord {
             start_time: self.start_time,
             end_time: self.end_time,
             attributes: self.attributes,
-            dropped_attributes_count: 0,
+            dropped_attributes_count: self.dropped_attributes_count,
             events,
             links,
             status: self.status,
             instrumentation_scope: scope.clone(),
+        }
+    }
+
+    /// The record of a span the SDK ended (its scope is left out: a
+    /// recorder's exporter puts every record in its own scope).
+    pub fn from_span_data(span: SpanData) -> SpanRecord {
+        SpanRecord {
+            name: span.name,
+            span_context: span.span_context,
+            parent_span_id: span.parent_span_id,
+            parent_span_is_remote: span.parent_span_is_remote,
+            span_kind: span.span_kind,
+            start_time: span.start_time,
+            end_time: span.end_time,
+            attributes: span.attributes,
+            dropped_attributes_count: span.dropped_attributes_count,
+            events: span.events.events,
+            links: span.links.links,
+            status: span.status,
         }
     }
 
@@ -90,7 +112,7 @@ impl SpanRecord {
             start_time_unix_nano: unix_nanos(self.start_time),
             end_time_unix_nano: unix_nanos(self.end_time),
             attributes: Attributes::from(self.attributes).0,
-            dropped_attributes_count: 0,
+            dropped_attributes_count: self.dropped_attributes_count,
             events: self
                 .events
                 .into_iter()

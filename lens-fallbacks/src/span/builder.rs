@@ -40,11 +40,10 @@ use opentelemetry::Context;
 
 use super::{DetachedSpan, SpanGuard, SpanKind, SpanLink, is_span_group_enabled};
 #[cfg(feature = "otel")]
-use super::{Parent, SAMPLING_KEY_ATTRIBUTE, StartOptions, redacted, start_span};
+use super::{Parent, SAMPLING_KEY_ATTRIBUTE, StartOptions, active_tracer, redacted, start_span};
 use crate::attr::KeyValue;
 use crate::groups::SpanGroup;
 #[cfg(feature = "otel")]
-use crate::otel::active;
 use crate::propagation::RemoteContext;
 
 /// A span of `group` named `name`, to configure and then start with
@@ -361,7 +360,7 @@ impl SpanBuilder {
 impl Pending {
     #[inline(never)]
     fn start(self, make_current: bool) -> SpanGuard {
-        let Some(tracer) = active::tracer() else {
+        let Some(tracer) = active_tracer() else {
             return SpanGuard::noop();
         };
         let Pending { name, mut options, attributes, trace_id } = self;

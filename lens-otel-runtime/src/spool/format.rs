@@ -11,9 +11,88 @@
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::trace::{Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+/// What the spool keeps of a span, borrowed from the SDK's `SpanData` or
+/// from a lens span record ([`crate::span_record::SpanRecord`]) with the
+/// scope it is recorded in.
+#[derive(Clone, Copy, Debug)]
+pub struct SpanView<'a> {
+    /// Its trace and span id, flags and trace state.
+    pub span_context: &'a SpanContext,
+    /// The parent's span id.
+    pub parent_span_id: SpanId,
+    /// Whether the parent came from another process.
+    pub parent_span_is_remote: bool,
+    /// Its kind.
+    pub span_kind: &'a SpanKind,
+    /// Its name.
+    pub name: &'a str,
+    /// When it started.
+    pub start_time: SystemTime,
+    /// When it ended (its start while open).
+    pub end_time: SystemTime,
+    /// Its status.
+    pub status: &'a Status,
+    /// The scope it is recorded in.
+    pub scope: &'a InstrumentationScope,
+    /// Its attributes.
+    pub attributes: &'a [KeyValue],
+    /// Attributes dropped before the spool saw it.
+    pub dropped_attributes_count: u32,
+    /// Its events.
+    pub events: &'a [Event],
+    /// Events dropped before the spool saw it.
+    pub dropped_events_count: u32,
+}
+
+impl<'a> From<&'a SpanData> for SpanView<'a> {
+    fn from(span: &'a SpanData) -> SpanView<'a> {
+        SpanView {
+            span_context: &span.span_context,
+            parent_span_id: span.parent_span_id,
+            parent_span_is_remote: span.parent_span_is_remote,
+            span_kind: &span.span_kind,
+            name: &span.name,
+            start_time: span.start_time,
+            end_time: span.end_time,
+            status: &span.status,
+            scope: &span.instrumentation_scope,
+            attributes: &span.attributes,
+            dropped_attributes_count: span.dropped_attributes_count,
+            events: &span.events.events,
+            dropped_events_count: span.events.dropped_count,
+        }
+    }
+}
+
+impl<'a> SpanView<'a> {
+    /// The view of `record`, recorded in `scope`.
+    pub fn of_record(record: &'a crate::span_record::SpanRecord, scope: &'a InstrumentationScope) -> SpanView<'a> {
+        SpanView {
+            span_context: &record.span_context,
+            parent_span_id: record.parent_span_id,
+            parent_span_is_remote: record.parent_span_is_remote,
+            span_kind: &record.span_kind,
+            name: &record.name,
+            start_time: record.start_time,
+            end_time: record.end_time,
+            status: &record.status,
+            scope,
+            attributes: &record.attributes,
+            dropped_attributes_count: record.dropped_attributes_count,
+            events: &record.events,
+            dropped_events_count: 0,
+        }
+    }
+
+    /// The spool's key of the span: its span id as a number.
+    pub fn key(&self) -> u64 {
+        u64::from_be_bytes(self.span_context.span_id().to_bytes())
+    }
+}
 
 /// The first eight bytes of every spool file.
 pub const MAGIC: [u8; 8] = *b"LENSSPL\0";
@@ -277,14 +356,14 @@ pub(crate) fn slot_range(index: u32) -> std::ops::Range<usize> {
 /// ids, times, kind, status, name, scope, then as many attributes and
 /// events as fit (the rest counted as dropped attributes). Links are not
 /// kept.
-pub(crate) fn encode_span(slot: &mut [u8], span: &SpanData) {
+pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
     slot[SLOT_TRACE_ID..SLOT_TRACE_ID + 16].copy_from_slice(&span.span_context.trace_id().to_bytes());
     slot[SLOT_SPAN_ID..SLOT_SPAN_ID + 8].copy_from_slice(&span.span_context.span_id().to_bytes());
     slot[SLOT_PARENT..SLOT_PARENT + 8].copy_from_slice(&span.parent_span_id.to_bytes());
     put_u64(slot, SLOT_START, nanos(span.start_time));
     put_u64(slot, SLOT_END, nanos(span.end_time));
     slot[SLOT_TRACE_FLAGS] = span.span_context.trace_flags().to_u8();
-    slot[SLOT_KIND] = kind_code(&span.span_kind);
+    slot[SLOT_KIND] = kind_code(span.span_kind);
     slot[SLOT_PARENT_REMOTE] = u8::from(span.parent_span_is_remote);
     slot[SLOT_STATUS] = match span.status {
         Status::Unset => 0,
@@ -293,10 +372,10 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanData) {
     };
     let (head, payload) = slot.split_at_mut(SLOT_PAYLOAD);
     let mut w = Writer { buf: payload, at: 0, full: false, reserve: 2 };
-    w.str(&span.name);
-    w.str(span.instrumentation_scope.name());
-    w.str(span.instrumentation_scope.version().unwrap_or(""));
-    if let Status::Error { description } = &span.status {
+    w.str(span.name);
+    w.str(span.scope.name());
+    w.str(span.scope.version().unwrap_or(""));
+    if let Status::Error { description } = span.status {
         w.str(description);
     } else {
         w.str("");
@@ -310,7 +389,7 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanData) {
     let count_at = w.at;
     w.u16(0);
     let mut events = 0_u16;
-    for event in span.events.iter() {
+    for event in span.events {
         let mark = w.at;
         w.str(&event.name);
         w.u64(nanos(event.timestamp));
@@ -339,7 +418,7 @@ pub(crate) fn holds_name(slot: &[u8], name: &str) -> bool {
 /// its attributes, events and name are the same: the end time and an `Ok`
 /// or unset status (an error's description is in the payload, so an
 /// error needs [`encode_span`]; here it would keep the start's empty one).
-pub(crate) fn encode_end(slot: &mut [u8], span: &SpanData) {
+pub(crate) fn encode_end(slot: &mut [u8], span: &SpanView<'_>) {
     put_u64(slot, SLOT_END, nanos(span.end_time));
     slot[SLOT_STATUS] = match span.status {
         Status::Unset => 0,
@@ -622,7 +701,7 @@ mod tests {
         original.events.events.push(Event::new("checkpoint", time(5), vec![KeyValue::new("dl.step", 4_i64)], 0));
         original.status = Status::error("boom");
         let mut slot = vec![0_u8; SLOT_SIZE];
-        encode_span(&mut slot, &original);
+        encode_span(&mut slot, &(&original).into());
         let decoded = decode_span(&slot).expect("decodes");
         assert_eq!(decoded.span_context, original.span_context);
         assert_eq!(decoded.parent_span_id, original.parent_span_id);
@@ -641,7 +720,7 @@ mod tests {
         let mut big = span("s", 1, 0, 1);
         big.attributes = (0..100).map(|i| KeyValue::new(format!("key.{i}"), "x".repeat(30))).collect();
         let mut slot = vec![0_u8; SLOT_SIZE];
-        encode_span(&mut slot, &big);
+        encode_span(&mut slot, &(&big).into());
         let decoded = decode_span(&slot).expect("decodes");
         assert!(!decoded.attributes.is_empty() && decoded.attributes.len() < 100, "{}", decoded.attributes.len());
         assert_eq!(decoded.attributes[..], big.attributes[..decoded.attributes.len()]);

@@ -46,6 +46,7 @@ use std::time::{Duration, SystemTime};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::SpanData;
 
+pub use self::format::SpanView;
 use self::format::{
     FLAG_CLOSED_CLEANLY, HEADER_SIZE, NONE, OFF_COMPLETED, OFF_DURABLE, OFF_FLAGS, OFF_LAST_ALIVE, OFF_META,
     OFF_META_LEN, OFF_OVERFLOW, OFF_PROGRESS_AT, OFF_PROGRESS_SEQ, OFF_REACHED, SLOT_SIZE, SLOT_STATE, STATE_ENDED,
@@ -169,10 +170,10 @@ struct Held {
 
 impl Held {
     /// The numbers [`Held`] compares for `span`.
-    fn shape(span: &SpanData) -> (usize, usize) {
+    fn shape(span: &SpanView<'_>) -> (usize, usize) {
         (
             span.attributes.len() + span.dropped_attributes_count as usize,
-            span.events.len() + span.events.dropped_count as usize,
+            span.events.len() + span.dropped_events_count as usize,
         )
     }
 }
@@ -461,22 +462,24 @@ impl SpoolTable {
     /// Records a started span in a free slot (or, when none is free, in the
     /// slot of the oldest ended span, which is counted as overflow).
     /// Returns whether it was recorded.
-    pub fn span_started(&self, span: &SpanData) -> bool {
+    pub fn span_started<'a>(&self, span: impl Into<SpanView<'a>>) -> bool {
+        let span = &span.into();
         let Some(mut slots) = self.slots() else { return false };
         let Some(index) = self.take_slot(&mut slots) else { return false };
         let order = slots.next_order;
         slots.next_order += 1;
         let (attributes, events) = Held::shape(span);
         let held = Held { slot: index, order, attributes, events };
-        slots.by_span.insert(span_key(span), held);
+        slots.by_span.insert(span.key(), held);
         self.write_slot(index, span, STATE_OPEN);
         true
     }
 
     /// Records `span` as ended in its slot (kept until [`released`](Self::released)).
-    pub fn span_ended(&self, span: &SpanData) {
+    pub fn span_ended<'a>(&self, span: impl Into<SpanView<'a>>) {
+        let span = &span.into();
         let Some(mut slots) = self.slots() else { return };
-        let key = span_key(span);
+        let key = span.key();
         let Some(&held) = slots.by_span.get(&key) else { return };
         let index = held.slot;
         let unchanged = (held.attributes, held.events) == Held::shape(span)
@@ -529,7 +532,7 @@ impl SpoolTable {
         None
     }
 
-    fn write_slot(&self, index: u32, span: &SpanData, state: u32) {
+    fn write_slot(&self, index: u32, span: &SpanView<'_>, state: u32) {
         let state_word = self.atomic_u32(format::slot_range(index).start + SLOT_STATE);
         state_word.store(STATE_WRITING, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
@@ -545,13 +548,13 @@ impl SpoolTable {
     /// Marks the span in slot `index` ended without encoding it again: its
     /// end time, status and state. `false` (nothing written) when the
     /// slot's name is not the span's (renamed after it started).
-    fn mark_ended(&self, index: u32, span: &SpanData) -> bool {
+    fn mark_ended(&self, index: u32, span: &SpanView<'_>) -> bool {
         let range = format::slot_range(index);
         // SAFETY: in bounds (`index` is held by this span), and exclusive:
         // callers hold the `slots` lock, under which alone slot bytes are
         // written.
         let slot = unsafe { std::slice::from_raw_parts_mut(self.base.add(range.start), SLOT_SIZE) };
-        if !format::holds_name(slot, &span.name) {
+        if !format::holds_name(slot, span.name) {
             return false;
         }
         let state_word = self.atomic_u32(range.start + SLOT_STATE);
@@ -646,7 +649,7 @@ impl SpoolTable {
 
 /// The key of a span in the table: its span id as a number.
 pub(crate) fn span_key(span: &SpanData) -> u64 {
-    u64::from_be_bytes(span.span_context.span_id().to_bytes())
+    SpanView::from(span).key()
 }
 
 /// Starts the thread that refreshes `table`'s last-alive stamp every

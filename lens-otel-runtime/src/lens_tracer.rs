@@ -1,0 +1,248 @@
+//! The facade's span path on the span recorder (SPEC A25, issue 24): the
+//! sampling decision at start, on the calling thread, then plain data
+//! recorded into the recorder's per-thread buffer, with the open span in the
+//! rank's spool (the open-span registry of the closer, the flight recorder
+//! and the next attempt's replay).
+//!
+//! What the SDK's tracer does per span and this one does not: build the SDK
+//! span object, copy its data for the closer at start, copy the scope into
+//! it at end, and hand it to a processor under a lock on the calling thread.
+//! What it keeps: the same sampler (parent-based, ratio, sampling keys; its
+//! attributes and trace state), the same ids (the per-thread generator,
+//! [`with_next_trace_id`](crate::ids::with_next_trace_id) for derived trace
+//! ids), the SDK's span limits (128 attributes, events and links, the rest
+//! dropped), and OpenTelemetry interop: a recording span is a
+//! [`LensSpan`], an [`opentelemetry::trace::Span`] that the caller puts in
+//! the OpenTelemetry [`Context`], so that a span started through the
+//! OpenTelemetry API inside it is its child, `traceparent` injection reads
+//! it, and a lens span inside an OpenTelemetry span is that span's child.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::SystemTime;
+
+use opentelemetry::trace::{Event, Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags};
+use opentelemetry::{Context, InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{IdGenerator as _, SamplingDecision, ShouldSample as _};
+
+use crate::closer::OpenSpanCloser;
+use crate::ids::SeedIndependentIdGenerator;
+use crate::recorder::Recorder;
+use crate::sampler::LensSampler;
+use crate::span_record::SpanRecord;
+use crate::spool::SpanView;
+
+/// The SDK's default span limits, kept on the recorder's spans.
+const MAX_ATTRIBUTES: usize = 128;
+const MAX_EVENTS: usize = 128;
+const MAX_LINKS: usize = 128;
+
+/// Starts spans on the recorder: what setup installs for the facade
+/// ([`crate::active::lens_tracer`]).
+pub struct LensTracer {
+    recorder: Recorder,
+    sampler: LensSampler,
+    closer: OpenSpanCloser,
+    scope: InstrumentationScope,
+}
+
+impl fmt::Debug for LensTracer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensTracer").field("scope", &self.scope.name()).finish_non_exhaustive()
+    }
+}
+
+/// What starting a span gave.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "moved once, straight into the context's box: boxing it here would allocate twice per span"
+)]
+pub enum Started {
+    /// A recorded span: put it in the context.
+    Recording(LensSpan),
+    /// A span the sampler dropped, or one started with telemetry off or
+    /// suppressed: put its context in the context (it carries the
+    /// unsampled flag to children and `traceparent`; empty when off).
+    NotRecording(SpanContext),
+}
+
+impl Started {
+    /// `parent` with this span as its span.
+    pub fn into_context(self, parent: &Context) -> Context {
+        match self {
+            Started::Recording(span) => parent.with_span(span),
+            Started::NotRecording(span_context) => parent.with_remote_span_context(span_context),
+        }
+    }
+}
+
+/// How a span starts, besides its name and attributes.
+#[derive(Debug, Default)]
+pub struct StartWith {
+    /// Its kind (internal when `None`).
+    pub kind: Option<SpanKind>,
+    /// Its links.
+    pub links: Vec<Link>,
+    /// Its start time (now when `None`).
+    pub start_time: Option<SystemTime>,
+}
+
+impl LensTracer {
+    /// A tracer recording into `recorder`, sampling with `sampler`, keeping
+    /// open spans in `closer`'s registry, every span in `scope` (the spool
+    /// keeps the scope; the exporter is given it too).
+    pub fn new(
+        recorder: Recorder,
+        sampler: LensSampler,
+        closer: OpenSpanCloser,
+        scope: InstrumentationScope,
+    ) -> LensTracer {
+        LensTracer { recorder, sampler, closer, scope }
+    }
+
+    /// Starts a span named `name` under the span of `parent_cx` (a new
+    /// trace when it has none): samples it, and records it when sampled.
+    pub fn start(
+        &'static self,
+        name: Cow<'static, str>,
+        parent_cx: &Context,
+        mut attributes: Vec<KeyValue>,
+        with: StartWith,
+    ) -> Started {
+        if parent_cx.is_telemetry_suppressed() || self.closer.is_closed() {
+            return Started::NotRecording(SpanContext::empty_context());
+        }
+        let ids = SeedIndependentIdGenerator::default();
+        let span_id = ids.new_span_id();
+        let parent = parent_cx.span();
+        let parent = parent.span_context();
+        let parent = parent.is_valid().then_some(parent);
+        let trace_id = parent.map_or_else(|| ids.new_trace_id(), SpanContext::trace_id);
+        let kind = with.kind.unwrap_or(SpanKind::Internal);
+        let result = self.sampler.should_sample(Some(parent_cx), trace_id, &name, &kind, &attributes, &with.links);
+        let flags = parent.map_or(TraceFlags::default(), SpanContext::trace_flags);
+        if result.decision != SamplingDecision::RecordAndSample {
+            // Record-only is not a decision lens's sampler makes: an
+            // unsampled span is never exported, so it is not recorded.
+            let span_context =
+                SpanContext::new(trace_id, span_id, flags.with_sampled(false), false, result.trace_state);
+            return Started::NotRecording(span_context);
+        }
+        attributes.extend(result.attributes);
+        let dropped = attributes.len().saturating_sub(MAX_ATTRIBUTES);
+        attributes.truncate(MAX_ATTRIBUTES);
+        let mut links = with.links;
+        links.truncate(MAX_LINKS);
+        let start_time = with.start_time.unwrap_or_else(opentelemetry::time::now);
+        let record = SpanRecord {
+            name,
+            span_context: SpanContext::new(trace_id, span_id, flags.with_sampled(true), false, result.trace_state),
+            parent_span_id: parent.map_or(SpanId::INVALID, SpanContext::span_id),
+            parent_span_is_remote: parent.is_some_and(SpanContext::is_remote),
+            span_kind: kind,
+            start_time,
+            end_time: start_time,
+            attributes,
+            dropped_attributes_count: u32::try_from(dropped).unwrap_or(u32::MAX),
+            events: Vec::new(),
+            links,
+            status: Status::Unset,
+        };
+        self.closer.span_started(SpanView::of_record(&record, &self.scope));
+        Started::Recording(LensSpan { span_context: record.span_context.clone(), record: Some(record), tracer: self })
+    }
+}
+
+/// A recorded span: plain data until it ends, then appended to the ending
+/// thread's buffer of the recorder. Dropping it ends it.
+pub struct LensSpan {
+    span_context: SpanContext,
+    record: Option<SpanRecord>,
+    tracer: &'static LensTracer,
+}
+
+impl fmt::Debug for LensSpan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensSpan")
+            .field("trace_id", &self.span_context.trace_id())
+            .field("span_id", &self.span_context.span_id())
+            .field("recording", &self.record.is_some())
+            .finish()
+    }
+}
+
+impl opentelemetry::trace::Span for LensSpan {
+    fn add_event_with_timestamp<T>(&mut self, name: T, timestamp: SystemTime, attributes: Vec<KeyValue>)
+    where
+        T: Into<Cow<'static, str>>,
+    {
+        if let Some(record) = &mut self.record
+            && record.events.len() < MAX_EVENTS
+        {
+            record.events.push(Event::new(name, timestamp, attributes, 0));
+        }
+    }
+
+    fn span_context(&self) -> &SpanContext {
+        &self.span_context
+    }
+
+    fn is_recording(&self) -> bool {
+        self.record.is_some()
+    }
+
+    fn set_attribute(&mut self, attribute: KeyValue) {
+        if let Some(record) = &mut self.record {
+            if record.attributes.len() < MAX_ATTRIBUTES {
+                record.attributes.push(attribute);
+            } else {
+                record.dropped_attributes_count = record.dropped_attributes_count.saturating_add(1);
+            }
+        }
+    }
+
+    /// As the SDK: `Ok` over `Error` over unset.
+    fn set_status(&mut self, status: Status) {
+        if let Some(record) = &mut self.record
+            && status > record.status
+        {
+            record.status = status;
+        }
+    }
+
+    fn update_name<T>(&mut self, new_name: T)
+    where
+        T: Into<Cow<'static, str>>,
+    {
+        if let Some(record) = &mut self.record {
+            record.name = new_name.into();
+        }
+    }
+
+    fn add_link(&mut self, span_context: SpanContext, attributes: Vec<KeyValue>) {
+        if let Some(record) = &mut self.record
+            && record.links.len() < MAX_LINKS
+            && span_context.is_valid()
+        {
+            record.links.push(Link::new(span_context, attributes, 0));
+        }
+    }
+
+    fn end_with_timestamp(&mut self, timestamp: SystemTime) {
+        if let Some(mut record) = self.record.take() {
+            record.end_time = timestamp;
+            // Once the closer has closed, the span was exported truncated
+            // at shutdown: it is not exported again.
+            if self.tracer.closer.span_ended(SpanView::of_record(&record, &self.tracer.scope)) {
+                self.tracer.recorder.record(record);
+            }
+        }
+    }
+}
+
+impl Drop for LensSpan {
+    fn drop(&mut self) {
+        opentelemetry::trace::Span::end(self);
+    }
+}
