@@ -611,7 +611,7 @@ fn sim_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
         );
         let cpu = CpuCost::from_rounds(result.rounds.iter().map(|(off, on)| (off.cpu_ms, on.cpu_ms, off.iteration_ms)));
         let missing = "no process CPU in the summary";
-        let noisy_cpu = cpu.filter(|c| c.round_band.is_some_and(|(a, b)| wider_than(a, b, max - 1.0)));
+        let noisy_cpu = cpu.filter(|c| c.rounds_wider_than(max - 1.0));
         let mut verdict = decide_with_cpu(&mut measured, (ratio, lo, hi, max), cpu, "iteration", missing);
         if let Some(cpu) = noisy_cpu.filter(|_| wider_than(lo, hi, max - 1.0) && callgrind::available()) {
             // The CPU rounds spread wider than the budget too: the
@@ -693,7 +693,7 @@ fn serve_rows(budgets: &Budgets, rounds: usize) -> Result<Vec<Row>> {
                     .iter()
                     .map(|(off, on)| (off.cpu_ms_per_token, on.cpu_ms_per_token, 1e3 / off.tokens_per_sec)),
             );
-            let cpu_noisy = cpu.as_ref().and_then(|c| c.round_band).is_some_and(|(a, b)| wider_than(a, b, max - 1.0));
+            let cpu_noisy = cpu.as_ref().is_some_and(|c| c.rounds_wider_than(max - 1.0));
             let verdict = decide_with_cpu(&mut text, (ratio, lo, hi, max), cpu, "token", "no server CPU from /proc");
             if wider_than(lo, hi, max - 1.0) && cpu_noisy && callgrind::available() {
                 // The CPU rounds spread wider than the budget too: the

@@ -43,7 +43,6 @@ use super::{DetachedSpan, SpanGuard, SpanKind, SpanLink, is_span_group_enabled};
 use super::{Parent, SAMPLING_KEY_ATTRIBUTE, StartOptions, active_tracer, redacted, start_span};
 use crate::attr::KeyValue;
 use crate::groups::SpanGroup;
-#[cfg(feature = "otel")]
 use crate::propagation::RemoteContext;
 
 /// A span of `group` named `name`, to configure and then start with

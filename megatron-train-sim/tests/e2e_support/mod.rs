@@ -339,9 +339,26 @@ impl Proc {
         }
     }
 
-    /// The exit status if it has exited.
+    /// The exit status if it has exited (then it is reaped: a group leader's
+    /// id may be reused from here on, so its group is never signalled again;
+    /// a launcher that exits has waited for its ranks).
     pub(crate) fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().unwrap()
+        let status = self.child.try_wait().unwrap();
+        if status.is_some() {
+            self.group = false;
+        }
+        status
+    }
+
+    /// Kills it (and its group, when it leads one) and reaps it.
+    fn kill_and_reap(&mut self) -> Option<ExitStatus> {
+        if std::mem::take(&mut self.group) {
+            // SAFETY: `killpg` has no memory-safety preconditions; the leader
+            // is not reaped yet, so the group id is still its own.
+            unsafe { libc::killpg(self.pid(), libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok()
     }
 
     /// Its stdout so far.
@@ -362,8 +379,7 @@ impl Proc {
                 return self.finished(status);
             }
             if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
+                let _ = self.kill_and_reap();
                 panic!(
                     "{} did not exit within {limit:?}\nstdout:\n{}\nstderr:\n{}",
                     self.label,
@@ -388,8 +404,7 @@ impl Proc {
                 return self.finished(status);
             }
             if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let status = self.child.wait().unwrap();
+                let status = self.kill_and_reap().expect("the killed child is reaped");
                 return self.finished(status);
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -423,14 +438,11 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// Kills what still runs: the group of a leader not yet reaped (an exited
+    /// but unreaped leader still holds its group id), else the child.
     fn drop(&mut self) {
-        if self.group {
-            // SAFETY: `killpg` has no memory-safety preconditions.
-            unsafe { libc::killpg(self.pid(), libc::SIGKILL) };
-        }
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        if self.group || matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.kill_and_reap();
         }
     }
 }

@@ -85,6 +85,12 @@ impl CpuCost {
         })
     }
 
+    /// Whether the per-round ratios spread wider than `margin` (too noisy to
+    /// decide by), `false` with a single round.
+    pub(crate) fn rounds_wider_than(&self, margin: f64) -> bool {
+        self.round_band.is_some_and(|(lo, hi)| wider_than(lo, hi, margin))
+    }
+
     /// The CPU telemetry adds per unit, in milliseconds.
     pub(crate) fn added_ms(&self) -> f64 {
         self.on_ms - self.off_ms

@@ -2,8 +2,9 @@
 //! fixed concurrency, telemetry off against the `default` span groups.
 //!
 //! The simulator trains a two-iteration checkpoint once, then each round
-//! starts `megatron-train-sim serve` twice (off, then `--otel-enabled
-//! --otel-span-groups default`, the file exporter in a scratch directory)
+//! starts `megatron-train-sim serve` twice (off and `--otel-enabled
+//! --otel-span-groups default`, the file exporter in a scratch directory;
+//! the rounds alternate which side runs first)
 //! and drives it with a small std-only HTTP/1.1 load client: `CONCURRENCY`
 //! threads, each sending `REQUESTS` non-streaming completions of
 //! `MAX_TOKENS` tokens one after the other. Throughput is the tokens
