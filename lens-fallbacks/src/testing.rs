@@ -1,9 +1,11 @@
 //! Test support (feature `testing`): capture the spans that instrumented code
 //! emits, and set the span-group gate directly.
 //!
-//! [`capture`] installs a tracer that exports to memory, enables exactly the
-//! groups it is given, and returns a [`Capture`] guard to read the finished
-//! spans from. The active tracer and the gate are process-global, so a
+//! [`capture`] installs tracers that export to memory (the facade's spans
+//! on the span recorder, as a job's setup puts them; spans started through
+//! the OpenTelemetry API on the SDK's tracer), enables exactly the groups it
+//! is given, and returns a [`Capture`] guard to read the finished spans
+//! from (reading collects what the threads' buffers hold first). The active tracer and the gate are process-global, so a
 //! capture also holds a process-wide lock: tests in one binary that each take
 //! a capture run one after the other. Dropping the guard disables every group
 //! and removes the tracer, so the next capture (or a `setup_telemetry` later
@@ -29,13 +31,24 @@
 //! assert!(again.finished_spans().is_empty());
 //! ```
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
+use opentelemetry::InstrumentationScope;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 
 use crate::groups::{GroupSet, SpanGroup};
+use crate::otel::batch::{BatchConfig, LensBatchRecordProcessor};
+use crate::otel::closer::OpenSpanCloser;
+use crate::otel::lens_tracer::LensTracer;
+use crate::otel::recorder::{Recorder, RecordsAsSpanData};
+use crate::otel::sampler::{DelegateSampler, LensSampler, delegate_from};
+use crate::otel::spool::{ANONYMOUS_SLOTS, SpoolTable};
 use crate::otel::{active, ids::SeedIndependentIdGenerator};
+
+/// How long reading a capture waits for the recorder's flush.
+const FLUSH_LIMIT: Duration = Duration::from_secs(10);
 
 /// Replaces the enabled span groups, as setup and shutdown do. For tests and
 /// benchmarks that drive the gate without a full setup; instrumented code
@@ -49,9 +62,11 @@ pub fn set_enabled_span_groups(groups: GroupSet) {
 static CAPTURE_LOCK: Mutex<()> = Mutex::new(());
 
 /// Starts capturing: takes the capture lock (waiting for another capture in
-/// this process to end), installs a tracer exporting to memory (lens's own
-/// id generator, so chosen trace ids apply; the SDK's default sampler, so
-/// every span is sampled) and enables exactly `groups`.
+/// this process to end), installs tracers exporting to memory (the facade's
+/// on the span recorder, with an open-span closer in anonymous memory, and
+/// the SDK's; lens's own id generator, so chosen trace ids apply; a
+/// parent-based always-on sampler, so every span is sampled) and enables
+/// exactly `groups`.
 ///
 /// # Panics
 ///
@@ -64,14 +79,24 @@ pub fn capture(groups: &[SpanGroup]) -> Capture {
         .with_simple_exporter(exporter.clone())
         .with_id_generator(SeedIndependentIdGenerator::new())
         .build();
-    if active::install(provider.tracer("lens-testing")).is_err() {
+    let scope = InstrumentationScope::builder("lens-testing").build();
+    let processor = LensBatchRecordProcessor::new(
+        Arc::new(RecordsAsSpanData::new(exporter.clone(), scope.clone())),
+        BatchConfig::default(),
+    );
+    let recorder = Recorder::with_processor(processor.clone());
+    let closer = OpenSpanCloser::with_records(processor, SpoolTable::anonymous(ANONYMOUS_SLOTS));
+    let sampler = LensSampler::new(delegate_from(DelegateSampler::ParentBasedAlwaysOn, None));
+    if active::install(provider.tracer_with_scope(scope.clone())).is_err()
+        || active::install_lens(LensTracer::new(recorder.clone(), sampler, closer, scope)).is_err()
+    {
         panic!(
             "lens_fallbacks::testing::capture: a lens tracer is already installed in this process; shut the telemetry \
              down before capturing, or keep capture tests in their own test binary"
         );
     }
     set_enabled_span_groups(GroupSet::of(groups));
-    Capture { exporter, _lock: lock }
+    Capture { exporter, recorder, _lock: lock }
 }
 
 /// The spans captured since [`capture`] (or the last
@@ -80,13 +105,18 @@ pub fn capture(groups: &[SpanGroup]) -> Capture {
 #[must_use = "spans are captured only while the guard lives"]
 pub struct Capture {
     exporter: InMemorySpanExporter,
+    /// The facade's spans' recorder: flushed before every read.
+    recorder: Recorder,
     // Dropped last, after `Drop` has reset the gate and the tracer.
     _lock: MutexGuard<'static, ()>,
 }
 
 impl Capture {
-    /// The finished spans, in the order they ended.
+    /// The finished spans, in the order they ended (on one thread; the
+    /// facade's spans ended on other threads come a thread at a time).
     pub fn finished_spans(&self) -> Vec<SpanData> {
+        // A flush that times out leaves what is pending for the next read.
+        let _ = self.recorder.force_flush(FLUSH_LIMIT);
         // The in-memory exporter fails only when its lock is poisoned.
         self.exporter.get_finished_spans().unwrap_or_default()
     }
@@ -112,6 +142,7 @@ impl Capture {
 
     /// Forgets the spans captured so far.
     pub fn reset(&self) {
+        let _ = self.recorder.force_flush(FLUSH_LIMIT);
         self.exporter.reset();
     }
 
@@ -125,6 +156,9 @@ impl Drop for Capture {
     fn drop(&mut self) {
         set_enabled_span_groups(GroupSet::EMPTY);
         active::uninstall();
+        // Stops the recorder's export thread (the tracer itself stays
+        // leaked in no slot, as shutdown leaves a job's).
+        let _ = self.recorder.shutdown(FLUSH_LIMIT);
     }
 }
 
