@@ -8,9 +8,10 @@
 //! its discarding exporter); without it the crate is empty.
 //!
 //! - lens: telemetry set up as a job sets it up (`setup_telemetry`, every
-//!   group on, lens's defaults: the open-span closer, the sampler wrapper,
-//!   the batch processor), with an exporter that discards batches, and
-//!   `managed_span(SpanGroup::STEP, ..)`, which is current until it ends;
+//!   group on, lens's defaults: the span recorder, the open-span closer with
+//!   its table, the sampler wrapper, the batch processor), with an exporter
+//!   that discards batches, and `managed_span(SpanGroup::STEP, ..)`, which
+//!   is current until it ends;
 //! - fastrace: a reporter that discards, and `LocalSpan::enter_with_local_parent`
 //!   under a root span made the local parent. fastrace records at most
 //!   10,240 local spans under one root (the rest are silently no-ops), so a
@@ -20,8 +21,8 @@
 //!   (strings): the numbers are formatted, as a user of fastrace writes it;
 //! - the span recorder alone (`lens_fallbacks::otel::recorder`, issue 24):
 //!   a root span started and ended on its per-thread buffer, exported
-//!   through a discarding exporter; what the facade's span path would pay
-//!   for recording once it runs on the recorder (no gate, no context).
+//!   through a discarding exporter; the floor under the facade's path (no
+//!   gate, no sampler, no OpenTelemetry context, no open-span table).
 
 #![cfg(feature = "testing")]
 
