@@ -815,9 +815,11 @@ impl LensBatchRecordProcessor {
         *lock(&self.owner.inner.collector) = Some(Arc::from(collect));
     }
 
-    /// Waits until everything queued before the call is exported or
-    /// dropped, at most `timeout`.
+    /// Collects the recorder's thread buffers, then waits until everything
+    /// queued before the call (what the threads had recorded included) is
+    /// exported or dropped, at most `timeout`.
     pub fn force_flush_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.collect_now();
         self.owner.force_flush(timeout)
     }
 
@@ -825,13 +827,20 @@ impl LensBatchRecordProcessor {
     /// that they are exported, not refused), exports what it can within
     /// `timeout` and stops.
     pub fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.collect_now();
+        self.owner.shutdown(timeout)
+    }
+
+    /// Runs the collector on the calling thread (nothing once closed): a
+    /// flush's target and a shutdown's drain then include what the threads'
+    /// buffers held.
+    fn collect_now(&self) {
         let collector = lock(&self.owner.inner.collector).clone();
         if let Some(collector) = collector
             && !self.owner.inner.closed.load(Ordering::Acquire)
         {
             collector();
         }
-        self.owner.shutdown(timeout)
     }
 
     /// Sets the resource of everything it exports.

@@ -21,7 +21,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::SystemTime;
 
-use opentelemetry::trace::{Event, Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags};
+use opentelemetry::trace::{
+    Event, Link, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags,
+};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator as _, SamplingDecision, ShouldSample as _};
 
@@ -151,6 +153,20 @@ impl LensTracer {
         };
         self.closer.span_started(SpanView::of_record(&record, &self.scope));
         Started::Recording(LensSpan { span_context: record.span_context.clone(), record: Some(record), tracer: self })
+    }
+}
+
+impl LensTracer {
+    /// Starts a span from an OpenTelemetry [`SpanBuilder`] (the `tracing`
+    /// bridge's) under the span of `parent_cx`, and returns `parent_cx` with
+    /// it: the SDK tracer's `build_with_context` followed by `with_span`.
+    /// The builder's name, kind, attributes, links and start time are used;
+    /// its ids, events, status and sampling result are not (the bridge sets
+    /// none of them).
+    pub fn build_with_context(&'static self, builder: SpanBuilder, parent_cx: &Context) -> Context {
+        let SpanBuilder { name, span_kind, attributes, start_time, links, .. } = builder;
+        let with = StartWith { kind: span_kind, links: links.unwrap_or_default(), start_time };
+        self.start(name, parent_cx, attributes.unwrap_or_default(), with).into_context(parent_cx)
     }
 }
 

@@ -61,16 +61,41 @@ impl SpanData {
             return None;
         }
         if self.started.is_none() {
-            let tracer = active::tracer()?;
+            let tracer = active_tracer()?;
             let builder = std::mem::take(&mut self.builder);
-            let span = tracer.build_with_context(builder, &self.parent);
-            let cx = std::mem::take(&mut self.parent).with_span(span);
+            let cx = tracer.build(builder, &std::mem::take(&mut self.parent));
             if let Some(status) = self.status.take() {
                 cx.span().set_status(status);
             }
             self.started = Some(cx);
         }
         self.started.as_ref()
+    }
+}
+
+/// The tracer the bridge starts its spans on: the facade's on the span
+/// recorder when setup installed one (as for the facade's own spans), else
+/// the SDK tracer installed alone.
+#[derive(Clone, Copy)]
+enum ActiveTracer {
+    Recorder(&'static lens_fallbacks::otel::lens_tracer::LensTracer),
+    Sdk(&'static lens_fallbacks::otel::opentelemetry_sdk::trace::SdkTracer),
+}
+
+fn active_tracer() -> Option<ActiveTracer> {
+    if let Some(tracer) = active::lens_tracer() {
+        return Some(ActiveTracer::Recorder(tracer));
+    }
+    active::tracer().map(ActiveTracer::Sdk)
+}
+
+impl ActiveTracer {
+    /// `parent` with a new span of `builder` (a child of its span).
+    fn build(self, builder: SpanBuilder, parent: &OtelContext) -> OtelContext {
+        match self {
+            ActiveTracer::Recorder(tracer) => tracer.build_with_context(builder, parent),
+            ActiveTracer::Sdk(tracer) => parent.with_span(tracer.build_with_context(builder, parent)),
+        }
     }
 }
 
@@ -350,9 +375,9 @@ where
     let mut extensions = span.extensions_mut();
     let Some(data) = extensions.get_mut::<SpanData>() else { return };
     let (cx, entry) = if data.per_entry {
-        let Some(tracer) = active::tracer() else { return };
+        let Some(tracer) = active_tracer() else { return };
         let builder = data.builder.clone().with_start_time(SystemTime::now());
-        let cx = OtelContext::map_current(|current| current.with_span(tracer.build_with_context(builder, current)));
+        let cx = OtelContext::map_current(|current| tracer.build(builder, current));
         (cx.clone(), Some(cx))
     } else {
         let Some(cx) = data.start() else { return };
