@@ -21,10 +21,10 @@
 //! disabled the helper costs the gate (one relaxed load and a mask test) and
 //! returns an inert [`SpanGuard`]; it allocates nothing, takes no lock and
 //! does not even read the active tracer. When the group is enabled the helper
-//! reads the active tracer ([`crate::otel::active`], one load), starts the
-//! span with its attributes set through the span builder (so samplers see
-//! them), and, for the managed forms, makes it the current span until the
-//! guard is dropped.
+//! reads the active tracer ([`crate::otel::active`], one load: under setup,
+//! the facade's tracer on the span recorder), starts the span with its
+//! attributes (so the sampler sees them), and, for the managed forms, makes
+//! it the current span until the guard is dropped.
 //!
 //! # Attributes
 //!
@@ -497,8 +497,8 @@ fn to_otel(attributes: impl IntoIterator<Item = KeyValue>) -> Vec<opentelemetry:
 }
 
 /// The tracer a helper starts its span on: the facade's tracer on the span
-/// recorder when setup installed one (a job's setup does), else the SDK
-/// tracer installed alone (the `testing` capture, a program's own setup).
+/// recorder when one is installed (setup and the `testing` capture install
+/// it), else an SDK tracer installed alone (a bench, a program's own).
 #[cfg(feature = "otel")]
 #[derive(Clone, Copy)]
 pub(crate) enum ActiveTracer {
