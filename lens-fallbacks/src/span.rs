@@ -78,8 +78,6 @@ use opentelemetry::trace::{Link, SpanBuilder as OtelSpanBuilder, SpanRef, Status
 #[cfg(feature = "otel")]
 use opentelemetry::{Context, ContextGuard};
 #[cfg(feature = "otel")]
-use opentelemetry_sdk::trace::SdkTracer;
-#[cfg(feature = "otel")]
 use opentelemetry_semantic_conventions::attribute::{EXCEPTION_MESSAGE, EXCEPTION_TYPE};
 
 use crate::attr::{AttrValue, KeyValue};
@@ -88,7 +86,7 @@ use crate::attr::{AttrValue, KeyValue};
 pub use crate::attr::{DEFAULT_REDACT_KEYS, LazyAttributes, REDACTED, lazy_attributes, redact_value};
 use crate::groups::SpanGroup;
 #[cfg(feature = "otel")]
-use crate::otel::active;
+use crate::otel::active::{ActiveTracer, active_tracer};
 use crate::propagation::RemoteContext;
 
 mod builder;
@@ -494,26 +492,6 @@ impl StartOptions {
 #[cfg(feature = "otel")]
 fn to_otel(attributes: impl IntoIterator<Item = KeyValue>) -> Vec<opentelemetry::KeyValue> {
     attributes.into_iter().map(lens_otel_runtime::convert::ToOtel::to_otel).collect()
-}
-
-/// The tracer a helper starts its span on: the facade's tracer on the span
-/// recorder when one is installed (setup and the `testing` capture install
-/// it), else an SDK tracer installed alone (a bench, a program's own).
-#[cfg(feature = "otel")]
-#[derive(Clone, Copy)]
-pub(crate) enum ActiveTracer {
-    Recorder(&'static lens_otel_runtime::lens_tracer::LensTracer),
-    Sdk(&'static SdkTracer),
-}
-
-/// The active tracer, if telemetry is set up (one or two loads).
-#[cfg(feature = "otel")]
-#[inline]
-pub(crate) fn active_tracer() -> Option<ActiveTracer> {
-    if let Some(tracer) = active::lens_tracer() {
-        return Some(ActiveTracer::Recorder(tracer));
-    }
-    active::tracer().map(ActiveTracer::Sdk)
 }
 
 /// Starts a span on `tracer` (the enabled path of every helper).

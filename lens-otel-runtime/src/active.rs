@@ -18,6 +18,8 @@ use std::fmt;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use opentelemetry::Context;
+use opentelemetry::trace::{SpanBuilder, TraceContextExt as _, Tracer as _};
 use opentelemetry_sdk::trace::SdkTracer;
 
 use crate::lens_tracer::LensTracer;
@@ -71,6 +73,37 @@ fn publish<T>(slot: &AtomicPtr<T>, value: T) -> Result<(), TracerAlreadyInstalle
             // never published, so this is its only owner.
             drop(unsafe { Box::from_raw(pointer) });
             Err(TracerAlreadyInstalled)
+        }
+    }
+}
+
+/// The tracer a span starts on: the facade's tracer on the span recorder
+/// when one is installed (setup and the `testing` capture install it), else
+/// an SDK tracer installed alone (a bench, a program's own). The facade's
+/// helpers and the `tracing` bridge both choose through [`active_tracer`].
+#[derive(Clone, Copy, Debug)]
+pub enum ActiveTracer {
+    /// The facade's tracer on the span recorder.
+    Recorder(&'static LensTracer),
+    /// An SDK tracer installed alone.
+    Sdk(&'static SdkTracer),
+}
+
+/// The active tracer, if telemetry is set up (one or two loads).
+#[inline]
+pub fn active_tracer() -> Option<ActiveTracer> {
+    if let Some(tracer) = lens_tracer() {
+        return Some(ActiveTracer::Recorder(tracer));
+    }
+    tracer().map(ActiveTracer::Sdk)
+}
+
+impl ActiveTracer {
+    /// `parent` with a new span of `builder`, a child of its span.
+    pub fn build_with_context(self, builder: SpanBuilder, parent: &Context) -> Context {
+        match self {
+            ActiveTracer::Recorder(tracer) => tracer.build_with_context(builder, parent),
+            ActiveTracer::Sdk(tracer) => parent.with_span(tracer.build_with_context(builder, parent)),
         }
     }
 }

@@ -831,14 +831,12 @@ impl LensBatchRecordProcessor {
         self.owner.shutdown(timeout)
     }
 
-    /// Runs the collector on the calling thread (nothing once closed): a
-    /// flush's target and a shutdown's drain then include what the threads'
-    /// buffers held.
+    /// Runs the collector on the calling thread: a flush's target and a
+    /// shutdown's drain then include what the threads' buffers held (once
+    /// closed, what they hold is refused and counted).
     fn collect_now(&self) {
         let collector = lock(&self.owner.inner.collector).clone();
-        if let Some(collector) = collector
-            && !self.owner.inner.closed.load(Ordering::Acquire)
-        {
+        if let Some(collector) = collector {
             collector();
         }
     }

@@ -347,14 +347,14 @@ impl Recorder {
     /// Collects every thread's buffer and waits until everything recorded
     /// before this call is exported or dropped, at most `timeout`.
     pub fn force_flush(&self, timeout: Duration) -> OTelSdkResult {
-        self.shared.collect();
+        // The processor runs this recorder's collection first.
         self.shared.processor.force_flush_with_timeout(timeout)
     }
 
     /// Collects every thread's buffer, exports what it can within `timeout`
     /// and stops; spans ended later are refused and counted.
     pub fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
-        self.shared.collect();
+        // The processor runs this recorder's collection first.
         self.shared.processor.shutdown_with_timeout(timeout)
     }
 }

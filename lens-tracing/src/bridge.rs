@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use lens_fallbacks::RemoteContext;
 use lens_fallbacks::export_path::on_export_path;
 use lens_fallbacks::otel::opentelemetry::logs::Severity;
-use lens_fallbacks::otel::opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use lens_fallbacks::otel::opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _};
 use lens_fallbacks::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
 use lens_fallbacks::otel::{active, logs};
 use lens_fallbacks::tracing_rules::TracingRules;
@@ -61,41 +61,15 @@ impl SpanData {
             return None;
         }
         if self.started.is_none() {
-            let tracer = active_tracer()?;
+            let tracer = active::active_tracer()?;
             let builder = std::mem::take(&mut self.builder);
-            let cx = tracer.build(builder, &std::mem::take(&mut self.parent));
+            let cx = tracer.build_with_context(builder, &std::mem::take(&mut self.parent));
             if let Some(status) = self.status.take() {
                 cx.span().set_status(status);
             }
             self.started = Some(cx);
         }
         self.started.as_ref()
-    }
-}
-
-/// The tracer the bridge starts its spans on: the facade's on the span
-/// recorder when setup installed one (as for the facade's own spans), else
-/// the SDK tracer installed alone.
-#[derive(Clone, Copy)]
-enum ActiveTracer {
-    Recorder(&'static lens_fallbacks::otel::lens_tracer::LensTracer),
-    Sdk(&'static lens_fallbacks::otel::opentelemetry_sdk::trace::SdkTracer),
-}
-
-fn active_tracer() -> Option<ActiveTracer> {
-    if let Some(tracer) = active::lens_tracer() {
-        return Some(ActiveTracer::Recorder(tracer));
-    }
-    active::tracer().map(ActiveTracer::Sdk)
-}
-
-impl ActiveTracer {
-    /// `parent` with a new span of `builder` (a child of its span).
-    fn build(self, builder: SpanBuilder, parent: &OtelContext) -> OtelContext {
-        match self {
-            ActiveTracer::Recorder(tracer) => tracer.build_with_context(builder, parent),
-            ActiveTracer::Sdk(tracer) => parent.with_span(tracer.build_with_context(builder, parent)),
-        }
     }
 }
 
@@ -375,9 +349,9 @@ where
     let mut extensions = span.extensions_mut();
     let Some(data) = extensions.get_mut::<SpanData>() else { return };
     let (cx, entry) = if data.per_entry {
-        let Some(tracer) = active_tracer() else { return };
+        let Some(tracer) = active::active_tracer() else { return };
         let builder = data.builder.clone().with_start_time(SystemTime::now());
-        let cx = OtelContext::map_current(|current| tracer.build(builder, current));
+        let cx = OtelContext::map_current(|current| tracer.build_with_context(builder, current));
         (cx.clone(), Some(cx))
     } else {
         let Some(cx) = data.start() else { return };

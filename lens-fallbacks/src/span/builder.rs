@@ -40,9 +40,11 @@ use opentelemetry::Context;
 
 use super::{DetachedSpan, SpanGuard, SpanKind, SpanLink, is_span_group_enabled};
 #[cfg(feature = "otel")]
-use super::{Parent, SAMPLING_KEY_ATTRIBUTE, StartOptions, active_tracer, redacted, start_span};
+use super::{Parent, SAMPLING_KEY_ATTRIBUTE, StartOptions, redacted, start_span};
 use crate::attr::KeyValue;
 use crate::groups::SpanGroup;
+#[cfg(feature = "otel")]
+use crate::otel::active::active_tracer;
 use crate::propagation::RemoteContext;
 
 /// A span of `group` named `name`, to configure and then start with
