@@ -74,7 +74,9 @@ use std::time::SystemTime;
 #[cfg(feature = "otel")]
 use opentelemetry::context::FutureExt as _;
 #[cfg(feature = "otel")]
-use opentelemetry::trace::{Link, SpanBuilder as OtelSpanBuilder, SpanRef, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{
+    Link, Span as _, SpanBuilder as OtelSpanBuilder, SpanContext, SpanRef, Status, TraceContextExt as _, Tracer as _,
+};
 #[cfg(feature = "otel")]
 use opentelemetry::{Context, ContextGuard};
 #[cfg(feature = "otel")]
@@ -87,6 +89,10 @@ pub use crate::attr::{DEFAULT_REDACT_KEYS, LazyAttributes, REDACTED, lazy_attrib
 use crate::groups::SpanGroup;
 #[cfg(feature = "otel")]
 use crate::otel::active::{ActiveTracer, active_tracer};
+#[cfg(feature = "otel")]
+use crate::otel::current_span::{self, FrameId};
+#[cfg(feature = "otel")]
+use crate::otel::lens_tracer::LensSpan;
 use crate::propagation::RemoteContext;
 
 mod builder;
@@ -117,10 +123,22 @@ pub use lens_core::sampling::{SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, samp
 pub fn add_event_to_current(name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) {
     #[cfg(feature = "otel")]
     {
-        let cx = opentelemetry::Context::current();
-        let span = cx.span();
-        if span.is_recording() {
-            span.add_event(name, to_otel(attributes));
+        let name = name.into();
+        let attributes = to_otel(attributes);
+        // lens's own current span when it is the innermost, else the
+        // OpenTelemetry context's.
+        let mut pending = Some((name, attributes));
+        let _ = current_span::with_current(|span| {
+            if let Some((name, attributes)) = pending.take() {
+                span.add_event(name, attributes);
+            }
+        });
+        if let Some((name, attributes)) = pending {
+            let cx = Context::current();
+            let span = cx.span();
+            if span.is_recording() {
+                span.add_event(name, attributes);
+            }
         }
     }
     #[cfg(not(feature = "otel"))]
@@ -216,7 +234,11 @@ impl Drop for OpenSpan {
     fn drop(&mut self) {
         let span = self.cx.span();
         if std::thread::panicking() {
-            record_exception(&span, PANIC_EXCEPTION_TYPE, "the thread panicked while the span was open".into());
+            record_exception(
+                &mut Access::Otel(self.cx.span()),
+                PANIC_EXCEPTION_TYPE,
+                "the thread panicked while the span was open".into(),
+            );
         }
         match self.end_time {
             Some(end_time) => span.end_with_timestamp(end_time),
@@ -225,13 +247,59 @@ impl Drop for OpenSpan {
     }
 }
 
+/// A span to edit: one in an OpenTelemetry context, or a frame of lens's
+/// own current-span stack.
 #[cfg(feature = "otel")]
-fn record_exception(span: &SpanRef<'_>, exception_type: &str, message: String) {
+enum Access<'a> {
+    Otel(SpanRef<'a>),
+    Lens(&'a mut LensSpan),
+}
+
+#[cfg(feature = "otel")]
+impl Access<'_> {
+    fn is_recording(&self) -> bool {
+        match self {
+            Access::Otel(span) => span.is_recording(),
+            Access::Lens(span) => span.is_recording(),
+        }
+    }
+
+    fn span_context(&self) -> &SpanContext {
+        match self {
+            Access::Otel(span) => span.span_context(),
+            Access::Lens(span) => span.span_context(),
+        }
+    }
+
+    fn set_attributes(&mut self, attributes: impl IntoIterator<Item = opentelemetry::KeyValue>) {
+        match self {
+            Access::Otel(span) => span.set_attributes(attributes),
+            Access::Lens(span) => span.set_attributes(attributes),
+        }
+    }
+
+    fn add_event(&mut self, name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValue>) {
+        match self {
+            Access::Otel(span) => span.add_event(name, attributes),
+            Access::Lens(span) => span.add_event(name, attributes),
+        }
+    }
+
+    fn set_status(&mut self, status: Status) {
+        match self {
+            Access::Otel(span) => span.set_status(status),
+            Access::Lens(span) => span.set_status(status),
+        }
+    }
+}
+
+#[cfg(feature = "otel")]
+fn record_exception(span: &mut Access<'_>, exception_type: &str, message: String) {
     if !span.is_recording() {
         return;
     }
     span.add_event(
-        EXCEPTION_EVENT,
+        EXCEPTION_EVENT.into(),
         vec![
             opentelemetry::KeyValue::new(EXCEPTION_TYPE, exception_type.to_owned()),
             opentelemetry::KeyValue::new(EXCEPTION_MESSAGE, message.clone()),
@@ -265,6 +333,9 @@ pub struct SpanGuard {
     attached: ManuallyDrop<Option<ContextGuard>>,
     #[cfg(feature = "otel")]
     open: ManuallyDrop<Option<OpenSpan>>,
+    // Or: the span is a frame of lens's own current-span stack.
+    #[cfg(feature = "otel")]
+    frame: Option<FrameId>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -277,13 +348,25 @@ impl SpanGuard {
             attached: ManuallyDrop::new(None),
             #[cfg(feature = "otel")]
             open: ManuallyDrop::new(None),
+            #[cfg(feature = "otel")]
+            frame: None,
             _not_send: PhantomData,
         }
     }
 
+    /// Runs `edit` on the span (`None` for an inert guard).
     #[cfg(feature = "otel")]
-    fn span(&self) -> Option<SpanRef<'_>> {
-        self.open.as_ref().map(OpenSpan::span)
+    fn with_span<R>(&self, edit: impl FnOnce(&mut Access<'_>) -> R) -> Option<R> {
+        if let Some(id) = self.frame {
+            return current_span::with_frame(id, |span| edit(&mut Access::Lens(span)));
+        }
+        self.open.as_ref().map(|open| edit(&mut Access::Otel(open.span())))
+    }
+
+    /// Whether the guard holds no span.
+    #[cfg(feature = "otel")]
+    fn is_inert(&self) -> bool {
+        self.frame.is_none() && self.open.is_none()
     }
 
     /// Whether the span is recorded (false for an inert guard and for a span
@@ -291,7 +374,7 @@ impl SpanGuard {
     #[inline]
     pub fn is_recording(&self) -> bool {
         #[cfg(feature = "otel")]
-        return self.span().is_some_and(|span| span.is_recording());
+        return self.with_span(|span| span.is_recording()).unwrap_or(false);
         #[cfg(not(feature = "otel"))]
         return false;
     }
@@ -302,9 +385,9 @@ impl SpanGuard {
     #[inline]
     pub fn set_attribute(&self, key: impl Into<Cow<'static, str>>, value: impl Into<AttrValue>) {
         #[cfg(feature = "otel")]
-        if let Some(span) = self.span() {
-            span.set_attribute(lens_otel_runtime::convert::ToOtel::to_otel(KeyValue::new(key, value)));
-        }
+        self.with_span(|span| {
+            span.set_attributes([lens_otel_runtime::convert::ToOtel::to_otel(KeyValue::new(key, value))])
+        });
         #[cfg(not(feature = "otel"))]
         let _ = (key, value);
     }
@@ -313,9 +396,9 @@ impl SpanGuard {
     #[inline]
     pub fn set_attributes(&self, attributes: impl IntoIterator<Item = KeyValue>) {
         #[cfg(feature = "otel")]
-        if let Some(span) = self.span() {
+        self.with_span(|span| {
             span.set_attributes(attributes.into_iter().map(lens_otel_runtime::convert::ToOtel::to_otel));
-        }
+        });
         #[cfg(not(feature = "otel"))]
         let _ = attributes;
     }
@@ -352,9 +435,7 @@ impl SpanGuard {
     #[inline]
     pub fn add_event(&self, name: impl Into<Cow<'static, str>>, attributes: impl IntoIterator<Item = KeyValue>) {
         #[cfg(feature = "otel")]
-        if let Some(span) = self.span() {
-            span.add_event(name, to_otel(attributes));
-        }
+        self.with_span(|span| span.add_event(name.into(), to_otel(attributes)));
         #[cfg(not(feature = "otel"))]
         let _ = (name, attributes);
     }
@@ -365,9 +446,7 @@ impl SpanGuard {
     #[inline]
     pub fn record_error(&self, error: &dyn Error) {
         #[cfg(feature = "otel")]
-        if let Some(span) = self.span() {
-            record_exception(&span, "error", error.to_string());
-        }
+        self.with_span(|span| record_exception(span, "error", error.to_string()));
         #[cfg(not(feature = "otel"))]
         let _ = error;
     }
@@ -376,9 +455,7 @@ impl SpanGuard {
     #[inline]
     pub fn set_status_error(&self, description: impl Into<Cow<'static, str>>) {
         #[cfg(feature = "otel")]
-        if let Some(span) = self.span() {
-            span.set_status(Status::error(description));
-        }
+        self.with_span(|span| span.set_status(Status::error(description)));
         #[cfg(not(feature = "otel"))]
         let _ = description;
     }
@@ -388,10 +465,10 @@ impl SpanGuard {
     #[inline]
     pub fn remote_context(&self) -> RemoteContext {
         #[cfg(feature = "otel")]
-        if let Some(span) = self.span()
-            && span.span_context().is_valid()
+        if let Some(span_context) = self.with_span(|span| span.span_context().clone())
+            && span_context.is_valid()
         {
-            return RemoteContext::from_otel(Context::new().with_remote_span_context(span.span_context().clone()));
+            return RemoteContext::from_otel(Context::new().with_remote_span_context(span_context));
         }
         RemoteContext::none()
     }
@@ -411,6 +488,9 @@ impl SpanGuard {
             if let Some(open) = &mut *this.open {
                 open.end_time = Some(end_time);
             }
+            if let Some(mut span) = this.frame.take().and_then(current_span::pop) {
+                span.end_with_timestamp(end_time);
+            }
         }
         #[cfg(not(feature = "otel"))]
         let _ = end_time;
@@ -423,7 +503,7 @@ impl Drop for SpanGuard {
     // group's guard costs nothing to drop; the real work is out of line.
     #[inline]
     fn drop(&mut self) {
-        if self.attached.is_some() || self.open.is_some() {
+        if self.attached.is_some() || self.open.is_some() || self.frame.is_some() {
             self.finish();
         }
     }
@@ -438,6 +518,16 @@ impl SpanGuard {
     fn finish(&mut self) {
         drop(self.attached.take());
         drop(self.open.take());
+        if let Some(mut span) = self.frame.take().and_then(current_span::pop) {
+            if std::thread::panicking() {
+                record_exception(
+                    &mut Access::Lens(&mut span),
+                    PANIC_EXCEPTION_TYPE,
+                    "the thread panicked while the span was open".into(),
+                );
+            }
+            drop(span);
+        }
     }
 }
 
@@ -446,14 +536,14 @@ impl fmt::Debug for SpanGuard {
         #[cfg(not(feature = "otel"))]
         return f.write_str("SpanGuard(inert)");
         #[cfg(feature = "otel")]
-        match self.span() {
+        match self.with_span(|span| (span.span_context().clone(), span.is_recording())) {
             None => f.write_str("SpanGuard(inert)"),
-            Some(span) => f
+            Some((span_context, recording)) => f
                 .debug_struct("SpanGuard")
-                .field("trace_id", &span.span_context().trace_id())
-                .field("span_id", &span.span_context().span_id())
-                .field("recording", &span.is_recording())
-                .field("current", &self.attached.is_some())
+                .field("trace_id", &span_context.trace_id())
+                .field("span_id", &span_context.span_id())
+                .field("recording", &recording)
+                .field("current", &(self.attached.is_some() || self.frame.is_some()))
                 .finish(),
         }
     }
@@ -509,9 +599,26 @@ pub(crate) fn start_span(
                 links: options.links,
                 start_time: options.start_time,
             };
+            // A current span goes on lens's own stack unless every span is
+            // to be current in the OpenTelemetry context too.
+            let on_stack = options.make_current && !tracer.context_per_span();
             match options.parent {
-                Parent::Current => {
+                Parent::Current | Parent::NewTrace if on_stack => {
+                    let new_trace = matches!(options.parent, Parent::NewTrace);
+                    let frame = tracer.start_current(name, attributes, with, new_trace);
+                    return SpanGuard {
+                        attached: ManuallyDrop::new(None),
+                        open: ManuallyDrop::new(None),
+                        frame,
+                        _not_send: PhantomData,
+                    };
+                }
+                Parent::Current if tracer.context_per_span() => {
                     Context::map_current(|current| tracer.start(name, current, attributes, with).into_context(current))
+                }
+                Parent::Current => {
+                    let current = current_span::current_context();
+                    tracer.start(name, &current, attributes, with).into_context(&current)
                 }
                 Parent::NewTrace => {
                     let started = tracer.start(name, &Context::new(), attributes, with);
@@ -550,6 +657,7 @@ pub(crate) fn start_span(
     SpanGuard {
         attached: ManuallyDrop::new(attached),
         open: ManuallyDrop::new(Some(OpenSpan { cx, end_time: None })),
+        frame: None,
         _not_send: PhantomData,
     }
 }
@@ -638,15 +746,13 @@ pub fn in_managed_span<R>(
 
 #[cfg(feature = "otel")]
 fn run_in_span<R>(guard: SpanGuard, body: impl FnOnce(&SpanGuard) -> R) -> R {
-    if guard.open.is_none() {
+    if guard.is_inert() {
         return body(&guard);
     }
     match catch_unwind(AssertUnwindSafe(|| body(&guard))) {
         Ok(result) => result,
         Err(payload) => {
-            if let Some(span) = guard.span() {
-                record_exception(&span, PANIC_EXCEPTION_TYPE, panic_message(payload.as_ref()));
-            }
+            guard.with_span(|span| record_exception(span, PANIC_EXCEPTION_TYPE, panic_message(payload.as_ref())));
             // End the span while not panicking, so it is not marked twice.
             drop(guard);
             resume_unwind(payload)
@@ -655,7 +761,7 @@ fn run_in_span<R>(guard: SpanGuard, body: impl FnOnce(&SpanGuard) -> R) -> R {
 }
 
 #[cfg(feature = "otel")]
-fn record_err<E: fmt::Display>(span: &SpanRef<'_>, error: &E) {
+fn record_err<E: fmt::Display>(span: &mut Access<'_>, error: &E) {
     record_exception(span, std::any::type_name::<E>(), error.to_string());
 }
 
@@ -675,8 +781,8 @@ pub fn try_in_managed_span<T, E: fmt::Display>(
     #[cfg(feature = "otel")]
     return run_in_span(start_current(name.into(), to_otel(attributes)), |guard| {
         let result = body(guard);
-        if let (Err(error), Some(span)) = (&result, guard.span()) {
-            record_err(&span, error);
+        if let Err(error) = &result {
+            guard.with_span(|span| record_err(span, error));
         }
         result
     });
@@ -752,7 +858,7 @@ pub fn try_instrument_future<T, E: fmt::Display, F: Future<Output = Result<T, E>
             Some(open) => {
                 let output = future.with_context(open.cx.clone()).await;
                 if let Err(error) = &output {
-                    record_err(&open.span(), error);
+                    record_err(&mut Access::Otel(open.span()), error);
                 }
                 drop(open);
                 output

@@ -86,7 +86,8 @@ pub fn capture(groups: &[SpanGroup]) -> Capture {
     );
     let recorder = Recorder::with_processor(processor.clone());
     let closer = OpenSpanCloser::with_records(processor, SpoolTable::anonymous(ANONYMOUS_SLOTS));
-    let sampler = LensSampler::new(delegate_from(DelegateSampler::ParentBasedAlwaysOn, None));
+    let sampler = LensSampler::new(delegate_from(DelegateSampler::ParentBasedAlwaysOn, None))
+        .with_delegate_kind(DelegateSampler::ParentBasedAlwaysOn);
     if active::install(provider.tracer_with_scope(scope.clone())).is_err()
         || active::install_lens(LensTracer::new(recorder.clone(), sampler, closer, scope)).is_err()
     {

@@ -1,6 +1,8 @@
 //! The facade's spans on the span recorder, as setup wires them (issue 24):
-//! OpenTelemetry interop both ways, spans of a thread that exits, spans
-//! still open at shutdown, and a sampler that drops.
+//! lens's own current-span stack (the default) and its meeting points with
+//! the OpenTelemetry context, OpenTelemetry interop both ways with
+//! `CONTEXT_PER_SPAN`, spans of a thread that exits, spans still open at
+//! shutdown, and a sampler that drops.
 //!
 //! Setup owns process-global state, so this file is its own test binary and
 //! every test takes [`serial`] first.
@@ -14,8 +16,9 @@ use lens_fallbacks::config::{LensConfig, TracesSampler};
 use lens_fallbacks::groups::SpanGroup;
 use lens_fallbacks::identity::RankContext;
 use lens_fallbacks::otel::exporters::testing::KeepingSpanExporter;
+use lens_fallbacks::propagation::{current_context, extract_context};
 use lens_fallbacks::setup::{SetupOptions, Telemetry, setup_telemetry};
-use lens_fallbacks::span::managed_span;
+use lens_fallbacks::span::{add_event_to_current, managed_span};
 use opentelemetry::trace::{SpanId, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, Value};
 use opentelemetry_sdk::trace::SpanData;
@@ -26,11 +29,16 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn setup(spans: &KeepingSpanExporter, sampler: TracesSampler) -> Telemetry {
+    setup_with(spans, sampler, false)
+}
+
+fn setup_with(spans: &KeepingSpanExporter, sampler: TracesSampler, context_per_span: bool) -> Telemetry {
     let mut config = LensConfig {
         enabled: true,
         span_groups: "all".into(),
         rank_strategy: "all_ranks".into(),
         metrics_enabled: false,
+        context_per_span,
         ..LensConfig::default()
     };
     config.otel.traces_sampler = sampler;
@@ -44,10 +52,10 @@ fn by_name<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
 }
 
 #[test]
-fn spans_started_through_the_opentelemetry_api_and_lens_spans_are_each_others_children() {
+fn with_context_per_span_opentelemetry_api_spans_and_lens_spans_are_each_others_children() {
     let _serial = serial();
     let exporter = KeepingSpanExporter::default();
-    let telemetry = setup(&exporter, TracesSampler::ParentBasedAlwaysOn);
+    let telemetry = setup_with(&exporter, TracesSampler::ParentBasedAlwaysOn, true);
     assert!(lens_fallbacks::otel::active::lens_tracer().is_some(), "setup puts the facade's spans on the recorder");
     {
         let outer = managed_span(SpanGroup::STEP, "lens.outer", [KeyValue::new("k", 1_i64)]);
@@ -77,6 +85,72 @@ fn spans_started_through_the_opentelemetry_api_and_lens_spans_are_each_others_ch
     assert_eq!(inner.status, Status::error("it failed"));
     assert_eq!(outer.attributes.iter().find(|kv| kv.key.as_str() == "k").map(|kv| &kv.value), Some(&Value::I64(1)));
     assert_eq!(inner.instrumentation_scope.name(), middle.instrumentation_scope.name());
+}
+
+/// The default: current lens spans live on lens's own stack. Lens spans,
+/// `traceparent`, `add_event_to_current` and lens spans under an attached
+/// OpenTelemetry context all see the innermost current span; a span started
+/// through the OpenTelemetry API does not see a lens span.
+#[test]
+fn by_default_the_current_lens_span_is_on_lens_stack_and_meets_the_opentelemetry_context() {
+    let _serial = serial();
+    let exporter = KeepingSpanExporter::default();
+    let telemetry = setup(&exporter, TracesSampler::ParentBasedAlwaysOn);
+    let remote_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let remote_span = "00f067aa0ba902b7";
+    let outer_traceparent;
+    {
+        let outer = managed_span(SpanGroup::STEP, "lens.outer", []);
+        assert!(outer.is_recording());
+        // Nothing went into the OpenTelemetry context ...
+        assert!(!Context::current().span().span_context().is_valid());
+        // ... but `traceparent` names the lens span.
+        outer_traceparent = current_context().to_carrier().remove("traceparent").expect("a traceparent");
+        add_event_to_current("lens.marked", [KeyValue::new("why", "test")]);
+        drop(managed_span(SpanGroup::STEP, "lens.child", []));
+        telemetry.tracer().in_span("otel.beside", |_cx| {
+            // A lens span under an attached OpenTelemetry span is its child.
+            drop(managed_span(SpanGroup::STEP, "lens.under_otel", []));
+        });
+        {
+            let carrier = HashMap::from([("traceparent".to_string(), format!("00-{remote_trace}-{remote_span}-01"))]);
+            let remote = extract_context(&carrier);
+            let _attached = remote.attach();
+            drop(managed_span(SpanGroup::STEP, "lens.under_remote", []));
+        }
+        // Guards dropped out of order end their own spans; the one still
+        // open stays current.
+        let a = managed_span(SpanGroup::STEP, "lens.a", []);
+        let b = managed_span(SpanGroup::STEP, "lens.b", []);
+        drop(a);
+        drop(managed_span(SpanGroup::STEP, "lens.c", []));
+        drop(b);
+        drop(managed_span(SpanGroup::STEP, "lens.after", []));
+    }
+    // Nothing is current any more.
+    assert!(!current_context().is_valid());
+    let report = telemetry.shutdown(Duration::from_secs(10));
+    assert_eq!(report.spans.exported, 9, "{report:?}");
+    let spans = exporter.get_finished_spans().unwrap();
+    let span_id = |name: &str| by_name(&spans, name).span_context.span_id();
+    let parent = |name: &str| by_name(&spans, name).parent_span_id;
+    let outer = by_name(&spans, "lens.outer");
+    assert_eq!(outer_traceparent, format!("00-{}-{}-01", outer.span_context.trace_id(), outer.span_context.span_id()));
+    assert_eq!(outer.events.len(), 1, "{outer:?}");
+    assert_eq!(outer.events[0].name, "lens.marked");
+    assert_eq!(parent("lens.outer"), SpanId::INVALID);
+    assert_eq!(parent("lens.child"), span_id("lens.outer"));
+    assert_eq!(parent("otel.beside"), SpanId::INVALID, "the OpenTelemetry API does not see lens's stack");
+    assert_ne!(by_name(&spans, "otel.beside").span_context.trace_id(), outer.span_context.trace_id());
+    assert_eq!(parent("lens.under_otel"), span_id("otel.beside"));
+    let under_remote = by_name(&spans, "lens.under_remote");
+    assert_eq!(under_remote.span_context.trace_id().to_string(), remote_trace);
+    assert_eq!(under_remote.parent_span_id.to_string(), remote_span);
+    assert!(under_remote.parent_span_is_remote);
+    assert_eq!(parent("lens.a"), span_id("lens.outer"));
+    assert_eq!(parent("lens.b"), span_id("lens.a"));
+    assert_eq!(parent("lens.c"), span_id("lens.b"), "b stayed current after a ended");
+    assert_eq!(parent("lens.after"), span_id("lens.outer"));
 }
 
 #[test]
@@ -112,10 +186,11 @@ fn a_span_the_sampler_drops_is_not_recorded_and_hands_its_unsampled_flag_to_chil
     {
         let dropped = managed_span(SpanGroup::STEP, "lens.dropped", []);
         assert!(!dropped.is_recording());
-        let cx = Context::current();
-        let span = cx.span();
+        let current = current_context();
+        let span = current.otel_context().span();
         assert!(span.span_context().is_valid());
         assert!(!span.span_context().is_sampled());
+        assert!(current.to_carrier()["traceparent"].ends_with("-00"), "an unsampled traceparent");
         let child = managed_span(SpanGroup::STEP, "lens.child", []);
         assert!(!child.is_recording());
     }

@@ -25,9 +25,10 @@ use opentelemetry::trace::{
     Event, Link, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags,
 };
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
-use opentelemetry_sdk::trace::{IdGenerator as _, SamplingDecision, ShouldSample as _};
+use opentelemetry_sdk::trace::{IdGenerator as _, SamplingDecision};
 
 use crate::closer::OpenSpanCloser;
+use crate::current_span::{self, FrameId};
 use crate::ids::SeedIndependentIdGenerator;
 use crate::recorder::Recorder;
 use crate::sampler::LensSampler;
@@ -46,6 +47,7 @@ pub struct LensTracer {
     sampler: LensSampler,
     closer: OpenSpanCloser,
     scope: InstrumentationScope,
+    context_per_span: bool,
 }
 
 impl fmt::Debug for LensTracer {
@@ -100,7 +102,51 @@ impl LensTracer {
         closer: OpenSpanCloser,
         scope: InstrumentationScope,
     ) -> LensTracer {
-        LensTracer { recorder, sampler, closer, scope }
+        LensTracer { recorder, sampler, closer, scope, context_per_span: false }
+    }
+
+    /// The tracer with every current span made current in the OpenTelemetry
+    /// context too (`<PREFIX>_CONTEXT_PER_SPAN`); off, current spans go on
+    /// lens's own stack ([`crate::current_span`]).
+    #[must_use]
+    pub fn with_context_per_span(mut self, on: bool) -> LensTracer {
+        self.context_per_span = on;
+        self
+    }
+
+    /// Whether current spans are made current in the OpenTelemetry context.
+    #[inline]
+    pub fn context_per_span(&self) -> bool {
+        self.context_per_span
+    }
+
+    /// Starts a span named `name` and makes it this thread's current span on
+    /// lens's stack ([`crate::current_span`]): its parent is the current
+    /// span (the stack's innermost frame or the OpenTelemetry context's
+    /// span, whichever is innermost), or none when `new_trace`. `None` when
+    /// the thread is exiting (the span then ends at once).
+    pub fn start_current(
+        &'static self,
+        name: Cow<'static, str>,
+        attributes: Vec<KeyValue>,
+        with: StartWith,
+        new_trace: bool,
+    ) -> Option<FrameId> {
+        let (otel_span, suppressed) = current_span::otel_current();
+        let span = if suppressed || self.closer.is_closed() {
+            LensSpan::not_recording(SpanContext::empty_context(), self)
+        } else if new_trace {
+            self.begin(name, None, None, attributes, with)
+        } else if let Some(parent) = current_span::lens_parent(otel_span) {
+            self.begin(name, Some(&parent), None, attributes, with)
+        } else {
+            Context::map_current(|cx| {
+                let parent = cx.span();
+                let parent = parent.span_context();
+                self.begin(name, parent.is_valid().then_some(parent), Some(cx), attributes, with)
+            })
+        };
+        current_span::push(otel_span, span)
     }
 
     /// Starts a span named `name` under the span of `parent_cx` (a new
@@ -109,27 +155,41 @@ impl LensTracer {
         &'static self,
         name: Cow<'static, str>,
         parent_cx: &Context,
-        mut attributes: Vec<KeyValue>,
+        attributes: Vec<KeyValue>,
         with: StartWith,
     ) -> Started {
         if parent_cx.is_telemetry_suppressed() || self.closer.is_closed() {
             return Started::NotRecording(SpanContext::empty_context());
         }
-        let ids = SeedIndependentIdGenerator::default();
-        let span_id = ids.new_span_id();
         let parent = parent_cx.span();
         let parent = parent.span_context();
-        let parent = parent.is_valid().then_some(parent);
+        let span = self.begin(name, parent.is_valid().then_some(parent), Some(parent_cx), attributes, with);
+        if span.record.is_some() { Started::Recording(span) } else { Started::NotRecording(span.span_context.clone()) }
+    }
+
+    /// Starts a span under `parent` (valid, or `None` for a new trace), from
+    /// `parent_cx` when it came from an OpenTelemetry context: samples it,
+    /// and records it when sampled (else the span is not recording).
+    fn begin(
+        &'static self,
+        name: Cow<'static, str>,
+        parent: Option<&SpanContext>,
+        parent_cx: Option<&Context>,
+        mut attributes: Vec<KeyValue>,
+        with: StartWith,
+    ) -> LensSpan {
+        let ids = SeedIndependentIdGenerator::default();
+        let span_id = ids.new_span_id();
         let trace_id = parent.map_or_else(|| ids.new_trace_id(), SpanContext::trace_id);
         let kind = with.kind.unwrap_or(SpanKind::Internal);
-        let result = self.sampler.should_sample(Some(parent_cx), trace_id, &name, &kind, &attributes, &with.links);
+        let result = self.sampler.decide(parent, parent_cx, trace_id, &name, &kind, &attributes, &with.links);
         let flags = parent.map_or(TraceFlags::default(), SpanContext::trace_flags);
         if result.decision != SamplingDecision::RecordAndSample {
             // Record-only is not a decision lens's sampler makes: an
             // unsampled span is never exported, so it is not recorded.
             let span_context =
                 SpanContext::new(trace_id, span_id, flags.with_sampled(false), false, result.trace_state);
-            return Started::NotRecording(span_context);
+            return LensSpan::not_recording(span_context, self);
         }
         attributes.extend(result.attributes);
         let dropped = attributes.len().saturating_sub(MAX_ATTRIBUTES);
@@ -152,7 +212,7 @@ impl LensTracer {
             status: Status::Unset,
         };
         self.closer.span_started(SpanView::of_record(&record, &self.scope));
-        Started::Recording(LensSpan { span_context: record.span_context.clone(), record: Some(record), tracer: self })
+        LensSpan { span_context: record.span_context.clone(), record: Some(record), tracer: self }
     }
 }
 
@@ -176,6 +236,14 @@ pub struct LensSpan {
     span_context: SpanContext,
     record: Option<SpanRecord>,
     tracer: &'static LensTracer,
+}
+
+impl LensSpan {
+    /// A span that records nothing: its context (unsampled, or empty) is
+    /// what its children and `traceparent` see.
+    fn not_recording(span_context: SpanContext, tracer: &'static LensTracer) -> LensSpan {
+        LensSpan { span_context, record: None, tracer }
+    }
 }
 
 impl fmt::Debug for LensSpan {

@@ -21,6 +21,7 @@
 //!   admission and retry decisions), pure data and functions.
 //! - [`accounting`]: the counting (and resending) metric exporter.
 //! - [`closer`]: ends spans still open at shutdown, marked truncated.
+//! - [`current_span`]: lens's own per-thread stack of current spans.
 //! - [`recorder`]: spans recorded as plain data into bounded per-thread
 //!   buffers, built into the OTLP request on the export thread (SPEC A25);
 //!   [`span_record`]: the record and the direct OTLP encoder.
@@ -45,6 +46,7 @@ pub mod active;
 pub mod batch;
 pub mod closer;
 pub mod convert;
+pub mod current_span;
 mod executor;
 pub mod exporters;
 pub mod ids;

@@ -6,7 +6,8 @@
 //! small forwarding logger of ours. The SDK logger fills a record's trace id,
 //! span id and trace flags from the current [`opentelemetry::Context`] when the
 //! record has none, which is always the case for bridged records, so a
-//! `log::info!` inside a span carries that span's ids.
+//! `log::info!` inside a span carries that span's ids (lens's own current
+//! span, [`crate::current_span`], is put there for the call).
 //!
 //! The `log` crate accepts one global logger per process, for the life of the
 //! process. The forwarding logger is installed the first time
@@ -140,6 +141,9 @@ pub fn emit_event(severity: Severity, target: &str, record: impl FnOnce() -> Eve
         log.set_body(AnyValue::from(body));
     }
     log.add_attributes(attributes.into_iter().map(|kv| (kv.key, any_value(kv.value))));
+    // The SDK takes the record's trace ids from the OpenTelemetry context:
+    // lens's own current span goes there for the call.
+    let _current = crate::current_span::attach_frame();
     let _export_path = crate::export_path::ExportScope::enter();
     events.logger.emit(log);
 }
@@ -200,6 +204,7 @@ impl Log for ForwardingLogger {
         if let Some(target) = slot.as_ref()
             && record.level() <= target.level
         {
+            let _current = crate::current_span::attach_frame();
             let _export_path = crate::export_path::ExportScope::enter();
             target.bridge.log(record);
         }

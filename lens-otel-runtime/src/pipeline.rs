@@ -800,12 +800,15 @@ fn build(
             // The facade's spans go to the recorder; the SDK's (the
             // OpenTelemetry API's, the `tracing` bridge's) to the same
             // processor through the provider. One queue, one exporter.
-            lens_tracer = Some(LensTracer::new(
-                Recorder::with_processor(batch.clone()),
-                span_sampler.clone(),
-                span_closer.clone(),
-                scope.clone(),
-            ));
+            lens_tracer = Some(
+                LensTracer::new(
+                    Recorder::with_processor(batch.clone()),
+                    span_sampler.clone(),
+                    span_closer.clone(),
+                    scope.clone(),
+                )
+                .with_context_per_span(config.context_per_span),
+            );
             let provider = SdkTracerProvider::builder()
                 .with_id_generator(SeedIndependentIdGenerator::new())
                 .with_sampler(span_sampler)
@@ -1092,11 +1095,12 @@ fn sampler(config: &LensConfig, rank: RankContext) -> LensSampler {
     let delegate = delegate_from(kind, ratio);
     // Only a rank that records spans gets a tracer provider, so the
     // strategy's decision is `true` here.
-    match config.sampling_strategy.as_str() {
+    let sampler = match config.sampling_strategy.as_str() {
         "" => LensSampler::new(delegate),
         "rank_aware" => LensSampler::rank_aware(delegate, rank.rank, config.export_sample_rate, true),
         name => LensSampler::registered(delegate, name, true),
-    }
+    };
+    sampler.with_delegate_kind(kind)
 }
 
 /// A built exporter with where it goes (an endpoint in words, a file).

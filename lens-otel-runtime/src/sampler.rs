@@ -31,7 +31,7 @@
 //! kept. The framework layer decides which spans carry them; the runtime only
 //! offers the mechanism. See `docs/sampling.md` for the user's view.
 
-use opentelemetry::trace::{Link, SpanKind, TraceContextExt as _, TraceId, TraceState};
+use opentelemetry::trace::{Link, SpanContext, SpanKind, TraceContextExt as _, TraceId, TraceState};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SamplingResult, ShouldSample};
 
@@ -76,6 +76,11 @@ pub enum DelegateSampler {
 }
 
 impl DelegateSampler {
+    /// Whether the sampler follows a valid parent's sampled flag.
+    pub fn is_parent_based(self) -> bool {
+        matches!(self, Self::ParentBasedAlwaysOn | Self::ParentBasedAlwaysOff | Self::ParentBasedTraceIdRatio)
+    }
+
     /// Every kind, in the order of the OpenTelemetry specification.
     pub const ALL: [Self; 6] = [
         Self::AlwaysOn,
@@ -210,6 +215,8 @@ enum Strategy {
 #[derive(Clone, Debug)]
 pub struct LensSampler {
     delegate: Box<dyn ShouldSample>,
+    /// Which SDK sampler the delegate is, when known.
+    delegate_kind: Option<DelegateSampler>,
     records_spans: bool,
     strategy: Strategy,
     description: String,
@@ -262,6 +269,7 @@ impl LensSampler {
         let description = format!("LensSampler(delegate={delegate:?})");
         Self {
             delegate,
+            delegate_kind: None,
             records_spans: true,
             strategy: Strategy::None,
             description,
@@ -277,6 +285,7 @@ impl LensSampler {
     pub fn rank_aware(delegate: impl Into<Box<dyn ShouldSample>>, rank: u32, rate: f64, records_spans: bool) -> Self {
         Self {
             delegate: delegate.into(),
+            delegate_kind: None,
             records_spans,
             strategy: Strategy::RankAware { rank, rate },
             description: format!("RankAwareSampler(rank={rank}, rate={rate:?})"),
@@ -290,6 +299,7 @@ impl LensSampler {
     pub fn registered(delegate: impl Into<Box<dyn ShouldSample>>, name: &str, records_spans: bool) -> Self {
         Self {
             delegate: delegate.into(),
+            delegate_kind: None,
             records_spans,
             strategy: Strategy::Registered { name: name.to_owned() },
             description: format!("RegisteredSampler(name={name}, records_spans={records_spans})"),
@@ -375,6 +385,36 @@ impl ShouldSample for LensSampler {
     ) -> SamplingResult {
         let parent = parent_context.map(|cx| cx.span());
         let parent = parent.as_ref().map(|span| span.span_context()).filter(|sc| sc.is_valid());
+        self.decide(parent, parent_context, trace_id, name, span_kind, attributes, links)
+    }
+}
+
+impl LensSampler {
+    /// Tells the sampler that its delegate is the SDK sampler
+    /// [`delegate_from`]`(kind, _)` built, so that a span whose parent is
+    /// not in an OpenTelemetry [`Context`] (lens's own current span,
+    /// [`crate::current_span`]) is decided without building one.
+    #[must_use]
+    pub fn with_delegate_kind(mut self, kind: DelegateSampler) -> Self {
+        self.delegate_kind = Some(kind);
+        self
+    }
+
+    /// The decision for a span whose valid parent is `parent` (`None`: a
+    /// root). `parent_cx` is the context it came from, when it came from
+    /// one: a delegate that is not a known SDK sampler is given it (or one
+    /// built around `parent`).
+    #[expect(clippy::too_many_arguments, reason = "ShouldSample's arguments, plus the parent already read")]
+    pub(crate) fn decide(
+        &self,
+        parent: Option<&SpanContext>,
+        parent_context: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        span_kind: &SpanKind,
+        attributes: &[KeyValue],
+        links: &[Link],
+    ) -> SamplingResult {
         let parent_state = || parent.map(|sc| sc.trace_state().clone()).unwrap_or_default();
 
         if !self.records_spans {
@@ -404,6 +444,23 @@ impl ShouldSample for LensSampler {
                         if sc.is_sampled() { SamplingDecision::RecordAndSample } else { SamplingDecision::Drop };
                     result(decision, sc.trace_state().clone())
                 }
+                Some(sc) if parent_context.is_none() => match self.delegate_kind {
+                    // The SDK's samplers: parent-based ones follow a valid
+                    // parent, the others never read it.
+                    Some(kind) if kind.is_parent_based() => {
+                        let decision =
+                            if sc.is_sampled() { SamplingDecision::RecordAndSample } else { SamplingDecision::Drop };
+                        result(decision, sc.trace_state().clone())
+                    }
+                    Some(_) => {
+                        let decided = self.delegate.should_sample(None, trace_id, name, span_kind, attributes, links);
+                        SamplingResult { trace_state: sc.trace_state().clone(), ..decided }
+                    }
+                    None => {
+                        let cx = Context::new().with_remote_span_context(sc.clone());
+                        self.delegate.should_sample(Some(&cx), trace_id, name, span_kind, attributes, links)
+                    }
+                },
                 _ => self.delegate.should_sample(parent_context, trace_id, name, span_kind, attributes, links),
             },
         }
@@ -420,6 +477,53 @@ mod tests {
             assert_eq!(DelegateSampler::from_name(kind.as_str()), Some(kind));
         }
         assert_eq!(DelegateSampler::from_name("parentbased_traceid_ratio"), None);
+    }
+
+    /// A span whose parent is on lens's own stack (no context) is decided
+    /// as the same span under that parent in a context: every delegate
+    /// kind, sampled and unsampled parents, keyed and plain trace states,
+    /// trace ids on both sides of the ratio.
+    #[test]
+    fn a_parent_without_a_context_is_decided_as_the_same_parent_in_one() {
+        use opentelemetry::trace::{SpanId, TraceFlags};
+        let keyed = TraceState::default().insert(TRACE_STATE_KEY, TRACE_STATE_KEYED).unwrap();
+        let other = TraceState::default().insert("vendor", "x").unwrap();
+        let kind = SpanKind::Internal;
+        let mut compared = 0;
+        for delegate in DelegateSampler::ALL {
+            let known = LensSampler::new(delegate_from(delegate, Some(0.5))).with_delegate_kind(delegate);
+            let unknown = LensSampler::new(delegate_from(delegate, Some(0.5)));
+            for flags in [TraceFlags::SAMPLED, TraceFlags::default()] {
+                for state in [TraceState::default(), keyed.clone(), other.clone()] {
+                    for low in [0x0000_0000_0000_0010_u64, 0xffff_ffff_ffff_fff0] {
+                        let mut bytes = [1_u8; 16];
+                        bytes[8..].copy_from_slice(&low.to_be_bytes());
+                        let trace_id = TraceId::from_bytes(bytes);
+                        let parent = SpanContext::new(trace_id, SpanId::from(9), flags, false, state.clone());
+                        let cx = Context::new().with_remote_span_context(parent.clone());
+                        let in_context = known.should_sample(Some(&cx), trace_id, "s", &kind, &[], &[]);
+                        for sampler in [&known, &unknown] {
+                            let on_stack = sampler.decide(Some(&parent), None, trace_id, "s", &kind, &[], &[]);
+                            assert_eq!(on_stack.decision, in_context.decision, "{delegate:?} {flags:?} {state:?}");
+                            assert_eq!(on_stack.trace_state, in_context.trace_state, "{delegate:?}");
+                            compared += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, 6 * 2 * 3 * 2 * 2);
+        // The decisions differ between kinds: the comparison is not vacuous.
+        let parent =
+            SpanContext::new(TraceId::from(5), SpanId::from(9), TraceFlags::default(), false, TraceState::default());
+        let decide = |delegate| {
+            LensSampler::new(delegate_from(delegate, None))
+                .with_delegate_kind(delegate)
+                .decide(Some(&parent), None, TraceId::from(5), "s", &kind, &[], &[])
+                .decision
+        };
+        assert_eq!(decide(DelegateSampler::AlwaysOn), SamplingDecision::RecordAndSample);
+        assert_eq!(decide(DelegateSampler::ParentBasedAlwaysOn), SamplingDecision::Drop);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use lens_fallbacks::export_path::on_export_path;
 use lens_fallbacks::otel::opentelemetry::logs::Severity;
 use lens_fallbacks::otel::opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _};
 use lens_fallbacks::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
-use lens_fallbacks::otel::{active, logs};
+use lens_fallbacks::otel::{active, current_span, logs};
 use lens_fallbacks::tracing_rules::TracingRules;
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
@@ -221,9 +221,10 @@ pub(crate) fn on_new_span<S>(
         Some(parent) => ctx
             .span(parent)
             .and_then(|span| span.extensions_mut().get_mut::<SpanData>().and_then(|d| d.start().cloned()))
-            .unwrap_or_else(OtelContext::current),
+            .unwrap_or_else(current_span::current_context),
         None if attrs.is_root() => OtelContext::new(),
-        None => OtelContext::current(),
+        // The facade's current span, on lens's stack or in the context.
+        None => current_span::current_context(),
     };
     let name = fields.name.take().map_or(Cow::Borrowed(metadata.name()), Cow::Owned);
     let status = fields.status();
@@ -351,7 +352,7 @@ where
     let (cx, entry) = if data.per_entry {
         let Some(tracer) = active::active_tracer() else { return };
         let builder = data.builder.clone().with_start_time(SystemTime::now());
-        let cx = OtelContext::map_current(|current| tracer.build_with_context(builder, current));
+        let cx = tracer.build_with_context(builder, &current_span::current_context());
         (cx.clone(), Some(cx))
     } else {
         let Some(cx) = data.start() else { return };

@@ -42,6 +42,7 @@ impl fmt::Debug for LensConfig {
             .field("spool", &self.spool)
             .field("spool_dir", &self.spool_dir)
             .field("spool_size_kib", &self.spool_size_kib)
+            .field("context_per_span", &self.context_per_span)
             .field("control_file", &self.control_file)
             .field("control_poll", &self.control_poll)
             .field("otel", &self.otel)

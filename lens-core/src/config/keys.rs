@@ -91,6 +91,7 @@ const FIELDS: &[(&str, FieldRepr)] = &[
     ("spool", |c| Some(c.spool.to_string())),
     ("spool_dir", |c| Some(c.spool_dir.as_ref()?.display().to_string())),
     ("spool_size_kib", |c| Some(c.spool_size_kib.to_string())),
+    ("context_per_span", |c| Some(c.context_per_span.to_string())),
     // --- control file (issue 23) ---
     ("control_file", |c| Some(c.control_file.as_ref()?.display().to_string())),
     ("control_poll", |c| Some(py_float(c.control_poll.as_secs_f64()))),

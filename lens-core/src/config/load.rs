@@ -193,6 +193,9 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
         c.spool_size_kib = v as u64;
     }
     // --- end spool ---
+    if let Some(v) = r.bool("context_per_span", r.prefixed("CONTEXT_PER_SPAN")) {
+        c.context_per_span = v;
+    }
     if let Some(found) = r.prefixed("HANG_TIMEOUT_S") {
         match HangTimeout::parse(&found.value) {
             Some(v) => {

@@ -205,6 +205,11 @@ pub struct LensConfig {
     /// [`MAX_SPOOL_SIZE_KIB`]).
     pub spool_size_kib: u64,
     // --- end spool ---
+    /// Whether every current span of the facade is also made current in the
+    /// OpenTelemetry context (`<PREFIX>_CONTEXT_PER_SPAN`, default off):
+    /// off, lens keeps its own current-span stack, and spans started through
+    /// the OpenTelemetry API do not see lens spans as parents (SPEC A25).
+    pub context_per_span: bool,
     // --- control file (issue 23, SPEC A24) ---
     /// The control file a lens thread on each rank watches for changes in
     /// flight (`<PREFIX>_CONTROL_FILE`; `None`: no control file, no thread).
@@ -255,6 +260,7 @@ impl Default for LensConfig {
             spool: true,
             spool_dir: None,
             spool_size_kib: DEFAULT_SPOOL_SIZE_KIB,
+            context_per_span: false,
             // --- control file (issue 23) ---
             control_file: None,
             control_poll: DEFAULT_CONTROL_POLL,

@@ -138,11 +138,12 @@ impl fmt::Debug for RemoteContext {
 }
 
 /// The current context (the current span and baggage), to send elsewhere or
-/// to link to later.
+/// to link to later. The current span is the facade's innermost one, on
+/// lens's own stack or in the OpenTelemetry context.
 #[inline]
 pub fn current_context() -> RemoteContext {
     RemoteContext {
         #[cfg(feature = "otel")]
-        cx: Context::current(),
+        cx: crate::otel::current_span::current_context(),
     }
 }

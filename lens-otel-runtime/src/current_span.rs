@@ -1,0 +1,157 @@
+//! lens's own current span (SPEC A25): a per-thread stack of the facade's
+//! current spans, so that making a span current costs a push and a pop
+//! instead of the OpenTelemetry [`Context`]'s boxed span, reference counts
+//! and attach.
+//!
+//! The stack is the default (`<PREFIX>_CONTEXT_PER_SPAN` unset or `false`).
+//! With it, lens's own readers of "the current span" see both the stack and
+//! the OpenTelemetry context: a span started through the facade, a span of
+//! the `tracing` bridge, `traceparent` injection ([`current_context`]), a
+//! log record's trace ids and `add_event_to_current` all take the innermost
+//! of the two. What does not see the stack is code that reads
+//! [`Context::current`] itself: a span started through the OpenTelemetry
+//! API inside a lens span starts a new trace unless the job sets
+//! `<PREFIX>_CONTEXT_PER_SPAN=true`, which puts every current lens span in
+//! the OpenTelemetry context as well (docs/performance.md has the cost).
+//!
+//! Which of the two is innermost: each frame remembers the span of the
+//! OpenTelemetry context that was current when the frame was pushed. While
+//! the OpenTelemetry context still has that span, nothing was attached
+//! since and the frame is the current span; once another context is
+//! attached (a remote parent from `RemoteContext::attach`, an OpenTelemetry
+//! API span, a future's span on poll), that context's span is.
+//!
+//! A frame owns its span: the guard that pushed it names it by id, edits it
+//! in place and pops it when dropped (the span then ends). Frames are popped
+//! by id, so guards dropped out of order end the right spans.
+
+use std::cell::RefCell;
+use std::num::NonZeroU64;
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _};
+use opentelemetry::{Context, ContextGuard};
+
+use crate::lens_tracer::LensSpan;
+
+/// One current span.
+struct Frame {
+    id: NonZeroU64,
+    /// The OpenTelemetry context's span when the frame was pushed.
+    otel_span: SpanId,
+    span: LensSpan,
+}
+
+struct Stack {
+    frames: Vec<Frame>,
+    next_id: u64,
+}
+
+thread_local! {
+    static STACK: RefCell<Stack> = const { RefCell::new(Stack { frames: Vec::new(), next_id: 1 }) };
+}
+
+/// A frame of this thread's stack, held by the guard that pushed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameId(NonZeroU64);
+
+/// The OpenTelemetry context's span id, and whether it suppresses
+/// telemetry: what a span started as current reads of it.
+#[inline]
+pub(crate) fn otel_current() -> (SpanId, bool) {
+    Context::map_current(|cx| (cx.span().span_context().span_id(), cx.is_telemetry_suppressed()))
+}
+
+/// The innermost frame's span context, when it is the current span (the
+/// OpenTelemetry context still has the span it had at the push).
+#[inline]
+pub(crate) fn lens_parent(otel_span: SpanId) -> Option<SpanContext> {
+    STACK
+        .try_with(|stack| {
+            let stack = stack.try_borrow().ok()?;
+            let top = stack.frames.last()?;
+            (top.otel_span == otel_span).then(|| opentelemetry::trace::Span::span_context(&top.span).clone())
+        })
+        .ok()
+        .flatten()
+}
+
+/// Pushes `span` as this thread's current span; `otel_span` is the
+/// OpenTelemetry context's span now. `None` (the span ends at once) while
+/// the thread is exiting.
+pub(crate) fn push(otel_span: SpanId, span: LensSpan) -> Option<FrameId> {
+    let mut span = Some(span);
+    let id = STACK
+        .try_with(|stack| {
+            let mut stack = stack.try_borrow_mut().ok()?;
+            let id = NonZeroU64::new(stack.next_id)?;
+            stack.next_id += 1;
+            stack.frames.push(Frame { id, otel_span, span: span.take()? });
+            Some(FrameId(id))
+        })
+        .ok()
+        .flatten();
+    drop(span);
+    id
+}
+
+/// Runs `edit` on the span of frame `id` (`None` once it was popped).
+#[inline]
+pub fn with_frame<R>(id: FrameId, edit: impl FnOnce(&mut LensSpan) -> R) -> Option<R> {
+    STACK
+        .try_with(|stack| {
+            let mut stack = stack.try_borrow_mut().ok()?;
+            let frame = stack.frames.iter_mut().rev().find(|frame| frame.id == id.0)?;
+            Some(edit(&mut frame.span))
+        })
+        .ok()
+        .flatten()
+}
+
+/// Takes frame `id` off the stack and returns its span, for the caller to
+/// end (outside the stack's borrow).
+#[inline]
+pub fn pop(id: FrameId) -> Option<LensSpan> {
+    STACK
+        .try_with(|stack| {
+            let mut stack = stack.try_borrow_mut().ok()?;
+            let at = stack.frames.iter().rposition(|frame| frame.id == id.0)?;
+            Some(stack.frames.remove(at).span)
+        })
+        .ok()
+        .flatten()
+}
+
+/// Runs `edit` on the current span when it is a frame of this stack (not
+/// when the OpenTelemetry context's span is innermost).
+pub fn with_current<R>(edit: impl FnOnce(&mut LensSpan) -> R) -> Option<R> {
+    let (otel_span, _) = otel_current();
+    STACK
+        .try_with(|stack| {
+            let mut stack = stack.try_borrow_mut().ok()?;
+            let top = stack.frames.last_mut().filter(|top| top.otel_span == otel_span)?;
+            Some(edit(&mut top.span))
+        })
+        .ok()
+        .flatten()
+}
+
+/// The current context as lens sees it: the OpenTelemetry context, with the
+/// innermost frame as its span when that frame is the current span. What
+/// `traceparent` injection, non-current spans and the `tracing` bridge take
+/// their parent from.
+pub fn current_context() -> Context {
+    let (otel_span, _) = otel_current();
+    match lens_parent(otel_span) {
+        Some(span_context) => Context::current().with_remote_span_context(span_context),
+        None => Context::current(),
+    }
+}
+
+/// Makes the innermost frame current in the OpenTelemetry context too, when
+/// it is the current span, until the guard drops: for code that reads only
+/// [`Context::current`] (the SDK's log records take their trace ids there).
+pub fn attach_frame() -> Option<ContextGuard> {
+    let (otel_span, _) = otel_current();
+    let span_context = lens_parent(otel_span)?;
+    Some(Context::current().with_remote_span_context(span_context).attach())
+}
