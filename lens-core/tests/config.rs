@@ -993,6 +993,7 @@ const VARIABLES: &[&str] = &[
     "MEGATRON_OTEL_PEAK_TFLOPS",
     "MEGATRON_OTEL_HANG_TIMEOUT_S",
     "MEGATRON_OTEL_SPOOL",
+    "MEGATRON_OTEL_CONTEXT_PER_SPAN",
     "MEGATRON_OTEL_SPOOL_DIR",
     "MEGATRON_OTEL_SPOOL_SIZE_KIB",
     // --- control file (issue 23) ---
@@ -1163,6 +1164,17 @@ fn every_variable_read_is_documented() {
             variable.replace("_EXPORT_STRATEGY", "_RANK_STRATEGY").replace("_SAMPLER_ENABLED", "_SAMPLING_STRATEGY");
         assert!(documented.contains(&canonical), "{variable} is read but not in docs/configuration.md");
     }
+}
+
+// ------------------------------------------ the current span's home (issue 24)
+
+#[test]
+fn context_per_span_is_off_by_default_and_checked_like_every_boolean() {
+    assert!(!megatron(&[]).unwrap().context_per_span, "lens's own stack by default");
+    assert!(megatron(&[("MEGATRON_OTEL_CONTEXT_PER_SPAN", "true")]).unwrap().context_per_span);
+    assert!(megatron(&[("NEMO_LENS_CONTEXT_PER_SPAN", "1")]).unwrap().context_per_span, "the fallback prefix");
+    let error = megatron(&[("MEGATRON_OTEL_CONTEXT_PER_SPAN", "sometimes")]).unwrap_err().to_string();
+    assert!(error.contains("MEGATRON_OTEL_CONTEXT_PER_SPAN") && error.contains("sometimes"), "{error}");
 }
 
 // ------------------------------------------------------- the spool (issue 22)

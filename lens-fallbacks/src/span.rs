@@ -488,8 +488,8 @@ impl SpanGuard {
             if let Some(open) = &mut *this.open {
                 open.end_time = Some(end_time);
             }
-            if let Some(mut span) = this.frame.take().and_then(current_span::pop) {
-                span.end_with_timestamp(end_time);
+            if let Some(frame) = this.frame.take() {
+                current_span::end(frame, Some(end_time));
             }
         }
         #[cfg(not(feature = "otel"))]
@@ -518,15 +518,14 @@ impl SpanGuard {
     fn finish(&mut self) {
         drop(self.attached.take());
         drop(self.open.take());
-        if let Some(mut span) = self.frame.take().and_then(current_span::pop) {
+        if let Some(frame) = self.frame.take() {
             if std::thread::panicking() {
-                record_exception(
-                    &mut Access::Lens(&mut span),
-                    PANIC_EXCEPTION_TYPE,
-                    "the thread panicked while the span was open".into(),
-                );
+                current_span::with_frame(frame, |span| {
+                    let message = "the thread panicked while the span was open".into();
+                    record_exception(&mut Access::Lens(span), PANIC_EXCEPTION_TYPE, message);
+                });
             }
-            drop(span);
+            current_span::end(frame, None);
         }
     }
 }

@@ -22,13 +22,16 @@
 //! API span, a future's span on poll), that context's span is.
 //!
 //! A frame owns its span: the guard that pushed it names it by id, edits it
-//! in place and pops it when dropped (the span then ends). Frames are popped
-//! by id, so guards dropped out of order end the right spans.
+//! in place and ends it in place when dropped. Frames are found by id, so
+//! guards dropped out of order end the right spans. A span is built where
+//! its frame lies and ended there: it is a few hundred bytes, and each move
+//! would be a copy.
 
 use std::cell::RefCell;
 use std::num::NonZeroU64;
+use std::time::SystemTime;
 
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _};
+use opentelemetry::trace::{Span as _, SpanContext, SpanId, TraceContextExt as _};
 use opentelemetry::{Context, ContextGuard};
 
 use crate::lens_tracer::LensSpan;
@@ -69,29 +72,27 @@ pub(crate) fn lens_parent(otel_span: SpanId) -> Option<SpanContext> {
         .try_with(|stack| {
             let stack = stack.try_borrow().ok()?;
             let top = stack.frames.last()?;
-            (top.otel_span == otel_span).then(|| opentelemetry::trace::Span::span_context(&top.span).clone())
+            (top.otel_span == otel_span).then(|| top.span.span_context().clone())
         })
         .ok()
         .flatten()
 }
 
-/// Pushes `span` as this thread's current span; `otel_span` is the
-/// OpenTelemetry context's span now. `None` (the span ends at once) while
-/// the thread is exiting.
-pub(crate) fn push(otel_span: SpanId, span: LensSpan) -> Option<FrameId> {
-    let mut span = Some(span);
-    let id = STACK
+/// Pushes the span `start` returns as this thread's current span;
+/// `otel_span` is the OpenTelemetry context's span now. `start` runs with
+/// the stack borrowed; `None`, without running it, while the thread is
+/// exiting or when the stack is already borrowed (`start` started a span).
+pub(crate) fn push_with(otel_span: SpanId, start: impl FnOnce() -> LensSpan) -> Option<FrameId> {
+    STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;
             let id = NonZeroU64::new(stack.next_id)?;
             stack.next_id += 1;
-            stack.frames.push(Frame { id, otel_span, span: span.take()? });
+            stack.frames.push(Frame { id, otel_span, span: start() });
             Some(FrameId(id))
         })
         .ok()
-        .flatten();
-    drop(span);
-    id
+        .flatten()
 }
 
 /// Runs `edit` on the span of frame `id` (`None` once it was popped).
@@ -107,18 +108,25 @@ pub fn with_frame<R>(id: FrameId, edit: impl FnOnce(&mut LensSpan) -> R) -> Opti
         .flatten()
 }
 
-/// Takes frame `id` off the stack and returns its span, for the caller to
-/// end (outside the stack's borrow).
-#[inline]
-pub fn pop(id: FrameId) -> Option<LensSpan> {
-    STACK
-        .try_with(|stack| {
-            let mut stack = stack.try_borrow_mut().ok()?;
-            let at = stack.frames.iter().rposition(|frame| frame.id == id.0)?;
-            Some(stack.frames.remove(at).span)
-        })
-        .ok()
-        .flatten()
+/// Ends the span of frame `id` (at `end_time`, else now) where it lies,
+/// and takes the frame off the stack.
+pub fn end(id: FrameId, end_time: Option<SystemTime>) {
+    let _ = STACK.try_with(|stack| {
+        let Ok(mut stack) = stack.try_borrow_mut() else { return };
+        let Some(at) = stack.frames.iter().rposition(|frame| frame.id == id.0) else { return };
+        let span = &mut stack.frames[at].span;
+        match end_time {
+            Some(end_time) => span.end_with_timestamp(end_time),
+            None => span.end(),
+        }
+        // The span is ended (its record is gone): dropping the frame ends
+        // nothing again.
+        if at + 1 == stack.frames.len() {
+            stack.frames.truncate(at);
+        } else {
+            stack.frames.remove(at);
+        }
+    });
 }
 
 /// Runs `edit` on the current span when it is a frame of this stack (not

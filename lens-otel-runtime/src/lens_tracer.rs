@@ -123,8 +123,9 @@ impl LensTracer {
     /// Starts a span named `name` and makes it this thread's current span on
     /// lens's stack ([`crate::current_span`]): its parent is the current
     /// span (the stack's innermost frame or the OpenTelemetry context's
-    /// span, whichever is innermost), or none when `new_trace`. `None` when
-    /// the thread is exiting (the span then ends at once).
+    /// span, whichever is innermost), or none when `new_trace`. `None` (no
+    /// span) when the thread is exiting, or when the stack is in use (a
+    /// custom sampler that starts a lens span while deciding one).
     pub fn start_current(
         &'static self,
         name: Cow<'static, str>,
@@ -132,21 +133,23 @@ impl LensTracer {
         with: StartWith,
         new_trace: bool,
     ) -> Option<FrameId> {
+        // The span is built where the stack keeps it: a span is a few
+        // hundred bytes, and each move is a copy.
         let (otel_span, suppressed) = current_span::otel_current();
-        let span = if suppressed || self.closer.is_closed() {
-            LensSpan::not_recording(SpanContext::empty_context(), self)
+        if suppressed || self.closer.is_closed() {
+            current_span::push_with(otel_span, || LensSpan::not_recording(SpanContext::empty_context(), self))
         } else if new_trace {
-            self.begin(name, None, None, attributes, with)
+            current_span::push_with(otel_span, || self.begin(name, None, None, attributes, with))
         } else if let Some(parent) = current_span::lens_parent(otel_span) {
-            self.begin(name, Some(&parent), None, attributes, with)
+            current_span::push_with(otel_span, || self.begin(name, Some(&parent), None, attributes, with))
         } else {
             Context::map_current(|cx| {
                 let parent = cx.span();
                 let parent = parent.span_context();
-                self.begin(name, parent.is_valid().then_some(parent), Some(cx), attributes, with)
+                let parent = parent.is_valid().then_some(parent);
+                current_span::push_with(otel_span, || self.begin(name, parent, Some(cx), attributes, with))
             })
-        };
-        current_span::push(otel_span, span)
+        }
     }
 
     /// Starts a span named `name` under the span of `parent_cx` (a new
@@ -197,22 +200,30 @@ impl LensTracer {
         let mut links = with.links;
         links.truncate(MAX_LINKS);
         let start_time = with.start_time.unwrap_or_else(opentelemetry::time::now);
-        let record = SpanRecord {
-            name,
-            span_context: SpanContext::new(trace_id, span_id, flags.with_sampled(true), false, result.trace_state),
-            parent_span_id: parent.map_or(SpanId::INVALID, SpanContext::span_id),
-            parent_span_is_remote: parent.is_some_and(SpanContext::is_remote),
-            span_kind: kind,
-            start_time,
-            end_time: start_time,
-            attributes,
-            dropped_attributes_count: u32::try_from(dropped).unwrap_or(u32::MAX),
-            events: Vec::new(),
-            links,
-            status: Status::Unset,
+        let span_context = SpanContext::new(trace_id, span_id, flags.with_sampled(true), false, result.trace_state);
+        // Built in place, registered where it lies.
+        let span = LensSpan {
+            span_context: span_context.clone(),
+            record: Some(SpanRecord {
+                name,
+                span_context,
+                parent_span_id: parent.map_or(SpanId::INVALID, SpanContext::span_id),
+                parent_span_is_remote: parent.is_some_and(SpanContext::is_remote),
+                span_kind: kind,
+                start_time,
+                end_time: start_time,
+                attributes,
+                dropped_attributes_count: u32::try_from(dropped).unwrap_or(u32::MAX),
+                events: Vec::new(),
+                links,
+                status: Status::Unset,
+            }),
+            tracer: self,
         };
-        self.closer.span_started(SpanView::of_record(&record, &self.scope));
-        LensSpan { span_context: record.span_context.clone(), record: Some(record), tracer: self }
+        if let Some(record) = &span.record {
+            self.closer.span_started(SpanView::of_record(record, &self.scope));
+        }
+        span
     }
 }
 
@@ -314,14 +325,14 @@ impl opentelemetry::trace::Span for LensSpan {
     }
 
     fn end_with_timestamp(&mut self, timestamp: SystemTime) {
-        if let Some(mut record) = self.record.take() {
-            record.end_time = timestamp;
-            // Once the closer has closed, the span was exported truncated
-            // at shutdown: it is not exported again.
-            if self.tracer.closer.span_ended(SpanView::of_record(&record, &self.tracer.scope)) {
-                self.tracer.recorder.record(record);
-            }
+        let Some(record) = &mut self.record else { return };
+        record.end_time = timestamp;
+        // Once the closer has closed, the span was exported truncated at
+        // shutdown: it is not exported again.
+        if self.tracer.closer.span_ended(SpanView::of_record(record, &self.tracer.scope)) {
+            self.tracer.recorder.record_from(&mut self.record);
         }
+        self.record = None;
     }
 }
 

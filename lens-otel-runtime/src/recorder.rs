@@ -286,10 +286,15 @@ impl Recorder {
     /// Appends an ended span to this thread's buffer; a full buffer goes to
     /// the export queue. A span whose trace id is the invalid one is ignored.
     pub fn record(&self, record: SpanRecord) {
-        if record.span_context.trace_id() == TraceId::INVALID {
+        self.record_from(&mut Some(record));
+    }
+
+    /// [`record`](Self::record) for a span held in `slot`, taken from it
+    /// where it goes (a record is a few hundred bytes: each move is a copy).
+    pub fn record_from(&self, record: &mut Option<SpanRecord>) {
+        if record.as_ref().is_none_or(|record| record.span_context.trace_id() == TraceId::INVALID) {
             return;
         }
-        let mut record = Some(record);
         let _ = LOCAL.try_with(|locals| {
             let Ok(mut locals) = locals.try_borrow_mut() else { return };
             let buffer = self.buffer(&mut locals);
@@ -302,7 +307,7 @@ impl Recorder {
             }
         });
         // This thread's buffers are gone (it is exiting): straight to the queue.
-        if let Some(record) = record {
+        if let Some(record) = record.take() {
             self.shared.hand_over(&mut vec![record]);
         }
     }
