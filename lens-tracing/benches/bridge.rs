@@ -1,8 +1,9 @@
-//! The `tracing` bridge against `tracing-opentelemetry` on the same SDK
-//! provider with a discarding exporter (`cargo xtask bench`, part `tracing`):
+//! The `tracing` bridge against `tracing-opentelemetry`, each with a
+//! discarding exporter (`cargo xtask bench`, part `tracing`):
 //!
 //! - `bridge_span`: a recorded span (created, entered, exited, closed)
-//!   through lens-tracing;
+//!   through lens-tracing, lens set up as a job sets it up (the span
+//!   recorder, the open-span closer);
 //! - `tracing_opentelemetry_lean` / `tracing_opentelemetry_default`: the same
 //!   span through `tracing-opentelemetry` 0.34 (the line for
 //!   opentelemetry 0.33) with location, thread ids, target and inactivity
@@ -26,10 +27,10 @@
 mod setups;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use lens_fallbacks::otel::active;
 
 fn bench(c: &mut Criterion) {
-    let provider = setups::install();
+    let installed = setups::install();
+    let provider = &installed.provider;
     let mut group = c.benchmark_group("tracing");
     let bridge = setups::bridge();
     // The disabled pair first, while the bridge is the only subscriber: a
@@ -44,15 +45,15 @@ fn bench(c: &mut Criterion) {
     });
     for (id, dispatch) in [
         ("bridge_span", &bridge),
-        ("tracing_opentelemetry_lean", &setups::lean(&provider)),
-        ("tracing_opentelemetry_default", &setups::defaults(&provider)),
+        ("tracing_opentelemetry_lean", &setups::lean(provider)),
+        ("tracing_opentelemetry_default", &setups::defaults(provider)),
         ("registry_noop_layer", &setups::noop()),
         ("registry_filtered_noop_layer", &setups::filtered_noop()),
     ] {
         tracing::dispatcher::with_default(dispatch, || group.bench_function(id, |b| b.iter(setups::one_span)));
     }
-    let tracer = active::tracer().expect("installed above");
-    group.bench_function("sdk_span", |b| b.iter(|| setups::sdk_span(tracer)));
+    let tracer = setups::sdk_tracer(provider);
+    group.bench_function("sdk_span", |b| b.iter(|| setups::sdk_span(&tracer)));
     group.finish();
 }
 

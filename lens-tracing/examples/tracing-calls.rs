@@ -3,7 +3,8 @@
 //! --only tracing` runs it when the wall-time band is too wide to decide):
 //! `tracing-calls <mode> <N>` with mode
 //!
-//! - `bridge`: the span through lens-tracing;
+//! - `bridge`: the span through lens-tracing, lens set up as a job sets it
+//!   up (the span recorder, the open-span closer);
 //! - `lean`: through `tracing-opentelemetry`, configured lean;
 //! - `noop`: `tracing`'s registry with a layer that does nothing;
 //! - `filtered_noop`: the same layer behind the bridge's per-layer filter
@@ -19,8 +20,6 @@
 #[path = "../benches/support/setups.rs"]
 mod setups;
 
-use lens_fallbacks::otel::active;
-
 #[expect(clippy::print_stderr, reason = "the errors of a command-line tool")]
 fn main() {
     const MODES: &str = "bridge, lean, defaults, noop, filtered_noop, sdk, disabled, none";
@@ -29,19 +28,20 @@ fn main() {
         eprintln!("usage: tracing-calls <mode> <N> (modes: {MODES})");
         std::process::exit(2);
     };
-    let provider = setups::install();
+    let installed = setups::install();
+    let provider = &installed.provider;
     let (dispatch, call): (tracing::Dispatch, fn()) = match mode.as_str() {
         "bridge" => (setups::bridge(), setups::one_span),
-        "lean" => (setups::lean(&provider), setups::one_span),
-        "defaults" => (setups::defaults(&provider), setups::one_span),
+        "lean" => (setups::lean(provider), setups::one_span),
+        "defaults" => (setups::defaults(provider), setups::one_span),
         "noop" => (setups::noop(), setups::one_span),
         "filtered_noop" => (setups::filtered_noop(), setups::one_span),
         "disabled" => (setups::bridge(), setups::disabled_callsite),
         "none" => (tracing::Dispatch::none(), setups::one_span),
         "sdk" => {
-            let tracer = active::tracer().expect("installed by setups::install");
+            let tracer = setups::sdk_tracer(provider);
             for _ in 0..n {
-                setups::sdk_span(tracer);
+                setups::sdk_span(&tracer);
             }
             return;
         }

@@ -1,16 +1,21 @@
 //! The subscribers and spans that `benches/bridge.rs` (criterion, wall time)
 //! and `examples/tracing-calls.rs` (instruction counts) both measure, so the
-//! two measure the same thing: one SDK provider with a discarding exporter,
-//! its tracer in lens's active slot and the `job` group on; the same `tracing`
-//! span through the bridge, through `tracing-opentelemetry` lean and with its
-//! defaults, through the registry with a no-op layer (alone and behind the
-//! bridge's per-layer filter), and the same span built with the SDK alone.
+//! two measure the same thing: lens set up as a job sets it up (its spans on
+//! the span recorder, the open-span closer and its table on, a discarding
+//! exporter, the `job` group on), and beside it one SDK provider with a
+//! discarding exporter for the comparisons; the same `tracing` span through
+//! the bridge, through `tracing-opentelemetry` lean and with its defaults,
+//! through the registry with a no-op layer (alone and behind the bridge's
+//! per-layer filter), and the same span built with the SDK alone.
 
+use std::collections::HashMap;
 use std::hint::black_box;
 
+use lens_fallbacks::config::{ExporterKind, LensConfig};
 use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, SpanGroup};
-use lens_fallbacks::otel::active;
+use lens_fallbacks::identity::RankContext;
 use lens_fallbacks::otel::exporters::testing::DiscardingSpanExporter;
+use lens_fallbacks::setup::{SetupOptions, Telemetry, setup_telemetry};
 use lens_fallbacks::testing::set_enabled_span_groups;
 use lens_fallbacks::tracing_rules::TracingRules;
 use opentelemetry::trace::{Span as _, SpanBuilder, Tracer as _, TracerProvider as _};
@@ -20,12 +25,40 @@ use tracing::Dispatch;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 
-/// The provider every side records to; its tracer is lens's active tracer.
-pub(crate) fn install() -> SdkTracerProvider {
-    let provider = SdkTracerProvider::builder().with_simple_exporter(DiscardingSpanExporter).build();
-    active::install(provider.tracer("lens-tracing-bench")).expect("no tracer installed yet");
+/// What [`install`] set up: lens's telemetry (the bridge records through
+/// it) and the comparisons' SDK provider.
+pub(crate) struct Installed {
+    /// The SDK provider of `tracing-opentelemetry` and of the SDK alone.
+    pub(crate) provider: SdkTracerProvider,
+    _telemetry: Telemetry,
+}
+
+/// Sets lens up with a discarding exporter, and builds the comparisons'
+/// provider beside it.
+pub(crate) fn install() -> Installed {
+    let mut config = LensConfig {
+        enabled: true,
+        span_groups: "job".into(),
+        rank_strategy: "all_ranks".into(),
+        exporter: Some(ExporterKind::Console),
+        metrics_enabled: false,
+        ..LensConfig::default()
+    };
+    // A queue that holds every span of the longest count: under callgrind
+    // the export thread falls behind, and a dropped span costs less than a
+    // kept one.
+    config.otel.batch.max_queue_size = 1 << 20;
+    let env = HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "bench".to_string())]);
+    let options = SetupOptions::new().with_span_exporter(DiscardingSpanExporter).with_env(env);
+    let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("lens sets up");
     set_enabled_span_groups(GroupSet::of(&[SpanGroup::JOB]));
-    provider
+    let provider = SdkTracerProvider::builder().with_simple_exporter(DiscardingSpanExporter).build();
+    Installed { provider, _telemetry: telemetry }
+}
+
+/// The SDK alone's tracer.
+pub(crate) fn sdk_tracer(provider: &SdkTracerProvider) -> SdkTracer {
+    provider.tracer("bench-sdk")
 }
 
 /// `bench::server` records (group `job`), `bench::off` is off.
