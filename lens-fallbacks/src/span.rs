@@ -604,7 +604,7 @@ pub(crate) fn start_span(
             match options.parent {
                 Parent::Current | Parent::NewTrace if on_stack => {
                     let new_trace = matches!(options.parent, Parent::NewTrace);
-                    let frame = tracer.start_current(name, attributes, with, new_trace);
+                    let frame = current_span::start(tracer, name, attributes, with, new_trace);
                     return SpanGuard {
                         attached: ManuallyDrop::new(None),
                         open: ManuallyDrop::new(None),

@@ -27,14 +27,15 @@
 //! its frame lies and ended there: it is a few hundred bytes, and each move
 //! would be a copy.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::num::NonZeroU64;
 use std::time::SystemTime;
 
 use opentelemetry::trace::{Span as _, SpanContext, SpanId, TraceContextExt as _};
-use opentelemetry::{Context, ContextGuard};
+use opentelemetry::{Context, ContextGuard, KeyValue};
 
-use crate::lens_tracer::LensSpan;
+use crate::lens_tracer::{LensSpan, LensTracer, StartWith};
 
 /// One current span.
 struct Frame {
@@ -76,6 +77,38 @@ pub(crate) fn lens_parent(otel_span: SpanId) -> Option<SpanContext> {
         })
         .ok()
         .flatten()
+}
+
+/// Starts a span named `name` on `tracer` and makes it this thread's
+/// current span on this stack: its parent is the current span (the
+/// stack's innermost frame or the OpenTelemetry context's span, whichever
+/// is innermost), or none when `new_trace`. `None` (no
+/// span) when the thread is exiting, or when the stack is in use (a
+/// custom sampler that starts a lens span while deciding one).
+pub fn start(
+    tracer: &'static LensTracer,
+    name: Cow<'static, str>,
+    attributes: Vec<KeyValue>,
+    with: StartWith,
+    new_trace: bool,
+) -> Option<FrameId> {
+    // The span is built where the stack keeps it: a span is a few
+    // hundred bytes, and each move is a copy.
+    let (otel_span, suppressed) = otel_current();
+    if suppressed || tracer.is_closed() {
+        push_with(otel_span, || LensSpan::not_recording(SpanContext::empty_context(), tracer))
+    } else if new_trace {
+        push_with(otel_span, || tracer.begin(name, None, None, attributes, with))
+    } else if let Some(parent) = lens_parent(otel_span) {
+        push_with(otel_span, || tracer.begin(name, Some(&parent), None, attributes, with))
+    } else {
+        Context::map_current(|cx| {
+            let parent = cx.span();
+            let parent = parent.span_context();
+            let parent = parent.is_valid().then_some(parent);
+            push_with(otel_span, || tracer.begin(name, parent, Some(cx), attributes, with))
+        })
+    }
 }
 
 /// Pushes the span `start` returns as this thread's current span;

@@ -12,10 +12,13 @@
 //! [`with_next_trace_id`](crate::ids::with_next_trace_id) for derived trace
 //! ids), the SDK's span limits (128 attributes, events and links, the rest
 //! dropped), and OpenTelemetry interop: a recording span is a
-//! [`LensSpan`], an [`opentelemetry::trace::Span`] that the caller puts in
-//! the OpenTelemetry [`Context`], so that a span started through the
-//! OpenTelemetry API inside it is its child, `traceparent` injection reads
-//! it, and a lens span inside an OpenTelemetry span is that span's child.
+//! [`LensSpan`], an [`opentelemetry::trace::Span`]. A current span starts
+//! in a frame of lens's own stack ([`crate::current_span::start`]), whose parent is the innermost of that stack and
+//! the OpenTelemetry context (so a lens span inside an OpenTelemetry span is
+//! that span's child); with `<PREFIX>_CONTEXT_PER_SPAN`, and for spans that
+//! are never current, [`LensTracer::start`] gives a span the caller puts in
+//! the OpenTelemetry [`Context`], where a span started through the
+//! OpenTelemetry API inside it finds it as its parent.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -28,7 +31,6 @@ use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator as _, SamplingDecision};
 
 use crate::closer::OpenSpanCloser;
-use crate::current_span::{self, FrameId};
 use crate::ids::SeedIndependentIdGenerator;
 use crate::recorder::Recorder;
 use crate::sampler::LensSampler;
@@ -120,36 +122,11 @@ impl LensTracer {
         self.context_per_span
     }
 
-    /// Starts a span named `name` and makes it this thread's current span on
-    /// lens's stack ([`crate::current_span`]): its parent is the current
-    /// span (the stack's innermost frame or the OpenTelemetry context's
-    /// span, whichever is innermost), or none when `new_trace`. `None` (no
-    /// span) when the thread is exiting, or when the stack is in use (a
-    /// custom sampler that starts a lens span while deciding one).
-    pub fn start_current(
-        &'static self,
-        name: Cow<'static, str>,
-        attributes: Vec<KeyValue>,
-        with: StartWith,
-        new_trace: bool,
-    ) -> Option<FrameId> {
-        // The span is built where the stack keeps it: a span is a few
-        // hundred bytes, and each move is a copy.
-        let (otel_span, suppressed) = current_span::otel_current();
-        if suppressed || self.closer.is_closed() {
-            current_span::push_with(otel_span, || LensSpan::not_recording(SpanContext::empty_context(), self))
-        } else if new_trace {
-            current_span::push_with(otel_span, || self.begin(name, None, None, attributes, with))
-        } else if let Some(parent) = current_span::lens_parent(otel_span) {
-            current_span::push_with(otel_span, || self.begin(name, Some(&parent), None, attributes, with))
-        } else {
-            Context::map_current(|cx| {
-                let parent = cx.span();
-                let parent = parent.span_context();
-                let parent = parent.is_valid().then_some(parent);
-                current_span::push_with(otel_span, || self.begin(name, parent, Some(cx), attributes, with))
-            })
-        }
+    /// Whether the closer has closed (shutdown began): new spans record
+    /// nothing.
+    #[inline]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closer.is_closed()
     }
 
     /// Starts a span named `name` under the span of `parent_cx` (a new
@@ -173,7 +150,7 @@ impl LensTracer {
     /// Starts a span under `parent` (valid, or `None` for a new trace), from
     /// `parent_cx` when it came from an OpenTelemetry context: samples it,
     /// and records it when sampled (else the span is not recording).
-    fn begin(
+    pub(crate) fn begin(
         &'static self,
         name: Cow<'static, str>,
         parent: Option<&SpanContext>,
@@ -252,7 +229,7 @@ pub struct LensSpan {
 impl LensSpan {
     /// A span that records nothing: its context (unsampled, or empty) is
     /// what its children and `traceparent` see.
-    fn not_recording(span_context: SpanContext, tracer: &'static LensTracer) -> LensSpan {
+    pub(crate) fn not_recording(span_context: SpanContext, tracer: &'static LensTracer) -> LensSpan {
         LensSpan { span_context, record: None, tracer }
     }
 }

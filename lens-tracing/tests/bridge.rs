@@ -327,7 +327,7 @@ fn otel_fields_name_the_span_and_give_its_kind_and_status() {
 }
 
 #[test]
-fn events_no_recorded_span_takes_become_log_records_correlated_with_the_current_span() {
+fn events_no_recorded_span_takes_and_log_records_are_correlated_with_the_current_span() {
     use lens_fallbacks::otel::logs::{EVENT_SCOPE, install_log_bridge, uninstall_log_bridge};
     use opentelemetry::logs::{AnyValue, Severity};
     use opentelemetry_sdk::logs::{InMemoryLogExporter, SdkLoggerProvider};
@@ -341,6 +341,9 @@ fn events_no_recorded_span_takes_become_log_records_correlated_with_the_current_
         let _step = managed_span(SpanGroup::STEP, "lens.step", []);
         // Outside every tracing span: a log record in the lens span's trace.
         tracing::warn!(target: "my_app::loader", shard = 3, "shard is slow");
+        // The `log` crate's records too (the lens span is on lens's own
+        // stack, not in the OpenTelemetry context the SDK reads).
+        log::warn!(target: "my_app::loader", "through the log crate");
         // Below the log pipeline's level, and at a target no group takes.
         tracing::debug!(target: "my_app::loader", "detail");
         tracing::warn!(target: "quiet", "not bridged");
@@ -357,8 +360,10 @@ fn events_no_recorded_span_takes_become_log_records_correlated_with_the_current_
     let records = logs.get_emitted_logs().unwrap();
     let bodies: Vec<String> =
         records.iter().map(|r| r.record.body().map(|b| format!("{b:?}")).unwrap_or_default()).collect();
-    assert_eq!(records.len(), 1, "{bodies:?}");
+    assert_eq!(records.len(), 2, "{bodies:?}");
     let (record, scope) = (&records[0].record, &records[0].instrumentation);
+    let through_log = &records[1].record;
+    assert_eq!(through_log.body(), Some(&AnyValue::String("through the log crate".into())));
     assert_eq!(record.body(), Some(&AnyValue::String("shard is slow".into())));
     assert_eq!((record.severity_number(), record.severity_text()), (Some(Severity::Warn), Some("WARN")));
     assert_eq!(record.target().map(|t| t.to_string()).as_deref(), Some("my_app::loader"));
@@ -367,8 +372,10 @@ fn events_no_recorded_span_takes_become_log_records_correlated_with_the_current_
     assert_eq!(shard, Some(AnyValue::Int(3)));
     let spans = spans(&exporter);
     let step = named(&spans, "lens.step");
-    let trace = record.trace_context().expect("the record is correlated");
-    assert_eq!((trace.trace_id, trace.span_id), (step.span_context.trace_id(), step.span_context.span_id()));
+    for record in [record, through_log] {
+        let trace = record.trace_context().expect("the record is correlated");
+        assert_eq!((trace.trace_id, trace.span_id), (step.span_context.trace_id(), step.span_context.span_id()));
+    }
     let request = named(&spans, "request");
     assert_eq!(request.events.iter().map(|e| e.name.to_string()).collect::<Vec<_>>(), ["inside"]);
 }

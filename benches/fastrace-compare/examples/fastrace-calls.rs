@@ -5,18 +5,21 @@
 //! their own threads and are not counted).
 //!
 //! ```text
-//! fastrace-calls <lens|fastrace|lens_5_attrs|fastrace_5_props|recorder|recorder_5_attrs> <N>
+//! fastrace-calls <lens|fastrace|lens_5_attrs|fastrace_5_props|recorder|recorder_5_attrs|lens_context_per_span> <N>
 //! ```
+//!
+//! `lens_context_per_span` is `lens` with `<PREFIX>_CONTEXT_PER_SPAN` on:
+//! what putting every current span in the OpenTelemetry context costs.
 
 use std::process::ExitCode;
 
 use fastrace_compare::{
     fastrace_spans, fastrace_spans_5_props, finish_fastrace, finish_lens, finish_recorder, lens_spans,
-    lens_spans_5_attrs, recorder_spans, recorder_spans_5_attrs, setup_fastrace, setup_lens, setup_recorder,
+    lens_spans_5_attrs, recorder_spans, recorder_spans_5_attrs, setup_fastrace, setup_lens_with, setup_recorder,
 };
 use lens_fallbacks::otel::recorder::Recorder;
 
-const USAGE: &str = "usage: fastrace-calls <lens|fastrace|lens_5_attrs|fastrace_5_props|recorder|recorder_5_attrs> <N>";
+const USAGE: &str = "usage: fastrace-calls <lens|fastrace|lens_5_attrs|fastrace_5_props|recorder|recorder_5_attrs|lens_context_per_span> <N>";
 
 #[expect(clippy::print_stderr, reason = "the errors of a command-line tool")]
 fn main() -> ExitCode {
@@ -40,18 +43,19 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let spans: fn(u64) = match mode {
-        "lens" => lens_spans,
-        "lens_5_attrs" => lens_spans_5_attrs,
-        "fastrace" => fastrace_spans,
-        "fastrace_5_props" => fastrace_spans_5_props,
+    let (spans, context_per_span): (fn(u64), bool) = match mode {
+        "lens" => (lens_spans, false),
+        "lens_context_per_span" => (lens_spans, true),
+        "lens_5_attrs" => (lens_spans_5_attrs, false),
+        "fastrace" => (fastrace_spans, false),
+        "fastrace_5_props" => (fastrace_spans_5_props, false),
         other => {
             eprintln!("fastrace-calls: unknown mode `{other}`\n{USAGE}");
             return ExitCode::from(2);
         }
     };
     // Both are set up in every mode, so that start-up is the same for both.
-    let telemetry = setup_lens();
+    let telemetry = setup_lens_with(context_per_span);
     setup_fastrace();
     spans(n);
     finish_fastrace();

@@ -53,6 +53,15 @@ pub const SPAN_NAME: &str = "bench.span";
 /// # Panics
 /// When setup fails (a bench that measured nothing must not pass).
 pub fn setup_lens() -> Telemetry {
+    setup_lens_with(false)
+}
+
+/// [`setup_lens`], with `<PREFIX>_CONTEXT_PER_SPAN` as `context_per_span`
+/// (every current span in the OpenTelemetry context too).
+///
+/// # Panics
+/// When setup fails.
+pub fn setup_lens_with(context_per_span: bool) -> Telemetry {
     // Spans only (no metric reader), to the exporter given below (it wins
     // over `console`, which only satisfies this build without OTLP).
     let mut config = LensConfig {
@@ -61,6 +70,7 @@ pub fn setup_lens() -> Telemetry {
         rank_strategy: "all_ranks".into(),
         exporter: Some(ExporterKind::Console),
         metrics_enabled: false,
+        context_per_span,
         ..LensConfig::default()
     };
     // A queue that holds every span of the longest count (2N = 100,000):
