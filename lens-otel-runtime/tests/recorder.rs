@@ -2,7 +2,8 @@
 //! per-thread buffers reach a `SpanData` exporter with their ids, parents,
 //! attributes, events, links and status; spans ended on another thread,
 //! threads that exit with spans buffered, a thread that records and sleeps,
-//! a full queue (dropped and counted), the derived trace ids of SPEC A15 and
+//! a full queue (dropped and counted, its spool slots given back), the
+//! derived trace ids of SPEC A15 and
 //! a forked child; and the direct OTLP encoder builds the same request as
 //! the SDK's `SpanData` path. Run with `--features testing`.
 
@@ -141,6 +142,32 @@ fn a_full_queue_drops_and_counts_instead_of_growing() {
     recorder.force_flush(FLUSH).expect("flush");
     assert_eq!(finished(&exporter).len(), 16);
     assert_eq!(recorder.counters().snapshot().exported, 16);
+}
+
+#[test]
+fn records_a_full_queue_drops_give_their_spool_slots_back_at_once() {
+    use std::sync::Arc;
+
+    use lens_otel_runtime::batch::LensBatchRecordProcessor;
+    use lens_otel_runtime::spool::{SpanView, SpoolTable};
+
+    let exporter = InMemorySpanExporter::default();
+    let config = BatchConfig { max_queue_size: 1, scheduled_delay: Duration::from_secs(60), ..BatchConfig::default() };
+    let processor = LensBatchRecordProcessor::new(Arc::new(RecordsAsSpanData::new(exporter, scope())), config);
+    let table = SpoolTable::anonymous(8);
+    processor.set_spool(Arc::clone(&table));
+    let scope = scope();
+    let mut records = sample_records();
+    for record in &records {
+        assert!(table.span_started(SpanView::of_record(record, &scope)));
+    }
+    assert_eq!(table.open_count(), 2);
+    // The queue holds one: the first is queued, the second dropped.
+    assert_eq!(processor.push_all(&mut records), 1);
+    assert_eq!(processor.counters().snapshot().dropped_queue_full, 1);
+    let held: Vec<SpanId> = table.open_spans().into_iter().map(|(_, span)| span.span_context.span_id()).collect();
+    assert!(!held.contains(&SpanId::from(0x22_u64)), "the dropped record's slot is free at once: {held:?}");
+    let _ = processor.shutdown_with_timeout(FLUSH);
 }
 
 #[test]
