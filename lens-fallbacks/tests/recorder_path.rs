@@ -178,6 +178,32 @@ fn spans_of_a_thread_that_exited_and_spans_still_open_are_exported_at_shutdown()
     assert_eq!(spans.len(), 4);
 }
 
+/// A current span lives in a frame of its thread's stack: a guard that is
+/// forgotten leaves its span current there (as a forgotten OpenTelemetry
+/// context guard leaves its context attached), and the thread's exit ends
+/// it and exports it.
+#[test]
+fn a_current_span_whose_guard_is_forgotten_ends_when_its_thread_exits() {
+    let _serial = serial();
+    let exporter = KeepingSpanExporter::default();
+    let telemetry = setup(&exporter, TracesSampler::ParentBasedAlwaysOn);
+    std::thread::spawn(|| {
+        std::mem::forget(managed_span(SpanGroup::STEP, "lens.forgotten", []));
+        drop(managed_span(SpanGroup::STEP, "lens.inside", []));
+    })
+    .join()
+    .unwrap();
+    let report = telemetry.shutdown(Duration::from_secs(10));
+    assert_eq!(report.spans.exported, 2, "{report:?}");
+    let spans = exporter.get_finished_spans().unwrap();
+    let forgotten = by_name(&spans, "lens.forgotten");
+    assert!(
+        !forgotten.attributes.iter().any(|kv| kv.key.as_str() == "nemo.span.truncated"),
+        "ended by its thread's exit, not truncated at shutdown: {forgotten:?}"
+    );
+    assert_eq!(by_name(&spans, "lens.inside").parent_span_id, forgotten.span_context.span_id());
+}
+
 #[test]
 fn a_span_the_sampler_drops_is_not_recorded_and_hands_its_unsampled_flag_to_children() {
     let _serial = serial();
