@@ -61,14 +61,14 @@ pub struct FrameId(NonZeroU64);
 /// The OpenTelemetry context's span id, and whether it suppresses
 /// telemetry: what a span started as current reads of it.
 #[inline]
-pub(crate) fn otel_current() -> (SpanId, bool) {
+fn otel_current() -> (SpanId, bool) {
     Context::map_current(|cx| (cx.span().span_context().span_id(), cx.is_telemetry_suppressed()))
 }
 
 /// The innermost frame's span context, when it is the current span (the
 /// OpenTelemetry context still has the span it had at the push).
 #[inline]
-pub(crate) fn lens_parent(otel_span: SpanId) -> Option<SpanContext> {
+fn lens_parent(otel_span: SpanId) -> Option<SpanContext> {
     STACK
         .try_with(|stack| {
             let stack = stack.try_borrow().ok()?;
@@ -115,7 +115,7 @@ pub fn start(
 /// `otel_span` is the OpenTelemetry context's span now. `start` runs with
 /// the stack borrowed; `None`, without running it, while the thread is
 /// exiting or when the stack is already borrowed (`start` started a span).
-pub(crate) fn push_with(otel_span: SpanId, start: impl FnOnce() -> LensSpan) -> Option<FrameId> {
+fn push_with(otel_span: SpanId, start: impl FnOnce() -> LensSpan) -> Option<FrameId> {
     STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;

@@ -366,6 +366,15 @@ fn result(decision: SamplingDecision, trace_state: TraceState) -> SamplingResult
     SamplingResult { decision, attributes: Vec::new(), trace_state }
 }
 
+fn keep_if(keep: bool) -> SamplingDecision {
+    if keep { SamplingDecision::RecordAndSample } else { SamplingDecision::Drop }
+}
+
+/// The parent's decision and trace state.
+fn follow(parent: &SpanContext) -> SamplingResult {
+    result(keep_if(parent.is_sampled()), parent.trace_state().clone())
+}
+
 fn keyed_trace_state(parent: &TraceState) -> TraceState {
     if parent.get(TRACE_STATE_KEY) == Some(TRACE_STATE_KEYED) {
         return parent.clone();
@@ -423,12 +432,7 @@ impl LensSampler {
         match marker(attributes) {
             Marker::Structural => result(SamplingDecision::RecordAndSample, parent_state()),
             Marker::Key(key) if let Some(ratio) = self.ratio_override.get() => {
-                let decision = if ratio_keeps_key(ratio, key) {
-                    SamplingDecision::RecordAndSample
-                } else {
-                    SamplingDecision::Drop
-                };
-                result(decision, keyed_trace_state(&parent_state()))
+                result(keep_if(ratio_keeps_key(ratio, key)), keyed_trace_state(&parent_state()))
             }
             Marker::Key(key) => {
                 let decided = self.delegate.should_sample(None, key_trace_id(key), name, span_kind, attributes, links);
@@ -439,19 +443,11 @@ impl LensSampler {
                 }
             }
             Marker::None => match parent {
-                Some(sc) if sc.trace_state().get(TRACE_STATE_KEY) == Some(TRACE_STATE_KEYED) => {
-                    let decision =
-                        if sc.is_sampled() { SamplingDecision::RecordAndSample } else { SamplingDecision::Drop };
-                    result(decision, sc.trace_state().clone())
-                }
+                Some(sc) if sc.trace_state().get(TRACE_STATE_KEY) == Some(TRACE_STATE_KEYED) => follow(sc),
                 Some(sc) if parent_context.is_none() => match self.delegate_kind {
                     // The SDK's samplers: parent-based ones follow a valid
                     // parent, the others never read it.
-                    Some(kind) if kind.is_parent_based() => {
-                        let decision =
-                            if sc.is_sampled() { SamplingDecision::RecordAndSample } else { SamplingDecision::Drop };
-                        result(decision, sc.trace_state().clone())
-                    }
+                    Some(kind) if kind.is_parent_based() => follow(sc),
                     Some(_) => {
                         let decided = self.delegate.should_sample(None, trace_id, name, span_kind, attributes, links);
                         SamplingResult { trace_state: sc.trace_state().clone(), ..decided }
