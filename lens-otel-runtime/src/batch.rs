@@ -60,6 +60,7 @@ use crate::diag::{RateLimit, warn};
 use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
 pub use crate::report::SpanExportSnapshot;
 use crate::span_record::SpanRecord;
+use crate::spool::SpoolKey;
 
 /// The first wait before retrying a failed export.
 pub const RETRY_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -100,19 +101,22 @@ type LogItem = (SdkLogRecord, InstrumentationScope);
 trait Item: Clone + Send + Sync + 'static {
     /// The key of the item in the rank's spool ([`crate::spool`]): spans
     /// have one, log records none.
-    fn spool_key(&self) -> Option<u64> {
+    fn spool_key(&self) -> Option<SpoolKey> {
         None
     }
 }
 impl Item for SpanData {
-    fn spool_key(&self) -> Option<u64> {
-        Some(crate::spool::span_key(self))
+    fn spool_key(&self) -> Option<SpoolKey> {
+        Some(SpoolKey::Span(crate::spool::span_key(self)))
     }
 }
 impl Item for LogItem {}
 impl Item for SpanRecord {
-    fn spool_key(&self) -> Option<u64> {
-        Some(u64::from_be_bytes(self.span_context.span_id().to_bytes()))
+    fn spool_key(&self) -> Option<SpoolKey> {
+        Some(match self.spool_slot {
+            Some(slot) => SpoolKey::Slot(slot),
+            None => SpoolKey::Span(u64::from_be_bytes(self.span_context.span_id().to_bytes())),
+        })
     }
 }
 
@@ -544,15 +548,20 @@ impl<T: Item> Inner<T> {
         let mut queue = lock(&self.queue);
         let closed = self.closed.load(Ordering::Acquire);
         let held = self.held_by_worker.load(Ordering::Acquire);
-        let mut accepted = 0;
+        // The first `accepted` are admitted, as one by one: counted in
+        // order (the count is also the span's sequence number), and moved
+        // in one go.
+        let room = if closed { 0 } else { self.config.max_queue_size.saturating_sub(queue.len() + held) };
+        let accepted = room.min(items.len());
+        for _ in 0..accepted {
+            self.counters.record(ExportEvent::Offered(Admission::Accepted));
+        }
+        queue.extend(items.drain(..accepted));
+        let refused = admit(closed, queue.len() + held, self.config.max_queue_size);
         let mut released = Vec::new();
         for item in items.drain(..) {
-            let admission = admit(closed, queue.len() + held, self.config.max_queue_size);
-            self.counters.record(ExportEvent::Offered(admission));
-            if admission == Admission::Accepted {
-                queue.push_back(item);
-                accepted += 1;
-            } else if admission != Admission::AfterShutdown
+            self.counters.record(ExportEvent::Offered(refused));
+            if refused != Admission::AfterShutdown
                 && let Some(key) = item.spool_key()
             {
                 released.push(key);
@@ -1289,7 +1298,7 @@ fn dispatch<T: Item>(inner: &Arc<Inner<T>>, batch: Vec<T>, start: u64) {
 /// counted it as unsent at shutdown (the export outlived the deadline).
 fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
     let len = batch.len();
-    let spooled: Option<Vec<u64>> = inner.spool.get().map(|_| batch.iter().filter_map(Item::spool_key).collect());
+    let spooled: Option<Vec<SpoolKey>> = inner.spool.get().map(|_| batch.iter().filter_map(Item::spool_key).collect());
     let outcome = export_with_retry(inner, batch);
     // Exported, or dropped for good after the retry window: the spool stops
     // keeping them. Abandoned at shutdown: kept, for the next attempt.

@@ -71,7 +71,7 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use super::batch::{LensBatchRecordProcessor, LensBatchSpanProcessor};
 use super::ids::fork_generation;
 use super::span_record::SpanRecord;
-use super::spool::{SpanView, SpoolTable};
+use super::spool::{SpanView, SpoolSlot, SpoolTable};
 
 /// The attribute (`true`) and the event name on a span that was still open at
 /// shutdown.
@@ -227,7 +227,7 @@ impl OpenSpanCloser {
         }
         // The slots stay until the batch processor has exported the
         // truncated copies (same span ids) and released them.
-        let mut open = self.table().open_spans();
+        let mut open = self.table().take_open_spans();
         open.sort_unstable_by_key(|&(order, _)| std::cmp::Reverse(order));
         let now = opentelemetry::time::now();
         open.into_iter().map(|(_, span)| truncated(span, now)).collect()
@@ -363,6 +363,32 @@ impl OpenSpanCloser {
             _ => table.forget(span.key()),
         }
         true
+    }
+
+    /// [`span_started`](Self::span_started) for a span of lens's tracer:
+    /// the slot that keeps it, `None` when it is not kept (unsampled,
+    /// closed, or a full table).
+    pub(crate) fn record_started(&self, span: SpanView<'_>) -> Option<SpoolSlot> {
+        if self.inner.closed.load(Ordering::Acquire) || !span.span_context.is_sampled() {
+            return None;
+        }
+        self.table().record_started(&span)
+    }
+
+    /// [`span_ended`](Self::span_ended) for a span of lens's tracer kept
+    /// in `slot`: `None` once the closer is closed (the span was exported
+    /// truncated at shutdown and must not be exported again), else the slot
+    /// the processor releases once the span is exported, if it keeps one.
+    pub(crate) fn record_ended(&self, slot: Option<SpoolSlot>, span: SpanView<'_>) -> Option<Option<SpoolSlot>> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let Some(slot) = slot else { return Some(None) };
+        let table = self.table();
+        let keep = matches!(self.inner.target, Target::Batch(_) | Target::Records(_))
+            && table.is_file()
+            && span.span_context.is_sampled();
+        Some(table.record_ended(slot, &span, keep))
     }
 }
 

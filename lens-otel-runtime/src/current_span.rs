@@ -96,32 +96,36 @@ pub fn start(
     // hundred bytes, and each move is a copy.
     let (otel_span, suppressed) = otel_current();
     if suppressed || tracer.is_closed() {
-        push_with(otel_span, || LensSpan::not_recording(SpanContext::empty_context(), tracer))
+        push_with(otel_span, tracer, |_| {})
     } else if new_trace {
-        push_with(otel_span, || tracer.begin(name, None, None, attributes, with))
+        push_with(otel_span, tracer, |span| tracer.begin_in(span, name, None, None, attributes, with))
     } else if let Some(parent) = lens_parent(otel_span) {
-        push_with(otel_span, || tracer.begin(name, Some(&parent), None, attributes, with))
+        push_with(otel_span, tracer, |span| tracer.begin_in(span, name, Some(&parent), None, attributes, with))
     } else {
         Context::map_current(|cx| {
             let parent = cx.span();
             let parent = parent.span_context();
             let parent = parent.is_valid().then_some(parent);
-            push_with(otel_span, || tracer.begin(name, parent, Some(cx), attributes, with))
+            push_with(otel_span, tracer, |span| tracer.begin_in(span, name, parent, Some(cx), attributes, with))
         })
     }
 }
 
-/// Pushes the span `start` returns as this thread's current span;
-/// `otel_span` is the OpenTelemetry context's span now. `start` runs with
-/// the stack borrowed; `None`, without running it, while the thread is
-/// exiting or when the stack is already borrowed (`start` started a span).
-fn push_with(otel_span: SpanId, start: impl FnOnce() -> LensSpan) -> Option<FrameId> {
+/// Pushes a frame for `tracer` and has `start` start its span in place, as
+/// this thread's current span; `otel_span` is the OpenTelemetry context's
+/// span now. `start` runs with the stack borrowed; `None`, without running
+/// it, while the thread is exiting or when the stack is already borrowed
+/// (`start` started a span).
+fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(&mut LensSpan)) -> Option<FrameId> {
     STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;
             let id = NonZeroU64::new(stack.next_id)?;
             stack.next_id += 1;
-            stack.frames.push(Frame { id, otel_span, span: start() });
+            let span = LensSpan::not_recording(SpanContext::empty_context(), tracer);
+            stack.frames.push(Frame { id, otel_span, span });
+            let frame = stack.frames.last_mut()?;
+            start(&mut frame.span);
             Some(FrameId(id))
         })
         .ok()

@@ -49,6 +49,8 @@ pub struct LensTracer {
     sampler: LensSampler,
     closer: OpenSpanCloser,
     scope: InstrumentationScope,
+    /// `scope` as a spool slot holds it, copied into each slot.
+    scope_encoded: Box<[u8]>,
     context_per_span: bool,
 }
 
@@ -104,7 +106,8 @@ impl LensTracer {
         closer: OpenSpanCloser,
         scope: InstrumentationScope,
     ) -> LensTracer {
-        LensTracer { recorder, sampler, closer, scope, context_per_span: false }
+        let scope_encoded = crate::spool::format::encode_scope(&scope);
+        LensTracer { recorder, sampler, closer, scope, scope_encoded, context_per_span: false }
     }
 
     /// The tracer with every current span made current in the OpenTelemetry
@@ -155,9 +158,26 @@ impl LensTracer {
         name: Cow<'static, str>,
         parent: Option<&SpanContext>,
         parent_cx: Option<&Context>,
-        mut attributes: Vec<KeyValue>,
+        attributes: Vec<KeyValue>,
         with: StartWith,
     ) -> LensSpan {
+        let mut span = LensSpan::not_recording(SpanContext::empty_context(), self);
+        self.begin_in(&mut span, name, parent, parent_cx, attributes, with);
+        span
+    }
+
+    /// [`begin`](Self::begin) into `span`, a span that records nothing (a
+    /// frame of the current-span stack): a span is a few hundred bytes, and
+    /// each move is a copy.
+    pub(crate) fn begin_in(
+        &'static self,
+        span: &mut LensSpan,
+        name: Cow<'static, str>,
+        parent: Option<&SpanContext>,
+        parent_cx: Option<&Context>,
+        mut attributes: Vec<KeyValue>,
+        with: StartWith,
+    ) {
         let ids = SeedIndependentIdGenerator::default();
         let span_id = ids.new_span_id();
         let trace_id = parent.map_or_else(|| ids.new_trace_id(), SpanContext::trace_id);
@@ -167,9 +187,9 @@ impl LensTracer {
         if result.decision != SamplingDecision::RecordAndSample {
             // Record-only is not a decision lens's sampler makes: an
             // unsampled span is never exported, so it is not recorded.
-            let span_context =
+            span.span_context =
                 SpanContext::new(trace_id, span_id, flags.with_sampled(false), false, result.trace_state);
-            return LensSpan::not_recording(span_context, self);
+            return;
         }
         attributes.extend(result.attributes);
         let dropped = attributes.len().saturating_sub(MAX_ATTRIBUTES);
@@ -178,33 +198,32 @@ impl LensTracer {
         links.truncate(MAX_LINKS);
         let start_time = with.start_time.unwrap_or_else(opentelemetry::time::now);
         let span_context = SpanContext::new(trace_id, span_id, flags.with_sampled(true), false, result.trace_state);
-        // Built in place, registered where it lies.
-        let span = LensSpan {
-            span_context: span_context.clone(),
-            record: Some(SpanRecord {
-                name,
-                span_context,
-                parent_span_id: parent.map_or(SpanId::INVALID, SpanContext::span_id),
-                parent_span_is_remote: parent.is_some_and(SpanContext::is_remote),
-                span_kind: kind,
-                start_time,
-                end_time: start_time,
-                attributes,
-                dropped_attributes_count: u32::try_from(dropped).unwrap_or(u32::MAX),
-                events: Vec::new(),
-                links,
-                status: Status::Unset,
-            }),
-            tracer: self,
-        };
-        if let Some(record) = &span.record {
-            self.closer.span_started(SpanView::of_record(record, &self.scope));
-        }
-        span
+        span.span_context = span_context.clone();
+        let record = span.record.insert(SpanRecord {
+            name,
+            span_context,
+            parent_span_id: parent.map_or(SpanId::INVALID, SpanContext::span_id),
+            parent_span_is_remote: parent.is_some_and(SpanContext::is_remote),
+            span_kind: kind,
+            start_time,
+            end_time: start_time,
+            attributes,
+            dropped_attributes_count: u32::try_from(dropped).unwrap_or(u32::MAX),
+            events: Vec::new(),
+            links,
+            status: Status::Unset,
+            spool_slot: None,
+        });
+        record.spool_slot = self.closer.record_started(self.spool_view(record));
     }
 }
 
 impl LensTracer {
+    /// What the spool keeps of `record`.
+    fn spool_view<'a>(&'a self, record: &'a SpanRecord) -> SpanView<'a> {
+        SpanView::of_record(record, &self.scope).with_encoded_scope(&self.scope_encoded)
+    }
+
     /// Starts a span from an OpenTelemetry [`SpanBuilder`] (the `tracing`
     /// bridge's) under the span of `parent_cx`, and returns `parent_cx` with
     /// it: the SDK tracer's `build_with_context` followed by `with_span`.
@@ -306,7 +325,9 @@ impl opentelemetry::trace::Span for LensSpan {
         record.end_time = timestamp;
         // Once the closer has closed, the span was exported truncated at
         // shutdown: it is not exported again.
-        if self.tracer.closer.span_ended(SpanView::of_record(record, &self.tracer.scope)) {
+        let slot = record.spool_slot.take();
+        if let Some(kept) = self.tracer.closer.record_ended(slot, self.tracer.spool_view(record)) {
+            record.spool_slot = kept;
             self.tracer.recorder.record_from(&mut self.record);
         }
         self.record = None;

@@ -5,6 +5,7 @@
 //! recorder and the batch processor both use it.
 
 use std::borrow::Cow;
+use std::num::NonZeroU64;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{Event, Link, SpanContext, SpanId, SpanKind, Status};
@@ -43,6 +44,22 @@ pub struct SpanRecord {
     pub links: Vec<Link>,
     /// Its status.
     pub status: Status,
+    /// The spool slot that keeps it until it is exported (set by lens's
+    /// tracer; `None` for a record made elsewhere).
+    pub spool_slot: Option<SpoolSlot>,
+}
+
+/// The slot that keeps a span started by lens's tracer, from its start
+/// until the batch processor releases it (exported or dropped). Its claim
+/// tells it apart from a later holder of the same slot: releasing a slot
+/// given up since (a full table, the closer's drain) does nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpoolSlot {
+    pub(crate) order: NonZeroU64,
+    pub(crate) index: u32,
+    /// The numbers of attributes and events at the start, saturated.
+    pub(crate) attributes: u16,
+    pub(crate) events: u16,
 }
 
 impl SpanRecord {
@@ -86,6 +103,7 @@ impl SpanRecord {
             events: span.events.events,
             links: span.links.links,
             status: span.status,
+            spool_slot: None,
         }
     }
 

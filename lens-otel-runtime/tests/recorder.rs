@@ -253,6 +253,7 @@ fn sample_records() -> Vec<SpanRecord> {
             events: vec![Event::new("nan", start + Duration::from_millis(1), vec![KeyValue::new("x", 1_i64)], 0)],
             links: vec![Link::new(child.clone(), vec![KeyValue::new("link", "yes")], 0)],
             status: Status::error("boom"),
+            spool_slot: None,
         },
         SpanRecord {
             name: "megatron.step".into(),
@@ -267,6 +268,7 @@ fn sample_records() -> Vec<SpanRecord> {
             events: Vec::new(),
             links: Vec::new(),
             status: Status::Ok,
+            spool_slot: None,
         },
     ]
 }

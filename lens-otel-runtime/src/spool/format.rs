@@ -46,6 +46,10 @@ pub struct SpanView<'a> {
     pub events: &'a [Event],
     /// Events dropped before the spool saw it.
     pub dropped_events_count: u32,
+    /// `scope`'s name and version as a slot holds them
+    /// ([`encode_scope`]), when the caller keeps them; empty: encoded from
+    /// `scope`.
+    pub scope_encoded: &'a [u8],
 }
 
 impl<'a> From<&'a SpanData> for SpanView<'a> {
@@ -64,6 +68,7 @@ impl<'a> From<&'a SpanData> for SpanView<'a> {
             dropped_attributes_count: span.dropped_attributes_count,
             events: &span.events.events,
             dropped_events_count: span.events.dropped_count,
+            scope_encoded: &[],
         }
     }
 }
@@ -85,7 +90,15 @@ impl<'a> SpanView<'a> {
             dropped_attributes_count: record.dropped_attributes_count,
             events: &record.events,
             dropped_events_count: 0,
+            scope_encoded: &[],
         }
+    }
+
+    /// The view with `scope`'s encoding ([`encode_scope`] of its scope),
+    /// copied into a slot as it is.
+    #[must_use]
+    pub fn with_encoded_scope(self, encoded: &'a [u8]) -> SpanView<'a> {
+        SpanView { scope_encoded: encoded, ..self }
     }
 
     /// The spool's key of the span: its span id as a number.
@@ -286,7 +299,7 @@ pub(crate) fn encode_meta(buf: &mut [u8], host: &str, run_id: &str, resource: &[
     let mut w = Writer { buf, at: 0, full: false, reserve: 0 };
     w.str(host);
     w.str(run_id);
-    w.attributes(resource.iter());
+    w.attributes(resource);
     w.at
 }
 
@@ -360,8 +373,9 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
     slot[SLOT_TRACE_ID..SLOT_TRACE_ID + 16].copy_from_slice(&span.span_context.trace_id().to_bytes());
     slot[SLOT_SPAN_ID..SLOT_SPAN_ID + 8].copy_from_slice(&span.span_context.span_id().to_bytes());
     slot[SLOT_PARENT..SLOT_PARENT + 8].copy_from_slice(&span.parent_span_id.to_bytes());
-    put_u64(slot, SLOT_START, nanos(span.start_time));
-    put_u64(slot, SLOT_END, nanos(span.end_time));
+    let start = nanos(span.start_time);
+    put_u64(slot, SLOT_START, start);
+    put_u64(slot, SLOT_END, if span.end_time == span.start_time { start } else { nanos(span.end_time) });
     slot[SLOT_TRACE_FLAGS] = span.span_context.trace_flags().to_u8();
     slot[SLOT_KIND] = kind_code(span.span_kind);
     slot[SLOT_PARENT_REMOTE] = u8::from(span.parent_span_is_remote);
@@ -373,14 +387,18 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
     let (head, payload) = slot.split_at_mut(SLOT_PAYLOAD);
     let mut w = Writer { buf: payload, at: 0, full: false, reserve: 2 };
     w.str(span.name);
-    w.str(span.scope.name());
-    w.str(span.scope.version().unwrap_or(""));
+    if !span.scope_encoded.is_empty() && w.fits(span.scope_encoded.len()) {
+        w.bytes(span.scope_encoded);
+    } else {
+        w.str(span.scope.name());
+        w.str(span.scope.version().unwrap_or(""));
+    }
     if let Status::Error { description } = span.status {
         w.str(description);
     } else {
         w.str("");
     }
-    let kept = w.attributes(span.attributes.iter());
+    let kept = w.attributes(span.attributes);
     let dropped = span.dropped_attributes_count as usize + span.attributes.len() - kept;
     put_u32(head, SLOT_DROPPED_ATTRIBUTES, dropped.min(u32::MAX as usize) as u32);
     // Events: as many as fit, each with its attributes.
@@ -393,7 +411,7 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
         let mark = w.at;
         w.str(&event.name);
         w.u64(nanos(event.timestamp));
-        w.attributes(event.attributes.iter());
+        w.attributes(&event.attributes);
         if w.full {
             w.at = mark;
             break;
@@ -405,6 +423,18 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
     w.at = count_at;
     w.u16(events);
     put_u32(head, SLOT_LEN, end as u32);
+}
+
+/// `scope`'s name and version as [`encode_span`] writes them, for
+/// [`SpanView::with_encoded_scope`].
+pub fn encode_scope(scope: &InstrumentationScope) -> Box<[u8]> {
+    let mut buf = vec![0_u8; SLOT_SIZE - SLOT_PAYLOAD];
+    let mut w = Writer { buf: &mut buf, at: 0, full: false, reserve: 0 };
+    w.str(scope.name());
+    w.str(scope.version().unwrap_or(""));
+    let len = w.at;
+    buf.truncate(len);
+    buf.into_boxed_slice()
 }
 
 /// Whether `slot` was written for a span named `name` (its first string).
@@ -519,12 +549,13 @@ impl Writer<'_> {
     }
 
     fn bytes(&mut self, bytes: &[u8]) {
-        if self.full || !self.fits(bytes.len()) {
+        let end = self.at + bytes.len();
+        if self.full || end + self.reserve > self.buf.len() {
             self.full = true;
             return;
         }
-        self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
-        self.at += bytes.len();
+        self.buf[self.at..end].copy_from_slice(bytes);
+        self.at = end;
     }
 
     fn u16(&mut self, value: u16) {
@@ -536,10 +567,21 @@ impl Writer<'_> {
     }
 
     fn str(&mut self, value: &str) {
-        // A string longer than a slot is cut at a character boundary.
-        let mut n = value.len().min(u16::MAX as usize).min(self.buf.len().saturating_sub(self.at + 2 + self.reserve));
-        while !value.is_char_boundary(n) {
-            n -= 1;
+        let room = self.buf.len().saturating_sub(self.at + 2 + self.reserve);
+        let mut n = value.len();
+        if n > room || n > usize::from(u16::MAX) {
+            // A string longer than a slot is cut at a character boundary.
+            n = n.min(room).min(usize::from(u16::MAX));
+            while !value.is_char_boundary(n) {
+                n -= 1;
+            }
+        } else if !self.full {
+            // It fits: its length and bytes in one go.
+            let at = self.at;
+            self.buf[at..at + 2].copy_from_slice(&(n as u16).to_le_bytes());
+            self.buf[at + 2..at + 2 + n].copy_from_slice(value.as_bytes());
+            self.at = at + 2 + n;
+            return;
         }
         self.u16(n as u16);
         self.bytes(&value.as_bytes()[..n]);
@@ -570,17 +612,67 @@ impl Writer<'_> {
         }
     }
 
+    /// Writes `kv` as [`attributes`](Self::attributes) does, with one
+    /// bounds check, when it fits whole (and its value is a bool, number or
+    /// short string); `false`, writing nothing, otherwise.
+    fn whole_attribute(&mut self, kv: &KeyValue) -> bool {
+        let key = kv.key.as_str().as_bytes();
+        let (tag, fixed, text): (u8, [u8; 8], &[u8]) = match &kv.value {
+            Value::Bool(v) => (0, [u8::from(*v), 0, 0, 0, 0, 0, 0, 0], &[]),
+            Value::I64(v) => (1, v.to_le_bytes(), &[]),
+            Value::F64(v) => (2, v.to_le_bytes(), &[]),
+            Value::String(v) => (3, [0; 8], v.as_str().as_bytes()),
+            _ => return false,
+        };
+        let value_len = match tag {
+            0 => 1,
+            3 => 2 + text.len(),
+            _ => 8,
+        };
+        let end = self.at + 2 + key.len() + 1 + value_len;
+        if self.full
+            || key.len() > usize::from(u16::MAX)
+            || text.len() > usize::from(u16::MAX)
+            || end + self.reserve > self.buf.len()
+        {
+            return false;
+        }
+        let buf = &mut self.buf[self.at..end];
+        buf[..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        buf[2..2 + key.len()].copy_from_slice(key);
+        let rest = &mut buf[2 + key.len()..];
+        rest[0] = tag;
+        if tag == 3 {
+            rest[1..3].copy_from_slice(&(text.len() as u16).to_le_bytes());
+            rest[3..].copy_from_slice(text);
+        } else {
+            rest[1..].copy_from_slice(&fixed[..value_len]);
+        }
+        self.at = end;
+        true
+    }
+
     /// Writes as many attributes as fit; returns how many.
-    fn attributes<'k>(&mut self, attributes: impl Iterator<Item = &'k KeyValue>) -> usize {
+    fn attributes(&mut self, attributes: &[KeyValue]) -> usize {
         if self.full {
+            return 0;
+        }
+        if attributes.is_empty() {
+            let reserve = std::mem::take(&mut self.reserve);
+            self.u16(0);
+            self.reserve = reserve;
             return 0;
         }
         let count_at = self.at;
         self.u16(0);
         let mut kept = 0_usize;
         for kv in attributes {
-            if kept == u16::MAX as usize {
+            if kept == usize::from(u16::MAX) {
                 break;
+            }
+            if self.whole_attribute(kv) {
+                kept += 1;
+                continue;
             }
             let mark = self.at;
             self.str(kv.key.as_str());

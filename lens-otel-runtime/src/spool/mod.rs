@@ -11,8 +11,8 @@
 //! - one fixed-size slot per open span (ids, parent, name, start time, kind,
 //!   attributes up to the slot's size, already redacted by the facade) and
 //!   per ended span until the batch processor says its batch was exported
-//!   (or dropped); when every slot is taken the oldest ended span gives its
-//!   slot up and is counted as overflow;
+//!   (or dropped); when every slot is taken an ended span gives its slot up
+//!   and is counted as overflow;
 //! - the progress record ([`record_progress`]), rewritten at each iteration;
 //! - a last-alive stamp, refreshed every second by the `lens-spool-alive`
 //!   thread.
@@ -28,6 +28,15 @@
 //! ([`replay`]); `lens recover DIR` does the same for a run that is never
 //! restarted.
 //!
+//! Slots are taken and given back without a lock: a bitmap says which are
+//! taken, and each taken slot carries a claim (a process-wide number, in
+//! start order). A span started by lens's tracer holds its slot as a
+//! [`SpoolSlot`] (slot and claim), so neither its start, its end nor its
+//! release looks anything up. Spans the closer sees as the SDK's `SpanData`
+//! are found by span id, under the table's lock. A slot given up since (a
+//! full table, the closer's drain) has another claim, and releasing the old
+//! one does nothing.
+//!
 //! Files are created mode 0600 with `O_EXCL | O_NOFOLLOW`, and their writer
 //! holds an exclusive advisory lock (`flock`) on them for its lifetime, so a
 //! live writer's spool is never replayed.
@@ -35,11 +44,12 @@
 pub mod format;
 pub mod replay;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -53,6 +63,7 @@ use self::format::{
     STATE_FREE, STATE_OPEN, STATE_WRITING, nanos,
 };
 pub use self::replay::replay_dir;
+pub use crate::span_record::SpoolSlot;
 
 /// The spool directory's name inside a checkpoint or file-export directory.
 pub const SPOOL_SUBDIRECTORY: &str = "lens-spool";
@@ -154,12 +165,12 @@ impl Hasher for SpanIdHasher {
     }
 }
 
-/// Where an open or ended span is held.
+/// Where a span the closer sees as the SDK's `SpanData` is held.
 #[derive(Clone, Copy)]
 struct Held {
     slot: u32,
-    /// Start order (the closer hands spans over innermost first).
-    order: u64,
+    /// The slot's claim when it was taken (see [`SpoolSlot`]).
+    order: NonZeroU64,
     /// The numbers of attributes and events (kept and dropped) the slot was
     /// written with: a span that ends with the same numbers (and no error
     /// status) only gets its end time and state written, not a second
@@ -168,25 +179,57 @@ struct Held {
     events: usize,
 }
 
-impl Held {
-    /// The numbers [`Held`] compares for `span`.
-    fn shape(span: &SpanView<'_>) -> (usize, usize) {
-        (
-            span.attributes.len() + span.dropped_attributes_count as usize,
-            span.events.len() + span.dropped_events_count as usize,
-        )
+/// The numbers [`Held`] and [`SpoolSlot`] compare for `span`.
+fn shape(span: &SpanView<'_>) -> (usize, usize) {
+    (
+        span.attributes.len() + span.dropped_attributes_count as usize,
+        span.events.len() + span.dropped_events_count as usize,
+    )
+}
+
+/// What the batch processor releases from the spool once a span is
+/// exported: a lens span's slot, or the SDK's span by span id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpoolKey {
+    /// A span registered as the SDK's `SpanData`, by span id.
+    Span(u64),
+    /// A span started by lens's tracer.
+    Slot(SpoolSlot),
+}
+
+impl From<u64> for SpoolKey {
+    fn from(span_id: u64) -> SpoolKey {
+        SpoolKey::Span(span_id)
     }
 }
 
-/// The process side of the slots: which slot holds which span.
+/// The next claim: unique in the process (a forked child goes on from its
+/// parent's), and in start order; never 0, which marks a free slot.
+static NEXT_ORDER: AtomicU64 = AtomicU64::new(1);
+
+fn next_order() -> NonZeroU64 {
+    NonZeroU64::new(NEXT_ORDER.fetch_add(1, Ordering::Relaxed)).unwrap_or(NonZeroU64::MIN)
+}
+
+/// The process side of the slots the SDK's spans hold: which slot holds
+/// which span.
 #[derive(Default)]
 struct Slots {
-    /// Span id → where it is held.
+    /// Span id → where it is held (an entry whose slot was given up since
+    /// stays until its span is released; its claim no longer matches).
     by_span: HashMap<u64, Held, BuildHasherDefault<SpanIdHasher>>,
-    free: Vec<u32>,
-    /// Ended spans, oldest first (span id, slot); stale entries are skipped.
-    ended: VecDeque<(u64, u32)>,
-    next_order: u64,
+}
+
+/// The bitmap of `slot_count` free slots (the bits past the last slot set).
+fn free_bitmap(slot_count: u32) -> Box<[AtomicU64]> {
+    let count = slot_count as usize;
+    (0..count.div_ceil(64))
+        .map(|word| {
+            let past = (word + 1) * 64;
+            let taken = if past > count { u64::MAX << (64 - (past - count)) } else { 0 };
+            AtomicU64::new(taken)
+        })
+        .collect()
 }
 
 /// One spool: the mapped header and slots, and which slot holds which
@@ -196,6 +239,17 @@ pub struct SpoolTable {
     base: *mut u8,
     len: usize,
     slot_count: u32,
+    /// One bit per slot, set while a span holds it.
+    taken: Box<[AtomicU64]>,
+    /// Per slot, the claim of the span holding it (0 when free).
+    orders: Box<[AtomicU64]>,
+    /// The word of `taken` where the next search for a free slot starts.
+    hint: AtomicUsize,
+    /// The slot where the next search for an ended span starts (a full
+    /// table).
+    steal_at: AtomicUsize,
+    /// How many slots hold an ended span.
+    ended: AtomicUsize,
     slots: Mutex<Slots>,
     backing: Backing,
     closed: AtomicBool,
@@ -205,7 +259,8 @@ pub struct SpoolTable {
 }
 
 // SAFETY: the mapping is process-wide memory; slot bytes are written only
-// with `slots` locked, header fields through atomics.
+// by the holder of the slot (its bit and claim), header fields through
+// atomics.
 unsafe impl Send for SpoolTable {}
 // SAFETY: as above.
 unsafe impl Sync for SpoolTable {}
@@ -333,6 +388,11 @@ impl SpoolTable {
                     base,
                     len: HEADER_SIZE,
                     slot_count: 0,
+                    taken: Box::new([]),
+                    orders: Box::new([]),
+                    hint: AtomicUsize::new(0),
+                    steal_at: AtomicUsize::new(0),
+                    ended: AtomicUsize::new(0),
                     slots: Mutex::new(Slots::default()),
                     backing: Backing::Heap { _memory: heap },
                     closed: AtomicBool::new(false),
@@ -353,7 +413,12 @@ impl SpoolTable {
             base,
             len,
             slot_count,
-            slots: Mutex::new(Slots { free: (0..slot_count).rev().collect(), ..Slots::default() }),
+            taken: free_bitmap(slot_count),
+            orders: (0..slot_count).map(|_| AtomicU64::new(0)).collect(),
+            hint: AtomicUsize::new(0),
+            steal_at: AtomicUsize::new(0),
+            ended: AtomicUsize::new(0),
+            slots: Mutex::new(Slots::default()),
             backing: backing(map),
             closed: AtomicBool::new(false),
             generation: crate::ids::fork_generation(),
@@ -459,18 +524,16 @@ impl SpoolTable {
         Some(lock(&self.slots))
     }
 
-    /// Records a started span in a free slot (or, when none is free, in the
-    /// slot of the oldest ended span, which is counted as overflow).
-    /// Returns whether it was recorded.
+    /// Records a started span (the SDK's, found by span id) in a free
+    /// slot, or, when none is free, in the slot of an ended span, which is
+    /// counted as overflow. Returns whether it was recorded.
     pub fn span_started<'a>(&self, span: impl Into<SpanView<'a>>) -> bool {
         let span = &span.into();
         let Some(mut slots) = self.slots() else { return false };
-        let Some(index) = self.take_slot(&mut slots) else { return false };
-        let order = slots.next_order;
-        slots.next_order += 1;
-        let (attributes, events) = Held::shape(span);
-        let held = Held { slot: index, order, attributes, events };
-        slots.by_span.insert(span.key(), held);
+        let order = next_order();
+        let Some(index) = self.claim(order) else { return false };
+        let (attributes, events) = shape(span);
+        slots.by_span.insert(span.key(), Held { slot: index, order, attributes, events });
         self.write_slot(index, span, STATE_OPEN);
         true
     }
@@ -478,36 +541,77 @@ impl SpoolTable {
     /// Records `span` as ended in its slot (kept until [`released`](Self::released)).
     pub fn span_ended<'a>(&self, span: impl Into<SpanView<'a>>) {
         let span = &span.into();
-        let Some(mut slots) = self.slots() else { return };
-        let key = span.key();
-        let Some(&held) = slots.by_span.get(&key) else { return };
-        let index = held.slot;
-        let unchanged = (held.attributes, held.events) == Held::shape(span)
-            && !matches!(span.status, opentelemetry::trace::Status::Error { .. });
+        let Some(slots) = self.slots() else { return };
+        let Some(&held) = slots.by_span.get(&span.key()) else { return };
+        if self.holds(held.slot, held.order) {
+            self.end_in_slot(held.slot, span, (held.attributes, held.events));
+        }
+    }
+
+    /// Records a span started by lens's tracer: [`span_started`](Self::span_started)
+    /// without a lock or a lookup. `None` when it is not kept (a closed or
+    /// full table, counted).
+    pub(crate) fn record_started(&self, span: &SpanView<'_>) -> Option<SpoolSlot> {
+        if !self.writable() {
+            return None;
+        }
+        let order = next_order();
+        let index = self.claim(order)?;
+        self.write_slot(index, span, STATE_OPEN);
+        let (attributes, events) = shape(span);
+        let saturate = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
+        Some(SpoolSlot { order, index, attributes: saturate(attributes), events: saturate(events) })
+    }
+
+    /// Records that the span in `slot` ended as `span`: kept until the
+    /// processor releases the returned slot when `keep` (a file, a sampled
+    /// span), else its slot is free at once.
+    pub(crate) fn record_ended(&self, slot: SpoolSlot, span: &SpanView<'_>, keep: bool) -> Option<SpoolSlot> {
+        if !self.writable() {
+            return None;
+        }
+        if !keep {
+            self.release(slot.index, slot.order);
+            return None;
+        }
+        if !self.holds(slot.index, slot.order) {
+            return None;
+        }
+        self.end_in_slot(slot.index, span, (usize::from(slot.attributes), usize::from(slot.events)));
+        Some(slot)
+    }
+
+    /// Writes the end of `span` into its slot `index`, held since it
+    /// started with `started` attributes and events.
+    fn end_in_slot(&self, index: u32, span: &SpanView<'_>, started: (usize, usize)) {
+        let unchanged = started == shape(span) && !matches!(span.status, opentelemetry::trace::Status::Error { .. });
+        // Counted before the state says so, so that a release or a steal
+        // never counts it down first.
+        self.ended.fetch_add(1, Ordering::Relaxed);
         if !(unchanged && self.mark_ended(index, span)) {
             self.write_slot(index, span, STATE_ENDED);
         }
-        slots.ended.push_back((key, index));
     }
 
-    /// The batch processor exported (or finally dropped) the spans with
-    /// these ids: their slots are free again.
-    pub fn released(&self, span_ids: impl IntoIterator<Item = u64>) {
-        let Some(mut slots) = self.slots() else { return };
-        for key in span_ids {
-            if let Some(held) = slots.by_span.remove(&key) {
-                self.atomic_u32(format::slot_range(held.slot).start + SLOT_STATE).store(STATE_FREE, Ordering::Release);
-                slots.free.push(held.slot);
-            }
+    /// The batch processor exported (or finally dropped) these spans: their
+    /// slots are free again.
+    pub fn released<K: Into<SpoolKey>>(&self, keys: impl IntoIterator<Item = K>) {
+        if !self.writable() {
+            return;
         }
-        // Drop the released spans from the front of the ended list (batches
-        // leave roughly in the order their spans ended), so that it stays as
-        // long as the spans the spool keeps.
-        while let Some(&(key, index)) = slots.ended.front() {
-            if slots.by_span.get(&key).is_some_and(|held| held.slot == index) {
-                break;
+        let mut slots = None;
+        for key in keys {
+            match key.into() {
+                SpoolKey::Slot(slot) => {
+                    self.release(slot.index, slot.order);
+                }
+                SpoolKey::Span(span_id) => {
+                    let slots = slots.get_or_insert_with(|| lock(&self.slots));
+                    if let Some(held) = slots.by_span.remove(&span_id) {
+                        self.release(held.slot, held.order);
+                    }
+                }
             }
-            slots.ended.pop_front();
         }
     }
 
@@ -516,30 +620,100 @@ impl SpoolTable {
         self.released([span_id]);
     }
 
-    fn take_slot(&self, slots: &mut Slots) -> Option<u32> {
-        if let Some(index) = slots.free.pop() {
-            return Some(index);
-        }
-        // Every slot is taken: the oldest ended span gives its slot up.
-        while let Some((key, index)) = slots.ended.pop_front() {
-            if slots.by_span.get(&key).is_some_and(|held| held.slot == index) {
-                slots.by_span.remove(&key);
+    /// Whether slot `index` is held under the claim `order`.
+    fn holds(&self, index: u32, order: NonZeroU64) -> bool {
+        self.orders.get(index as usize).is_some_and(|claim| claim.load(Ordering::Acquire) == order.get())
+    }
+
+    /// Takes a free slot for the claim `order`, or, when none is free, the
+    /// slot of an ended span; counted as overflow when none was free.
+    fn claim(&self, order: NonZeroU64) -> Option<u32> {
+        let index = match self.take_free() {
+            Some(index) => index,
+            None => {
                 self.atomic_u64(OFF_OVERFLOW).fetch_add(1, Ordering::Relaxed);
-                return Some(index);
+                return self.steal(order);
+            }
+        };
+        self.orders[index as usize].store(order.get(), Ordering::Release);
+        Some(index)
+    }
+
+    /// Sets the first clear bit of `taken`, searching from `hint`.
+    fn take_free(&self) -> Option<u32> {
+        let words = self.taken.len();
+        let start = self.hint.load(Ordering::Relaxed);
+        for step in 0..words {
+            let at = if start + step >= words { start + step - words } else { start + step };
+            let word = &self.taken[at];
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != u64::MAX {
+                let bit = (!bits).trailing_zeros();
+                match word.compare_exchange_weak(bits, bits | 1 << bit, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => {
+                        if at != start {
+                            self.hint.store(at, Ordering::Relaxed);
+                        }
+                        return Some(at as u32 * 64 + bit);
+                    }
+                    Err(now) => bits = now,
+                }
             }
         }
-        self.atomic_u64(OFF_OVERFLOW).fetch_add(1, Ordering::Relaxed);
         None
     }
 
+    /// Gives the slot of an ended span (not yet exported) to the claim
+    /// `order`; `None` when every slot holds an open span.
+    fn steal(&self, order: NonZeroU64) -> Option<u32> {
+        if self.ended.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let count = self.orders.len();
+        let start = self.steal_at.load(Ordering::Relaxed).min(count);
+        for step in 0..count {
+            let index = if start + step >= count { start + step - count } else { start + step };
+            let claim = &self.orders[index];
+            let was = claim.load(Ordering::Acquire);
+            if was == 0 || self.state(index as u32).load(Ordering::Acquire) != STATE_ENDED {
+                continue;
+            }
+            if claim.compare_exchange(was, order.get(), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.ended.fetch_sub(1, Ordering::Relaxed);
+                self.steal_at.store(index + 1, Ordering::Relaxed);
+                return Some(index as u32);
+            }
+        }
+        None
+    }
+
+    /// Frees slot `index` if it is still held under the claim `order`.
+    fn release(&self, index: u32, order: NonZeroU64) {
+        let Some(claim) = self.orders.get(index as usize) else { return };
+        if claim.compare_exchange(order.get(), 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return;
+        }
+        let state = self.state(index);
+        if state.load(Ordering::Relaxed) == STATE_ENDED {
+            self.ended.fetch_sub(1, Ordering::Relaxed);
+        }
+        state.store(STATE_FREE, Ordering::Release);
+        self.taken[index as usize / 64].fetch_and(!(1 << (index % 64)), Ordering::Release);
+    }
+
+    /// The state word of slot `index`.
+    fn state(&self, index: u32) -> &AtomicU32 {
+        self.atomic_u32(format::slot_range(index).start + SLOT_STATE)
+    }
+
     fn write_slot(&self, index: u32, span: &SpanView<'_>, state: u32) {
-        let state_word = self.atomic_u32(format::slot_range(index).start + SLOT_STATE);
+        let state_word = self.state(index);
         state_word.store(STATE_WRITING, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
         let range = format::slot_range(index);
-        // SAFETY: in bounds (`index` came from the free list or the table, so
-        // it is below `slot_count`), and exclusive: callers hold the `slots`
-        // lock, under which alone slot bytes are written.
+        // SAFETY: in bounds (`index` is below `slot_count`), and exclusive:
+        // the caller holds the slot (its bit and claim). A reader of open
+        // spans copies it as a seqlock reader (see `read_open`).
         let slot = unsafe { std::slice::from_raw_parts_mut(self.base.add(range.start), SLOT_SIZE) };
         format::encode_span(slot, span);
         state_word.store(state, Ordering::Release);
@@ -550,14 +724,12 @@ impl SpoolTable {
     /// slot's name is not the span's (renamed after it started).
     fn mark_ended(&self, index: u32, span: &SpanView<'_>) -> bool {
         let range = format::slot_range(index);
-        // SAFETY: in bounds (`index` is held by this span), and exclusive:
-        // callers hold the `slots` lock, under which alone slot bytes are
-        // written.
+        // SAFETY: in bounds, and exclusive: the caller holds the slot.
         let slot = unsafe { std::slice::from_raw_parts_mut(self.base.add(range.start), SLOT_SIZE) };
         if !format::holds_name(slot, span.name) {
             return false;
         }
-        let state_word = self.atomic_u32(range.start + SLOT_STATE);
+        let state_word = self.state(index);
         state_word.store(STATE_WRITING, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
         format::encode_end(slot, span);
@@ -565,34 +737,85 @@ impl SpoolTable {
         true
     }
 
-    /// The spans open now, decoded from their slots, with their start order.
+    /// The taken slots, in order.
+    fn taken_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        let count = self.slot_count;
+        self.taken.iter().enumerate().flat_map(move |(at, word)| {
+            let mut bits = word.load(Ordering::Acquire);
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let bit = bits.trailing_zeros();
+                bits &= bits - 1;
+                Some(at as u32 * 64 + bit)
+            })
+            .filter(move |&index| index < count)
+        })
+    }
+
+    /// Copies slot `index` into `bytes` when it holds an open span, as a
+    /// seqlock reader (the span may be ending on another thread): its state
+    /// and claim are the same after the copy as before. Returns its claim.
+    fn read_open(&self, index: u32, bytes: &mut [u8; SLOT_SIZE]) -> Option<u64> {
+        let state = self.state(index);
+        let claim = &self.orders[index as usize];
+        let order = claim.load(Ordering::Acquire);
+        if order == 0 || state.load(Ordering::Acquire) != STATE_OPEN {
+            return None;
+        }
+        let range = format::slot_range(index);
+        // SAFETY: in bounds. The holder may be writing the slot now: the
+        // bytes are copied as they are, and used only if the state and claim
+        // checked after the copy are unchanged.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(range.start), bytes.as_mut_ptr(), SLOT_SIZE) };
+        std::sync::atomic::fence(Ordering::Acquire);
+        (state.load(Ordering::Relaxed) == STATE_OPEN && claim.load(Ordering::Relaxed) == order).then_some(order)
+    }
+
+    /// The spans open now, decoded from their slots, with their claims (in
+    /// start order).
     pub fn open_spans(&self) -> Vec<(u64, SpanData)> {
-        let Some(slots) = self.slots() else { return Vec::new() };
+        self.collect_open(false)
+    }
+
+    /// [`open_spans`](Self::open_spans) for the closer's drain: a lens
+    /// span's slot is handed over to its span id, so that the truncated
+    /// copy the processor exports (same span id) releases it, and the
+    /// original's later end writes nothing.
+    pub(crate) fn take_open_spans(&self) -> Vec<(u64, SpanData)> {
+        self.collect_open(true)
+    }
+
+    fn collect_open(&self, adopt: bool) -> Vec<(u64, SpanData)> {
+        let Some(mut slots) = self.slots() else { return Vec::new() };
         let mut open = Vec::new();
-        for &Held { slot: index, order, .. } in slots.by_span.values() {
-            let range = format::slot_range(index);
-            if self.atomic_u32(range.start + SLOT_STATE).load(Ordering::Acquire) != STATE_OPEN {
-                continue;
+        let mut bytes = Box::new([0_u8; SLOT_SIZE]);
+        for index in self.taken_slots() {
+            let Some(order) = self.read_open(index, &mut bytes) else { continue };
+            let Some(span) = format::decode_span(&bytes[..]) else { continue };
+            let key = span_key(&span);
+            if adopt && !slots.by_span.get(&key).is_some_and(|held| held.slot == index && held.order.get() == order) {
+                let adopted = next_order();
+                if self.orders[index as usize]
+                    .compare_exchange(order, adopted.get(), Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let (attributes, events) = shape(&SpanView::from(&span));
+                    slots.by_span.insert(key, Held { slot: index, order: adopted, attributes, events });
+                }
             }
-            // SAFETY: in bounds; the lock is held, so no writer changes it.
-            let slot = unsafe { std::slice::from_raw_parts(self.base.add(range.start), SLOT_SIZE) };
-            if let Some(span) = format::decode_span(slot) {
-                open.push((order, span));
-            }
+            open.push((order, span));
         }
         open
     }
 
     /// The number of open spans.
     pub fn open_count(&self) -> usize {
-        let Some(slots) = self.slots() else { return 0 };
-        slots
-            .by_span
-            .values()
-            .filter(|held| {
-                self.atomic_u32(format::slot_range(held.slot).start + SLOT_STATE).load(Ordering::Acquire) == STATE_OPEN
-            })
-            .count()
+        if !self.writable() {
+            return 0;
+        }
+        self.taken_slots().filter(|&index| self.state(index).load(Ordering::Acquire) == STATE_OPEN).count()
     }
 
     /// Forgets every span (the closer's drain, and a forked child's).
@@ -602,13 +825,15 @@ impl SpoolTable {
     }
 
     fn clear_locked(&self, slots: &mut Slots) {
-        for held in slots.by_span.values() {
-            let index = held.slot;
-            self.atomic_u32(format::slot_range(index).start + SLOT_STATE).store(STATE_FREE, Ordering::Release);
+        for index in self.taken_slots().collect::<Vec<_>>() {
+            self.state(index).store(STATE_FREE, Ordering::Release);
+            self.orders[index as usize].store(0, Ordering::Release);
         }
+        for (word, free) in self.taken.iter().zip(free_bitmap(self.slot_count)) {
+            word.store(free.into_inner(), Ordering::Release);
+        }
+        self.ended.store(0, Ordering::Relaxed);
         slots.by_span.clear();
-        slots.ended.clear();
-        slots.free = (0..self.slot_count).rev().collect();
     }
 
     /// After a clean shutdown (every span exported or counted): frees every
@@ -697,21 +922,21 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_gives_up_its_oldest_ended_span_and_counts_it() {
+    fn a_full_table_gives_up_an_ended_span_and_counts_it() {
         let table = SpoolTable::anonymous(2);
         assert!(table.span_started(&span(1)));
         assert!(table.span_started(&span(2)));
         table.span_ended(&span(1));
         table.span_ended(&span(2));
-        // Full: span 1 (the oldest ended) gives its slot up.
+        // Full: an ended span (span 1, in the first slot) gives its slot up.
         assert!(table.span_started(&span(3)));
         assert_eq!(table.overflow(), 1);
         table.span_ended(&span(3));
-        table.released([3]);
+        table.released([3_u64]);
         assert!(table.span_started(&span(4)));
         assert_eq!(table.overflow(), 1, "a released slot is reused without overflow");
         // Two open spans fill it: a third is not tracked, and counted.
-        table.released([2]);
+        table.released([2_u64]);
         assert!(table.span_started(&span(5)));
         assert!(!table.span_started(&span(6)));
         assert_eq!(table.overflow(), 2);
@@ -730,7 +955,8 @@ mod tests {
             table.span_ended(&span(id));
             table.released([id]);
         }
-        assert_eq!(lock(&table.slots).ended.len(), 0);
+        assert_eq!(table.ended.load(Ordering::Relaxed), 0);
+        assert_eq!(lock(&table.slots).by_span.len(), 1);
         assert_eq!(table.overflow(), 0);
         assert_eq!(table.open_count(), 1);
     }
@@ -776,5 +1002,97 @@ mod tests {
         table.span_ended(&ended);
         assert_eq!(held_span(&table, 3).name, "renamed");
         assert_eq!(held_span(&table, 3).end_time, ended.end_time);
+    }
+
+    #[test]
+    fn a_lens_span_holds_its_slot_by_claim_without_the_lookup_table() {
+        let table = SpoolTable::anonymous(2);
+        let first = span(1);
+        let slot = table.record_started(&SpanView::from(&first)).expect("a free slot");
+        assert_eq!(table.open_count(), 1);
+        assert!(lock(&table.slots).by_span.is_empty(), "no span-id entry for a lens span");
+        let open = table.open_spans();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].1.span_context.span_id(), first.span_context.span_id());
+        // Kept (a spool file): ended in place until the processor releases the slot.
+        let mut ended = first.clone();
+        ended.end_time = ended.start_time + Duration::from_millis(3);
+        let kept = table.record_ended(slot, &SpanView::from(&ended), true).expect("kept");
+        assert_eq!((table.open_count(), table.ended.load(Ordering::Relaxed)), (0, 1));
+        table.released([SpoolKey::Slot(kept)]);
+        assert_eq!((table.taken_slots().count(), table.ended.load(Ordering::Relaxed)), (0, 0));
+        // Not kept (no file): free at once.
+        let slot = table.record_started(&SpanView::from(&span(2))).expect("a free slot");
+        assert_eq!(table.record_ended(slot, &SpanView::from(&span(2)), false), None);
+        assert_eq!(table.taken_slots().count(), 0);
+        assert_eq!(table.overflow(), 0);
+    }
+
+    #[test]
+    fn a_slot_given_up_to_another_span_is_not_released_by_its_old_holder() {
+        let table = SpoolTable::anonymous(1);
+        let slot = table.record_started(&SpanView::from(&span(1))).expect("a free slot");
+        let old = table.record_ended(slot, &SpanView::from(&span(1)), true).expect("kept");
+        // Full: the ended span gives its slot up, counted.
+        let new = table.record_started(&SpanView::from(&span(2))).expect("the ended span's slot");
+        assert_eq!(table.overflow(), 1);
+        // The export of the first span releases nothing: the second stays open.
+        table.released([SpoolKey::Slot(old)]);
+        let open = table.open_spans();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].1.span_context.span_id(), span(2).span_context.span_id());
+        // Every slot open: a third span is not kept, and counted.
+        assert_eq!(table.record_started(&SpanView::from(&span(3))), None);
+        assert_eq!(table.overflow(), 2);
+        table.released([SpoolKey::Slot(new)]);
+        assert_eq!(table.open_count(), 0);
+    }
+
+    #[test]
+    fn open_spans_read_while_other_threads_start_and_end_spans_decode_whole() {
+        let table = SpoolTable::anonymous(64);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for thread in 0..2_u64 {
+                let (table, stop) = (&table, &stop);
+                scope.spawn(move || {
+                    // Bounded: at most 200,000 spans a thread. Each outer
+                    // span stays open while an inner one starts and ends.
+                    for n in 0..100_000_u64 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let outer = span(thread << 32 | (2 * n + 1));
+                        let inner = span(thread << 32 | (2 * n + 2));
+                        let (outer, inner) = (SpanView::from(&outer), SpanView::from(&inner));
+                        let held = table.record_started(&outer);
+                        if let Some(slot) = table.record_started(&inner)
+                            && let Some(kept) = table.record_ended(slot, &inner, n % 2 == 0)
+                        {
+                            table.released([SpoolKey::Slot(kept)]);
+                        }
+                        if let Some(slot) = held {
+                            table.record_ended(slot, &outer, false);
+                        }
+                    }
+                });
+            }
+            // Bounded: at most 20,000 reads.
+            let mut seen = 0;
+            for _ in 0..20_000 {
+                for (order, open) in table.open_spans() {
+                    assert!(order > 0);
+                    let id = u64::from_be_bytes(open.span_context.span_id().to_bytes());
+                    assert_eq!(open, span(id), "a slot read whole");
+                    seen += 1;
+                }
+                if seen >= 2_000 {
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(seen > 0, "open spans were seen");
+        });
+        assert_eq!(table.open_count(), 0);
     }
 }
