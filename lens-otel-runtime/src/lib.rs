@@ -53,6 +53,8 @@ pub mod ids;
 pub mod ledger;
 pub mod lens_tracer;
 pub mod logs;
+#[cfg(feature = "otlp")]
+pub mod otlp_wire;
 pub mod pipeline;
 pub mod propagators;
 pub mod recorder;

@@ -441,7 +441,7 @@ impl DirectOtlp {
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 impl BatchExporter<SpanRecord> for DirectOtlp {
     fn prepare(&self, batch: Vec<SpanRecord>) -> Result<Payload<SpanRecord>, OTelSdkError> {
-        self.exporter.encode_with(|resource| encode_request(batch, resource, &self.scope)).map(Payload::Encoded)
+        self.exporter.encode_records(batch, &self.scope).map(Payload::Encoded)
     }
 
     fn export_payload(self: Arc<Self>, payload: &Payload<SpanRecord>) -> ExportFuture {

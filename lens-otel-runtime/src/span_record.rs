@@ -156,14 +156,14 @@ impl SpanRecord {
 }
 
 /// OTLP's span flags (`opentelemetry.proto.trace.v1.SpanFlags`).
-mod span_flags {
+pub(crate) mod span_flags {
     /// The flags say whether the parent is remote.
-    pub(super) const HAS_IS_REMOTE: u32 = 0x100;
+    pub(crate) const HAS_IS_REMOTE: u32 = 0x100;
     /// The parent is remote.
-    pub(super) const IS_REMOTE: u32 = 0x200;
+    pub(crate) const IS_REMOTE: u32 = 0x200;
 }
 
-fn unix_nanos(time: SystemTime) -> u64 {
+pub(crate) fn unix_nanos(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 

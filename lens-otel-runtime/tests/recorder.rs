@@ -294,6 +294,66 @@ fn the_direct_encoder_and_the_span_data_path_build_the_same_otlp_request() {
     assert_eq!(encode_request(Vec::new(), &resource, &scope), empty);
 }
 
+/// The sample records and one with what they lack: array, empty-string,
+/// zero and `false` values, an empty name, no parent, an unset status.
+#[cfg(feature = "otlp")]
+fn varied_records() -> Vec<SpanRecord> {
+    let mut records = sample_records();
+    let mut odd = records[1].clone();
+    odd.name = "".into();
+    odd.span_context = SpanContext::new(
+        TraceId::from(0xdef_u128),
+        SpanId::from(0x33_u64),
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::default(),
+    );
+    odd.parent_span_id = SpanId::INVALID;
+    odd.span_kind = SpanKind::Consumer;
+    odd.status = Status::Unset;
+    odd.attributes = vec![
+        KeyValue::new("dl.ranks", opentelemetry::Value::Array(vec![0_i64, 1, 2].into())),
+        KeyValue::new(
+            "dl.names",
+            opentelemetry::Value::Array(vec!["a".into(), opentelemetry::StringValue::from("")].into()),
+        ),
+        KeyValue::new("", ""),
+        KeyValue::new("dl.zero", 0_i64),
+        KeyValue::new("dl.negative", -7_i64),
+        KeyValue::new("dl.off", false),
+        KeyValue::new("dl.nothing", 0.0_f64),
+    ];
+    odd.dropped_attributes_count = 3;
+    odd.events = vec![Event::new("", SystemTime::UNIX_EPOCH, Vec::new(), 2)];
+    records.push(odd);
+    records
+}
+
+#[cfg(feature = "otlp")]
+#[test]
+fn the_protobuf_written_from_records_decodes_to_the_request_of_their_messages() {
+    use lens_otel_runtime::otlp_wire::encode_request_bytes;
+    use prost::Message as _;
+
+    let resource = Resource::builder_empty()
+        .with_attributes([KeyValue::new("service.name", "lens-test"), KeyValue::new("dl.world_size", 8_i64)])
+        .build();
+    let resource = ResourceAttributesWithSchema::from(&resource);
+    let scope = InstrumentationScope::builder("lens-test")
+        .with_version("1.2.3")
+        .with_schema_url("https://opentelemetry.io/schemas/1.30.0")
+        .with_attributes([KeyValue::new("scope.kind", "test")])
+        .build();
+    for records in [varied_records(), Vec::new()] {
+        let bytes = encode_request_bytes(&records, &resource, &scope);
+        let decoded = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("the bytes decode");
+        let messages = encode_request(records.clone(), &resource, &scope);
+        assert_eq!(decoded, messages);
+        // And byte for byte what prost writes for those messages.
+        assert_eq!(bytes, messages.encode_to_vec());
+    }
+}
+
 #[cfg(unix)]
 mod fork {
     use std::io::{Read as _, Write as _};

@@ -727,7 +727,28 @@ impl SpanSender {
             Some(true) => serde_json::to_vec(&request).map_err(|error| failure(error.to_string()))?,
             _ => request.encode_to_vec(),
         };
-        // gRPC compresses in tonic (`send_compressed`), HTTP here.
+        self.compressed(body)
+    }
+
+    /// Encodes span records in `scope` for this exporter's resource:
+    /// protobuf written straight from the records
+    /// ([`crate::otlp_wire::encode_request_bytes`]), JSON through the
+    /// request's messages.
+    fn encode_records(
+        &self,
+        records: Vec<crate::span_record::SpanRecord>,
+        scope: &opentelemetry::InstrumentationScope,
+    ) -> Result<Bytes, OTelSdkError> {
+        if self.transport.http_json() == Some(true) {
+            return self.encode_with(|resource| crate::span_record::encode_request(records, resource, scope));
+        }
+        self.compressed(crate::otlp_wire::encode_request_bytes(&records, &self.resource, scope))
+    }
+
+    /// `body`, gzipped when configured for HTTP (gRPC compresses in tonic,
+    /// `send_compressed`).
+    fn compressed(&self, body: Vec<u8>) -> Result<Bytes, OTelSdkError> {
+        let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
         if self.gzip && self.transport.http_json().is_some() {
             use std::io::Write as _;
             let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -787,15 +808,13 @@ impl OtlpSpanExporter {
         self.sender.encode(batch)
     }
 
-    /// Encodes the request `build` makes for this exporter's resource (the
-    /// span recorder's records, built without `SpanData`).
-    pub(crate) fn encode_with(
+    /// Encodes span records in `scope` (the span recorder's batches).
+    pub(crate) fn encode_records(
         &self,
-        build: impl FnOnce(
-            &opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema,
-        ) -> opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+        records: Vec<crate::span_record::SpanRecord>,
+        scope: &opentelemetry::InstrumentationScope,
     ) -> Result<Bytes, OTelSdkError> {
-        self.sender.encode_with(build)
+        self.sender.encode_records(records, scope)
     }
 
     /// Sends a batch encoded by [`OtlpSpanExporter::encode`] (a cheap clone
