@@ -273,12 +273,17 @@ fn sample_records() -> Vec<SpanRecord> {
     ]
 }
 
-#[test]
-fn the_direct_encoder_and_the_span_data_path_build_the_same_otlp_request() {
+/// The resource of the encoder tests.
+fn resource() -> ResourceAttributesWithSchema {
     let resource = Resource::builder_empty()
         .with_attributes([KeyValue::new("service.name", "lens-test"), KeyValue::new("dl.world_size", 8_i64)])
         .build();
-    let resource = ResourceAttributesWithSchema::from(&resource);
+    ResourceAttributesWithSchema::from(&resource)
+}
+
+#[test]
+fn the_direct_encoder_and_the_span_data_path_build_the_same_otlp_request() {
+    let resource = resource();
     let scope = scope();
     let direct = encode_request(sample_records(), &resource, &scope);
     let through_span_data = ExportTraceServiceRequest {
@@ -335,10 +340,7 @@ fn the_protobuf_written_from_records_decodes_to_the_request_of_their_messages() 
     use lens_otel_runtime::otlp_wire::encode_request_bytes;
     use prost::Message as _;
 
-    let resource = Resource::builder_empty()
-        .with_attributes([KeyValue::new("service.name", "lens-test"), KeyValue::new("dl.world_size", 8_i64)])
-        .build();
-    let resource = ResourceAttributesWithSchema::from(&resource);
+    let resource = resource();
     let scope = InstrumentationScope::builder("lens-test")
         .with_version("1.2.3")
         .with_schema_url("https://opentelemetry.io/schemas/1.30.0")
