@@ -45,13 +45,28 @@ struct Frame {
     span: LensSpan,
 }
 
+/// The frames, innermost last. The first `live` are the current spans;
+/// those past them are ended frames kept for reuse, so that a push
+/// re-initialises a few fields in place instead of copying a whole frame
+/// (a span is a few hundred bytes) and a pop drops nothing.
 struct Stack {
     frames: Vec<Frame>,
+    live: usize,
     next_id: u64,
 }
 
+impl Stack {
+    fn live(&self) -> &[Frame] {
+        &self.frames[..self.live]
+    }
+
+    fn live_mut(&mut self) -> &mut [Frame] {
+        &mut self.frames[..self.live]
+    }
+}
+
 thread_local! {
-    static STACK: RefCell<Stack> = const { RefCell::new(Stack { frames: Vec::new(), next_id: 1 }) };
+    static STACK: RefCell<Stack> = const { RefCell::new(Stack { frames: Vec::new(), live: 0, next_id: 1 }) };
 }
 
 /// A frame of this thread's stack, held by the guard that pushed it.
@@ -72,7 +87,7 @@ fn lens_parent(otel_span: SpanId) -> Option<SpanContext> {
     STACK
         .try_with(|stack| {
             let stack = stack.try_borrow().ok()?;
-            let top = stack.frames.last()?;
+            let top = stack.live().last()?;
             (top.otel_span == otel_span).then(|| top.span.span_context().clone())
         })
         .ok()
@@ -122,10 +137,20 @@ fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(
             let mut stack = stack.try_borrow_mut().ok()?;
             let id = NonZeroU64::new(stack.next_id)?;
             stack.next_id += 1;
-            let span = LensSpan::not_recording(SpanContext::empty_context(), tracer);
-            stack.frames.push(Frame { id, otel_span, span });
-            let frame = stack.frames.last_mut()?;
-            start(&mut frame.span);
+            let at = stack.live;
+            match stack.frames.get_mut(at) {
+                Some(ended) => {
+                    ended.id = id;
+                    ended.otel_span = otel_span;
+                    ended.span.reset(tracer);
+                }
+                None => {
+                    let span = LensSpan::not_recording(SpanContext::empty_context(), tracer);
+                    stack.frames.push(Frame { id, otel_span, span });
+                }
+            }
+            stack.live = at + 1;
+            start(&mut stack.frames[at].span);
             Some(FrameId(id))
         })
         .ok()
@@ -138,7 +163,7 @@ pub fn with_frame<R>(id: FrameId, edit: impl FnOnce(&mut LensSpan) -> R) -> Opti
     STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;
-            let frame = stack.frames.iter_mut().rev().find(|frame| frame.id == id.0)?;
+            let frame = stack.live_mut().iter_mut().rev().find(|frame| frame.id == id.0)?;
             Some(edit(&mut frame.span))
         })
         .ok()
@@ -150,19 +175,19 @@ pub fn with_frame<R>(id: FrameId, edit: impl FnOnce(&mut LensSpan) -> R) -> Opti
 pub fn end(id: FrameId, end_time: Option<SystemTime>) {
     let _ = STACK.try_with(|stack| {
         let Ok(mut stack) = stack.try_borrow_mut() else { return };
-        let Some(at) = stack.frames.iter().rposition(|frame| frame.id == id.0) else { return };
+        let Some(at) = stack.live().iter().rposition(|frame| frame.id == id.0) else { return };
         let span = &mut stack.frames[at].span;
         match end_time {
             Some(end_time) => span.end_with_timestamp(end_time),
             None => span.end(),
         }
-        // The span is ended (its record is gone): dropping the frame ends
-        // nothing again.
-        if at + 1 == stack.frames.len() {
-            stack.frames.truncate(at);
-        } else {
+        // The span is ended (its record is gone): the innermost frame stays
+        // for the next push; one ended out of order goes (dropping it ends
+        // nothing again).
+        if at + 1 != stack.live {
             stack.frames.remove(at);
         }
+        stack.live -= 1;
     });
 }
 
@@ -173,7 +198,7 @@ pub fn with_current<R>(edit: impl FnOnce(&mut LensSpan) -> R) -> Option<R> {
     STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;
-            let top = stack.frames.last_mut().filter(|top| top.otel_span == otel_span)?;
+            let top = stack.live_mut().last_mut().filter(|top| top.otel_span == otel_span)?;
             Some(edit(&mut top.span))
         })
         .ok()

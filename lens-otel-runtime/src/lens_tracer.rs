@@ -253,6 +253,18 @@ impl LensSpan {
     }
 }
 
+impl LensSpan {
+    /// Makes this ended span a span of `tracer` that records nothing, for
+    /// reuse in place (a stack frame).
+    pub(crate) fn reset(&mut self, tracer: &'static LensTracer) {
+        if self.record.is_some() {
+            opentelemetry::trace::Span::end(self);
+        }
+        self.span_context = SpanContext::empty_context();
+        self.tracer = tracer;
+    }
+}
+
 impl fmt::Debug for LensSpan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LensSpan")

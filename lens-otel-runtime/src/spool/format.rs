@@ -639,14 +639,16 @@ impl Writer<'_> {
         }
         let buf = &mut self.buf[self.at..end];
         buf[..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
-        buf[2..2 + key.len()].copy_from_slice(key);
+        copy_short(&mut buf[2..2 + key.len()], key);
         let rest = &mut buf[2 + key.len()..];
         rest[0] = tag;
-        if tag == 3 {
-            rest[1..3].copy_from_slice(&(text.len() as u16).to_le_bytes());
-            rest[3..].copy_from_slice(text);
-        } else {
-            rest[1..].copy_from_slice(&fixed[..value_len]);
+        match tag {
+            0 => rest[1] = fixed[0],
+            3 => {
+                rest[1..3].copy_from_slice(&(text.len() as u16).to_le_bytes());
+                copy_short(&mut rest[3..], text);
+            }
+            _ => rest[1..9].copy_from_slice(&fixed),
         }
         self.at = end;
         true
@@ -691,6 +693,29 @@ impl Writer<'_> {
         self.reserve = reserve;
         self.at = end;
         kept
+    }
+}
+
+/// Copies `src` into `dst` (of the same length): up to 16 bytes with two
+/// overlapping word moves instead of a call to `memcpy` (attribute keys and
+/// short values are a few bytes each, and a slot holds dozens of them).
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if (8..=16).contains(&n) {
+        let (head, tail) = (&src[..8], &src[n - 8..]);
+        let tail: [u8; 8] = tail.try_into().unwrap_or([0; 8]);
+        dst[..8].copy_from_slice(head);
+        dst[n - 8..].copy_from_slice(&tail);
+    } else if (4..8).contains(&n) {
+        let tail: [u8; 4] = src[n - 4..].try_into().unwrap_or([0; 4]);
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..].copy_from_slice(&tail);
+    } else if n < 4 {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    } else {
+        dst.copy_from_slice(src);
     }
 }
 
