@@ -191,7 +191,9 @@ impl LensTracer {
                 SpanContext::new(trace_id, span_id, flags.with_sampled(false), false, result.trace_state);
             return;
         }
-        attributes.extend(result.attributes);
+        if !result.attributes.is_empty() {
+            attributes.extend(result.attributes);
+        }
         let dropped = attributes.len().saturating_sub(MAX_ATTRIBUTES);
         attributes.truncate(MAX_ATTRIBUTES);
         let mut links = with.links;
