@@ -425,7 +425,7 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
     put_u32(head, SLOT_LEN, end as u32);
 }
 
-/// `scope`'s name and version as [`encode_span`] writes them, for
+/// `scope`'s name and version as the span encoder writes them, for
 /// [`SpanView::with_encoded_scope`].
 pub fn encode_scope(scope: &InstrumentationScope) -> Box<[u8]> {
     let mut buf = vec![0_u8; SLOT_SIZE - SLOT_PAYLOAD];
