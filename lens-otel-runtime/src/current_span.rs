@@ -42,8 +42,24 @@ struct Frame {
     id: NonZeroU64,
     /// The OpenTelemetry context's span when the frame was pushed.
     otel_span: SpanId,
+    /// The span: the frame's own, or, for a span kept elsewhere (the
+    /// `tracing` bridge's, in `tracing`'s registry), one that records
+    /// nothing and carries that span's context.
     span: LensSpan,
+    /// Where a span kept elsewhere is edited ([`enter_kept`]).
+    kept: Option<Kept>,
 }
+
+/// How a span kept outside the stack is reached: `edit(key, f)` runs `f`
+/// on it, if it is still there.
+#[derive(Clone, Copy)]
+struct Kept {
+    key: u64,
+    edit: EditKept,
+}
+
+/// Runs a closure on the span a key names (see [`enter_kept`]).
+pub type EditKept = fn(u64, &mut dyn FnMut(&mut LensSpan));
 
 /// The frames, innermost last. The first `live` are the current spans;
 /// those past them are ended frames kept for reuse, so that a push
@@ -143,10 +159,11 @@ fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(
                     ended.id = id;
                     ended.otel_span = otel_span;
                     ended.span.reset(tracer);
+                    ended.kept = None;
                 }
                 None => {
                     let span = LensSpan::not_recording(SpanContext::empty_context(), tracer);
-                    stack.frames.push(Frame { id, otel_span, span });
+                    stack.frames.push(Frame { id, otel_span, span, kept: None });
                 }
             }
             stack.live = at + 1;
@@ -155,6 +172,25 @@ fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(
         })
         .ok()
         .flatten()
+}
+
+/// Makes `span`, a span kept outside the stack (the `tracing` bridge keeps
+/// its spans in `tracing`'s registry), this thread's current span until
+/// [`end`] takes its frame off: its children take it as their parent, and
+/// [`with_current`] edits it through `edit(key, ..)`. Ending the frame does
+/// not end the span. `None` as for [`start`].
+pub fn enter_kept(span: &LensSpan, key: u64, edit: EditKept) -> Option<FrameId> {
+    let (otel_span, _) = otel_current();
+    let span_context = span.span_context().clone();
+    let id = push_with(otel_span, span.tracer(), |frame| frame.carry_context(span_context))?;
+    let _ = STACK.try_with(|stack| {
+        if let Ok(mut stack) = stack.try_borrow_mut()
+            && let Some(frame) = stack.live_mut().last_mut()
+        {
+            frame.kept = Some(Kept { key, edit });
+        }
+    });
+    Some(id)
 }
 
 /// Runs `edit` on the span of frame `id` (`None` once it was popped).
@@ -192,17 +228,55 @@ pub fn end(id: FrameId, end_time: Option<SystemTime>) {
 }
 
 /// Runs `edit` on the current span when it is a frame of this stack (not
-/// when the OpenTelemetry context's span is innermost).
+/// when the OpenTelemetry context's span is innermost); a span kept
+/// outside the stack ([`enter_kept`]) is edited where it is kept, with the
+/// stack no longer borrowed.
 pub fn with_current<R>(edit: impl FnOnce(&mut LensSpan) -> R) -> Option<R> {
     let (otel_span, _) = otel_current();
-    STACK
+    let mut edit = Some(edit);
+    let kept = STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;
             let top = stack.live_mut().last_mut().filter(|top| top.otel_span == otel_span)?;
-            Some(edit(&mut top.span))
+            match top.kept {
+                Some(kept) => Some(Err(kept)),
+                None => Some(Ok(edit.take()?(&mut top.span))),
+            }
         })
         .ok()
-        .flatten()
+        .flatten()?;
+    match kept {
+        Ok(result) => Some(result),
+        Err(Kept { key, edit: edit_kept }) => {
+            let mut result = None;
+            edit_kept(key, &mut |span| {
+                if let Some(edit) = edit.take() {
+                    result = Some(edit(span));
+                }
+            });
+            result
+        }
+    }
+}
+
+/// The current span's parent for a span started now, as lens sees it: the
+/// innermost frame's span context when that frame is the current span (and
+/// telemetry is not suppressed), else the OpenTelemetry context.
+pub fn current_parent() -> CurrentParent {
+    let (otel_span, suppressed) = otel_current();
+    match lens_parent(otel_span).filter(|_| !suppressed) {
+        Some(span_context) => CurrentParent::Frame(span_context),
+        None => CurrentParent::Context(Context::current()),
+    }
+}
+
+/// What [`current_parent`] found.
+#[derive(Clone, Debug)]
+pub enum CurrentParent {
+    /// A frame of this stack is the current span: its span context.
+    Frame(SpanContext),
+    /// The OpenTelemetry context is innermost (its span may be none).
+    Context(Context),
 }
 
 /// The current context as lens sees it: the OpenTelemetry context, with the

@@ -150,6 +150,37 @@ impl LensTracer {
         if span.record.is_some() { Started::Recording(span) } else { Started::NotRecording(span.span_context.clone()) }
     }
 
+    /// A span of this tracer that records nothing (an empty context), for
+    /// [`start_kept`](Self::start_kept) to start in place.
+    pub fn idle_span(&'static self) -> LensSpan {
+        LensSpan::not_recording(SpanContext::empty_context(), self)
+    }
+
+    /// Starts a span named `name` into `span` ([`idle_span`](Self::idle_span),
+    /// or one that ended), under `parent` (a valid span context, or `None`
+    /// for a new trace), read from `parent_cx` when it came from an
+    /// OpenTelemetry context, for a caller that keeps the span itself (the
+    /// `tracing` bridge keeps its spans in `tracing`'s registry): samples
+    /// it, and records it when sampled. A suppressed `parent_cx`, or a
+    /// closed tracer (shutdown began), leaves a span that records nothing,
+    /// with an empty context. Started in place: a span is a few hundred
+    /// bytes, and each move is a copy.
+    pub fn start_kept(
+        &'static self,
+        span: &mut LensSpan,
+        name: Cow<'static, str>,
+        parent: Option<&SpanContext>,
+        parent_cx: Option<&Context>,
+        attributes: Vec<KeyValue>,
+        with: StartWith,
+    ) {
+        span.reset(self);
+        if parent_cx.is_some_and(Context::is_telemetry_suppressed) || self.closer.is_closed() {
+            return;
+        }
+        self.begin_in(span, name, parent.filter(|parent| parent.is_valid()), parent_cx, attributes, with);
+    }
+
     /// Starts a span under `parent` (valid, or `None` for a new trace), from
     /// `parent_cx` when it came from an OpenTelemetry context: samples it,
     /// and records it when sampled (else the span is not recording).
@@ -256,6 +287,18 @@ impl LensSpan {
 }
 
 impl LensSpan {
+    /// Makes this span, which records nothing, carry `span_context` (a
+    /// frame standing for a span kept elsewhere).
+    pub(crate) fn carry_context(&mut self, span_context: SpanContext) {
+        debug_assert!(self.record.is_none(), "a recording span keeps its own context");
+        self.span_context = span_context;
+    }
+
+    /// The tracer the span was started on.
+    pub(crate) fn tracer(&self) -> &'static LensTracer {
+        self.tracer
+    }
+
     /// Makes this ended span a span of `tracer` that records nothing, for
     /// reuse in place (a stack frame).
     pub(crate) fn reset(&mut self, tracer: &'static LensTracer) {

@@ -2,16 +2,22 @@
 //! spans of lens's active tracer.
 //!
 //! A recorded span keeps a [`SpanData`] in its registry extensions: the span
-//! builder (name, start time, fields as attributes), the parent context
-//! captured when the span was created, and, once started, the OpenTelemetry
-//! context holding the span. A span starts lazily (first entry, first child,
-//! first event, [`context_of`], or close), so that [`set_parent`] can still
-//! give it a remote parent; its start time is its creation time.
+//! builder (name, start time, fields as attributes), the parent captured
+//! when the span was created, and, once started, the span. A span starts
+//! lazily (first entry, first child, first event, [`context_of`], or
+//! close), so that [`set_parent`] can still give it a remote parent; its
+//! start time is its creation time.
 //!
-//! Entering a span attaches its context (so lens spans and `tracing` spans
-//! opened inside are its children); the attach guards live in a per-thread
-//! stack, popped on exit. A per-entry span starts a fresh span, child of the
-//! context current at entry, on every entry and ends it on exit.
+//! On lens's span recorder (what setup installs) the started span is a
+//! [`LensSpan`] kept in the extensions, and entering it pushes a frame for
+//! it on lens's current-span stack ([`current_span::enter_kept`]), as the
+//! facade's current spans are: lens spans and `tracing` spans opened inside
+//! are its children, with no OpenTelemetry context built or attached. With
+//! `<PREFIX>_CONTEXT_PER_SPAN` on, or on an SDK tracer installed alone, the
+//! started span is an OpenTelemetry context, attached on entry. The frames
+//! and attach guards of this thread's entries live in a per-thread stack,
+//! popped on exit. A per-entry span starts a fresh span, child of the span
+//! current at entry, on every entry and ends it on exit.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -19,8 +25,12 @@ use std::time::SystemTime;
 
 use lens_fallbacks::RemoteContext;
 use lens_fallbacks::export_path::on_export_path;
+use lens_fallbacks::otel::current_span::{CurrentParent, FrameId};
+use lens_fallbacks::otel::lens_tracer::{LensSpan, LensTracer, StartWith};
 use lens_fallbacks::otel::opentelemetry::logs::Severity;
-use lens_fallbacks::otel::opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt as _};
+use lens_fallbacks::otel::opentelemetry::trace::{
+    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt as _,
+};
 use lens_fallbacks::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
 use lens_fallbacks::otel::{active, current_span, logs};
 use lens_fallbacks::tracing_rules::TracingRules;
@@ -45,49 +55,178 @@ pub(crate) struct SpanData {
     /// The span to start (for a per-entry span: the template of every entry).
     builder: SpanBuilder,
     /// The parent captured at creation (or set by [`set_parent`]).
-    parent: OtelContext,
-    /// The started span, in its context (never set for a per-entry span).
-    started: Option<OtelContext>,
+    parent: Parent,
+    /// The started span (never set for a per-entry span).
+    started: Option<Recorded>,
     /// A status recorded before the span started.
     status: Option<Status>,
     per_entry: bool,
 }
 
+/// A recorded span's parent.
+enum Parent {
+    /// None: the span starts a trace.
+    Root,
+    /// A span current on lens's stack, or a recorded `tracing` span.
+    Span(SpanContext),
+    /// The OpenTelemetry context's span (none: a new trace), or a remote
+    /// parent.
+    Context(OtelContext),
+}
+
+impl Parent {
+    /// The span current here, as lens sees it.
+    fn current() -> Parent {
+        match current_span::current_parent() {
+            CurrentParent::Frame(span_context) => Parent::Span(span_context),
+            CurrentParent::Context(cx) => Parent::Context(cx),
+        }
+    }
+
+    /// As an OpenTelemetry context, for a tracer that takes one.
+    fn to_context(&self) -> OtelContext {
+        match self {
+            Parent::Root => OtelContext::new(),
+            Parent::Span(span_context) => OtelContext::current().with_remote_span_context(span_context.clone()),
+            Parent::Context(cx) => cx.clone(),
+        }
+    }
+}
+
+/// A started span.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "kept in the span's extensions, already boxed there: boxing the span again would allocate twice per span"
+)]
+enum Recorded {
+    /// On lens's span recorder, made current on lens's stack.
+    Lens(LensSpan),
+    /// In an OpenTelemetry context, made current by attaching it.
+    Context(OtelContext),
+}
+
+impl Recorded {
+    fn span_context(&self) -> SpanContext {
+        match self {
+            Recorded::Lens(span) => span.span_context().clone(),
+            Recorded::Context(cx) => cx.span().span_context().clone(),
+        }
+    }
+
+    fn as_parent(&self) -> Parent {
+        match self {
+            Recorded::Lens(span) => Parent::Span(span.span_context().clone()),
+            Recorded::Context(cx) => Parent::Context(cx.clone()),
+        }
+    }
+
+    fn set_status(&mut self, status: Status) {
+        match self {
+            Recorded::Lens(span) => span.set_status(status),
+            Recorded::Context(cx) => cx.span().set_status(status),
+        }
+    }
+
+    fn end(&mut self) {
+        match self {
+            Recorded::Lens(span) => span.end(),
+            Recorded::Context(cx) => cx.span().end(),
+        }
+    }
+}
+
+/// The recorder's tracer, when spans go on lens's stack rather than in an
+/// OpenTelemetry context.
+fn stack_tracer(tracer: active::ActiveTracer) -> Option<&'static LensTracer> {
+    match tracer {
+        active::ActiveTracer::Recorder(tracer) if !tracer.context_per_span() => Some(tracer),
+        _ => None,
+    }
+}
+
+/// A builder's start: the name, attributes and kind a span starts with.
+fn start_with(builder: &SpanBuilder, start_time: Option<SystemTime>) -> StartWith {
+    StartWith { kind: builder.span_kind.clone(), links: Vec::new(), start_time }
+}
+
 impl SpanData {
-    /// The started span's context, starting it now if needed; `None` for a
-    /// per-entry span and when no tracer is installed.
-    fn start(&mut self) -> Option<&OtelContext> {
+    /// The started span, starting it now if needed; `None` for a per-entry
+    /// span and when no tracer is installed.
+    fn start(&mut self) -> Option<&mut Recorded> {
         if self.per_entry {
             return None;
         }
         if self.started.is_none() {
             let tracer = active::active_tracer()?;
             let builder = std::mem::take(&mut self.builder);
-            let cx = tracer.build_with_context(builder, &std::mem::take(&mut self.parent));
+            let started = match stack_tracer(tracer) {
+                Some(tracer) => {
+                    // Started where it is kept (a span is a few hundred
+                    // bytes, and each move is a copy).
+                    let started = self.started.insert(Recorded::Lens(tracer.idle_span()));
+                    let Recorded::Lens(span) = started else { unreachable!("just inserted") };
+                    let with = start_with(&builder, builder.start_time);
+                    let attributes = builder.attributes.unwrap_or_default();
+                    let name = builder.name;
+                    match &self.parent {
+                        Parent::Root => tracer.start_kept(span, name, None, None, attributes, with),
+                        Parent::Span(parent) => tracer.start_kept(span, name, Some(parent), None, attributes, with),
+                        Parent::Context(cx) => {
+                            let parent = cx.span();
+                            tracer.start_kept(span, name, Some(parent.span_context()), Some(cx), attributes, with);
+                        }
+                    }
+                    started
+                }
+                None => self
+                    .started
+                    .insert(Recorded::Context(tracer.build_with_context(builder, &self.parent.to_context()))),
+            };
             if let Some(status) = self.status.take() {
-                cx.span().set_status(status);
+                started.set_status(status);
             }
-            self.started = Some(cx);
+            self.parent = Parent::Root;
         }
-        self.started.as_ref()
+        self.started.as_mut()
     }
 }
 
-/// A span entered on this thread: the attach guard, and for a per-entry span
-/// the entry's own span.
+/// How a span was entered on this thread.
+enum How {
+    /// A frame on lens's stack: for a span kept in the registry, a frame
+    /// standing for it; for a per-entry span, the entry's own span.
+    Frame(FrameId),
+    /// An attached OpenTelemetry context, and for a per-entry span the
+    /// entry's own span.
+    Context(ContextGuard, Option<OtelContext>),
+}
+
+/// A span entered on this thread.
 struct Entered {
     id: u64,
-    guard: ContextGuard,
-    entry: Option<OtelContext>,
+    how: How,
+    per_entry: bool,
 }
 
 thread_local! {
     static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The context of the innermost entry of span `id` on this thread.
-fn current_entry(id: u64) -> Option<OtelContext> {
-    ENTERED.with_borrow(|entered| entered.iter().rev().find(|e| e.id == id).and_then(|e| e.entry.clone()))
+/// An entry of a per-entry span: its own span.
+#[derive(Clone)]
+enum Entry {
+    Frame(FrameId),
+    Context(OtelContext),
+}
+
+/// The innermost entry of per-entry span `id` on this thread.
+fn current_entry(id: u64) -> Option<Entry> {
+    ENTERED.with_borrow(|entered| {
+        entered.iter().rev().find(|e| e.id == id && e.per_entry).and_then(|e| match &e.how {
+            How::Frame(frame) => Some(Entry::Frame(*frame)),
+            How::Context(_, entry) => entry.clone().map(Entry::Context),
+        })
+    })
 }
 
 /// Fields as attributes, plus the bridge's own fields.
@@ -220,11 +359,11 @@ pub(crate) fn on_new_span<S>(
     let parent = match attrs.parent() {
         Some(parent) => ctx
             .span(parent)
-            .and_then(|span| span.extensions_mut().get_mut::<SpanData>().and_then(|d| d.start().cloned()))
-            .unwrap_or_else(current_span::current_context),
-        None if attrs.is_root() => OtelContext::new(),
+            .and_then(|span| span.extensions_mut().get_mut::<SpanData>().and_then(|d| d.start().map(|s| s.as_parent())))
+            .unwrap_or_else(Parent::current),
+        None if attrs.is_root() => Parent::Root,
         // The facade's current span, on lens's stack or in the context.
-        None => current_span::current_context(),
+        None => Parent::current(),
     };
     let name = fields.name.take().map_or(Cow::Borrowed(metadata.name()), Cow::Owned);
     let status = fields.status();
@@ -245,19 +384,19 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     let Some(span) = ctx.span(id) else { return };
-    let mut extensions = span.extensions_mut();
-    let Some(data) = extensions.get_mut::<SpanData>() else { return };
     let mut fields = Fields::default();
     values.record(&mut fields);
     let status = fields.status();
+    let mut extensions = span.extensions_mut();
+    let Some(data) = extensions.get_mut::<SpanData>() else { return };
     if data.per_entry {
         // The current entry gets the values, and so do later entries.
-        if let Some(cx) = current_entry(id.into_u64()) {
-            update(&cx, &fields, status);
+        if let Some(entry) = current_entry(id.into_u64()) {
+            with_entry(&entry, |mut span| span.update(&fields, status.clone()));
         }
         update_builder(&mut data.builder, fields);
-    } else if let Some(cx) = &data.started {
-        update(cx, &fields, status);
+    } else if let Some(started) = &mut data.started {
+        SpanMut::of(started).update(&fields, status);
     } else {
         if status.is_some() {
             data.status = status;
@@ -266,17 +405,69 @@ where
     }
 }
 
-/// Recorded values on a started span.
-fn update(cx: &OtelContext, fields: &Fields, status: Option<Status>) {
-    let span = cx.span();
-    if let Some(name) = &fields.name {
-        span.update_name(name.clone());
+/// A started span to edit: lens's, or an OpenTelemetry context's.
+enum SpanMut<'a> {
+    Lens(&'a mut LensSpan),
+    Context(&'a OtelContext),
+}
+
+impl SpanMut<'_> {
+    fn of(recorded: &mut Recorded) -> SpanMut<'_> {
+        match recorded {
+            Recorded::Lens(span) => SpanMut::Lens(span),
+            Recorded::Context(cx) => SpanMut::Context(cx),
+        }
     }
-    if let Some(status) = status {
-        span.set_status(status);
+
+    /// Recorded values on the started span.
+    fn update(&mut self, fields: &Fields, status: Option<Status>) {
+        match self {
+            SpanMut::Lens(span) => {
+                if let Some(name) = &fields.name {
+                    span.update_name(name.clone());
+                }
+                if let Some(status) = status {
+                    span.set_status(status);
+                }
+                for attribute in &fields.attributes {
+                    span.set_attribute(attribute.clone());
+                }
+            }
+            SpanMut::Context(cx) => {
+                let span = cx.span();
+                if let Some(name) = &fields.name {
+                    span.update_name(name.clone());
+                }
+                if let Some(status) = status {
+                    span.set_status(status);
+                }
+                if !fields.attributes.is_empty() {
+                    span.set_attributes(fields.attributes.iter().cloned());
+                }
+            }
+        }
     }
-    if !fields.attributes.is_empty() {
-        span.set_attributes(fields.attributes.iter().cloned());
+
+    fn add_event(&mut self, name: Cow<'static, str>, attributes: Vec<KeyValue>) {
+        match self {
+            SpanMut::Lens(span) => span.add_event(name, attributes),
+            SpanMut::Context(cx) => cx.span().add_event(name, attributes),
+        }
+    }
+
+    fn span_context(&self) -> SpanContext {
+        match self {
+            SpanMut::Lens(span) => span.span_context().clone(),
+            SpanMut::Context(cx) => cx.span().span_context().clone(),
+        }
+    }
+}
+
+/// Runs `f` on the span of a per-entry span's entry on this thread.
+fn with_entry<R>(entry: &Entry, f: impl FnOnce(SpanMut<'_>) -> R) -> Option<R> {
+    match entry {
+        Entry::Frame(frame) => current_span::with_frame(*frame, |span| f(SpanMut::Lens(span))),
+        Entry::Context(cx) => Some(f(SpanMut::Context(cx))),
     }
 }
 
@@ -302,20 +493,47 @@ where
         return;
     }
     let Some(span) = ctx.event_span(event) else { return log_event(event) };
-    let mut extensions = span.extensions_mut();
-    let Some(data) = extensions.get_mut::<SpanData>() else {
-        drop(extensions);
-        return log_event(event);
+    // Whether a recorded span takes the event (starting it if needed),
+    // decided before the fields are read: reading them runs the program's
+    // `Debug` impls, which must not find the span's extensions locked.
+    let entry = {
+        let mut extensions = span.extensions_mut();
+        let Some(data) = extensions.get_mut::<SpanData>() else {
+            drop(extensions);
+            return log_event(event);
+        };
+        if data.per_entry {
+            match current_entry(span.id().into_u64()) {
+                Some(entry) => Some(entry),
+                None => {
+                    drop(extensions);
+                    return log_event(event);
+                }
+            }
+        } else {
+            if data.start().is_none() {
+                drop(extensions);
+                return log_event(event);
+            }
+            None
+        }
     };
-    let target = if data.per_entry { current_entry(span.id().into_u64()) } else { data.start().cloned() };
-    drop(extensions);
-    let Some(cx) = target else { return log_event(event) };
     let mut fields = Fields::default();
     event.record(&mut fields);
     let metadata = event.metadata();
     fields.attributes.push(KeyValue::new(LEVEL_ATTRIBUTE, metadata.level().as_str()));
-    let name = fields.message.take().map_or(std::borrow::Cow::Borrowed(metadata.name()), std::borrow::Cow::Owned);
-    cx.span().add_event(name, fields.attributes);
+    let name = fields.message.take().map_or(Cow::Borrowed(metadata.name()), Cow::Owned);
+    match entry {
+        Some(entry) => {
+            with_entry(&entry, |mut span| span.add_event(name, fields.attributes));
+        }
+        None => {
+            let mut extensions = span.extensions_mut();
+            if let Some(started) = extensions.get_mut::<SpanData>().and_then(|data| data.started.as_mut()) {
+                SpanMut::of(started).add_event(name, fields.attributes);
+            }
+        }
+    }
 }
 
 /// An event that no recorded span takes (outside every span, or in spans
@@ -349,18 +567,58 @@ where
     let Some(span) = ctx.span(id) else { return };
     let mut extensions = span.extensions_mut();
     let Some(data) = extensions.get_mut::<SpanData>() else { return };
-    let (cx, entry) = if data.per_entry {
+    let key = id.into_u64();
+    let per_entry = data.per_entry;
+    let how = if per_entry {
         let Some(tracer) = active::active_tracer() else { return };
-        let builder = data.builder.clone().with_start_time(SystemTime::now());
-        let cx = tracer.build_with_context(builder, &current_span::current_context());
-        (cx.clone(), Some(cx))
+        match stack_tracer(tracer) {
+            Some(tracer) => {
+                let builder = &data.builder;
+                let attributes = builder.attributes.clone().unwrap_or_default();
+                let with = start_with(builder, None);
+                let Some(frame) = current_span::start(tracer, builder.name.clone(), attributes, with, false) else {
+                    return;
+                };
+                How::Frame(frame)
+            }
+            None => {
+                let builder = data.builder.clone().with_start_time(SystemTime::now());
+                let cx = tracer.build_with_context(builder, &current_span::current_context());
+                drop(extensions);
+                How::Context(cx.clone().attach(), Some(cx))
+            }
+        }
     } else {
-        let Some(cx) = data.start() else { return };
-        (cx.clone(), None)
+        match data.start() {
+            Some(Recorded::Lens(span)) => match current_span::enter_kept(span, key, edit_kept) {
+                Some(frame) => How::Frame(frame),
+                None => return,
+            },
+            Some(Recorded::Context(cx)) => {
+                let cx = cx.clone();
+                drop(extensions);
+                How::Context(cx.attach(), None)
+            }
+            None => return,
+        }
     };
-    drop(extensions);
-    let guard = cx.attach();
-    ENTERED.with_borrow_mut(|entered| entered.push(Entered { id: id.into_u64(), guard, entry }));
+    ENTERED.with_borrow_mut(|entered| entered.push(Entered { id: key, how, per_entry }));
+}
+
+/// Edits the span `key` names (a `tracing` span id), kept in the registry
+/// of this thread's default subscriber: how lens's stack reaches the span of
+/// a frame [`on_enter`] pushed ([`current_span::with_current`]).
+fn edit_kept(key: u64, edit: &mut dyn FnMut(&mut LensSpan)) {
+    let Some(id) = std::num::NonZeroU64::new(key).map(Id::from_non_zero_u64) else { return };
+    tracing_core::dispatcher::get_default(|dispatch| {
+        if let Some(with) = dispatch.downcast_ref::<WithData>() {
+            (with.0)(dispatch, &id, &mut |data| {
+                if let Some(Recorded::Lens(span)) = &mut data.started {
+                    edit(span);
+                }
+            });
+        }
+    });
 }
 
 pub(crate) fn on_exit<S>(id: &Id, _ctx: &Context<'_, S>)
@@ -372,12 +630,18 @@ where
         let position = entered.iter().rposition(|e| e.id == id)?;
         Some(entered.remove(position))
     });
-    // Dropped outside the borrow: detach first, then end the entry's span.
-    if let Some(Entered { guard, entry, .. }) = popped {
-        drop(guard);
-        if let Some(entry) = entry {
-            entry.span().end();
+    // Outside the borrow: a frame ends (a per-entry span's entry) or just
+    // goes (a kept span's); a context is detached first, then the entry's
+    // span ends.
+    match popped.map(|entered| entered.how) {
+        Some(How::Frame(frame)) => current_span::end(frame, None),
+        Some(How::Context(guard, entry)) => {
+            drop(guard);
+            if let Some(entry) = entry {
+                entry.span().end();
+            }
         }
+        None => {}
     }
 }
 
@@ -386,16 +650,12 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     let Some(span) = ctx.span(id) else { return };
-    // Taken out in place: the rest of the data (a few hundred bytes) is not
-    // moved out of its box, and goes when the registry clears the span.
-    let started = {
-        let mut extensions = span.extensions_mut();
-        let Some(data) = extensions.get_mut::<SpanData>() else { return };
-        data.start();
-        data.started.take()
-    };
-    if let Some(cx) = started {
-        cx.span().end();
+    // Ended in place: the span (a few hundred bytes) is not moved out of its
+    // box, and the rest goes when the registry clears the span.
+    let mut extensions = span.extensions_mut();
+    let Some(data) = extensions.get_mut::<SpanData>() else { return };
+    if let Some(started) = data.start() {
+        started.end();
     }
 }
 
@@ -442,7 +702,7 @@ pub(crate) fn set_parent(span: &tracing::Span, parent: &RemoteContext) {
     }
     on_data(span, &mut |data| {
         if data.started.is_none() {
-            data.parent = parent.otel_context().clone();
+            data.parent = Parent::Context(parent.otel_context().clone());
         }
     });
 }
@@ -451,11 +711,15 @@ pub(crate) fn context_of(span: &tracing::Span) -> RemoteContext {
     let mut found = None;
     let entry = span.id().and_then(|id| current_entry(id.into_u64()));
     on_data(span, &mut |data| {
-        found = if data.per_entry { entry.clone() } else { data.start().cloned() };
+        found = if data.per_entry {
+            entry.as_ref().and_then(|entry| with_entry(entry, |span| span.span_context()))
+        } else {
+            data.start().map(|started| started.span_context())
+        };
     });
     match found {
-        Some(cx) if cx.span().span_context().is_valid() => {
-            RemoteContext::from_otel(OtelContext::new().with_remote_span_context(cx.span().span_context().clone()))
+        Some(span_context) if span_context.is_valid() => {
+            RemoteContext::from_otel(OtelContext::new().with_remote_span_context(span_context))
         }
         _ => RemoteContext::none(),
     }
