@@ -50,16 +50,18 @@ struct Frame {
     kept: Option<Kept>,
 }
 
-/// How a span kept outside the stack is reached: `edit(key, f)` runs `f`
-/// on it, if it is still there.
+/// How a span kept outside the stack is reached: `edit(keeper, key, f)`
+/// runs `f` on it, if it is still there.
 #[derive(Clone, Copy)]
 struct Kept {
+    keeper: usize,
     key: u64,
     edit: EditKept,
 }
 
-/// Runs a closure on the span a key names (see [`enter_kept`]).
-pub type EditKept = fn(u64, &mut dyn FnMut(&mut LensSpan));
+/// Runs a closure on the span that `key` names in `keeper` (see
+/// [`enter_kept`]).
+pub type EditKept = fn(usize, u64, &mut dyn FnMut(&mut LensSpan));
 
 /// The frames, innermost last. The first `live` are the current spans;
 /// those past them are ended frames kept for reuse, so that a push
@@ -177,9 +179,11 @@ fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(
 /// Makes `span`, a span kept outside the stack (the `tracing` bridge keeps
 /// its spans in `tracing`'s registry), this thread's current span until
 /// [`end`] takes its frame off: its children take it as their parent, and
-/// [`with_current`] edits it through `edit(key, ..)`. Ending the frame does
-/// not end the span. `None` as for [`start`].
-pub fn enter_kept(span: &LensSpan, key: u64, edit: EditKept) -> Option<FrameId> {
+/// [`with_current`] edits it through `edit(keeper, key, ..)` (`keeper`
+/// tells the keeper's instances apart: a `tracing` span's id names a span
+/// in one registry only). Ending the frame does not end the span. `None` as
+/// for [`start`].
+pub fn enter_kept(span: &LensSpan, keeper: usize, key: u64, edit: EditKept) -> Option<FrameId> {
     let (otel_span, _) = otel_current();
     let span_context = span.span_context().clone();
     let id = push_with(otel_span, span.tracer(), |frame| frame.carry_context(span_context))?;
@@ -187,7 +191,7 @@ pub fn enter_kept(span: &LensSpan, key: u64, edit: EditKept) -> Option<FrameId> 
         if let Ok(mut stack) = stack.try_borrow_mut()
             && let Some(frame) = stack.live_mut().last_mut()
         {
-            frame.kept = Some(Kept { key, edit });
+            frame.kept = Some(Kept { keeper, key, edit });
         }
     });
     Some(id)
@@ -247,9 +251,9 @@ pub fn with_current<R>(edit: impl FnOnce(&mut LensSpan) -> R) -> Option<R> {
         .flatten()?;
     match kept {
         Ok(result) => Some(result),
-        Err(Kept { key, edit: edit_kept }) => {
+        Err(Kept { keeper, key, edit: edit_kept }) => {
             let mut result = None;
-            edit_kept(key, &mut |span| {
+            edit_kept(keeper, key, &mut |span| {
                 if let Some(edit) = edit.take() {
                     result = Some(edit(span));
                 }

@@ -560,7 +560,9 @@ fn severity(level: tracing_core::Level) -> Severity {
     }
 }
 
-pub(crate) fn on_enter<S>(id: &Id, ctx: &Context<'_, S>)
+/// Enters span `id`; `keeper` identifies the layer (its [`WithData`]'s
+/// address), so that lens's stack edits the span in this registry only.
+pub(crate) fn on_enter<S>(id: &Id, keeper: usize, ctx: &Context<'_, S>)
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
@@ -590,7 +592,7 @@ where
         }
     } else {
         match data.start() {
-            Some(Recorded::Lens(span)) => match current_span::enter_kept(span, key, edit_kept) {
+            Some(Recorded::Lens(span)) => match current_span::enter_kept(span, keeper, key, edit_kept) {
                 Some(frame) => How::Frame(frame),
                 None => return,
             },
@@ -606,12 +608,17 @@ where
 }
 
 /// Edits the span `key` names (a `tracing` span id), kept in the registry
-/// of this thread's default subscriber: how lens's stack reaches the span of
-/// a frame [`on_enter`] pushed ([`current_span::with_current`]).
-fn edit_kept(key: u64, edit: &mut dyn FnMut(&mut LensSpan)) {
+/// of this thread's default subscriber when that is the subscriber of the
+/// layer `keeper` identifies: how lens's stack reaches the span of a frame
+/// [`on_enter`] pushed ([`current_span::with_current`]). Under another
+/// default subscriber (one made the default inside the span) the id may
+/// name another span, and nothing is edited.
+fn edit_kept(keeper: usize, key: u64, edit: &mut dyn FnMut(&mut LensSpan)) {
     let Some(id) = std::num::NonZeroU64::new(key).map(Id::from_non_zero_u64) else { return };
     tracing_core::dispatcher::get_default(|dispatch| {
-        if let Some(with) = dispatch.downcast_ref::<WithData>() {
+        if let Some(with) = dispatch.downcast_ref::<WithData>()
+            && with.address() == keeper
+        {
             (with.0)(dispatch, &id, &mut |data| {
                 if let Some(Recorded::Lens(span)) = &mut data.started {
                     edit(span);
@@ -668,6 +675,11 @@ pub(crate) struct WithData(WithDataFn);
 type WithDataFn = fn(&Dispatch, &Id, &mut dyn FnMut(&mut SpanData));
 
 impl WithData {
+    /// Its address: which layer it belongs to.
+    pub(crate) fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
     pub(crate) fn new<S>() -> WithData
     where
         S: Subscriber + for<'a> LookupSpan<'a>,

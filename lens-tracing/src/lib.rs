@@ -294,7 +294,7 @@ where
     }
 
     fn on_enter(&self, id: &tracing_core::span::Id, ctx: Context<'_, S>) {
-        bridge::on_enter(id, &ctx);
+        bridge::on_enter(id, self.with_data.address(), &ctx);
     }
 
     fn on_exit(&self, id: &tracing_core::span::Id, ctx: Context<'_, S>) {

@@ -477,3 +477,31 @@ fn lens_s_current_span_edits_reach_an_entered_tracing_span_and_spans_may_close_o
         assert_eq!(events(handed_over), ["on another thread"], "{tracer:?}");
     }
 }
+
+#[test]
+fn an_edit_of_the_current_span_never_lands_in_another_subscriber_s_span_of_the_same_id() {
+    for tracer in TRACERS {
+        let setup = setup(tracer, &[SpanGroup::JOB]);
+        let outer =
+            tracing::Dispatch::new(tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=job"))));
+        let inner =
+            tracing::Dispatch::new(tracing_subscriber::registry().with(lens_tracing::layer(rules("my_app=job"))));
+        tracing::dispatcher::with_default(&outer, || {
+            let first = tracing::info_span!(target: "my_app", "first");
+            let _entered = first.enter();
+            tracing::dispatcher::with_default(&inner, || {
+                let other = tracing::info_span!(target: "my_app", "other");
+                assert_eq!(other.id(), first.id(), "each registry's first span has the same id");
+                drop(other.enter());
+                // The current span is still `first` (the inner span was
+                // exited); the inner registry's span of that id is not it.
+                add_event_to_current("meant for first", []);
+            });
+            add_event_to_current("on first", []);
+        });
+        let spans = setup.spans();
+        let events = |name: &str| named(&spans, name).events.iter().map(|e| e.name.to_string()).collect::<Vec<_>>();
+        assert_eq!(events("other"), Vec::<String>::new(), "{tracer:?}");
+        assert!(events("first").contains(&"on first".to_string()), "{tracer:?}");
+    }
+}
