@@ -205,8 +205,9 @@ pub struct LensConfig {
     /// [`MAX_SPOOL_SIZE_KIB`]).
     pub spool_size_kib: u64,
     // --- end spool ---
-    /// Whether every current span of the facade is also made current in the
-    /// OpenTelemetry context (`<PREFIX>_CONTEXT_PER_SPAN`, default off):
+    /// Whether every current span of the facade, and every entered span of
+    /// the `tracing` bridge, is also made current in the OpenTelemetry
+    /// context (`<PREFIX>_CONTEXT_PER_SPAN`, default off):
     /// off, lens keeps its own current-span stack, and spans started through
     /// the OpenTelemetry API do not see lens spans as parents (SPEC A25).
     pub context_per_span: bool,
