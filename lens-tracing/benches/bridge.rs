@@ -29,7 +29,7 @@ mod setups;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn bench(c: &mut Criterion) {
-    let installed = setups::install();
+    let installed = setups::install(false);
     let provider = &installed.provider;
     let mut group = c.benchmark_group("tracing");
     let bridge = setups::bridge();

@@ -5,6 +5,8 @@
 //!
 //! - `bridge`: the span through lens-tracing, lens set up as a job sets it
 //!   up (the span recorder, the open-span closer);
+//! - `bridge_context_per_span`: the same with `<PREFIX>_CONTEXT_PER_SPAN`
+//!   on (the span's OpenTelemetry context attached while it is entered);
 //! - `lean`: through `tracing-opentelemetry`, configured lean;
 //! - `noop`: `tracing`'s registry with a layer that does nothing;
 //! - `filtered_noop`: the same layer behind the bridge's per-layer filter
@@ -22,16 +24,16 @@ mod setups;
 
 #[expect(clippy::print_stderr, reason = "the errors of a command-line tool")]
 fn main() {
-    const MODES: &str = "bridge, lean, defaults, noop, filtered_noop, sdk, disabled, none";
+    const MODES: &str = "bridge, bridge_context_per_span, lean, defaults, noop, filtered_noop, sdk, disabled, none";
     let mut args = std::env::args().skip(1);
     let (Some(mode), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u64>().ok())) else {
         eprintln!("usage: tracing-calls <mode> <N> (modes: {MODES})");
         std::process::exit(2);
     };
-    let installed = setups::install();
+    let installed = setups::install(mode == "bridge_context_per_span");
     let provider = &installed.provider;
     let (dispatch, call): (tracing::Dispatch, fn()) = match mode.as_str() {
-        "bridge" => (setups::bridge(), setups::one_span),
+        "bridge" | "bridge_context_per_span" => (setups::bridge(), setups::one_span),
         "lean" => (setups::lean(provider), setups::one_span),
         "defaults" => (setups::defaults(provider), setups::one_span),
         "noop" => (setups::noop(), setups::one_span),

@@ -33,15 +33,16 @@ pub(crate) struct Installed {
     _telemetry: Telemetry,
 }
 
-/// Sets lens up with a discarding exporter, and builds the comparisons'
-/// provider beside it.
-pub(crate) fn install() -> Installed {
+/// Sets lens up with a discarding exporter (and `<PREFIX>_CONTEXT_PER_SPAN`
+/// as given), and builds the comparisons' provider beside it.
+pub(crate) fn install(context_per_span: bool) -> Installed {
     let mut config = LensConfig {
         enabled: true,
         span_groups: "job".into(),
         rank_strategy: "all_ranks".into(),
         exporter: Some(ExporterKind::Console),
         metrics_enabled: false,
+        context_per_span,
         ..LensConfig::default()
     };
     // A queue that holds every span of the longest count: under callgrind
