@@ -150,6 +150,17 @@ pub fn start(
 /// it, while the thread is exiting or when the stack is already borrowed
 /// (`start` started a span).
 fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(&mut LensSpan)) -> Option<FrameId> {
+    push_kept(otel_span, tracer, None, start)
+}
+
+/// [`push_with`], for a frame that stands for a span `kept` elsewhere
+/// (`None`: the frame's own span).
+fn push_kept(
+    otel_span: SpanId,
+    tracer: &'static LensTracer,
+    kept: Option<Kept>,
+    start: impl FnOnce(&mut LensSpan),
+) -> Option<FrameId> {
     STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;
@@ -161,11 +172,11 @@ fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(
                     ended.id = id;
                     ended.otel_span = otel_span;
                     ended.span.reset(tracer);
-                    ended.kept = None;
+                    ended.kept = kept;
                 }
                 None => {
                     let span = LensSpan::not_recording(SpanContext::empty_context(), tracer);
-                    stack.frames.push(Frame { id, otel_span, span, kept: None });
+                    stack.frames.push(Frame { id, otel_span, span, kept });
                 }
             }
             stack.live = at + 1;
@@ -186,15 +197,7 @@ fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(
 pub fn enter_kept(span: &LensSpan, keeper: usize, key: u64, edit: EditKept) -> Option<FrameId> {
     let (otel_span, _) = otel_current();
     let span_context = span.span_context().clone();
-    let id = push_with(otel_span, span.tracer(), |frame| frame.carry_context(span_context))?;
-    let _ = STACK.try_with(|stack| {
-        if let Ok(mut stack) = stack.try_borrow_mut()
-            && let Some(frame) = stack.live_mut().last_mut()
-        {
-            frame.kept = Some(Kept { keeper, key, edit });
-        }
-    });
-    Some(id)
+    push_kept(otel_span, span.tracer(), Some(Kept { keeper, key, edit }), |frame| frame.carry_context(span_context))
 }
 
 /// Runs `edit` on the span of frame `id` (`None` once it was popped).
