@@ -1052,14 +1052,18 @@ mod tests {
     fn open_spans_read_while_other_threads_start_and_end_spans_decode_whole() {
         let table = SpoolTable::anonymous(64);
         let stop = AtomicBool::new(false);
+        // The writers run until the reader has seen enough (however the
+        // threads are scheduled on a loaded machine), bounded in time and
+        // count.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         std::thread::scope(|scope| {
             for thread in 0..2_u64 {
                 let (table, stop) = (&table, &stop);
                 scope.spawn(move || {
-                    // Bounded: at most 200,000 spans a thread. Each outer
-                    // span stays open while an inner one starts and ends.
-                    for n in 0..100_000_u64 {
-                        if stop.load(Ordering::Relaxed) {
+                    // At most 2,000,000 spans a thread. Each outer span
+                    // stays open while an inner one starts and ends.
+                    for n in 0..1_000_000_u64 {
+                        if stop.load(Ordering::Relaxed) || (n % 1024 == 0 && std::time::Instant::now() > deadline) {
                             break;
                         }
                         let outer = span(thread << 32 | (2 * n + 1));
@@ -1077,16 +1081,16 @@ mod tests {
                     }
                 });
             }
-            // Bounded: at most 20,000 reads.
+            // At most 1,000,000 reads, until 2,000 open spans were read.
             let mut seen = 0;
-            for _ in 0..20_000 {
+            for _ in 0..1_000_000 {
                 for (order, open) in table.open_spans() {
                     assert!(order > 0);
                     let id = u64::from_be_bytes(open.span_context.span_id().to_bytes());
                     assert_eq!(open, span(id), "a slot read whole");
                     seen += 1;
                 }
-                if seen >= 2_000 {
+                if seen >= 2_000 || std::time::Instant::now() > deadline {
                     break;
                 }
             }
