@@ -354,6 +354,14 @@ impl SpanGuard {
         }
     }
 
+    /// The guard of a span in frame `frame` of lens's stack (inert when
+    /// `None`).
+    #[cfg(feature = "otel")]
+    #[inline]
+    fn on_stack(frame: Option<FrameId>) -> SpanGuard {
+        SpanGuard { attached: ManuallyDrop::new(None), open: ManuallyDrop::new(None), frame, _not_send: PhantomData }
+    }
+
     /// Runs `edit` on the span (`None` for an inert guard).
     #[cfg(feature = "otel")]
     fn with_span<R>(&self, edit: impl FnOnce(&mut Access<'_>) -> R) -> Option<R> {
@@ -604,13 +612,7 @@ pub(crate) fn start_span(
             match options.parent {
                 Parent::Current | Parent::NewTrace if on_stack => {
                     let new_trace = matches!(options.parent, Parent::NewTrace);
-                    let frame = current_span::start(tracer, name, attributes, with, new_trace);
-                    return SpanGuard {
-                        attached: ManuallyDrop::new(None),
-                        open: ManuallyDrop::new(None),
-                        frame,
-                        _not_send: PhantomData,
-                    };
+                    return SpanGuard::on_stack(current_span::start(tracer, name, attributes, with, new_trace));
                 }
                 Parent::Current if tracer.context_per_span() => {
                     Context::map_current(|current| tracer.start(name, current, attributes, with).into_context(current))
@@ -664,6 +666,12 @@ pub(crate) fn start_span(
 #[cfg(feature = "otel")]
 fn start_current(name: Cow<'static, str>, attributes: Vec<opentelemetry::KeyValue>) -> SpanGuard {
     match active_tracer() {
+        // The usual case, straight onto lens's stack: what `start_span`
+        // does for a current span with the defaults.
+        Some(ActiveTracer::Recorder(tracer)) if !tracer.context_per_span() => {
+            let with = lens_otel_runtime::lens_tracer::StartWith::default();
+            SpanGuard::on_stack(current_span::start(tracer, name, attributes, with, false))
+        }
         Some(tracer) => start_span(tracer, name, attributes, StartOptions::current()),
         None => SpanGuard::noop(),
     }

@@ -125,66 +125,63 @@ pub fn start(
     with: StartWith,
     new_trace: bool,
 ) -> Option<FrameId> {
-    // The span is built where the stack keeps it: a span is a few
-    // hundred bytes, and each move is a copy.
     let (otel_span, suppressed) = otel_current();
-    if suppressed || tracer.is_closed() {
-        push_with(otel_span, tracer, |_| {})
-    } else if new_trace {
-        push_with(otel_span, tracer, |span| tracer.begin_in(span, name, None, None, attributes, with))
-    } else if let Some(parent) = lens_parent(otel_span) {
-        push_with(otel_span, tracer, |span| tracer.begin_in(span, name, Some(&parent), None, attributes, with))
-    } else {
-        Context::map_current(|cx| {
-            let parent = cx.span();
-            let parent = parent.span_context();
-            let parent = parent.is_valid().then_some(parent);
-            push_with(otel_span, tracer, |span| tracer.begin_in(span, name, parent, Some(cx), attributes, with))
-        })
-    }
-}
-
-/// Pushes a frame for `tracer` and has `start` start its span in place, as
-/// this thread's current span; `otel_span` is the OpenTelemetry context's
-/// span now. `start` runs with the stack borrowed; `None`, without running
-/// it, while the thread is exiting or when the stack is already borrowed
-/// (`start` started a span).
-fn push_with(otel_span: SpanId, tracer: &'static LensTracer, start: impl FnOnce(&mut LensSpan)) -> Option<FrameId> {
-    push_kept(otel_span, tracer, None, start)
-}
-
-/// [`push_with`], for a frame that stands for a span `kept` elsewhere
-/// (`None`: the frame's own span).
-fn push_kept(
-    otel_span: SpanId,
-    tracer: &'static LensTracer,
-    kept: Option<Kept>,
-    start: impl FnOnce(&mut LensSpan),
-) -> Option<FrameId> {
+    // One borrow of the stack: the frame is pushed, and its span is built
+    // where it lies (a span is a few hundred bytes, and each move is a
+    // copy), its parent read in place from the frame below.
     STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;
-            let id = NonZeroU64::new(stack.next_id)?;
-            stack.next_id += 1;
-            let at = stack.live;
-            match stack.frames.get_mut(at) {
-                Some(ended) => {
-                    ended.id = id;
-                    ended.otel_span = otel_span;
-                    ended.span.reset(tracer);
-                    ended.kept = kept;
-                }
-                None => {
-                    let span = LensSpan::not_recording(SpanContext::empty_context(), tracer);
-                    stack.frames.push(Frame { id, otel_span, span, kept });
-                }
+            let (id, at) = push_frame(&mut stack, otel_span, tracer, None)?;
+            let (outer, frame) = stack.frames.split_at_mut(at);
+            let span = &mut frame[0].span;
+            if suppressed || tracer.is_closed() {
+                // A frame that records nothing (its context empty).
+            } else if new_trace {
+                tracer.begin_in(span, name, None, None, attributes, with);
+            } else if let Some(top) = outer.last().filter(|top| top.otel_span == otel_span) {
+                tracer.begin_in(span, name, Some(top.span.span_context()), None, attributes, with);
+            } else {
+                Context::map_current(|cx| {
+                    let parent = cx.span();
+                    let parent = parent.span_context();
+                    let parent = parent.is_valid().then_some(parent);
+                    tracer.begin_in(span, name, parent, Some(cx), attributes, with);
+                });
             }
-            stack.live = at + 1;
-            start(&mut stack.frames[at].span);
-            Some(FrameId(id))
+            Some(id)
         })
         .ok()
         .flatten()
+}
+
+/// Pushes a frame for `tracer` on `stack` (reusing an ended one in place),
+/// for a span `kept` elsewhere or (`None`) its own, and returns its id and
+/// index; its span records nothing yet. `otel_span` is the OpenTelemetry
+/// context's span now.
+fn push_frame(
+    stack: &mut Stack,
+    otel_span: SpanId,
+    tracer: &'static LensTracer,
+    kept: Option<Kept>,
+) -> Option<(FrameId, usize)> {
+    let id = NonZeroU64::new(stack.next_id)?;
+    stack.next_id += 1;
+    let at = stack.live;
+    match stack.frames.get_mut(at) {
+        Some(ended) => {
+            ended.id = id;
+            ended.otel_span = otel_span;
+            ended.span.reset(tracer);
+            ended.kept = kept;
+        }
+        None => {
+            let span = LensSpan::not_recording(SpanContext::empty_context(), tracer);
+            stack.frames.push(Frame { id, otel_span, span, kept });
+        }
+    }
+    stack.live = at + 1;
+    Some((FrameId(id), at))
 }
 
 /// Makes `span`, a span kept outside the stack (the `tracing` bridge keeps
@@ -197,7 +194,15 @@ fn push_kept(
 pub fn enter_kept(span: &LensSpan, keeper: usize, key: u64, edit: EditKept) -> Option<FrameId> {
     let (otel_span, _) = otel_current();
     let span_context = span.span_context().clone();
-    push_kept(otel_span, span.tracer(), Some(Kept { keeper, key, edit }), |frame| frame.carry_context(span_context))
+    STACK
+        .try_with(|stack| {
+            let mut stack = stack.try_borrow_mut().ok()?;
+            let (id, at) = push_frame(&mut stack, otel_span, span.tracer(), Some(Kept { keeper, key, edit }))?;
+            stack.frames[at].span.carry_context(span_context);
+            Some(id)
+        })
+        .ok()
+        .flatten()
 }
 
 /// Runs `edit` on the span of frame `id` (`None` once it was popped).

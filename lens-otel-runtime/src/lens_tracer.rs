@@ -34,7 +34,7 @@ use crate::closer::OpenSpanCloser;
 use crate::ids::SeedIndependentIdGenerator;
 use crate::recorder::Recorder;
 use crate::sampler::LensSampler;
-use crate::span_record::SpanRecord;
+use crate::span_record::{SpanRecord, now_unix_nano, unix_nanos};
 use crate::spool::SpanView;
 
 /// The SDK's default span limits, kept on the recorder's spans.
@@ -229,7 +229,7 @@ impl LensTracer {
         attributes.truncate(MAX_ATTRIBUTES);
         let mut links = with.links;
         links.truncate(MAX_LINKS);
-        let start_time = with.start_time.unwrap_or_else(opentelemetry::time::now);
+        let start_time = with.start_time.map_or_else(now_unix_nano, unix_nanos);
         let span_context = SpanContext::new(trace_id, span_id, flags.with_sampled(true), false, result.trace_state);
         span.span_context = span_context.clone();
         let record = span.record.insert(SpanRecord {
@@ -238,8 +238,8 @@ impl LensTracer {
             parent_span_id: parent.map_or(SpanId::INVALID, SpanContext::span_id),
             parent_span_is_remote: parent.is_some_and(SpanContext::is_remote),
             span_kind: kind,
-            start_time,
-            end_time: start_time,
+            start_time_unix_nano: start_time,
+            end_time_unix_nano: start_time,
             attributes,
             dropped_attributes_count: u32::try_from(dropped).unwrap_or(u32::MAX),
             events: Vec::new(),
@@ -253,8 +253,9 @@ impl LensTracer {
 
 impl LensTracer {
     /// What the spool keeps of `record`.
+    #[inline]
     fn spool_view<'a>(&'a self, record: &'a SpanRecord) -> SpanView<'a> {
-        SpanView::of_record(record, &self.scope).with_encoded_scope(&self.scope_encoded)
+        SpanView::of_record_encoded(record, &self.scope, &self.scope_encoded)
     }
 
     /// Starts a span from an OpenTelemetry [`SpanBuilder`] (the `tracing`
@@ -377,9 +378,22 @@ impl opentelemetry::trace::Span for LensSpan {
         }
     }
 
+    /// Ends the span now: one read of the clock, in the unit the record
+    /// keeps (no conversion).
+    fn end(&mut self) {
+        self.end_at(now_unix_nano());
+    }
+
     fn end_with_timestamp(&mut self, timestamp: SystemTime) {
+        self.end_at(unix_nanos(timestamp));
+    }
+}
+
+impl LensSpan {
+    /// Ends the span at `end_time_unix_nano`.
+    fn end_at(&mut self, end_time_unix_nano: u64) {
         let Some(record) = &mut self.record else { return };
-        record.end_time = timestamp;
+        record.end_time_unix_nano = end_time_unix_nano;
         // Once the closer has closed, the span was exported truncated at
         // shutdown: it is not exported again.
         let slot = record.spool_slot.take();

@@ -194,8 +194,8 @@ fn measure(record: &SpanRecord) -> SpanSizes {
         + nonempty_len(4, parent)
         + nonempty_len(5, record.name.len())
         + varint_len(6, kind_number(&record.span_kind))
-        + fixed64_len(7, unix_nanos(record.start_time))
-        + fixed64_len(8, unix_nanos(record.end_time))
+        + fixed64_len(7, record.start_time_unix_nano)
+        + fixed64_len(8, record.end_time_unix_nano)
         + attributes_len(9, &record.attributes)
         + varint_len(10, u64::from(record.dropped_attributes_count))
         + events.iter().map(|&n| len_field(11, n)).sum::<usize>()
@@ -216,8 +216,8 @@ fn put_span(buf: &mut Vec<u8>, record: &SpanRecord, sizes: &SpanSizes) {
     }
     put_nonempty(buf, 5, record.name.as_bytes());
     put_varint(buf, 6, kind_number(&record.span_kind));
-    put_fixed64(buf, 7, unix_nanos(record.start_time));
-    put_fixed64(buf, 8, unix_nanos(record.end_time));
+    put_fixed64(buf, 7, record.start_time_unix_nano);
+    put_fixed64(buf, 8, record.end_time_unix_nano);
     put_attributes(buf, 9, &record.attributes);
     put_varint(buf, 10, u64::from(record.dropped_attributes_count));
     for (event, &size) in record.events.iter().zip(&sizes.events) {

@@ -71,6 +71,7 @@ use opentelemetry_sdk::trace::{IdGenerator as _, SpanData, SpanExporter};
 
 use crate::batch::{BatchConfig, BatchExporter, ExportFuture, LensBatchRecordProcessor, Payload, SpanExportCounters};
 use crate::ids::{SeedIndependentIdGenerator, fork_generation};
+use crate::span_record::now_unix_nano;
 pub use crate::span_record::{SpanRecord, encode_request};
 
 /// The most records a thread's buffer holds before it is handed to the
@@ -132,7 +133,7 @@ impl RecordingSpan {
 
     fn finish(&mut self) {
         if let Some(mut record) = self.record.take() {
-            record.end_time = SystemTime::now();
+            record.end_time_unix_nano = now_unix_nano();
             self.recorder.record(record);
         }
     }
@@ -160,7 +161,7 @@ struct Shared {
 
 impl Shared {
     /// Hands `records` to the export queue (it drops and counts what does
-    /// not fit) and leaves `records` empty with its capacity.
+    /// not fit) and leaves `records` empty (the queue takes its buffer).
     fn hand_over(&self, records: &mut Vec<SpanRecord>) {
         if !records.is_empty() {
             self.processor.push_all(records);
@@ -178,9 +179,15 @@ impl Shared {
                 .retain(|b| b.generation == generation && (Arc::strong_count(b) > 1 || !lock(&b.records).is_empty()));
             buffers.clone()
         };
-        let mut taken = Vec::new();
         for buffer in buffers {
-            std::mem::swap(&mut *lock(&buffer.records), &mut taken);
+            let mut records = lock(&buffer.records);
+            if records.is_empty() {
+                continue;
+            }
+            // The queue takes the buffer's allocation; the thread gets a
+            // fresh one of full size.
+            let mut taken = std::mem::replace(&mut *records, Vec::with_capacity(THREAD_BUFFER));
+            drop(records);
             self.hand_over(&mut taken);
         }
     }
@@ -263,7 +270,7 @@ impl Recorder {
             (ids.new_trace_id(), TraceState::default(), SpanId::INVALID, false)
         };
         let span_context = SpanContext::new(trace_id, ids.new_span_id(), TraceFlags::SAMPLED, false, trace_state);
-        let now = SystemTime::now();
+        let now = now_unix_nano();
         RecordingSpan {
             record: Some(SpanRecord {
                 name: name.into(),
@@ -271,8 +278,8 @@ impl Recorder {
                 parent_span_id,
                 parent_span_is_remote: remote,
                 span_kind: SpanKind::Internal,
-                start_time: now,
-                end_time: now,
+                start_time_unix_nano: now,
+                end_time_unix_nano: now,
                 attributes,
                 dropped_attributes_count: 0,
                 events: Vec::new(),

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 use std::num::NonZeroU64;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{Event, Link, SpanContext, SpanId, SpanKind, Status};
 use opentelemetry::{InstrumentationScope, KeyValue};
@@ -29,10 +29,11 @@ pub struct SpanRecord {
     pub parent_span_is_remote: bool,
     /// The span's kind.
     pub span_kind: SpanKind,
-    /// When it started and ended.
-    pub start_time: SystemTime,
-    /// When it ended.
-    pub end_time: SystemTime,
+    /// When it started, in nanoseconds since the Unix epoch (OTLP's and
+    /// the spool's unit: the calling thread converts nothing).
+    pub start_time_unix_nano: u64,
+    /// When it ended, in nanoseconds since the Unix epoch.
+    pub end_time_unix_nano: u64,
     /// Its attributes, by value.
     pub attributes: Vec<KeyValue>,
     /// Attributes dropped before it was recorded (a spool slot's limit on a
@@ -76,8 +77,8 @@ impl SpanRecord {
             parent_span_is_remote: self.parent_span_is_remote,
             span_kind: self.span_kind,
             name: self.name,
-            start_time: self.start_time,
-            end_time: self.end_time,
+            start_time: time_of(self.start_time_unix_nano),
+            end_time: time_of(self.end_time_unix_nano),
             attributes: self.attributes,
             dropped_attributes_count: self.dropped_attributes_count,
             events,
@@ -96,8 +97,8 @@ impl SpanRecord {
             parent_span_id: span.parent_span_id,
             parent_span_is_remote: span.parent_span_is_remote,
             span_kind: span.span_kind,
-            start_time: span.start_time,
-            end_time: span.end_time,
+            start_time_unix_nano: unix_nanos(span.start_time),
+            end_time_unix_nano: unix_nanos(span.end_time),
             attributes: span.attributes,
             dropped_attributes_count: span.dropped_attributes_count,
             events: span.events.events,
@@ -127,8 +128,8 @@ impl SpanRecord {
             flags,
             name: self.name.into_owned(),
             kind: kind as i32,
-            start_time_unix_nano: unix_nanos(self.start_time),
-            end_time_unix_nano: unix_nanos(self.end_time),
+            start_time_unix_nano: self.start_time_unix_nano,
+            end_time_unix_nano: self.end_time_unix_nano,
             attributes: Attributes::from(self.attributes).0,
             dropped_attributes_count: self.dropped_attributes_count,
             events: self
@@ -163,8 +164,34 @@ pub(crate) mod span_flags {
     pub(crate) const IS_REMOTE: u32 = 0x200;
 }
 
-pub(crate) fn unix_nanos(time: SystemTime) -> u64 {
+/// `time` in nanoseconds since the Unix epoch (0 before it).
+pub fn unix_nanos(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The time `nanos` nanoseconds after the Unix epoch.
+pub fn time_of(nanos: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(nanos)
+}
+
+/// Now, in nanoseconds since the Unix epoch: one read of the realtime
+/// clock (a vDSO call), without `SystemTime`'s checked arithmetic and
+/// conversion (a span reads the clock at its start and its end).
+#[inline]
+pub fn now_unix_nano() -> u64 {
+    #[cfg(unix)]
+    {
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `now` is a valid timespec to write to, and
+        // CLOCK_REALTIME is a clock every Unix has.
+        let read = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+        if read == 0
+            && let (Ok(seconds), Ok(nanos)) = (u64::try_from(now.tv_sec), u64::try_from(now.tv_nsec))
+        {
+            return seconds.saturating_mul(1_000_000_000).saturating_add(nanos);
+        }
+    }
+    unix_nanos(SystemTime::now())
 }
 
 /// The OTLP request of `records`, all in `scope`, for `resource`: built

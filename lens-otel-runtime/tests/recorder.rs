@@ -13,6 +13,7 @@ use lens_otel_runtime::batch::BatchConfig;
 use lens_otel_runtime::exporters::testing::{InMemorySpanExporter, KeepingSpanExporter};
 use lens_otel_runtime::ids::with_next_trace_id;
 use lens_otel_runtime::recorder::{Recorder, RecordsAsSpanData, SpanRecord, THREAD_BUFFER, encode_request};
+use lens_otel_runtime::span_record::unix_nanos;
 use opentelemetry::trace::{Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -240,8 +241,8 @@ fn sample_records() -> Vec<SpanRecord> {
             parent_span_id: SpanId::from(0x99_u64),
             parent_span_is_remote: true,
             span_kind: SpanKind::Server,
-            start_time: start,
-            end_time: start + Duration::from_millis(5),
+            start_time_unix_nano: unix_nanos(start),
+            end_time_unix_nano: unix_nanos(start + Duration::from_millis(5)),
             attributes: vec![
                 KeyValue::new("dl.iteration", 7_i64),
                 KeyValue::new("dl.loss", 2.5_f64),
@@ -261,8 +262,8 @@ fn sample_records() -> Vec<SpanRecord> {
             parent_span_id: SpanId::from(0x11_u64),
             parent_span_is_remote: false,
             span_kind: SpanKind::Internal,
-            start_time: start + Duration::from_millis(1),
-            end_time: start + Duration::from_millis(2),
+            start_time_unix_nano: unix_nanos(start + Duration::from_millis(1)),
+            end_time_unix_nano: unix_nanos(start + Duration::from_millis(2)),
             attributes: Vec::new(),
             dropped_attributes_count: 0,
             events: Vec::new(),

@@ -30,10 +30,11 @@ pub struct SpanView<'a> {
     pub span_kind: &'a SpanKind,
     /// Its name.
     pub name: &'a str,
-    /// When it started.
-    pub start_time: SystemTime,
-    /// When it ended (its start while open).
-    pub end_time: SystemTime,
+    /// When it started, in nanoseconds since the Unix epoch.
+    pub start_time_unix_nano: u64,
+    /// When it ended (its start while open), in nanoseconds since the
+    /// Unix epoch.
+    pub end_time_unix_nano: u64,
     /// Its status.
     pub status: &'a Status,
     /// The scope it is recorded in.
@@ -60,8 +61,8 @@ impl<'a> From<&'a SpanData> for SpanView<'a> {
             parent_span_is_remote: span.parent_span_is_remote,
             span_kind: &span.span_kind,
             name: &span.name,
-            start_time: span.start_time,
-            end_time: span.end_time,
+            start_time_unix_nano: nanos(span.start_time),
+            end_time_unix_nano: nanos(span.end_time),
             status: &span.status,
             scope: &span.instrumentation_scope,
             attributes: &span.attributes,
@@ -76,21 +77,33 @@ impl<'a> From<&'a SpanData> for SpanView<'a> {
 impl<'a> SpanView<'a> {
     /// The view of `record`, recorded in `scope`.
     pub fn of_record(record: &'a crate::span_record::SpanRecord, scope: &'a InstrumentationScope) -> SpanView<'a> {
+        SpanView::of_record_encoded(record, scope, &[])
+    }
+
+    /// [`of_record`](Self::of_record) with `scope`'s encoding
+    /// ([`encode_scope`]), copied into a slot as it is: built in one go,
+    /// as lens's tracer does twice per span.
+    #[inline]
+    pub fn of_record_encoded(
+        record: &'a crate::span_record::SpanRecord,
+        scope: &'a InstrumentationScope,
+        scope_encoded: &'a [u8],
+    ) -> SpanView<'a> {
         SpanView {
             span_context: &record.span_context,
             parent_span_id: record.parent_span_id,
             parent_span_is_remote: record.parent_span_is_remote,
             span_kind: &record.span_kind,
             name: &record.name,
-            start_time: record.start_time,
-            end_time: record.end_time,
+            start_time_unix_nano: record.start_time_unix_nano,
+            end_time_unix_nano: record.end_time_unix_nano,
             status: &record.status,
             scope,
             attributes: &record.attributes,
             dropped_attributes_count: record.dropped_attributes_count,
             events: &record.events,
             dropped_events_count: 0,
-            scope_encoded: &[],
+            scope_encoded,
         }
     }
 
@@ -373,9 +386,8 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
     slot[SLOT_TRACE_ID..SLOT_TRACE_ID + 16].copy_from_slice(&span.span_context.trace_id().to_bytes());
     slot[SLOT_SPAN_ID..SLOT_SPAN_ID + 8].copy_from_slice(&span.span_context.span_id().to_bytes());
     slot[SLOT_PARENT..SLOT_PARENT + 8].copy_from_slice(&span.parent_span_id.to_bytes());
-    let start = nanos(span.start_time);
-    put_u64(slot, SLOT_START, start);
-    put_u64(slot, SLOT_END, if span.end_time == span.start_time { start } else { nanos(span.end_time) });
+    put_u64(slot, SLOT_START, span.start_time_unix_nano);
+    put_u64(slot, SLOT_END, span.end_time_unix_nano);
     slot[SLOT_TRACE_FLAGS] = span.span_context.trace_flags().to_u8();
     slot[SLOT_KIND] = kind_code(span.span_kind);
     slot[SLOT_PARENT_REMOTE] = u8::from(span.parent_span_is_remote);
@@ -396,7 +408,8 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
     if let Status::Error { description } = span.status {
         w.str(description);
     } else {
-        w.str("");
+        // An empty description: its length.
+        w.u16(0);
     }
     let kept = w.attributes(span.attributes);
     let dropped = span.dropped_attributes_count as usize + span.attributes.len() - kept;
@@ -426,7 +439,7 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
 }
 
 /// `scope`'s name and version as the span encoder writes them, for
-/// [`SpanView::with_encoded_scope`].
+/// [`SpanView::with_encoded_scope`] and [`SpanView::of_record_encoded`].
 pub fn encode_scope(scope: &InstrumentationScope) -> Box<[u8]> {
     let mut buf = vec![0_u8; SLOT_SIZE - SLOT_PAYLOAD];
     let mut w = Writer { buf: &mut buf, at: 0, full: false, reserve: 0 };
@@ -449,7 +462,7 @@ pub(crate) fn holds_name(slot: &[u8], name: &str) -> bool {
 /// or unset status (an error's description is in the payload, so an
 /// error needs [`encode_span`]; here it would keep the start's empty one).
 pub(crate) fn encode_end(slot: &mut [u8], span: &SpanView<'_>) {
-    put_u64(slot, SLOT_END, nanos(span.end_time));
+    put_u64(slot, SLOT_END, span.end_time_unix_nano);
     slot[SLOT_STATUS] = match span.status {
         Status::Unset => 0,
         Status::Ok => 1,
@@ -566,7 +579,22 @@ impl Writer<'_> {
         self.bytes(&value.to_le_bytes());
     }
 
+    #[inline]
     fn str(&mut self, value: &str) {
+        // The usual case first: it fits, its length and bytes in one go.
+        let (at, n) = (self.at, value.len());
+        if !self.full && n <= usize::from(u16::MAX) && at + 2 + n + self.reserve <= self.buf.len() {
+            self.buf[at..at + 2].copy_from_slice(&(n as u16).to_le_bytes());
+            self.buf[at + 2..at + 2 + n].copy_from_slice(value.as_bytes());
+            self.at = at + 2 + n;
+            return;
+        }
+        self.str_cut(value);
+    }
+
+    /// [`str`](Self::str) when `value` may not fit.
+    #[cold]
+    fn str_cut(&mut self, value: &str) {
         let room = self.buf.len().saturating_sub(self.at + 2 + self.reserve);
         let mut n = value.len();
         if n > room || n > usize::from(u16::MAX) {
@@ -575,14 +603,9 @@ impl Writer<'_> {
             while !value.is_char_boundary(n) {
                 n -= 1;
             }
-        } else if !self.full {
-            // It fits: its length and bytes in one go.
-            let at = self.at;
-            self.buf[at..at + 2].copy_from_slice(&(n as u16).to_le_bytes());
-            self.buf[at + 2..at + 2 + n].copy_from_slice(value.as_bytes());
-            self.at = at + 2 + n;
-            return;
         }
+        // Cut, or after a write that did not fit (`full`: this one writes
+        // nothing either).
         self.u16(n as u16);
         self.bytes(&value.as_bytes()[..n]);
     }
