@@ -368,18 +368,20 @@ impl OpenSpanCloser {
     /// [`span_started`](Self::span_started) for a span of lens's tracer:
     /// the slot that keeps it, `None` when it is not kept (unsampled,
     /// closed, or a full table).
-    pub(crate) fn record_started(&self, span: SpanView<'_>) -> Option<SpoolSlot> {
+    #[inline]
+    pub(crate) fn record_started(&self, span: &SpanView<'_>) -> Option<SpoolSlot> {
         if self.inner.closed.load(Ordering::Acquire) || !span.span_context.is_sampled() {
             return None;
         }
-        self.table().record_started(&span)
+        self.table().record_started(span)
     }
 
     /// [`span_ended`](Self::span_ended) for a span of lens's tracer kept
     /// in `slot`: `None` once the closer is closed (the span was exported
     /// truncated at shutdown and must not be exported again), else the slot
     /// the processor releases once the span is exported, if it keeps one.
-    pub(crate) fn record_ended(&self, slot: Option<SpoolSlot>, span: SpanView<'_>) -> Option<Option<SpoolSlot>> {
+    #[inline]
+    pub(crate) fn record_ended(&self, slot: Option<SpoolSlot>, span: &SpanView<'_>) -> Option<Option<SpoolSlot>> {
         if self.inner.closed.load(Ordering::Acquire) {
             return None;
         }
@@ -388,7 +390,7 @@ impl OpenSpanCloser {
         let keep = matches!(self.inner.target, Target::Batch(_) | Target::Records(_))
             && table.is_file()
             && span.span_context.is_sampled();
-        Some(table.record_ended(slot, &span, keep))
+        Some(table.record_ended(slot, span, keep))
     }
 }
 

@@ -247,7 +247,7 @@ impl LensTracer {
             status: Status::Unset,
             spool_slot: None,
         });
-        record.spool_slot = self.closer.record_started(self.spool_view(record));
+        record.spool_slot = self.closer.record_started(&self.spool_view(record));
     }
 }
 
@@ -397,7 +397,7 @@ impl LensSpan {
         // Once the closer has closed, the span was exported truncated at
         // shutdown: it is not exported again.
         let slot = record.spool_slot.take();
-        if let Some(kept) = self.tracer.closer.record_ended(slot, self.tracer.spool_view(record)) {
+        if let Some(kept) = self.tracer.closer.record_ended(slot, &self.tracer.spool_view(record)) {
             record.spool_slot = kept;
             self.tracer.recorder.record_from(&mut self.record);
         }

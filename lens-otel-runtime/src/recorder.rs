@@ -161,7 +161,7 @@ struct Shared {
 
 impl Shared {
     /// Hands `records` to the export queue (it drops and counts what does
-    /// not fit) and leaves `records` empty (the queue takes its buffer).
+    /// not fit) and leaves `records` empty with its capacity.
     fn hand_over(&self, records: &mut Vec<SpanRecord>) {
         if !records.is_empty() {
             self.processor.push_all(records);
@@ -180,15 +180,9 @@ impl Shared {
             buffers.clone()
         };
         for buffer in buffers {
-            let mut records = lock(&buffer.records);
-            if records.is_empty() {
-                continue;
-            }
-            // The queue takes the buffer's allocation; the thread gets a
-            // fresh one of full size.
-            let mut taken = std::mem::replace(&mut *records, Vec::with_capacity(THREAD_BUFFER));
-            drop(records);
-            self.hand_over(&mut taken);
+            // The buffer's lock is held while the queue copies it (the
+            // order everywhere: a buffer, then the queue).
+            self.hand_over(&mut lock(&buffer.records));
         }
     }
 }
@@ -309,14 +303,17 @@ impl Recorder {
             let mut records = lock(&buffer.records);
             push_taken(&mut records, record);
             if records.len() >= THREAD_BUFFER {
-                let mut full = std::mem::replace(&mut *records, Vec::with_capacity(THREAD_BUFFER));
-                drop(records);
-                self.shared.hand_over(&mut full);
+                // Copied into the queue in one go, the buffer's lock held
+                // (a buffer, then the queue); the buffer keeps its memory.
+                self.shared.hand_over(&mut records);
             }
         });
-        // This thread's buffers are gone (it is exiting): straight to the queue.
-        if let Some(record) = record.take() {
-            self.shared.hand_over(&mut vec![record]);
+        // This thread's buffers are gone (it is exiting): straight to the
+        // queue. (Tested first: `take` copies the whole record, even a `None`.)
+        if record.is_some() {
+            let mut last = Vec::with_capacity(1);
+            push_taken(&mut last, record);
+            self.shared.hand_over(&mut last);
         }
     }
 

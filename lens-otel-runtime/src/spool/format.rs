@@ -397,8 +397,54 @@ pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
         Status::Error { .. } => 2,
     };
     let (head, payload) = slot.split_at_mut(SLOT_PAYLOAD);
-    let mut w = Writer { buf: payload, at: 0, full: false, reserve: 2 };
+    if let Some(end) = encode_plain_payload(payload, span) {
+        put_u32(head, SLOT_DROPPED_ATTRIBUTES, span.dropped_attributes_count);
+        put_u32(head, SLOT_LEN, end as u32);
+        return;
+    }
+    encode_payload(head, payload, span);
+}
+
+/// The payload of a span with no attributes or events, an unset or `Ok`
+/// status and its scope encoded, when it fits (most spans of a job, as
+/// they start): the bytes [`encode_payload`] writes for it, in straight
+/// copies. Its length, or `None` (nothing written) for any other span.
+fn encode_plain_payload(payload: &mut [u8], span: &SpanView<'_>) -> Option<usize> {
+    if !span.attributes.is_empty()
+        || !span.events.is_empty()
+        || matches!(span.status, Status::Error { .. })
+        || span.scope_encoded.is_empty()
+    {
+        return None;
+    }
+    let name = span.name.as_bytes();
+    let name_len = u16::try_from(name.len()).ok()?;
+    let scope_at = 2 + name.len();
+    let end = scope_at + span.scope_encoded.len() + 6;
+    let out = payload.get_mut(..end)?;
+    out[..2].copy_from_slice(&name_len.to_le_bytes());
+    out[2..scope_at].copy_from_slice(name);
+    out[scope_at..end - 6].copy_from_slice(span.scope_encoded);
+    // An empty status description, no attributes, no events.
+    out[end - 6..].fill(0);
+    Some(end)
+}
+
+/// The payload of any span: what fits of it, attributes and events cut
+/// where the slot ends (counted in `head`).
+fn encode_payload(head: &mut [u8], payload: &mut [u8], span: &SpanView<'_>) {
+    // A name longer than the slot is cut where it leaves room for the
+    // scope, an empty description and the two counts, so that the slot
+    // still decodes (a name gets at least half the payload).
+    let scope_len = if span.scope_encoded.is_empty() {
+        4 + span.scope.name().len() + span.scope.version().map_or(0, str::len)
+    } else {
+        span.scope_encoded.len()
+    };
+    let reserve = (scope_len + 6).min(payload.len() / 2);
+    let mut w = Writer { buf: payload, at: 0, full: false, reserve };
     w.str(span.name);
+    w.reserve = 2;
     if !span.scope_encoded.is_empty() && w.fits(span.scope_encoded.len()) {
         w.bytes(span.scope_encoded);
     } else {
@@ -834,6 +880,50 @@ mod tests {
     use super::tests_support::span;
     use super::*;
     use opentelemetry::trace::Event;
+
+    /// A span with no attributes or events (the plain path) is encoded to
+    /// the same bytes as by the general writer, for names from empty to
+    /// past what a slot holds, unset and `Ok` statuses, and counted
+    /// dropped attributes; and it decodes.
+    #[test]
+    fn a_plain_span_is_encoded_as_the_general_writer_encodes_it() {
+        let scope_encoded = encode_scope(&InstrumentationScope::builder("nemo.lens").with_version("0.1.0").build());
+        let names: Vec<String> =
+            [0, 1, 10, 900, SLOT_SIZE - SLOT_PAYLOAD - 30, SLOT_SIZE].iter().map(|&n| "é".repeat(n / 2)).collect();
+        let mut plain_paths = 0;
+        for name in &names {
+            for status in [Status::Unset, Status::Ok] {
+                for dropped in [0, 3] {
+                    let mut original = span("x", 7, 3, 100);
+                    original.attributes.clear();
+                    original.status = status.clone();
+                    original.dropped_attributes_count = dropped;
+                    original.name = Cow::Owned(name.clone());
+                    let view = SpanView::from(&original).with_encoded_scope(&scope_encoded);
+                    let mut fast = vec![0xAA_u8; SLOT_SIZE];
+                    encode_span(&mut fast, &view);
+                    let mut general = fast.clone();
+                    let (head, payload) = general.split_at_mut(SLOT_PAYLOAD);
+                    if encode_plain_payload(&mut payload.to_vec(), &view).is_some() {
+                        plain_paths += 1;
+                    }
+                    payload.fill(0xAA);
+                    encode_payload(head, payload, &view);
+                    assert_eq!(fast, general, "name of {} bytes, {status:?}, {dropped} dropped", name.len());
+                    let decoded =
+                        decode_span(&fast).unwrap_or_else(|| panic!("a name of {} bytes decodes", name.len()));
+                    assert_eq!(
+                        decoded.name,
+                        original.name.chars().take(decoded.name.chars().count()).collect::<String>()
+                    );
+                    assert_eq!(decoded.status, status);
+                    assert_eq!(decoded.dropped_attributes_count, dropped);
+                }
+            }
+        }
+        // Names that fit took the plain path; the longest did not.
+        assert_eq!(plain_paths, 5 * 4);
+    }
 
     #[test]
     fn a_span_round_trips_through_a_slot() {
