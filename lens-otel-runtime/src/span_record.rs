@@ -223,3 +223,21 @@ pub fn encode_request(
         }],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The clock a record's times come from is the system's realtime
+    /// clock, in nanoseconds: read between two `SystemTime` reads, and
+    /// unchanged through `time_of` and back; a time before the epoch is 0.
+    #[test]
+    fn a_record_s_clock_is_the_system_clock_in_nanoseconds() {
+        let before = unix_nanos(SystemTime::now());
+        let now = now_unix_nano();
+        let after = unix_nanos(SystemTime::now());
+        assert!(before <= now && now <= after, "{before} <= {now} <= {after}");
+        assert_eq!(unix_nanos(time_of(now)), now);
+        assert_eq!(unix_nanos(UNIX_EPOCH - Duration::from_secs(1)), 0);
+    }
+}

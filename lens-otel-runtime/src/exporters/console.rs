@@ -19,7 +19,7 @@
 use std::fmt;
 use std::io::Write;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use opentelemetry::trace::{SpanKind, Status};
 use opentelemetry::{KeyValue, Value};
@@ -31,6 +31,8 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, Re
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use serde_json::{Map, Value as Json, json};
+
+use crate::span_record::unix_nanos;
 
 type Output = Mutex<Option<Box<dyn Write + Send>>>;
 
@@ -68,10 +70,6 @@ fn flush(output: &Output) -> OTelSdkResult {
         }
         None => Ok(()),
     }
-}
-
-pub(crate) fn unix_nanos(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |elapsed| u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// An attribute value as JSON (non-finite floats become strings).

@@ -9,11 +9,13 @@
 //! This module is pure: it encodes into and decodes from byte slices.
 
 use std::borrow::Cow;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use opentelemetry::trace::{Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+use crate::span_record::{time_of, unix_nanos};
 
 /// What the spool keeps of a span, borrowed from the SDK's `SpanData` or
 /// from a lens span record ([`crate::span_record::SpanRecord`]) with the
@@ -105,13 +107,6 @@ impl<'a> SpanView<'a> {
             dropped_events_count: 0,
             scope_encoded,
         }
-    }
-
-    /// The view with `scope`'s encoding ([`encode_scope`] of its scope),
-    /// copied into a slot as it is.
-    #[must_use]
-    pub fn with_encoded_scope(self, encoded: &'a [u8]) -> SpanView<'a> {
-        SpanView { scope_encoded: encoded, ..self }
     }
 
     /// The spool's key of the span: its span id as a number.
@@ -248,12 +243,10 @@ pub fn slot_count(total: usize) -> u32 {
     (total.saturating_sub(HEADER_SIZE) / SLOT_SIZE).min(u32::MAX as usize) as u32
 }
 
+/// `time` as the file keeps it: nanoseconds since the Unix epoch, below
+/// `u64::MAX` (a progress field's "none").
 pub(crate) fn nanos(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX - 1)) as u64)
-}
-
-pub(crate) fn time(nanos: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_nanos(nanos)
+    unix_nanos(time).min(u64::MAX - 1)
 }
 
 pub(crate) fn put_u32(buf: &mut [u8], at: usize, value: u32) {
@@ -353,7 +346,7 @@ pub fn read_header(file: &[u8]) -> Result<Header, FormatError> {
         reached: get_u64(file, OFF_REACHED),
         completed: optional(get_u64(file, OFF_COMPLETED)),
         durable: optional(get_u64(file, OFF_DURABLE)),
-        at: time(progress_at),
+        at: time_of(progress_at),
     });
     Ok(Header {
         pid: get_u32(file, OFF_PID),
@@ -364,7 +357,7 @@ pub fn read_header(file: &[u8]) -> Result<Header, FormatError> {
         host,
         run_id,
         resource,
-        last_alive: time(get_u64(file, OFF_LAST_ALIVE)),
+        last_alive: time_of(get_u64(file, OFF_LAST_ALIVE)),
         overflow: get_u64(file, OFF_OVERFLOW),
         progress,
         closed_cleanly: get_u64(file, OFF_FLAGS) & FLAG_CLOSED_CLEANLY != 0,
@@ -485,7 +478,7 @@ fn encode_payload(head: &mut [u8], payload: &mut [u8], span: &SpanView<'_>) {
 }
 
 /// `scope`'s name and version as the span encoder writes them, for
-/// [`SpanView::with_encoded_scope`] and [`SpanView::of_record_encoded`].
+/// [`SpanView::of_record_encoded`].
 pub fn encode_scope(scope: &InstrumentationScope) -> Box<[u8]> {
     let mut buf = vec![0_u8; SLOT_SIZE - SLOT_PAYLOAD];
     let mut w = Writer { buf: &mut buf, at: 0, full: false, reserve: 0 };
@@ -537,7 +530,7 @@ pub(crate) fn decode_span(slot: &[u8]) -> Option<SpanData> {
     let mut events = SpanEvents::default();
     for _ in 0..r.u16()? {
         let name = r.str()?.into_owned();
-        let at = time(r.u64()?);
+        let at = time_of(r.u64()?);
         let attributes = r.attributes()?;
         events.events.push(opentelemetry::trace::Event::new(name, at, attributes, 0));
     }
@@ -557,8 +550,8 @@ pub(crate) fn decode_span(slot: &[u8]) -> Option<SpanData> {
         parent_span_is_remote: slot[SLOT_PARENT_REMOTE] != 0,
         span_kind: kind_from(slot[SLOT_KIND]),
         name: Cow::Owned(name),
-        start_time: time(get_u64(slot, SLOT_START)),
-        end_time: time(get_u64(slot, SLOT_END)),
+        start_time: time_of(get_u64(slot, SLOT_START)),
+        end_time: time_of(get_u64(slot, SLOT_END)),
         attributes,
         dropped_attributes_count: get_u32(slot, SLOT_DROPPED_ATTRIBUTES),
         events,
@@ -858,8 +851,8 @@ pub(crate) mod tests_support {
             parent_span_is_remote: false,
             span_kind: SpanKind::Internal,
             name: Cow::Borrowed(name),
-            start_time: time(start_s * 1_000_000_000 + 123),
-            end_time: time(start_s * 1_000_000_000 + 999),
+            start_time: time_of(start_s * 1_000_000_000 + 123),
+            end_time: time_of(start_s * 1_000_000_000 + 999),
             attributes: vec![
                 KeyValue::new("dl.iteration", 17_i64),
                 KeyValue::new("dl.loss", 2.5_f64),
@@ -899,7 +892,7 @@ mod tests {
                     original.status = status.clone();
                     original.dropped_attributes_count = dropped;
                     original.name = Cow::Owned(name.clone());
-                    let view = SpanView::from(&original).with_encoded_scope(&scope_encoded);
+                    let view = SpanView { scope_encoded: &scope_encoded, ..SpanView::from(&original) };
                     let mut fast = vec![0xAA_u8; SLOT_SIZE];
                     encode_span(&mut fast, &view);
                     let mut general = fast.clone();
@@ -928,7 +921,7 @@ mod tests {
     #[test]
     fn a_span_round_trips_through_a_slot() {
         let mut original = span("megatron.train.iteration", 7, 3, 100);
-        original.events.events.push(Event::new("checkpoint", time(5), vec![KeyValue::new("dl.step", 4_i64)], 0));
+        original.events.events.push(Event::new("checkpoint", time_of(5), vec![KeyValue::new("dl.step", 4_i64)], 0));
         original.status = Status::error("boom");
         let mut slot = vec![0_u8; SLOT_SIZE];
         encode_span(&mut slot, &(&original).into());
@@ -959,7 +952,7 @@ mod tests {
 
     fn header_bytes() -> Vec<u8> {
         let mut file = vec![0_u8; HEADER_SIZE + 4 * SLOT_SIZE];
-        write_header(&mut file, 4, 4242, 1000, 3, 8, "0f1e-boot", time(1_000_000_000));
+        write_header(&mut file, 4, 4242, 1000, 3, 8, "0f1e-boot", time_of(1_000_000_000));
         let resource = [KeyValue::new("service.name", "megatron-lm"), KeyValue::new("dl.rank", 3_i64)];
         let len = encode_meta(&mut file[OFF_META..HEADER_SIZE], "node-07", "run-42", &resource);
         put_u32(&mut file, OFF_META_LEN, len as u32);
