@@ -553,14 +553,15 @@ impl<T: Item> Inner<T> {
         // in one go.
         let room = if closed { 0 } else { self.config.max_queue_size.saturating_sub(queue.len() + held) };
         let accepted = room.min(items.len());
-        for _ in 0..accepted {
-            self.counters.record(ExportEvent::Offered(Admission::Accepted));
-        }
+        let len = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        self.counters.record(ExportEvent::OfferedAll { admission: Admission::Accepted, len: len(accepted) });
         queue.extend(items.drain(..accepted));
         let refused = admit(closed, queue.len() + held, self.config.max_queue_size);
+        if !items.is_empty() {
+            self.counters.record(ExportEvent::OfferedAll { admission: refused, len: len(items.len()) });
+        }
         let mut released = Vec::new();
         for item in items.drain(..) {
-            self.counters.record(ExportEvent::Offered(refused));
             if refused != Admission::AfterShutdown
                 && let Some(key) = item.spool_key()
             {

@@ -71,6 +71,14 @@ pub fn retries_over(window_end: Instant, shutdown_deadline: Option<Instant>, at:
 pub enum ExportEvent {
     /// A span was offered to the queue.
     Offered(Admission),
+    /// `len` spans were offered to the queue together, each with the same
+    /// admission (a thread buffer handed over: one count, not `len`).
+    OfferedAll {
+        /// Their admission.
+        admission: Admission,
+        /// How many.
+        len: u64,
+    },
     /// An export of `len` spans started.
     Started {
         /// Spans in the batch.
@@ -128,13 +136,21 @@ pub enum Change {
     Sub(Counter, u64),
 }
 
+/// The counter an offered span's admission counts in.
+fn admission_counter(admission: Admission) -> Counter {
+    match admission {
+        Admission::Accepted => Counter::Accepted,
+        Admission::QueueFull => Counter::DroppedQueueFull,
+        Admission::AfterShutdown => Counter::RejectedAfterShutdown,
+    }
+}
+
 impl ExportEvent {
     /// The counter changes of this event (one or two).
     pub fn changes(self) -> impl Iterator<Item = Change> {
         let (first, second) = match self {
-            ExportEvent::Offered(Admission::Accepted) => (Change::Add(Counter::Accepted, 1), None),
-            ExportEvent::Offered(Admission::QueueFull) => (Change::Add(Counter::DroppedQueueFull, 1), None),
-            ExportEvent::Offered(Admission::AfterShutdown) => (Change::Add(Counter::RejectedAfterShutdown, 1), None),
+            ExportEvent::Offered(admission) => (Change::Add(admission_counter(admission), 1), None),
+            ExportEvent::OfferedAll { admission, len } => (Change::Add(admission_counter(admission), len), None),
             ExportEvent::Started { len } => {
                 (Change::Add(Counter::InFlightExports, 1), Some(Change::Add(Counter::InFlightSpans, len)))
             }

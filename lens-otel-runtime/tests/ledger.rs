@@ -195,3 +195,20 @@ fn each_event_moves_the_counters_the_report_names() {
     );
     assert_eq!((s.in_flight_spans, s.in_flight_exports, s.pending(), s.dropped()), (0, 0, 0, 1));
 }
+
+#[test]
+fn spans_offered_together_count_as_each_offered_alone() {
+    let mut together = ExportLedger::default();
+    together.record(ExportEvent::OfferedAll { admission: Admission::Accepted, len: 3 });
+    together.record(ExportEvent::OfferedAll { admission: Admission::QueueFull, len: 2 });
+    together.record(ExportEvent::OfferedAll { admission: Admission::AfterShutdown, len: 0 });
+    let mut alone = ExportLedger::default();
+    for admission in [Admission::Accepted, Admission::Accepted, Admission::Accepted] {
+        alone.record(ExportEvent::Offered(admission));
+    }
+    alone.record(ExportEvent::Offered(Admission::QueueFull));
+    alone.record(ExportEvent::Offered(Admission::QueueFull));
+    assert_eq!(together.snapshot(), alone.snapshot());
+    let s = together.snapshot();
+    assert_eq!((s.accepted, s.dropped_queue_full, s.rejected_after_shutdown), (3, 2, 0));
+}
