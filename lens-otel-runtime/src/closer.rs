@@ -377,20 +377,26 @@ impl OpenSpanCloser {
     }
 
     /// [`span_ended`](Self::span_ended) for a span of lens's tracer kept
-    /// in `slot`: `None` once the closer is closed (the span was exported
-    /// truncated at shutdown and must not be exported again), else the slot
-    /// the processor releases once the span is exported, if it keeps one.
+    /// in `slot`, `sampled` or not, ended as `span` shows it: `None` once the
+    /// closer is closed (the span was exported truncated at shutdown and
+    /// must not be exported again), else the slot the processor releases
+    /// once the span is exported, if it keeps one. `span` is called only
+    /// when the slot keeps the ended span (a spool in a file); in memory
+    /// the slot is freed.
     #[inline]
-    pub(crate) fn record_ended(&self, slot: Option<SpoolSlot>, span: &SpanView<'_>) -> Option<Option<SpoolSlot>> {
+    pub(crate) fn record_ended<'v>(
+        &self,
+        slot: Option<SpoolSlot>,
+        sampled: bool,
+        span: impl FnOnce() -> SpanView<'v>,
+    ) -> Option<Option<SpoolSlot>> {
         if self.inner.closed.load(Ordering::Acquire) {
             return None;
         }
         let Some(slot) = slot else { return Some(None) };
         let table = self.table();
-        let keep = matches!(self.inner.target, Target::Batch(_) | Target::Records(_))
-            && table.is_file()
-            && span.span_context.is_sampled();
-        Some(table.record_ended(slot, span, keep))
+        let keep = matches!(self.inner.target, Target::Batch(_) | Target::Records(_)) && table.is_file() && sampled;
+        Some(if keep { table.record_ended(slot, &span(), true) } else { table.release_ended(slot) })
     }
 }
 

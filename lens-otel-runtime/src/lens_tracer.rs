@@ -397,7 +397,9 @@ impl LensSpan {
         // Once the closer has closed, the span was exported truncated at
         // shutdown: it is not exported again.
         let slot = record.spool_slot.take();
-        if let Some(kept) = self.tracer.closer.record_ended(slot, &self.tracer.spool_view(record)) {
+        let tracer = self.tracer;
+        let sampled = record.span_context.is_sampled();
+        if let Some(kept) = tracer.closer.record_ended(slot, sampled, || tracer.spool_view(record)) {
             record.spool_slot = kept;
             self.tracer.recorder.record_from(&mut self.record);
         }

@@ -571,14 +571,22 @@ impl SpoolTable {
             return None;
         }
         if !keep {
-            self.release(slot.index, slot.order);
-            return None;
+            return self.release_ended(slot);
         }
         if !self.holds(slot.index, slot.order) {
             return None;
         }
         self.end_in_slot(slot.index, span, (usize::from(slot.attributes), usize::from(slot.events)));
         Some(slot)
+    }
+
+    /// [`record_ended`](Self::record_ended) without keeping the span: its
+    /// slot is free at once.
+    pub(crate) fn release_ended(&self, slot: SpoolSlot) -> Option<SpoolSlot> {
+        if self.writable() {
+            self.release(slot.index, slot.order);
+        }
+        None
     }
 
     /// Writes the end of `span` into its slot `index`, held since it
