@@ -9,10 +9,12 @@
 //!   exporter built the same way (`build_otlp_span_exporter` from the same
 //!   configuration), spans ended with the SDK tracer.
 //!
-//! - `lens-batch`: lens's batch processor alone (built as `setup_telemetry`
-//!   builds it) in the raw pipeline's place, spans ended with the same SDK
-//!   tracer call as `raw`: the two differ only in the processor, so this is
-//!   the comparison of export pipelines. `lens` adds what a job's calling
+//! - `lens-batch`: lens's batch processor alone, built as `setup_telemetry`
+//!   builds it (the record processor a job's SDK spans go to: each ended
+//!   span becomes a `SpanRecord` in the queue, and a batch is encoded
+//!   straight into the OTLP request), in the raw pipeline's place, spans
+//!   ended with the same SDK tracer call as `raw`: the two differ only in
+//!   the processor, so this is the comparison of export pipelines. `lens` adds what a job's calling
 //!   thread also pays per span (the open-span closer's snapshot, the
 //!   sampler wrapper, the facade), which `managed_span_enabled` budgets.
 //!
@@ -29,7 +31,7 @@
 //! ending them), `total_s` (until shutdown returned: everything exported),
 //! `exported`, `dropped` (queue full, failed exports and left at shutdown),
 //! `export_errors`, `peak_rss_kib` (the process's high-water mark),
-//! `span_data_bytes` (the size of one queued span's record, without its
+//! `span_data_bytes` (the size of one span in lens's queue, without its
 //! heap parts), `cpu_s` and `main_cpu_s` (CPU seconds of the whole process
 //! and of the producing thread, until shutdown returned), `threads` (the
 //! process's threads just before shutdown) and `voluntary_switches` (context
@@ -46,8 +48,10 @@ use lens_fallbacks::attr::KeyValue;
 use lens_fallbacks::config::{LensConfig, Signal};
 use lens_fallbacks::groups::{LENS_CATALOG, SpanGroup};
 use lens_fallbacks::identity::RankContext;
-use lens_fallbacks::otel::batch::{BatchConfig, LensBatchSpanProcessor};
+use lens_fallbacks::otel::batch::{BatchConfig, LensBatchRecordProcessor};
 use lens_fallbacks::otel::exporters::{LensSpanExporter, build_otlp_span_exporter};
+use lens_fallbacks::otel::recorder::record_exporter;
+use lens_fallbacks::otel::span_record::SpanRecord;
 use lens_fallbacks::setup::{SetupOptions, setup_telemetry};
 use lens_fallbacks::span::managed_span;
 use opentelemetry::trace::{Tracer as _, TracerProvider as _};
@@ -180,7 +184,7 @@ impl Outcome {
              \"dropped\":{dropped},\"export_errors\":{errors},\"peak_rss_kib\":{},\"span_data_bytes\":{},\
              \"cpu_s\":{cpu_s},\"main_cpu_s\":{},\"threads\":{threads},\"voluntary_switches\":{switches}}}",
             peak_rss_kib(),
-            std::mem::size_of::<SpanData>(),
+            std::mem::size_of::<SpanRecord>(),
             thread_cpu_s("/proc/thread-self/stat"),
         )
     }
@@ -286,11 +290,12 @@ fn run_lens_batch(endpoint: &str, protocol: &str, attrs: usize, load: Load) -> R
     let (config, _) = config(endpoint, protocol)?;
     let exporter = build_otlp_span_exporter(config.otel.otlp(Signal::Traces)).map_err(|e| e.to_string())?;
     let b = &config.otel.batch;
-    // As `setup_telemetry` builds it (its `batch_config`, and the configured
-    // exporter's encode-once path: `LensBatchSpanProcessor::new` would give
-    // a plain `SpanExporter` a copy of the batch per attempt instead).
-    let batch = LensBatchSpanProcessor::for_configured(
-        LensSpanExporter::Otlp(Box::new(exporter)),
+    // As `setup_telemetry` builds it: its `batch_config`, and the configured
+    // OTLP exporter as the records' exporter (each batch encoded once,
+    // straight from the records).
+    let scope = opentelemetry::InstrumentationScope::builder("otlp-load").build();
+    let batch = LensBatchRecordProcessor::new(
+        record_exporter(LensSpanExporter::Otlp(Box::new(exporter)), scope),
         BatchConfig {
             max_queue_size: b.max_queue_size,
             max_export_batch_size: b.max_export_batch_size,

@@ -6,14 +6,15 @@
 //! request and counts the spans); the sender is `lens-fallbacks/examples/otlp-load.rs`
 //! in one of two pipelines with the same OTLP exporter built the same way and
 //! the same SDK tracer call ending the spans: `lens-batch` (lens's batch
-//! processor, configured as `setup_telemetry` configures it) or `raw` (the
-//! SDK's `BatchSpanProcessor` at the same queue, batch size and delay), so
-//! that the two differ only in the processor. (A job's calling thread also
-//! pays the facade, the sampler wrapper and the open-span closer per span;
-//! those are `managed_span_enabled`'s budget, not the export pipeline's.)
-//! (Lens's batch processor sends through the OTLP exporter's own encoded
-//! path: a batch is encoded once, the SDK exporter's way, and a retry
-//! resends the bytes; the SDK's processor calls the SDK's exporter.)
+//! processor as `setup_telemetry` builds it: the record processor that a
+//! job's SDK spans go to, each ended span turned into a `SpanRecord` on the
+//! calling thread) or `raw` (the SDK's `BatchSpanProcessor` at the same
+//! queue, batch size and delay), so that the two differ only in the
+//! processor. (A job's facade spans are recorded on the recorder instead;
+//! `otlp_cpu_per_span` prices that path, and `managed_span_enabled` the
+//! facade on an SDK tracer.) (Lens's processor encodes a batch once,
+//! straight from the records into the OTLP request, and a retry resends the
+//! bytes; the SDK's processor calls the SDK's exporter.)
 //! Both are built with the bench profile. For each scenario one receiver serves
 //! both pipelines, alternating in rounds (lens then raw, then raw then lens).
 //! Each measurement climbs a ladder of offered rates, a few seconds each,
