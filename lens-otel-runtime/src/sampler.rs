@@ -375,8 +375,15 @@ fn follow(parent: &SpanContext) -> SamplingResult {
     result(keep_if(parent.is_sampled()), parent.trace_state().clone())
 }
 
+/// Whether a trace state says its trace is sampled by key (most have no
+/// trace state at all: tested first, without a lookup).
+#[inline]
+fn is_keyed(state: &TraceState) -> bool {
+    *state != TraceState::NONE && state.get(TRACE_STATE_KEY) == Some(TRACE_STATE_KEYED)
+}
+
 fn keyed_trace_state(parent: &TraceState) -> TraceState {
-    if parent.get(TRACE_STATE_KEY) == Some(TRACE_STATE_KEYED) {
+    if is_keyed(parent) {
         return parent.clone();
     }
     parent.insert(TRACE_STATE_KEY, TRACE_STATE_KEYED).unwrap_or_else(|_| parent.clone())
@@ -443,7 +450,7 @@ impl LensSampler {
                 }
             }
             Marker::None => match parent {
-                Some(sc) if sc.trace_state().get(TRACE_STATE_KEY) == Some(TRACE_STATE_KEYED) => follow(sc),
+                Some(sc) if is_keyed(sc.trace_state()) => follow(sc),
                 Some(sc) if parent_context.is_none() => match self.delegate_kind {
                     // The SDK's samplers: parent-based ones follow a valid
                     // parent, the others never read it.
