@@ -548,13 +548,15 @@ impl<T: Item> Inner<T> {
         let mut queue = lock(&self.queue);
         let closed = self.closed.load(Ordering::Acquire);
         let held = self.held_by_worker.load(Ordering::Acquire);
-        // The first `accepted` are admitted, as one by one: counted in
-        // order (the count is also the span's sequence number), and moved
-        // in one go.
+        // The first `accepted` are admitted, as one by one: counted under
+        // the lock in one add (the count is also the spans' sequence
+        // numbers), and moved in one go.
         let room = if closed { 0 } else { self.config.max_queue_size.saturating_sub(queue.len() + held) };
         let accepted = room.min(items.len());
         let len = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        self.counters.record(ExportEvent::OfferedAll { admission: Admission::Accepted, len: len(accepted) });
+        if accepted > 0 {
+            self.counters.record(ExportEvent::OfferedAll { admission: Admission::Accepted, len: len(accepted) });
+        }
         queue.extend(items.drain(..accepted));
         let refused = admit(closed, queue.len() + held, self.config.max_queue_size);
         if !items.is_empty() {

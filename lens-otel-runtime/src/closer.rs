@@ -396,7 +396,11 @@ impl OpenSpanCloser {
         let Some(slot) = slot else { return Some(None) };
         let table = self.table();
         let keep = matches!(self.inner.target, Target::Batch(_) | Target::Records(_)) && table.is_file() && sampled;
-        Some(if keep { table.record_ended(slot, &span(), true) } else { table.release_ended(slot) })
+        if !keep {
+            table.release_ended(slot);
+            return Some(None);
+        }
+        Some(table.record_ended(slot, &span(), true))
     }
 }
 

@@ -571,7 +571,8 @@ impl SpoolTable {
             return None;
         }
         if !keep {
-            return self.release_ended(slot);
+            self.release_ended(slot);
+            return None;
         }
         if !self.holds(slot.index, slot.order) {
             return None;
@@ -582,11 +583,10 @@ impl SpoolTable {
 
     /// [`record_ended`](Self::record_ended) without keeping the span: its
     /// slot is free at once.
-    pub(crate) fn release_ended(&self, slot: SpoolSlot) -> Option<SpoolSlot> {
+    pub(crate) fn release_ended(&self, slot: SpoolSlot) {
         if self.writable() {
             self.release(slot.index, slot.order);
         }
-        None
     }
 
     /// Writes the end of `span` into its slot `index`, held since it
