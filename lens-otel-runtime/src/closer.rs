@@ -400,7 +400,7 @@ impl OpenSpanCloser {
             table.release_ended(slot);
             return Some(None);
         }
-        Some(table.record_ended(slot, &span(), true))
+        Some(table.record_ended(slot, &span()))
     }
 }
 

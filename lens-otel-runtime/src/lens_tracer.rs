@@ -401,7 +401,7 @@ impl LensSpan {
         let sampled = record.span_context.is_sampled();
         if let Some(kept) = tracer.closer.record_ended(slot, sampled, || tracer.spool_view(record)) {
             record.spool_slot = kept;
-            self.tracer.recorder.record_from(&mut self.record);
+            tracer.recorder.record_from(&mut self.record);
         }
         self.record = None;
     }

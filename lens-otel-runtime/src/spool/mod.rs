@@ -563,15 +563,11 @@ impl SpoolTable {
         Some(SpoolSlot { order, index, attributes: saturate(attributes), events: saturate(events) })
     }
 
-    /// Records that the span in `slot` ended as `span`: kept until the
-    /// processor releases the returned slot when `keep` (a file, a sampled
-    /// span), else its slot is free at once.
-    pub(crate) fn record_ended(&self, slot: SpoolSlot, span: &SpanView<'_>, keep: bool) -> Option<SpoolSlot> {
+    /// Records that the span in `slot` ended as `span`, kept (a file, a
+    /// sampled span) until the processor releases the returned slot;
+    /// [`release_ended`](Self::release_ended) frees a slot that is not kept.
+    pub(crate) fn record_ended(&self, slot: SpoolSlot, span: &SpanView<'_>) -> Option<SpoolSlot> {
         if !self.writable() {
-            return None;
-        }
-        if !keep {
-            self.release_ended(slot);
             return None;
         }
         if !self.holds(slot.index, slot.order) {
@@ -581,8 +577,8 @@ impl SpoolTable {
         Some(slot)
     }
 
-    /// [`record_ended`](Self::record_ended) without keeping the span: its
-    /// slot is free at once.
+    /// A span ended and is not kept (no file, or not sampled): its slot is
+    /// free at once.
     pub(crate) fn release_ended(&self, slot: SpoolSlot) {
         if self.writable() {
             self.release(slot.index, slot.order);
@@ -1025,13 +1021,13 @@ mod tests {
         // Kept (a spool file): ended in place until the processor releases the slot.
         let mut ended = first.clone();
         ended.end_time = ended.start_time + Duration::from_millis(3);
-        let kept = table.record_ended(slot, &SpanView::from(&ended), true).expect("kept");
+        let kept = table.record_ended(slot, &SpanView::from(&ended)).expect("kept");
         assert_eq!((table.open_count(), table.ended.load(Ordering::Relaxed)), (0, 1));
         table.released([SpoolKey::Slot(kept)]);
         assert_eq!((table.taken_slots().count(), table.ended.load(Ordering::Relaxed)), (0, 0));
         // Not kept (no file): free at once.
         let slot = table.record_started(&SpanView::from(&span(2))).expect("a free slot");
-        assert_eq!(table.record_ended(slot, &SpanView::from(&span(2)), false), None);
+        table.release_ended(slot);
         assert_eq!(table.taken_slots().count(), 0);
         assert_eq!(table.overflow(), 0);
     }
@@ -1040,7 +1036,7 @@ mod tests {
     fn a_slot_given_up_to_another_span_is_not_released_by_its_old_holder() {
         let table = SpoolTable::anonymous(1);
         let slot = table.record_started(&SpanView::from(&span(1))).expect("a free slot");
-        let old = table.record_ended(slot, &SpanView::from(&span(1)), true).expect("kept");
+        let old = table.record_ended(slot, &SpanView::from(&span(1))).expect("kept");
         // Full: the ended span gives its slot up, counted.
         let new = table.record_started(&SpanView::from(&span(2))).expect("the ended span's slot");
         assert_eq!(table.overflow(), 1);
@@ -1078,13 +1074,15 @@ mod tests {
                         let inner = span(thread << 32 | (2 * n + 2));
                         let (outer, inner) = (SpanView::from(&outer), SpanView::from(&inner));
                         let held = table.record_started(&outer);
-                        if let Some(slot) = table.record_started(&inner)
-                            && let Some(kept) = table.record_ended(slot, &inner, n % 2 == 0)
-                        {
-                            table.released([SpoolKey::Slot(kept)]);
+                        if let Some(slot) = table.record_started(&inner) {
+                            if n % 2 == 1 {
+                                table.release_ended(slot);
+                            } else if let Some(kept) = table.record_ended(slot, &inner) {
+                                table.released([SpoolKey::Slot(kept)]);
+                            }
                         }
                         if let Some(slot) = held {
-                            table.record_ended(slot, &outer, false);
+                            table.release_ended(slot);
                         }
                     }
                 });
