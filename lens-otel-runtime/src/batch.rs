@@ -470,7 +470,7 @@ struct Inner<T> {
     pipeline: &'static Pipeline,
     config: BatchConfig,
     exporter: Mutex<Arc<dyn BatchExporter<T>>>,
-    queue: Mutex<VecDeque<T>>,
+    queue: Mutex<Chunks<T>>,
     /// The worker waits here for spans, a flush or shutdown.
     queue_changed: Condvar,
     closed: AtomicBool,
@@ -531,7 +531,7 @@ impl<T: Item> Inner<T> {
             }
             return false;
         }
-        queue.push_back(span);
+        queue.push(span);
         // Counted under the lock: the count is also the span's sequence number.
         self.counters.record(ExportEvent::Offered(Admission::Accepted));
         let full_batch = queue.len() == self.config.max_export_batch_size;
@@ -543,7 +543,8 @@ impl<T: Item> Inner<T> {
     }
 
     /// Offers every item of `items` under one lock (each admitted or
-    /// dropped and counted as [`Inner::push`] does); leaves `items` empty.
+    /// dropped and counted as [`Inner::push`] does); takes `items` (what
+    /// is admitted goes into the queue with its allocation).
     fn push_all(&self, items: &mut Vec<T>) -> usize {
         let mut queue = lock(&self.queue);
         let closed = self.closed.load(Ordering::Acquire);
@@ -557,13 +558,16 @@ impl<T: Item> Inner<T> {
         if accepted > 0 {
             self.counters.record(ExportEvent::OfferedAll { admission: Admission::Accepted, len: len(accepted) });
         }
-        queue.extend(items.drain(..accepted));
+        // The refused tail is split off; the admitted items move into the
+        // queue as one chunk, with their allocation (no item is copied).
+        let mut refused_items = items.split_off(accepted);
+        queue.push_chunk(std::mem::take(items));
         let refused = admit(closed, queue.len() + held, self.config.max_queue_size);
-        if !items.is_empty() {
-            self.counters.record(ExportEvent::OfferedAll { admission: refused, len: len(items.len()) });
+        if !refused_items.is_empty() {
+            self.counters.record(ExportEvent::OfferedAll { admission: refused, len: len(refused_items.len()) });
         }
         let mut released = Vec::new();
-        for item in items.drain(..) {
+        for item in refused_items.drain(..) {
             if refused != Admission::AfterShutdown
                 && let Some(key) = item.spool_key()
             {
@@ -902,7 +906,7 @@ impl<T: Item> Owner<T> {
         let config = config.normalized();
         let inner = Arc::new(Inner {
             pipeline,
-            queue: Mutex::new(VecDeque::with_capacity(config.max_export_batch_size.min(1024))),
+            queue: Mutex::new(Chunks::default()),
             config,
             exporter: Mutex::new(exporter),
             queue_changed: Condvar::new(),
@@ -1163,11 +1167,82 @@ impl SpanProcessor for LensBatchRecordProcessor {
     }
 }
 
+/// The items most one chunk takes by [`Chunks::push`] (one at a time).
+const CHUNK_ITEMS: usize = 256;
+
+/// The export queue: items in arrival order, kept in the vectors they
+/// came in. A thread buffer handed over by the span recorder (128 records
+/// of a few hundred bytes each) becomes one chunk as it is, so the job's
+/// thread copies no record into the queue; the worker copies them into
+/// batches on its own thread.
+struct Chunks<T> {
+    chunks: VecDeque<Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for Chunks<T> {
+    fn default() -> Self {
+        Chunks { chunks: VecDeque::new(), len: 0 }
+    }
+}
+
+impl<T> Chunks<T> {
+    /// How many items are queued.
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Appends one item.
+    fn push(&mut self, item: T) {
+        match self.chunks.back_mut() {
+            Some(last) if last.len() < CHUNK_ITEMS => last.push(item),
+            _ => {
+                let mut chunk = Vec::with_capacity(16);
+                chunk.push(item);
+                self.chunks.push_back(chunk);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// Appends the items of `chunk`, in order, without copying them.
+    fn push_chunk(&mut self, chunk: Vec<T>) {
+        if !chunk.is_empty() {
+            self.len += chunk.len();
+            self.chunks.push_back(chunk);
+        }
+    }
+
+    /// The next at most `max` items (`max` at least 1), in order: a chunk
+    /// that fits is handed out as it is; `None` when nothing is left.
+    fn next_batch(&mut self, max: usize) -> Option<Vec<T>> {
+        let max = max.max(1);
+        let mut batch: Vec<T> = Vec::new();
+        while batch.len() < max {
+            let Some(mut chunk) = self.chunks.pop_front() else { break };
+            if batch.is_empty() && chunk.len() <= max {
+                batch = chunk;
+                continue;
+            }
+            if batch.capacity() == 0 {
+                batch.reserve_exact(max.min(self.len));
+            }
+            let take = (max - batch.len()).min(chunk.len());
+            batch.extend(chunk.drain(..take));
+            if !chunk.is_empty() {
+                self.chunks.push_front(chunk);
+            }
+        }
+        self.len -= batch.len();
+        (!batch.is_empty()).then_some(batch)
+    }
+}
+
 /// The worker: waits for a reason to export, takes everything queued, hands
 /// it out in batches, and at shutdown drains and shuts the exporter down.
 fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
     let mut next_sequence: u64 = 0;
-    let mut taken: VecDeque<T> = VecDeque::new();
+    let mut taken: Chunks<T> = Chunks::default();
     let mut warned = Warned::default();
     loop {
         let closing = {
@@ -1201,16 +1276,12 @@ fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
             inner.held_by_worker.store(taken.len(), Ordering::Release);
             inner.closed.load(Ordering::Acquire)
         };
-        while !taken.is_empty() {
-            let len = taken.len().min(inner.config.max_export_batch_size);
-            let batch: Vec<T> = taken.drain(..len).collect();
+        while let Some(batch) = taken.next_batch(inner.config.max_export_batch_size) {
+            let len = batch.len();
             dispatch(inner, batch, next_sequence);
             inner.held_by_worker.fetch_sub(len, Ordering::AcqRel);
             next_sequence += len as u64;
             warned.maybe_warn(inner);
-        }
-        if taken.capacity() > inner.config.max_export_batch_size.saturating_mul(4) {
-            taken.shrink_to(inner.config.max_export_batch_size);
         }
         warned.maybe_warn(inner);
         if closing {
@@ -1494,6 +1565,48 @@ mod tests {
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cr3t"), "{shown}");
         assert!(shown.contains("1 redacted"), "{shown}");
+    }
+
+    #[test]
+    fn chunks_hand_out_batches_in_order_without_losing_an_item() {
+        let mut queue = Chunks::default();
+        queue.push_chunk((0..128).collect::<Vec<u32>>());
+        queue.push_chunk(Vec::new());
+        queue.push(128);
+        queue.push(129);
+        queue.push_chunk((130..300).collect());
+        queue.push_chunk((300..310).collect());
+        assert_eq!(queue.len(), 310);
+        let mut sizes = Vec::new();
+        let mut items = Vec::new();
+        while let Some(batch) = queue.next_batch(100) {
+            sizes.push(batch.len());
+            items.extend(batch);
+        }
+        assert_eq!(sizes, [100, 100, 100, 10]);
+        assert_eq!(items, (0..310).collect::<Vec<_>>());
+        assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn a_chunk_that_fits_is_the_batch_itself() {
+        let mut queue = Chunks::default();
+        let chunk: Vec<u32> = (0..128).collect();
+        let at = chunk.as_ptr();
+        queue.push_chunk(chunk);
+        let batch = queue.next_batch(512).unwrap();
+        assert_eq!((batch.as_ptr(), batch.len()), (at, 128));
+        assert!(queue.next_batch(512).is_none());
+    }
+
+    #[test]
+    fn pushed_items_share_chunks() {
+        let mut queue = Chunks::default();
+        for item in 0..(CHUNK_ITEMS * 2 + 1) {
+            queue.push(item);
+        }
+        assert_eq!((queue.len(), queue.chunks.len()), (CHUNK_ITEMS * 2 + 1, 3));
+        assert_eq!(queue.next_batch(usize::MAX).map(|batch| batch.len()), Some(CHUNK_ITEMS * 2 + 1));
     }
 
     #[test]

@@ -403,7 +403,11 @@ impl LensSpan {
             record.spool_slot = kept;
             tracer.recorder.record_from(&mut self.record);
         }
-        self.record = None;
+        // What the recorder did not take (the closer had closed) is dropped;
+        // tested first, as the recorder usually took it.
+        if self.record.is_some() {
+            self.record = None;
+        }
     }
 }
 

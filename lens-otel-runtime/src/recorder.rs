@@ -161,7 +161,7 @@ struct Shared {
 
 impl Shared {
     /// Hands `records` to the export queue (it drops and counts what does
-    /// not fit) and leaves `records` empty with its capacity.
+    /// not fit), taking its records (and their allocation) out of it.
     fn hand_over(&self, records: &mut Vec<SpanRecord>) {
         if !records.is_empty() {
             self.processor.push_all(records);

@@ -303,6 +303,9 @@ struct Pair {
 struct Counted {
     package: &'static str,
     example: &'static str,
+    /// The functions whose instructions are counted (their whole run when
+    /// empty): the program's loops, by exact name.
+    loops: &'static [&'static str],
 }
 
 impl Counted {
@@ -313,19 +316,34 @@ impl Counted {
 }
 
 /// `lens-fallbacks/examples/span-calls.rs`: the enabled-span scenarios.
-const SPAN_CALLS: Counted = Counted { package: "lens-fallbacks", example: "span-calls" };
+const SPAN_CALLS: Counted = Counted { package: "lens-fallbacks", example: "span-calls", loops: &[] };
 
 /// `megatron-telemetry/examples/metric-calls.rs`: the single-record metric
 /// pairs of `benches/metric_records.rs` (the same calls, from one module).
-const METRIC_CALLS: Counted = Counted { package: "megatron-telemetry", example: "metric-calls" };
+const METRIC_CALLS: Counted = Counted { package: "megatron-telemetry", example: "metric-calls", loops: &[] };
 
 /// `lens-tracing/examples/tracing-calls.rs`: one `tracing` span through the
 /// bridge, `tracing-opentelemetry`, the registry alone, and the SDK alone.
-const TRACING_CALLS: Counted = Counted { package: "lens-tracing", example: "tracing-calls" };
+const TRACING_CALLS: Counted = Counted { package: "lens-tracing", example: "tracing-calls", loops: &[] };
 
 /// `benches/fastrace-compare/examples/fastrace-calls.rs`: a lens span (set up
 /// as a job sets it up) and fastrace's `LocalSpan` under a root.
-const FASTRACE_CALLS: Counted = Counted { package: "fastrace-compare", example: "fastrace-calls" };
+/// Only its span loops are counted: fastant (fastrace's clock) calibrates
+/// its clock before `main` by spinning for a stretch of wall time, which
+/// under callgrind moved a whole run's count by up to 5 million
+/// instructions (about 100 a span).
+const FASTRACE_CALLS: Counted = Counted {
+    package: "fastrace-compare",
+    example: "fastrace-calls",
+    loops: &[
+        "fastrace_compare::lens_spans",
+        "fastrace_compare::lens_spans_5_attrs",
+        "fastrace_compare::fastrace_spans",
+        "fastrace_compare::fastrace_spans_5_props",
+        "fastrace_compare::recorder_spans",
+        "fastrace_compare::recorder_spans_5_attrs",
+    ],
+};
 
 /// The calling thread's instructions per call of the counted programs'
 /// modes, each program built and each mode counted on first need.
@@ -357,6 +375,7 @@ impl Counter {
             mode,
             SPAN_CALLGRIND_ITERATIONS,
             &dir.join(format!("{}-callgrind", counted.example)),
+            counted.loops,
         )?;
         say(&format!(
             "xtask bench: {} {mode}: {count:.0} instructions per call on the calling thread",

@@ -53,12 +53,20 @@ pub(crate) fn per_iteration(program: &Path, mode: &str, n: u64) -> Result<f64> {
 /// of `program args`, with `--separate-threads=yes`; `scratch` holds the
 /// per-thread output files.
 pub(crate) fn main_thread_total(program: &Path, args: &[&str], scratch: &Path) -> Result<u64> {
+    main_thread_total_in(program, args, scratch, &[])
+}
+
+/// [`main_thread_total`], counting only inside the functions named in
+/// `only` (callgrind's `--toggle-collect`, by exact name; none: the whole
+/// run).
+fn main_thread_total_in(program: &Path, args: &[&str], scratch: &Path, only: &[&str]) -> Result<u64> {
     let _ = std::fs::remove_dir_all(scratch);
     std::fs::create_dir_all(scratch).with_context(|| format!("could not create {}", scratch.display()))?;
     let out_file = scratch.join("cg.out");
     let out = Command::new("valgrind")
         .args(["--tool=callgrind", "--separate-threads=yes"])
         .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .args(only.iter().map(|name| format!("--toggle-collect={name}")))
         .arg(program)
         .args(args)
         .output()
@@ -98,10 +106,26 @@ pub(crate) fn totals(text: &str) -> Option<u64> {
         .and_then(|n| n.split_whitespace().next()?.parse().ok())
 }
 
-/// Instructions one more loop iteration of `program <mode> N` costs the main thread.
-pub(crate) fn per_iteration_main_thread(program: &Path, mode: &str, n: u64, scratch: &Path) -> Result<f64> {
-    let once = main_thread_total(program, &[mode, &n.to_string()], scratch)?;
-    let twice = main_thread_total(program, &[mode, &(2 * n).to_string()], scratch)?;
+/// Instructions one more loop iteration of `program <mode> N` costs the
+/// main thread; with `only`, counted inside those functions alone (the
+/// loops: what runs before `main`, such as fastrace's clock calibration,
+/// which spins for a stretch of wall time, is then not counted).
+pub(crate) fn per_iteration_main_thread(
+    program: &Path,
+    mode: &str,
+    n: u64,
+    scratch: &Path,
+    only: &[&str],
+) -> Result<f64> {
+    let once = main_thread_total_in(program, &[mode, &n.to_string()], scratch, only)?;
+    if once == 0 && !only.is_empty() {
+        bail!(
+            "callgrind counted nothing inside {} in {} {mode} (a loop inlined or renamed?)",
+            only.join(", "),
+            program.display()
+        );
+    }
+    let twice = main_thread_total_in(program, &[mode, &(2 * n).to_string()], scratch, only)?;
     Ok((twice as f64 - once as f64) / n as f64)
 }
 
