@@ -224,6 +224,10 @@ impl LensTracer {
         }
         if !result.attributes.is_empty() {
             attributes.extend(result.attributes);
+        } else if result.attributes.capacity() == 0 {
+            // Nothing to free (the usual case): skips the call to `Vec`'s
+            // drop, about 20 instructions a span.
+            std::mem::forget(result.attributes);
         }
         let dropped = attributes.len().saturating_sub(MAX_ATTRIBUTES);
         attributes.truncate(MAX_ATTRIBUTES);
@@ -302,6 +306,7 @@ impl LensSpan {
 
     /// Makes this ended span a span of `tracer` that records nothing, for
     /// reuse in place (a stack frame).
+    #[inline]
     pub(crate) fn reset(&mut self, tracer: &'static LensTracer) {
         if self.record.is_some() {
             opentelemetry::trace::Span::end(self);
