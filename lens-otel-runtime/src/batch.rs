@@ -1167,7 +1167,8 @@ impl SpanProcessor for LensBatchRecordProcessor {
     }
 }
 
-/// The items most one chunk takes by [`Chunks::push`] (one at a time).
+/// The room of a chunk that [`Chunks::push`] starts (items pushed one at a
+/// time fill it; it never grows, so no pushed item is copied twice).
 const CHUNK_ITEMS: usize = 256;
 
 /// The export queue: items in arrival order, kept in the vectors they
@@ -1192,12 +1193,14 @@ impl<T> Chunks<T> {
         self.len
     }
 
-    /// Appends one item.
+    /// Appends one item: into the last chunk while it has room (never
+    /// growing it: a grown chunk would copy what it holds on the pushing
+    /// thread), else into a new chunk of [`CHUNK_ITEMS`].
     fn push(&mut self, item: T) {
         match self.chunks.back_mut() {
-            Some(last) if last.len() < CHUNK_ITEMS => last.push(item),
+            Some(last) if last.len() < last.capacity() => last.push(item),
             _ => {
-                let mut chunk = Vec::with_capacity(16);
+                let mut chunk = Vec::with_capacity(CHUNK_ITEMS);
                 chunk.push(item);
                 self.chunks.push_back(chunk);
             }
@@ -1600,13 +1603,18 @@ mod tests {
     }
 
     #[test]
-    fn pushed_items_share_chunks() {
+    fn pushed_items_share_chunks_that_never_grow() {
         let mut queue = Chunks::default();
         for item in 0..(CHUNK_ITEMS * 2 + 1) {
             queue.push(item);
         }
         assert_eq!((queue.len(), queue.chunks.len()), (CHUNK_ITEMS * 2 + 1, 3));
-        assert_eq!(queue.next_batch(usize::MAX).map(|batch| batch.len()), Some(CHUNK_ITEMS * 2 + 1));
+        assert!(queue.chunks.iter().all(|chunk| chunk.capacity() == CHUNK_ITEMS));
+        // A full chunk handed over (a thread buffer) is not grown by a push.
+        queue.push_chunk(vec![0, 1, 2, 3]);
+        queue.push(9);
+        assert_eq!(queue.chunks.iter().map(Vec::len).collect::<Vec<_>>(), [CHUNK_ITEMS, CHUNK_ITEMS, 1, 4, 1]);
+        assert_eq!(queue.next_batch(usize::MAX).map(|batch| batch.len()), Some(CHUNK_ITEMS * 2 + 6));
     }
 
     #[test]
