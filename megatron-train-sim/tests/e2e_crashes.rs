@@ -6,7 +6,9 @@
 //! One run of two ranks under the `per_step` span groups, every rank
 //! exporting (`all_ranks`), saving every 5 iterations; both ranks stop
 //! inside the forward phase of iteration 8 (`--inject-hang`), and once both
-//! have said so the test sends `SIGKILL` to the launcher's process group:
+//! have said so and their last batches have arrived (a kill during an
+//! export in flight is lens's at-least-once window, docs/crashes.md), the
+//! test sends `SIGKILL` to the launcher's process group:
 //! the launcher and both ranks die at once, nothing runs a handler or
 //! flushes, and no launcher is left to clean up. The resumed attempt
 //! replays the dead attempt's spools; then:
@@ -33,7 +35,7 @@ mod e2e_support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt as _;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use e2e_support::{Ctx, Protocol, Records, SMALL, Sink, SinkSpan};
 use serde_json::Value;
@@ -56,6 +58,26 @@ fn truncated(span: &SinkSpan) -> bool {
 
 fn run_id(span: &SinkSpan) -> Option<&str> {
     span.resource.get("nemo.run.id").and_then(Value::as_str)
+}
+
+/// Waits (at most [`ATTEMPT_LIMIT`]) until the number of spans of attempt
+/// `run` at the sink has not changed for `quiet`; returns that number.
+fn wait_until_quiet(sink: &Sink, run: &str, quiet: Duration) -> usize {
+    let count = || sink.records().spans.iter().filter(|s| run_id(s) == Some(run)).count();
+    let started = Instant::now();
+    let (mut last, mut since) = (count(), Instant::now());
+    while since.elapsed() < quiet {
+        assert!(
+            started.elapsed() < ATTEMPT_LIMIT,
+            "attempt {run}'s spans kept arriving for {ATTEMPT_LIMIT:?} after its ranks stopped ({last} now)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let now = count();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    last
 }
 
 fn iteration_attribute(span: &SinkSpan) -> Option<u64> {
@@ -115,6 +137,18 @@ fn after_the_launcher_and_every_rank_are_killed_at_once_the_resume_replays_each_
         .map(|rank| format!("rank {rank}: --inject-hang {rank}:forward:{KILLED_IN}: stopped until killed"))
         .collect();
     killed.wait_for_stderr_lines(&stopped, ATTEMPT_LIMIT);
+    // A batch whose export is in flight when the kill lands is at the
+    // collector while its spool slots still keep it (they are released on
+    // the export's reply), so the replay sends it again: the one window in
+    // which lens delivers at least once (docs/crashes.md). The stopped ranks
+    // end no span, so the kill waits until the dead attempt's last batches
+    // have arrived: its span count at the sink unchanged for a second (five
+    // of its export wakes).
+    let sent_by_the_dead = wait_until_quiet(&sink, "killed", Duration::from_secs(1));
+    // Some batches went out before the kill (exports every 200 ms), so that
+    // "every span once" below also says their slots were released, not
+    // replayed.
+    assert!(sent_by_the_dead > 0, "the attempt to be killed exported nothing before the kill");
     killed.kill_group();
     let killed = killed.wait(Duration::from_secs(10));
     assert_eq!(killed.status.signal(), Some(libc::SIGKILL), "the launcher died of the SIGKILL: {}", killed.stderr);
@@ -138,8 +172,20 @@ fn after_the_launcher_and_every_rank_are_killed_at_once_the_resume_replays_each_
     for span in &after_resume.spans {
         *seen.entry(span.span_id.as_str()).or_default() += 1;
     }
-    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "spans that arrived more than once: {twice:?}");
+    let twice: Vec<_> = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| {
+            let copies: Vec<_> = after_resume
+                .spans
+                .iter()
+                .filter(|s| s.span_id == *id)
+                .map(|s| (run_id(s).unwrap_or("?"), s.name.as_str(), truncated(s)))
+                .collect();
+            (*id, copies)
+        })
+        .collect();
+    assert!(twice.is_empty(), "spans that arrived more than once (attempt, name, truncated): {twice:?}");
 
     let by_id = after_resume.by_id();
     for rank in [0_i64, 1] {
