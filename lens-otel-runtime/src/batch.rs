@@ -558,29 +558,24 @@ impl<T: Item> Inner<T> {
         if accepted > 0 {
             self.counters.record(ExportEvent::OfferedAll { admission: Admission::Accepted, len: len(accepted) });
         }
-        // The refused tail is split off; the admitted items move into the
-        // queue as one chunk, with their allocation (no item is copied).
-        let mut refused_items = items.split_off(accepted);
+        // The refused tail is split off (all of it, allocation and all, when
+        // nothing is admitted); the admitted items move into the queue as
+        // one chunk, with their allocation (no item is copied).
+        let refused_items = if accepted == 0 { std::mem::take(items) } else { items.split_off(accepted) };
         queue.push_chunk(std::mem::take(items));
         let refused = admit(closed, queue.len() + held, self.config.max_queue_size);
         if !refused_items.is_empty() {
             self.counters.record(ExportEvent::OfferedAll { admission: refused, len: len(refused_items.len()) });
         }
-        let mut released = Vec::new();
-        for item in refused_items.drain(..) {
-            if refused != Admission::AfterShutdown
-                && let Some(key) = item.spool_key()
-            {
-                released.push(key);
-            }
-        }
         let full_batch = queue.len() >= self.config.max_export_batch_size;
         drop(queue);
-        // Dropped for good while the process lives, as in `push`.
-        if !released.is_empty()
+        // Dropped for good while the process lives, as in `push` (their
+        // slots released, and the records dropped, without the queue's lock).
+        if refused != Admission::AfterShutdown
+            && !refused_items.is_empty()
             && let Some(spool) = self.spool.get()
         {
-            spool.released(released);
+            spool.released(refused_items.iter().filter_map(Item::spool_key));
         }
         if full_batch {
             self.queue_changed.notify_one();

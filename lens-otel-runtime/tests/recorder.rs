@@ -168,6 +168,18 @@ fn records_a_full_queue_drops_give_their_spool_slots_back_at_once() {
     assert_eq!(processor.counters().snapshot().dropped_queue_full, 1);
     let held: Vec<SpanId> = table.open_spans().into_iter().map(|(_, span)| span.span_context.span_id()).collect();
     assert!(!held.contains(&SpanId::from(0x22_u64)), "the dropped record's slot is free at once: {held:?}");
+    // With the queue full, a whole buffer is refused: every slot given back.
+    let mut refused = sample_records();
+    for (record, id) in refused.iter_mut().zip([0x33_u64, 0x44]) {
+        let sc = &record.span_context;
+        record.span_context =
+            SpanContext::new(sc.trace_id(), SpanId::from(id), sc.trace_flags(), false, sc.trace_state().clone());
+        assert!(table.span_started(SpanView::of_record(record, &scope)));
+    }
+    assert_eq!(table.open_count(), 3);
+    assert_eq!(processor.push_all(&mut refused), 0);
+    assert_eq!(processor.counters().snapshot().dropped_queue_full, 3);
+    assert_eq!(table.open_count(), 1, "only the queued record keeps its slot");
     let _ = processor.shutdown_with_timeout(FLUSH);
 }
 
