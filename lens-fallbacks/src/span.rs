@@ -604,7 +604,7 @@ pub(crate) fn start_span(
             let with = lens_otel_runtime::lens_tracer::StartWith {
                 kind: options.kind.map(lens_otel_runtime::convert::ToOtel::to_otel),
                 links: options.links,
-                start_time: options.start_time,
+                start_unix_nano: options.start_time.map(lens_otel_runtime::span_record::unix_nanos),
             };
             // A current span goes on lens's own stack unless every span is
             // to be current in the OpenTelemetry context too.

@@ -92,8 +92,10 @@ pub struct StartWith {
     pub kind: Option<SpanKind>,
     /// Its links.
     pub links: Vec<Link>,
-    /// Its start time (now when `None`).
-    pub start_time: Option<SystemTime>,
+    /// Its start time in nanoseconds since the Unix epoch (now when
+    /// `None`): the unit the record keeps, so that a caller that reads the
+    /// clock itself ([`now_unix_nano`]) converts nothing.
+    pub start_unix_nano: Option<u64>,
 }
 
 impl LensTracer {
@@ -233,7 +235,7 @@ impl LensTracer {
         attributes.truncate(MAX_ATTRIBUTES);
         let mut links = with.links;
         links.truncate(MAX_LINKS);
-        let start_time = with.start_time.map_or_else(now_unix_nano, unix_nanos);
+        let start_time = with.start_unix_nano.unwrap_or_else(now_unix_nano);
         let span_context = SpanContext::new(trace_id, span_id, flags.with_sampled(true), false, result.trace_state);
         span.span_context = span_context.clone();
         let record = span.record.insert(SpanRecord {
@@ -270,7 +272,11 @@ impl LensTracer {
     /// none of them).
     pub fn build_with_context(&'static self, builder: SpanBuilder, parent_cx: &Context) -> Context {
         let SpanBuilder { name, span_kind, attributes, start_time, links, .. } = builder;
-        let with = StartWith { kind: span_kind, links: links.unwrap_or_default(), start_time };
+        let with = StartWith {
+            kind: span_kind,
+            links: links.unwrap_or_default(),
+            start_unix_nano: start_time.map(unix_nanos),
+        };
         self.start(name, parent_cx, attributes.unwrap_or_default(), with).into_context(parent_cx)
     }
 }
@@ -384,9 +390,13 @@ impl opentelemetry::trace::Span for LensSpan {
     }
 
     /// Ends the span now: one read of the clock, in the unit the record
-    /// keeps (no conversion).
+    /// keeps (no conversion); none for a span that records nothing or has
+    /// ended (dropping an ended span, as the `tracing` bridge does).
+    #[inline]
     fn end(&mut self) {
-        self.end_at(now_unix_nano());
+        if self.record.is_some() {
+            self.end_at(now_unix_nano());
+        }
     }
 
     fn end_with_timestamp(&mut self, timestamp: SystemTime) {

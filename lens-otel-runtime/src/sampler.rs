@@ -81,6 +81,12 @@ impl DelegateSampler {
         matches!(self, Self::ParentBasedAlwaysOn | Self::ParentBasedAlwaysOff | Self::ParentBasedTraceIdRatio)
     }
 
+    /// Whether the sampler keeps every root span (one started with no span
+    /// in its context), whatever its trace id.
+    pub fn keeps_roots(self) -> bool {
+        matches!(self, Self::AlwaysOn | Self::ParentBasedAlwaysOn)
+    }
+
     /// Every kind, in the order of the OpenTelemetry specification.
     pub const ALL: [Self; 6] = [
         Self::AlwaysOn,
@@ -450,6 +456,14 @@ impl LensSampler {
                 }
             }
             Marker::None => match parent {
+                // A root (no span in the context either) under a sampler
+                // that keeps every root: the SDK's decision, without the
+                // call (about 150 instructions a root span).
+                None if self.delegate_kind.is_some_and(DelegateSampler::keeps_roots)
+                    && parent_context.is_none_or(|cx| !cx.has_active_span()) =>
+                {
+                    result(SamplingDecision::RecordAndSample, TraceState::default())
+                }
                 Some(sc) if is_keyed(sc.trace_state()) => follow(sc),
                 Some(sc) if parent_context.is_none() => match self.delegate_kind {
                     // The SDK's samplers: parent-based ones follow a valid
@@ -527,6 +541,52 @@ mod tests {
         };
         assert_eq!(decide(DelegateSampler::AlwaysOn), SamplingDecision::RecordAndSample);
         assert_eq!(decide(DelegateSampler::ParentBasedAlwaysOn), SamplingDecision::Drop);
+    }
+
+    /// A root span is decided as the SDK sampler decides it, whether or not
+    /// the sampler knows its delegate's kind (the known kinds that keep
+    /// every root skip the call): every kind, no context, a context with no
+    /// span, a context whose span is invalid (the SDK's parent-based
+    /// samplers treat that as an unsampled parent), trace ids on both sides
+    /// of the ratio.
+    #[test]
+    fn a_root_is_decided_as_the_sdk_decides_it() {
+        use opentelemetry::trace::{SpanId, TraceFlags};
+        let kind = SpanKind::Internal;
+        let contexts =
+            [None, Some(Context::new()), Some(Context::new().with_remote_span_context(SpanContext::empty_context()))];
+        let mut kept = 0;
+        for delegate in DelegateSampler::ALL {
+            let known = LensSampler::new(delegate_from(delegate, Some(0.5))).with_delegate_kind(delegate);
+            let unknown = LensSampler::new(delegate_from(delegate, Some(0.5)));
+            for cx in &contexts {
+                for low in [0x0000_0000_0000_0010_u64, 0xffff_ffff_ffff_fff0] {
+                    let mut bytes = [1_u8; 16];
+                    bytes[8..].copy_from_slice(&low.to_be_bytes());
+                    let trace_id = TraceId::from_bytes(bytes);
+                    let sdk =
+                        delegate_from(delegate, Some(0.5)).should_sample(cx.as_ref(), trace_id, "s", &kind, &[], &[]);
+                    for sampler in [&known, &unknown] {
+                        let decided = sampler.decide(None, cx.as_ref(), trace_id, "s", &kind, &[], &[]);
+                        assert_eq!(decided.decision, sdk.decision, "{delegate:?} {cx:?} {low:#x}");
+                        assert_eq!(decided.trace_state, sdk.trace_state, "{delegate:?}");
+                        assert!(decided.attributes.is_empty());
+                    }
+                    kept += usize::from(sdk.decision == SamplingDecision::RecordAndSample);
+                }
+            }
+        }
+        // always_on keeps all 6 roots, parentbased_always_on the 4 without an
+        // invalid span in their context, each ratio kind 1 of 2 trace ids in
+        // each context but the invalid span's under the parent-based one.
+        assert_eq!(kept, 6 + 4 + 3 + 2);
+        // A sampled parent is still followed, not taken for a root.
+        let parent =
+            SpanContext::new(TraceId::from(5), SpanId::from(9), TraceFlags::default(), false, TraceState::default());
+        let sampler = LensSampler::new(delegate_from(DelegateSampler::ParentBasedAlwaysOn, None))
+            .with_delegate_kind(DelegateSampler::ParentBasedAlwaysOn);
+        let decided = sampler.decide(Some(&parent), None, TraceId::from(5), "s", &kind, &[], &[]);
+        assert_eq!(decided.decision, SamplingDecision::Drop);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The recording side of the bridge (with `otel`): `tracing` spans become
 //! spans of lens's active tracer.
 //!
-//! A recorded span keeps a [`SpanData`] in its registry extensions: the span
-//! builder (name, start time, fields as attributes), the parent captured
+//! A recorded span keeps a [`SpanData`] in its registry extensions: what it
+//! starts with (name, kind, fields as attributes), its start time, the parent captured
 //! when the span was created, and, once started, the span. A span starts
 //! lazily (first entry, first child, first event, [`context_of`], or
 //! close), so that [`set_parent`] can still give it a remote parent; its
@@ -22,6 +22,8 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::time::SystemTime;
+
+use lens_fallbacks::otel::span_record::{now_unix_nano, time_of};
 
 use lens_fallbacks::RemoteContext;
 use lens_fallbacks::export_path::on_export_path;
@@ -52,8 +54,10 @@ pub(crate) const LEVEL_ATTRIBUTE: &str = "level";
 
 /// What the bridge keeps in a recorded span's extensions.
 pub(crate) struct SpanData {
-    /// The span to start (for a per-entry span: the template of every entry).
-    builder: SpanBuilder,
+    /// What the span starts with (for a per-entry span: every entry).
+    template: Template,
+    /// When it was created, in nanoseconds since the Unix epoch (its start).
+    created_unix_nano: u64,
     /// The parent captured at creation (or set by [`set_parent`]).
     parent: Parent,
     /// The started span (never set for a per-entry span).
@@ -61,6 +65,35 @@ pub(crate) struct SpanData {
     /// A status recorded before the span started.
     status: Option<Status>,
     per_entry: bool,
+}
+
+/// What a span starts with, besides its start time and parent: the
+/// OpenTelemetry `SpanBuilder`'s fields the bridge sets (that builder is
+/// several times larger, and is built only for a tracer that takes one).
+#[derive(Clone, Default)]
+struct Template {
+    name: Cow<'static, str>,
+    kind: Option<SpanKind>,
+    attributes: Vec<KeyValue>,
+}
+
+impl Template {
+    /// How the span starts on lens's tracer, at `start_unix_nano` (now when
+    /// `None`).
+    fn start_with(&self, start_unix_nano: Option<u64>) -> StartWith {
+        StartWith { kind: self.kind.clone(), links: Vec::new(), start_unix_nano }
+    }
+
+    /// The OpenTelemetry builder of the span, started at `start_time`.
+    fn to_builder(&self, start_time: SystemTime) -> SpanBuilder {
+        SpanBuilder {
+            name: self.name.clone(),
+            span_kind: self.kind.clone(),
+            start_time: Some(start_time),
+            attributes: (!self.attributes.is_empty()).then(|| self.attributes.clone()),
+            ..SpanBuilder::default()
+        }
+    }
 }
 
 /// A recorded span's parent.
@@ -144,11 +177,6 @@ fn stack_tracer(tracer: active::ActiveTracer) -> Option<&'static LensTracer> {
     }
 }
 
-/// A builder's start: the name, attributes and kind a span starts with.
-fn start_with(builder: &SpanBuilder, start_time: Option<SystemTime>) -> StartWith {
-    StartWith { kind: builder.span_kind.clone(), links: Vec::new(), start_time }
-}
-
 impl SpanData {
     /// The started span, starting it now if needed; `None` for a per-entry
     /// span and when no tracer is installed.
@@ -158,16 +186,14 @@ impl SpanData {
         }
         if self.started.is_none() {
             let tracer = active::active_tracer()?;
-            let builder = std::mem::take(&mut self.builder);
             let started = match stack_tracer(tracer) {
                 Some(tracer) => {
                     // Started where it is kept (a span is a few hundred
                     // bytes, and each move is a copy).
                     let started = self.started.insert(Recorded::Lens(tracer.idle_span()));
                     let Recorded::Lens(span) = started else { unreachable!("just inserted") };
-                    let with = start_with(&builder, builder.start_time);
-                    let attributes = builder.attributes.unwrap_or_default();
-                    let name = builder.name;
+                    let with = self.template.start_with(Some(self.created_unix_nano));
+                    let Template { name, attributes, .. } = std::mem::take(&mut self.template);
                     match &self.parent {
                         Parent::Root => tracer.start_kept(span, name, None, None, attributes, with),
                         Parent::Span(parent) => tracer.start_kept(span, name, Some(parent), None, attributes, with),
@@ -178,9 +204,12 @@ impl SpanData {
                     }
                     started
                 }
-                None => self
-                    .started
-                    .insert(Recorded::Context(tracer.build_with_context(builder, &self.parent.to_context()))),
+                None => {
+                    let builder = self.template.to_builder(time_of(self.created_unix_nano));
+                    self.template = Template::default();
+                    self.started
+                        .insert(Recorded::Context(tracer.build_with_context(builder, &self.parent.to_context())))
+                }
             };
             if let Some(status) = self.status.take() {
                 started.set_status(status);
@@ -367,16 +396,10 @@ pub(crate) fn on_new_span<S>(
     };
     let name = fields.name.take().map_or(Cow::Borrowed(metadata.name()), Cow::Owned);
     let status = fields.status();
-    let builder = SpanBuilder {
-        name,
-        span_kind: fields.kind,
-        start_time: Some(SystemTime::now()),
-        attributes: (!fields.attributes.is_empty()).then_some(fields.attributes),
-        events: None,
-        links: None,
-    };
+    let template = Template { name, kind: fields.kind, attributes: fields.attributes };
+    let created_unix_nano = now_unix_nano();
     let per_entry = fields.per_entry.unwrap_or_else(|| per_entry_rules && rules.decide(metadata.target()).per_entry);
-    span.extensions_mut().insert(SpanData { builder, parent, started: None, status, per_entry });
+    span.extensions_mut().insert(SpanData { template, created_unix_nano, parent, started: None, status, per_entry });
 }
 
 pub(crate) fn on_record<S>(id: &Id, values: &Record<'_>, ctx: &Context<'_, S>)
@@ -394,14 +417,14 @@ where
         if let Some(entry) = current_entry(id.into_u64()) {
             with_entry(&entry, |mut span| span.update(&fields, status.clone()));
         }
-        update_builder(&mut data.builder, fields);
+        data.template.update(fields);
     } else if let Some(started) = &mut data.started {
         SpanMut::of(started).update(&fields, status);
     } else {
         if status.is_some() {
             data.status = status;
         }
-        update_builder(&mut data.builder, fields);
+        data.template.update(fields);
     }
 }
 
@@ -471,17 +494,17 @@ fn with_entry<R>(entry: &Entry, f: impl FnOnce(SpanMut<'_>) -> R) -> Option<R> {
     }
 }
 
-/// Recorded values on a span not started yet (or the template of a
-/// per-entry span).
-fn update_builder(builder: &mut SpanBuilder, fields: Fields) {
-    if let Some(name) = fields.name {
-        builder.name = Cow::Owned(name);
-    }
-    if fields.kind.is_some() {
-        builder.span_kind = fields.kind;
-    }
-    if !fields.attributes.is_empty() {
-        builder.attributes.get_or_insert_with(Vec::new).extend(fields.attributes);
+impl Template {
+    /// Recorded values on a span not started yet (or on every later entry
+    /// of a per-entry span).
+    fn update(&mut self, fields: Fields) {
+        if let Some(name) = fields.name {
+            self.name = Cow::Owned(name);
+        }
+        if fields.kind.is_some() {
+            self.kind = fields.kind;
+        }
+        self.attributes.extend(fields.attributes);
     }
 }
 
@@ -575,16 +598,17 @@ where
         let Some(tracer) = active::active_tracer() else { return };
         match stack_tracer(tracer) {
             Some(tracer) => {
-                let builder = &data.builder;
-                let attributes = builder.attributes.clone().unwrap_or_default();
-                let with = start_with(builder, None);
-                let Some(frame) = current_span::start(tracer, builder.name.clone(), attributes, with, false) else {
+                let template = &data.template;
+                let with = template.start_with(None);
+                let Some(frame) =
+                    current_span::start(tracer, template.name.clone(), template.attributes.clone(), with, false)
+                else {
                     return;
                 };
                 How::Frame(frame)
             }
             None => {
-                let builder = data.builder.clone().with_start_time(SystemTime::now());
+                let builder = data.template.to_builder(SystemTime::now());
                 let cx = tracer.build_with_context(builder, &current_span::current_context());
                 drop(extensions);
                 How::Context(cx.clone().attach(), Some(cx))
