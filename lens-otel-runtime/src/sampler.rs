@@ -427,7 +427,36 @@ impl LensSampler {
     /// one: a delegate that is not a known SDK sampler is given it (or one
     /// built around `parent`).
     #[expect(clippy::too_many_arguments, reason = "ShouldSample's arguments, plus the parent already read")]
+    #[inline]
     pub(crate) fn decide(
+        &self,
+        parent: Option<&SpanContext>,
+        parent_context: Option<&Context>,
+        trace_id: TraceId,
+        name: &str,
+        span_kind: &SpanKind,
+        attributes: &[KeyValue],
+        links: &[Link],
+    ) -> SamplingResult {
+        // Most spans: a child with no attributes of a parent on lens's own
+        // stack (not in a context), with no trace state, under a sampler
+        // that follows a parent. Decided in place: the parent's decision.
+        if let Some(sc) = parent
+            && attributes.is_empty()
+            && parent_context.is_none()
+            && self.records_spans
+            && *sc.trace_state() == TraceState::NONE
+            && self.delegate_kind.is_some_and(DelegateSampler::is_parent_based)
+        {
+            return result(keep_if(sc.is_sampled()), TraceState::NONE);
+        }
+        self.decide_in_full(parent, parent_context, trace_id, name, span_kind, attributes, links)
+    }
+
+    /// [`decide`](Self::decide) for any span.
+    #[expect(clippy::too_many_arguments, reason = "ShouldSample's arguments, plus the parent already read")]
+    #[inline(never)]
+    fn decide_in_full(
         &self,
         parent: Option<&SpanContext>,
         parent_context: Option<&Context>,

@@ -375,7 +375,10 @@ pub(crate) fn slot_range(index: u32) -> std::ops::Range<usize> {
 /// ids, times, kind, status, name, scope, then as many attributes and
 /// events as fit (the rest counted as dropped attributes). Links are not
 /// kept.
-pub(crate) fn encode_span(slot: &mut [u8], span: &SpanView<'_>) {
+///
+/// The slot is an array, so that its fields at fixed offsets need no bounds
+/// checks.
+pub(crate) fn encode_span(slot: &mut [u8; SLOT_SIZE], span: &SpanView<'_>) {
     slot[SLOT_TRACE_ID..SLOT_TRACE_ID + 16].copy_from_slice(&span.span_context.trace_id().to_bytes());
     slot[SLOT_SPAN_ID..SLOT_SPAN_ID + 8].copy_from_slice(&span.span_context.span_id().to_bytes());
     slot[SLOT_PARENT..SLOT_PARENT + 8].copy_from_slice(&span.parent_span_id.to_bytes());
@@ -893,9 +896,9 @@ mod tests {
                     original.dropped_attributes_count = dropped;
                     original.name = Cow::Owned(name.clone());
                     let view = SpanView { scope_encoded: &scope_encoded, ..SpanView::from(&original) };
-                    let mut fast = vec![0xAA_u8; SLOT_SIZE];
+                    let mut fast = [0xAA_u8; SLOT_SIZE];
                     encode_span(&mut fast, &view);
-                    let mut general = fast.clone();
+                    let mut general = fast;
                     let (head, payload) = general.split_at_mut(SLOT_PAYLOAD);
                     if encode_plain_payload(&mut payload.to_vec(), &view).is_some() {
                         plain_paths += 1;
@@ -923,7 +926,7 @@ mod tests {
         let mut original = span("megatron.train.iteration", 7, 3, 100);
         original.events.events.push(Event::new("checkpoint", time_of(5), vec![KeyValue::new("dl.step", 4_i64)], 0));
         original.status = Status::error("boom");
-        let mut slot = vec![0_u8; SLOT_SIZE];
+        let mut slot = [0_u8; SLOT_SIZE];
         encode_span(&mut slot, &(&original).into());
         let decoded = decode_span(&slot).expect("decodes");
         assert_eq!(decoded.span_context, original.span_context);
@@ -942,7 +945,7 @@ mod tests {
     fn attributes_beyond_a_slot_are_dropped_and_counted() {
         let mut big = span("s", 1, 0, 1);
         big.attributes = (0..100).map(|i| KeyValue::new(format!("key.{i}"), "x".repeat(30))).collect();
-        let mut slot = vec![0_u8; SLOT_SIZE];
+        let mut slot = [0_u8; SLOT_SIZE];
         encode_span(&mut slot, &(&big).into());
         let decoded = decode_span(&slot).expect("decodes");
         assert!(!decoded.attributes.is_empty() && decoded.attributes.len() < 100, "{}", decoded.attributes.len());

@@ -718,7 +718,7 @@ impl SpoolTable {
         // SAFETY: in bounds (`index` is below `slot_count`), and exclusive:
         // the caller holds the slot (its bit and claim). A reader of open
         // spans copies it as a seqlock reader (see `read_open`).
-        let slot = unsafe { std::slice::from_raw_parts_mut(self.base.add(range.start), SLOT_SIZE) };
+        let slot = unsafe { &mut *self.base.add(range.start).cast::<[u8; SLOT_SIZE]>() };
         format::encode_span(slot, span);
         state_word.store(state, Ordering::Release);
     }
