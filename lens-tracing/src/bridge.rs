@@ -2,8 +2,8 @@
 //! spans of lens's active tracer.
 //!
 //! A recorded span keeps a [`SpanData`] in its registry extensions: what it
-//! starts with (name, kind, fields as attributes), its start time, the parent captured
-//! when the span was created, and, once started, the span. A span starts
+//! starts with (name, kind, fields as attributes), its creation time, the
+//! parent captured when the span was created, and, once started, the span. A span starts
 //! lazily (first entry, first child, first event, [`context_of`], or
 //! close), so that [`set_parent`] can still give it a remote parent; its
 //! start time is its creation time.
@@ -23,8 +23,6 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::time::SystemTime;
 
-use lens_fallbacks::otel::span_record::{now_unix_nano, time_of};
-
 use lens_fallbacks::RemoteContext;
 use lens_fallbacks::export_path::on_export_path;
 use lens_fallbacks::otel::current_span::{CurrentParent, FrameId};
@@ -34,6 +32,7 @@ use lens_fallbacks::otel::opentelemetry::trace::{
     Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt as _,
 };
 use lens_fallbacks::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
+use lens_fallbacks::otel::span_record::{now_unix_nano, time_of};
 use lens_fallbacks::otel::{active, current_span, logs};
 use lens_fallbacks::tracing_rules::TracingRules;
 use tracing_core::field::{Field, Visit};
@@ -85,12 +84,13 @@ impl Template {
     }
 
     /// The OpenTelemetry builder of the span, started at `start_time`.
-    fn to_builder(&self, start_time: SystemTime) -> SpanBuilder {
+    fn into_builder(self, start_time: SystemTime) -> SpanBuilder {
+        let Template { name, kind, attributes } = self;
         SpanBuilder {
-            name: self.name.clone(),
-            span_kind: self.kind.clone(),
+            name,
+            span_kind: kind,
             start_time: Some(start_time),
-            attributes: (!self.attributes.is_empty()).then(|| self.attributes.clone()),
+            attributes: (!attributes.is_empty()).then_some(attributes),
             ..SpanBuilder::default()
         }
     }
@@ -205,8 +205,7 @@ impl SpanData {
                     started
                 }
                 None => {
-                    let builder = self.template.to_builder(time_of(self.created_unix_nano));
-                    self.template = Template::default();
+                    let builder = std::mem::take(&mut self.template).into_builder(time_of(self.created_unix_nano));
                     self.started
                         .insert(Recorded::Context(tracer.build_with_context(builder, &self.parent.to_context())))
                 }
@@ -608,7 +607,7 @@ where
                 How::Frame(frame)
             }
             None => {
-                let builder = data.template.to_builder(SystemTime::now());
+                let builder = data.template.clone().into_builder(SystemTime::now());
                 let cx = tracer.build_with_context(builder, &current_span::current_context());
                 drop(extensions);
                 How::Context(cx.clone().attach(), Some(cx))
