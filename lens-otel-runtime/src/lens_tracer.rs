@@ -215,7 +215,10 @@ impl LensTracer {
         let span_id = ids.new_span_id();
         let trace_id = parent.map_or_else(|| ids.new_trace_id(), SpanContext::trace_id);
         let kind = with.kind.unwrap_or(SpanKind::Internal);
-        let result = self.sampler.decide(parent, parent_cx, trace_id, &name, &kind, &attributes, &with.links);
+        let result = match self.sampler.follow_in_place(parent, parent_cx, &attributes) {
+            Some(result) => result,
+            None => self.sampler.decide(parent, parent_cx, trace_id, &name, &kind, &attributes, &with.links),
+        };
         let flags = parent.map_or(TraceFlags::default(), SpanContext::trace_flags);
         if result.decision != SamplingDecision::RecordAndSample {
             // Record-only is not a decision lens's sampler makes: an

@@ -412,6 +412,27 @@ impl ShouldSample for LensSampler {
 }
 
 impl LensSampler {
+    /// [`decide`](Self::decide)'s answer for most spans, made in place by
+    /// the caller (an inlined test, no call): a child with no attributes of
+    /// a parent on lens's own stack (not in a context), with no trace
+    /// state, under a sampler that follows a parent takes the parent's
+    /// decision. `None` for any other span.
+    #[inline]
+    pub(crate) fn follow_in_place(
+        &self,
+        parent: Option<&SpanContext>,
+        parent_context: Option<&Context>,
+        attributes: &[KeyValue],
+    ) -> Option<SamplingResult> {
+        let sc = parent?;
+        (attributes.is_empty()
+            && parent_context.is_none()
+            && self.records_spans
+            && *sc.trace_state() == TraceState::NONE
+            && self.delegate_kind.is_some_and(DelegateSampler::is_parent_based))
+        .then(|| result(keep_if(sc.is_sampled()), TraceState::NONE))
+    }
+
     /// Tells the sampler that its delegate is the SDK sampler
     /// [`delegate_from`]`(kind, _)` built, so that a span whose parent is
     /// not in an OpenTelemetry [`Context`] (lens's own current span,
@@ -427,36 +448,7 @@ impl LensSampler {
     /// one: a delegate that is not a known SDK sampler is given it (or one
     /// built around `parent`).
     #[expect(clippy::too_many_arguments, reason = "ShouldSample's arguments, plus the parent already read")]
-    #[inline]
     pub(crate) fn decide(
-        &self,
-        parent: Option<&SpanContext>,
-        parent_context: Option<&Context>,
-        trace_id: TraceId,
-        name: &str,
-        span_kind: &SpanKind,
-        attributes: &[KeyValue],
-        links: &[Link],
-    ) -> SamplingResult {
-        // Most spans: a child with no attributes of a parent on lens's own
-        // stack (not in a context), with no trace state, under a sampler
-        // that follows a parent. Decided in place: the parent's decision.
-        if let Some(sc) = parent
-            && attributes.is_empty()
-            && parent_context.is_none()
-            && self.records_spans
-            && *sc.trace_state() == TraceState::NONE
-            && self.delegate_kind.is_some_and(DelegateSampler::is_parent_based)
-        {
-            return result(keep_if(sc.is_sampled()), TraceState::NONE);
-        }
-        self.decide_in_full(parent, parent_context, trace_id, name, span_kind, attributes, links)
-    }
-
-    /// [`decide`](Self::decide) for any span.
-    #[expect(clippy::too_many_arguments, reason = "ShouldSample's arguments, plus the parent already read")]
-    #[inline(never)]
-    fn decide_in_full(
         &self,
         parent: Option<&SpanContext>,
         parent_context: Option<&Context>,
@@ -536,6 +528,7 @@ mod tests {
         let other = TraceState::default().insert("vendor", "x").unwrap();
         let kind = SpanKind::Internal;
         let mut compared = 0;
+        let mut in_places = 0;
         for delegate in DelegateSampler::ALL {
             let known = LensSampler::new(delegate_from(delegate, Some(0.5))).with_delegate_kind(delegate);
             let unknown = LensSampler::new(delegate_from(delegate, Some(0.5)));
@@ -553,12 +546,27 @@ mod tests {
                             assert_eq!(on_stack.decision, in_context.decision, "{delegate:?} {flags:?} {state:?}");
                             assert_eq!(on_stack.trace_state, in_context.trace_state, "{delegate:?}");
                             compared += 1;
+                            if let Some(in_place) = sampler.follow_in_place(Some(&parent), None, &[]) {
+                                assert_eq!(in_place.decision, in_context.decision, "{delegate:?} {flags:?}");
+                                assert_eq!(in_place.trace_state, in_context.trace_state, "{delegate:?}");
+                                in_places += 1;
+                            }
                         }
                     }
                 }
             }
         }
         assert_eq!(compared, 6 * 2 * 3 * 2 * 2);
+        // Decided in place: the three parent-based kinds known to the
+        // sampler, both flags, no trace state, both trace ids.
+        assert_eq!(in_places, 3 * 2 * 2);
+        let sampler = LensSampler::new(delegate_from(DelegateSampler::ParentBasedAlwaysOn, None))
+            .with_delegate_kind(DelegateSampler::ParentBasedAlwaysOn);
+        let parent = SpanContext::new(TraceId::from(5), SpanId::from(9), TraceFlags::SAMPLED, false, TraceState::NONE);
+        let attributes = [KeyValue::new(SAMPLING_KEY_ATTRIBUTE, 7_i64)];
+        assert!(sampler.follow_in_place(Some(&parent), None, &attributes).is_none(), "attributes may mark a key");
+        assert!(sampler.follow_in_place(Some(&parent), Some(&Context::new()), &[]).is_none(), "a context's parent");
+        assert!(sampler.follow_in_place(None, None, &[]).is_none(), "a root");
         // The decisions differ between kinds: the comparison is not vacuous.
         let parent =
             SpanContext::new(TraceId::from(5), SpanId::from(9), TraceFlags::default(), false, TraceState::default());
@@ -609,7 +617,8 @@ mod tests {
         // invalid span in their context, each ratio kind 1 of 2 trace ids in
         // each context but the invalid span's under the parent-based one.
         assert_eq!(kept, 6 + 4 + 3 + 2);
-        // A sampled parent is still followed, not taken for a root.
+        // An unsampled parent is still followed (dropped), not taken for a
+        // root (kept).
         let parent =
             SpanContext::new(TraceId::from(5), SpanId::from(9), TraceFlags::default(), false, TraceState::default());
         let sampler = LensSampler::new(delegate_from(DelegateSampler::ParentBasedAlwaysOn, None))
