@@ -1098,12 +1098,37 @@ impl LogProcessor for LensBatchLogProcessor {
 
 /// Marks the processor closed and sets the shutdown deadline; `None` when it
 /// was already closed.
+/// Test hook (feature `testing`): how long shutdown pauses between closing
+/// the queue and setting its deadline, in milliseconds (0: no pause). The
+/// window a worker could once wake in; a test widens it to show that the
+/// worker still waits for the exports in flight.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub static SHUTDOWN_PAUSE_MS: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(feature = "testing")]
+fn testing_pause() {
+    let pause = SHUTDOWN_PAUSE_MS.load(Ordering::Relaxed);
+    if pause > 0 {
+        thread::sleep(Duration::from_millis(pause));
+    }
+}
+
 fn begin_shutdown<T: Item>(inner: &Inner<T>, timeout: Duration) -> Option<Instant> {
+    let deadline = Instant::now() + timeout;
+    // Closed and given its deadline under the control lock: the worker,
+    // once it sees the queue closed, reads the deadline under that lock
+    // (`finish`). Set one after the other, a worker that woke in between
+    // found the queue closed with no deadline, and counted the exports in
+    // flight as unsent at shutdown at once, while they went on to arrive.
+    let mut control = lock(&inner.control);
     if inner.closed.swap(true, Ordering::AcqRel) {
         return None;
     }
-    let deadline = Instant::now() + timeout;
-    lock(&inner.control).shutdown_deadline = Some(deadline);
+    #[cfg(feature = "testing")]
+    testing_pause();
+    control.shutdown_deadline = Some(deadline);
+    drop(control);
     inner.control_changed.notify_all();
     inner.wake_worker();
     Some(deadline)

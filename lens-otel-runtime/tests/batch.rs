@@ -75,6 +75,47 @@ mod with_testing {
         }
     }
 
+    /// An export in flight when shutdown begins is waited for (within the
+    /// deadline) and counted once, as exported, even when the worker wakes
+    /// between the queue's closing and the deadline's setting (a window
+    /// widened here to 300 ms). Before the two were set under one lock, that
+    /// worker counted the export as unsent at shutdown at once, and the span
+    /// still arrived (a 64-span batch in `e2e_load`).
+    #[test]
+    fn an_export_in_flight_at_shutdown_is_waited_for_and_counted_once() {
+        let gated = Arc::new(Gated::default());
+        let config = BatchConfig {
+            max_queue_size: 8,
+            max_export_batch_size: 1,
+            // The worker wakes often: it wakes inside the window.
+            scheduled_delay: Duration::from_millis(10),
+            ..BatchConfig::default()
+        };
+        let batch = LensBatchSpanProcessor::new(GatedHandle(Arc::clone(&gated)), config);
+        let provider = provider_with(&batch);
+        emit(&provider, 1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while gated.entered.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(gated.entered.load(Ordering::SeqCst), 1, "the span's export is in flight");
+        lens_otel_runtime::batch::SHUTDOWN_PAUSE_MS.store(300, Ordering::Relaxed);
+        let opener = {
+            let gated = Arc::clone(&gated);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(500));
+                gated.open();
+            })
+        };
+        let result = batch.shutdown_with_timeout(Duration::from_secs(10));
+        lens_otel_runtime::batch::SHUTDOWN_PAUSE_MS.store(0, Ordering::Relaxed);
+        opener.join().expect("the gate opens");
+        assert_ok(result);
+        let snapshot = batch.counters().snapshot();
+        assert_eq!(gated.store.get_finished_spans().expect("spans").len(), 1);
+        assert_eq!((snapshot.exported, snapshot.dropped_at_shutdown), (1, 0), "{snapshot:?}");
+    }
+
     #[track_caller]
     fn assert_ok(result: OTelSdkResult) {
         assert!(result.is_ok(), "{result:?}");
