@@ -275,15 +275,11 @@ pub fn with_current<R>(edit: impl FnOnce(&mut LensSpan) -> R) -> Option<R> {
 /// innermost frame's span context when that frame is the current span (and
 /// telemetry is not suppressed), else the OpenTelemetry context.
 pub fn current_parent() -> CurrentParent {
-    // One read of the OpenTelemetry context: its span, and a copy of it
-    // when it is the parent.
-    Context::map_current(|cx| {
-        let otel_span = cx.span().span_context().span_id();
-        match lens_parent(otel_span).filter(|_| !cx.is_telemetry_suppressed()) {
-            Some(span_context) => CurrentParent::Frame(span_context),
-            None => CurrentParent::Context(cx.clone()),
-        }
-    })
+    let (otel_span, suppressed) = otel_current();
+    match lens_parent(otel_span).filter(|_| !suppressed) {
+        Some(span_context) => CurrentParent::Frame(span_context),
+        None => CurrentParent::Context(Context::current()),
+    }
 }
 
 /// What [`current_parent`] found.
@@ -300,19 +296,18 @@ pub enum CurrentParent {
 /// `traceparent` injection, non-current spans and the `tracing` bridge take
 /// their parent from.
 pub fn current_context() -> Context {
-    Context::map_current(|cx| match lens_parent(cx.span().span_context().span_id()) {
-        Some(span_context) => cx.with_remote_span_context(span_context),
-        None => cx.clone(),
-    })
+    let (otel_span, _) = otel_current();
+    match lens_parent(otel_span) {
+        Some(span_context) => Context::current().with_remote_span_context(span_context),
+        None => Context::current(),
+    }
 }
 
 /// Makes the innermost frame current in the OpenTelemetry context too, when
 /// it is the current span, until the guard drops: for code that reads only
 /// [`Context::current`] (the SDK's log records take their trace ids there).
 pub fn attach_frame() -> Option<ContextGuard> {
-    // Attached once the current context is no longer borrowed.
-    let cx = Context::map_current(|cx| {
-        lens_parent(cx.span().span_context().span_id()).map(|span_context| cx.with_remote_span_context(span_context))
-    })?;
-    Some(cx.attach())
+    let (otel_span, _) = otel_current();
+    let span_context = lens_parent(otel_span)?;
+    Some(Context::current().with_remote_span_context(span_context).attach())
 }
