@@ -1096,8 +1096,6 @@ impl LogProcessor for LensBatchLogProcessor {
     }
 }
 
-/// Marks the processor closed and sets the shutdown deadline; `None` when it
-/// was already closed.
 /// Test hook (feature `testing`): how long shutdown pauses between closing
 /// the queue and setting its deadline, in milliseconds (0: no pause). The
 /// window a worker could once wake in; a test widens it to show that the
@@ -1114,6 +1112,8 @@ fn testing_pause() {
     }
 }
 
+/// Marks the processor closed and sets the shutdown deadline; `None` when it
+/// was already closed.
 fn begin_shutdown<T: Item>(inner: &Inner<T>, timeout: Duration) -> Option<Instant> {
     let deadline = Instant::now() + timeout;
     // Closed and given its deadline under the control lock: the worker,

@@ -8,9 +8,13 @@
 mod grpc_collector;
 
 #[cfg(feature = "testing")]
+#[path = "support/gated_exporter.rs"]
+mod gated_exporter;
+
+#[cfg(feature = "testing")]
 mod with_testing {
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Condvar, Mutex};
+    use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
     use lens_otel_runtime::batch::{BatchConfig, LensBatchSpanProcessor, SpanExportSnapshot};
@@ -40,40 +44,7 @@ mod with_testing {
         }
     }
 
-    /// Blocks inside `export` (as a blocking HTTP client would) until the
-    /// gate opens or 30 s pass.
-    #[derive(Debug, Default)]
-    struct Gated {
-        open: Mutex<bool>,
-        opened: Condvar,
-        entered: AtomicU64,
-        store: KeepingSpanExporter,
-    }
-
-    impl Gated {
-        fn open(&self) {
-            *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
-            self.opened.notify_all();
-        }
-    }
-
-    /// A handle on a [`Gated`] exporter.
-    #[derive(Clone, Debug)]
-    struct GatedHandle(Arc<Gated>);
-
-    impl SpanExporter for GatedHandle {
-        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-            let gated = &self.0;
-            gated.entered.fetch_add(1, Ordering::SeqCst);
-            let guard = gated.open.lock().unwrap_or_else(|e| e.into_inner());
-            let (guard, _) = gated
-                .opened
-                .wait_timeout_while(guard, Duration::from_secs(30), |open| !*open)
-                .unwrap_or_else(|e| e.into_inner());
-            drop(guard);
-            gated.store.export(batch).await
-        }
-    }
+    use super::gated_exporter::{Gated, GatedHandle};
 
     /// An export in flight when shutdown begins is waited for (within the
     /// deadline) and counted once, as exported, even when the worker wakes

@@ -22,6 +22,9 @@ use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_sc
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SpanData;
 
+#[path = "support/gated_exporter.rs"]
+mod gated_exporter;
+
 const FLUSH: Duration = Duration::from_secs(10);
 
 fn scope() -> InstrumentationScope {
@@ -145,42 +148,21 @@ fn a_full_queue_drops_and_counts_instead_of_growing() {
     assert_eq!(recorder.counters().snapshot().exported, 16);
 }
 
-/// An exporter whose exports wait until it is opened (at most 30 s): a
-/// batch the export worker took stays held, so a full queue stays full.
-#[derive(Clone, Debug, Default)]
-struct Gate(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
-
-impl Gate {
-    fn open(&self) {
-        let (open, opened) = &*self.0;
-        *open.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-        opened.notify_all();
-    }
-}
-
-impl opentelemetry_sdk::trace::SpanExporter for Gate {
-    async fn export(&self, _batch: Vec<SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
-        let (open, opened) = &*self.0;
-        let closed = open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let waited = opened.wait_timeout_while(closed, Duration::from_secs(30), |open| !*open);
-        drop(waited.unwrap_or_else(std::sync::PoisonError::into_inner));
-        Ok(())
-    }
-}
-
 #[test]
 fn records_a_full_queue_drops_give_their_spool_slots_back_at_once() {
     use std::sync::Arc;
 
+    use gated_exporter::{Gated, GatedHandle};
     use lens_otel_runtime::batch::LensBatchRecordProcessor;
     use lens_otel_runtime::spool::{SpanView, SpoolTable};
 
     // The first record fills the queue and wakes the export worker, which
     // holds it in an export that waits: the queue stays full (whether the
     // worker took the record yet or not) until the gate opens.
-    let gate = Gate::default();
+    let gate = Arc::new(Gated::default());
     let config = BatchConfig { max_queue_size: 1, scheduled_delay: Duration::from_secs(60), ..BatchConfig::default() };
-    let processor = LensBatchRecordProcessor::new(Arc::new(RecordsAsSpanData::new(gate.clone(), scope())), config);
+    let exporter = RecordsAsSpanData::new(GatedHandle(Arc::clone(&gate)), scope());
+    let processor = LensBatchRecordProcessor::new(Arc::new(exporter), config);
     let table = SpoolTable::anonymous(8);
     processor.set_spool(Arc::clone(&table));
     let scope = scope();
