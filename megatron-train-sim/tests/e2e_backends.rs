@@ -367,23 +367,35 @@ fn prometheus_port_is_the_base_unless_several_ranks_of_the_host_export() {
     let single = run("single_rank", single_base);
     let all = run("all_ranks", all_base);
 
-    // The page served on `port` once it has the training metrics; it must
-    // be the page of `rank` (target_info carries dl.rank).
-    let page_of = |port: u16, rank: u16| {
-        let page = e2e_support::wait_until(&format!("metrics on 127.0.0.1:{port}"), Duration::from_secs(60), || {
-            e2e_support::http_get(port, "/metrics")
+    // Every port's page once it has the training metrics; each must be the
+    // page of its rank (target_info carries dl.rank). The ports are polled
+    // together, not one after another: a run serves its pages only while it
+    // trains and lingers, and on a loaded machine the later ports of a
+    // one-at-a-time poll could be reached after their run had gone.
+    let mut pending: Vec<(u16, u16)> =
+        std::iter::once((single_base, NODE_RANKS - 1)).chain((0..NODE_RANKS).map(|i| (all_base + i, i))).collect();
+    let mut served = Vec::new();
+    e2e_support::wait_until("the training metrics on every port", Duration::from_secs(60), || {
+        pending.retain(|&(port, rank)| {
+            let page = e2e_support::http_get(port, "/metrics")
                 .ok()
-                .filter(|(status, body)| *status == 200 && body.contains("megatron_training_"))
-        })
-        .1;
+                .filter(|(status, body)| *status == 200 && body.contains("megatron_training_"));
+            match page {
+                Some((_, body)) => {
+                    served.push((port, rank, body));
+                    false
+                }
+                None => true,
+            }
+        });
+        pending.is_empty().then_some(())
+    });
+    for (port, rank, page) in &served {
         assert!(page.contains(&format!("dl_rank=\"{rank}\"")), "port {port} serves rank {rank}:\n{page}");
-    };
-    page_of(single_base, NODE_RANKS - 1);
+    }
+    assert_eq!(served.len(), 1 + usize::from(NODE_RANKS));
     for i in 1..NODE_RANKS {
         assert!(e2e_support::http_get(single_base + i, "/metrics").is_err(), "single_rank serves only the base port");
-    }
-    for i in 0..NODE_RANKS {
-        page_of(all_base + i, i);
     }
 
     let single = single.wait(RUN_LIMIT);
