@@ -156,13 +156,27 @@ fn records_a_full_queue_drops_give_their_spool_slots_back_at_once() {
     use lens_otel_runtime::batch::LensBatchRecordProcessor;
     use lens_otel_runtime::spool::{SpanView, SpoolTable};
 
-    // The first record fills the queue and wakes the export worker, which
-    // holds it in an export that waits: the queue stays full (whether the
-    // worker took the record yet or not) until the gate opens.
+    // A queue of one and one export at a time. A first record is exported
+    // and held at the gate; the worker then holds the next record while it
+    // waits for the export slot (an export in flight does not count against
+    // the queue's bound, a record the worker holds does), so from then on
+    // the queue stays full until the gate opens.
     let gate = Arc::new(Gated::default());
-    let config = BatchConfig { max_queue_size: 1, scheduled_delay: Duration::from_secs(60), ..BatchConfig::default() };
+    let config = BatchConfig {
+        max_queue_size: 1,
+        max_concurrent_exports: 1,
+        scheduled_delay: Duration::from_secs(60),
+        ..BatchConfig::default()
+    };
     let exporter = RecordsAsSpanData::new(GatedHandle(Arc::clone(&gate)), scope());
     let processor = LensBatchRecordProcessor::new(Arc::new(exporter), config);
+    let mut first = vec![sample_records().remove(0)];
+    assert_eq!(processor.push_all(&mut first), 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gate.entered.load(std::sync::atomic::Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(gate.entered.load(std::sync::atomic::Ordering::SeqCst), 1, "the first record's export is in flight");
     let table = SpoolTable::anonymous(8);
     processor.set_spool(Arc::clone(&table));
     let scope = scope();
