@@ -524,9 +524,11 @@ impl SpanGuard {
     #[cold]
     #[inline(never)]
     fn finish(&mut self) {
-        drop(self.attached.take());
-        drop(self.open.take());
+        // A guard holds a frame of lens's stack or an OpenTelemetry
+        // context, never both (`on_stack`): the frame, the usual case, is
+        // tested first, so that its end moves nothing else.
         if let Some(frame) = self.frame.take() {
+            debug_assert!(self.attached.is_none() && self.open.is_none());
             if std::thread::panicking() {
                 current_span::with_frame(frame, |span| {
                     let message = "the thread panicked while the span was open".into();
@@ -534,7 +536,10 @@ impl SpanGuard {
                 });
             }
             current_span::end(frame, None);
+            return;
         }
+        drop(self.attached.take());
+        drop(self.open.take());
     }
 }
 

@@ -21,7 +21,7 @@
 //! here, a tenth of a span). If the handler cannot be registered, the process
 //! id is compared after all. Other platforms have no `fork`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, UnsafeCell};
 
 use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::IdGenerator;
@@ -109,7 +109,7 @@ struct ThreadRng {
 }
 
 thread_local! {
-    static RNG: RefCell<Option<ThreadRng>> = const { RefCell::new(None) };
+    static RNG: UnsafeCell<Option<ThreadRng>> = const { UnsafeCell::new(None) };
 }
 
 /// Runs `draw` with this thread's generator, seeding it first when the
@@ -117,8 +117,15 @@ thread_local! {
 fn with_rng<T>(draw: fn(&mut SmallRng) -> T) -> T {
     let generation = fork_generation();
     let drawn = RNG.try_with(|slot| {
-        let mut slot = slot.borrow_mut();
-        let state = match &mut *slot {
+        // SAFETY: the only reference to this thread's generator while it
+        // lives: `draw` is a plain function given the generator alone, and
+        // neither it nor `seeded_rng` draws an id, so nothing re-enters
+        // `with_rng` on this thread meanwhile (a `RefCell`'s flag, checked
+        // per id, would only turn that into a panic). lens's signal handler
+        // writes one byte to a pipe; a program's handler that started a
+        // span would not be async-signal-safe anyway (a span allocates).
+        let slot = unsafe { &mut *slot.get() };
+        let state = match slot {
             Some(state) if state.generation == generation => state,
             other => other.insert(ThreadRng { generation, rng: seeded_rng() }),
         };
@@ -155,13 +162,32 @@ fn fallback_seed() -> u64 {
 }
 
 /// A value that changes in a forked child (and never otherwise).
+///
+/// One relaxed load once the fork handler is registered (a few spans'
+/// parts read it: the ids, the spool, the recorder's buffer).
 #[cfg(unix)]
+#[inline]
 pub(crate) fn fork_generation() -> u64 {
-    use std::sync::Once;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let generation = fork::GENERATION.load(std::sync::atomic::Ordering::Relaxed);
+    if generation < fork::USE_PID {
+        return generation;
+    }
+    fork::generation_slow()
+}
 
-    static GENERATION: AtomicU64 = AtomicU64::new(0);
-    static USE_PID: AtomicBool = AtomicBool::new(false);
+#[cfg(unix)]
+mod fork {
+    use std::sync::Once;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The handler is not registered yet.
+    const UNREGISTERED: u64 = u64::MAX;
+    /// The handler could not be registered: the process id tells a child.
+    pub(super) const USE_PID: u64 = u64::MAX - 1;
+
+    /// The fork generation (counted up in each forked child), or one of
+    /// the two markers above (never reached by counting).
+    pub(super) static GENERATION: AtomicU64 = AtomicU64::new(UNREGISTERED);
     static REGISTER: Once = Once::new();
 
     unsafe extern "C" {
@@ -176,16 +202,22 @@ pub(crate) fn fork_generation() -> u64 {
         GENERATION.fetch_add(1, Ordering::Relaxed);
     }
 
-    REGISTER.call_once(|| {
-        // SAFETY: registers a child handler that only increments an atomic,
-        // which is async-signal-safe; the function lives for the whole process.
-        let status = unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
-        USE_PID.store(status != 0, Ordering::Relaxed);
-    });
-    if USE_PID.load(Ordering::Relaxed) {
-        return u64::from(std::process::id()) | (1 << 63);
+    /// Registers the handler on first use; the process id when it could
+    /// not be registered.
+    #[cold]
+    pub(super) fn generation_slow() -> u64 {
+        REGISTER.call_once(|| {
+            // SAFETY: registers a child handler that only increments an
+            // atomic, which is async-signal-safe; the function lives for
+            // the whole process.
+            let status = unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
+            GENERATION.store(if status == 0 { 0 } else { USE_PID }, Ordering::Relaxed);
+        });
+        match GENERATION.load(Ordering::Relaxed) {
+            USE_PID => u64::from(std::process::id()) | (1 << 63),
+            generation => generation,
+        }
     }
-    GENERATION.load(Ordering::Relaxed)
 }
 
 /// Without `fork`, the generation never changes.

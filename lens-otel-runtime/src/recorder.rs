@@ -203,6 +203,9 @@ impl Shared {
 /// exits, handing what it holds to the export queue.
 struct Local {
     shared: Weak<Shared>,
+    /// `shared`'s address, compared per span (the `Weak` keeps the
+    /// allocation, so no other recorder can have it while this lives).
+    key: *const Shared,
     buffer: Arc<ThreadBuffer>,
 }
 
@@ -332,8 +335,8 @@ impl Recorder {
     /// no reference count moves per span.
     fn buffer<'a>(&self, locals: &'a mut Vec<Local>) -> &'a ThreadBuffer {
         let generation = fork_generation();
-        let mine = |local: &Local| std::ptr::eq(local.shared.as_ptr(), Arc::as_ptr(&self.shared));
-        if let Some(index) = locals.iter().position(|l| mine(l) && l.buffer.generation == generation) {
+        let key = Arc::as_ptr(&self.shared);
+        if let Some(index) = locals.iter().position(|l| l.key == key && l.buffer.generation == generation) {
             return &locals[index].buffer;
         }
         // A forked child: the parent's records are the parent's to export.
@@ -348,7 +351,7 @@ impl Recorder {
         let buffer = Arc::new(ThreadBuffer { records: Mutex::new(Vec::with_capacity(THREAD_BUFFER)), generation });
         lock(&self.shared.buffers).push(Arc::clone(&buffer));
         let index = locals.len();
-        locals.push(Local { shared: Arc::downgrade(&self.shared), buffer });
+        locals.push(Local { shared: Arc::downgrade(&self.shared), key, buffer });
         &locals[index].buffer
     }
 
