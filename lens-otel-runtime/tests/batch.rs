@@ -65,11 +65,7 @@ mod with_testing {
         let batch = LensBatchSpanProcessor::new(GatedHandle(Arc::clone(&gated)), config);
         let provider = provider_with(&batch);
         emit(&provider, 1);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while gated.entered.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(gated.entered.load(Ordering::SeqCst), 1, "the span's export is in flight");
+        assert_eq!(gated.wait_entered(Duration::from_secs(10)), 1, "the span's export is in flight");
         lens_otel_runtime::batch::SHUTDOWN_PAUSE_MS.store(300, Ordering::Relaxed);
         let opener = {
             let gated = Arc::clone(&gated);

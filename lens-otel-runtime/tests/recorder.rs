@@ -172,11 +172,7 @@ fn records_a_full_queue_drops_give_their_spool_slots_back_at_once() {
     let processor = LensBatchRecordProcessor::new(Arc::new(exporter), config);
     let mut first = vec![sample_records().remove(0)];
     assert_eq!(processor.push_all(&mut first), 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while gate.entered.load(std::sync::atomic::Ordering::SeqCst) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(gate.entered.load(std::sync::atomic::Ordering::SeqCst), 1, "the first record's export is in flight");
+    assert_eq!(gate.wait_entered(Duration::from_secs(10)), 1, "the first record's export is in flight");
     let table = SpoolTable::anonymous(8);
     processor.set_spool(Arc::clone(&table));
     let scope = scope();

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lens_otel_runtime::exporters::testing::KeepingSpanExporter;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -22,6 +22,16 @@ pub(crate) struct Gated {
 }
 
 impl Gated {
+    /// Waits (every millisecond, at most `timeout`) until an export has
+    /// begun; returns how many have.
+    pub(crate) fn wait_entered(&self, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        while self.entered.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.entered.load(Ordering::SeqCst)
+    }
+
     /// Lets every export waiting now, and every later one, through.
     pub(crate) fn open(&self) {
         *self.open.lock().unwrap_or_else(PoisonError::into_inner) = true;
