@@ -137,6 +137,7 @@ pub fn start(
             let span = &mut frame[0].span;
             if suppressed || tracer.is_closed() {
                 // A frame that records nothing (its context empty).
+                span.carry_context(SpanContext::empty_context());
             } else if new_trace {
                 tracer.begin_in(span, name, None, None, attributes, with);
             } else if let Some(top) = outer.last().filter(|top| top.otel_span == otel_span) {
@@ -157,7 +158,8 @@ pub fn start(
 
 /// Pushes a frame for `tracer` on `stack` (reusing an ended one in place),
 /// for a span `kept` elsewhere or (`None`) its own, and returns its id and
-/// index; its span records nothing yet. `otel_span` is the OpenTelemetry
+/// index; its span records nothing yet, and its context is the caller's to
+/// set (an ended frame's is stale). `otel_span` is the OpenTelemetry
 /// context's span now.
 fn push_frame(
     stack: &mut Stack,
@@ -172,7 +174,7 @@ fn push_frame(
         Some(ended) => {
             ended.id = id;
             ended.otel_span = otel_span;
-            ended.span.reset(tracer);
+            ended.span.rebind(tracer);
             ended.kept = kept;
         }
         None => {

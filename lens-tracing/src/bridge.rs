@@ -29,7 +29,7 @@ use lens_fallbacks::otel::current_span::{CurrentParent, FrameId};
 use lens_fallbacks::otel::lens_tracer::{LensSpan, LensTracer, StartWith};
 use lens_fallbacks::otel::opentelemetry::logs::Severity;
 use lens_fallbacks::otel::opentelemetry::trace::{
-    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt as _,
+    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt as _, TraceState,
 };
 use lens_fallbacks::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
 use lens_fallbacks::otel::span_record::{now_unix_nano, time_of};
@@ -189,9 +189,12 @@ impl SpanData {
             let started = match stack_tracer(tracer) {
                 Some(tracer) => {
                     // Started where it is kept (a span is a few hundred
-                    // bytes, and each move is a copy).
-                    let started = self.started.insert(Recorded::Lens(tracer.idle_span()));
-                    let Recorded::Lens(span) = started else { unreachable!("just inserted") };
+                    // bytes, and each move is a copy). `started` is `None`:
+                    // forgetting it skips the call to the span's drop glue
+                    // that `Option::insert` makes.
+                    std::mem::forget(self.started.replace(Recorded::Lens(tracer.idle_span())));
+                    let Some(started) = &mut self.started else { unreachable!("just set") };
+                    let Recorded::Lens(span) = started else { unreachable!("just set") };
                     let with = self.template.start_with(Some(self.created_unix_nano));
                     let Template { name, attributes, .. } = std::mem::take(&mut self.template);
                     match &self.parent {
@@ -213,7 +216,13 @@ impl SpanData {
             if let Some(status) = self.status.take() {
                 started.set_status(status);
             }
-            self.parent = Parent::Root;
+            // The parent is no longer needed. A span context with no trace
+            // state (the usual parent) owns no memory: forgetting it skips
+            // the call to the drop glue.
+            match std::mem::replace(&mut self.parent, Parent::Root) {
+                Parent::Span(parent) if *parent.trace_state() == TraceState::NONE => std::mem::forget(parent),
+                parent => drop(parent),
+            }
         }
         self.started.as_mut()
     }
