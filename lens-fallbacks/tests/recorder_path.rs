@@ -2,7 +2,8 @@
 //! lens's own current-span stack (the default) and its meeting points with
 //! the OpenTelemetry context, OpenTelemetry interop both ways with
 //! `CONTEXT_PER_SPAN`, spans of a thread that exits, spans still open at
-//! shutdown, and a sampler that drops.
+//! shutdown, a sampler that drops, and spans started where telemetry is
+//! suppressed.
 //!
 //! Setup owns process-global state, so this file is its own test binary and
 //! every test takes [`serial`] first.
@@ -151,6 +152,35 @@ fn by_default_the_current_lens_span_is_on_lens_stack_and_meets_the_opentelemetry
     assert_eq!(parent("lens.b"), span_id("lens.a"));
     assert_eq!(parent("lens.c"), span_id("lens.b"), "b stayed current after a ended");
     assert_eq!(parent("lens.after"), span_id("lens.outer"));
+}
+
+#[test]
+fn a_span_started_where_telemetry_is_suppressed_records_nothing_and_names_no_parent_in_a_reused_frame() {
+    let _serial = serial();
+    let exporter = KeepingSpanExporter::default();
+    let telemetry = setup(&exporter, TracesSampler::ParentBasedAlwaysOn);
+    {
+        let _outer = managed_span(SpanGroup::STEP, "lens.outer", []);
+        // A recorded span ends: its frame stays on the stack, and the next
+        // push reuses it.
+        drop(managed_span(SpanGroup::STEP, "lens.recorded", []));
+        let suppressed = Context::enter_telemetry_suppressed_scope();
+        let quiet = managed_span(SpanGroup::STEP, "lens.suppressed", []);
+        assert!(!quiet.is_recording());
+        // The reused frame carries no span: not the one that ended in it.
+        assert!(!current_context().is_valid(), "{:?}", current_context().to_carrier());
+        drop(managed_span(SpanGroup::STEP, "lens.suppressed_child", []));
+        drop(quiet);
+        drop(suppressed);
+        drop(managed_span(SpanGroup::STEP, "lens.after", []));
+    }
+    let report = telemetry.shutdown(Duration::from_secs(10));
+    assert_eq!(report.spans.exported, 3, "{report:?}");
+    let spans = exporter.get_finished_spans().unwrap();
+    let outer = by_name(&spans, "lens.outer").span_context.span_id();
+    assert_eq!(by_name(&spans, "lens.recorded").parent_span_id, outer);
+    assert_eq!(by_name(&spans, "lens.after").parent_span_id, outer);
+    assert!(spans.iter().all(|s| !s.name.starts_with("lens.suppressed")), "{spans:?}");
 }
 
 #[test]
