@@ -29,7 +29,7 @@ use lens_fallbacks::otel::current_span::{CurrentParent, FrameId};
 use lens_fallbacks::otel::lens_tracer::{LensSpan, LensTracer, StartWith};
 use lens_fallbacks::otel::opentelemetry::logs::Severity;
 use lens_fallbacks::otel::opentelemetry::trace::{
-    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt as _, TraceState,
+    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt as _,
 };
 use lens_fallbacks::otel::opentelemetry::{Context as OtelContext, ContextGuard, KeyValue};
 use lens_fallbacks::otel::span_record::{now_unix_nano, time_of};
@@ -216,13 +216,7 @@ impl SpanData {
             if let Some(status) = self.status.take() {
                 started.set_status(status);
             }
-            // The parent is no longer needed. A span context with no trace
-            // state (the usual parent) owns no memory: forgetting it skips
-            // the call to the drop glue.
-            match std::mem::replace(&mut self.parent, Parent::Root) {
-                Parent::Span(parent) if *parent.trace_state() == TraceState::NONE => std::mem::forget(parent),
-                parent => drop(parent),
-            }
+            self.parent = Parent::Root;
         }
         self.started.as_mut()
     }
