@@ -37,6 +37,9 @@ only the first N exports, then accepts. SIGUSR1 switches the fault off.
 gRPC UNAUTHENTICATED) and records ``header_ok`` on each request line.
 
 SIGTERM or SIGINT stops both servers (bounded: one second of grace) and exits 0.
+A TLS client on the HTTP port is handshaken in its own connection thread,
+bounded by HANDSHAKE_TIMEOUT_S, so a silent one stalls neither the other
+connections nor the shutdown.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ HOST = "127.0.0.1"
 HANG_LIMIT_S = 600.0
 # The largest HTTP body accepted (bytes).
 MAX_BODY = 64 * 1024 * 1024
+# Seconds a TLS client may take over its handshake on the HTTP port.
+HANDSHAKE_TIMEOUT_S = 10
 
 SIGNALS = {
     "traces": (trace_service_pb2.ExportTraceServiceRequest, trace_service_pb2.ExportTraceServiceResponse),
@@ -388,6 +393,24 @@ def http_handler(sink: Sink):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def handle(self):
+            try:
+                if isinstance(self.connection, ssl.SSLSocket):
+                    # The handshake runs here, in the connection's own
+                    # thread and bounded, not in `accept` on the serving
+                    # thread, where one silent client would stall every
+                    # other connection and the shutdown. Idle keep-alive
+                    # connections stay open, as before.
+                    self.connection.settimeout(HANDSHAKE_TIMEOUT_S)
+                    self.connection.do_handshake()
+                    self.connection.settimeout(None)
+                super().handle()
+            except OSError as error:
+                # A client that rejects the certificate (ssl.SSLError is an
+                # OSError), goes silent or hangs up: one line, not a
+                # traceback.
+                sys.stderr.write(f"otlp_sink: http connection: {error}\n")
+
         def log_message(self, format, *args):  # noqa: A002 (the base class's name)
             # Quiet: the request lines of the output file are the log.
             pass
@@ -473,7 +496,7 @@ def start_http(sink: Sink, port: int, tls_files):
     if tls_files is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(certfile=tls_files[0], keyfile=tls_files[1])
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
     return server, server.server_address[1]
