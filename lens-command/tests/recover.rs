@@ -59,8 +59,10 @@ fn victim() {
     let before = SystemTime::now();
     let open_child = managed_span(SpanGroup::STEP, "victim.backward", []);
     bracket("victim.backward", &open_child, before);
-    // Let the last-alive stamp move past the spans' starts.
-    std::thread::sleep(Duration::from_millis(1300));
+    // Let the last-alive stamp (written every second) move past the spans'
+    // starts: two and a half periods, for a stamp thread a loaded machine
+    // wakes late.
+    std::thread::sleep(Duration::from_millis(2500));
     let _ = std::io::stdout().lock().write_all(format!("KILL {}\n", nanos(SystemTime::now())).as_bytes());
     let _ = std::io::stdout().flush();
     // SAFETY: sends SIGKILL to this process; nothing runs after it.

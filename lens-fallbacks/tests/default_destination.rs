@@ -36,7 +36,8 @@ const CHILD: &str = "LENS_DEFAULT_DESTINATION_CHILD";
 const SHUTTING_DOWN: &str = "child: shutting down";
 
 /// The program each case runs: set up from the environment, a few spans,
-/// a pause long enough for one scheduled export, shutdown, the report.
+/// in `wait` mode a pause until a scheduled export has failed, shutdown,
+/// the report.
 #[test]
 #[expect(clippy::print_stderr, reason = "the child's standard error is what the parent reads")]
 fn child() {
@@ -53,8 +54,13 @@ fn child() {
             lens_fallbacks::span::managed_span(SpanGroup::JOB, "myjob.step", [KeyValue::new("myjob.step", step)]);
     }
     if mode == "wait" {
-        // The batch processor exports every 200 ms: a failure shows here.
-        std::thread::sleep(Duration::from_millis(1200));
+        // The batch processor exports every 200 ms: waits (at most 20 s)
+        // until an export has failed, which the exporter reports before
+        // the processor counts it.
+        let started = Instant::now();
+        while telemetry.report().spans.export_errors == 0 && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     eprintln!("{SHUTTING_DOWN}");
     let report = telemetry.shutdown(Duration::from_millis(500));

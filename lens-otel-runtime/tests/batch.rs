@@ -302,7 +302,7 @@ mod with_testing {
         // Generous bounds, far above a span's cost; a wait on the exporter
         // would take the 30 s of the gate.
         assert!(took < Duration::from_secs(5), "20,000 spans took {took:?}");
-        assert!(slowest < Duration::from_millis(500), "slowest span end took {slowest:?}");
+        assert!(slowest < Duration::from_secs(3), "slowest span end took {slowest:?}");
         let snapshot = batch.counters().snapshot();
         assert_eq!(snapshot.accepted + snapshot.dropped_queue_full, 20_200, "{snapshot:?}");
         // Held at most: the queue's bound plus the two stuck batches (fewer

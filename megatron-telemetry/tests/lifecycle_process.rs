@@ -48,9 +48,12 @@ fn child_entry() {
                 if iteration == 2 {
                     // SAFETY: sends SIGTERM to this process.
                     unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
-                    // Give the handler thread time to act (a terminating
-                    // child dies here).
-                    std::thread::sleep(Duration::from_millis(500));
+                    // Give the handler thread time to act: a terminating
+                    // child dies here (the handler exports and re-raises;
+                    // at most 20 s, however loaded the machine); a
+                    // graceful one goes on after half a second.
+                    let pause = if graceful { Duration::from_millis(500) } else { Duration::from_secs(20) };
+                    std::thread::sleep(pause);
                 }
             }
             telemetry.end_training_loop();

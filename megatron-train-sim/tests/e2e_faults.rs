@@ -255,7 +255,10 @@ fn a_collector_restarted_mid_run_within_the_retry_window_receives_every_span() {
     let ctx = Ctx::new("fault-restart");
     let sink = Sink::start(&ctx);
     let (grpc_port, http_port, out) = (sink.grpc_port, sink.http_port, sink.out.clone());
-    let iters = 150;
+    // 400 iterations of at least 20 ms: the run outlasts the first export,
+    // the sink's stop and the two seconds down by several seconds even on a
+    // fast machine (150 left a fraction of a second).
+    let iters = 400;
     let mut sim = recovering_run(&ctx, "restart", &sink.endpoint(Protocol::Grpc), iters);
     sink.wait_for("the first spans", Duration::from_secs(30), |r| !r.spans.is_empty());
     let before = sink.stop();

@@ -159,14 +159,23 @@ fn with_the_handler_sigterm_to_the_launcher_or_sigint_to_one_rank_drains_and_the
     ctx.finish();
 }
 
-/// Iterations of the checkpoints that rank 0 completed under `dir`.
+/// Iterations of the checkpoints that rank 0 completed under `dir`: its
+/// file written, and the tracker moved to it or past it. Rank 0 writes its
+/// file before the save's gather with the other ranks and the tracker after
+/// it; a rank killed in between leaves a file whose save (and interval)
+/// never completed.
 fn saved_iterations(dir: &Path) -> Vec<u64> {
+    let tracker = std::fs::read_to_string(dir.join("latest_checkpointed_iteration.txt"))
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    let Some(tracker) = tracker else { return Vec::new() };
     let mut saved: Vec<u64> = std::fs::read_dir(dir)
         .map(|entries| entries.filter_map(Result::ok).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
         .filter(|e| e.path().join("rank_00000.ckpt").exists())
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("iter_")?.parse().ok())
+        .filter(|iteration| *iteration <= tracker)
         .collect();
     saved.sort_unstable();
     saved

@@ -305,10 +305,39 @@ fn long_run(dir: &Path, ranks: &'static str, extra: &[&'static str]) -> (Child, 
     let mut all: Vec<&str> = args.clone();
     all.extend(["--rank-pids-file", &pids_str]);
     let child = command(dir, &all).spawn().unwrap();
-    let pids = read_pids(&pids, ranks.parse().unwrap());
-    // Let the ranks get past rendezvous and into the loop.
-    std::thread::sleep(Duration::from_millis(1500));
+    let ranks: usize = ranks.parse().unwrap();
+    let pids = read_pids(&pids, ranks);
+    wait_in_loop(dir, ranks);
     (child, pids)
+}
+
+/// Waits (at most 60 s) until each of `ranks` ranks of the run in `dir` has
+/// completed two iterations, as their fault-tolerance heartbeats say (in
+/// `TMPDIR`, which is `dir`, or beside `--save ckpt`'s checkpoints): the
+/// ranks are past rendezvous and in the loop, however loaded the machine.
+fn wait_in_loop(dir: &Path, ranks: usize) {
+    let iterations = || -> Vec<u64> {
+        let dirs = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("megatron-train-sim-heartbeat-"))
+            .map(|e| e.path())
+            .chain([dir.join("ckpt").join("ft_heartbeat")]);
+        dirs.flat_map(|d| std::fs::read_dir(d).into_iter().flatten().filter_map(Result::ok))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .filter_map(|text| serde_json::from_str::<Value>(text.trim()).ok()?["iteration"].as_u64())
+            .collect()
+    };
+    let started = Instant::now();
+    loop {
+        let done = iterations();
+        if done.len() == ranks && done.iter().all(|i| *i >= 2) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the ranks are not in the loop after 60 s: {done:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
