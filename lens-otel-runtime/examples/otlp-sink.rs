@@ -23,6 +23,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tonic::transport::server::TcpIncoming;
+
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use prost::Message as _;
@@ -116,15 +118,32 @@ fn main() -> ExitCode {
             });
         }
         Some("grpc") => {
-            // tonic binds the address itself: free the port first (loopback only).
-            drop(listener);
+            // tonic serves the listener bound above: the port printed is
+            // already this process's, with no window for another to take it.
             let count = Arc::clone(&count);
+            if listener.set_nonblocking(true).is_err() {
+                return ExitCode::FAILURE;
+            }
             std::thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                if let Ok(runtime) = runtime {
-                    let server = tonic::transport::Server::builder()
-                        .serve(address, TraceServiceServer::new(GrpcSink(count)).max_decoding_message_size(64 << 20));
-                    let _ = runtime.block_on(server);
+                let served = runtime.and_then(|runtime| {
+                    runtime.block_on(async move {
+                        // TCP_NODELAY as tonic's own `serve` sets it.
+                        let incoming =
+                            TcpIncoming::from(tokio::net::TcpListener::from_std(listener)?).with_nodelay(Some(true));
+                        let service = TraceServiceServer::new(GrpcSink(count)).max_decoding_message_size(64 << 20);
+                        tonic::transport::Server::builder()
+                            .serve_with_incoming(service, incoming)
+                            .await
+                            .map_err(std::io::Error::other)
+                    })
+                });
+                if let Err(error) = served {
+                    #[expect(clippy::print_stderr, reason = "the receiver's own failure, for the bench's log")]
+                    {
+                        eprintln!("otlp-sink: the gRPC server failed: {error}");
+                    }
+                    std::process::exit(1);
                 }
             });
         }
