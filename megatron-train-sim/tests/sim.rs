@@ -313,17 +313,15 @@ fn long_run(dir: &Path, ranks: &'static str, extra: &[&'static str]) -> (Child, 
 
 /// Waits (at most 60 s) until each of `ranks` ranks of the run in `dir` has
 /// completed two iterations, as their fault-tolerance heartbeats say (in
-/// `TMPDIR`, which is `dir`, or beside `--save ckpt`'s checkpoints): the
-/// ranks are past rendezvous and in the loop, however loaded the machine.
+/// `TMPDIR`, which is `dir`, or in `ft_heartbeat` beside the checkpoints of
+/// a `--save` under `dir`): the ranks are past rendezvous and in the loop,
+/// however loaded the machine.
 fn wait_in_loop(dir: &Path, ranks: usize) {
     let iterations = || -> Vec<u64> {
-        let dirs = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_string_lossy().starts_with("megatron-train-sim-heartbeat-"))
-            .map(|e| e.path())
-            .chain([dir.join("ckpt").join("ft_heartbeat")]);
+        let dirs = std::fs::read_dir(dir).into_iter().flatten().filter_map(Result::ok).map(|e| {
+            let temporary = e.file_name().to_string_lossy().starts_with("megatron-train-sim-heartbeat-");
+            if temporary { e.path() } else { e.path().join("ft_heartbeat") }
+        });
         dirs.flat_map(|d| std::fs::read_dir(d).into_iter().flatten().filter_map(Result::ok))
             .filter_map(|e| std::fs::read_to_string(e.path()).ok())
             .filter_map(|text| serde_json::from_str::<Value>(text.trim()).ok()?["iteration"].as_u64())
