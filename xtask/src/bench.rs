@@ -246,6 +246,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
                     let _ =
                         write!(row.measured, "; {:.3}× instructions on the calling thread ({a:.0} vs {b:.0})", a / b);
                 }
+                if callgrind::available() && lens_mode == "lens" {
+                    row.measured.push_str(&fastrace_floor(&mut counter)?);
+                }
                 rows.push(row);
             }
         }
@@ -342,6 +345,7 @@ const FASTRACE_CALLS: Counted = Counted {
         "fastrace_compare::fastrace_spans_5_props",
         "fastrace_compare::recorder_spans",
         "fastrace_compare::recorder_spans_5_attrs",
+        "fastrace_compare::floor_spans",
     ],
 };
 
@@ -509,6 +513,22 @@ fn tracing_floor(counter: &mut Counter) -> Result<String> {
          own code {own:.0} against `tracing-opentelemetry`'s {theirs:.0} ({:.2}×)",
         floor / lean,
         own / theirs
+    ))
+}
+
+/// What the floor's recorder (`benches/fastrace-compare/src/floor.rs`:
+/// exactly the work a lens span must do with lens's defaults on, and
+/// nothing else) costs the calling thread, against fastrace's `LocalSpan`
+/// and lens's span: what a rewrite of lens's span path could reach.
+fn fastrace_floor(counter: &mut Counter) -> Result<String> {
+    let floor = counter.per_call(&FASTRACE_CALLS, "floor")?;
+    let fastrace = counter.per_call(&FASTRACE_CALLS, "fastrace")?;
+    let lens = counter.per_call(&FASTRACE_CALLS, "lens")?;
+    Ok(format!(
+        "; the floor (the work a lens span must do with the closer on, and nothing else) is {floor:.0} instructions \
+         = {:.3}× fastrace; lens's span is {:.2}× the floor",
+        floor / fastrace,
+        lens / floor
     ))
 }
 

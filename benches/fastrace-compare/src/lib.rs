@@ -24,9 +24,14 @@
 //! - the span recorder alone (`lens_fallbacks::otel::recorder`, issue 24):
 //!   a root span started and ended on its per-thread buffer, exported
 //!   through a discarding exporter; the floor under the facade's path (no
-//!   gate, no sampler, no OpenTelemetry context, no open-span table).
+//!   gate, no sampler, no OpenTelemetry context, no open-span table);
+//! - the floor ([`floor`]): a recorder that does exactly the work a lens
+//!   span must do with lens's defaults on and nothing else, in the same
+//!   loop as lens's spans: what a rewrite of lens's span path could reach.
 
 #![cfg(feature = "testing")]
+
+pub mod floor;
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -128,6 +133,22 @@ pub fn recorder_spans_5_attrs(recorder: &Recorder, n: u64) {
             opentelemetry::KeyValue::new("bench.rank", black_box(3_i64)),
         ];
         recorder.start(SPAN_NAME, &root, attributes).end();
+    }
+}
+
+/// `n` spans of the floor's recorder ([`floor`]), under a root every
+/// [`ROOT_EVERY`], as [`lens_spans`] runs.
+#[inline(never)]
+pub fn floor_spans(floor: &floor::Floor, n: u64) {
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(ROOT_EVERY);
+        let root = floor.span("bench.root");
+        for _ in 0..chunk {
+            drop(floor.span(SPAN_NAME));
+        }
+        drop(root);
+        left -= chunk;
     }
 }
 
