@@ -4,8 +4,10 @@
 //! symbolic link to it), and `cargo tree --offline` must resolve the
 //! application, with `lens-fallbacks` taken from the checkout. A `version`
 //! line (lens is not on crates.io) fails here, as it fails for a reader.
-//! Built without its `otel` feature, the application (the `tracing` bridge
-//! included) holds no OpenTelemetry crate, tonic, reqwest, hyper or tokio.
+//! With its `otel` feature the application has OTLP over gRPC (tonic), which
+//! the page's commands use; built without it, the application (the
+//! `tracing` bridge included) holds no OpenTelemetry crate, tonic, reqwest,
+//! hyper or tokio.
 //!
 //! Offline: every crate lens needs is already in cargo's cache, since this
 //! test was built. One test in the `otel` build only (the page does not
@@ -91,6 +93,9 @@ fn the_pages_dependency_lines_resolve_against_a_checkout() {
     // The bridge follows the application's `otel`: on with it ...
     assert!(stdout.lines().any(|line| line.starts_with("lens-tracing v0.1.0")), "{stdout}");
     assert!(stdout.lines().any(|line| line.starts_with("opentelemetry_sdk v")), "{stdout}");
+    // OTLP over gRPC, which the page's `MYJOB_OTEL_ENABLED=1 ./myjob` (a
+    // collector on localhost:4317) and `OTEL_EXPORTER_OTLP_ENDPOINT` need.
+    assert!(stdout.lines().any(|line| line.starts_with("tonic v")), "the application has no OTLP/gRPC: {stdout}");
     // ... and the compiled-out build holds no OpenTelemetry or transport
     // through it (lens-tracing with its defaults).
     let output = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))

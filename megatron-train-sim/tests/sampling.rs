@@ -8,7 +8,9 @@
 //! - two launches of one pinned run id, the second resuming where the first
 //!   opened an interval, never share a trace id, while the ranks of one
 //!   launch share theirs;
-//! - a pinned run id with no launch id is warned about once.
+//! - a pinned run id with no launch id is warned about once;
+//! - so is `OTEL_SDK_DISABLED=true` beside `--otel-enabled` or
+//!   `MEGATRON_OTEL_ENABLED=1`, and the run records nothing.
 #![cfg(feature = "otel")]
 
 mod support;
@@ -237,4 +239,26 @@ fn a_pinned_run_id_without_a_launch_id_is_warned_about_once() {
     let (status, stderr) = run_command(launched, LIMIT);
     assert!(status.success(), "{stderr}");
     assert!(!stderr.contains("no launch id"), "{stderr}");
+}
+
+#[test]
+fn otel_sdk_disabled_beside_an_enabling_setting_is_warned_about_once_and_records_nothing() {
+    for (enable, named) in [(None, "--otel-enabled"), (Some("MEGATRON_OTEL_ENABLED"), "MEGATRON_OTEL_ENABLED")] {
+        let dir = temp_dir("sdk-disabled");
+        let args = match enable {
+            None => with(SMALL, &["--otel-enabled", "--train-iters", "2"]),
+            Some(_) => with(SMALL, &["--train-iters", "2"]),
+        };
+        let mut run = command(&dir, &args);
+        run.env("OTEL_SDK_DISABLED", "true");
+        if let Some(variable) = enable {
+            run.env(variable, "1");
+        }
+        let (status, stderr) = run_command(run, LIMIT);
+        assert!(status.success(), "{stderr}");
+        let warned = stderr.matches("OTEL_SDK_DISABLED=true turns telemetry off although").count();
+        assert_eq!(warned, 1, "{named}: one warning: {stderr}");
+        assert!(stderr.contains(named), "{stderr}");
+        assert!(!dir.join("telemetry").exists(), "{named}: telemetry is off, nothing is written");
+    }
 }

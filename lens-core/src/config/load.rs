@@ -74,7 +74,8 @@ impl<'a> ConfigLoader<'a> {
         c.origins = origins;
         if c.otel.sdk_disabled && c.enabled {
             let variable = c.origins.variable("enabled").unwrap_or("the enable variable").to_string();
-            crate::diag::warn(format_args!(
+            // Once per process, however often the configuration is read.
+            crate::diag::warn_once(format_args!(
                 "OTEL_SDK_DISABLED=true turns telemetry off although {variable} enables it"
             ));
             c.enabled = false;
@@ -465,7 +466,7 @@ impl LensConfig {
     pub fn apply_cli(&mut self, cli: &CliOverrides) {
         if cli.otel_enabled {
             if self.otel.sdk_disabled {
-                crate::diag::warn("OTEL_SDK_DISABLED=true turns telemetry off although --otel-enabled was given");
+                crate::diag::warn_once("OTEL_SDK_DISABLED=true turns telemetry off although --otel-enabled was given");
             } else {
                 self.enabled = true;
                 self.origins.set("enabled", "--otel-enabled", "true".into());

@@ -85,9 +85,9 @@ impl fmt::Display for MissingTransport {
         write!(
             f,
             "{}={} selects {}, which this program was built without: enable the cargo feature `{}` of lens-fallbacks \
-             (lens-fallbacks = {{ version = \"0.1\", features = [\"{}\"] }}), or choose an exporter this build has \
-             (file, console)",
-            self.variable, self.value, self.selects, self.feature, self.feature
+             (\"lens-fallbacks/{}\" in your application's `otel` feature, or features = [\"{}\"] on its \
+             lens-fallbacks line), or choose an exporter this build has (file, console)",
+            self.variable, self.value, self.selects, self.feature, self.feature, self.feature
         )
     }
 }
