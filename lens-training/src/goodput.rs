@@ -280,7 +280,7 @@ impl GoodputTotals {
     pub fn resume(mut self) -> GoodputTotals {
         self.seconds[Bucket::LostProgress.index()] += self.seconds[Bucket::Pending.index()];
         self.seconds[Bucket::Pending.index()] = 0.0;
-        self.lost_iterations += self.pending_iterations;
+        self.lost_iterations = self.lost_iterations.saturating_add(self.pending_iterations);
         self.pending_iterations = 0;
         self
     }
@@ -318,7 +318,7 @@ impl GoodputTotals {
     pub fn resume_exactly(mut self, record_iteration: u64, resumed: u64, dead: DeadProgress) -> GoodputTotals {
         let completed = dead.completed.unwrap_or(0).max(record_iteration);
         let unseen = if dead.unseen_seconds.is_finite() { dead.unseen_seconds.max(0.0) } else { 0.0 };
-        let pending_iterations = self.pending_iterations + (completed - record_iteration);
+        let pending_iterations = self.pending_iterations.saturating_add(completed - record_iteration);
         let lost = completed.saturating_sub(resumed).min(pending_iterations);
         let kept = pending_iterations - lost;
         if pending_iterations == 0 {
@@ -330,8 +330,8 @@ impl GoodputTotals {
             self.seconds[Bucket::LostProgress.index()] += pending_seconds - kept_seconds;
         }
         self.seconds[Bucket::Pending.index()] = 0.0;
-        self.productive_iterations += kept;
-        self.lost_iterations += lost;
+        self.productive_iterations = self.productive_iterations.saturating_add(kept);
+        self.lost_iterations = self.lost_iterations.saturating_add(lost);
         self.pending_iterations = 0;
         self
     }
@@ -340,12 +340,17 @@ impl GoodputTotals {
         for (mine, theirs) in self.seconds.iter_mut().zip(other.seconds) {
             *mine += theirs;
         }
-        self.productive_iterations += other.productive_iterations;
-        self.pending_iterations += other.pending_iterations;
-        self.lost_iterations += other.lost_iterations;
+        self.productive_iterations = self.productive_iterations.saturating_add(other.productive_iterations);
+        self.pending_iterations = self.pending_iterations.saturating_add(other.pending_iterations);
+        self.lost_iterations = self.lost_iterations.saturating_add(other.lost_iterations);
         self.lost_precision = self.lost_precision.worst(other.lost_precision);
     }
 }
+
+/// The largest count a progress record may hold (2^53, the largest integer
+/// every JSON reader keeps exact): a larger one is a damaged file, and
+/// reading it fails instead of charging absurd totals.
+const MAX_RECORD_COUNT: u64 = 1 << 53;
 
 /// Nesting deeper than this is counted in the innermost tracked phase.
 const MAX_DEPTH: usize = 4;
@@ -684,7 +689,14 @@ impl ProgressRecord {
             return Err(invalid(format!("schema {schema:?}")));
         }
         let count = |key: &str| -> Result<u64, RecordError> {
-            value.get(key).and_then(serde_json::Value::as_u64).ok_or_else(|| invalid(format!("no count {key:?}")))
+            let count = value
+                .get(key)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| invalid(format!("no count {key:?}")))?;
+            if count > MAX_RECORD_COUNT {
+                return Err(invalid(format!("{key} is {count}; expected a count of at most {MAX_RECORD_COUNT}")));
+            }
+            Ok(count)
         };
         let mut totals = GoodputTotals {
             productive_iterations: count("productive_iterations")?,

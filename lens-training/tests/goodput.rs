@@ -318,6 +318,14 @@ fn the_progress_record_round_trips_and_bad_content_is_a_clear_error() {
              \"checkpoint_save\": 0, \"checkpoint_load\": 0, \"evaluation\": 0, \"lost_progress\": 0, \"other\": 0}}",
             "lost_precision is \"roughly\"; expected \"iteration\" or \"log_interval\"",
         ),
+        (
+            // A damaged count: charging from it would overflow.
+            "{\"schema\": \"dl.goodput.progress/1\", \"iteration\": 3, \"attempts\": 1, \
+             \"productive_iterations\": 18446744073709551615, \"pending_iterations\": 1, \"lost_iterations\": 0, \
+             \"seconds\": {\"productive\": 0, \"pending\": 0, \"startup\": 0, \"checkpoint_save\": 0, \
+             \"checkpoint_load\": 0, \"evaluation\": 0, \"lost_progress\": 0, \"other\": 0}}",
+            "productive_iterations is 18446744073709551615; expected a count of at most 9007199254740992",
+        ),
     ] {
         std::fs::write(dir.join(PROGRESS_RECORD_FILE), content).unwrap();
         let error = ProgressRecord::read(&dir).unwrap_err().to_string();
@@ -325,6 +333,22 @@ fn the_progress_record_round_trips_and_bad_content_is_a_clear_error() {
         assert!(error.contains(PROGRESS_RECORD_FILE), "{error}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Counts at the end of their range saturate when an attempt is charged,
+/// instead of overflowing (a panic in a debug build, wrapped totals in a
+/// release one).
+#[test]
+fn charging_counts_at_the_end_of_their_range_saturates() {
+    let mut totals = GoodputTotals::default();
+    totals.productive_iterations = u64::MAX;
+    totals.pending_iterations = u64::MAX;
+    totals.lost_iterations = u64::MAX - 1;
+    assert_eq!(totals.resume().lost_iterations, u64::MAX);
+    let dead = DeadProgress { completed: Some(u64::MAX), unseen_seconds: 1.0 };
+    let charged = totals.resume_exactly(0, 0, dead);
+    assert_eq!((charged.productive_iterations, charged.lost_iterations), (u64::MAX, u64::MAX));
+    assert_eq!(charged.pending_iterations, 0);
 }
 
 /// A resume reads a progress record written under the schema before the
