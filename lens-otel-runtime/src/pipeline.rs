@@ -1064,9 +1064,10 @@ fn replay_at_setup(
     crate::spool::set_replayed_progress(summary.progress);
 }
 
-/// Header values of every signal: never quoted in a warning.
+/// Header values and endpoint credentials of every signal: never quoted in
+/// a warning.
 fn secrets(config: &LensConfig) -> Vec<String> {
-    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).headers.secrets()).collect()
+    Signal::ALL.iter().flat_map(|s| config.otel.otlp(*s).secrets()).collect()
 }
 
 fn batch_config(config: &LensConfig) -> BatchConfig {
@@ -1133,7 +1134,7 @@ fn no_otlp<E>(settings: &crate::config::OtlpSettings) -> Built<E, String> {
 
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 fn endpoint_words(endpoint: &exporters::ResolvedEndpoint) -> String {
-    format!("{} {}", endpoint.protocol.as_str(), endpoint.url)
+    format!("{} {}", endpoint.protocol.as_str(), endpoint.shown())
 }
 
 /// The exporter of one signal as configured (`None` for `none`, and for a

@@ -294,6 +294,33 @@ fn exports_to_a_collector_that_never_answers_fail_within_the_timeout_without_lea
     done.store(true, Ordering::Relaxed);
 }
 
+/// Credentials in the endpoint (a query's values, which the standard
+/// allows) are never shown: not in `Debug`, not in an export's error.
+#[test]
+fn credentials_in_the_endpoint_never_appear_in_debug_or_errors() {
+    let (port, done) = silent_listener(Duration::from_secs(20));
+    for protocol in OtlpProtocol::ALL {
+        let settings = OtlpSettings {
+            endpoint: Some(OtlpEndpoint {
+                url: format!("http://127.0.0.1:{port}/v1/traces?api_key={TOKEN}"),
+                signal_specific: true,
+            }),
+            protocol,
+            timeout: Duration::from_millis(300),
+            ..OtlpSettings::default()
+        };
+        assert!(!format!("{settings:?}").contains(TOKEN), "{protocol}");
+        let exporter = build_otlp_span_exporter(&settings).unwrap();
+        let debug = format!("{exporter:?}");
+        assert!(!debug.contains(TOKEN) && debug.contains("api_key=[REDACTED]"), "{protocol}: {debug}");
+        assert_eq!(exporter.endpoint().shown(), format!("http://127.0.0.1:{port}/v1/traces?api_key=[REDACTED]"));
+        let error = block_on(exporter.export(vec![span_data("megatron.iteration")])).expect_err("silent collector");
+        assert!(!format!("{error} {error:?}").contains(TOKEN), "{protocol}: {error:?}");
+        exporter.shutdown().ok();
+    }
+    done.store(true, Ordering::Relaxed);
+}
+
 #[test]
 fn http_export_sends_the_configured_headers_to_the_signal_path() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

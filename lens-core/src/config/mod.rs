@@ -72,7 +72,7 @@ pub use model::{CONTROL_POLL_EXPECTED, DEFAULT_CONTROL_POLL, parse_control_poll}
 // --- end control file ---
 pub use standard::{
     BatchSettings, Compression, ExporterKind, OtelSettings, OtlpEndpoint, OtlpProtocol, OtlpSettings, Propagator,
-    Signal, TracesSampler,
+    Signal, TracesSampler, redact_endpoint,
 };
 pub use transport::{
     FEATURE_OTLP_GRPC, FEATURE_OTLP_HTTP, FEATURE_PROMETHEUS, MissingTransport, Transports, default_destination_in,

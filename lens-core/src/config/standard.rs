@@ -321,8 +321,9 @@ impl Propagator {
     }
 }
 
-/// An OTLP endpoint as given, and which variable form gave it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An OTLP endpoint as given, and which variable form gave it. Its `Debug`
+/// shows the URL as [`redact_endpoint`] does.
+#[derive(Clone, PartialEq, Eq)]
 pub struct OtlpEndpoint {
     /// The URL as written (trimmed).
     pub url: String,
@@ -331,6 +332,15 @@ pub struct OtlpEndpoint {
     /// for the general `OTEL_EXPORTER_OTLP_ENDPOINT`, to which HTTP appends
     /// `/v1/<signal>`.
     pub signal_specific: bool,
+}
+
+impl fmt::Debug for OtlpEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OtlpEndpoint")
+            .field("url", &redact_endpoint(&self.url))
+            .field("signal_specific", &self.signal_specific)
+            .finish()
+    }
 }
 
 /// The OTLP settings of one signal, after per-signal variables have
@@ -366,6 +376,17 @@ impl Default for OtlpSettings {
 }
 
 impl OtlpSettings {
+    /// What a message must never quote: the headers' values
+    /// ([`Headers::secrets`]) and the endpoint's credentials (a user-info
+    /// part, the query's values), which [`redact_endpoint`] hides.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut secrets = self.headers.secrets();
+        if let Some(endpoint) = &self.endpoint {
+            secrets.extend(endpoint_secrets(&endpoint.url));
+        }
+        secrets
+    }
+
     /// The URL the exporter of `signal` sends to, following the standard:
     /// with no endpoint, `http://localhost:4317` for gRPC and
     /// `http://localhost:4318/v1/<signal>` for HTTP; a per-signal endpoint
@@ -570,18 +591,77 @@ pub(crate) fn check_endpoint(url: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// The endpoint with any user-info part replaced, safe to show in an error.
-pub(crate) fn redact_endpoint(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return match url.rsplit_once('@') {
+/// The endpoint safe to show in a message or a `Debug` output: a user-info
+/// part (`user:password@`) becomes `[REDACTED]@`, and every value of the
+/// query string (`?api_key=...`) and a fragment become `[REDACTED]`; the
+/// scheme, host, port, path and the query's names stay.
+///
+/// ```
+/// use lens_core::config::redact_endpoint;
+///
+/// assert_eq!(redact_endpoint("https://u:pw@c.example.com:4318/v1/traces"), "https://[REDACTED]@c.example.com:4318/v1/traces");
+/// assert_eq!(redact_endpoint("http://c:4318/?api_key=s3cr3t&tenant=a"), "http://c:4318/?api_key=[REDACTED]&tenant=[REDACTED]");
+/// assert_eq!(redact_endpoint("http://localhost:4317"), "http://localhost:4317");
+/// ```
+pub fn redact_endpoint(url: &str) -> String {
+    let (before_fragment, fragment) = match url.split_once('#') {
+        Some((before, _)) => (before, Some("[REDACTED]")),
+        None => (url, None),
+    };
+    let (address, query) = match before_fragment.split_once('?') {
+        Some((address, query)) => (address, Some(query)),
+        None => (before_fragment, None),
+    };
+    let mut out = redact_user_info(address);
+    if let Some(query) = query {
+        out.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) => format!("{name}=[REDACTED]"),
+                None if pair.is_empty() => String::new(),
+                None => "[REDACTED]".to_string(),
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    out
+}
+
+/// The parts of `url` that [`redact_endpoint`] hides, non-empty: the
+/// user-info part and the query's values and fragment.
+fn endpoint_secrets(url: &str) -> Vec<String> {
+    let (before_fragment, fragment) = url.split_once('#').map_or((url, None), |(b, f)| (b, Some(f)));
+    let (address, query) = before_fragment.split_once('?').map_or((before_fragment, None), |(a, q)| (a, Some(q)));
+    let authority = address.split_once("://").map_or(address, |(_, rest)| rest);
+    let authority = &authority[..authority.find('/').unwrap_or(authority.len())];
+    let user_info = authority.rfind('@').map(|at| &authority[..at]);
+    let values = query.into_iter().flat_map(|q| q.split('&')).map(|pair| pair.split_once('=').map_or(pair, |(_, v)| v));
+    let mut secrets: Vec<String> =
+        user_info.into_iter().chain(values).chain(fragment).filter(|s| !s.is_empty()).map(str::to_string).collect();
+    // The password alone too, as a client may quote it apart from the user.
+    if let Some((_, password)) = user_info.and_then(|u| u.split_once(':')).filter(|(_, p)| !p.is_empty()) {
+        secrets.push(password.to_string());
+    }
+    secrets
+}
+
+/// `address` (no query or fragment) with any user-info part replaced.
+fn redact_user_info(address: &str) -> String {
+    let Some((scheme, rest)) = address.split_once("://") else {
+        return match address.rsplit_once('@') {
             Some((_, host)) => format!("[REDACTED]@{host}"),
-            None => url.to_string(),
+            None => address.to_string(),
         };
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let end = rest.find('/').unwrap_or(rest.len());
     match rest[..end].rfind('@') {
         Some(at) => format!("{scheme}://[REDACTED]@{}", &rest[at + 1..]),
-        None => url.to_string(),
+        None => address.to_string(),
     }
 }
 
@@ -600,5 +680,12 @@ mod tests {
             assert!(check_endpoint(bad).is_err(), "{bad}");
         }
         assert_eq!(redact_endpoint("http://u:s3cr3t@h:1/x"), "http://[REDACTED]@h:1/x");
+        assert_eq!(redact_endpoint("h:1/?k=s3cr3t#s3cr3t"), "h:1/?k=[REDACTED]#[REDACTED]");
+        assert_eq!(redact_endpoint("http://h/?s3cr3t&&k="), "http://h/?[REDACTED]&&k=[REDACTED]");
+        let endpoint = OtlpEndpoint { url: "https://u:s3cr3t@h:1/?api_key=s3cr3t".into(), signal_specific: false };
+        let debug = format!("{endpoint:?}");
+        assert!(!debug.contains("s3cr3t") && debug.contains("h:1"), "{debug}");
+        let settings = OtlpSettings { endpoint: Some(endpoint), ..OtlpSettings::default() };
+        assert_eq!(settings.secrets(), ["u:s3cr3t", "s3cr3t", "s3cr3t"]);
     }
 }

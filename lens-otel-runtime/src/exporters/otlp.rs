@@ -69,15 +69,16 @@ use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 
 use super::ExporterError;
 use super::runtime::{InRuntime, OtlpRuntime};
-use crate::config::{Compression, Headers, OtlpProtocol, OtlpSettings, Signal};
+use crate::config::{Compression, Headers, OtlpProtocol, OtlpSettings, Signal, redact_endpoint};
 
 /// Response bodies larger than this are refused (as the SDK's clients do).
 #[cfg(feature = "otlp-http")]
 const MAX_RESPONSE_BODY_BYTES: u64 = 4 * 1024 * 1024;
 const USER_AGENT: &str = concat!("lens/", env!("CARGO_PKG_VERSION"));
 
-/// Where an exporter of one signal sends, and how.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where an exporter of one signal sends, and how. Its `Debug` shows the
+/// URL as [`ResolvedEndpoint::shown`] does.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ResolvedEndpoint {
     /// The full URL: for HTTP, the signal's URL (`.../v1/traces`); for gRPC,
     /// the endpoint as given (gRPC paths come from the service definition).
@@ -88,6 +89,25 @@ pub struct ResolvedEndpoint {
     pub tls: bool,
     /// The variable the endpoint came from (for messages), or `"default"`.
     pub source: &'static str,
+}
+
+impl fmt::Debug for ResolvedEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResolvedEndpoint")
+            .field("url", &self.shown())
+            .field("protocol", &self.protocol)
+            .field("tls", &self.tls)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl ResolvedEndpoint {
+    /// The URL safe to show ([`redact_endpoint`]: no user-info, no query
+    /// values).
+    pub fn shown(&self) -> String {
+        redact_endpoint(&self.url)
+    }
 }
 
 /// The first failed export of one signal's OTLP exporter, reported once at
@@ -107,7 +127,7 @@ impl FirstFailure {
         Arc::new(FirstFailure {
             signal,
             endpoint: endpoint.clone(),
-            secrets: settings.headers.secrets(),
+            secrets: settings.secrets(),
             reported: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -129,7 +149,7 @@ impl FirstFailure {
             "cannot export {} to the OTLP collector at {} ({}; endpoint from {}): {}; lens retries within its retry window \
              and counts what is lost in the shutdown report",
             self.signal,
-            self.endpoint.url,
+            self.endpoint.shown(),
             self.endpoint.protocol.as_str(),
             self.endpoint.source,
             crate::diag::redact(&error.to_string(), &self.secrets),
@@ -165,7 +185,7 @@ pub fn resolve_endpoint(settings: &OtlpSettings, signal: Signal) -> Result<Resol
     let source = if settings.endpoint.is_some() { variable } else { "default" };
     // Errors show the endpoint as the user wrote it, not the derived URL.
     let written = settings.endpoint.as_ref().map_or(url.as_str(), |endpoint| endpoint.url.as_str());
-    let invalid = |reason: String| ExporterError::InvalidEndpoint { variable, value: written.to_owned(), reason };
+    let invalid = |reason: String| ExporterError::InvalidEndpoint { variable, value: redact_endpoint(written), reason };
     let uri: http::Uri = url.parse().map_err(|error: http::uri::InvalidUri| invalid(error.to_string()))?;
     let tls = match uri.scheme_str() {
         Some("http") => false,
@@ -469,7 +489,7 @@ fn missing_transport(settings: &OtlpSettings) -> ExporterError {
 }
 
 fn build_error(signal: Signal, endpoint: &ResolvedEndpoint, reason: impl fmt::Display) -> ExporterError {
-    ExporterError::Build { signal, endpoint: endpoint.url.clone(), reason: reason.to_string() }
+    ExporterError::Build { signal, endpoint: endpoint.shown(), reason: reason.to_string() }
 }
 
 #[cfg(feature = "otlp-grpc")]
