@@ -86,6 +86,21 @@ pub enum StrategyError {
     /// Unregistering a name that is not registered.
     #[error("Strategy '{0}' is not registered.")]
     NotRegistered(String),
+    /// `single_rank` with an export rank the job does not have: no rank
+    /// would export.
+    #[error(
+        "{variable}={export_rank} is not below the world size {world_size}, so no rank would export under \
+         single_rank; expected -1 (the last rank) or a rank from 0 to {}",
+        world_size.saturating_sub(1)
+    )]
+    ExportRankOutOfRange {
+        /// The variable or flag that set it.
+        variable: String,
+        /// The export rank.
+        export_rank: i64,
+        /// The job's world size.
+        world_size: u32,
+    },
     /// Looking up a name that is not registered.
     #[error(
         "Unknown {kind} '{name}'. Registered strategies: {}.{}",
@@ -211,7 +226,17 @@ pub fn rank_strategy(name: &str) -> Result<RankStrategy, StrategyError> {
 
 /// Whether this process exports, by `config.rank_strategy`. Evaluated once,
 /// at setup; the registry lock is released before the strategy runs.
+///
+/// Under `single_rank`, an export rank at or past the world size is an error
+/// (the original exports from no rank then, silently).
 pub fn should_export(config: &LensConfig, ctx: &RankContext) -> Result<bool, StrategyError> {
+    if config.rank_strategy == "single_rank" && config.export_rank >= i64::from(ctx.world_size) {
+        return Err(StrategyError::ExportRankOutOfRange {
+            variable: config.origins.variable("export_rank").unwrap_or("export_rank").to_string(),
+            export_rank: config.export_rank,
+            world_size: ctx.world_size,
+        });
+    }
     let strategy = rank_strategy(&config.rank_strategy)?;
     Ok(strategy(config, ctx))
 }
@@ -271,7 +296,8 @@ pub fn all_ranks(_config: &LensConfig, _ctx: &RankContext) -> bool {
 }
 
 /// `single_rank`: only `export_rank` exports; a negative `export_rank` means
-/// the last rank (`world_size - 1`). A rank beyond the job means nobody.
+/// the last rank (`world_size - 1`). A rank beyond the job means nobody
+/// (which [`should_export`] refuses as an error).
 pub fn single_rank(config: &LensConfig, ctx: &RankContext) -> bool {
     let resolved = if config.export_rank >= 0 { config.export_rank } else { i64::from(ctx.world_size) - 1 };
     i64::from(ctx.rank) == resolved

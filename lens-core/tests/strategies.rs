@@ -69,8 +69,22 @@ fn single_rank_with_an_explicit_rank() {
     assert_eq!(exporting_ranks(&c, 8), [0]);
     let c = LensConfig { export_rank: 3, ..config("single_rank") };
     assert_eq!(exporting_ranks(&c, 8), [3]);
+    // A rank beyond the job: the strategy exports from nobody, as the
+    // original does, and `should_export` says so instead.
     let c = LensConfig { export_rank: 8, ..config("single_rank") };
-    assert!(exporting_ranks(&c, 8).is_empty(), "a rank beyond the job means nobody exports");
+    assert!((0..8).all(|r| !lens_core::strategies::single_rank(&c, &ctx(r, 8))));
+    for rank in [0, 7] {
+        let error = should_export(&c, &ctx(rank, 8)).unwrap_err();
+        assert!(matches!(error, StrategyError::ExportRankOutOfRange { export_rank: 8, world_size: 8, .. }));
+        assert_eq!(
+            error.to_string(),
+            "export_rank=8 is not below the world size 8, so no rank would export under single_rank; expected -1 \
+             (the last rank) or a rank from 0 to 7"
+        );
+    }
+    // Other strategies do not read it.
+    let c = LensConfig { export_rank: 8, ..config("all_ranks") };
+    assert_eq!(exporting_ranks(&c, 2), [0, 1]);
 }
 
 #[test]

@@ -106,6 +106,15 @@ fn run_launcher(args: &Args, nproc: u32, launch_start: SystemTime) -> ExitCode {
         Ok(config) => config,
         Err(error) => return usage_error(&error),
     };
+    // What only the world size decides (an export rank the job does not
+    // have), said once here rather than by every rank.
+    let world =
+        lens_fallbacks::identity::RankContext { world_size: nproc, ..lens_fallbacks::identity::RankContext::SINGLE };
+    if telemetry::enabled(&config)
+        && let Err(error) = lens_fallbacks::strategies::should_export(&config, &world)
+    {
+        return usage_error(&error);
+    }
     let mut extra = launcher::LaunchEnv::default();
     if telemetry::RUN_ID_VARIABLES.iter().all(|v| ProcessEnv.non_empty(v).is_none()) {
         extra.variables.push((telemetry::RUN_ID_VARIABLE.to_string(), telemetry::random_run_id()));

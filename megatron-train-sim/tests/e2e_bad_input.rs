@@ -75,6 +75,8 @@ const CASES: &[Case] = &[
     // Numbers and durations.
     env(&[("MEGATRON_OTEL_EXPORT_RANK", "last")], &["MEGATRON_OTEL_EXPORT_RANK", "'last'"]),
     env(&[("MEGATRON_OTEL_EXPORT_RANK", "1.5")], &["MEGATRON_OTEL_EXPORT_RANK", "'1.5'"]),
+    // A rank the two-rank job does not have: no rank would export.
+    env(&[("MEGATRON_OTEL_EXPORT_RANK", "7")], &["MEGATRON_OTEL_EXPORT_RANK=7", "world size 2", "0 to 1"]),
     env(&[("OTEL_BSP_MAX_QUEUE_SIZE", "abc")], &["OTEL_BSP_MAX_QUEUE_SIZE", "'abc'"]),
     env(&[("OTEL_BSP_MAX_QUEUE_SIZE", "0")], &["OTEL_BSP_MAX_QUEUE_SIZE", "'0'"]),
     env(&[("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-3")], &["OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "'-3'"]),
