@@ -11,6 +11,8 @@
 //! - a pinned run id with no launch id is warned about once;
 //! - so is `OTEL_SDK_DISABLED=true` beside `--otel-enabled` or
 //!   `MEGATRON_OTEL_ENABLED=1`, and the run records nothing.
+//! - a bad telemetry flag in a run that does not enable telemetry is one
+//!   warning, and the run trains, as a bad variable is.
 #![cfg(feature = "otel")]
 
 mod support;
@@ -261,4 +263,20 @@ fn otel_sdk_disabled_beside_an_enabling_setting_is_warned_about_once_and_records
         assert!(stderr.contains(named), "{stderr}");
         assert!(!dir.join("telemetry").exists(), "{named}: telemetry is off, nothing is written");
     }
+}
+
+#[test]
+fn a_bad_telemetry_flag_without_telemetry_is_one_warning_and_the_run_trains() {
+    let dir = temp_dir("bad-flag-off");
+    let args = with(SMALL, &["--otel-span-groups", "per_stpe", "--train-iters", "2"]);
+    let (status, stderr) = run_command(command(&dir, &args), LIMIT);
+    assert!(status.success(), "{stderr}");
+    assert_eq!(stderr.matches("so this problem in its configuration is ignored").count(), 1, "{stderr}");
+    assert!(stderr.contains("--otel-span-groups") && stderr.contains("per_stpe"), "{stderr}");
+    assert!(!dir.join("telemetry").exists(), "telemetry is off, nothing is written");
+    // The same flag with telemetry on stops the run before it starts.
+    let args = with(SMALL, &["--otel-enabled", "--otel-span-groups", "per_stpe", "--train-iters", "2"]);
+    let (status, stderr) = run_command(command(&dir, &args), LIMIT);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--otel-span-groups"), "{stderr}");
 }

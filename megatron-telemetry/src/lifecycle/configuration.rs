@@ -34,9 +34,10 @@ pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 ///
 /// With telemetry not enabled (neither `--otel-enabled` nor
 /// `MEGATRON_OTEL_ENABLED`/`NEMO_LENS_ENABLED`), a bad value in another
-/// telemetry variable is one warning and the configuration is the disabled
-/// one: a typo never stops a job that does not use telemetry. With telemetry
-/// enabled it is the error, before anything is exported.
+/// telemetry variable or flag (`--otel-span-groups`) is one warning and the
+/// configuration is the disabled one: a typo never stops a job that does
+/// not use telemetry. With telemetry enabled it is the error, before
+/// anything is exported.
 ///
 /// ```
 /// use lens_fallbacks::config::CliOverrides;
@@ -45,6 +46,8 @@ pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 /// let env = [("MEGATRON_OTEL_SPAN_GROUPS", "per_stpe")];
 /// let config = load_config(&CliOverrides::default(), &env).unwrap();
 /// assert!(!config.enabled);
+/// let flag = CliOverrides { otel_span_groups: Some("per_stpe".into()), ..CliOverrides::default() };
+/// assert!(!load_config(&flag, &[]).unwrap().enabled);
 /// let enabled = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
 /// if lens_fallbacks::setup::COMPILED_IN {
 ///     let error = load_config(&enabled, &env).unwrap_err().to_string();
@@ -66,9 +69,22 @@ pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Resul
         } else {
             load_or_disabled(&loader, env, &[Some(ENV_PREFIX), Some(FALLBACK_ENV_PREFIX)], &mut Vec::new())?
         };
+        let loaded = config.clone();
         config.apply_cli(cli);
-        config.validate()?;
-        Ok(config)
+        match config.validate() {
+            Ok(()) => Ok(config),
+            // A bad telemetry flag in a job that does not enable telemetry
+            // is one warning, as a bad variable is: the job runs without it.
+            Err(error) if !cli.otel_enabled && !config.telemetry_enabled() => {
+                lens_fallbacks::diag::warn_once(format_args!(
+                    "telemetry is not enabled (--otel-enabled not given, {ENV_PREFIX}_ENABLED or \
+                     {FALLBACK_ENV_PREFIX}_ENABLED not set to 1), so this problem in its configuration is ignored; \
+                     fix it before enabling telemetry: {error}"
+                ));
+                Ok(loaded)
+            }
+            Err(error) => Err(error.into()),
+        }
     })();
     or_off_when_compiled_out(loaded, &mut Vec::new())
 }
