@@ -36,8 +36,10 @@
 //! # Bad input
 //!
 //! A directory without any export is a usage error (exit 2, naming the
-//! directory and what was expected); a line that is not JSON (a truncated
-//! last line, a damaged one) and a point or span without its values are
+//! directory and what was expected), and so is one whose files hold no span
+//! and no metric point that could be read (random bytes, empty files); a
+//! line that is not JSON (a truncated last line, a damaged one) or not an
+//! export request (`[1,2,3]`), and a point or span without its values, are
 //! skipped and counted, and the count is reported; a directory whose files
 //! hold several run ids (a reused `<PREFIX>_FILE_DIR`) is reported per run
 //! (one stragglers section, one goodput attempt per run id), with a note.
@@ -48,7 +50,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lens_fallbacks::otlp_file::{self, AttributeValue, MetricPoint};
+use lens_fallbacks::otlp_file::{self, AttributeValue, MetricLine, MetricPoint, SpanLine};
 use lens_fallbacks::semconv;
 use lens_training::{goodput_view, stragglers};
 
@@ -75,6 +77,15 @@ pub enum AnalyzeError {
         /// Why it could not be listed, if it could not.
         source: Option<io::Error>,
     },
+    /// DIR's files hold no span and no metric point that could be read.
+    NothingReadable {
+        /// The directory given.
+        dir: PathBuf,
+        /// The metrics and traces files read.
+        files: usize,
+        /// Lines, points or spans skipped as unreadable.
+        skipped: u64,
+    },
     /// A file of the export could not be opened.
     Read {
         /// The file.
@@ -90,7 +101,8 @@ pub const EXPECTED: &str = "expected a lens `file` export: a directory holding m
                             directories; gather the files of every node into one directory first";
 
 impl AnalyzeError {
-    /// The exit code: 2 (the input is not a usable export).
+    /// The exit code: 2 (the input is not a usable export: no export files,
+    /// nothing readable in them, or a file that cannot be opened).
     pub fn exit_code(&self) -> u8 {
         2
     }
@@ -107,6 +119,16 @@ impl fmt::Display for AnalyzeError {
             ),
             AnalyzeError::NoExport { dir, source: Some(source) } => {
                 write!(f, "analyze {}: cannot list it: {source} ({EXPECTED})", dir.display())
+            }
+            AnalyzeError::NothingReadable { dir, files, skipped } => {
+                write!(f, "analyze {}: no span or metric point could be read from its {files} file(s)", dir.display())?;
+                if *skipped > 0 {
+                    write!(f, " ({skipped} unreadable lines or points skipped)")?;
+                }
+                write!(
+                    f,
+                    "; expected OTLP/JSON lines as lens's `file` exporter writes them (one export request a line)"
+                )
             }
             AnalyzeError::Read { path, source } => write!(f, "analyze {}: cannot read it: {source}", path.display()),
         }
@@ -240,6 +262,20 @@ impl Context {
     }
 }
 
+/// The unreadable items of a metrics line: what lens-core's reader counted
+/// (not JSON, points without a value), or 1 for a line that is JSON but
+/// held no resource and no point (`[1,2,3]`, `{"resourceMetrics": 5}`: not
+/// an export request), which the reader does not count.
+fn metric_line_skipped(line: &MetricLine) -> u64 {
+    if line.skipped == 0 && line.resource.is_none() && line.points.is_empty() { 1 } else { line.skipped }
+}
+
+/// The unreadable items of a traces line, as [`metric_line_skipped`]: 1 for
+/// a line that is JSON but held no resource and no span.
+fn span_line_skipped(line: &SpanLine) -> u64 {
+    if line.skipped == 0 && line.resource.is_none() && line.spans.is_empty() { 1 } else { line.skipped }
+}
+
 /// The per-interval rank records of a line. A line that gives none alone
 /// is read again with the line before it in the same file (of the same
 /// run), for a rule that needs two consecutive collections (cumulative
@@ -339,6 +375,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     let mut streams: BTreeMap<String, StragglerStream> = BTreeMap::new();
     let mut peak_retained = 0;
     let any_metrics = dirs.iter().any(|d| !d.metrics.is_empty());
+    // What could be read at all: with no point and no span the input is not
+    // an export, whatever its files are named.
+    let mut points_read = 0_usize;
+    let mut spans_read = 0_usize;
 
     for export in &dirs {
         // First reading: the ranks of each run, the hang gauge, the resource.
@@ -348,7 +388,8 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             let mut previous = (String::new(), Vec::new());
             let mut last_run = None;
             for line in lines {
-                context.skipped += line.skipped;
+                context.skipped += metric_line_skipped(&line);
+                points_read += line.points.len();
                 context.resource(&export.dir, line.resource.as_ref());
                 let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
                 hangs.add_points(&run, &line.points);
@@ -409,7 +450,8 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             let mut last_run = None;
             let mut resource_rank = None;
             for line in lines {
-                context.skipped += line.skipped;
+                context.skipped += span_line_skipped(&line);
+                spans_read += line.spans.len();
                 context.resource(&export.dir, line.resource.as_ref());
                 let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
                 if let Some(rank) = line
@@ -429,6 +471,13 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 }
             }
         }
+    }
+    if points_read == 0 && spans_read == 0 {
+        return Err(AnalyzeError::NothingReadable {
+            dir: dir.to_path_buf(),
+            files: dirs.iter().map(|d| d.metrics.len() + d.traces.len()).sum(),
+            skipped: context.skipped,
+        });
     }
     // The second pass: the iterations of the same files, binned between
     // the events the first pass found.

@@ -12,6 +12,9 @@
 //! refuses when it cannot read it. It writes the next generation
 //! atomically (a temporary file, then a rename) under a lock
 //! (`FILE.lock`, `flock`), so that two concurrent calls cannot collide.
+//! It refuses (exit 2, the file left as it was) to write where the job
+//! would refuse to read: in a directory other users can write, by the job's
+//! own check (`check_file`), with the job's reason.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +22,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use lens_fallbacks::config::HangTimeout;
 use lens_fallbacks::control::{
-    CatalogData, ControlRequest, ControlStatus, describe, keys, read_capped, status_path, write_atomic,
+    CatalogData, ControlRequest, ControlStatus, check_file, describe, job_uid, keys, read_capped, status_path,
+    write_atomic,
 };
 use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, SpanGroup};
 
@@ -129,6 +133,7 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
             CatalogChoice::Megatron => CatalogData::of(&megatron_telemetry::groups::MEGATRON_CATALOG),
         },
     };
+    check_where_written(&args.file)?;
     let mut request = ControlRequest::reset(0);
     if !args.reset {
         request = build(args, status.as_ref(), &catalog)?;
@@ -238,6 +243,41 @@ fn show(args: &ControlArgs) -> ExitCode {
         None => say(format_args!("no status from the job at {}", status_path(&args.file).display())),
     }
     ExitCode::SUCCESS
+}
+
+/// Runs the job's own check (`check_file`) on a file written where `file`
+/// will be, as `write_atomic` writes it (a regular file that this user
+/// creates with mode 0600, not through a link), then removes it: the job
+/// refuses the control file the write would leave there for the same reason
+/// (a directory other users can write, an owner that is not this user on a
+/// squashing file system). The old file's own faults do not count: the
+/// rename replaces it.
+fn check_where_written(file: &Path) -> Result<(), Failure> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // Absolute, so that a refusal names the directory (`/tmp`, not `.`).
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let name = file.file_name().map_or_else(|| "control".into(), |n| n.to_string_lossy().into_owned());
+    let probe = dir.join(format!(".{name}.{}.check", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&probe)
+        .map_err(|error| {
+            Failure::Io(format!("could not write {} (to check {}): {error}", probe.display(), file.display()))
+        })?;
+    let checked = check_file(&probe, job_uid());
+    let _ = std::fs::remove_file(&probe);
+    checked.map(|_| ()).map_err(|refusal| {
+        Failure::BadInput(format!(
+            "control file {}: refused, {refusal}: the job refuses a control file written there, so nothing would \
+             change; keep it in a directory only you can write (chmod 700); {} left as it was",
+            file.display(),
+            file.display()
+        ))
+    })
 }
 
 /// An exclusive `flock` on `FILE.lock`, released when dropped.

@@ -30,8 +30,11 @@
 //!   viewers bind the arrow to that very slice.
 //!
 //! Bad input never panics: a line that is not JSON or not a request and a
-//! span without ids or times are skipped and counted. An input that holds
-//! no traces file, or no span at all, is a usage error (exit 2).
+//! span without ids or times are skipped and counted. Times are taken as the
+//! file gives them, and the arithmetic on them saturates: a span of a bad
+//! export that starts at 0 or ends near 2^64 ns is drawn and counted (its
+//! total capped at `u64::MAX` ns) rather than overflowing. An input that
+//! holds no traces file, or no span at all, is a usage error (exit 2).
 //!
 //! The footer names the span groups the program recorded and the variable
 //! that sets them (`lens.config.prefix`, `lens.span_groups` on the
@@ -242,7 +245,8 @@ pub struct NameStats {
     pub name: String,
     /// How many spans have it.
     pub count: usize,
-    /// Sum of their durations, in nanoseconds.
+    /// Sum of their durations, in nanoseconds (capped at `u64::MAX`, which
+    /// only the absurd times of a bad export reach).
     pub total_ns: u64,
     /// Mean duration, in nanoseconds.
     pub mean_ns: f64,
@@ -427,15 +431,20 @@ fn free_point(i: usize, placements: &[Placement], children: &HashMap<usize, Vec<
     // With no free moment (children cover the span), the arrow binds to
     // the innermost slice at the span's first or last moment instead.
     let (from, to) = gap.copied().unwrap_or((span.start, span.end));
+    // Saturating: a bad export's times can put a tick near u64::MAX / TICK_NS.
     match (to > from, first) {
-        (false, _) => from * TICK_NS,
-        (true, true) => from * TICK_NS + TICK_NS / 2,
-        (true, false) => to * TICK_NS - TICK_NS / 2,
+        (false, _) => from.saturating_mul(TICK_NS),
+        (true, true) => from.saturating_mul(TICK_NS).saturating_add(TICK_NS / 2),
+        (true, false) => to.saturating_mul(TICK_NS).saturating_sub(TICK_NS / 2),
     }
 }
 
 fn micros(ticks: u64) -> Value {
-    #[expect(clippy::cast_precision_loss, reason = "ticks after the trace start stay far below 2^53")]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "ticks after the trace start stay far below 2^53 in a real run; a bad export's absurd times only lose \
+                  display precision"
+    )]
     let micros = ticks as f64 / TICKS_PER_US;
     json!(micros)
 }
@@ -444,7 +453,8 @@ fn convert(export: Export) -> View {
     let Export { tree: SpanTree { spans, malformed_lines, malformed_spans, run_ids, resource }, files } = export;
     let advice = crate::advice::Advice::from_json_resource(&resource);
     let origin = spans.iter().map(|span| span.start_unix_nano).min().unwrap_or(0);
-    let tick = |ns: u64| (ns.saturating_sub(origin) + TICK_NS / 2) / TICK_NS;
+    // Saturating: a bad export may hold a span that ends near u64::MAX.
+    let tick = |ns: u64| ns.saturating_sub(origin).saturating_add(TICK_NS / 2) / TICK_NS;
     let mut placements: Vec<Placement> = spans
         .iter()
         .map(|span| Placement { lane: 0, start: tick(span.start_unix_nano), end: tick(span.end_unix_nano) })
@@ -502,7 +512,7 @@ fn convert(export: Export) -> View {
             args.insert("links".into(), json!(links));
         }
         args.insert("start_time_unix_nano".into(), json!(span.start_unix_nano.to_string()));
-        args.insert("duration_ns".into(), json!(span.end_unix_nano - span.start_unix_nano));
+        args.insert("duration_ns".into(), json!(span.end_unix_nano.saturating_sub(span.start_unix_nano)));
         events.push(json!({
             "ph": "X",
             "name": span.name,
@@ -528,7 +538,11 @@ fn convert(export: Export) -> View {
             flows += 1;
             let from_ns = free_point(source, &placements, &children, true);
             let to_ns = free_point(target, &placements, &children, false);
-            #[expect(clippy::cast_precision_loss, reason = "nanoseconds after the trace start stay far below 2^53")]
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "nanoseconds after the trace start stay far below 2^53 in a real run; a bad export's absurd \
+                          times only lose display precision"
+            )]
             let (from_us, to_us) = (from_ns as f64 / 1000.0, to_ns as f64 / 1000.0);
             events.push(json!({
                 "ph": "s", "id": flows, "name": "link", "cat": "link",
@@ -577,15 +591,18 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 fn table(spans: &[TreeSpan]) -> Vec<NameStats> {
     let mut durations: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for span in spans {
-        durations.entry(span.name.as_str()).or_default().push(span.end_unix_nano - span.start_unix_nano);
+        durations.entry(span.name.as_str()).or_default().push(span.end_unix_nano.saturating_sub(span.start_unix_nano));
     }
     let mut rows: Vec<NameStats> = durations
         .into_iter()
         .map(|(name, mut values)| {
             values.sort_unstable();
-            let total_ns: u64 = values.iter().sum();
+            // In u128: the durations of a bad export (spans of 2^63 ns) can
+            // overflow a u64 sum; the mean stays exact, the total is capped.
+            let total: u128 = values.iter().copied().map(u128::from).sum();
+            let total_ns = u64::try_from(total).unwrap_or(u64::MAX);
             #[expect(clippy::cast_precision_loss, reason = "a mean for display")]
-            let mean_ns = total_ns as f64 / values.len() as f64;
+            let mean_ns = total as f64 / values.len() as f64;
             NameStats {
                 name: name.to_string(),
                 count: values.len(),

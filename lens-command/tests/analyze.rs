@@ -1,6 +1,7 @@
 //! `lens analyze` on hand-written exports: the three sections with their
 //! exact lines, advice naming the program's variables, bad input (no
-//! export, a damaged line, several runs in one directory) and memory that
+//! export, files with nothing readable, a damaged line, several runs in one
+//! directory) and memory that
 //! does not grow with the files' length.
 
 use std::path::Path;
@@ -174,6 +175,64 @@ fn a_truncated_or_damaged_line_is_skipped_and_counted() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.starts_with(&straggler_lines(2, 2)), "{stdout}");
     assert!(stdout.ends_with("  no hang suspected\n(2 unreadable lines or points skipped)\n"), "{stdout}");
+}
+
+#[test]
+fn files_with_nothing_readable_are_a_usage_error_and_every_bad_line_is_counted() {
+    // Random bytes under the export's names: no point, no span.
+    let random = temp_dir("random");
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let bytes: Vec<u8> = (0..20_000)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state.to_le_bytes()[0]
+        })
+        .collect();
+    std::fs::write(random.join("metrics-rank0.jsonl"), &bytes).unwrap();
+    std::fs::write(random.join("traces-rank0.jsonl"), &bytes).unwrap();
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), random.as_path()]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    let expected = format!(
+        "lens: error: analyze {}: no span or metric point could be read from its 2 file(s) (",
+        random.display()
+    );
+    assert!(stderr.starts_with(&expected), "{stderr}");
+    assert!(
+        stderr.ends_with(
+            " unreadable lines or points skipped); expected OTLP/JSON lines as lens's `file` exporter writes them \
+             (one export request a line)\n"
+        ),
+        "{stderr}"
+    );
+
+    // JSON that is not an export request is unreadable too, each line counted.
+    let garbage = temp_dir("garbage");
+    std::fs::write(garbage.join("metrics-rank0.jsonl"), "not json at all\n{\"resourceMetrics\": 5}\n[1,2,3]\n")
+        .unwrap();
+    let (code, _, stderr) = lens(&["analyze".as_ref(), garbage.as_path()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "lens: error: analyze {}: no span or metric point could be read from its 1 file(s) (3 unreadable lines \
+             or points skipped); expected OTLP/JSON lines as lens's `file` exporter writes them (one export request \
+             a line)\n",
+            garbage.display()
+        )
+    );
+
+    // Beside a good export the same lines are skipped and each one counted.
+    let mixed = temp_dir("garbage-and-good");
+    write_rank_metrics(&mixed, "run-1", 8, 2);
+    use std::io::Write as _;
+    let mut rank0 = std::fs::OpenOptions::new().append(true).open(mixed.join("metrics-rank0.jsonl")).unwrap();
+    rank0.write_all(b"not json at all\n{\"resourceMetrics\": 5}\n[1,2,3]\n").unwrap();
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), mixed.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with(&straggler_lines(2, 2)), "{stdout}");
+    assert!(stdout.ends_with("  no hang suspected\n(3 unreadable lines or points skipped)\n"), "{stdout}");
 }
 
 #[test]

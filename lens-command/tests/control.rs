@@ -2,7 +2,8 @@
 //! mean" error with exit 2 and the file left as it was; without
 //! `--from-iteration` the start comes from the job's status file (refused
 //! when it has no last iteration); each write has the next generation,
-//! also when two calls race (the lock); `--reset` and `--show`.
+//! also when two calls race (the lock); `--reset` and `--show`; a file the
+//! job would refuse (in a directory other users can write) is not written.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -149,4 +150,41 @@ fn every_write_has_the_next_generation_even_when_calls_race_and_reset_and_show_w
     let (code, stdout, _) = control(&dir, &["control.json", "--show"]);
     assert_eq!(code, 0);
     assert!(stdout.contains(r#"{"generation":7}"#) && stdout.contains("no status from the job"), "{stdout}");
+}
+
+#[test]
+fn a_directory_other_users_can_write_is_refused_as_the_job_refuses_it() {
+    // Like /tmp (mode 1777): the job would refuse any control file there.
+    let dir = temp_dir("control-shared");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let file = dir.join("control.json");
+    let file_arg = file.to_str().unwrap();
+    let (code, stdout, stderr) = control(&dir, &[file_arg, "--sampling-ratio", "0.5", "--from-iteration", "10"]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(!stdout.contains("wrote generation"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "control file {}: refused, other users can write its directory {} (mode 1777)",
+            file.display(),
+            dir.display()
+        )) && stderr.contains("left as it was"),
+        "the job's reason: {stderr}"
+    );
+    let (code, _, stderr) = control(&dir, &[file_arg, "--reset"]);
+    assert_eq!(code, 2, "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "nothing written, no lock or probe left behind: {left:?}");
+
+    // In a private directory an old file that others could write is simply
+    // replaced: the job reads the new one, written for its owner only.
+    let private = private_dir("control-replace");
+    let old = private.join("control.json");
+    std::fs::write(&old, r#"{"generation": 7}"#).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, stdout, stderr) =
+        control(&private, &["control.json", "--sampling-ratio", "0.5", "--from-iteration", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("wrote generation 8"), "{stdout}");
+    assert_eq!(std::fs::metadata(&old).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(lens_fallbacks::control::check_file(&old, lens_fallbacks::control::job_uid()).is_ok_and(|m| m.is_some()));
 }

@@ -1,6 +1,7 @@
 //! `lens trace-view` on hand-written exports: the footer names the span
 //! groups the program recorded with its own variable, and says when the
-//! files hold several runs.
+//! files hold several runs; a bad export's extreme times are viewed, not a
+//! panic.
 
 #![expect(dead_code, reason = "this binary uses a part of the support module")]
 
@@ -64,4 +65,41 @@ fn a_directory_without_traces_names_the_neutral_variable() {
             dir.display()
         )
     );
+}
+
+/// One span of a hand-written bad export, with its times as given.
+fn raw_span(id: &str, start: &str, end: &str) -> String {
+    format!(
+        r#"{{"traceId":"0123456789abcdef0123456789abcdef","spanId":"{id}","name":"step","startTimeUnixNano":"{start}","endTimeUnixNano":"{end}"}}"#
+    )
+}
+
+#[test]
+fn extreme_times_in_a_bad_export_are_viewed_without_a_panic() {
+    // A span from 0 to 2^64 - 1 ns (its end is where the tick rounding
+    // would overflow), and two spans whose durations sum past 2^64 ns.
+    for (name, spans, count) in [
+        ("trace-view-extreme-end", vec![raw_span("0123456789abcdef", "0", "18446744073709551615")], 1),
+        (
+            "trace-view-extreme-sum",
+            vec![
+                raw_span("0123456789abcdef", "1000", "10000000000000000000"),
+                raw_span("1123456789abcdef", "1000", "10000000000000000000"),
+            ],
+            2,
+        ),
+    ] {
+        let dir = temp_dir(name);
+        std::fs::write(dir.join("traces-rank0.jsonl"), traces_line("[]", &spans)).unwrap();
+        let (code, stdout, stderr) = lens(&["trace-view".as_ref(), dir.as_path()]);
+        assert_eq!(code, 0, "{name}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        let row = stdout.lines().find(|line| line.starts_with("step ")).unwrap_or_else(|| panic!("{name}: {stdout}"));
+        assert_eq!(row.split_whitespace().nth(1), Some(count.to_string().as_str()), "{name}: {stdout}");
+        assert!(stdout.contains(&format!("read {count} span(s) of 1 rank(s) from 1 file(s)")), "{name}: {stdout}");
+        let trace: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("trace.json")).unwrap()).unwrap();
+        let slices = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").count();
+        assert_eq!(slices, count, "{name}");
+    }
 }
