@@ -1015,7 +1015,8 @@ impl TelemetryBuilder {
 
 /// Reads the configuration with `loader`. When it has problems but the
 /// environment does not enable telemetry (`<prefix>_ENABLED` unset or false
-/// for every prefix in `prefixes`, or `OTEL_SDK_DISABLED=true`), the problems
+/// for every prefix in `prefixes`, or `OTEL_SDK_DISABLED=true`; a bad
+/// `OTEL_SDK_DISABLED` value leaves it to the enable switches), the problems
 /// are one warning (written on standard error and kept in `warnings`) and the
 /// result is the disabled configuration; otherwise they are the error.
 ///
@@ -1032,6 +1033,11 @@ impl TelemetryBuilder {
 /// let config = load_or_disabled(&ConfigLoader::new("MYJOB_OTEL"), &env, &[Some("MYJOB_OTEL")], &mut warnings)?;
 /// assert!(!config.telemetry_enabled());
 /// assert!(warnings[0].contains("MYJOB_OTEL_SPAN_GROUPS"));
+///
+/// // So is a bad `OTEL_SDK_DISABLED`, which cannot turn telemetry on.
+/// let env = [("OTEL_SDK_DISABLED", "maybe")];
+/// let config = load_or_disabled(&ConfigLoader::new("MYJOB_OTEL"), &env, &[Some("MYJOB_OTEL")], &mut warnings)?;
+/// assert!(!config.telemetry_enabled());
 ///
 /// // With telemetry enabled it is the error (in a build without `otel`, a
 /// // warning: nothing is recorded, so no value stops the program).
@@ -1058,9 +1064,14 @@ pub fn load_or_disabled(
         .collect();
     let switches_only =
         crate::env::FnEnv(|key: &str| if switches.iter().any(|s| s == key) { env.var(key) } else { None });
-    match loader.load(&switches_only) {
+    let enable_switches = &switches[..switches.len() - 1];
+    let enable_only =
+        crate::env::FnEnv(|key: &str| if enable_switches.iter().any(|s| s == key) { env.var(key) } else { None });
+    // An unreadable `OTEL_SDK_DISABLED` cannot turn telemetry on: whether
+    // it is on is then the enable switches' to say.
+    match loader.load(&switches_only).or_else(|switch_error| loader.load(&enable_only).map_err(|_| switch_error)) {
         Ok(config) if !config.telemetry_enabled() => {
-            let names: Vec<&str> = switches[..switches.len() - 1].iter().map(String::as_str).collect();
+            let names: Vec<&str> = enable_switches.iter().map(String::as_str).collect();
             warn_into(
                 warnings,
                 format!(

@@ -12,7 +12,8 @@
 //! - so is `OTEL_SDK_DISABLED=true` beside `--otel-enabled` or
 //!   `MEGATRON_OTEL_ENABLED=1`, and the run records nothing.
 //! - a bad telemetry flag in a run that does not enable telemetry is one
-//!   warning, and the run trains, as a bad variable is.
+//!   warning, and the run trains, as a bad variable is, and so is a bad
+//!   `OTEL_SDK_DISABLED`.
 #![cfg(feature = "otel")]
 
 mod support;
@@ -274,6 +275,13 @@ fn a_bad_telemetry_flag_without_telemetry_is_one_warning_and_the_run_trains() {
     assert_eq!(stderr.matches("so this problem in its configuration is ignored").count(), 1, "{stderr}");
     assert!(stderr.contains("--otel-span-groups") && stderr.contains("per_stpe"), "{stderr}");
     assert!(!dir.join("telemetry").exists(), "telemetry is off, nothing is written");
+    // A bad OTEL_SDK_DISABLED cannot turn telemetry on: one warning too.
+    let mut run = command(&dir, &with(SMALL, &["--train-iters", "2"]));
+    run.env("OTEL_SDK_DISABLED", "maybe");
+    let (status, stderr) = run_command(run, LIMIT);
+    assert!(status.success(), "{stderr}");
+    assert_eq!(stderr.matches("so this problem in its configuration is ignored").count(), 1, "{stderr}");
+    assert!(stderr.contains("OTEL_SDK_DISABLED") && stderr.contains("'maybe'"), "{stderr}");
     // The same flag with telemetry on stops the run before it starts.
     let args = with(SMALL, &["--otel-enabled", "--otel-span-groups", "per_stpe", "--train-iters", "2"]);
     let (status, stderr) = run_command(command(&dir, &args), LIMIT);
