@@ -464,10 +464,20 @@ fn good_request_succeeds(port: u16) {
 fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     let ctx = Ctx::new("serve-bad");
     train_checkpoint(&ctx);
+    let sink = Sink::start(&ctx);
     let (server, port) = start_server(
         &ctx,
-        None,
+        Some(&sink),
         &[
+            "--otel-enabled",
+            "--otel-span-groups",
+            "default",
+            "--header-read-timeout",
+            "1",
+            "--body-read-timeout",
+            "1",
+            "--max-connections",
+            "6",
             "--max-batch-size",
             "1",
             "--max-queue",
@@ -577,6 +587,64 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     }
     good_request_succeeds(port);
 
+    // A client that disconnects while a non-streaming request generates:
+    // the server goes on (the GenAI span says so, checked at the end).
+    {
+        let body = r#"{"model":"megatron-sim","prompt":"bye","max_tokens":301}"#;
+        let mut stream = connect(port);
+        let head = format!("POST {c} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len());
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body.as_bytes()).unwrap();
+        // 301 tokens at 5 ms a step take 1.5 s at least: the client leaves
+        // half-way.
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    good_request_succeeds(port);
+
+    // A known path with a method it does not answer: 405 in the OpenAI
+    // error shape, naming the method and the one it answers.
+    let reply = raw(port, &format!("GET {c} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), b"");
+    assert_eq!(reply.status, 405, "{}", reply.body);
+    assert_eq!(reply.header("allow"), Some("POST"));
+    assert_eq!(reply.error(), "");
+    assert!(reply.body.contains("GET /v1/completions: this path answers POST only"), "{}", reply.body);
+
+    // Slow clients (--header-read-timeout 1, --body-read-timeout 1): half a
+    // header is closed after a second; a body that stops gets 408.
+    {
+        let mut stream = connect(port);
+        stream.write_all(b"POST /v1/completions HTTP/1.1\r\nHo").unwrap();
+        let started = Instant::now();
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest);
+        let waited = started.elapsed();
+        assert!(rest.is_empty(), "no answer to half a header: {:?}", String::from_utf8_lossy(&rest));
+        assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(10), "closed after {waited:?}");
+    }
+    let head = format!("POST {c} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n");
+    let reply = raw(port, &head, br#"{"model""#);
+    assert_eq!(reply.status, 408, "{}", reply.body);
+    assert_eq!(reply.error(), "");
+    assert!(reply.body.contains("within 1 s") && reply.body.contains("--body-read-timeout"), "{}", reply.body);
+    // Connections past --max-connections 6: 503 in the OpenAI error shape.
+    {
+        // The kernel queues connections in order, so the server accepts the
+        // six before the seventh (each is closed after a second idle).
+        let held: Vec<TcpStream> = (0..6).map(|_| connect(port)).collect();
+        let reply = raw(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", b"");
+        assert_eq!(reply.status, 503, "{}", reply.body);
+        assert!(reply.header("retry-after").is_some());
+        assert_eq!(reply.error(), "");
+        assert!(reply.body.contains("--max-connections"), "{}", reply.body);
+        drop(held);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raw(port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"").status != 200 {
+        assert!(Instant::now() < deadline, "the held connections' places come back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    good_request_succeeds(port);
+
     // The queue overflowing: one running (slow), one waiting, the rest 429.
     let slow = r#"{"model":"megatron-sim","prompt":"slow","max_tokens":200}"#;
     let holders: Vec<_> = (0..2)
@@ -646,5 +714,19 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     let done = server.wait(Duration::from_secs(60));
     done.assert_success("the drain");
     assert!(!done.stderr.contains("panicked"), "{}", done.stderr);
+
+    // The two clients that went away: each GenAI span says so, with the
+    // tokens generated before (more than none, fewer than asked).
+    let records = sink.stop();
+    for (max_tokens, how) in [(300, "streaming"), (301, "non-streaming")] {
+        let spans: Vec<_> = records
+            .spans_named("text_completion megatron-sim")
+            .filter(|s| s.attributes.get("gen_ai.request.max_tokens") == Some(&serde_json::json!(max_tokens)))
+            .collect();
+        assert_eq!(spans.len(), 1, "{how}: one GenAI span of the request that was left");
+        assert_eq!(attr(spans[0], "error.type"), "client_disconnected", "{how}");
+        let output = attr(spans[0], "gen_ai.usage.output_tokens").as_u64().unwrap();
+        assert!(output > 0 && output < max_tokens, "{how}: {output} tokens generated before the client left");
+    }
     ctx.finish();
 }

@@ -38,12 +38,29 @@ use super::engine::{Event, Job};
 /// Seconds a client is told to wait (`Retry-After`) on 429 and 503.
 pub(crate) const RETRY_AFTER_SECONDS: u64 = 1;
 
+/// The connection limits of `serve` (its `--header-read-timeout` and
+/// `--max-connections`; `--body-read-timeout` is [`Shared`]'s).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnectionLimits {
+    /// How long a connection may take to send a request's headers, and how
+    /// long a kept-alive connection may stay idle before its next request:
+    /// then it is closed (a client that connects and sends nothing, or a
+    /// header a byte at a time, holds a connection this long at most).
+    pub(crate) header_read_timeout: Duration,
+    /// Connections open at once at most; one more is answered 503 and
+    /// closed, so that idle clients cannot take every file descriptor.
+    pub(crate) max_connections: usize,
+}
+
 /// What every handler shares.
 pub(crate) struct Shared {
     pub(crate) limits: Limits,
     /// Requests admitted beyond the running batch before 429.
     pub(crate) capacity: usize,
     pub(crate) max_body_bytes: usize,
+    /// How long a request's body may take to arrive once its headers did
+    /// (`--body-read-timeout`): then the request gets 408.
+    pub(crate) body_read_timeout: Duration,
     pub(crate) jobs: std::sync::mpsc::Sender<Job>,
     pub(crate) metrics: ServerMetrics,
     /// Set on SIGTERM/SIGINT: every new request gets 503.
@@ -60,7 +77,7 @@ impl Shared {
     pub(crate) fn new(
         limits: Limits,
         capacity: usize,
-        max_body_bytes: usize,
+        (max_body_bytes, body_read_timeout): (usize, Duration),
         jobs: std::sync::mpsc::Sender<Job>,
         metrics: ServerMetrics,
     ) -> Shared {
@@ -69,6 +86,7 @@ impl Shared {
             limits,
             capacity,
             max_body_bytes,
+            body_read_timeout,
             jobs,
             metrics,
             draining: AtomicBool::new(false),
@@ -77,6 +95,99 @@ impl Shared {
             next_id: AtomicU64::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D)),
         }
     }
+}
+
+/// Serves `router` on `listener` until `shutdown` fires: one task per
+/// connection (HTTP/1, keep-alive), each with hyper's header-read timeout
+/// (on a tokio timer, which `axum::serve` does not set), at most
+/// `limits.max_connections` at once. At `shutdown` it stops
+/// accepting, lets each connection finish the request it is serving, and
+/// returns when they are closed.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    mut shutdown: tokio::sync::oneshot::Receiver<()>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let (closing, closed) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // Out of file descriptors, a connection reset before it was
+                // accepted: the next accept may succeed.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        while connections.try_join_next().is_some() {}
+        let _ = stream.set_nodelay(true);
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            connections.spawn(refuse_connection(stream, limits.max_connections));
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let mut closed = closed.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+            let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = closed.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+    }
+    let _ = closing.send(true);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Answers a connection past the `limit` 503 (its request unread) and
+/// closes it, within a second.
+async fn refuse_connection(mut stream: tokio::net::TcpStream, limit: usize) {
+    use tokio::io::AsyncWriteExt as _;
+    let body = ApiError {
+        status: 503,
+        kind: "service_unavailable",
+        param: None,
+        code: "too_many_connections",
+        message: format!("the server holds {limit} connections, its most (--max-connections); retry later"),
+    }
+    .body()
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: \
+         {RETRY_AFTER_SECONDS}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // Written, then the client's request read and dropped until it closes
+    // (at most a second and 64 KiB): closing with its bytes unread would
+    // reset the connection before the client read the answer.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        use tokio::io::AsyncReadExt as _;
+        stream.write_all(response.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut buffer = [0_u8; 4096];
+        let mut read = 0;
+        while read < 64 * 1024 {
+            match stream.read(&mut buffer).await? {
+                0 => break,
+                n => read += n,
+            }
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
 }
 
 /// The routes, each request under tower-http's trace layer.
@@ -88,6 +199,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(trace)
         .with_state(shared)
 }
@@ -190,6 +302,29 @@ async fn not_found(State(shared): State<Arc<Shared>>) -> Response {
     })
 }
 
+/// A known path asked with a method it does not answer: 405 with the
+/// methods it does (`Allow`), or 503 while draining.
+async fn method_not_allowed(
+    State(shared): State<Arc<Shared>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> Response {
+    if shared.draining.load(Ordering::Acquire) {
+        return error_response(&draining_error());
+    }
+    let path = uri.path();
+    let allowed = if path == Endpoint::Completions.route() || path == Endpoint::Chat.route() { "POST" } else { "GET" };
+    let mut response = error_response(&ApiError {
+        status: 405,
+        kind: "invalid_request_error",
+        param: None,
+        code: "method_not_allowed",
+        message: format!("{method} {path}: this path answers {allowed} only"),
+    });
+    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allowed));
+    response
+}
+
 async fn health(State(shared): State<Arc<Shared>>) -> Response {
     if shared.draining.load(Ordering::Acquire) {
         return error_response(&draining_error());
@@ -236,14 +371,42 @@ impl Drop for Admission {
 }
 
 /// The lens spans of one request (the server span is tower-http's).
+/// Dropped before it was ended (the client went away while a non-streaming
+/// request was generating, and the handler was dropped), the GenAI span
+/// ends with `error.type=client_disconnected` and the tokens generated so
+/// far.
 struct RequestSpans {
     generate: Option<DetachedSpan>,
+    model: String,
+    /// Tokens generated so far (the model's tokens are bytes).
+    output_tokens: u64,
 }
 
 impl RequestSpans {
+    fn new(model: &str) -> RequestSpans {
+        RequestSpans { generate: None, model: model.to_owned(), output_tokens: 0 }
+    }
+
     fn end(mut self, outcome: &GenerateOutcome<'_>) {
         if let Some(span) = self.generate.take() {
             telemetry::end_generate_span(span, outcome);
+        }
+    }
+}
+
+impl Drop for RequestSpans {
+    fn drop(&mut self) {
+        if let Some(span) = self.generate.take() {
+            telemetry::end_generate_span(
+                span,
+                &GenerateOutcome {
+                    response_id: "",
+                    response_model: &self.model,
+                    finish_reasons: &[],
+                    output_tokens: self.output_tokens,
+                    error_type: Some("client_disconnected"),
+                },
+            );
         }
     }
 }
@@ -259,7 +422,7 @@ struct Accepted {
 
 async fn generate(shared: Arc<Shared>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response {
     let arrived = Instant::now();
-    let mut spans = RequestSpans { generate: None };
+    let mut spans = RequestSpans::new(&shared.limits.model_name);
     let accepted = match accept(&shared, endpoint, &headers, body, &mut spans, arrived).await {
         Ok(accepted) => accepted,
         Err(error) => {
@@ -286,7 +449,10 @@ async fn generate(shared: Arc<Shared>, endpoint: Endpoint, headers: HeaderMap, b
     let mut remaining = choices.len();
     while remaining > 0 {
         match events.recv().await {
-            Some(Event::Text { index, text }) => choices[index].text.push_str(&String::from_utf8_lossy(&text)),
+            Some(Event::Text { index, text }) => {
+                spans.output_tokens += text.len() as u64;
+                choices[index].text.push_str(&String::from_utf8_lossy(&text));
+            }
             Some(Event::Done { index, finish_reason, prompt_tokens, completion_tokens }) => {
                 let choice = &mut choices[index];
                 (choice.finish_reason, choice.prompt_tokens, choice.completion_tokens) =
@@ -362,7 +528,20 @@ async fn accept(
     {
         return Err(too_large(shared.max_body_bytes, Some(length)));
     }
-    let body = axum::body::to_bytes(body, shared.max_body_bytes).await.map_err(|error| {
+    let read = tokio::time::timeout(shared.body_read_timeout, axum::body::to_bytes(body, shared.max_body_bytes));
+    let Ok(body) = read.await else {
+        return Err(ApiError {
+            status: 408,
+            kind: "invalid_request_error",
+            param: None,
+            code: "request_timeout",
+            message: format!(
+                "the request body did not arrive within {} s of its headers (--body-read-timeout); send it whole",
+                shared.body_read_timeout.as_secs()
+            ),
+        });
+    };
+    let body = body.map_err(|error| {
         let too_big =
             std::error::Error::source(&error).is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
         if too_big {
@@ -446,7 +625,11 @@ struct SseBody {
     spans: Option<RequestSpans>,
     remaining: usize,
     prompt_tokens: u64,
+    /// Tokens of the finished choices, as the engine counted them.
     completion_tokens: u64,
+    /// Tokens streamed of each unfinished choice (the model's tokens are
+    /// bytes), counted when the stream ends early.
+    streamed: Vec<u64>,
     finish_reasons: Vec<&'static str>,
     finished: bool,
 }
@@ -464,6 +647,7 @@ impl SseBody {
             remaining,
             prompt_tokens: 0,
             completion_tokens: 0,
+            streamed: vec![0; remaining],
             finish_reasons: vec![""; remaining],
             finished: false,
         }
@@ -480,6 +664,7 @@ impl SseBody {
         let (id, created) = (&self.accepted.id, self.accepted.created);
         match event {
             Some(Event::Text { index, text }) => {
+                self.streamed[index] += text.len() as u64;
                 let text = String::from_utf8_lossy(&text);
                 Self::push(out, &api::chunk(endpoint, id, created, &self.model, index, Some(&text), None));
             }
@@ -487,6 +672,7 @@ impl SseBody {
                 Self::push(out, &api::chunk(endpoint, id, created, &self.model, index, None, Some(finish_reason)));
                 self.prompt_tokens += prompt_tokens;
                 self.completion_tokens += completion_tokens;
+                self.streamed[index] = 0;
                 self.finish_reasons[index] = finish_reason;
                 self.remaining -= 1;
                 if self.remaining == 0 {
@@ -525,7 +711,7 @@ impl SseBody {
                 response_id: &self.accepted.id,
                 response_model: &self.model,
                 finish_reasons: &reasons,
-                output_tokens: self.completion_tokens,
+                output_tokens: self.completion_tokens + self.streamed.iter().sum::<u64>(),
                 error_type,
             });
         }

@@ -13,6 +13,11 @@
 //! megatron-telemetry's `inference` module, except the HTTP SERVER span,
 //! which is tower-http's `tracing` span through the lens-tracing bridge.
 //!
+//! Connections: a request's headers must arrive within
+//! `--header-read-timeout` (an idle kept-alive connection is closed after
+//! as long), its body within `--body-read-timeout` (else 408), and at most
+//! `--max-connections` are open at once (one more is answered 503).
+//!
 //! Shutdown: SIGTERM or SIGINT starts a drain. The listener stays open and
 //! answers every new request 503 with `Retry-After`; the requests in flight
 //! finish, for at most `--drain-timeout` seconds (the ones still running
@@ -71,6 +76,15 @@ pub(crate) struct ServeArgs {
     /// Seconds the drain (after SIGTERM/SIGINT) waits for the requests in flight.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]
     pub(crate) drain_timeout: u64,
+    /// Seconds a connection may take to send a request's headers, and may stay idle between requests; then it is closed.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) header_read_timeout: u64,
+    /// Seconds a request's body may take to arrive after its headers; then the request gets 408.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) body_read_timeout: u64,
+    /// Connections open at once at most; one more is answered 503 and closed.
+    #[arg(long, default_value_t = 512, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(crate) max_connections: u32,
     /// Pause this long in every decode step (test and benchmark aid).
     #[arg(long, default_value_t = 0, value_name = "MS", hide = true)]
     pub(crate) decode_step_delay_ms: u64,
@@ -183,7 +197,12 @@ fn serve(
         max_choices: capacity,
     };
     let (jobs, receiver) = std::sync::mpsc::channel();
-    let shared = Arc::new(http::Shared::new(limits, capacity, args.max_body_bytes as usize, jobs, metrics.clone()));
+    let body = (args.max_body_bytes as usize, Duration::from_secs(args.body_read_timeout));
+    let shared = Arc::new(http::Shared::new(limits, capacity, body, jobs, metrics.clone()));
+    let connections = http::ConnectionLimits {
+        header_read_timeout: Duration::from_secs(args.header_read_timeout),
+        max_connections: args.max_connections as usize,
+    };
     let abort = Arc::new(AtomicBool::new(false));
     let engine_config = engine::EngineConfig {
         max_batch_size: args.max_batch_size as usize,
@@ -209,12 +228,7 @@ fn serve(
         let _ = listener.set_nonblocking(true);
         match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => {
-                let graceful = async move {
-                    let _ = shutdown_rx.await;
-                };
-                if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(graceful).await {
-                    output::error(None, &format!("the HTTP server failed: {error}"));
-                }
+                http::serve(listener, router, connections, shutdown_rx).await;
             }
             Err(error) => output::error(None, &format!("cannot listen: {error}")),
         }
