@@ -132,36 +132,86 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
+/// At most this many characters of a value sent are echoed in an error
+/// message; the rest is cut and marked with `…`.
+const ECHO_LIMIT: usize = 100;
+
+/// A value sent, as an error message shows it: as JSON (a string quoted), a
+/// number by [`shown_number`], cut at [`ECHO_LIMIT`] characters.
+fn shown(value: &Value) -> String {
+    let text = match value {
+        Value::Number(number) => shown_number(number),
+        other => other.to_string(),
+    };
+    match text.char_indices().nth(ECHO_LIMIT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// A number sent, as an error message shows it: an integer in full, a
+/// float short and still a float (`1e308` rather than 309 digits, `0.25`,
+/// `100.0`). serde_json's parse may be a unit in the last place off the
+/// decimal sent (`-1.0000000000000001e-60` for `-1e-60`), so a float is
+/// shown to 15 significant digits, which gives back any value sent with 15
+/// or fewer.
+fn shown_number(number: &serde_json::Number) -> String {
+    let Some(float) = number.as_f64().filter(|_| number.is_f64()) else { return number.to_string() };
+    let float = format!("{float:.14e}").parse::<f64>().unwrap_or(float);
+    let magnitude = float.abs();
+    if magnitude != 0.0 && !(1e-4..1e15).contains(&magnitude) {
+        return format!("{float:e}");
+    }
+    let text = float.to_string();
+    if text.contains('.') { text } else { format!("{text}.0") }
+}
+
+/// [`shown`] for a string sent.
+fn shown_text(text: &str) -> String {
+    shown(&Value::String(text.to_owned()))
+}
+
 fn present<'a>(body: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     body.get(key).filter(|value| !value.is_null())
 }
 
-fn number(body: &Map<String, Value>, key: &'static str, default: f64, range: (f64, f64)) -> Result<f64, ApiError> {
+/// A number field, or `default` when it is absent. `valid` says which
+/// values are accepted and `accepted` says the same in words, for the error
+/// message. The check is on the value as sent (an `f64`), before any cast.
+fn number(
+    body: &Map<String, Value>,
+    key: &'static str,
+    default: f64,
+    valid: fn(f64) -> bool,
+    accepted: &str,
+) -> Result<f64, ApiError> {
     let Some(value) = present(body, key) else { return Ok(default) };
     let Some(number) = value.as_f64() else {
         return Err(ApiError::invalid(key, format!("`{key}` must be a number, not {}", type_name(value))));
     };
-    if !(range.0..=range.1).contains(&number) {
-        return Err(ApiError::invalid(
-            key,
-            format!("`{key}` is {number}; it must be between {} and {}", range.0, range.1),
-        ));
+    if !valid(number) {
+        return Err(ApiError::invalid(key, format!("`{key}` is {}; it must be {accepted}", shown(value))));
     }
     Ok(number)
 }
 
-fn boolean(body: &Map<String, Value>, key: &'static str) -> Result<bool, ApiError> {
+/// A boolean field of `body`, false when absent; `name` is how the error
+/// message names it (the path from the request's top, such as
+/// `stream_options.include_usage`).
+fn boolean(body: &Map<String, Value>, key: &str, param: &'static str, name: &str) -> Result<bool, ApiError> {
     match present(body, key) {
         None => Ok(false),
         Some(Value::Bool(flag)) => Ok(*flag),
-        Some(other) => Err(ApiError::invalid(key, format!("`{key}` must be a boolean, not {}", type_name(other)))),
+        Some(other) => Err(ApiError::invalid(param, format!("`{name}` must be a boolean, not {}", type_name(other)))),
     }
 }
 
-fn text_of(value: &Value, param: &'static str, what: &str) -> Result<Vec<u8>, ApiError> {
+/// The bytes of a string; `name` is how the error message names the value
+/// (such as `prompt[2]`).
+fn text_of(value: &Value, param: &'static str, name: &str) -> Result<Vec<u8>, ApiError> {
     match value {
         Value::String(text) => Ok(text.as_bytes().to_vec()),
-        other => Err(ApiError::invalid(param, format!("{what} must be a string, not {}", type_name(other)))),
+        other => Err(ApiError::invalid(param, format!("`{name}` must be a string, not {}", type_name(other)))),
     }
 }
 
@@ -170,9 +220,11 @@ fn prompts(body: &Map<String, Value>) -> Result<Vec<Vec<u8>>, ApiError> {
         return Err(ApiError::invalid("prompt", "`prompt` is required (a string or a list of strings)"));
     };
     match prompt {
-        Value::String(_) => Ok(vec![text_of(prompt, "prompt", "`prompt`")?]),
+        Value::String(_) => Ok(vec![text_of(prompt, "prompt", "prompt")?]),
         Value::Array(items) if items.is_empty() => Err(ApiError::invalid("prompt", "`prompt` is an empty list")),
-        Value::Array(items) => items.iter().map(|item| text_of(item, "prompt", "every entry of `prompt`")).collect(),
+        Value::Array(items) => {
+            items.iter().enumerate().map(|(index, item)| text_of(item, "prompt", &format!("prompt[{index}]"))).collect()
+        }
         other => Err(ApiError::invalid(
             "prompt",
             format!("`prompt` must be a string or a list of strings, not {}", type_name(other)),
@@ -180,19 +232,53 @@ fn prompts(body: &Map<String, Value>) -> Result<Vec<Vec<u8>>, ApiError> {
     }
 }
 
-fn message_content(content: Option<&Value>) -> Result<String, ApiError> {
+/// The roles a chat message may have.
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+/// The text of `messages[index].content`: a string, or a list of text parts
+/// joined.
+fn message_content(index: usize, content: Option<&Value>) -> Result<String, ApiError> {
+    const TEXT_PART: &str = "{\"type\": \"text\", \"text\": ...}";
     match content {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(text)) => Ok(text.clone()),
         Some(Value::Array(parts)) => {
             let mut text = String::new();
-            for part in parts {
-                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
-                    (Some("text"), Some(part_text)) => text.push_str(part_text),
-                    _ => {
+            for (part_index, part) in parts.iter().enumerate() {
+                let name = format!("messages[{index}].content[{part_index}]");
+                let Value::Object(part) = part else {
+                    return Err(ApiError::invalid(
+                        "messages",
+                        format!("`{name}` must be a text part ({TEXT_PART}), not {}", type_name(part)),
+                    ));
+                };
+                match present(part, "type") {
+                    Some(Value::String(kind)) if kind == "text" => {}
+                    None => {
                         return Err(ApiError::invalid(
                             "messages",
-                            "a message's content parts must be `{\"type\": \"text\", \"text\": ...}`",
+                            format!("`{name}.type` is required; this server accepts only text parts ({TEXT_PART})"),
+                        ));
+                    }
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            "messages",
+                            format!(
+                                "`{name}.type` is {}; this server accepts only text parts ({TEXT_PART})",
+                                shown(other)
+                            ),
+                        ));
+                    }
+                }
+                match present(part, "text") {
+                    Some(Value::String(part_text)) => text.push_str(part_text),
+                    None => {
+                        return Err(ApiError::invalid("messages", format!("`{name}.text` is required (a string)")));
+                    }
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            "messages",
+                            format!("`{name}.text` must be a string, not {}", type_name(other)),
                         ));
                     }
                 }
@@ -201,7 +287,7 @@ fn message_content(content: Option<&Value>) -> Result<String, ApiError> {
         }
         Some(other) => Err(ApiError::invalid(
             "messages",
-            format!("a message's `content` must be a string or a list of text parts, not {}", type_name(other)),
+            format!("`messages[{index}].content` must be a string or a list of text parts, not {}", type_name(other)),
         )),
     }
 }
@@ -216,29 +302,31 @@ fn messages(body: &Map<String, Value>) -> Result<Vec<u8>, ApiError> {
     if items.is_empty() {
         return Err(ApiError::invalid("messages", "`messages` is an empty list"));
     }
+    let roles = ROLES.join(", ");
     let mut parsed = Vec::with_capacity(items.len());
-    for item in items {
+    for (index, item) in items.iter().enumerate() {
         let Value::Object(message) = item else {
             return Err(ApiError::invalid(
                 "messages",
-                format!("every message must be an object, not {}", type_name(item)),
+                format!("`messages[{index}]` must be a {{role, content}} object, not {}", type_name(item)),
             ));
         };
-        let role = match message.get("role") {
-            Some(Value::String(role))
-                if ["system", "developer", "user", "assistant", "tool"].contains(&role.as_str()) =>
-            {
-                role.clone()
-            }
-            Some(Value::String(role)) => {
+        let role = match present(message, "role") {
+            Some(Value::String(role)) if ROLES.contains(&role.as_str()) => role.clone(),
+            None => {
                 return Err(ApiError::invalid(
                     "messages",
-                    format!("unknown role {role:?}: use system, developer, user, assistant or tool"),
+                    format!("`messages[{index}].role` is required; it must be one of {roles}"),
                 ));
             }
-            _ => return Err(ApiError::invalid("messages", "every message needs a string `role`")),
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("`messages[{index}].role` is {}; it must be one of {roles}", shown(other)),
+                ));
+            }
         };
-        parsed.push((role, message_content(message.get("content"))?));
+        parsed.push((role, message_content(index, message.get("content"))?));
     }
     Ok(chat_prompt(&parsed))
 }
@@ -246,10 +334,15 @@ fn messages(body: &Map<String, Value>) -> Result<Vec<u8>, ApiError> {
 fn stop(body: &Map<String, Value>) -> Result<Vec<Vec<u8>>, ApiError> {
     let list = match present(body, "stop") {
         None => return Ok(Vec::new()),
-        Some(Value::String(text)) => vec![text.as_bytes().to_vec()],
-        Some(Value::Array(items)) => {
-            items.iter().map(|item| text_of(item, "stop", "every entry of `stop`")).collect::<Result<_, _>>()?
+        Some(Value::String(text)) if text.is_empty() => {
+            return Err(ApiError::invalid("stop", "`stop` is an empty string; a stop sequence must not be empty"));
         }
+        Some(Value::String(text)) => vec![text.as_bytes().to_vec()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| text_of(item, "stop", &format!("stop[{index}]")))
+            .collect::<Result<Vec<_>, _>>()?,
         Some(other) => {
             return Err(ApiError::invalid(
                 "stop",
@@ -263,10 +356,53 @@ fn stop(body: &Map<String, Value>) -> Result<Vec<Vec<u8>>, ApiError> {
             format!("`stop` has {} sequences; at most {MAX_STOP_SEQUENCES}", list.len()),
         ));
     }
-    if list.iter().any(Vec::is_empty) {
-        return Err(ApiError::invalid("stop", "`stop` sequences must not be empty"));
+    if let Some(index) = list.iter().position(Vec::is_empty) {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("`stop[{index}]` is an empty string; a stop sequence must not be empty"),
+        ));
     }
     Ok(list)
+}
+
+/// `max_tokens`, or `max_completion_tokens` (OpenAI's newer name) when only
+/// that is sent; absent, [`DEFAULT_MAX_TOKENS`] bounded by `--max-tokens`
+/// and `room`. Errors name the field the client sent and its value as sent.
+fn max_tokens(body: &Map<String, Value>, limits: &Limits, longest: usize, room: u64) -> Result<u64, ApiError> {
+    let (key, value) = match (present(body, "max_tokens"), present(body, "max_completion_tokens")) {
+        (Some(value), _) => ("max_tokens", value),
+        (None, Some(value)) => ("max_completion_tokens", value),
+        (None, None) => return Ok(DEFAULT_MAX_TOKENS.min(limits.max_tokens).min(room)),
+    };
+    let requested = match (value.as_u64(), value.as_i64()) {
+        (Some(requested), _) if requested >= 1 => requested,
+        (Some(requested), _) => {
+            return Err(ApiError::invalid(key, format!("`{key}` is {requested}; it must be at least 1")));
+        }
+        (None, Some(requested)) => {
+            return Err(ApiError::invalid(key, format!("`{key}` is {requested}; it must be at least 1")));
+        }
+        (None, None) => {
+            return Err(ApiError::invalid(key, format!("`{key}` must be an integer, not {}", shown(value))));
+        }
+    };
+    if requested > limits.max_tokens {
+        return Err(ApiError::invalid(
+            key,
+            format!("`{key}` is {requested}; this server allows at most {} (--max-tokens)", limits.max_tokens),
+        ));
+    }
+    if requested > room {
+        return Err(ApiError::invalid(
+            key,
+            format!(
+                "the prompt ({longest} tokens) plus `{key}` ({requested}) exceeds the maximum context length of {} \
+                 tokens (--max-model-len)",
+                limits.max_model_len
+            ),
+        ));
+    }
+    Ok(requested)
 }
 
 /// Parses and checks a request body against the server's limits.
@@ -284,7 +420,11 @@ pub(crate) fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<
                 kind: "invalid_request_error",
                 param: Some("model"),
                 code: "model_not_found",
-                message: format!("the model {model:?} does not exist; this server serves {:?}", limits.model_name),
+                message: format!(
+                    "the model {} does not exist; this server serves {}",
+                    shown_text(model),
+                    shown_text(&limits.model_name)
+                ),
             });
         }
         Some(other) => {
@@ -311,7 +451,12 @@ pub(crate) fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<
     match present(&body, "n") {
         None => {}
         Some(n) if n.as_u64() == Some(1) => {}
-        Some(n) => return Err(ApiError::invalid("n", format!("`n` is {n}; this server generates one choice (n = 1)"))),
+        Some(n) => {
+            return Err(ApiError::invalid(
+                "n",
+                format!("`n` is {}; this server generates one choice (n = 1)", shown(n)),
+            ));
+        }
     }
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let prompt_param = if endpoint == Endpoint::Chat { "messages" } else { "prompt" };
@@ -325,60 +470,36 @@ pub(crate) fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<
         ));
     }
     let room = (limits.max_model_len - longest) as u64;
-    let max_tokens = match present(&body, "max_tokens").or_else(|| present(&body, "max_completion_tokens")) {
-        None => DEFAULT_MAX_TOKENS.min(limits.max_tokens).min(room),
-        Some(value) => {
-            let Some(requested) = value.as_i64().or_else(|| value.as_u64().map(|_| i64::MAX)) else {
-                return Err(ApiError::invalid("max_tokens", format!("`max_tokens` must be an integer, not {value}")));
-            };
-            if requested < 1 {
-                return Err(ApiError::invalid(
-                    "max_tokens",
-                    format!("`max_tokens` is {requested}; it must be at least 1"),
-                ));
-            }
-            let requested = requested as u64;
-            if requested > limits.max_tokens {
-                return Err(ApiError::invalid(
-                    "max_tokens",
-                    format!(
-                        "`max_tokens` is {requested}; this server allows at most {} (--max-tokens)",
-                        limits.max_tokens
-                    ),
-                ));
-            }
-            if requested > room {
-                return Err(ApiError::invalid(
-                    "max_tokens",
-                    format!(
-                        "the prompt ({longest} tokens) plus `max_tokens` ({requested}) exceeds the maximum context length of {} tokens (--max-model-len)",
-                        limits.max_model_len
-                    ),
-                ));
-            }
-            requested
-        }
-    };
-    let temperature = number(&body, "temperature", 1.0, (0.0, 2.0))? as f32;
-    let top_p = number(&body, "top_p", 1.0, (0.0, 1.0))? as f32;
-    if top_p <= 0.0 {
-        return Err(ApiError::invalid("top_p", "`top_p` must be greater than 0"));
-    }
+    let max_tokens = max_tokens(&body, limits, longest, room)?;
+    let temperature = number(&body, "temperature", 1.0, |t| (0.0..=2.0).contains(&t), "between 0 and 2")? as f32;
+    // Checked as sent: 1e-60 is greater than 0 although it is 0 as an `f32`.
+    // Any `top_p` that small keeps only the most likely byte (as any `top_p`
+    // below that byte's probability does), so it is accepted and raised to
+    // the smallest normal `f32` rather than cast to 0.
+    let top_p = number(&body, "top_p", 1.0, |p| p > 0.0 && p <= 1.0, "greater than 0 and at most 1")?;
+    let top_p = (top_p as f32).max(f32::MIN_POSITIVE);
     let seed = match present(&body, "seed") {
         None => None,
-        Some(value) => match value.as_i64() {
-            Some(seed) => Some(seed),
-            None => return Err(ApiError::invalid("seed", format!("`seed` must be an integer, not {value}"))),
+        Some(value) => match (value.as_i64(), value.as_u64()) {
+            (Some(seed), _) => Some(seed),
+            (None, Some(seed)) => {
+                return Err(ApiError::invalid(
+                    "seed",
+                    format!("`seed` is {seed}; it must be an integer from {} to {}", i64::MIN, i64::MAX),
+                ));
+            }
+            (None, None) => {
+                return Err(ApiError::invalid("seed", format!("`seed` must be an integer, not {}", shown(value))));
+            }
         },
     };
     let stop = stop(&body)?;
-    let stream = boolean(&body, "stream")?;
+    let stream = boolean(&body, "stream", "stream", "stream")?;
     let include_usage = match present(&body, "stream_options") {
         None => false,
-        Some(Value::Object(options)) => boolean(options, "include_usage").map_err(|mut error| {
-            error.param = Some("stream_options");
-            error
-        })?,
+        Some(Value::Object(options)) => {
+            boolean(options, "include_usage", "stream_options", "stream_options.include_usage")?
+        }
         Some(other) => {
             return Err(ApiError::invalid(
                 "stream_options",
@@ -536,6 +657,253 @@ mod tests {
         let generation = parse(Endpoint::Completions, body, &limits()).unwrap();
         assert_eq!(generation.max_tokens, DEFAULT_MAX_TOKENS);
         assert_eq!(generation.prompts, vec![b"hello".to_vec()]);
+    }
+
+    /// The error a client sees for `body`: status, `param` and message.
+    fn error_of(endpoint: Endpoint, body: &str) -> (u16, Option<&'static str>, String) {
+        let error = parse(endpoint, body.as_bytes(), &limits()).unwrap_err();
+        (error.status, error.param, error.message)
+    }
+
+    fn invalid(param: &'static str, message: &str) -> (u16, Option<&'static str>, String) {
+        (400, Some(param), message.to_owned())
+    }
+
+    #[test]
+    fn max_completion_tokens_errors_name_max_completion_tokens() {
+        let c = Endpoint::Completions;
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_completion_tokens":-3}"#),
+            invalid("max_completion_tokens", "`max_completion_tokens` is -3; it must be at least 1")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_completion_tokens":0}"#),
+            invalid("max_completion_tokens", "`max_completion_tokens` is 0; it must be at least 1")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_completion_tokens":101}"#),
+            invalid(
+                "max_completion_tokens",
+                "`max_completion_tokens` is 101; this server allows at most 100 (--max-tokens)"
+            )
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_completion_tokens":"9"}"#),
+            invalid("max_completion_tokens", r#"`max_completion_tokens` must be an integer, not "9""#)
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_completion_tokens":64}"#),
+            invalid(
+                "max_completion_tokens",
+                "the prompt (1 tokens) plus `max_completion_tokens` (64) exceeds the maximum context length of 64 \
+                 tokens (--max-model-len)"
+            )
+        );
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"a"}],"max_completion_tokens":5}"#;
+        assert_eq!(parse(Endpoint::Chat, chat, &limits()).unwrap().max_tokens, 5);
+        // `max_tokens` wins when both are sent, and its errors name it.
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_tokens":-1,"max_completion_tokens":5}"#),
+            invalid("max_tokens", "`max_tokens` is -1; it must be at least 1")
+        );
+    }
+
+    #[test]
+    fn integers_beyond_the_accepted_range_are_reported_as_sent() {
+        let c = Endpoint::Completions;
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_tokens":18446744073709551615}"#),
+            invalid(
+                "max_tokens",
+                "`max_tokens` is 18446744073709551615; this server allows at most 100 (--max-tokens)"
+            )
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_tokens":-9223372036854775808}"#),
+            invalid("max_tokens", "`max_tokens` is -9223372036854775808; it must be at least 1")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_tokens":1e30}"#),
+            invalid("max_tokens", "`max_tokens` must be an integer, not 1e30")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","seed":18446744073709551615}"#),
+            invalid(
+                "seed",
+                "`seed` is 18446744073709551615; it must be an integer from -9223372036854775808 to \
+                 9223372036854775807"
+            )
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","seed":1.5}"#),
+            invalid("seed", "`seed` must be an integer, not 1.5")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","seed":"x"}"#),
+            invalid("seed", r#"`seed` must be an integer, not "x""#)
+        );
+        let body = br#"{"model":"m","prompt":"a","seed":-9223372036854775808}"#;
+        assert_eq!(parse(c, body, &limits()).unwrap().seed, Some(i64::MIN));
+        let body = br#"{"model":"m","prompt":"a","seed":9223372036854775807}"#;
+        assert_eq!(parse(c, body, &limits()).unwrap().seed, Some(i64::MAX));
+    }
+
+    #[test]
+    fn top_p_is_checked_as_sent_and_a_tiny_one_is_accepted() {
+        let c = Endpoint::Completions;
+        let tiny = parse(c, br#"{"model":"m","prompt":"a","top_p":1e-60}"#, &limits()).unwrap();
+        assert_eq!(tiny.top_p, f32::MIN_POSITIVE, "greater than 0 as sent, so not 0 once cast");
+        let small = parse(c, br#"{"model":"m","prompt":"a","top_p":0.25}"#, &limits()).unwrap();
+        assert_eq!(small.top_p, 0.25);
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","top_p":0}"#),
+            invalid("top_p", "`top_p` is 0; it must be greater than 0 and at most 1")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","top_p":-1e-60}"#),
+            invalid("top_p", "`top_p` is -1e-60; it must be greater than 0 and at most 1")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","top_p":1.5}"#),
+            invalid("top_p", "`top_p` is 1.5; it must be greater than 0 and at most 1")
+        );
+    }
+
+    #[test]
+    fn floats_are_echoed_compactly() {
+        let c = Endpoint::Completions;
+        let number = |text: &str| shown(&serde_json::from_str(text).unwrap());
+        assert_eq!(number("1e308"), "1e308");
+        assert_eq!(number("-1e-60"), "-1e-60");
+        assert_eq!(number("0.1"), "0.1");
+        assert_eq!(number("0.0001"), "0.0001");
+        assert_eq!(number("0.00001"), "1e-5");
+        assert_eq!(number("100.0"), "100.0");
+        assert_eq!(number("-0.0"), "-0.0");
+        assert_eq!(number("12345678901234.5"), "12345678901234.5");
+        assert_eq!(number("0.12345678901234567"), "0.123456789012346", "15 significant digits");
+        assert_eq!(number("1234567890123450.0"), "1.23456789012345e15");
+        assert_eq!(number("18446744073709551615"), "18446744073709551615");
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","max_tokens":100.0}"#),
+            invalid("max_tokens", "`max_tokens` must be an integer, not 100.0")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","temperature":1e308}"#),
+            invalid("temperature", "`temperature` is 1e308; it must be between 0 and 2")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","temperature":-2.5}"#),
+            invalid("temperature", "`temperature` is -2.5; it must be between 0 and 2")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","n":1e300}"#),
+            invalid("n", "`n` is 1e300; this server generates one choice (n = 1)")
+        );
+    }
+
+    #[test]
+    fn message_errors_name_the_message_and_what_was_sent() {
+        let chat = Endpoint::Chat;
+        let roles = "system, developer, user, assistant, tool";
+        assert_eq!(
+            error_of(chat, r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":5,"content":"b"}]}"#),
+            invalid("messages", &format!("`messages[1].role` is 5; it must be one of {roles}"))
+        );
+        assert_eq!(
+            error_of(chat, r#"{"model":"m","messages":[{"role":"wizard","content":"x"}]}"#),
+            invalid("messages", &format!(r#"`messages[0].role` is "wizard"; it must be one of {roles}"#))
+        );
+        assert_eq!(
+            error_of(chat, r#"{"model":"m","messages":[{"content":"x"}]}"#),
+            invalid("messages", &format!("`messages[0].role` is required; it must be one of {roles}"))
+        );
+        assert_eq!(
+            error_of(chat, r#"{"model":"m","messages":[{"role":"user","content":"a"},"hi"]}"#),
+            invalid("messages", "`messages[1]` must be a {role, content} object, not a string")
+        );
+        assert_eq!(
+            error_of(chat, r#"{"model":"m","messages":[{"role":"user","content":5}]}"#),
+            invalid("messages", "`messages[0].content` must be a string or a list of text parts, not a number")
+        );
+        let image = r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},
+            {"type":"image_url","image_url":{"url":"http://x"}}]}]}"#;
+        assert_eq!(
+            error_of(chat, image),
+            invalid(
+                "messages",
+                r#"`messages[0].content[1].type` is "image_url"; this server accepts only text parts ({"type": "text", "text": ...})"#
+            )
+        );
+        assert_eq!(
+            error_of(chat, r#"{"model":"m","messages":[{"role":"user","content":[{"text":"a"}]}]}"#),
+            invalid(
+                "messages",
+                r#"`messages[0].content[0].type` is required; this server accepts only text parts ({"type": "text", "text": ...})"#
+            )
+        );
+        assert_eq!(
+            error_of(chat, r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":7}]}]}"#),
+            invalid("messages", "`messages[0].content[0].text` must be a string, not a number")
+        );
+        assert_eq!(
+            error_of(chat, r#"{"model":"m","messages":[{"role":"user","content":["a"]}]}"#),
+            invalid(
+                "messages",
+                r#"`messages[0].content[0]` must be a text part ({"type": "text", "text": ...}), not a string"#
+            )
+        );
+        let parts = br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#;
+        assert_eq!(parse(chat, parts, &limits()).unwrap().prompts, vec![b"user: ab\nassistant: ".to_vec()]);
+    }
+
+    #[test]
+    fn list_entries_are_named_by_index() {
+        let c = Endpoint::Completions;
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":["a",7]}"#),
+            invalid("prompt", "`prompt[1]` must be a string, not a number")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","stop":["x",null]}"#),
+            invalid("stop", "`stop[1]` must be a string, not null")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","stop":["x",""]}"#),
+            invalid("stop", "`stop[1]` is an empty string; a stop sequence must not be empty")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","stop":""}"#),
+            invalid("stop", "`stop` is an empty string; a stop sequence must not be empty")
+        );
+        assert_eq!(
+            error_of(c, r#"{"model":"m","prompt":"a","stream":true,"stream_options":{"include_usage":1}}"#),
+            invalid("stream_options", "`stream_options.include_usage` must be a boolean, not a number")
+        );
+    }
+
+    #[test]
+    fn long_values_are_cut_in_error_messages() {
+        let c = Endpoint::Completions;
+        let long = "w".repeat(5000);
+        let (status, param, message) =
+            error_of(Endpoint::Chat, &format!(r#"{{"model":"m","messages":[{{"role":"{long}","content":"x"}}]}}"#));
+        assert_eq!((status, param), (400, Some("messages")));
+        let cut = format!("\"{}…", "w".repeat(ECHO_LIMIT - 1));
+        assert!(message.starts_with(&format!("`messages[0].role` is {cut};")), "{message}");
+        let (status, param, message) = error_of(c, &format!(r#"{{"model":"{long}","prompt":"a"}}"#));
+        assert_eq!((status, param), (404, Some("model")));
+        assert_eq!(message, format!(r#"the model {cut} does not exist; this server serves "m""#));
+        let (_, param, message) = error_of(c, &format!(r#"{{"model":"m","prompt":"a","n":"{long}"}}"#));
+        assert_eq!(param, Some("n"));
+        assert_eq!(message, format!("`n` is {cut}; this server generates one choice (n = 1)"));
+        let (_, param, message) = error_of(c, &format!(r#"{{"model":"m","prompt":"a","max_tokens":["{long}"]}}"#));
+        assert_eq!(param, Some("max_tokens"));
+        assert_eq!(message, format!("`max_tokens` must be an integer, not [{}…", &cut[..ECHO_LIMIT - 1]));
+        // Exactly the limit is shown whole; multi-byte characters are cut
+        // between characters.
+        assert_eq!(shown_text(&"é".repeat(ECHO_LIMIT - 2)), format!("\"{}\"", "é".repeat(ECHO_LIMIT - 2)));
+        assert_eq!(shown_text(&"é".repeat(ECHO_LIMIT)), format!("\"{}…", "é".repeat(ECHO_LIMIT - 1)));
     }
 
     #[test]
