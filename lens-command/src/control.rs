@@ -226,6 +226,10 @@ fn show(args: &ControlArgs) -> ExitCode {
         Ok(text) => {
             say(format_args!("{}:", args.file.display()));
             say(format_args!("  {}", text.trim()));
+            // The job's own check: what the file says applies only if it passes.
+            if let Err(refusal) = check_file(&args.file, job_uid()) {
+                say(format_args!("  the job refuses this file ({refusal}): nothing in it applies"));
+            }
         }
     }
     match read_status(&args.file) {

@@ -150,6 +150,7 @@ fn every_write_has_the_next_generation_even_when_calls_race_and_reset_and_show_w
     let (code, stdout, _) = control(&dir, &["control.json", "--show"]);
     assert_eq!(code, 0);
     assert!(stdout.contains(r#"{"generation":7}"#) && stdout.contains("no status from the job"), "{stdout}");
+    assert!(!stdout.contains("refuses"), "a file the job reads: {stdout}");
 }
 
 #[test]
@@ -174,6 +175,16 @@ fn a_directory_other_users_can_write_is_refused_as_the_job_refuses_it() {
     assert_eq!(code, 2, "{stderr}");
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|entry| entry.unwrap().file_name()).collect();
     assert!(left.is_empty(), "nothing written, no lock or probe left behind: {left:?}");
+    // A file put there by other means: --show says the job refuses it.
+    std::fs::write(&file, r#"{"generation": 3}"#).unwrap();
+    let (code, stdout, _) = control(&dir, &[file_arg, "--show"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("the job refuses this file (other users can write its directory")
+            && stdout.contains("nothing in it applies"),
+        "{stdout}"
+    );
+    std::fs::remove_file(&file).unwrap();
 
     // In a private directory an old file that others could write is simply
     // replaced: the job reads the new one, written for its owner only.
