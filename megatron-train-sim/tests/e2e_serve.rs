@@ -199,6 +199,9 @@ fn openai_clients_load_and_telemetry() {
     }
     let completions = &records.spans_named("text_completion megatron-sim").next().unwrap();
     assert_eq!(attr(completions, "gen_ai.request.seed"), 11);
+    // As the client sent them (the model samples with their f32).
+    assert_eq!(attr(completions, "gen_ai.request.temperature"), 0.7);
+    assert_eq!(attr(completions, "gen_ai.request.top_p"), 0.9);
 
     // The token-usage totals: the last (cumulative) export's sum per token
     // type, over its series (one per operation), equals the sum over every

@@ -580,8 +580,8 @@ async fn accept(
             operation: endpoint.operation(),
             model: &shared.limits.model_name,
             max_tokens: generation.max_tokens,
-            temperature: f64::from(generation.temperature),
-            top_p: f64::from(generation.top_p),
+            temperature: as_sent(generation.temperature),
+            top_p: as_sent(generation.top_p),
             seed: generation.seed,
             input_tokens,
         },
@@ -613,6 +613,13 @@ async fn accept(
         }
     }
     Ok(Accepted { generation, events, admission, id, created: unix_now() })
+}
+
+/// A sampling parameter as the span records it: the shortest decimal that
+/// the model's `f32` prints as, read as an `f64` (a `temperature` of 0.7 is
+/// 0.7, not the 0.699999988 that widening the `f32` gives).
+fn as_sent(value: f32) -> f64 {
+    value.to_string().parse().unwrap_or(f64::from(value))
 }
 
 /// The server-sent events of a streaming response: one `data:` line per
