@@ -462,8 +462,11 @@ impl Accountant {
     }
 
     /// The blocking activity `bucket` ends at `now`. An end without its begin only advances the
-    /// clock. The end of a save keeps nothing: a save's iterations are kept
-    /// by [`Accountant::checkpoint_durable`].
+    /// clock. Activities that end out of order (an evaluation's guard
+    /// dropped while a save inside it is still open) each end their own
+    /// entry: the innermost open `bucket`, wherever it is. The end of a
+    /// save keeps nothing: a save's iterations are kept by
+    /// [`Accountant::checkpoint_durable`].
     pub fn end(&mut self, bucket: Bucket, now: f64) {
         self.advance(now);
         if !bucket.is_blocking() {
@@ -471,7 +474,8 @@ impl Accountant {
         }
         if self.overflow > 0 {
             self.overflow -= 1;
-        } else if self.depth > 0 && self.stack[self.depth - 1] == bucket {
+        } else if let Some(at) = self.stack[..self.depth].iter().rposition(|open| *open == bucket) {
+            self.stack.copy_within(at + 1..self.depth, at);
             self.depth -= 1;
         }
     }

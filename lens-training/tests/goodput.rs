@@ -245,6 +245,36 @@ fn an_async_save_keeps_its_iterations_only_at_its_finalize_so_a_crash_loses_six(
     assert_eq!(totals.total_seconds(), crashed_at + end);
 }
 
+/// Activities that end out of order each end their own: an evaluation
+/// ended while a save inside it is open leaves the save open, and once the
+/// save ends, loop time is productive again (it stayed evaluation time for
+/// the rest of the run).
+#[test]
+fn activities_that_end_out_of_order_each_end_their_own() {
+    let mut acc = Accountant::new(GoodputTotals::default());
+    acc.training_started(0.0);
+    acc.begin(Bucket::Evaluation, 0.0);
+    acc.begin(Bucket::CheckpointSave, 1.0);
+    let covers = acc.coverage(1.0);
+    acc.end(Bucket::Evaluation, 2.0);
+    acc.end(Bucket::CheckpointSave, 3.0);
+    acc.checkpoint_durable(covers, 3.0);
+    let mut now = 3.0;
+    for _ in 0..10 {
+        now += 1.0;
+        acc.iteration_completed(now);
+    }
+    acc.begin(Bucket::CheckpointSave, now);
+    let covers = acc.coverage(now);
+    acc.end(Bucket::CheckpointSave, now);
+    acc.checkpoint_durable(covers, now);
+    let totals = acc.snapshot(now);
+    assert_eq!(totals.seconds(Bucket::Evaluation), 1.0, "evaluation from 0 to 1, until the save began");
+    assert_eq!(totals.seconds(Bucket::CheckpointSave), 2.0, "the save from 1 to 3");
+    assert_eq!(totals.seconds(Bucket::Productive), 10.0, "the ten iterations after");
+    assert_eq!(totals.productive_iterations, 10);
+}
+
 #[test]
 fn a_clean_run_has_no_lost_progress_and_keeps_every_iteration() {
     let mut acc = Accountant::new(GoodputTotals::default());
