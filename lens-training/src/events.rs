@@ -443,7 +443,8 @@ impl TrainingOptions {
         self
     }
 
-    /// The hang watchdog's timeout ([`HangTimeout::Off`]: no watchdog).
+    /// The hang watchdog's timeout ([`HangTimeout::Off`], or a zero
+    /// duration: no watchdog).
     pub fn with_hang_timeout(mut self, timeout: HangTimeout) -> TrainingOptions {
         self.hang_timeout = Some(timeout);
         self
@@ -456,7 +457,9 @@ impl TrainingOptions {
     }
 
     /// The peak MFU divides by, TFLOP/s per GPU (see [`crate::mfu`]);
-    /// `None`: the telemetry handle's (`<PREFIX>_PEAK_TFLOPS`), if any.
+    /// `None`: the telemetry handle's (`<PREFIX>_PEAK_TFLOPS`), if any. A
+    /// peak that is not a positive number is warned about once, and MFU is
+    /// not reported.
     pub fn with_peak_tflops(mut self, peak: Option<f64>) -> TrainingOptions {
         self.peak_tflops = peak;
         self
@@ -586,7 +589,20 @@ impl Training {
         let launch = launch.unwrap_or_else(SystemTime::now);
         let hang_timeout = hang_timeout.unwrap_or_else(|| telemetry.hang_timeout());
         let flush_timeout = flush_timeout.unwrap_or_else(|| telemetry.shutdown_timeout());
-        let peak_tflops = peak_tflops.or_else(|| telemetry.peak_tflops());
+        let peak_tflops = match peak_tflops {
+            // A peak given in code is checked as the variable's is (which
+            // setup refuses): said once, and MFU is not reported.
+            Some(peak) if !(peak.is_finite() && peak > 0.0) => {
+                if telemetry.is_enabled() {
+                    lens_fallbacks::diag::warn_once(format_args!(
+                        "with_peak_tflops({peak}): a peak must be a positive number of TFLOP/s per GPU; MFU is not \
+                         reported"
+                    ));
+                }
+                None
+            }
+            given => given.or_else(|| telemetry.peak_tflops()),
+        };
         let enabled = telemetry.is_enabled();
         let phases = Phases::new(enabled);
         let watchdog =

@@ -122,11 +122,20 @@ pub struct HangRule {
     suspected: bool,
 }
 
+/// `timeout`, with a zero duration as [`HangTimeout::Off`].
+fn effective(timeout: HangTimeout) -> HangTimeout {
+    match timeout {
+        HangTimeout::After(duration) if duration.is_zero() => HangTimeout::Off,
+        other => other,
+    }
+}
+
 impl HangRule {
-    /// A rule for `timeout`, before any iteration.
+    /// A rule for `timeout`, before any iteration. A zero duration is off,
+    /// as `0` is for `<PREFIX>_HANG_TIMEOUT_S` (it would fire every tick).
     pub fn new(timeout: HangTimeout) -> HangRule {
         HangRule {
-            timeout,
+            timeout: effective(timeout),
             recent: VecDeque::with_capacity(RECENT_STEPS),
             last_completed: 0,
             completions: 0,
@@ -256,7 +265,7 @@ impl HangWatchdog {
     ) -> HangWatchdog {
         #[cfg(lens_otel)]
         {
-            if matches!(timeout, HangTimeout::Off) || !phases.is_enabled() {
+            if matches!(effective(timeout), HangTimeout::Off) || !phases.is_enabled() {
                 return HangWatchdog::inert();
             }
             let running = running::Running::spawn(telemetry, timeout, phases.clone(), coordinates, flush_timeout);
@@ -498,10 +507,14 @@ mod tests {
         assert_eq!(rule.tick(), Duration::from_millis(500));
         assert!(matches!(rule.observe(&at(1, Phase::Forward, 10), t0 + Duration::from_secs(2)), Verdict::Fire { .. }));
 
-        let mut off = HangRule::new(HangTimeout::Off);
-        off.observe(&at(1, Phase::Data, 10), t0);
-        assert_eq!(off.observe(&at(1, Phase::Data, 10), t0 + Duration::from_secs(1_000_000)), Verdict::Quiet);
-        assert_eq!(off.timeout(), None);
+        // Off, and a zero duration (given in code) is off too: it would
+        // fire at every tick.
+        for off in [HangTimeout::Off, HangTimeout::After(Duration::ZERO)] {
+            let mut off = HangRule::new(off);
+            off.observe(&at(1, Phase::Data, 10), t0);
+            assert_eq!(off.observe(&at(1, Phase::Data, 10), t0 + Duration::from_secs(1_000_000)), Verdict::Quiet);
+            assert_eq!(off.timeout(), None);
+        }
     }
 
     #[test]
