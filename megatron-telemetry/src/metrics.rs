@@ -273,7 +273,7 @@ impl PeakTracker {
     }
 }
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU8};
 
 use lens_fallbacks::metrics::{Counter, Gauge, Histogram, Meter};
 
@@ -290,6 +290,9 @@ pub struct TrainingMetrics {
     /// instrument only, as a raw instrument would be called.
     instruments: Instruments,
     loss_warned: AtomicBool,
+    /// The metrics (bits in [`METRICS`]' order) already warned about for a
+    /// value they cannot carry.
+    refused_warned: AtomicU8,
 }
 
 #[derive(Debug)]
@@ -334,7 +337,7 @@ impl TrainingMetrics {
             learning_rate: gauge(&meter, &LEARNING_RATE),
             memory_allocated_gb: gauge(&meter, &MEMORY_ALLOCATED_GB),
         };
-        TrainingMetrics { instruments, loss_warned: AtomicBool::new(false) }
+        TrainingMetrics { instruments, loss_warned: AtomicBool::new(false), refused_warned: AtomicU8::new(0) }
     }
 
     /// A handle that records nothing (non-exporting ranks, telemetry off).
@@ -349,7 +352,7 @@ impl TrainingMetrics {
             learning_rate: Gauge::noop(),
             memory_allocated_gb: Gauge::noop(),
         };
-        TrainingMetrics { instruments, loss_warned: AtomicBool::new(false) }
+        TrainingMetrics { instruments, loss_warned: AtomicBool::new(false), refused_warned: AtomicU8::new(0) }
     }
 
     /// Whether this handle records nothing (always true without `otel`).
@@ -363,22 +366,38 @@ impl TrainingMetrics {
     ///
     /// Inline, so that at a call site that names its fields the absent
     /// ones fold away.
+    ///
+    /// A value a metric cannot carry is not recorded, and warned about once
+    /// per metric and handle: a NaN or infinite value (a diverged loss or
+    /// grad norm; OpenTelemetry drops it, so the gauge would go on
+    /// exporting the last finite value unannounced), and a negative step
+    /// duration.
     #[inline]
     pub fn record(&self, values: &TrainingValues) {
         let i = &self.instruments;
-        if let Some(v) = values.step_duration_ms {
+        if let Some(v) = values.step_duration_ms
+            && self.carries(0, &STEP_DURATION_MS, v, v >= 0.0)
+        {
             i.step_duration_ms.record(v, &[]);
         }
-        if let Some(v) = values.loss {
+        if let Some(v) = values.loss
+            && self.carries(1, &LOSS, v, true)
+        {
             i.loss.record(v, &[]);
         }
-        if let Some(v) = values.throughput_tflops {
+        if let Some(v) = values.throughput_tflops
+            && self.carries(2, &THROUGHPUT_TFLOPS, v, true)
+        {
             i.throughput_tflops.record(v, &[]);
         }
-        if let Some(v) = values.tokens_per_sec {
+        if let Some(v) = values.tokens_per_sec
+            && self.carries(3, &TOKENS_PER_SEC, v, true)
+        {
             i.tokens_per_sec.record(v, &[]);
         }
-        if let Some(v) = values.grad_norm {
+        if let Some(v) = values.grad_norm
+            && self.carries(4, &GRAD_NORM, v, true)
+        {
             i.grad_norm.record(v, &[]);
         }
         if let Some(v) = values.skipped_iters
@@ -386,12 +405,40 @@ impl TrainingMetrics {
         {
             i.skipped_iters.add(v, &[]);
         }
-        if let Some(v) = values.learning_rate {
+        if let Some(v) = values.learning_rate
+            && self.carries(6, &LEARNING_RATE, v, true)
+        {
             i.learning_rate.record(v, &[]);
         }
-        if let Some(v) = values.memory_allocated_gb {
+        if let Some(v) = values.memory_allocated_gb
+            && self.carries(7, &MEMORY_ALLOCATED_GB, v, true)
+        {
             i.memory_allocated_gb.record(v, &[]);
         }
+    }
+
+    /// Whether `metric` (bit `bit`) can carry `value`: finite, and `in_range`.
+    /// Otherwise warns the first time for this metric.
+    #[inline]
+    fn carries(&self, bit: u8, metric: &MetricDef, value: f64, in_range: bool) -> bool {
+        if value.is_finite() && in_range {
+            return true;
+        }
+        self.refuse(bit, metric, value);
+        false
+    }
+
+    #[cold]
+    fn refuse(&self, bit: u8, metric: &MetricDef, value: f64) {
+        if self.is_noop() || self.refused_warned.fetch_or(1 << bit, Ordering::Relaxed) & (1 << bit) != 0 {
+            return;
+        }
+        let why = if value.is_finite() { "a duration cannot be negative" } else { "a metric cannot carry it" };
+        lens_fallbacks::diag::warn(format_args!(
+            "{} is {value}: {why}, so it is not recorded, and the last value recorded stays the one exported (warned \
+             once; later such values are not recorded either)",
+            metric.name
+        ));
     }
 
     /// The loss to record from a loss dict, per [`select_loss`]. When the

@@ -435,6 +435,32 @@ mod recording {
         });
         assert_eq!(point(&pipeline.collect(), "megatron.training.loss").value, 4.0);
     }
+
+    /// A step duration that is negative or not a number is not recorded: the
+    /// histogram's count and sum are those of the real steps (a negative one
+    /// used to drag the sum below zero for the rest of the run). NaN and
+    /// infinite gauge values are not recorded either (OpenTelemetry would
+    /// drop them itself); each metric warns once.
+    #[test]
+    fn values_a_metric_cannot_carry_are_not_recorded() {
+        let none = TrainingValues::default();
+        let step = |ms: f64| TrainingValues { step_duration_ms: Some(ms), ..none };
+        let loss = |loss: f64| TrainingValues { loss: Some(loss), ..none };
+        let points = recorded(&[
+            step(100.0),
+            step(-50.0),
+            step(f64::NAN),
+            step(f64::INFINITY),
+            step(-1e9),
+            step(20.0),
+            loss(2.5),
+            loss(f64::NAN),
+            loss(f64::NEG_INFINITY),
+        ]);
+        let steps = point(&points, "megatron.training.step_duration_ms");
+        assert_eq!((steps.count, steps.value), (2, 120.0), "the two real steps only");
+        assert_eq!(point(&points, "megatron.training.loss").value, 2.5);
+    }
 }
 
 // ---- The no-op build (without `otel`) ---------------------------------------
