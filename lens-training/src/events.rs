@@ -553,6 +553,8 @@ struct GoodputState {
     window_flops: f64,
     window_step_ns: u64,
     last_mfu: Option<f64>,
+    /// Whether an MFU above 1 was warned about.
+    mfu_warned: bool,
     /// When the per-rank counters were last brought up to date.
     last_flush: Instant,
     write_warned: bool,
@@ -627,6 +629,7 @@ impl Training {
                 window_flops: 0.0,
                 window_step_ns: 0,
                 last_mfu: None,
+                mfu_warned: false,
                 last_flush: Instant::now(),
                 write_warned: false,
                 finished: false,
@@ -860,6 +863,17 @@ impl Training {
             let step_ns = totals.step_ns.saturating_sub(s.window_step_ns);
             if s.flops.is_some() && step_ns > 0 {
                 s.last_mfu = crate::mfu::mfu_of(s.window_flops, step_ns as f64 / 1e9, s.world_size, s.peak_tflops);
+                if let Some(mfu) = s.last_mfu.filter(|mfu| *mfu > 1.0)
+                    && !std::mem::replace(&mut s.mfu_warned, true)
+                {
+                    // Exported as computed (the dashboard shows the same
+                    // impossible value), and said once: the inputs are wrong.
+                    lens_fallbacks::diag::warn(format_args!(
+                        "MFU came out at {mfu:.3}, above 1: the FLOP count (with_flop_count) is the whole job's per \
+                         iteration and the peak ({} TFLOP/s) is one GPU's; one of them is off",
+                        s.peak_tflops.unwrap_or(f64::NAN)
+                    ));
+                }
             }
             s.window_flops = 0.0;
             s.window_step_ns = totals.step_ns;
