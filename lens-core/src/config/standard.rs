@@ -604,16 +604,17 @@ pub(crate) fn check_endpoint(url: &str) -> Result<(), &'static str> {
 /// assert_eq!(redact_endpoint("http://localhost:4317"), "http://localhost:4317");
 /// ```
 pub fn redact_endpoint(url: &str) -> String {
-    let (before_fragment, fragment) = match url.split_once('#') {
-        Some((before, _)) => (before, Some("[REDACTED]")),
-        None => (url, None),
-    };
-    let (address, query) = match before_fragment.split_once('?') {
-        Some((address, query)) => (address, Some(query)),
-        None => (before_fragment, None),
-    };
-    let mut out = redact_user_info(address);
-    if let Some(query) = query {
+    let parts = UrlParts::of(url);
+    let mut out = String::with_capacity(url.len());
+    if let Some(scheme) = parts.scheme {
+        out.push_str(scheme);
+        out.push_str("://");
+    }
+    if parts.user_info.is_some() {
+        out.push_str("[REDACTED]@");
+    }
+    out.push_str(parts.address);
+    if let Some(query) = parts.query {
         out.push('?');
         let pairs: Vec<String> = query
             .split('&')
@@ -625,43 +626,54 @@ pub fn redact_endpoint(url: &str) -> String {
             .collect();
         out.push_str(&pairs.join("&"));
     }
-    if let Some(fragment) = fragment {
-        out.push('#');
-        out.push_str(fragment);
+    if parts.fragment.is_some() {
+        out.push_str("#[REDACTED]");
     }
     out
 }
 
 /// The parts of `url` that [`redact_endpoint`] hides, non-empty: the
-/// user-info part and the query's values and fragment.
+/// user-info part (and its password alone, as a client may quote it apart
+/// from the user), the query's values and the fragment.
 fn endpoint_secrets(url: &str) -> Vec<String> {
-    let (before_fragment, fragment) = url.split_once('#').map_or((url, None), |(b, f)| (b, Some(f)));
-    let (address, query) = before_fragment.split_once('?').map_or((before_fragment, None), |(a, q)| (a, Some(q)));
-    let authority = address.split_once("://").map_or(address, |(_, rest)| rest);
-    let authority = &authority[..authority.find('/').unwrap_or(authority.len())];
-    let user_info = authority.rfind('@').map(|at| &authority[..at]);
-    let values = query.into_iter().flat_map(|q| q.split('&')).map(|pair| pair.split_once('=').map_or(pair, |(_, v)| v));
-    let mut secrets: Vec<String> =
-        user_info.into_iter().chain(values).chain(fragment).filter(|s| !s.is_empty()).map(str::to_string).collect();
-    // The password alone too, as a client may quote it apart from the user.
-    if let Some((_, password)) = user_info.and_then(|u| u.split_once(':')).filter(|(_, p)| !p.is_empty()) {
-        secrets.push(password.to_string());
-    }
-    secrets
+    let parts = UrlParts::of(url);
+    let values = parts.query.into_iter().flat_map(|q| q.split('&')).map(|p| p.split_once('=').map_or(p, |(_, v)| v));
+    let password = parts.user_info.and_then(|u| u.split_once(':')).map(|(_, password)| password);
+    parts
+        .user_info
+        .into_iter()
+        .chain(values)
+        .chain(parts.fragment)
+        .chain(password)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
-/// `address` (no query or fragment) with any user-info part replaced.
-fn redact_user_info(address: &str) -> String {
-    let Some((scheme, rest)) = address.split_once("://") else {
-        return match address.rsplit_once('@') {
-            Some((_, host)) => format!("[REDACTED]@{host}"),
-            None => address.to_string(),
+/// An endpoint URL split where [`redact_endpoint`] and [`endpoint_secrets`]
+/// cut it: `scheme://user-info@address?query#fragment`, every part but the
+/// address optional (the address is the host, port and path).
+struct UrlParts<'a> {
+    scheme: Option<&'a str>,
+    user_info: Option<&'a str>,
+    address: &'a str,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+impl<'a> UrlParts<'a> {
+    fn of(url: &'a str) -> UrlParts<'a> {
+        let (url, fragment) = url.split_once('#').map_or((url, None), |(url, fragment)| (url, Some(fragment)));
+        let (url, query) = url.split_once('?').map_or((url, None), |(url, query)| (url, Some(query)));
+        let (scheme, rest) = url.split_once("://").map_or((None, url), |(scheme, rest)| (Some(scheme), rest));
+        // The user-info ends at the authority's last `@` (without a scheme,
+        // at the last `@` anywhere, as before).
+        let authority_end = if scheme.is_some() { rest.find('/').unwrap_or(rest.len()) } else { rest.len() };
+        let (user_info, address) = match rest[..authority_end].rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
         };
-    };
-    let end = rest.find('/').unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{scheme}://[REDACTED]@{}", &rest[at + 1..]),
-        None => address.to_string(),
+        UrlParts { scheme, user_info, address, query, fragment }
     }
 }
 
