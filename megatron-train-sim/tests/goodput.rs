@@ -286,10 +286,10 @@ fn a_clean_run_loses_nothing_and_exports_mfu_with_a_configured_peak() {
             "summary.json",
         ],
     );
-    let (ok, stderr, _) = attempt(&dir, "clean", &args, &[("MEGATRON_OTEL_PEAK_TFLOPS", "0.001")]);
+    let (ok, stderr, _) = attempt(&dir, "clean", &args, &[("MEGATRON_OTEL_PEAK_TFLOPS", "0.000001")]);
     assert!(ok, "{stderr}");
     // The startup output names the peak and where it comes from.
-    assert!(stderr.contains("MFU peak: 0.001 TFLOP/s, from MEGATRON_OTEL_PEAK_TFLOPS"), "{stderr}");
+    assert!(stderr.contains("MFU peak: 0.000001 TFLOP/s, from MEGATRON_OTEL_PEAK_TFLOPS"), "{stderr}");
     let s = summary(&dir);
     let g = &s["goodput"];
     assert_eq!(g["seconds"]["lost_progress"], 0.0);
@@ -308,9 +308,15 @@ fn a_clean_run_loses_nothing_and_exports_mfu_with_a_configured_peak() {
     let steps: Vec<f64> = s["step_times_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     assert_eq!(steps.len(), 12);
     let last_interval_s = steps[8..].iter().sum::<f64>() / 4.0 / 1e3;
-    let expected = flops / last_interval_s / (0.001 * 1e12);
+    let expected = flops / last_interval_s / (0.000001 * 1e12);
     let mfu = g["mfu"].as_f64().expect("an MFU with MEGATRON_OTEL_PEAK_TFLOPS set");
     assert!((mfu - expected).abs() <= 1e-9 * expected, "MFU {mfu}, formula {expected}");
+    // A peak this low (a millionth of a TFLOP/s; MFU about 100 here) puts
+    // MFU above 1: the impossible value is exported as computed, and said
+    // once (by the rank that computes it), not at every interval.
+    assert!(mfu > 1.0, "MFU {mfu}");
+    assert_eq!(stderr.matches("MFU came out at").count(), 1, "{stderr}");
+    assert!(stderr.contains("the peak (0.000001 TFLOP/s) is one GPU's; one of them is off"), "{stderr}");
     let (buckets, _, exported_mfu) = exported(&dir, "clean", 0);
     // Under the `default` groups there are no iteration spans: the viewer
     // says what is missing instead of a breakdown.
