@@ -91,6 +91,7 @@ pub use crate::names::EVENT_ATTRIBUTE;
 use crate::names::{ASYNC_ATTRIBUTE, DURABLE_ATTRIBUTE, ITERATION_ATTRIBUTE, spans};
 use crate::phases::{PHASE_COUNT, Phase, PhaseGuard, Phases};
 use crate::rank_metrics::{RankCoordinates, RankMetrics};
+use crate::record_writer::RecordWriter;
 use crate::watchdog::HangWatchdog;
 
 /// A training event: the kinds of span the event API opens, and the values
@@ -450,7 +451,9 @@ impl TrainingOptions {
         self
     }
 
-    /// The bound on the watchdog's forced flush (default 5 s).
+    /// The bound on the watchdog's forced flush, and on the wait for the
+    /// final progress record at [`Training::finish`] (default: the telemetry
+    /// handle's shutdown timeout, `<PREFIX>_SHUTDOWN_TIMEOUT_MS`, 5 s).
     pub fn with_flush_timeout(mut self, timeout: Duration) -> TrainingOptions {
         self.flush_timeout = Some(timeout);
         self
@@ -479,7 +482,8 @@ impl TrainingOptions {
     }
 
     /// The directory the checkpoints go to: global rank 0 writes the
-    /// progress record (`goodput.json`) there.
+    /// progress record (`goodput.json`) there, on a thread of its own (the
+    /// training thread never waits on that file system).
     pub fn with_checkpoint_dir(mut self, dir: impl Into<PathBuf>) -> TrainingOptions {
         self.checkpoint_dir = Some(dir.into());
         self
@@ -537,7 +541,9 @@ struct GoodputState {
     /// Seconds from the launch stamp to `origin`.
     offset: f64,
     run_id: String,
-    record_dir: Option<PathBuf>,
+    /// Global rank 0's writer of the progress record (none elsewhere, or
+    /// without a checkpoint directory).
+    record: Option<RecordWriter>,
     metrics: GoodputMetrics,
     peak_tflops: Option<f64>,
     flops: Option<Box<dyn FlopCount>>,
@@ -557,7 +563,6 @@ struct GoodputState {
     mfu_warned: bool,
     /// When the per-rank counters were last brought up to date.
     last_flush: Instant,
-    write_warned: bool,
     finished: bool,
     /// Whether this attempt writes a spool (seen at [`Training::new`], after
     /// setup; shutdown closes it before a program's summary reads the totals).
@@ -618,7 +623,9 @@ impl Training {
                 origin: Instant::now(),
                 offset,
                 run_id: telemetry.run_id().to_string(),
-                record_dir: checkpoint_dir.filter(|_| coordinates.rank == 0),
+                record: checkpoint_dir
+                    .filter(|_| coordinates.rank == 0)
+                    .map(|dir| RecordWriter::new(dir, flush_timeout)),
                 metrics,
                 peak_tflops,
                 flops,
@@ -631,7 +638,6 @@ impl Training {
                 last_mfu: None,
                 mfu_warned: false,
                 last_flush: Instant::now(),
-                write_warned: false,
                 finished: false,
                 spool: lens_fallbacks::spool::is_active(),
             })
@@ -886,6 +892,13 @@ impl Training {
     /// gauges and progress record get their final values, a `shutdown`
     /// span marks the end (where named), and the watchdog stops.
     /// Idempotent.
+    ///
+    /// The progress record is written off the training thread at every
+    /// log interval and durable checkpoint; this call waits for the final
+    /// one (`normal_end`) at most the flush timeout
+    /// ([`TrainingOptions::with_flush_timeout`]). A file system that does
+    /// not answer by then is warned about once and the call returns: the
+    /// record is written if it comes back before the process exits.
     pub fn finish(&self) {
         let mut first = false;
         self.with_goodput(|s, _| first = !std::mem::replace(&mut s.finished, true));
@@ -895,10 +908,17 @@ impl Training {
         }
         self.log_interval();
         drop(self.open(Event::Shutdown, 0));
+        let mut flush = None;
         self.with_goodput(|s, now| {
             s.accountant.finish(now);
             s.publish(now);
+            flush = s.record.as_ref().map(RecordWriter::flush_handle);
         });
+        // The final record is waited for, outside the lock and at most the
+        // flush timeout: a stalled file system never holds up the exit.
+        if let Some(flush) = flush {
+            flush.wait();
+        }
         self.stop_watchdog();
     }
 
@@ -944,23 +964,19 @@ impl GoodputState {
         lens_fallbacks::spool::record_progress(self.reached, completed, self.checkpoint_iteration);
     }
 
+    /// Hands the progress record to its writer thread: building it is the
+    /// training thread's only cost; the file system is never waited on here
+    /// (see [`crate::record_writer`]).
     fn write_record(&mut self, now: f64) {
-        let Some(dir) = &self.record_dir else { return };
-        let record = ProgressRecord {
+        let Some(writer) = &mut self.record else { return };
+        writer.submit(ProgressRecord {
             run_id: self.run_id.clone(),
             iteration: self.iteration,
             checkpoint_iteration: self.checkpoint_iteration,
             totals: self.accountant.snapshot(now),
             written_at: Some(SystemTime::now()),
             normal_end: self.finished,
-        };
-        if let Err(error) = std::fs::create_dir_all(dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))
-            .and_then(|()| record.write_atomic(dir).map_err(|e| e.to_string()))
-            && !std::mem::replace(&mut self.write_warned, true)
-        {
-            warn(&format!("goodput: could not write the progress record (warned once): {error}"));
-        }
+        });
     }
 
     fn resume(&mut self, dir: &Path, iteration: u64) {

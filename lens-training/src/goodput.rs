@@ -32,7 +32,9 @@
 //!
 //! Restarts: one rank writes a [`ProgressRecord`] (the run's totals so far)
 //! beside the checkpoints, atomically, at every log interval and whenever a
-//! checkpoint becomes durable ([`ProgressRecord::write_atomic`]); the next attempt reads it from its
+//! checkpoint becomes durable ([`ProgressRecord::write_atomic`], on a thread
+//! of the event API's: the training thread never waits on that file system);
+//! the next attempt reads it from its
 //! `--load` directory ([`ProgressRecord::read`]), charges the dead
 //! attempt's pending time as lost and continues the totals. Every rank also
 //! writes its progress (iteration reached, last completed, last durable
@@ -590,9 +592,10 @@ pub struct ProgressRecord {
     pub checkpoint_iteration: Option<u64>,
     /// The run's totals when the record was written.
     pub totals: GoodputTotals,
-    /// When the record was written (`None` in a record of an older version):
-    /// the dead attempt's time after it, to when its spool says it was last
-    /// alive, is charged at the resume.
+    /// When the record was taken, the time of its totals (`None` in a record
+    /// of an older version; the event API's writer thread writes it just
+    /// after): the dead attempt's time after it, to when its spool says it
+    /// was last alive, is charged at the resume.
     pub written_at: Option<SystemTime>,
     /// Whether the attempt that wrote it had ended normally (nothing
     /// pending, nothing to charge).

@@ -34,6 +34,7 @@ pub mod mfu;
 pub mod names;
 pub mod phases;
 pub mod rank_metrics;
+mod record_writer;
 pub mod stragglers;
 pub mod watchdog;
 

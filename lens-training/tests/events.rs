@@ -215,7 +215,11 @@ fn each_call_opens_the_span_marks_the_phase_and_informs_goodput_together() {
     // The progress record beside the checkpoints, under the new schema.
     let record = std::fs::read_to_string(dir.join("goodput.json")).unwrap();
     assert!(
-        record.contains("\"schema\": \"dl.goodput.progress/1\"") && record.contains("\"productive_iterations\": 4")
+        record.contains("\"schema\": \"dl.goodput.progress/1\"")
+            && record.contains("\"productive_iterations\": 4")
+            && record.contains("\"normal_end\": true")
+            && record.contains("\"attempts\": 1"),
+        "finish waits for the final record: {record}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -406,4 +410,89 @@ fn under_a_ratio_sampler_each_generic_iteration_follows_its_own_key_inside_an_in
     let parents: Vec<_> = iterations.iter().map(|s| s.span_context.span_id()).collect();
     let forward: Vec<_> = named("dl.training.forward").iter().map(|s| s.parent_span_id).collect();
     assert_eq!(forward, parents);
+}
+
+/// The progress record is written off the training thread: a checkpoint
+/// file system that does not answer (a FIFO at the record's temporary path,
+/// whose open waits for a reader as a stalled NFS mount would) holds up no
+/// iteration, log interval or durable checkpoint, and the normal end waits
+/// for the final record only the flush timeout. Once the file system
+/// answers, the final record is written.
+#[test]
+fn a_stalled_checkpoint_file_system_holds_up_neither_the_steps_nor_the_end() {
+    use std::time::Instant;
+
+    let _serial = serial();
+    let run = setup(false);
+    let dir = temp_dir("stalled-record");
+    let temp = dir.join(format!(".goodput.json.tmp{}", std::process::id()));
+    let made = std::process::Command::new("mkfifo").arg(&temp).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo {}", temp.display());
+
+    let telemetry = Arc::clone(&run.telemetry);
+    let checkpoints = dir.clone();
+    let (sent, received) = std::sync::mpsc::channel();
+    let job = std::thread::spawn(move || {
+        let training = Training::new(
+            &telemetry,
+            TrainingOptions::new(RankCoordinates::SINGLE)
+                .with_checkpoint_dir(&checkpoints)
+                .with_flush_timeout(Duration::from_millis(200)),
+        );
+        training.loop_started();
+        let started = Instant::now();
+        for counter in 0..6_u64 {
+            drop(training.iteration(counter));
+            if counter == 1 {
+                training.log_interval(); // the first record: its write blocks
+            }
+            if counter == 3 {
+                training.checkpoint_save(4).durable();
+                training.log_interval();
+            }
+        }
+        let steps = started.elapsed();
+        let ending = Instant::now();
+        training.finish();
+        let totals = training.totals().unwrap();
+        drop(training);
+        let _ = sent.send((steps, ending.elapsed(), totals));
+    });
+    let (steps, end, totals) =
+        received.recv_timeout(Duration::from_secs(10)).expect("the training thread waited on the stalled file system");
+    job.join().unwrap();
+    assert!(steps < Duration::from_secs(5), "the steps and log intervals: {steps:?}");
+    assert!(end >= Duration::from_millis(200), "the end waits for the final record, {end:?}");
+    assert!(end < Duration::from_secs(5), "but the flush timeout only: {end:?}");
+    assert_eq!((totals.productive_iterations, totals.pending_iterations, totals.attempts), (6, 0, 1));
+
+    // The file system answers: the blocked write goes through, and the final
+    // record is the last one written (through the FIFO, when it was the one
+    // taken first, or into the file after it).
+    let (sent, received) = std::sync::mpsc::channel();
+    let fifo = temp.clone();
+    std::thread::spawn(move || {
+        let _ = sent.send(std::fs::read_to_string(fifo).unwrap_or_default());
+    });
+    let through_fifo = received.recv_timeout(Duration::from_secs(10)).expect("the blocked write went on");
+    assert!(through_fifo.contains("\"schema\": \"dl.goodput.progress/1\""), "{through_fifo}");
+    let final_record =
+        |text: &str| text.contains("\"normal_end\": true") && text.contains("\"productive_iterations\": 6");
+    let path = dir.join("goodput.json");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let kind = std::fs::symlink_metadata(&path).map(|m| m.file_type());
+        if kind.as_ref().is_ok_and(std::fs::FileType::is_file)
+            && final_record(&std::fs::read_to_string(&path).unwrap_or_default())
+        {
+            break;
+        }
+        if kind.is_ok_and(|kind| !kind.is_file()) && final_record(&through_fifo) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the final record was never written; the FIFO got {through_fifo}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(run.finish());
+    let _ = std::fs::remove_dir_all(&dir);
 }
