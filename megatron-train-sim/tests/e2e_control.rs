@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use megatron_telemetry::taxonomy::{self, attr};
-use support::{BIN, SMALL, Span, command, read_metrics, read_traces, run_command, temp_dir, wait_bounded, with};
+use support::{
+    BIN, ChildGuard, SMALL, Span, command, read_metrics, read_traces, run_command, temp_dir, wait_bounded, with,
+};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
@@ -215,7 +217,7 @@ fn lens_control_changes_a_live_run_and_bad_files_leave_it_as_it_was() {
     );
     let mut command = command(&dir, &args);
     file_dir_env(&mut command, &dir, &control, "0.1");
-    let mut child = command.spawn().unwrap();
+    let mut child = ChildGuard::spawn(&mut command);
     let (live, reader) = shared_stderr(&mut child);
 
     // Bad versions: each warns on both ranks, none changes the run.

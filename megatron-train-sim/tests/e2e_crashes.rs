@@ -126,13 +126,8 @@ fn after_the_launcher_and_every_rank_are_killed_at_once_the_resume_replays_each_
     let stops: Vec<String> = (0..2).map(|rank| format!("{rank}:forward:{KILLED_IN}")).collect();
     let args: Vec<&str> =
         base.iter().copied().chain(stops.iter().flat_map(|s| ["--inject-hang", s.as_str()])).collect();
-    let mut killed = ctx
-        .sim(&args)
-        .label("killed")
-        .otlp(Protocol::Grpc, &endpoint)
-        .env("MEGATRON_OTEL_RUN_ID", "killed")
-        .own_process_group()
-        .spawn();
+    let mut killed =
+        ctx.sim(&args).label("killed").otlp(Protocol::Grpc, &endpoint).env("MEGATRON_OTEL_RUN_ID", "killed").spawn();
     let stopped: Vec<String> = (0..2)
         .map(|rank| format!("rank {rank}: --inject-hang {rank}:forward:{KILLED_IN}: stopped until killed"))
         .collect();

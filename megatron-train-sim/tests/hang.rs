@@ -18,7 +18,7 @@ use megatron_telemetry::taxonomy;
 use serde_json::Value;
 
 mod support;
-use support::{command, kill, read_traces, run_command, temp_dir, wait_bounded};
+use support::{ChildGuard, command, kill, read_traces, run_command, temp_dir, wait_bounded};
 
 /// A tiny DP2 model that would run long enough to hang at iteration 5.
 const TINY_DP2: &[&str] = &[
@@ -101,7 +101,7 @@ fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigte
         .env("MEGATRON_OTEL_FILE_DIR", &telemetry)
         .env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks")
         .env("MEGATRON_OTEL_HANG_TIMEOUT_S", "2");
-    let mut child = command.spawn().unwrap();
+    let mut child = ChildGuard::spawn(&mut command);
     let stderr = child.stderr.take().unwrap();
     let (lines_tx, lines) = mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -125,8 +125,9 @@ fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigte
         }
     }
     if found.len() < 2 {
-        let _ = child.kill();
-        let _ = child.wait();
+        // The launcher and its ranks (which hold the stderr pipe that the
+        // reader waits on).
+        drop(child);
         panic!("not every rank printed its watchdog line: {found:?}\n{}", reader.join().unwrap());
     }
     let (stalled, phase, iteration, spans) = &found[&1];

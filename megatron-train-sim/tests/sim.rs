@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::{SMALL, command, kill, read_pids, run_command, temp_dir, wait_bounded, with};
+use support::{ChildGuard, SMALL, command, kill, read_pids, run_command, temp_dir, wait_bounded, with};
 
 fn stderr_of(child: &mut Child) -> String {
     use std::io::Read as _;
@@ -255,11 +255,11 @@ fn inconsistent_arguments_exit_2_naming_the_flags_before_anything_starts() {
 #[test]
 fn bad_telemetry_configuration_exits_2_naming_the_variable_or_warns_when_compiled_out() {
     let dir = temp_dir("badenv");
-    let mut child = command(&dir, &["--otel-enabled", "--train-iters", "2"])
-        .env("MEGATRON_OTEL_SPAN_GROUPS", "stepz")
-        .env("MEGATRON_OTEL_EXPORTER", "otlpp")
-        .spawn()
-        .unwrap();
+    let mut child = ChildGuard::spawn(
+        command(&dir, &["--otel-enabled", "--train-iters", "2"])
+            .env("MEGATRON_OTEL_SPAN_GROUPS", "stepz")
+            .env("MEGATRON_OTEL_EXPORTER", "otlpp"),
+    );
     let status = wait_bounded(&mut child, Duration::from_secs(60));
     let stderr = stderr_of(&mut child);
     assert!(stderr.contains("MEGATRON_OTEL_SPAN_GROUPS"), "{stderr}");
@@ -275,7 +275,7 @@ fn bad_telemetry_configuration_exits_2_naming_the_variable_or_warns_when_compile
 #[test]
 fn a_bad_telemetry_value_with_telemetry_off_is_a_warning_and_training_runs() {
     let dir = temp_dir("badenv-off");
-    let mut child = command(&dir, &["--train-iters", "2"]).env("MEGATRON_OTEL_SPAN_GROUPS", "stepz").spawn().unwrap();
+    let mut child = ChildGuard::spawn(command(&dir, &["--train-iters", "2"]).env("MEGATRON_OTEL_SPAN_GROUPS", "stepz"));
     let status = wait_bounded(&mut child, Duration::from_secs(60));
     let stderr = stderr_of(&mut child);
     assert_eq!(status.code(), Some(0), "{stderr}");
@@ -297,14 +297,14 @@ fn a_nan_loss_skips_its_iteration_and_training_goes_on() {
 }
 
 /// A long run of `ranks` ranks (until a signal or a failure ends it).
-fn long_run(dir: &Path, ranks: &'static str, extra: &[&'static str]) -> (Child, Vec<i32>) {
+fn long_run(dir: &Path, ranks: &'static str, extra: &[&'static str]) -> (ChildGuard, Vec<i32>) {
     let pids = dir.join("pids");
     let mut args = with(SMALL, &["--train-iters", "1000000", "--step-sleep-ms", "5", "--nproc-per-node", ranks]);
     args.extend(extra);
     let pids_str = pids.to_str().unwrap().to_string();
     let mut all: Vec<&str> = args.clone();
     all.extend(["--rank-pids-file", &pids_str]);
-    let child = command(dir, &all).spawn().unwrap();
+    let child = ChildGuard::spawn(&mut command(dir, &all));
     let ranks: usize = ranks.parse().unwrap();
     let pids = read_pids(&pids, ranks);
     wait_in_loop(dir, ranks);
@@ -384,28 +384,28 @@ fn sigterm_ends_the_run_with_143_and_with_exit_signal_handler_drains_to_0() {
 #[test]
 fn without_an_exporter_the_ranks_write_files_under_one_run_id_with_linked_pipeline_spans() {
     let dir = temp_dir("files");
-    let mut child = command(
-        &dir,
-        &with(
-            SMALL,
-            &[
-                "--otel-enabled",
-                "--otel-span-groups",
-                "all",
-                "--train-iters",
-                "3",
-                "--nproc-per-node",
-                "2",
-                "--pipeline-model-parallel-size",
-                "2",
-                "--summary-json",
-                "summary.json",
-            ],
-        ),
-    )
-    .env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks")
-    .spawn()
-    .unwrap();
+    let mut child = ChildGuard::spawn(
+        command(
+            &dir,
+            &with(
+                SMALL,
+                &[
+                    "--otel-enabled",
+                    "--otel-span-groups",
+                    "all",
+                    "--train-iters",
+                    "3",
+                    "--nproc-per-node",
+                    "2",
+                    "--pipeline-model-parallel-size",
+                    "2",
+                    "--summary-json",
+                    "summary.json",
+                ],
+            ),
+        )
+        .env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks"),
+    );
     let status = wait_bounded(&mut child, Duration::from_secs(60));
     let stderr = stderr_of(&mut child);
     assert!(status.success(), "{stderr}");

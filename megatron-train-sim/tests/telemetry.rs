@@ -423,7 +423,7 @@ fn sigterm_mid_run_exports_the_open_spans_as_truncated_and_exits_143() {
     args.extend(["--rank-pids-file", pids_arg.as_str()]);
     let mut command = command(&dir, &args);
     command.env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks");
-    let mut child = command.spawn().unwrap();
+    let mut child = support::ChildGuard::spawn(&mut command);
     let stderr = support::drain_stderr(&mut child);
     support::read_pids(&pids, 2);
     wait_for_iterations(&dir);
@@ -467,7 +467,7 @@ fn with_exit_signal_handler_an_exporting_rank_drains_and_still_exports_everythin
     args.extend(["--rank-pids-file", pids_arg.as_str()]);
     let mut command = command(&dir, &args);
     command.env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks");
-    let mut child = command.spawn().unwrap();
+    let mut child = support::ChildGuard::spawn(&mut command);
     let stderr = support::drain_stderr(&mut child);
     let rank_pids = support::read_pids(&pids, 2);
     wait_for_iterations(&dir);
@@ -537,7 +537,7 @@ fn a_killed_rank_makes_the_exporting_others_fail_promptly_and_still_export() {
     args.extend(["--rank-pids-file", pids_arg.as_str()]);
     let mut command = command(&dir, &args);
     command.env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks");
-    let mut child = command.spawn().unwrap();
+    let mut child = support::ChildGuard::spawn(&mut command);
     let stderr = support::drain_stderr(&mut child);
     let rank_pids = support::read_pids(&pids, 2);
     wait_for_iterations(&dir);

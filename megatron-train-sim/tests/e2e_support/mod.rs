@@ -174,7 +174,7 @@ impl Ctx {
     pub(crate) fn sim(&self, args: &[&str]) -> Sim<'_> {
         let mut command = clean_command(BIN);
         command.current_dir(&self.dir).args(args);
-        Sim { ctx: self, command, label: "sim".to_string(), group: false }
+        Sim { ctx: self, command, label: "sim".to_string() }
     }
 
     /// Scans every file of the test's directory (logs, telemetry files, the
@@ -255,7 +255,17 @@ pub(crate) fn scan_for_secrets(root: &Path, secrets: &[&str]) -> Vec<Finding> {
     findings
 }
 
-/// A child process whose stdout and stderr go to files; killed on drop.
+/// A child process whose stdout and stderr go to files, leading a process
+/// group of its own that its children (a launcher's ranks, the simulator
+/// under a Python launcher) join; dropping it, on every path (a finished
+/// wait, a failed assertion's unwinding), kills that whole group and reaps
+/// the child, so that nothing a test started outlives it.
+///
+/// The child is reaped only there: until then an exited child stays a
+/// zombie (its status is read with `waitid(WNOWAIT)`), which keeps its pid,
+/// and so its group's id, from being reused, and the group can always be
+/// signalled safely, even after the leader has exited and left some of its
+/// children behind.
 #[derive(Debug)]
 pub(crate) struct Proc {
     /// What it is (for messages).
@@ -266,9 +276,10 @@ pub(crate) struct Proc {
     /// Its stderr file.
     pub(crate) stderr: PathBuf,
     started: Instant,
-    /// Whether it leads a process group of its own (its ranks are in it):
-    /// dropping it then kills the whole group.
-    group: bool,
+    /// Its exit status, once seen.
+    exited: Option<ExitStatus>,
+    /// Whether it is reaped (its pid and group id may be reused from then on).
+    reaped: bool,
 }
 
 /// What a finished child left.
@@ -292,13 +303,14 @@ impl Finished {
 }
 
 impl Proc {
-    /// Spawns `command` with its output in `ctx`'s log files.
+    /// Spawns `command` with its output in `ctx`'s log files, in a process
+    /// group of its own.
     pub(crate) fn spawn(ctx: &Ctx, label: &str, mut command: Command) -> Proc {
         let (stdout, stderr) = ctx.log_files(label);
-        command.stdout(File::create(&stdout).unwrap()).stderr(File::create(&stderr).unwrap());
+        command.stdout(File::create(&stdout).unwrap()).stderr(File::create(&stderr).unwrap()).process_group(0);
         let child =
             command.spawn().unwrap_or_else(|e| panic!("cannot start {label} ({command:?}): {e}; {INSTALL_HINT}"));
-        Proc { label: label.to_string(), child, stdout, stderr, started: Instant::now(), group: false }
+        Proc { label: label.to_string(), child, stdout, stderr, started: Instant::now(), exited: None, reaped: false }
     }
 
     /// The process id.
@@ -314,10 +326,10 @@ impl Proc {
     }
 
     /// Sends `SIGKILL` to its whole process group at once (the launcher and
-    /// every rank; see [`Sim::own_process_group`]).
+    /// every rank).
     pub(crate) fn kill_group(&self) {
-        assert!(self.group, "{} does not lead a process group of its own", self.label);
-        // SAFETY: `killpg` has no memory-safety preconditions.
+        // SAFETY: `killpg` has no memory-safety preconditions; the leader is
+        // not reaped (see [`Proc`]), so the group id is still its own.
         let rc = unsafe { libc::killpg(self.pid(), libc::SIGKILL) };
         assert_eq!(rc, 0, "killpg({}, SIGKILL) of {}", self.pid(), self.label);
     }
@@ -339,26 +351,27 @@ impl Proc {
         }
     }
 
-    /// The exit status if it has exited (then it is reaped: a group leader's
-    /// id may be reused from here on, so its group is never signalled again;
-    /// a launcher that exits has waited for its ranks).
+    /// The exit status if it has exited (it is left unreaped: see [`Proc`]).
     pub(crate) fn try_wait(&mut self) -> Option<ExitStatus> {
-        let status = self.child.try_wait().unwrap();
-        if status.is_some() {
-            self.group = false;
+        if self.exited.is_none() {
+            self.exited = exit_status_unreaped(self.pid());
         }
-        status
+        self.exited
     }
 
-    /// Kills it (and its group, when it leads one) and reaps it.
+    /// Kills its whole group (whatever is left of it) and reaps it; its exit
+    /// status.
     fn kill_and_reap(&mut self) -> Option<ExitStatus> {
-        if std::mem::take(&mut self.group) {
+        if !std::mem::replace(&mut self.reaped, true) {
             // SAFETY: `killpg` has no memory-safety preconditions; the leader
             // is not reaped yet, so the group id is still its own.
             unsafe { libc::killpg(self.pid(), libc::SIGKILL) };
+            let _ = self.child.kill();
+            if let Ok(status) = self.child.wait() {
+                self.exited.get_or_insert(status);
+            }
         }
-        let _ = self.child.kill();
-        self.child.wait().ok()
+        self.exited
     }
 
     /// Its stdout so far.
@@ -438,13 +451,37 @@ impl Proc {
 }
 
 impl Drop for Proc {
-    /// Kills what still runs: the group of a leader not yet reaped (an exited
-    /// but unreaped leader still holds its group id), else the child.
+    /// Kills what still runs of its group (the child, or what an exited
+    /// child left behind) and reaps the child.
     fn drop(&mut self) {
-        if self.group || matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.kill_and_reap();
-        }
+        let _ = self.kill_and_reap();
     }
+}
+
+/// The exit status of child `pid` if it has exited, leaving it unreaped
+/// (`waitid` with `WNOWAIT`); `None` while it runs.
+fn exit_status_unreaped(pid: i32) -> Option<ExitStatus> {
+    use std::os::unix::process::ExitStatusExt as _;
+    // SAFETY: all-zero is a valid `siginfo_t` (plain integers); `waitid`
+    // writes into it and nothing else, and leaves `si_pid` 0 when no child
+    // changed state (`WNOHANG`).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let id = libc::id_t::try_from(pid).expect("a child's pid is positive");
+    // SAFETY: `info` is a valid, writable `siginfo_t`.
+    let rc = unsafe { libc::waitid(libc::P_PID, id, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
+    assert_eq!(rc, 0, "waitid({pid}): {}", std::io::Error::last_os_error());
+    // SAFETY: `waitid` filled `info` in for a child (or left it zeroed).
+    let (child, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if child == 0 {
+        return None;
+    }
+    // The encoding `waitpid` reports, which `ExitStatus` decodes.
+    let raw = match info.si_code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_DUMPED => status | 0x80,
+        _ => status,
+    };
+    Some(ExitStatus::from_raw(raw))
 }
 
 /// The simulator about to run (see [`Ctx::sim`]).
@@ -453,7 +490,6 @@ pub(crate) struct Sim<'a> {
     ctx: &'a Ctx,
     command: Command,
     label: String,
-    group: bool,
 }
 
 /// An OTLP protocol as `OTEL_EXPORTER_OTLP_PROTOCOL` names it.
@@ -518,21 +554,11 @@ impl<'a> Sim<'a> {
         ])
     }
 
-    /// Starts the launcher in a process group of its own, which its ranks
-    /// join: [`Proc::kill_group`] then kills them all at once, and dropping
-    /// the [`Proc`] leaves no rank behind.
-    #[must_use]
-    pub(crate) fn own_process_group(mut self) -> Self {
-        self.command.process_group(0);
-        self.group = true;
-        self
-    }
-
-    /// Starts it.
+    /// Starts it, in a process group of its own that its ranks join:
+    /// [`Proc::kill_group`] kills them all at once, and dropping the
+    /// [`Proc`] leaves no rank behind.
     pub(crate) fn spawn(self) -> Proc {
-        let mut proc = Proc::spawn(self.ctx, &self.label, self.command);
-        proc.group = self.group;
-        proc
+        Proc::spawn(self.ctx, &self.label, self.command)
     }
 
     /// Runs it to the end (at most `limit`).

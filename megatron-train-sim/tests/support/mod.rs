@@ -7,6 +7,7 @@
 #![expect(dead_code, reason = "each test binary uses a part of the support module")]
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -78,10 +79,18 @@ pub(crate) fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The binary with `args`, run in `dir` (also its `TMPDIR`), with a clean environment.
+/// The binary with `args`, run in `dir` (also its `TMPDIR`), with a clean
+/// environment, in a process group of its own that its ranks join (so that
+/// [`ChildGuard`] and [`wait_bounded`] kill them with it).
 pub(crate) fn command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
-    command.current_dir(dir).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
+    command
+        .current_dir(dir)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .process_group(0);
     for variable in CLEARED {
         command.env_remove(variable);
     }
@@ -90,7 +99,54 @@ pub(crate) fn command(dir: &Path, args: &[&str]) -> Command {
     command
 }
 
-/// Waits for `child` at most `limit`; kills it and fails the test after.
+/// A child started from [`command`] (the leader of its own process group),
+/// killed with its whole group and reaped when dropped while it still runs:
+/// a failed assertion leaves no launcher or rank behind (holding CPU, ports,
+/// or the stderr pipe that a reader thread waits on).
+#[derive(Debug)]
+pub(crate) struct ChildGuard(Child);
+
+impl ChildGuard {
+    /// Spawns `command` (from [`command`]).
+    pub(crate) fn spawn(command: &mut Command) -> ChildGuard {
+        ChildGuard(command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}")))
+    }
+}
+
+impl std::ops::Deref for ChildGuard {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            kill_group_and_reap(&mut self.0);
+        }
+    }
+}
+
+/// Kills `child`, which runs (not reaped: its pid is still its group's id),
+/// with its process group, and reaps it.
+fn kill_group_and_reap(child: &mut Child) {
+    let pid = i32::try_from(child.id()).expect("pids fit in i32");
+    // SAFETY: `killpg` has no memory-safety preconditions.
+    unsafe { libc::killpg(pid, libc::SIGKILL) };
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Waits for `child` at most `limit`; kills it (with its process group) and
+/// fails the test after.
 pub(crate) fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
     let started = Instant::now();
     loop {
@@ -98,8 +154,7 @@ pub(crate) fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
             return status;
         }
         if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_group_and_reap(child);
             panic!("the simulator did not finish within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -109,7 +164,7 @@ pub(crate) fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
 /// Spawns `command`, drains its stderr on a thread and waits at most
 /// `limit`; the status and stderr.
 pub(crate) fn run_command(mut command: Command, limit: Duration) -> (ExitStatus, String) {
-    let mut child = command.spawn().unwrap();
+    let mut child = ChildGuard::spawn(&mut command);
     let reader = drain_stderr(&mut child);
     let status = wait_bounded(&mut child, limit);
     (status, reader.join().unwrap())
