@@ -10,7 +10,7 @@
 //! | Call | Span ([`Event`]) | Phase | Goodput |
 //! |---|---|---|---|
 //! | [`Training::new`] | — | `other` | the attempt starts (at the launch stamp) |
-//! | [`Training::checkpoint_load`] → [`LoadGuard::resumed`] | `checkpoint_load` | `checkpoint` | `checkpoint_load`; the progress record (and the dead attempt's replayed spool) continues the run |
+//! | [`Training::checkpoint_load`] → [`LoadGuard::resumed`] | `checkpoint_load` | `checkpoint` | `checkpoint_load`; the progress record (and the dead attempt's replayed spool) continues the run; once the attempt is under way, a rollback: what followed the checkpoint is lost |
 //! | [`Training::loop_started`] | `startup` (backdated) | — | startup ends |
 //! | [`Training::iteration`] → [`IterationGuard`] dropped | `iteration` | `other` after it | an iteration completed; `dl.training.iterations`; progress into the spool at both ends |
 //! | [`Training::phase`], [`Training::mark`], [`Training::wait`] | the phase's, where configured | that phase | — |
@@ -74,6 +74,7 @@
 //! # }
 //! ```
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
@@ -554,6 +555,17 @@ struct GoodputState {
     reached: u64,
     iteration: u64,
     checkpoint_iteration: Option<u64>,
+    /// The iteration this attempt's own iterations start after: 0, or the
+    /// checkpoint it resumed from (or rolled back to, when older).
+    start: u64,
+    /// The durable checkpoints of this attempt (iteration and what it
+    /// covers), the latest [`REMEMBERED_CHECKPOINTS`]: a rollback to one of
+    /// them is charged exactly.
+    checkpoints: VecDeque<(u64, Coverage)>,
+    /// Whether the attempt is under way (an iteration completed, or its
+    /// totals published): a load now is a rollback inside the attempt, not
+    /// a resume from an earlier one.
+    under_way: bool,
     /// MFU's window: FLOPs since the last log interval, and the step time
     /// total at its start.
     window_flops: f64,
@@ -572,6 +584,10 @@ struct GoodputState {
 /// How often the per-rank counters follow the iterations at most (also at
 /// every log interval and at the end).
 const COUNTER_FLUSH: Duration = Duration::from_secs(1);
+
+/// How many of an attempt's latest durable checkpoints a rollback is charged
+/// exactly to (an older one: in proportion to its iterations).
+const REMEMBERED_CHECKPOINTS: usize = 64;
 
 impl Training {
     /// The diagnosis of one rank on `telemetry` (the program's handle):
@@ -633,6 +649,9 @@ impl Training {
                 reached: 0,
                 iteration: 0,
                 checkpoint_iteration: None,
+                start: 0,
+                checkpoints: VecDeque::new(),
+                under_way: false,
                 window_flops: 0.0,
                 window_step_ns: 0,
                 last_mfu: None,
@@ -769,6 +788,7 @@ impl Training {
         let mut flush = false;
         self.with_goodput(|s, now| {
             s.accountant.iteration_completed(now);
+            s.under_way = true;
             s.iteration = completed;
             s.reached = s.reached.max(completed);
             s.record_progress();
@@ -968,6 +988,7 @@ impl GoodputState {
     /// training thread's only cost; the file system is never waited on here
     /// (see [`crate::record_writer`]).
     fn write_record(&mut self, now: f64) {
+        self.under_way = true;
         let Some(writer) = &mut self.record else { return };
         writer.submit(ProgressRecord {
             run_id: self.run_id.clone(),
@@ -979,11 +1000,61 @@ impl GoodputState {
         });
     }
 
-    fn resume(&mut self, dir: &Path, iteration: u64) {
+    /// The checkpoint of `iteration` in `dir` was loaded, at `now`: a
+    /// resume from an earlier attempt before this one is under way, else a
+    /// rollback inside it.
+    fn resume(&mut self, dir: &Path, iteration: u64, now: f64) {
+        let rollback = self.under_way;
         self.iteration = iteration;
         self.reached = iteration;
         self.checkpoint_iteration = Some(iteration);
         self.record_progress();
+        if rollback {
+            self.roll_back(iteration, now);
+        } else {
+            self.start = iteration;
+            self.continue_run(dir, iteration);
+        }
+    }
+
+    /// A durable checkpoint of this attempt, remembered for a rollback.
+    fn remember_checkpoint(&mut self, iteration: u64, coverage: Coverage) {
+        if self.checkpoints.len() == REMEMBERED_CHECKPOINTS {
+            self.checkpoints.pop_front();
+        }
+        self.checkpoints.push_back((iteration, coverage));
+    }
+
+    /// A rollback inside this attempt to the checkpoint of `iteration`, at
+    /// `now`: what was completed after it is lost (it is computed again),
+    /// charged exactly to one of this attempt's checkpoints or its start, in
+    /// proportion otherwise; the earlier attempts' kept iterations after it,
+    /// when it is older than this attempt's start, too. The record already
+    /// holds this attempt's time, so it is not read: the accountant goes on
+    /// from its own totals, and the record and gauges say the rollback at
+    /// once. No record of this attempt is read back, so none of its pending
+    /// writes can race the read.
+    fn roll_back(&mut self, iteration: u64, now: f64) {
+        let to = if iteration <= self.start {
+            self.accountant.forfeit_earlier(self.start - iteration);
+            self.start = iteration;
+            Coverage::default()
+        } else {
+            let remembered = self.checkpoints.iter().rev().find(|(i, _)| *i == iteration).map(|(_, c)| *c);
+            remembered.unwrap_or_else(|| self.accountant.coverage_of(iteration - self.start))
+        };
+        self.accountant.roll_back(to, now);
+        // The checkpoints after it belong to the iterations thrown away.
+        self.checkpoints.retain(|(i, _)| *i < iteration);
+        self.remember_checkpoint(iteration, to);
+        self.publish(now);
+    }
+
+    /// A resume from an earlier attempt: the totals continue from the
+    /// progress record in `dir`, charging the dead attempt's lost progress.
+    /// This attempt has handed in no record yet (it is not under way), so
+    /// no write of its own is pending.
+    fn continue_run(&mut self, dir: &Path, iteration: u64) {
         match ProgressRecord::read(dir) {
             Ok(None) => {}
             Ok(Some(record)) => {
@@ -1145,9 +1216,24 @@ impl LoadGuard<'_> {
     /// (`lens_fallbacks::spool::replayed_progress`), else its pending time
     /// at the record, known only to a log interval. A record that cannot be
     /// read is a warning, and the totals start fresh.
+    ///
+    /// A load once this attempt is under way (it completed an iteration, or
+    /// published its totals at a log interval or a durable checkpoint) is a
+    /// rollback inside the attempt (back to an earlier checkpoint after a
+    /// loss spike, say), not a resume: the record is not read (it already
+    /// holds this attempt's time), the attempt is counted once, and every
+    /// iteration completed after `iteration` is lost progress (it is
+    /// computed again), with its loop time, whether a newer checkpoint had
+    /// kept it or not (see [`crate::goodput::Accountant::roll_back`]). The
+    /// time is charged exactly back to this attempt's start and its latest
+    /// durable checkpoints, in proportion to the iterations for a checkpoint
+    /// whose save this attempt did not announce; a checkpoint older than the
+    /// attempt's start also takes back what earlier attempts kept after it.
+    /// No time is counted twice or dropped, and the progress record and
+    /// gauges say the rollback at once.
     pub fn resumed(&self, dir: &Path, iteration: u64) {
         self.span().set_attribute(ITERATION_ATTRIBUTE, i64::try_from(iteration).unwrap_or(i64::MAX));
-        self.training.with_goodput(|s, _| s.resume(dir, iteration));
+        self.training.with_goodput(|s, now| s.resume(dir, iteration, now));
     }
 }
 
@@ -1178,6 +1264,7 @@ fn make_durable(training: &Training, iteration: u64, coverage: Option<Coverage>)
     training.with_goodput(|s, now| {
         if let Some(coverage) = coverage {
             s.accountant.checkpoint_durable(coverage, now);
+            s.remember_checkpoint(iteration, coverage);
         }
         s.checkpoint_iteration = Some(s.checkpoint_iteration.map_or(iteration, |c| c.max(iteration)));
         s.record_progress();

@@ -27,7 +27,10 @@
 //! - `lost_progress`: a dead attempt's `pending` time, from its last
 //!   durable checkpoint to its last iteration, charged when the next attempt
 //!   resumes from that checkpoint ([`GoodputTotals::resume_exactly`] with the
-//!   dead attempt's spool, [`GoodputTotals::resume`] without);
+//!   dead attempt's spool, [`GoodputTotals::resume`] without); and the loop
+//!   time of the iterations an attempt throws away when it goes back to an
+//!   earlier checkpoint inside its own process ([`Accountant::roll_back`]:
+//!   they are computed again);
 //! - `other`: the rest (after the normal end: barriers, shutdown).
 //!
 //! Restarts: one rank writes a [`ProgressRecord`] (the run's totals so far)
@@ -102,7 +105,8 @@ pub enum Bucket {
     CheckpointLoad,
     /// Evaluation.
     Evaluation,
-    /// A dead attempt's pending time, charged when the next attempt resumes.
+    /// A dead attempt's pending time, charged when the next attempt resumes,
+    /// and the iterations a rollback inside an attempt throws away.
     LostProgress,
     /// The rest.
     Other,
@@ -165,7 +169,7 @@ pub struct GoodputTotals {
     pub productive_iterations: u64,
     /// Iterations completed but not yet covered by a durable checkpoint.
     pub pending_iterations: u64,
-    /// Iterations a crash threw away.
+    /// Iterations a crash or a rollback threw away (to be computed again).
     pub lost_iterations: u64,
     /// Attempts counted so far (this one included).
     pub attempts: u32,
@@ -567,6 +571,83 @@ impl Accountant {
     /// The earlier attempts' totals this attempt continues from.
     pub fn prior(&self) -> &GoodputTotals {
         &self.prior
+    }
+
+    /// This attempt goes back, inside its own process, to an earlier
+    /// checkpoint that covers `to` (the [`Coverage`] that checkpoint's save
+    /// took; [`Coverage::default`] for the checkpoint the attempt started
+    /// from; [`Accountant::coverage_of`] for one whose save it did not see),
+    /// at `now`: a rollback (after a loss spike, say). What it completed
+    /// after `to` will be computed again: those iterations and their loop
+    /// time move to `lost_progress`, whether a newer checkpoint had kept them
+    /// or they were pending, and what `to` covers is kept (the checkpoint
+    /// exists). The attempt count does not change, and no time is added or
+    /// dropped: the buckets still sum to the attempts' time.
+    ///
+    /// (A resume in a new process is [`Accountant::continue_from`] with the
+    /// dead attempt's totals, [resumed](GoodputTotals::resume_exactly).)
+    ///
+    /// ```
+    /// use lens_training::goodput::{Accountant, Bucket, GoodputTotals};
+    ///
+    /// let mut goodput = Accountant::new(GoodputTotals::default());
+    /// goodput.training_started(0.0);
+    /// goodput.iteration_completed(1.0);
+    /// goodput.iteration_completed(2.0);
+    /// let second = goodput.coverage(2.0); // the save of iteration 2
+    /// goodput.checkpoint_durable(second, 2.0);
+    /// for now in [3.0, 4.0, 5.0] {
+    ///     goodput.iteration_completed(now);
+    /// }
+    /// goodput.roll_back(second, 5.0); // iterations 3 to 5 are computed again
+    /// let totals = goodput.snapshot(5.0);
+    /// assert_eq!((totals.productive_iterations, totals.lost_iterations, totals.pending_iterations), (2, 3, 0));
+    /// assert_eq!((totals.seconds(Bucket::Productive), totals.seconds(Bucket::LostProgress)), (2.0, 3.0));
+    /// assert_eq!((totals.total_seconds(), totals.attempts), (5.0, 1));
+    /// ```
+    pub fn roll_back(&mut self, to: Coverage, now: f64) {
+        self.advance(now);
+        let to = Coverage {
+            iterations: to.iterations.min(self.completed.iterations),
+            seconds: to.seconds.clamp(0.0, self.completed.seconds),
+        };
+        self.attempt.seconds[Bucket::LostProgress.index()] += self.completed.seconds - to.seconds;
+        self.attempt.lost_iterations =
+            self.attempt.lost_iterations.saturating_add(self.completed.iterations - to.iterations);
+        self.completed = to;
+        self.kept = to;
+    }
+
+    /// An estimate of what the first `iterations` this attempt completed
+    /// cover, for [`Accountant::roll_back`] to a checkpoint whose save this
+    /// attempt did not see: those iterations (at most all it completed) and
+    /// their share of its loop time, in proportion.
+    pub fn coverage_of(&self, iterations: u64) -> Coverage {
+        let iterations = iterations.min(self.completed.iterations);
+        let seconds = if iterations == self.completed.iterations {
+            self.completed.seconds
+        } else {
+            self.completed.seconds * iterations as f64 / self.completed.iterations as f64
+        };
+        Coverage { iterations, seconds }
+    }
+
+    /// A rollback to a checkpoint older than this attempt's first: the
+    /// last `iterations` that earlier attempts kept will be computed again.
+    /// They move from the earlier attempts' `productive` to `lost_progress`
+    /// (at most all they kept), with their share of its time, in proportion.
+    pub fn forfeit_earlier(&mut self, iterations: u64) {
+        let prior = &mut self.prior;
+        let forfeit = iterations.min(prior.productive_iterations);
+        if forfeit == 0 {
+            return;
+        }
+        let productive = prior.seconds[Bucket::Productive.index()];
+        let seconds = productive * forfeit as f64 / prior.productive_iterations as f64;
+        prior.seconds[Bucket::Productive.index()] = (productive - seconds).max(0.0);
+        prior.seconds[Bucket::LostProgress.index()] += seconds;
+        prior.productive_iterations -= forfeit;
+        prior.lost_iterations = prior.lost_iterations.saturating_add(forfeit);
     }
 }
 

@@ -20,7 +20,7 @@ use lens_fallbacks::otel::exporters::testing::KeepingSpanExporter;
 use lens_fallbacks::otlp_file::{AttributeValue, SpanRecord};
 use lens_fallbacks::{RankContext, SetupOptions, Telemetry, setup_telemetry};
 use lens_training::events::{Event, SpanName, SpanNames};
-use lens_training::goodput::Bucket;
+use lens_training::goodput::{Bucket, ProgressRecord};
 use lens_training::goodput_view::{Attempt, breakdown};
 use lens_training::names::{EVENT_ATTRIBUTE, ITERATIONS, PHASE_ATTRIBUTE, PHASE_TIME};
 use lens_training::phases::Phase;
@@ -493,6 +493,88 @@ fn a_stalled_checkpoint_file_system_holds_up_neither_the_steps_nor_the_end() {
         assert!(Instant::now() < deadline, "the final record was never written; the FIFO got {through_fifo}");
         std::thread::sleep(Duration::from_millis(10));
     }
+    drop(run.finish());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A program that goes back to an older checkpoint inside its own process
+/// (a loss spike: the checkpoint of 4 is loaded after the checkpoints of 6
+/// and 8): the attempt is counted once, its time once (the buckets sum to
+/// the wall time since it started, before and after), and iterations 5 to
+/// 8 are lost progress (computed again), though the newer checkpoints had
+/// kept them. Recomputed, the run keeps 8.
+#[test]
+fn a_rollback_inside_the_process_counts_the_attempt_and_its_time_once_and_loses_what_follows_the_checkpoint() {
+    use std::time::Instant;
+
+    let _serial = serial();
+    let run = setup(false);
+    let dir = temp_dir("rollback");
+    let launched = Instant::now();
+    let training =
+        Training::new(&run.telemetry, TrainingOptions::new(RankCoordinates::SINGLE).with_checkpoint_dir(&dir));
+    let created = Instant::now();
+    let step = |counter: u64| {
+        let step = training.iteration(counter);
+        std::thread::sleep(Duration::from_millis(5));
+        drop(step);
+        if counter % 2 == 1 {
+            training.checkpoint_save(counter + 1).durable();
+            training.log_interval();
+        }
+    };
+    training.loop_started();
+    for counter in 0..8 {
+        step(counter);
+    }
+    let before = training.totals().unwrap();
+    assert_eq!((before.productive_iterations, before.attempts), (8, 1), "{before:?}");
+    {
+        let load = training.checkpoint_load();
+        load.resumed(&dir, 4);
+    }
+    let seen = created.elapsed().as_secs_f64();
+    let after = training.totals().unwrap();
+    let bound = launched.elapsed().as_secs_f64();
+    assert_eq!(after.attempts, 1, "one attempt: {after:?}");
+    assert!(
+        (seen..=bound).contains(&after.total_seconds()),
+        "the attempt's time, once: {} not in {seen}..={bound}",
+        after.total_seconds()
+    );
+    assert!(after.total_seconds() >= before.total_seconds(), "nothing dropped: {after:?} after {before:?}");
+    assert_eq!(
+        (after.productive_iterations, after.pending_iterations, after.lost_iterations),
+        (4, 0, 4),
+        "iterations 5 to 8 are computed again: {after:?}"
+    );
+    assert!(after.seconds(Bucket::LostProgress) >= 0.02, "their loop time, 4 x 5 ms at least: {after:?}");
+    let moved = before.seconds(Bucket::Productive) - after.seconds(Bucket::Productive);
+    assert!(moved > 0.0, "what the checkpoints of 6 and 8 had kept is lost now: {after:?}");
+    // The record says so at once, for a crash before the next log interval.
+    let record_path = dir.join("goodput.json");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&record_path).unwrap_or_default().contains("\"lost_iterations\": 4") {
+        assert!(Instant::now() < deadline, "the rollback's record was never written");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    for counter in 4..8 {
+        step(counter);
+    }
+    training.finish();
+    let end = training.totals().unwrap();
+    let bound = launched.elapsed().as_secs_f64();
+    assert_eq!(
+        (end.productive_iterations, end.pending_iterations, end.lost_iterations, end.attempts),
+        (8, 0, 4, 1),
+        "{end:?}"
+    );
+    assert!(end.total_seconds() <= bound, "{} > {bound}", end.total_seconds());
+    drop(training);
+    let record = ProgressRecord::read(&dir).unwrap().expect("the final record");
+    let t = &record.totals;
+    assert_eq!((t.attempts, t.productive_iterations, t.lost_iterations, record.normal_end), (1, 8, 4, true));
     drop(run.finish());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -562,3 +562,141 @@ fn a_spool_older_than_the_record_is_not_its_writers() {
         Some(DeadProgress { completed: Some(9), unseen_seconds: 0.0 })
     );
 }
+
+/// Where a rollback inside an attempt goes back to.
+#[derive(Clone, Copy, Debug)]
+enum RollBack {
+    /// The checkpoint the attempt started from.
+    Start,
+    /// The checkpoint of the latest save (its coverage, as taken).
+    LatestSave,
+    /// A checkpoint whose save the attempt did not see, after that many of
+    /// its iterations.
+    Unseen(u64),
+    /// A checkpoint that many iterations older than the attempt's start.
+    Earlier(u64),
+}
+
+fn roll_back(acc: &mut Accountant, target: RollBack, now: f64, latest_save: Option<Coverage>) {
+    match target {
+        RollBack::Start => acc.roll_back(Coverage::default(), now),
+        RollBack::LatestSave => acc.roll_back(latest_save.unwrap_or_default(), now),
+        RollBack::Unseen(iterations) => acc.roll_back(acc.coverage_of(iterations), now),
+        RollBack::Earlier(iterations) => {
+            acc.forfeit_earlier(iterations);
+            acc.roll_back(Coverage::default(), now);
+        }
+    }
+}
+
+proptest! {
+    /// Rollbacks inside an attempt, anywhere among its events: time and
+    /// iterations only move (every iteration ever completed, and every one
+    /// the earlier attempts kept, is still kept, pending or lost; the
+    /// buckets still sum to the earlier attempts' time plus the latest time
+    /// seen), nothing is pending right after one, and the attempt is
+    /// counted once.
+    #[test]
+    fn a_rollback_moves_time_and_iterations_and_never_adds_or_drops_any(
+        prior_productive in 0_u64..20,
+        prior_seconds in 0.0..100.0_f64,
+        events in prop::collection::vec((
+            prop_oneof![
+                3 => event().prop_map(Ok),
+                1 => prop_oneof![
+                    Just(RollBack::Start),
+                    Just(RollBack::LatestSave),
+                    (0_u64..30).prop_map(RollBack::Unseen),
+                    (0_u64..30).prop_map(RollBack::Earlier),
+                ].prop_map(Err),
+            ],
+            -1.0..10.0_f64,
+        ), 0..60),
+    ) {
+        let mut prior = GoodputTotals::default();
+        prior.productive_iterations = prior_productive;
+        prior.set_seconds(Bucket::Productive, prior_seconds);
+        prior.attempts = 1;
+        let mut acc = Accountant::new(prior);
+        let (mut now, mut latest) = (0.0_f64, 0.0_f64);
+        let mut latest_save: Option<Coverage> = None;
+        let mut completed = 0_u64;
+        for (step, dt) in events {
+            now += dt;
+            latest = latest.max(now);
+            match step {
+                Ok(event) => {
+                    if matches!(event, Event::Iteration) {
+                        completed += 1;
+                    }
+                    apply(&mut acc, event, now, &mut latest_save);
+                }
+                Err(target) => {
+                    roll_back(&mut acc, target, now, latest_save);
+                    let snap = acc.snapshot(now);
+                    prop_assert_eq!(snap.pending_iterations, 0, "{:?}", snap);
+                }
+            }
+            let snap = acc.snapshot(now);
+            prop_assert!(snap.buckets().all(|(_, s)| s >= 0.0), "{:?}", snap);
+            prop_assert_eq!(
+                snap.productive_iterations + snap.pending_iterations + snap.lost_iterations,
+                prior_productive + completed
+            );
+            prop_assert_eq!(snap.attempts, 2);
+            let expected = prior.total_seconds() + latest;
+            prop_assert!((snap.total_seconds() - expected).abs() <= 1e-6 * expected.max(1.0),
+                "{} vs {expected}", snap.total_seconds());
+        }
+    }
+}
+
+/// An attempt that resumed from the checkpoint of 10 (the earlier one kept
+/// 10 iterations in 10 s), completes 11 to 15, saves 14 and goes back to
+/// it, then to the checkpoint of 8, older than its start: each rollback
+/// charges exactly what follows its checkpoint.
+#[test]
+fn a_rollback_loses_exactly_what_follows_its_checkpoint_even_before_the_attempts_start() {
+    let mut prior = GoodputTotals::default();
+    prior.productive_iterations = 10;
+    prior.set_seconds(Bucket::Productive, 10.0);
+    prior.attempts = 1;
+    let mut acc = Accountant::new(prior);
+    acc.training_started(1.0);
+    let mut now = 1.0;
+    let mut fourteen = None;
+    for i in 11..=15 {
+        now += 1.0;
+        acc.iteration_completed(now);
+        if i == 14 {
+            fourteen = Some(acc.coverage(now));
+            acc.checkpoint_durable(fourteen.unwrap(), now);
+        }
+    }
+    acc.roll_back(fourteen.unwrap(), now);
+    let back = acc.snapshot(now);
+    assert_eq!((back.productive_iterations, back.lost_iterations, back.pending_iterations), (14, 1, 0));
+    assert_eq!((back.seconds(Bucket::Productive), back.seconds(Bucket::LostProgress)), (14.0, 1.0));
+    assert_eq!((back.total_seconds(), back.attempts), (10.0 + now, 2));
+
+    // Back to the checkpoint of 8: 9 and 10 (the earlier attempt's) and 11
+    // to 14 (this one's) are computed again.
+    acc.forfeit_earlier(10 - 8);
+    acc.roll_back(Coverage::default(), now);
+    let older = acc.snapshot(now);
+    assert_eq!((older.productive_iterations, older.lost_iterations, older.pending_iterations), (8, 7, 0));
+    assert_eq!((older.seconds(Bucket::Productive), older.seconds(Bucket::LostProgress)), (8.0, 7.0));
+    assert_eq!((older.total_seconds(), older.attempts), (10.0 + now, 2));
+
+    // A checkpoint whose save the attempt did not see: its share of the
+    // loop time, in proportion.
+    for _ in 9..=12 {
+        now += 2.0;
+        acc.iteration_completed(now);
+    }
+    acc.roll_back(acc.coverage_of(11 - 8), now);
+    let unseen = acc.snapshot(now);
+    assert_eq!((unseen.productive_iterations, unseen.lost_iterations), (11, 8));
+    assert_eq!(unseen.seconds(Bucket::LostProgress), 7.0 + 2.0, "one iteration of 2 s");
+    assert_eq!(unseen.total_seconds(), 10.0 + now);
+}
