@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e_support::{
-    Ctx, Prometheus, Protocol, Records, Rotel, Sink, SinkOptions, canary_token, documented_recipe, free_ports,
-    sim_args, strs,
+    Ctx, HeldPorts, Prometheus, Protocol, Records, Rotel, Sink, SinkOptions, canary_token, documented_recipe, sim_args,
+    strs,
 };
 use megatron_telemetry::metrics::{self, InstrumentKind};
 use megatron_telemetry::taxonomy::{self, SpanDef};
@@ -269,9 +269,10 @@ fn spans_and_metrics_pass_through_the_rotel_collector() {
 #[test]
 fn prometheus_scrapes_every_seed_metric_name_with_the_run_id_filter() {
     let ctx = Ctx::new("prometheus");
-    let base = free_ports(RANKS as u16);
-    let targets: Vec<String> = (0..RANKS as u16).map(|i| format!("127.0.0.1:{}", base + i)).collect();
+    let ports = HeldPorts::hold(RANKS as u16);
+    let targets: Vec<String> = (0..RANKS as u16).map(|i| format!("127.0.0.1:{}", ports.base() + i)).collect();
     let prometheus = Prometheus::start(&ctx, &targets);
+    let base = ports.release();
     let run_id = format!("e2e-prom-{}", std::process::id());
     let mut args = sim_args(RANKS, 6);
     args.extend(["--inject-nan-at", "3"].map(String::from));
@@ -362,7 +363,7 @@ fn prometheus_port_is_the_base_unless_several_ranks_of_the_host_export() {
             ])
             .spawn()
     };
-    let single_base = free_ports(2 * NODE_RANKS);
+    let single_base = HeldPorts::hold(2 * NODE_RANKS).release();
     let all_base = single_base + NODE_RANKS;
     let single = run("single_rank", single_base);
     let all = run("all_ranks", all_base);
@@ -442,8 +443,8 @@ fn prometheus_names_the_injected_straggler_rank_and_phase() {
     assert!(panel_exprs.contains(&one_line), "the dashboard has a panel with the straggler recipe");
 
     let ctx = Ctx::new("prometheus-straggler");
-    let base = free_ports(DP);
-    let targets: Vec<String> = (0..DP).map(|i| format!("127.0.0.1:{}", base + i)).collect();
+    let ports = HeldPorts::hold(DP);
+    let targets: Vec<String> = (0..DP).map(|i| format!("127.0.0.1:{}", ports.base() + i)).collect();
     let prometheus = Prometheus::start(&ctx, &targets);
     // The recipe takes rates: Prometheus must scrape while the counters
     // rise, so the run starts once it scrapes (the targets still down).
@@ -470,6 +471,7 @@ fn prometheus_names_the_injected_straggler_rank_and_phase() {
         "--inject-straggler",
         "2:backward:50",
     ];
+    let base = ports.release();
     let sim = ctx
         .sim(&args)
         .envs(&[

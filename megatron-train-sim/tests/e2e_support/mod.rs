@@ -26,7 +26,7 @@
 
 #![allow(dead_code, reason = "each e2e test binary uses a part of the harness")]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -52,6 +52,9 @@ pub(crate) const INSTALL_HINT: &str = "run .ci/run, or: python3 -m pip install o
 pub(crate) const READY_LIMIT: Duration = Duration::from_secs(30);
 /// How long a stopped child may take to exit before it is killed.
 pub(crate) const STOP_LIMIT: Duration = Duration::from_secs(10);
+/// How many times [`start_listening`] starts a server, each time on fresh
+/// ports, before the test fails.
+pub(crate) const START_ATTEMPTS: usize = 5;
 
 /// Prefixes of the variables removed from every child's environment, so
 /// that the test runner's own settings change nothing.
@@ -567,26 +570,140 @@ impl<'a> Sim<'a> {
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago (and may be taken by
+/// anyone from then on: for an address where nothing listens, or a start
+/// that is retried, see [`start_listening`]).
 pub(crate) fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap().local_addr().unwrap().port()
+    free_port_set(1)[0]
 }
 
-/// A base port such that `base .. base + count` were all free a moment ago
-/// (for the Prometheus endpoints of several ranks: base port + local rank).
-pub(crate) fn free_ports(count: u16) -> u16 {
-    for _ in 0..200 {
-        let base = free_port();
-        if base.checked_add(count).is_none() {
-            continue;
+/// `count` distinct TCP ports on 127.0.0.1 that were free a moment ago
+/// (probed at the same time, so never one twice).
+fn free_port_set(count: usize) -> Vec<u16> {
+    let probes: Vec<TcpListener> =
+        (0..count).map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0")).collect();
+    probes.iter().map(|probe| probe.local_addr().unwrap().port()).collect()
+}
+
+/// `count` consecutive TCP ports on 127.0.0.1, held (bound by this process)
+/// until [`release`](Self::release): for the Prometheus endpoints that a
+/// run's ranks bind themselves (the base port + the local rank), so that
+/// nothing the test starts before the run (its Prometheus, which takes a
+/// free port) can take one of them. Released just before the run is
+/// spawned, they can still be taken by another process before the ranks
+/// bind them at setup, a window of well under a second that only the
+/// simulator choosing its own ports could close.
+#[derive(Debug)]
+pub(crate) struct HeldPorts {
+    base: u16,
+    held: Vec<TcpListener>,
+}
+
+impl HeldPorts {
+    /// `count` consecutive free ports, held.
+    pub(crate) fn hold(count: u16) -> HeldPorts {
+        for _ in 0..200 {
+            let base = free_port();
+            if base.checked_add(count).is_none() {
+                continue;
+            }
+            let held: Vec<_> =
+                (0..count).map_while(|i| TcpListener::bind((Ipv4Addr::LOCALHOST, base + i)).ok()).collect();
+            if held.len() == usize::from(count) {
+                return HeldPorts { base, held };
+            }
         }
-        let listeners: Vec<_> =
-            (0..count).map_while(|i| TcpListener::bind((Ipv4Addr::LOCALHOST, base + i)).ok()).collect();
-        if listeners.len() == usize::from(count) {
-            return base;
-        }
+        panic!("no {count} consecutive free ports on 127.0.0.1");
     }
-    panic!("no {count} consecutive free ports on 127.0.0.1");
+
+    /// The first port.
+    pub(crate) fn base(&self) -> u16 {
+        self.base
+    }
+
+    /// Frees them for the run to be spawned next; the first port.
+    pub(crate) fn release(self) -> u16 {
+        drop(self.held);
+        self.base
+    }
+}
+
+/// The TCP ports on which process `pid` itself holds a listening socket
+/// bound to 127.0.0.1 (Linux: the socket inodes among its descriptors,
+/// looked up in its network namespace's `/proc/<pid>/net/tcp`). Empty once
+/// it has exited.
+pub(crate) fn listening_ports(pid: i32) -> BTreeSet<u16> {
+    let inodes: HashSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| {
+            let target = std::fs::read_link(fd.path()).ok()?;
+            target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect();
+    // The kernel writes the address as the hex of the 32-bit word in host
+    // byte order, the port in hex, and the state `0A` for LISTEN.
+    let loopback = format!("{:08X}", u32::from_ne_bytes(Ipv4Addr::LOCALHOST.octets()));
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (address, port) = fields.get(1)?.split_once(':')?;
+            let inode: u64 = fields.get(9)?.parse().ok()?;
+            let mine = address == loopback && fields.get(3) == Some(&"0A") && inodes.contains(&inode);
+            mine.then(|| u16::from_str_radix(port, 16).ok()).flatten()
+        })
+        .collect()
+}
+
+/// Starts a server that takes its ports on the command line and cannot
+/// choose free ones itself (rotel panics on port 0): `command` builds its
+/// command for `count` ports that were free a moment ago, and it is up once
+/// it listens on every one of them itself, on 127.0.0.1 only
+/// ([`listening_ports`]; a port that answers for another process does not
+/// count), and `ready` agrees. Another process can take a port between the
+/// probe and the server's bind: the server then exits at once (rotel and
+/// Prometheus both exit 1 on "address already in use") or never listens
+/// there, and the whole start is tried again on fresh ports, at most
+/// [`START_ATTEMPTS`] times, each for at most [`READY_LIMIT`]. Panics naming
+/// each attempt's ports, outcome and output when none came up.
+pub(crate) fn start_listening(
+    ctx: &Ctx,
+    label: &str,
+    count: usize,
+    command: impl Fn(&[u16]) -> Command,
+    ready: impl Fn(&[u16]) -> bool,
+) -> (Proc, Vec<u16>) {
+    let mut failures = Vec::new();
+    for attempt in 1..=START_ATTEMPTS {
+        let ports = free_port_set(count);
+        let mut proc = Proc::spawn(ctx, label, command(&ports));
+        let deadline = Instant::now() + READY_LIMIT;
+        let outcome = loop {
+            if let Some(status) = proc.try_wait() {
+                break format!("exited ({status})");
+            }
+            let listening = listening_ports(proc.pid());
+            if ports.iter().all(|port| listening.contains(port)) && ready(&ports) {
+                return (proc, ports);
+            }
+            if Instant::now() > deadline {
+                break format!("not up within {READY_LIMIT:?} (listening itself on {listening:?})");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        failures.push(format!(
+            "attempt {attempt}, ports {ports:?}: {outcome}\nstdout:\n{}\nstderr:\n{}",
+            proc.stdout_text(),
+            proc.stderr_text()
+        ));
+        // Dropping it kills it (with its group) before the next attempt.
+        drop(proc);
+    }
+    panic!("{label} did not come up on 127.0.0.1 in {START_ATTEMPTS} attempts:\n{}", failures.join("\n"));
 }
 
 /// Waits at most `limit` until something accepts TCP connections on
@@ -967,37 +1084,29 @@ pub(crate) fn rotel_binary() -> PathBuf {
 impl Rotel {
     /// Starts rotel in the foreground, receiving on free ports and
     /// exporting over OTLP/gRPC to `exporter_endpoint` (for example the
-    /// sink's gRPC endpoint); returns once both receivers listen.
+    /// sink's gRPC endpoint); returns once both receivers listen (see
+    /// [`start_listening`]: rotel cannot take port 0).
     pub(crate) fn start(ctx: &Ctx, exporter_endpoint: &str) -> Rotel {
-        let (grpc_port, http_port) = (free_port(), free_port());
-        let mut command = clean_command(rotel_binary());
-        command
-            .current_dir(ctx.dir())
-            .arg("start")
-            .args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{grpc_port}")])
-            .args(["--otlp-http-endpoint", &format!("127.0.0.1:{http_port}")])
-            .args(["--exporter", "otlp"])
-            .args(["--otlp-exporter-endpoint", exporter_endpoint])
-            .args(["--otlp-exporter-protocol", "grpc"])
-            .args(["--batch-timeout", "100ms"])
-            .arg("--pid-file")
-            .arg(ctx.path("rotel.pid"))
-            .arg("--log-file")
-            .arg(ctx.path("logs/rotel-agent.log"));
-        let mut proc = Proc::spawn(ctx, "rotel", command);
-        for port in [grpc_port, http_port] {
-            let deadline = Instant::now() + READY_LIMIT;
-            while TcpStream::connect_timeout(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)), Duration::from_millis(200))
-                .is_err()
-            {
-                if let Some(status) = proc.try_wait() {
-                    panic!("rotel exited ({status}):\n{}\n{}", proc.stdout_text(), proc.stderr_text());
-                }
-                assert!(Instant::now() < deadline, "rotel is not listening on {port}:\n{}", proc.stderr_text());
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        Rotel { proc, grpc_port, http_port }
+        let binary = rotel_binary();
+        let command = |ports: &[u16]| {
+            let mut command = clean_command(&binary);
+            command
+                .current_dir(ctx.dir())
+                .arg("start")
+                .args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{}", ports[0])])
+                .args(["--otlp-http-endpoint", &format!("127.0.0.1:{}", ports[1])])
+                .args(["--exporter", "otlp"])
+                .args(["--otlp-exporter-endpoint", exporter_endpoint])
+                .args(["--otlp-exporter-protocol", "grpc"])
+                .args(["--batch-timeout", "100ms"])
+                .arg("--pid-file")
+                .arg(ctx.path(&format!("rotel-{}.pid", ports[0])))
+                .arg("--log-file")
+                .arg(ctx.path(&format!("logs/rotel-agent-{}.log", ports[0])));
+            command
+        };
+        let (proc, ports) = start_listening(ctx, "rotel", 2, command, |_| true);
+        Rotel { proc, grpc_port: ports[0], http_port: ports[1] }
     }
 
     /// Its receiver's base URL for `protocol`.
@@ -1037,7 +1146,6 @@ impl Prometheus {
     }
 
     fn launch(ctx: &Ctx, targets: &[String], data: &Path) -> Prometheus {
-        let port = free_port();
         let config = ctx.path("prometheus.yml");
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         std::fs::write(
@@ -1049,21 +1157,19 @@ impl Prometheus {
             ),
         )
         .unwrap();
-        let mut command = clean_command("prometheus");
-        command
-            .current_dir(ctx.dir())
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", data.display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--log.level=warn");
-        let mut proc = Proc::spawn(ctx, "prometheus", command);
-        wait_until("prometheus to be ready", READY_LIMIT, || {
-            if let Some(status) = proc.try_wait() {
-                panic!("prometheus exited ({status}):\n{}", proc.stderr_text());
-            }
-            matches!(http_get(port, "/-/ready"), Ok((200, _))).then_some(())
-        });
-        Prometheus { proc, port }
+        let command = |ports: &[u16]| {
+            let mut command = clean_command("prometheus");
+            command
+                .current_dir(ctx.dir())
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!("--storage.tsdb.path={}", data.display()))
+                .arg(format!("--web.listen-address=127.0.0.1:{}", ports[0]))
+                .arg("--log.level=warn");
+            command
+        };
+        let ready = |ports: &[u16]| matches!(http_get(ports[0], "/-/ready"), Ok((200, _)));
+        let (proc, ports) = start_listening(ctx, "prometheus", 1, command, ready);
+        Prometheus { proc, port: ports[0] }
     }
 
     /// `/api/v1/query?query=<promql>`: the `data.result` vector.
