@@ -35,9 +35,12 @@ mod e2e_support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use e2e_support::{Ctx, Protocol, Records, SMALL, Sink, SinkSpan};
+use lens_fallbacks::otel::spool::format::{HEADER_SIZE, SLOT_SIZE, read_header};
+use lens_fallbacks::spool::SPOOL_SUBDIRECTORY;
 use serde_json::Value;
 
 const TRAIN: &str = "megatron.train";
@@ -51,6 +54,12 @@ const KILLED_IN: u64 = 8;
 const RANK_SKEW_S: f64 = 0.2;
 /// The most one attempt may take.
 const ATTEMPT_LIMIT: Duration = Duration::from_secs(120);
+/// The state word (the first 4 bytes, little-endian) of a spool slot being
+/// written, and of one that keeps an ended span until its export is
+/// answered (`STATE_WRITING` and `STATE_ENDED` of lens's spool format,
+/// `lens_fallbacks::otel::spool::format`).
+const SLOT_WRITING: u32 = 1;
+const SLOT_ENDED: u32 = 3;
 
 fn truncated(span: &SinkSpan) -> bool {
     span.attributes.get("nemo.span.truncated") == Some(&Value::Bool(true))
@@ -60,24 +69,45 @@ fn run_id(span: &SinkSpan) -> Option<&str> {
     span.resource.get("nemo.run.id").and_then(Value::as_str)
 }
 
-/// Waits (at most [`ATTEMPT_LIMIT`]) until the number of spans of attempt
-/// `run` at the sink has not changed for `quiet`; returns that number.
-fn wait_until_quiet(sink: &Sink, run: &str, quiet: Duration) -> usize {
-    let count = || sink.records().spans.iter().filter(|s| run_id(s) == Some(run)).count();
+/// The ended spans that attempt `run`'s spools in `dir` still keep, by
+/// rank: those whose export has not been answered yet (a slot is released
+/// when the export's reply comes back, docs/crashes.md), counting a slot
+/// being written as one.
+fn unanswered_by_rank(dir: &Path, run: &str) -> BTreeMap<u32, usize> {
+    let mut by_rank = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        // The writer's mapping is shared: a read sees its stores.
+        let Ok(file) = std::fs::read(entry.path()) else { continue };
+        let Ok(header) = read_header(&file) else { continue };
+        if header.run_id != run {
+            continue;
+        }
+        let kept = (0..header.slot_count as usize)
+            .filter_map(|slot| file.get(HEADER_SIZE + slot * SLOT_SIZE..)?.first_chunk::<4>().copied())
+            .filter(|state| matches!(u32::from_le_bytes(*state), SLOT_WRITING | SLOT_ENDED))
+            .count();
+        *by_rank.entry(header.rank).or_default() += kept;
+    }
+    by_rank
+}
+
+/// Waits (at most [`ATTEMPT_LIMIT`], polling every 50 ms) until both ranks
+/// of attempt `run`, stopped, have had every ended span's export answered:
+/// their spools under `dir` keep no ended span.
+fn wait_until_every_export_is_answered(dir: &Path, run: &str) {
     let started = Instant::now();
-    let (mut last, mut since) = (count(), Instant::now());
-    while since.elapsed() < quiet {
+    loop {
+        let kept = unanswered_by_rank(dir, run);
+        if kept.len() == 2 && kept.values().all(|&n| n == 0) {
+            return;
+        }
         assert!(
             started.elapsed() < ATTEMPT_LIMIT,
-            "attempt {run}'s spans kept arriving for {ATTEMPT_LIMIT:?} after its ranks stopped ({last} now)"
+            "attempt {run}'s ended spans were still unanswered after {ATTEMPT_LIMIT:?} (by rank: {kept:?}, in {})",
+            dir.display()
         );
         std::thread::sleep(Duration::from_millis(50));
-        let now = count();
-        if now != last {
-            (last, since) = (now, Instant::now());
-        }
     }
-    last
 }
 
 fn iteration_attribute(span: &SinkSpan) -> Option<u64> {
@@ -136,10 +166,11 @@ fn after_the_launcher_and_every_rank_are_killed_at_once_the_resume_replays_each_
     // collector while its spool slots still keep it (they are released on
     // the export's reply), so the replay sends it again: the one window in
     // which lens delivers at least once (docs/crashes.md). The stopped ranks
-    // end no span, so the kill waits until the dead attempt's last batches
-    // have arrived: its span count at the sink unchanged for a second (five
-    // of its export wakes).
-    let sent_by_the_dead = wait_until_quiet(&sink, "killed", Duration::from_secs(1));
+    // end no span, so the kill waits until that window is closed on both:
+    // their spools keep no ended span, every export answered (the sink
+    // writes its records before it replies, so they are all at the sink).
+    wait_until_every_export_is_answered(&ctx.path(&format!("D/{SPOOL_SUBDIRECTORY}")), "killed");
+    let sent_by_the_dead = sink.records().spans.iter().filter(|s| run_id(s) == Some("killed")).count();
     // Some batches went out before the kill (exports every 200 ms), so that
     // "every span once" below also says their slots were released, not
     // replayed.
