@@ -30,6 +30,16 @@
 //!   oldest is dropped and counted.
 //! - Collections still kept when the exporter shuts down are counted as
 //!   dropped.
+//! - A shutdown whose deadline passes first (a hung collector holds the
+//!   reader's thread in an export, so the exporter's own shutdown is never
+//!   reached) [closes](MetricExportCounters::close) the counters: the
+//!   collection the exporter holds and every kept one count as dropped,
+//!   with their points, and nothing the exporter does later counts or warns.
+//!
+//! The counting itself is plain data ([`MetricLedger`], tested without
+//! threads or collectors); [`MetricExportCounters`] is that ledger behind a
+//! lock, taken on the reader's thread and by a report, never on a training
+//! thread.
 //!
 //! Exporters without a resender (file, console, a custom exporter) fail
 //! locally (a full disk, a closed standard output), where a resend would
@@ -37,8 +47,7 @@
 //! at once. Prometheus is pulled, and its export does not fail.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -59,38 +68,184 @@ const WARNING_PERIOD: Duration = Duration::from_secs(30);
 /// interval is short. One of lens's collections encodes to a few kilobytes.
 pub const MAX_KEPT_COLLECTIONS: usize = 64;
 
-/// Live counters of a metric pipeline.
+/// The metric accounting as plain data: the counters of the report, what
+/// the exporter holds now, and whether the lifetime's accounting is closed.
+///
+/// Every collection that reaches the exporter is [`taken`](Self::taken) and
+/// then ends exactly once: exported, dropped (at once on an exporter that
+/// cannot resend, from the kept ones over the cap, past the window or at
+/// shutdown), or still held when the accounting is
+/// [`close`](Self::close)d, which drops it. After that nothing moves.
+///
+/// ```
+/// use lens_otel_runtime::accounting::MetricLedger;
+///
+/// let mut ledger = MetricLedger::default();
+/// ledger.taken(3);
+/// ledger.failed(true); // kept for resending
+/// ledger.taken(3); // the next collection, queued behind it
+/// ledger.queued();
+/// ledger.taken(3); // the final one, whose export the deadline cuts
+/// ledger.close();
+/// let counts = ledger.snapshot();
+/// assert_eq!((counts.collections_dropped, counts.points_dropped, counts.collections_kept), (3, 9, 0));
+/// ledger.exported(); // a late answer counts nothing
+/// assert_eq!(ledger.snapshot(), counts);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetricLedger {
+    counts: MetricExportSnapshot,
+    /// The points of the collection handed to the exporter and not yet
+    /// exported, kept or dropped.
+    held: Option<u64>,
+    /// The points of the kept collections.
+    kept_points: u64,
+    closed: bool,
+}
+
+impl MetricLedger {
+    /// The counters now.
+    pub fn snapshot(&self) -> MetricExportSnapshot {
+        self.counts
+    }
+
+    /// Whether the accounting is closed (nothing counts any more).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// A collection of `points` reached the exporter.
+    pub fn taken(&mut self, points: u64) {
+        if !self.closed {
+            self.held = Some(points);
+        }
+    }
+
+    /// The collection held was exported.
+    pub fn exported(&mut self) {
+        if self.closed {
+            return;
+        }
+        if let Some(points) = self.held.take() {
+            self.counts.exports += 1;
+            self.counts.points_exported += points;
+        }
+    }
+
+    /// The first export of the collection held failed: counted, then kept
+    /// for resending (`keep`) or dropped.
+    pub fn failed(&mut self, keep: bool) {
+        if self.closed {
+            return;
+        }
+        let Some(points) = self.held.take() else { return };
+        self.counts.failed_exports += 1;
+        self.counts.points_failed += points;
+        if keep {
+            self.keep(points);
+        } else {
+            self.drop_collections(1, points);
+        }
+    }
+
+    /// The collection held goes behind older kept ones without an attempt.
+    pub fn queued(&mut self) {
+        if self.closed {
+            return;
+        }
+        if let Some(points) = self.held.take() {
+            self.keep(points);
+        }
+    }
+
+    /// The oldest kept collection is sent again.
+    pub fn resending(&mut self) {
+        if !self.closed {
+            self.counts.retries += 1;
+        }
+    }
+
+    /// The oldest kept collection, of `points`, was resent.
+    pub fn resent(&mut self, points: u64) {
+        if self.closed {
+            return;
+        }
+        self.unkeep(points);
+        self.counts.exports += 1;
+        self.counts.points_exported += points;
+    }
+
+    /// A resend failed (the collection stays kept).
+    pub fn resend_failed(&mut self) {
+        if !self.closed {
+            self.counts.failed_exports += 1;
+        }
+    }
+
+    /// A kept collection of `points` is given up: over the cap, past the
+    /// retry window, or at the exporter's shutdown.
+    pub fn kept_dropped(&mut self, points: u64) {
+        if self.closed {
+            return;
+        }
+        self.unkeep(points);
+        self.drop_collections(1, points);
+    }
+
+    /// Ends the accounting (shutdown is over, in time or not): the
+    /// collection held and the kept ones are dropped, and nothing the
+    /// exporter does later counts.
+    pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        if let Some(points) = self.held.take() {
+            self.drop_collections(1, points);
+        }
+        let (collections, points) = (self.counts.collections_kept, self.kept_points);
+        self.drop_collections(collections, points);
+        (self.counts.collections_kept, self.kept_points) = (0, 0);
+        self.closed = true;
+    }
+
+    fn keep(&mut self, points: u64) {
+        self.counts.collections_kept += 1;
+        self.kept_points += points;
+    }
+
+    fn unkeep(&mut self, points: u64) {
+        self.counts.collections_kept = self.counts.collections_kept.saturating_sub(1);
+        self.kept_points = self.kept_points.saturating_sub(points);
+    }
+
+    fn drop_collections(&mut self, collections: u64, points: u64) {
+        self.counts.collections_dropped += collections;
+        self.counts.points_dropped += points;
+    }
+}
+
+/// Live counters of a metric pipeline: a [`MetricLedger`] behind a lock.
 #[derive(Debug, Default)]
 pub struct MetricExportCounters {
-    exports: AtomicU64,
-    points_exported: AtomicU64,
-    failed_exports: AtomicU64,
-    points_failed: AtomicU64,
-    retries: AtomicU64,
-    collections_kept: AtomicU64,
-    collections_dropped: AtomicU64,
-    points_dropped: AtomicU64,
+    ledger: Mutex<MetricLedger>,
 }
 
 impl MetricExportCounters {
     /// The counters now.
     pub fn snapshot(&self) -> MetricExportSnapshot {
-        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        MetricExportSnapshot {
-            exports: load(&self.exports),
-            points_exported: load(&self.points_exported),
-            failed_exports: load(&self.failed_exports),
-            points_failed: load(&self.points_failed),
-            retries: load(&self.retries),
-            collections_kept: load(&self.collections_kept),
-            collections_dropped: load(&self.collections_dropped),
-            points_dropped: load(&self.points_dropped),
-        }
+        self.ledger().snapshot()
     }
 
-    fn dropped(&self, collections: u64, points: u64) {
-        self.collections_dropped.fetch_add(collections, Ordering::Relaxed);
-        self.points_dropped.fetch_add(points, Ordering::Relaxed);
+    /// Closes the accounting at the end of shutdown (see
+    /// [`MetricLedger::close`]): what the exporter still holds or keeps is
+    /// lost to this lifetime, and a hung export that returns later counts
+    /// nothing, so the shutdown report stays exact.
+    pub fn close(&self) {
+        self.ledger().close();
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, MetricLedger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -157,32 +312,29 @@ impl<E: PushMetricExporter> CountingMetricExporter<E> {
             if front.retried && front.first_failed.elapsed() > retry.window {
                 let points = front.points;
                 kept.pop_front();
-                c.dropped(1, points);
+                c.ledger().kept_dropped(points);
                 continue;
             }
             front.retried = true;
-            c.retries.fetch_add(1, Ordering::Relaxed);
+            c.ledger().resending();
             match retry.resender.resend(&front.request) {
                 Ok(()) => {
                     let points = front.points;
                     kept.pop_front();
-                    c.exports.fetch_add(1, Ordering::Relaxed);
-                    c.points_exported.fetch_add(points, Ordering::Relaxed);
+                    c.ledger().resent(points);
                 }
                 Err(error) => {
-                    c.failed_exports.fetch_add(1, Ordering::Relaxed);
-                    c.collections_kept.store(kept.len() as u64, Ordering::Relaxed);
+                    c.ledger().resend_failed();
                     return Err(error);
                 }
             }
         }
-        c.collections_kept.store(0, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Keeps `metrics` for resending (dropping the oldest beyond the cap).
-    fn keep(&self, retry: &Retry, metrics: &ResourceMetrics, points: u64) {
-        let c = &self.counters;
+    /// Keeps `metrics` for resending (dropping the oldest beyond the cap):
+    /// after its own export failed (`failed`), or behind older kept ones.
+    fn keep(&self, retry: &Retry, metrics: &ResourceMetrics, points: u64, failed: bool) {
         let mut kept = retry.kept.lock().unwrap_or_else(PoisonError::into_inner);
         kept.push_back(Kept {
             request: ExportMetricsServiceRequest::from(metrics),
@@ -190,16 +342,26 @@ impl<E: PushMetricExporter> CountingMetricExporter<E> {
             first_failed: Instant::now(),
             retried: false,
         });
+        let mut ledger = self.counters.ledger();
+        if failed {
+            ledger.failed(true);
+        } else {
+            ledger.queued();
+        }
         while kept.len() > MAX_KEPT_COLLECTIONS {
             if let Some(oldest) = kept.pop_front() {
-                c.dropped(1, oldest.points);
+                ledger.kept_dropped(oldest.points);
             }
         }
-        c.collections_kept.store(kept.len() as u64, Ordering::Relaxed);
     }
 
     #[cold]
     fn warn_failure(&self, error: &OTelSdkError) {
+        // After shutdown the report has said what was lost: a hung export
+        // that fails later adds nothing to it, nor a warning after it.
+        if self.counters.ledger().is_closed() {
+            return;
+        }
         let Some(held_back) = self.warnings.check() else { return };
         let now = self.counters.snapshot();
         let error = redact(&error.to_string(), &self.redact);
@@ -250,27 +412,22 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingMetricExporter<E> {
         // while it polls this.
         crate::export_path::marked(async move {
             let points = count_points(metrics);
-            let c = &self.counters;
+            self.counters.ledger().taken(points);
             if let Some(retry) = &self.retry
                 && let Err(error) = self.resend_kept(retry)
             {
                 // Older collections are still waiting: this one goes behind them.
-                self.keep(retry, metrics, points);
+                self.keep(retry, metrics, points, false);
                 self.warn_failure(&error);
                 return Err(error);
             }
             let result = self.inner.export(metrics).await;
             match &result {
-                Ok(()) => {
-                    c.exports.fetch_add(1, Ordering::Relaxed);
-                    c.points_exported.fetch_add(points, Ordering::Relaxed);
-                }
+                Ok(()) => self.counters.ledger().exported(),
                 Err(error) => {
-                    c.failed_exports.fetch_add(1, Ordering::Relaxed);
-                    c.points_failed.fetch_add(points, Ordering::Relaxed);
                     match &self.retry {
-                        Some(retry) => self.keep(retry, metrics, points),
-                        None => c.dropped(1, points),
+                        Some(retry) => self.keep(retry, metrics, points, true),
+                        None => self.counters.ledger().failed(false),
                     }
                     self.warn_failure(error);
                 }
@@ -291,10 +448,10 @@ impl<E: PushMetricExporter> PushMetricExporter for CountingMetricExporter<E> {
         let _export_path = crate::export_path::ExportScope::enter();
         if let Some(retry) = &self.retry {
             let mut kept = retry.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            let points = kept.iter().map(|k| k.points).sum();
-            self.counters.dropped(kept.len() as u64, points);
-            kept.clear();
-            self.counters.collections_kept.store(0, Ordering::Relaxed);
+            let mut ledger = self.counters.ledger();
+            for collection in kept.drain(..) {
+                ledger.kept_dropped(collection.points);
+            }
         }
         self.inner.shutdown_with_timeout(timeout)
     }

@@ -474,6 +474,13 @@ impl Pipeline {
         let mut report = run_steps(steps, deadline, &self.secrets);
         report.performed = true;
         report.truncated_spans = truncated.load(Ordering::Relaxed);
+        // A metric collection still in the exporter's hands (an export the
+        // deadline cut, on a reader thread that never reached the
+        // exporter's shutdown) or kept for resending is lost to this
+        // lifetime: counted as dropped, and nothing counts after this.
+        if let Some(counters) = &self.metric_counters {
+            counters.close();
+        }
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
         (report.dropped_file_full, report.destinations) = (now.dropped_file_full, now.destinations);

@@ -2,7 +2,9 @@
 //! a collector that is down for several export intervals and comes back
 //! within the retry window receives every collection taken meanwhile, oldest
 //! first, with its original timestamps; beyond the cap of kept collections
-//! the oldest are dropped and the shutdown report counts them.
+//! the oldest are dropped and the shutdown report counts them; a shutdown
+//! whose deadline a hung collector passes counts the collections it leaves
+//! unexported (the final one in a hung export, the kept ones) as dropped.
 //!
 //! The collector here is a minimal OTLP/HTTP receiver on 127.0.0.1 that
 //! answers 503 to its first requests and then accepts, or for gRPC a real
@@ -316,4 +318,136 @@ fn beyond_the_cap_the_oldest_collections_are_dropped_and_reported() {
     let expected: Vec<i64> = (values[0]..values[0] + values.len() as i64).collect();
     assert_eq!(values, expected, "no gap after the dropped ones ({report})");
     assert!(report.to_string().contains(&format!("metric collections: {dropped} dropped")), "{report}");
+}
+
+/// A collector that accepts connections, reads what it is sent and never
+/// answers (a hung collector); its endpoint.
+fn blackhole() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(64).flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut sink = [0_u8; 4096];
+                while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    endpoint
+}
+
+/// A metrics-only lifetime over `http/protobuf` to `endpoint` whose gauge
+/// has `points` points per collection, with an export timeout that
+/// outlasts the shutdown; `first` (when set) is waited for before shutdown.
+fn hung_metrics_shutdown(endpoint: &str, points: i64, interval: Duration, first: Option<Duration>) -> ShutdownReport {
+    let mut config = LensConfig {
+        enabled: true,
+        rank_strategy: "all_ranks".into(),
+        traces_enabled: false,
+        export_retry_window: Duration::from_secs(60),
+        ..LensConfig::default()
+    };
+    config.otel.metric_export_interval = interval;
+    let otlp = config.otel.otlp_mut(Signal::Metrics);
+    otlp.protocol = OtlpProtocol::HttpProtobuf;
+    otlp.endpoint = Some(OtlpEndpoint { url: endpoint.to_string(), signal_specific: false });
+    otlp.timeout = Duration::from_secs(10);
+    let env = std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "hung-metrics".to_string())]);
+    let telemetry = setup(&config, &RankContext::SINGLE, Vec::new(), PipelineOptions::default(), &env).expect("setup");
+    let _gauge = telemetry
+        .otel_meter()
+        .expect("a meter")
+        .i64_observable_gauge(GAUGE)
+        .with_callback(move |observer| {
+            for point in 0..points {
+                observer.observe(point, &[opentelemetry::KeyValue::new("point", point)]);
+            }
+        })
+        .build();
+    if let Some(wait) = first {
+        std::thread::sleep(wait);
+    }
+    let started = Instant::now();
+    let report = telemetry.shutdown(Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(3), "shutdown took {:?}: {report}", started.elapsed());
+    report
+}
+
+#[test]
+fn a_final_collection_cut_by_the_shutdown_deadline_is_counted_dropped() {
+    let _serial = serial();
+    // No periodic export within the run: the final collection is the only
+    // one, and its export hangs past the deadline.
+    let report = hung_metrics_shutdown(&blackhole(), 3, Duration::from_secs(60), None);
+    assert_eq!(report.unfinished, ["flush and shut down metrics"], "{report}");
+    assert_eq!(report.metrics.points_exported, 0, "{report}");
+    assert_eq!((report.metrics.collections_dropped, report.metrics.points_dropped), (1, 3), "{report}");
+    assert!(report.to_string().contains("metric collections: 1 dropped (3 points)"), "{report}");
+}
+
+#[test]
+fn collections_kept_for_resending_when_the_deadline_cuts_shutdown_are_counted_dropped() {
+    let _serial = serial();
+    // A collector that refuses the first export (kept for resending) and
+    // hangs on every later request: the resend at shutdown never returns.
+    let endpoint = refuse_then_hang();
+    let report = hung_metrics_shutdown(&endpoint, 2, Duration::from_millis(300), Some(Duration::from_millis(600)));
+    assert_eq!(report.unfinished, ["flush and shut down metrics"], "{report}");
+    assert!(report.metrics.failed_exports >= 1, "{report}");
+    // Every collection taken (the refused one, and any taken behind it,
+    // and the one whose resend hangs) is counted, none exported.
+    assert_eq!(report.metrics.points_exported, 0, "{report}");
+    assert!(report.metrics.collections_dropped >= 1, "{report}");
+    assert_eq!(report.metrics.points_dropped, 2 * report.metrics.collections_dropped, "{report}");
+    assert_eq!(report.metrics.collections_kept, 0, "{report}");
+}
+
+/// A collector that answers its first request with HTTP 503 and never
+/// answers another; its endpoint.
+fn refuse_then_hang() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let answered = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(64).flatten() {
+            let answered = Arc::clone(&answered);
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().expect("clone the stream");
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let header = line.trim_end();
+                        if header.is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    if answered.fetch_add(1, Ordering::AcqRel) == 0 {
+                        let _ = writer.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n");
+                    } else {
+                        // Hang: read on, never answer.
+                        let mut sink = [0_u8; 4096];
+                        while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    endpoint
 }
