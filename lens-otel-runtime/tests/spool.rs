@@ -92,20 +92,28 @@ fn truncation_reason(span: &SpanData) -> Option<String> {
     event.attributes.iter().find(|kv| kv.key.as_str() == SPAN_TRUNCATED_REASON).map(|kv| kv.value.to_string())
 }
 
+/// The one rank of a world of one.
+const RANK_0: RankContext = RankContext { rank: 0, world_size: 1, local_rank: 0, node_rank: None };
+
+/// Telemetry on for every rank, traces only, with its spool in `dir`.
+fn spooling_config(dir: &Path) -> LensConfig {
+    LensConfig {
+        enabled: true,
+        rank_strategy: "all_ranks".into(),
+        metrics_enabled: false,
+        spool_dir: Some(dir.to_path_buf()),
+        ..LensConfig::default()
+    }
+}
+
 #[test]
 fn a_dead_writers_spool_is_replayed_once_at_setup() {
     let dir = temp_dir("setup");
     let dead = dead_spool(&dir, 0);
     let exporter = InMemorySpanExporter::default();
-    let config = LensConfig {
-        enabled: true,
-        rank_strategy: "all_ranks".into(),
-        metrics_enabled: false,
-        spool_dir: Some(dir.clone()),
-        ..LensConfig::default()
-    };
+    let config = spooling_config(&dir);
     let env = std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "new-run".to_string())]);
-    let rank0 = RankContext { rank: 0, world_size: 1, local_rank: 0, node_rank: None };
+    let rank0 = RANK_0;
     let options = PipelineOptions::default().with_span_exporter(exporter.clone());
     let telemetry = setup(&config, &rank0, Vec::new(), options, &env).expect("setup");
 
@@ -249,5 +257,76 @@ fn a_rank_leaves_the_other_ranks_spools_unopened() {
     let (summary, _) = collect(&dir, Claim::Rank { rank: 0, world_size: 2 });
     assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
     assert!(summary.warnings[0].contains("spool-rank0-host-1-0000.lens"), "{:?}", summary.warnings);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every block of a new spool file is allocated before it is mapped (not a
+/// sparse file): a store into the mapping of a sparse file on a full file
+/// system raises SIGBUS in the training job.
+#[test]
+fn a_new_spool_file_has_every_block_allocated() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = temp_dir("allocated");
+    let table = SpoolTable::create(&dir, 1024 * 1024, &identity(0, 1)).expect("spool");
+    let metadata = std::fs::metadata(table.path().expect("a file")).expect("metadata");
+    // 16 KiB of header and 1008 slots of 1 KiB.
+    assert_eq!(metadata.len(), 1024 * 1024);
+    assert!(
+        metadata.blocks() * 512 >= metadata.len(),
+        "{} bytes allocated of {}",
+        metadata.blocks() * 512,
+        metadata.len()
+    );
+    drop(table);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const FILE_SIZE_LIMITED: &str = "LENS_SPOOL_FILE_SIZE_LIMITED";
+
+/// The child of [`a_spool_that_cannot_be_allocated_is_removed_and_setup_goes_on_without_one`]:
+/// under a file-size limit of 64 KiB (what a full file system looks like to
+/// `posix_fallocate`: no blocks for the file), a spool cannot be made; the
+/// error names the file, no file is left, and setup goes on without a spool.
+#[test]
+fn file_size_limited_child() {
+    let Some(dir) = std::env::var_os(FILE_SIZE_LIMITED) else { return };
+    let dir = PathBuf::from(dir);
+    let limit = libc::rlimit { rlim_cur: 64 * 1024, rlim_max: 64 * 1024 };
+    // SAFETY: plain system calls on this child process alone: a file-size
+    // limit, and SIGXFSZ ignored so that going past it is an error (EFBIG)
+    // rather than the signal's default, which ends the process.
+    unsafe {
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+    let error = SpoolTable::create(&dir, 1024 * 1024, &identity(0, 1)).expect_err("no room for the spool");
+    let message = error.to_string();
+    assert!(message.contains("cannot create the spool file") && message.contains(&*dir.to_string_lossy()), "{message}");
+    assert_eq!(std::fs::read_dir(&dir).expect("the directory").count(), 0, "the file is removed: {message}");
+    let config = spooling_config(&dir);
+    let exporter = InMemorySpanExporter::default();
+    let options = PipelineOptions::default().with_span_exporter(exporter);
+    let env = std::collections::HashMap::<String, String>::new();
+    let telemetry = setup(&config, &RANK_0, Vec::new(), options, &env).expect("setup goes on");
+    assert_eq!(telemetry.spool_path(), None);
+    assert_eq!(std::fs::read_dir(&dir).expect("the directory").count(), 0, "no spool file is left");
+    telemetry.shutdown(Duration::from_secs(5));
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), b"CHILD DONE\n");
+}
+
+#[test]
+fn a_spool_that_cannot_be_allocated_is_removed_and_setup_goes_on_without_one() {
+    if std::env::var_os(FILE_SIZE_LIMITED).is_some() {
+        return;
+    }
+    let dir = temp_dir("no-room");
+    let child = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "file_size_limited_child", "--nocapture", "--test-threads", "1"])
+        .env(FILE_SIZE_LIMITED, &dir)
+        .output()
+        .expect("run the child");
+    let (stdout, stderr) = (String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
+    assert!(child.status.success() && stdout.contains("CHILD DONE"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("no crash-safe spool for this run"), "setup warns: {stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -322,10 +322,35 @@ fn file_name(identity: &Identity, pid: u32) -> String {
     format!("{FILE_PREFIX}{}-{host}-{pid}-{tag:08x}.{FILE_EXTENSION}", identity.rank)
 }
 
+/// Gives `file` a length of `len` bytes with every block of it allocated
+/// (`posix_fallocate`), so that a store into its mapping never needs a block
+/// the file system no longer has: a sparse file on a full file system
+/// raises SIGBUS in the writing process at the first store into an
+/// unbacked page, and that process is the training job. A file system
+/// without `fallocate` gets the C library's fallback (a write per block).
+fn reserve(file: &File, len: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+    // A signal may interrupt it (EINTR): tried again, a bounded number of times.
+    for _ in 0..64 {
+        // SAFETY: the descriptor is open for writing for the whole call;
+        // posix_fallocate reads no memory of ours.
+        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+            0 => return Ok(()),
+            libc::EINTR => continue,
+            error => return Err(std::io::Error::from_raw_os_error(error)),
+        }
+    }
+    Err(std::io::Error::from_raw_os_error(libc::EINTR))
+}
+
 impl SpoolTable {
     /// Creates, sizes, locks and maps a new spool file of `size` bytes in
     /// `dir` (created if missing, mode 0700), mode 0600, `O_EXCL |
-    /// O_NOFOLLOW`.
+    /// O_NOFOLLOW`. Every block of the file is allocated before it is
+    /// mapped; when they cannot be (a full file system, `ENOSPC`), the file
+    /// is removed and the error returned, so that setup goes on without a
+    /// spool rather than the job dying of SIGBUS at a later store.
     pub fn create(dir: &Path, size: usize, identity: &Identity) -> Result<Arc<SpoolTable>, SpoolError> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let io = |path: &Path| {
@@ -350,7 +375,7 @@ impl SpoolTable {
             })?;
             let slots = format::slot_count(size);
             let size = HEADER_SIZE + slots as usize * SLOT_SIZE;
-            file.set_len(size as u64)?;
+            reserve(&file, size)?;
             // SAFETY: the file was just created by this process (O_EXCL), is
             // locked by it, and is only ever written through this mapping;
             // another process that maps it (a replay) finds the lock held and
