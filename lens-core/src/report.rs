@@ -217,8 +217,9 @@ pub struct ReplayReport {
     /// Warnings (damaged or foreign files, failed exports), each also
     /// written on standard error.
     pub warnings: Vec<String>,
-    /// The progress record of the consumed spool of the replaying rank's
-    /// own rank number (rank 0's for `lens recover`) with the latest
-    /// last-alive stamp.
+    /// The progress record of the replayed spool (consumed, or kept after
+    /// a failed export) of the replaying rank's own rank number (rank 0's
+    /// for `lens recover`) with the latest last-alive stamp, unless an
+    /// earlier setup's replay already took it.
     pub progress: Option<ReplayedProgress>,
 }

@@ -40,7 +40,8 @@ pub fn record_progress(reached: u64, completed: Option<u64>, durable: Option<u64
 
 /// The progress record of the previous attempt's spool of this rank (the
 /// same rank number), when this process's setup replayed one (only a spool
-/// whose writer is dead and that was not consumed before); `None`
+/// whose writer is dead, whatever the outcome of its spans' export, and
+/// whose record no earlier setup took); `None`
 /// otherwise, and always without `otel`. When several dead spools of this
 /// rank were replayed, the one with the latest last-alive stamp. Every rank
 /// gets its own predecessor's (every rank charges goodput, and ranks move

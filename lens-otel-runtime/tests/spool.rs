@@ -330,3 +330,26 @@ fn a_spool_that_cannot_be_allocated_is_removed_and_setup_goes_on_without_one() {
     assert!(stderr.contains("no crash-safe spool for this run"), "setup warns: {stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A setup's replay whose export fails still hands the dead attempt's
+/// progress record to the goodput accounting, and keeps the spool; when the
+/// spool is replayed again later, its spans are sent but its record is not
+/// charged a second time.
+#[test]
+fn a_failed_export_still_gives_the_progress_record_once() {
+    let dir = temp_dir("progress-once");
+    let path = dead_spool(&dir, 1);
+    let claim = Claim::Rank { rank: 1, world_size: 2 };
+    let summary = replay_dir(&dir, claim, None, &mut |_, _| Err("collector down".into()));
+    assert_eq!((summary.failed, summary.consumed.len()), (1, 0));
+    assert!(path.exists(), "kept for the next attempt");
+    let progress = summary.progress.expect("the progress record, whatever the export's outcome");
+    assert_eq!((progress.reached, progress.completed, progress.durable), (17, Some(16), Some(10)));
+    assert_eq!((progress.last_alive, progress.recorded_at, progress.file), (at(13), at(12), path.clone()));
+
+    let (summary, got) = collect(&dir, claim);
+    assert_eq!((summary.spans, got.len(), summary.consumed.len()), (3, 3, 1));
+    assert_eq!(summary.progress, None, "the record was charged by the first replay");
+    assert!(!path.exists(), "consumed");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -145,7 +145,10 @@ pub(crate) const OFF_COMPLETED: usize = 80;
 pub(crate) const OFF_DURABLE: usize = 88;
 /// When the progress record was written (0: never).
 pub(crate) const OFF_PROGRESS_AT: usize = 96;
-/// Bit 0: the writer shut down cleanly (no span to replay).
+/// Bit 0: the writer shut down cleanly (no span to replay). Bit 1: an
+/// earlier setup's replay took the progress record (a replay whose export
+/// failed keeps the file, and charging the record again would count the
+/// dead attempt's loss twice).
 pub(crate) const OFF_FLAGS: usize = 104;
 pub(crate) const OFF_BOOT_ID: usize = 112;
 pub(crate) const BOOT_ID_LEN: usize = 40;
@@ -153,6 +156,8 @@ pub(crate) const OFF_META_LEN: usize = 152;
 pub(crate) const OFF_META: usize = 160;
 /// The flag bit of a clean shutdown.
 pub(crate) const FLAG_CLOSED_CLEANLY: u64 = 1;
+/// The flag bit of a progress record already handed to a setup's replay.
+pub(crate) const FLAG_PROGRESS_TAKEN: u64 = 2;
 /// `u64::MAX` in a progress field: none.
 pub(crate) const NONE: u64 = u64::MAX;
 
@@ -221,6 +226,9 @@ pub struct Header {
     pub progress: Option<Progress>,
     /// The writer shut down cleanly.
     pub closed_cleanly: bool,
+    /// An earlier setup's replay took the progress record (and kept the
+    /// file, its export having failed): the record is not charged again.
+    pub progress_taken: bool,
     /// Slots in the file.
     pub slot_count: u32,
 }
@@ -361,6 +369,7 @@ pub fn read_header(file: &[u8]) -> Result<Header, FormatError> {
         overflow: get_u64(file, OFF_OVERFLOW),
         progress,
         closed_cleanly: get_u64(file, OFF_FLAGS) & FLAG_CLOSED_CLEANLY != 0,
+        progress_taken: get_u64(file, OFF_FLAGS) & FLAG_PROGRESS_TAKEN != 0,
         slot_count,
     })
 }
@@ -972,7 +981,11 @@ mod tests {
         assert_eq!(header.resource[1], KeyValue::new("dl.rank", 3_i64));
         assert_eq!(header.slot_count, 4);
         assert_eq!(header.progress, None);
-        assert!(!header.closed_cleanly);
+        assert!(!header.closed_cleanly && !header.progress_taken);
+        let mut taken = header_bytes();
+        put_u64(&mut taken, OFF_FLAGS, FLAG_PROGRESS_TAKEN);
+        let header = read_header(&taken).expect("reads");
+        assert!(header.progress_taken && !header.closed_cleanly);
     }
 
     #[test]

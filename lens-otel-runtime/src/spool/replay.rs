@@ -11,7 +11,9 @@
 //! `max(start, last-alive)` with the closer's truncation marks and the
 //! reason [`SPAN_TRUNCATED_REASON_PROCESS_DIED`]. The file is removed
 //! (consumed) only after the exporter accepted its spans; a crash between
-//! the two replays them again next time (the same ids twice). A damaged
+//! the two replays them again next time (the same ids twice). The progress
+//! record is read whatever the export's outcome, and a setup's replay marks
+//! it taken in the file, so a kept spool's record is charged once. A damaged
 //! file or another format version is one warning naming the file, then
 //! left alone.
 
@@ -121,15 +123,49 @@ pub fn is_spool_file(path: &Path) -> bool {
     name.starts_with(super::FILE_PREFIX) && path.extension().and_then(|e| e.to_str()) == Some(super::FILE_EXTENSION)
 }
 
-/// Replays every unconsumed spool in `dir` that `claim` takes and whose
-/// writer is dead, handing each file's spans with its resource to
-/// `export`, and removes each file whose export succeeded. `own` is this
-/// process's spool file (never replayed). A missing directory replays
-/// nothing.
-pub fn replay_dir(dir: &Path, claim: Claim, own: Option<&Path>, export: &mut ExportFn<'_>) -> ReplayReport {
-    let mut summary = ReplayReport::default();
+/// A dead writer's spool, read, and still locked by the replay: its spans
+/// wait for their export.
+#[derive(Debug)]
+pub struct ClaimedSpool {
+    path: PathBuf,
+    /// The open file: its advisory lock is held until the spool is
+    /// consumed or left (dropped).
+    file: File,
+    header: Header,
+    spans: Vec<SpanData>,
+    truncated: usize,
+}
+
+impl ClaimedSpool {
+    /// The spool file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// What a replay took: the dead writers' spools it read and locked, and
+/// what reading them found (warnings, spools alive or failed, the progress
+/// record). [`export`](Self::export) sends their spans.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    /// The spools read and locked, in file-name order.
+    pub spools: Vec<ClaimedSpool>,
+    /// What reading them found; [`export`](Self::export) completes it.
+    pub report: ReplayReport,
+}
+
+/// Reads and locks every unconsumed spool in `dir` that `claim` takes and
+/// whose writer is dead (see [`replay_dir`]), and picks the progress
+/// record: the latest (by last-alive stamp) of the replaying rank's own
+/// number whose record no earlier setup took. A setup's claim
+/// ([`Claim::Rank`]) marks that record taken in its file, so that a spool
+/// kept after a failed export does not charge the dead attempt's loss
+/// again when it is replayed later; `lens recover` ([`Claim::All`]) charges
+/// nothing and marks nothing.
+pub fn claim_dir(dir: &Path, claim: Claim, own: Option<&Path>) -> Claimed {
+    let mut claimed = Claimed::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return summary;
+        return claimed;
     };
     let mut paths: Vec<PathBuf> =
         entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_spool_file(p)).collect();
@@ -145,9 +181,87 @@ pub fn replay_dir(dir: &Path, claim: Claim, own: Option<&Path>, export: &mut Exp
         if rank_in_name(&path).is_some_and(|rank| !claim.takes(rank)) {
             continue;
         }
-        replay_file(&path, claim, uid, &mut summary, export);
+        if let Some(spool) = claim_file(&path, claim, uid, &mut claimed.report) {
+            claimed.spools.push(spool);
+        }
     }
-    summary
+    claimed.take_progress(claim);
+    claimed
+}
+
+/// Replays every unconsumed spool in `dir` that `claim` takes and whose
+/// writer is dead, handing each file's spans with its resource to
+/// `export`, and removes each file whose export succeeded. `own` is this
+/// process's spool file (never replayed). A missing directory replays
+/// nothing. The progress record is read whatever the export's outcome
+/// ([`claim_dir`]).
+pub fn replay_dir(dir: &Path, claim: Claim, own: Option<&Path>, export: &mut ExportFn<'_>) -> ReplayReport {
+    claim_dir(dir, claim, own).export(export)
+}
+
+impl Claimed {
+    /// Whether no spool was taken.
+    pub fn is_empty(&self) -> bool {
+        self.spools.is_empty()
+    }
+
+    /// The progress record of the spools taken (see [`claim_dir`]).
+    fn take_progress(&mut self, claim: Claim) {
+        let chosen = self
+            .spools
+            .iter()
+            .enumerate()
+            .filter(|(_, spool)| {
+                spool.header.rank == claim.progress_rank()
+                    && spool.header.progress.is_some()
+                    && !spool.header.progress_taken
+            })
+            .max_by_key(|(_, spool)| spool.header.last_alive)
+            .map(|(index, _)| index);
+        let Some(spool) = chosen.map(|index| &self.spools[index]) else { return };
+        let (header, path) = (&spool.header, &spool.path);
+        let Some(progress) = header.progress else { return };
+        if matches!(claim, Claim::Rank { .. })
+            && let Err(error) = mark_progress_taken(&spool.file)
+        {
+            warn(
+                &mut self.report,
+                format!(
+                    "spool {}: cannot mark its progress record as counted ({error}); if the spool is kept, a \
+                     later attempt counts its lost progress again",
+                    path.display()
+                ),
+            );
+        }
+        self.report.progress = Some(ReplayedProgress::new(
+            path.clone(),
+            header.run_id.clone(),
+            (progress.reached, progress.completed, progress.durable),
+            progress.at,
+            header.last_alive,
+        ));
+    }
+
+    /// Hands each spool's spans with its dead process's resource to
+    /// `export`, removes each spool whose export succeeded (its lock goes
+    /// with it) and keeps the others, with a warning.
+    pub fn export(self, export: &mut ExportFn<'_>) -> ReplayReport {
+        let Claimed { spools, mut report } = self;
+        for spool in spools {
+            export_spool(spool, &mut report, export);
+        }
+        report
+    }
+}
+
+/// Sets the header's progress-taken flag in the file (the replayer holds
+/// its lock).
+fn mark_progress_taken(file: &File) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut flags = [0_u8; 8];
+    file.read_exact_at(&mut flags, format::OFF_FLAGS as u64)?;
+    let flags = u64::from_le_bytes(flags) | format::FLAG_PROGRESS_TAKEN;
+    file.write_all_at(&flags.to_le_bytes(), format::OFF_FLAGS as u64)
 }
 
 fn warn(summary: &mut ReplayReport, message: String) {
@@ -155,7 +269,9 @@ fn warn(summary: &mut ReplayReport, message: String) {
     summary.warnings.push(message);
 }
 
-fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
+/// Opens, locks and reads one spool; `None` (counted and warned where it
+/// matters) when it is not to be replayed now.
+fn claim_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport) -> Option<ClaimedSpool> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = match std::fs::OpenOptions::new()
         .read(true)
@@ -165,22 +281,22 @@ fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, 
     {
         Ok(file) => file,
         // Another user's file (no access), a link, or gone: not ours.
-        Err(_) => return,
+        Err(_) => return None,
     };
-    let Ok(metadata) = file.metadata() else { return };
+    let metadata = file.metadata().ok()?;
     if !metadata.is_file() || metadata.uid() != uid {
-        return;
+        return None;
     }
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             summary.alive += 1;
-            return;
+            return None;
         }
         Err(std::fs::TryLockError::Error(error)) => {
             warn(summary, format!("spool {}: cannot lock it ({error}); left alone", path.display()));
             summary.failed += 1;
-            return;
+            return None;
         }
     }
     let bytes = match read_all(&file) {
@@ -188,7 +304,7 @@ fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, 
         Err(error) => {
             warn(summary, format!("spool {}: cannot read it ({error}); left alone", path.display()));
             summary.failed += 1;
-            return;
+            return None;
         }
     };
     // The rank is read before the whole file is trusted: a file that is
@@ -196,14 +312,14 @@ fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, 
     if let Ok(header) = format::read_header(&bytes)
         && !claim.takes(header.rank)
     {
-        return;
+        return None;
     }
     let dead = match read_spool(&bytes) {
         Ok(dead) => dead,
         Err(error) => {
             warn(summary, format!("spool {}: {error}; ignored", path.display()));
             summary.failed += 1;
-            return;
+            return None;
         }
     };
     if dead.undecodable > 0 {
@@ -221,6 +337,13 @@ fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, 
         );
     }
     let DeadSpool { header, spans, truncated, .. } = dead;
+    Some(ClaimedSpool { path: path.to_path_buf(), file, header, spans, truncated })
+}
+
+/// Exports one claimed spool's spans, then removes it; keeps it, with a
+/// warning, when the export failed.
+fn export_spool(spool: ClaimedSpool, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
+    let ClaimedSpool { path, file, header, spans, truncated } = spool;
     let count = spans.len();
     if count > 0
         && let Err(error) = export(spans, &resource_of(&header))
@@ -235,7 +358,7 @@ fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, 
         summary.failed += 1;
         return;
     }
-    if let Err(error) = std::fs::remove_file(path) {
+    if let Err(error) = std::fs::remove_file(&path) {
         warn(
             summary,
             format!("spool {}: replayed, but cannot remove it ({error}); it may be replayed again", path.display()),
@@ -245,19 +368,7 @@ fn replay_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport, 
     summary.spans += count;
     summary.truncated += truncated;
     summary.overflow += header.overflow;
-    if header.rank == claim.progress_rank()
-        && let Some(progress) = header.progress
-        && summary.progress.as_ref().is_none_or(|p| p.last_alive < header.last_alive)
-    {
-        summary.progress = Some(ReplayedProgress::new(
-            path.to_path_buf(),
-            header.run_id.clone(),
-            (progress.reached, progress.completed, progress.durable),
-            progress.at,
-            header.last_alive,
-        ));
-    }
-    summary.consumed.push(path.to_path_buf());
+    summary.consumed.push(path);
 }
 
 fn read_all(mut file: &File) -> std::io::Result<Vec<u8>> {
