@@ -10,9 +10,13 @@
 //!
 //! - [`ExitMode::Graceful`] (Megatron's `--exit-signal-handler`): the
 //!   training loop drains by itself (it finishes the iteration, saves a
-//!   checkpoint and exits), so the handler only flushes what is queued and
-//!   then calls a previous handler if there was one. The default action is
-//!   not re-raised: the process keeps running.
+//!   checkpoint and exits), so the handler first passes the signal on to a
+//!   previous handler if there was one (the program's, which must start its
+//!   final checkpoint at once), and only then flushes what is queued, on a
+//!   thread of its own: a hung collector delays neither the program's
+//!   reaction nor its shutdown (which does not wait for that flush and stays
+//!   bounded by its own timeout). The default action is not re-raised: the
+//!   process keeps running.
 //! - [`ExitMode::Terminate`]: the handler shuts telemetry down (bounded by
 //!   the shutdown timeout; spans still open, the interval and startup
 //!   included, are ended and marked `nemo.span.truncated`), gives the signal
@@ -38,8 +42,8 @@ use lens_fallbacks::Telemetry;
 /// What the handlers do on SIGTERM or SIGINT; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitMode {
-    /// The training loop drains by itself (`--exit-signal-handler`): only
-    /// flush, then call a previous handler if there was one.
+    /// The training loop drains by itself (`--exit-signal-handler`): call a
+    /// previous handler if there was one, then flush in the background.
     Graceful,
     /// Shut telemetry down (ending open spans, marked truncated), then give
     /// the signal to the previous handler or re-raise its default action.
@@ -86,8 +90,8 @@ pub(crate) fn install(telemetry: Weak<Telemetry>, mode: ExitMode, timeout: Durat
 #[cfg(unix)]
 mod imp {
     use std::io;
-    use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-    use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
+    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
     use std::thread::JoinHandle;
     use std::time::Duration;
 
@@ -310,7 +314,34 @@ mod imp {
         unsafe { libc::raise(signal) };
     }
 
+    /// Flushes what is queued, bounded by `timeout`, on a thread of its
+    /// own, neither joined nor waited for: the signal thread stays free to
+    /// pass the next signal on at once, and the lifetime's shutdown (which
+    /// removes the handlers and joins the signal thread) does not wait for
+    /// a flush that a hung collector holds. One flush at a time: `flushing`
+    /// is set while one runs.
+    fn flush_in_background(telemetry: &Weak<Telemetry>, timeout: Duration, flushing: &Arc<AtomicBool>) {
+        let Some(telemetry) = telemetry.upgrade() else { return };
+        if flushing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let done = Arc::clone(flushing);
+        let spawned = std::thread::Builder::new().name("megatron-telemetry-flush".into()).spawn(move || {
+            telemetry.force_flush(timeout);
+            drop(telemetry);
+            done.store(false, Ordering::Release);
+        });
+        if let Err(error) = spawned {
+            flushing.store(false, Ordering::Release);
+            lens_fallbacks::diag::warn(format_args!(
+                "megatron-telemetry: no flush on this signal (cannot start its thread: {error}); the program's \
+                 shutdown exports what is queued"
+            ));
+        }
+    }
+
     fn handle_signals(read_fd: c_int, telemetry: Weak<Telemetry>, mode: ExitMode, timeout: Duration) {
+        let flushing = Arc::new(AtomicBool::new(false));
         loop {
             let mut byte = 0_u8;
             // SAFETY: reads one byte into `byte` from our pipe.
@@ -325,16 +356,15 @@ mod imp {
             let Some(previous) = previous_action(signal) else { break };
             match mode {
                 ExitMode::Graceful => {
-                    if let Some(telemetry) = telemetry.upgrade() {
-                        telemetry.force_flush(timeout);
-                    }
                     if is_function(&previous) {
-                        // Hand this one signal to the previous handler, in a
-                        // real signal context, then take the signal back.
+                        // Hand this one signal to the previous handler (the
+                        // program's: it starts its drain now), in a real
+                        // signal context, then take the signal back.
                         let _ = set_action(signal, &previous);
                         raise(signal);
                         let _ = set_action(signal, &our_action());
                     }
+                    flush_in_background(&telemetry, timeout, &flushing);
                 }
                 ExitMode::Terminate => {
                     if let Some(telemetry) = telemetry.upgrade() {
