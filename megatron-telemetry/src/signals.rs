@@ -19,7 +19,10 @@
 //!   process keeps running.
 //! - [`ExitMode::Terminate`]: the handler shuts telemetry down (bounded by
 //!   the shutdown timeout; spans still open, the interval and startup
-//!   included, are ended and marked `nemo.span.truncated`), gives the signal
+//!   included, are ended and marked `nemo.span.truncated`), writes the
+//!   shutdown report on standard error (`lens: SIGTERM: telemetry (rank N)
+//!   shut down: spans: ...`, since the program never reaches its own
+//!   shutdown to print it), gives the signal
 //!   back to whoever had it before and re-raises it: a previous handler
 //!   runs, an ignored signal stays ignored, and under the default action the
 //!   process dies *by the signal*, so its exit status is the conventional one
@@ -45,8 +48,9 @@ pub enum ExitMode {
     /// The training loop drains by itself (`--exit-signal-handler`): call a
     /// previous handler if there was one, then flush in the background.
     Graceful,
-    /// Shut telemetry down (ending open spans, marked truncated), then give
-    /// the signal to the previous handler or re-raise its default action.
+    /// Shut telemetry down (ending open spans, marked truncated), write the
+    /// shutdown report on standard error, then give the signal to the
+    /// previous handler or re-raise its default action.
     Terminate,
 }
 
@@ -308,6 +312,15 @@ mod imp {
         action.sa_sigaction != libc::SIG_DFL && action.sa_sigaction != libc::SIG_IGN
     }
 
+    /// The name of a handled signal, for messages.
+    fn signal_name(signal: c_int) -> &'static str {
+        match signal {
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGINT => "SIGINT",
+            _ => "a signal",
+        }
+    }
+
     fn raise(signal: c_int) {
         // SAFETY: sends `signal` to the calling thread; its disposition was
         // set just before.
@@ -368,7 +381,16 @@ mod imp {
                 }
                 ExitMode::Terminate => {
                     if let Some(telemetry) = telemetry.upgrade() {
-                        telemetry.shutdown(timeout);
+                        let report = telemetry.shutdown(timeout);
+                        if report.performed {
+                            // The program never reaches its own shutdown
+                            // (the signal ends it): say what it would have.
+                            lens_fallbacks::diag::note(format_args!(
+                                "{}: telemetry (rank {}) shut down: {report}",
+                                signal_name(signal),
+                                telemetry.rank().rank
+                            ));
+                        }
                     }
                     let taken = state().take();
                     if let Some(installed) = taken {

@@ -315,3 +315,27 @@ fn with_the_graceful_option_a_hung_collector_delays_neither_the_program_s_handle
     assert!(report.contains("did not finish in time"), "the collector hung: {report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sigterm_prints_the_shutdown_report_the_program_never_reaches() {
+    let dir = temp_dir("terminate-report");
+    let status = run_child("terminate", &dir, 0, 1);
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "the child should die by SIGTERM, got {status:?}");
+    let exported = spans(&dir.join("traces-rank0.jsonl")).len();
+    let stderr = child_stderr(&dir, "terminate", 0);
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("lens: SIGTERM: telemetry (rank 0) shut down: "))
+        .unwrap_or_else(|| panic!("no shutdown report on stderr:\n{stderr}"));
+    assert!(
+        line.contains(&format!(
+            "spans: {exported} exported, 0 dropped (0 queue full, 0 export failed, 0 at shutdown), 0 export errors"
+        )),
+        "{line}"
+    );
+    let traces = dir.join("traces-rank0.jsonl");
+    assert!(line.contains(&format!("sent to traces: file {}", traces.display())), "{line}");
+    // The interval, open at the signal.
+    assert!(line.contains("; 1 open spans truncated"), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
