@@ -14,8 +14,9 @@
 //! replays nothing.
 //!
 //! Exit codes: 0 when every dead spool was replayed (or there was none), 1
-//! when a spool could not be read or exported (each named in a warning), 2
-//! for bad input (no such directory, a bad configuration).
+//! when a spool could not be opened, read or exported, or belongs to
+//! another user (each named in a warning with the reason), 2 for bad input
+//! (no such directory, a bad configuration).
 
 use std::fmt;
 use std::io::Write as _;

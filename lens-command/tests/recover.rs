@@ -148,6 +148,15 @@ fn lens(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_lens")).args(args).env_remove("NEMO_LENS_ENABLED").output().expect("run lens")
 }
 
+/// `lens recover DIR --to-files DIR/out`: its exit code, standard output
+/// and standard error.
+fn recover_to_files(dir: &Path) -> (Option<i32>, String, String) {
+    let out = dir.join("out");
+    let output = lens(&["recover", dir.to_str().unwrap(), "--to-files", out.to_str().unwrap()]);
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
 #[test]
 fn recover_after_sigkill_delivers_every_span_once() {
     if std::env::var_os(VICTIM).is_some() {
@@ -247,19 +256,25 @@ fn recover_names_a_missing_directory_and_exits_2() {
     assert!(stderr.contains("SPOOL_DIR"), "{stderr}");
 }
 
+/// A damaged spool and one that cannot be opened for reading and writing
+/// (a symbolic link, which `O_NOFOLLOW` refuses): one warning each, naming
+/// the file and why, both left in place, and exit code 1.
 #[test]
-fn recover_says_which_spool_is_damaged_and_exits_1() {
+fn recover_says_which_spool_is_damaged_or_cannot_be_opened_and_exits_1() {
     if std::env::var_os(VICTIM).is_some() {
         return;
     }
     let dir = temp_dir("damaged");
     let damaged = dir.join("spool-rank0-host-1-00000000.lens");
     std::fs::write(&damaged, b"garbage").expect("write");
-    let out = dir.join("out");
-    let output = lens(&["recover", dir.to_str().unwrap(), "--to-files", out.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let link = dir.join("spool-rank1-host-2-00000000.lens");
+    std::os::unix::fs::symlink(dir.join("elsewhere"), &link).expect("symlink");
+    let (code, _, stderr) = recover_to_files(&dir);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains(damaged.to_str().unwrap()) && stderr.contains("not a lens spool"), "{stderr}");
     assert_eq!(stderr.matches("not a lens spool").count(), 1, "one warning: {stderr}");
+    let unopenable = format!("{}: cannot open it for reading and writing (it is a symbolic link", link.display());
+    assert_eq!(stderr.matches(&unopenable).count(), 1, "one warning: {stderr}");
+    assert!(damaged.exists() && std::fs::symlink_metadata(&link).is_ok(), "both left in place");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -353,3 +353,23 @@ fn a_failed_export_still_gives_the_progress_record_once() {
     assert!(!path.exists(), "consumed");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A spool the replay cannot open for reading and writing (here a symbolic
+/// link, which `O_NOFOLLOW` refuses) is one warning naming it and why, and
+/// counts as failed (`lens recover` exits 1); the spool it points to is
+/// replayed under its own name only.
+#[test]
+fn a_spool_that_cannot_be_opened_is_named_and_counted_as_failed() {
+    let dir = temp_dir("unopenable");
+    let real = dead_spool(&dir, 0);
+    let link = dir.join("spool-rank0-elsewhere-1-00000000.lens");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let (summary, got) = collect(&dir, Claim::All);
+    assert_eq!((summary.failed, summary.consumed.len(), got.len()), (1, 1, 3));
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+    let warning = &summary.warnings[0];
+    assert!(warning.contains(&*link.to_string_lossy()), "{warning}");
+    assert!(warning.contains("cannot open it for reading and writing (it is a symbolic link"), "{warning}");
+    assert!(std::fs::symlink_metadata(&link).is_ok(), "left alone");
+    let _ = std::fs::remove_dir_all(&dir);
+}

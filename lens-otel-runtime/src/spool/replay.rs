@@ -280,11 +280,49 @@ fn claim_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport) -
         .open(path)
     {
         Ok(file) => file,
-        // Another user's file (no access), a link, or gone: not ours.
-        Err(_) => return None,
+        // Gone: another replayer consumed it.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        // Another user's file, at setup: not this job's.
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied && claim != Claim::All => return None,
+        // No access, a symbolic link (`O_NOFOLLOW`), a directory...: said,
+        // so that `lens recover` does not end as if it had replayed it.
+        Err(error) => {
+            let reason = if error.raw_os_error() == Some(libc::ELOOP) {
+                "it is a symbolic link, which a spool never is".to_string()
+            } else {
+                error.to_string()
+            };
+            warn(
+                summary,
+                format!("spool {}: cannot open it for reading and writing ({reason}); left alone", path.display()),
+            );
+            summary.failed += 1;
+            return None;
+        }
     };
-    let metadata = file.metadata().ok()?;
+    let metadata = match file.metadata() {
+        Ok(metadata) => metadata,
+        Err(error) => {
+            warn(summary, format!("spool {}: cannot read its metadata ({error}); left alone", path.display()));
+            summary.failed += 1;
+            return None;
+        }
+    };
     if !metadata.is_file() || metadata.uid() != uid {
+        // At setup another user's file is not this job's; `lens recover`
+        // says why it leaves one.
+        if claim == Claim::All {
+            let reason = if metadata.is_file() {
+                format!(
+                    "it belongs to user id {}, not to this user ({uid}): run `lens recover` as its owner",
+                    metadata.uid()
+                )
+            } else {
+                "not a regular file".to_string()
+            };
+            warn(summary, format!("spool {}: {reason}; left alone", path.display()));
+            summary.failed += 1;
+        }
         return None;
     }
     match file.try_lock() {
