@@ -19,11 +19,16 @@
 //! point or span of the files is collected:
 //!
 //! - the metrics files of a directory are read twice: once for the ranks
-//!   of each run (and the hang gauge), then in lockstep (one line of each
-//!   file in turn) so that an iteration is settled as soon as every rank has
-//!   reported it or moved past it; complete iterations fill a window of
-//!   `stragglers::WINDOW_INTERVALS`, which the rule judges and drops. What
-//!   is held is a few iterations per rank ([`Analysis::peak_retained`]);
+//!   of each run, the grid its counters are differenced on
+//!   (`stragglers::GridStep`) and the hang gauge, then in lockstep (one line
+//!   of each file in turn) through `stragglers::IntervalReader`, which
+//!   differences each rank's successive exports (a restart of its counters
+//!   starts its next attempt), so that an interval is settled as soon as
+//!   every rank has reported it or moved past it; complete intervals fill a
+//!   window of `stragglers::WINDOW_INTERVALS` within one attempt
+//!   (`stragglers::Windows`, which `stragglers::analyze` uses too), which
+//!   the rule judges and drops. What is held is a few intervals per rank
+//!   ([`Analysis::peak_retained`]);
 //! - the traces files feed the hang events; the goodput view reads the
 //!   files of the one rank it reads per attempt twice
 //!   ([`goodput_view::breakdown_read`]): first keeping only the spans that
@@ -276,53 +281,57 @@ fn span_line_skipped(line: &SpanLine) -> u64 {
     if line.skipped == 0 && line.resource.is_none() && line.spans.is_empty() { 1 } else { line.skipped }
 }
 
-/// The per-interval rank records of a line. A line that gives none alone
-/// is read again with the line before it in the same file (of the same
-/// run), for a rule that needs two consecutive collections (cumulative
-/// counters); the records of that earlier line itself are left out.
-fn intervals(previous: &[MetricPoint], current: &[MetricPoint]) -> Vec<stragglers::RankInterval> {
-    let alone = stragglers::rank_intervals(current);
-    if !alone.is_empty() || current.is_empty() || previous.is_empty() {
-        return alone;
-    }
-    let earlier: BTreeSet<(u32, u64)> =
-        stragglers::rank_intervals(previous).iter().map(|r| (r.rank, r.iteration)).collect();
-    let both: Vec<MetricPoint> = previous.iter().chain(current).cloned().collect();
-    stragglers::rank_intervals(&both).into_iter().filter(|r| !earlier.contains(&(r.rank, r.iteration))).collect()
-}
-
-/// The points of the line before, kept only within one run.
-fn previous_of<'a>(previous: &'a (String, Vec<MetricPoint>), run: &str) -> &'a [MetricPoint] {
-    if previous.0 == run { &previous.1 } else { &[] }
-}
-
 /// The straggler rule of one run, fed as the files stream by.
 #[derive(Debug, Default)]
 struct StragglerStream {
-    /// Every rank of the run (from the first reading).
+    /// The first reading: the grid and the ranks.
+    grid: stragglers::GridStep,
+    /// The second reading's differencing (made from the grid when it
+    /// starts).
+    reader: Option<stragglers::IntervalReader>,
+    /// Every rank with rank metrics (from the first reading).
     ranks: BTreeSet<u32>,
-    /// Per iteration not yet settled, the ranks' records.
-    pending: BTreeMap<u64, BTreeMap<u32, stragglers::RankInterval>>,
-    /// Per rank, the latest iteration it reported, and its file.
-    latest: BTreeMap<u32, (u64, usize)>,
+    /// The ranks a complete interval needs: those with any interval.
+    expected: BTreeSet<u32>,
+    /// Per (attempt, iteration) not yet settled, the ranks' records.
+    pending: BTreeMap<(u32, u64), BTreeMap<u32, stragglers::RankInterval>>,
+    /// Per rank, the latest (attempt, iteration) it reported, and its file.
+    latest: BTreeMap<u32, ((u32, u64), usize)>,
     /// Ranks whose file ended.
     done: BTreeSet<u32>,
-    /// The last settled iteration.
-    settled: Option<u64>,
-    /// The complete iterations of the window being filled.
-    window: Vec<stragglers::RankInterval>,
-    window_iterations: usize,
-    findings: Vec<stragglers::Straggler>,
+    /// The last settled (attempt, iteration).
+    settled: Option<(u32, u64)>,
+    /// The complete intervals, windowed and judged.
+    windows: stragglers::Windows,
 }
 
 impl StragglerStream {
+    /// Ends the first reading of a directory: the ranks, and the grid the
+    /// second reading uses (the run's first directory sets it).
+    fn start_second_reading(&mut self) {
+        self.ranks.extend(self.grid.ranks());
+        self.expected.extend(self.grid.ranks_with_intervals());
+        if self.reader.is_none() {
+            self.reader = Some(stragglers::IntervalReader::new(self.grid.step()));
+        }
+    }
+
+    /// One line of file `file`.
+    fn push_line(&mut self, file: usize, points: &[MetricPoint]) {
+        let Some(reader) = &mut self.reader else { return };
+        for record in reader.push(points) {
+            self.push(file, record);
+        }
+    }
+
     fn push(&mut self, file: usize, record: stragglers::RankInterval) {
-        if self.settled.is_some_and(|settled| record.iteration <= settled) {
+        let key = record.key();
+        if self.settled.is_some_and(|settled| key <= settled) {
             return;
         }
-        self.pending.entry(record.iteration).or_default().entry(record.rank).or_insert(record);
-        let latest = self.latest.entry(record.rank).or_insert((record.iteration, file));
-        *latest = (latest.0.max(record.iteration), file);
+        self.pending.entry(key).or_default().entry(record.rank).or_insert(record);
+        let latest = self.latest.entry(record.rank).or_insert((key, file));
+        *latest = (latest.0.max(key), file);
     }
 
     fn file_done(&mut self, file: usize) {
@@ -330,40 +339,28 @@ impl StragglerStream {
         self.done.extend(ranks);
     }
 
-    /// Settles every iteration that no rank can still report.
+    /// Settles every interval that no rank can still report.
     fn settle(&mut self, everything: bool) {
-        while let Some((&iteration, reported)) = self.pending.first_key_value() {
+        while let Some((&key, reported)) = self.pending.first_key_value() {
             let settled = everything
-                || self.ranks.iter().all(|rank| {
+                || self.expected.iter().all(|rank| {
                     reported.contains_key(rank)
                         || self.done.contains(rank)
-                        || self.latest.get(rank).is_some_and(|&(latest, _)| latest > iteration)
+                        || self.latest.get(rank).is_some_and(|&(latest, _)| latest > key)
                 });
             if !settled {
                 break;
             }
             let Some((_, reported)) = self.pending.pop_first() else { break };
-            self.settled = Some(iteration);
-            if reported.len() == self.ranks.len() {
-                self.window.extend(reported.into_values());
-                self.window_iterations += 1;
-                if self.window_iterations == stragglers::WINDOW_INTERVALS {
-                    self.judge();
-                }
+            self.settled = Some(key);
+            if !self.expected.is_empty() && self.expected.iter().all(|rank| reported.contains_key(rank)) {
+                self.windows.push(reported.into_values());
             }
         }
     }
 
-    fn judge(&mut self) {
-        if !self.window.is_empty() {
-            self.findings.extend(stragglers::analyze(&self.window));
-        }
-        self.window.clear();
-        self.window_iterations = 0;
-    }
-
     fn retained(&self) -> usize {
-        self.pending.values().map(BTreeMap::len).sum::<usize>() + self.window.len()
+        self.pending.values().map(BTreeMap::len).sum::<usize>() + self.windows.retained()
     }
 }
 
@@ -385,7 +382,6 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         for (rank, path) in &export.metrics {
             let lines = otlp_file::open_metric_lines(path, *rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-            let mut previous = (String::new(), Vec::new());
             let mut last_run = None;
             for line in lines {
                 context.skipped += metric_line_skipped(&line);
@@ -393,37 +389,27 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 context.resource(&export.dir, line.resource.as_ref());
                 let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
                 hangs.add_points(&run, &line.points);
-                let records = intervals(previous_of(&previous, &run), &line.points);
-                streams.entry(run.clone()).or_default().ranks.extend(records.iter().map(|r| r.rank));
-                if !line.points.is_empty() {
-                    previous = (run, line.points);
-                }
+                streams.entry(run).or_default().grid.push(&line.points);
             }
         }
+        streams.values_mut().for_each(StragglerStream::start_second_reading);
         // Second reading, in lockstep: the straggler rule as it goes.
         let mut files = Vec::new();
         for (rank, path) in &export.metrics {
             let lines = otlp_file::open_metric_lines(path, *rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-            files.push(Some((lines, (String::new(), Vec::new()), None::<String>)));
+            files.push(Some((lines, None::<String>)));
         }
         while files.iter().any(Option::is_some) {
             for (index, slot) in files.iter_mut().enumerate() {
-                let Some((lines, previous, last_run)) = slot else { continue };
+                let Some((lines, last_run)) = slot else { continue };
                 let Some(line) = lines.next() else {
                     *slot = None;
                     streams.values_mut().for_each(|s| s.file_done(index));
                     continue;
                 };
                 let run = run_of(line.resource.as_ref(), last_run, &export.name);
-                let records = intervals(previous_of(previous, &run), &line.points);
-                let stream = streams.entry(run.clone()).or_default();
-                for record in records {
-                    stream.push(index, record);
-                }
-                if !line.points.is_empty() {
-                    *previous = (run, line.points);
-                }
+                streams.entry(run).or_default().push_line(index, &line.points);
             }
             streams.values_mut().for_each(|s| s.settle(false));
             let held = streams.values().map(StragglerStream::retained).sum::<usize>() + hangs.retained();
@@ -431,7 +417,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         }
         for stream in streams.values_mut() {
             stream.settle(true);
-            stream.judge();
+            stream.windows.finish();
             stream.latest.clear();
             stream.done.clear();
         }
@@ -526,7 +512,11 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     let stragglers = any_metrics.then(|| {
         streams
             .into_iter()
-            .map(|(run, stream)| RunStragglers { run, ranks: stream.ranks.len(), findings: stream.findings })
+            .map(|(run, stream)| RunStragglers {
+                run,
+                ranks: stream.ranks.len(),
+                findings: stream.windows.into_findings(),
+            })
             .collect()
     });
     let mixed = context

@@ -1,8 +1,10 @@
 //! `lens analyze` on hand-written exports: the three sections with their
 //! exact lines, advice naming the program's variables, bad input (no
 //! export, files with nothing readable, a damaged line, several runs in one
-//! directory) and memory that
-//! does not grow with the files' length.
+//! directory), memory that does not grow with the files' length, and
+//! stragglers from the cumulative counters with known answers: per window
+//! (not since the process started), and across a restart under the same
+//! run id.
 
 use std::path::Path;
 
@@ -27,21 +29,25 @@ fn resource(run: &str, rank: u32, prefix: Option<&str>) -> String {
     attributes(&pairs)
 }
 
+/// The attributes of a rank metric's point: rank `rank`, data-parallel
+/// rank `rank`, with `phase` (its attribute key, its value) when given.
+fn rank_point_attributes(rank: u32, phase: Option<(&str, &str)>) -> String {
+    let mut pairs = vec![
+        (semconv::DL_RANK, int(i64::from(rank))),
+        (semconv::DL_PIPELINE_PARALLEL_RANK, int(0)),
+        (semconv::DL_TENSOR_PARALLEL_RANK, int(0)),
+        (semconv::DL_DATA_PARALLEL_RANK, int(i64::from(rank))),
+    ];
+    if let Some((key, value)) = phase {
+        pairs.push((key, string(value)));
+    }
+    attributes(&pairs)
+}
+
 /// One log interval of rank metrics: `slow` is the straggler (late in
 /// `forward`, waiting for nobody), its peers wait for it in `dp_wait`.
 fn rank_metrics_line(run: &str, rank: u32, iteration: u64, slow: u32) -> String {
-    let coordinates = |extra: Option<&str>| {
-        let mut pairs = vec![
-            (semconv::DL_RANK, int(i64::from(rank))),
-            (semconv::DL_PIPELINE_PARALLEL_RANK, int(0)),
-            (semconv::DL_TENSOR_PARALLEL_RANK, int(0)),
-            (semconv::DL_DATA_PARALLEL_RANK, int(i64::from(rank))),
-        ];
-        if let Some(phase) = extra {
-            pairs.push((PHASE_ATTRIBUTE, string(phase)));
-        }
-        attributes(&pairs)
-    };
+    let coordinates = |phase: Option<&str>| rank_point_attributes(rank, phase.map(|phase| (PHASE_ATTRIBUTE, phase)));
     let (forward, wait) = if rank == slow { (80.0, 0.0) } else { (30.0, 50.0) };
     let time = iteration * 1_000;
     #[expect(clippy::cast_precision_loss, reason = "small test iterations")]
@@ -368,5 +374,132 @@ fn streaming_finds_what_reading_every_point_at_once_finds_even_when_files_are_ou
     assert_eq!(
         streamed.iter().map(|f| (f.iterations, f.rank)).collect::<Vec<_>>(),
         [((2, 8), 0), ((12, 18), 0), ((20, 24), 0)]
+    );
+}
+
+/// One cumulative counter (a monotonic `sum`) with one point, of a process
+/// started at `start`.
+fn counter(name: &str, point_attributes: &str, start: u64, time: u64, value: f64) -> String {
+    format!(
+        r#"{{"name":"{name}","sum":{{"dataPoints":[{{"attributes":{point_attributes},"startTimeUnixNano":"{start}","timeUnixNano":"{time}","asDouble":{value}}}],"aggregationTemporality":2,"isMonotonic":true}}}}"#
+    )
+}
+
+/// Appends one process's counters (`dl.training.iterations`,
+/// `dl.training.phase_time`) of every rank to `dir`: a process started at
+/// `start`, exporting after every iteration of `exports`; iteration `i`
+/// takes `ms(rank, i)` ms of (forward, backward, dp_wait).
+fn write_counters(dir: &Path, run: &str, start: u64, exports: &[u64], ms: &dyn Fn(u32, u64) -> [f64; 3]) {
+    use lens_training::names::{ITERATIONS, PHASE_ATTRIBUTE as DL_PHASE, PHASE_TIME};
+    use std::io::Write as _;
+    for rank in 0..RANKS {
+        let point_attributes = |phase: Option<&str>| rank_point_attributes(rank, phase.map(|phase| (DL_PHASE, phase)));
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("metrics-rank{rank}.jsonl")))
+            .unwrap();
+        let (mut seconds, mut done) = ([0.0; 3], 0);
+        for &upto in exports {
+            for i in done + 1..=upto {
+                for (total, ms) in seconds.iter_mut().zip(ms(rank, i)) {
+                    *total += ms / 1e3;
+                }
+            }
+            done = upto;
+            let time = start + upto * 1_000_000;
+            #[expect(clippy::cast_precision_loss, reason = "small test iterations")]
+            let mut metrics = vec![counter(ITERATIONS.name, &point_attributes(None), start, time, upto as f64)];
+            for (phase, total) in ["forward", "backward", "dp_wait"].into_iter().zip(seconds) {
+                metrics.push(counter(PHASE_TIME.name, &point_attributes(Some(phase)), start, time, total));
+            }
+            file.write_all(metrics_line(&resource(run, rank, None), &metrics).as_bytes()).unwrap();
+        }
+    }
+}
+
+/// Rank 2 twice as slow in backward (40 ms an iteration instead of 20)
+/// where `slow(i)`, its peers then waiting 21 ms for it; 1 ms of wait
+/// everywhere otherwise.
+fn rank_2_twice_as_slow(slow: impl Fn(u64) -> bool) -> impl Fn(u32, u64) -> [f64; 3] {
+    move |rank, i| match (slow(i), rank == 2) {
+        (false, _) => [10.0, 20.0, 1.0],
+        (true, true) => [10.0, 40.0, 1.0],
+        (true, false) => [10.0, 20.0, 21.0],
+    }
+}
+
+/// The stragglers section's heading and column names, for 4 ranks.
+const STRAGGLERS_HEAD: &str = "stragglers (4 ranks with rank metrics, windows of 4 log intervals):\n  iterations         \
+                               rank  phase        late ms/it   peers wait ms   wait ms  peers\n";
+
+/// One finding's line: rank 2 late in backward by 20 ms per iteration.
+fn rank_2_line(iterations: &str) -> String {
+    format!("  {iterations:<17}     2  backward           20.0            21.0       1.0  0,1,3\n")
+}
+
+#[test]
+fn a_rank_slow_only_late_in_the_run_is_named_in_those_windows_with_its_slowdown_there() {
+    // Exports every 5 iterations, 5 to 85: intervals of 5 from the first
+    // export, windows 10-25, 30-45, 50-65 and 70-85. Rank 2 is twice as
+    // slow from iteration 46 on: in the last two windows only. Averaged
+    // since the process started, its excess would be 6.2 and 9.4 ms: under
+    // the 10 ms threshold, and named nowhere.
+    let dir = temp_dir("late-straggler");
+    let exports: Vec<u64> = (1..=17).map(|e| e * 5).collect();
+    write_counters(&dir, "run-1", 1_000, &exports, &rank_2_twice_as_slow(|i| i > 45));
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("{STRAGGLERS_HEAD}{}{}hangs", rank_2_line("50-65"), rank_2_line("70-85"))),
+        "{stdout}"
+    );
+    // The values, within 1e-6 ms per iteration: 20 late, peers 21, its own 1.
+    let findings = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;
+    let windows: Vec<((u64, u64), u32)> = findings.iter().map(|f| (f.iterations, f.rank)).collect();
+    assert_eq!(windows, [((50, 65), 2), ((70, 85), 2)], "{findings:?}");
+    assert!(
+        findings.iter().all(|f| (f.lateness_ms - 20.0).abs() < 1e-6
+            && (f.peers_wait_ms - 21.0).abs() < 1e-6
+            && (f.wait_ms - 1.0).abs() < 1e-6),
+        "{findings:?}"
+    );
+    // Streaming and reading every point at once share the windowing.
+    let mut points = Vec::new();
+    for (rank, path) in lens_fallbacks::otlp_file::metrics_files(&dir).unwrap() {
+        points.extend(lens_fallbacks::otlp_file::read_metric_file(&path, rank).unwrap().points);
+    }
+    let at_once = lens_training::stragglers::analyze(&lens_training::stragglers::rank_intervals(&points));
+    assert_eq!(findings, at_once);
+}
+
+#[test]
+fn a_rank_slow_only_after_a_restart_under_the_same_run_id_is_named_after_it() {
+    // Attempt 1 (started at t=1000): 40 iterations, nobody slow, then a
+    // crash. Attempt 2 (t=9000), appended to the same files with counters
+    // from zero: rank 2 twice as slow throughout. Its windows count
+    // iterations from its own first export: 10-25, 30-40.
+    let exports: Vec<u64> = (1..=8).map(|e| e * 5).collect();
+    let analyzed = |name: &str, slow_before: bool| {
+        let dir = temp_dir(name);
+        write_counters(&dir, "run-1", 1_000, &exports, &rank_2_twice_as_slow(|_| slow_before));
+        write_counters(&dir, "run-1", 9_000_000_000, &exports, &rank_2_twice_as_slow(|_| true));
+        let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+        assert_eq!(code, 0, "{stderr}");
+        (dir, stdout)
+    };
+    let windows = rank_2_line("10-25") + &rank_2_line("30-40");
+    let (dir, stdout) = analyzed("resumed", false);
+    assert!(stdout.starts_with(&format!("{STRAGGLERS_HEAD}  after restart 1:\n{windows}hangs")), "{stdout}");
+    let findings = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;
+    assert!(findings.iter().all(|f| f.attempt == 1 && (f.lateness_ms - 20.0).abs() < 1e-6), "{findings:?}");
+
+    // Slow in both attempts: each attempt's windows under its own line.
+    let (_, stdout) = analyzed("resumed-both", true);
+    assert!(
+        stdout.starts_with(&format!(
+            "{STRAGGLERS_HEAD}  before any restart:\n{windows}  after restart 1:\n{windows}hangs"
+        )),
+        "{stdout}"
     );
 }

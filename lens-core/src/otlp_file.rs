@@ -96,6 +96,9 @@ pub struct MetricPoint {
     pub attributes: BTreeMap<String, AttributeValue>,
     /// `timeUnixNano`.
     pub time_unix_nano: u64,
+    /// `startTimeUnixNano` (0 when absent, as on a gauge): a cumulative
+    /// counter's start, which changes when its process restarts.
+    pub start_time_unix_nano: u64,
     /// `asDouble` or `asInt`.
     pub value: f64,
 }
@@ -434,6 +437,7 @@ fn read_request(request: &Value, file_rank: u32, line: &mut MetricLine) {
                             metric: name.to_string(),
                             attributes,
                             time_unix_nano,
+                            start_time_unix_nano: point.get("startTimeUnixNano").and_then(exact_nanos).unwrap_or(0),
                             value,
                         }),
                         None => line.skipped += 1,

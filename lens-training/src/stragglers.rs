@@ -1,16 +1,32 @@
 //! Straggler attribution from the per-rank metrics, outside the job: which
-//! rank is slow, in which phase, by how much.
+//! rank is slow, in which phase, by how much, per window.
 //!
 //! It reads the cumulative counters (`dl.training.phase_time` and
 //! `dl.training.iterations`, [`crate::rank_metrics`]) and, for exports
 //! written before the rename (SPEC A21), the old per-interval gauges
 //! (`megatron.rank.phase_duration_ms`, `.step_duration_ms`, `.iteration`,
-//! attribute `megatron.phase`). Counters are differenced: each rank's
-//! cumulative phase time is interpolated, in iteration space, at a grid of
-//! iterations common to every rank (the grid step is the largest of the
-//! ranks' typical spacing between exports), so that the ranks' intervals
-//! line up however their exports fell; an interval's value is the time
-//! added in the phase over the iterations added, in ms per iteration.
+//! attribute `megatron.phase`). Counters are differenced between a rank's
+//! successive exports: each rank's cumulative phase time is interpolated,
+//! in iteration space, at a grid of iterations common to every rank (the
+//! grid step is the largest of the ranks' typical spacing between exports),
+//! so that the ranks' intervals line up however their exports fell; an
+//! interval's value is the time added in the phase over the iterations
+//! added, in ms per iteration. A rank's first export is where its
+//! differences start (what came before it, warm-up included, is in no
+//! interval), so a window says what happened in that window only.
+//!
+//! # Restarts
+//!
+//! A job restarted under the same run id appends to the same files, and its
+//! counters start again from zero. A rank's counters have restarted when
+//! its iterations or any phase time went down, or when the counters' start
+//! time (`startTimeUnixNano`) changed; the old gauges, when the iteration
+//! went back. From there the rank's records belong to its next *attempt*
+//! ([`RankInterval::attempt`]): the export after a restart starts a new
+//! series, and the iterations of an attempt's counters count from its
+//! start. Windows never span two attempts.
+//!
+//! # The rule
 //!
 //! A data-parallel all-reduce equalises step times, so comparing step
 //! durations finds nothing: the culprit is the rank that arrives late and
@@ -34,11 +50,29 @@
 //! The threshold is [`THRESHOLD_MS`] ms per iteration or
 //! [`THRESHOLD_SHARE`] of the peers' median step time, whichever is larger.
 //!
+//! # Two readers, one windowing
+//!
 //! The input is [`lens_fallbacks::otlp_file`]'s points from a directory of
-//! `metrics-rank<N>.jsonl` files; [`analyze`] returns the findings and
-//! [`write_section`] prints the viewer's "stragglers" section.
+//! `metrics-rank<N>.jsonl` files. [`rank_intervals`] and [`analyze`] take
+//! every point at once; `lens analyze` streams the files through the same
+//! parts, one collection (one line of a file) at a time: [`GridStep`] in a
+//! first reading (the grid and the ranks), [`IntervalReader`] in a second
+//! (each rank's intervals as its collections arrive) and [`Windows`] (the
+//! complete intervals, windowed and judged). [`write_section`] prints the
+//! viewer's "stragglers" section.
+//!
+//! ```
+//! use lens_training::stragglers::{analyze, rank_intervals, write_section};
+//!
+//! // Every point of the export's metrics files (here, none).
+//! let points: Vec<lens_fallbacks::otlp_file::MetricPoint> = Vec::new();
+//! let findings = analyze(&rank_intervals(&points));
+//! let mut out = Vec::new();
+//! write_section(&mut out, &findings, 4).unwrap();
+//! assert!(String::from_utf8(out).unwrap().ends_with("  none: no rank is late\n"));
+//! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 
 use lens_fallbacks::otlp_file::MetricPoint;
@@ -63,7 +97,11 @@ pub struct RankInterval {
     pub group: (u32, u32),
     /// `dl.data_parallel.rank`.
     pub data: u32,
-    /// The last iteration of the interval.
+    /// The rank's attempt: 0, then one more after each restart of its
+    /// counters (see the module docs).
+    pub attempt: u32,
+    /// The last iteration of the interval (of the counters: counted from
+    /// the attempt's start).
     pub iteration: u64,
     /// Mean ms per iteration, per phase.
     pub phase_ms: [f64; PHASE_COUNT],
@@ -75,11 +113,18 @@ impl RankInterval {
     fn wait(&self) -> f64 {
         WAIT_PHASES.iter().map(|p| self.phase_ms[p.index()]).sum()
     }
+
+    /// Where the interval sits among the run's: attempt, then iteration.
+    pub fn key(&self) -> (u32, u64) {
+        (self.attempt, self.iteration)
+    }
 }
 
 /// A named culprit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Straggler {
+    /// The attempt of the window (0: before any restart).
+    pub attempt: u32,
     /// The window's first and last iteration.
     pub iterations: (u64, u64),
     /// The culprit's `dl.rank`.
@@ -97,14 +142,21 @@ pub struct Straggler {
 }
 
 /// The per-rank intervals found in `points` (the rank metrics of every
-/// rank): one per rank and distinct iteration value, in iteration order.
-/// Counters and old gauges are both read (see the module docs); an export
-/// holding only the old gauges says so through [`predates_rename`].
+/// rank): one per rank, attempt and grid iteration, in (attempt,
+/// iteration, rank) order. Counters and old gauges are both read (see the
+/// module docs); an export holding only the old gauges says so through
+/// [`predates_rename`].
 pub fn rank_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
-    let mut out = legacy_intervals(points);
-    let seen: std::collections::BTreeSet<u32> = out.iter().map(|r| r.rank).collect();
-    out.extend(counter_intervals(points).into_iter().filter(|r| !seen.contains(&r.rank)));
-    out.sort_by_key(|r| (r.iteration, r.rank));
+    // Per collection (its file and line, in export order), its points.
+    let mut collections: BTreeMap<(u32, usize), Vec<&MetricPoint>> = BTreeMap::new();
+    for p in points {
+        collections.entry((p.file_rank, p.export)).or_default().push(p);
+    }
+    let mut grid = GridStep::default();
+    collections.values().for_each(|c| grid.push(c.iter().copied()));
+    let mut reader = IntervalReader::new(grid.step());
+    let mut out: Vec<RankInterval> = collections.values().flat_map(|c| reader.push(c.iter().copied())).collect();
+    out.sort_by_key(|r| (r.attempt, r.iteration, r.rank));
     out
 }
 
@@ -117,7 +169,10 @@ pub fn predates_rename(points: &[MetricPoint]) -> bool {
     old && !new
 }
 
-fn coordinates(p: &MetricPoint) -> Option<(u32, u32, u32, u32)> {
+/// `(rank, pipeline, tensor, data)` of a point.
+type Coordinates = (u32, u32, u32, u32);
+
+fn coordinates(p: &MetricPoint) -> Option<Coordinates> {
     let get = |key| p.attributes.get(key).and_then(|v| v.as_i64()).and_then(|v| u32::try_from(v).ok());
     Some((
         get(semconv::DL_RANK)?,
@@ -127,145 +182,300 @@ fn coordinates(p: &MetricPoint) -> Option<(u32, u32, u32, u32)> {
     ))
 }
 
-/// One rank's cumulative samples: (iterations, seconds per phase), in
-/// export order, starting from zero.
-type Samples = Vec<(f64, [f64; PHASE_COUNT])>;
-
-/// The intervals of the cumulative counters (see the module docs).
-fn counter_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
-    #[derive(Default)]
-    struct Collection {
-        iterations: Option<f64>,
-        seconds: [f64; PHASE_COUNT],
-    }
-    /// A rank's coordinates, and per collection (its file and line, in
-    /// export order) what it held.
-    type RankCollections = ((u32, u32, u32), BTreeMap<(u32, usize), Collection>);
-    let mut ranks: BTreeMap<u32, RankCollections> = BTreeMap::new();
-    for p in points {
-        let is_time = p.metric == PHASE_TIME.name;
-        if !is_time && p.metric != ITERATIONS.name {
-            continue;
-        }
-        let Some((rank, pipeline, tensor, data)) = coordinates(p) else { continue };
-        let entry = ranks.entry(rank).or_insert_with(|| ((pipeline, tensor, data), BTreeMap::new()));
-        let c = entry.1.entry((p.file_rank, p.export)).or_default();
-        if is_time {
-            if let Some(phase) = p.attributes.get(PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name) {
-                c.seconds[phase.index()] = p.value;
-            }
-        } else {
-            c.iterations = Some(p.value);
-        }
-    }
-    let samples: BTreeMap<u32, ((u32, u32, u32), Samples)> = ranks
-        .into_iter()
-        .map(|(rank, (coords, collections))| {
-            let mut samples: Samples = vec![(0.0, [0.0; PHASE_COUNT])];
-            for c in collections.into_values() {
-                let Some(iterations) = c.iterations else { continue };
-                if iterations > samples.last().map_or(0.0, |s| s.0) {
-                    samples.push((iterations, c.seconds));
-                }
-            }
-            (rank, (coords, samples))
-        })
-        .filter(|(_, (_, samples))| samples.len() >= 2)
-        .collect();
-    if samples.is_empty() {
-        return Vec::new();
-    }
-    // The grid: the largest of the ranks' median spacing, up to the
-    // iterations every rank reached.
-    let spacing = |s: &Samples| {
-        let mut gaps: Vec<f64> = s.windows(2).map(|w| w[1].0 - w[0].0).collect();
-        median(&mut gaps)
-    };
-    let step = samples.values().map(|(_, s)| spacing(s)).fold(1.0_f64, f64::max).round().max(1.0);
-    let reached = samples.values().map(|(_, s)| s.last().map_or(0.0, |l| l.0)).fold(f64::INFINITY, f64::min);
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an iteration count")]
-    let cells = (reached / step).floor() as u64;
-    let at = |s: &Samples, iterations: f64| -> [f64; PHASE_COUNT] {
-        let upper = s.iter().position(|(i, _)| *i >= iterations).unwrap_or(s.len() - 1);
-        let (hi_i, hi) = s[upper];
-        if upper == 0 || hi_i <= iterations {
-            return hi;
-        }
-        let (lo_i, lo) = s[upper - 1];
-        let share = (iterations - lo_i) / (hi_i - lo_i);
-        let mut out = [0.0; PHASE_COUNT];
-        for ((o, l), h) in out.iter_mut().zip(lo).zip(hi) {
-            *o = l + (h - l) * share;
-        }
-        out
-    };
-    let mut out = Vec::new();
-    for (&rank, ((pipeline, tensor, data), s)) in &samples {
-        for cell in 1..=cells {
-            #[expect(clippy::cast_precision_loss, reason = "iteration counts stay far below 2^53")]
-            let (from, to) = ((cell - 1) as f64 * step, cell as f64 * step);
-            let (a, b) = (at(s, from), at(s, to));
-            let mut phase_ms = [0.0; PHASE_COUNT];
-            for (index, ms) in phase_ms.iter_mut().enumerate() {
-                *ms = (b[index] - a[index]).max(0.0) * 1e3 / step;
-            }
-            let step_ms = COMPUTE_PHASES.iter().chain(&WAIT_PHASES).map(|p| phase_ms[p.index()]).sum();
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an iteration count")]
-            let iteration = to as u64;
-            out.push(RankInterval { rank, group: (*pipeline, *tensor), data: *data, iteration, phase_ms, step_ms });
-        }
-    }
-    out
+/// One rank's cumulative counters in one collection.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Sample {
+    coordinates: Coordinates,
+    iterations: f64,
+    seconds: [f64; PHASE_COUNT],
+    /// The iterations counter's `startTimeUnixNano` (0: not written).
+    start: u64,
 }
 
-/// The intervals of the gauges before the rename.
-fn legacy_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
-    // (file rank, export) -> what that collection held.
-    #[derive(Default)]
-    struct Collection {
-        coords: Option<(u32, u32, u32, u32)>,
-        iteration: Option<u64>,
-        phase_ms: [f64; PHASE_COUNT],
-        step_ms: Option<f64>,
+impl Sample {
+    /// Whether `next` comes from restarted counters (see the module docs).
+    fn restarted_by(&self, next: &Sample) -> bool {
+        next.iterations < self.iterations
+            || (self.start != 0 && next.start != 0 && next.start != self.start)
+            || next.seconds.iter().zip(self.seconds).any(|(n, s)| n + 1e-9 < s)
     }
-    let mut collections: BTreeMap<(u32, usize), Collection> = BTreeMap::new();
-    for p in points {
-        let c = collections.entry((p.file_rank, p.export)).or_default();
-        let coords = coordinates(p);
-        if p.metric == legacy::ITERATION {
-            c.coords = c.coords.or(coords);
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an iteration count")]
-            let iteration = p.value.max(0.0) as u64;
-            c.iteration = Some(iteration);
-        } else if p.metric == legacy::STEP_DURATION_MS {
-            c.coords = c.coords.or(coords);
-            c.step_ms = Some(p.value);
-        } else if p.metric == legacy::PHASE_DURATION_MS
-            && let Some(phase) =
-                p.attributes.get(legacy::PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name)
-        {
-            c.coords = c.coords.or(coords);
-            c.phase_ms[phase.index()] = p.value;
+}
+
+/// One rank's old per-interval gauges in one collection.
+#[derive(Clone, Copy, Debug, Default)]
+struct Gauges {
+    coordinates: Option<Coordinates>,
+    iteration: Option<u64>,
+    phase_ms: [f64; PHASE_COUNT],
+    step_ms: Option<f64>,
+}
+
+/// What one collection held, per rank: counters and old gauges.
+#[derive(Debug, Default)]
+struct Collection {
+    counters: BTreeMap<u32, Sample>,
+    gauges: BTreeMap<u32, (Coordinates, u64, [f64; PHASE_COUNT], f64)>,
+}
+
+impl Collection {
+    fn read<'a>(points: impl IntoIterator<Item = &'a MetricPoint>) -> Collection {
+        #[derive(Default)]
+        struct Counters {
+            coordinates: Option<Coordinates>,
+            iterations: Option<(f64, u64)>,
+            seconds: [f64; PHASE_COUNT],
+        }
+        let mut counters: BTreeMap<u32, Counters> = BTreeMap::new();
+        let mut gauges: BTreeMap<u32, Gauges> = BTreeMap::new();
+        for p in points {
+            let Some(coords) = coordinates(p) else { continue };
+            let rank = coords.0;
+            if p.metric == PHASE_TIME.name || p.metric == ITERATIONS.name {
+                let c = counters.entry(rank).or_default();
+                c.coordinates = c.coordinates.or(Some(coords));
+                if p.metric == ITERATIONS.name {
+                    c.iterations = Some((p.value, p.start_time_unix_nano));
+                } else if let Some(phase) =
+                    p.attributes.get(PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name)
+                {
+                    c.seconds[phase.index()] = p.value;
+                }
+            } else if p.metric == legacy::ITERATION {
+                let g = gauges.entry(rank).or_default();
+                g.coordinates = g.coordinates.or(Some(coords));
+                #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an iteration count")]
+                let iteration = p.value.max(0.0) as u64;
+                g.iteration = Some(iteration);
+            } else if p.metric == legacy::STEP_DURATION_MS {
+                let g = gauges.entry(rank).or_default();
+                g.coordinates = g.coordinates.or(Some(coords));
+                g.step_ms = Some(p.value);
+            } else if p.metric == legacy::PHASE_DURATION_MS
+                && let Some(phase) =
+                    p.attributes.get(legacy::PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name)
+            {
+                let g = gauges.entry(rank).or_default();
+                g.coordinates = g.coordinates.or(Some(coords));
+                g.phase_ms[phase.index()] = p.value;
+            }
+        }
+        Collection {
+            counters: counters
+                .into_iter()
+                .filter_map(|(rank, c)| {
+                    let (iterations, start) = c.iterations?;
+                    Some((rank, Sample { coordinates: c.coordinates?, iterations, seconds: c.seconds, start }))
+                })
+                .collect(),
+            gauges: gauges
+                .into_iter()
+                .filter_map(|(rank, g)| Some((rank, (g.coordinates?, g.iteration?, g.phase_ms, g.step_ms?))))
+                .collect(),
         }
     }
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out: Vec<RankInterval> = collections
-        .into_values()
-        .filter_map(|c| {
-            let (rank, pipeline, tensor, data) = c.coords?;
-            let iteration = c.iteration?;
-            seen.insert((rank, iteration)).then_some(RankInterval {
-                rank,
-                group: (pipeline, tensor),
-                data,
-                iteration,
-                phase_ms: c.phase_ms,
-                step_ms: c.step_ms?,
+}
+
+/// The grid and the ranks of a run, from a first reading of its
+/// collections (each rank's in export order): the grid step is the largest
+/// of the ranks' median spacing between exports, in iterations.
+#[derive(Debug, Default)]
+pub struct GridStep {
+    ranks: BTreeMap<u32, StepRank>,
+}
+
+#[derive(Debug, Default)]
+struct StepRank {
+    /// The old gauges: the rank is read from them alone.
+    gauges: bool,
+    /// The last sample of the counters.
+    last: Option<Sample>,
+    /// The spacings between successive exports, counted by size.
+    gaps: BTreeMap<u64, u64>,
+    /// Per attempt, the first and last iterations of the counters.
+    spans: Vec<(f64, f64)>,
+}
+
+impl GridStep {
+    /// Reads one collection's points.
+    pub fn push<'a>(&mut self, collection: impl IntoIterator<Item = &'a MetricPoint>) {
+        let collection = Collection::read(collection);
+        for &rank in collection.gauges.keys() {
+            self.ranks.entry(rank).or_default().gauges = true;
+        }
+        for (rank, sample) in collection.counters {
+            let r = self.ranks.entry(rank).or_default();
+            if r.gauges {
+                continue;
+            }
+            match r.last {
+                Some(last) if !last.restarted_by(&sample) => {
+                    if sample.iterations > last.iterations {
+                        #[expect(
+                            clippy::cast_possible_truncation,
+                            clippy::cast_sign_loss,
+                            reason = "an iteration count"
+                        )]
+                        let gap = (sample.iterations - last.iterations).round() as u64;
+                        *r.gaps.entry(gap).or_default() += 1;
+                        if let Some(span) = r.spans.last_mut() {
+                            span.1 = sample.iterations;
+                        }
+                        r.last = Some(sample);
+                    }
+                }
+                _ => {
+                    r.spans.push((sample.iterations, sample.iterations));
+                    r.last = Some(sample);
+                }
+            }
+        }
+    }
+
+    /// The grid step, in iterations (at least 1).
+    pub fn step(&self) -> f64 {
+        let median = |gaps: &BTreeMap<u64, u64>| {
+            let count: u64 = gaps.values().sum();
+            if count == 0 {
+                return 0.0;
+            }
+            // The middle one, or the mean of the middle two.
+            let nth = |n: u64| {
+                let mut seen = 0;
+                gaps.iter().find(|(_, c)| {
+                    seen += **c;
+                    seen > n
+                })
+            };
+            let value = |n| nth(n).map_or(0, |(gap, _)| *gap);
+            #[expect(clippy::cast_precision_loss, reason = "iteration gaps stay far below 2^53")]
+            let middle = if count % 2 == 1 {
+                value(count / 2) as f64
+            } else {
+                (value(count / 2 - 1) + value(count / 2)) as f64 / 2.0
+            };
+            middle
+        };
+        self.ranks.values().map(|r| median(&r.gaps)).fold(1.0_f64, f64::max).round().max(1.0)
+    }
+
+    /// The ranks with rank metrics.
+    pub fn ranks(&self) -> BTreeSet<u32> {
+        self.ranks.keys().copied().collect()
+    }
+
+    /// The ranks whose metrics give at least one interval on the grid
+    /// (what [`IntervalReader`] will give them): a complete interval needs
+    /// each of these.
+    pub fn ranks_with_intervals(&self) -> BTreeSet<u32> {
+        let step = self.step();
+        self.ranks
+            .iter()
+            .filter(|(_, r)| {
+                r.gauges || r.spans.iter().any(|(first, last)| (last / step).floor() > (first / step).ceil())
             })
-        })
-        .collect();
-    out.sort_by_key(|r| (r.iteration, r.rank));
-    out
+            .map(|(rank, _)| *rank)
+            .collect()
+    }
+}
+
+/// Each rank's intervals, as its collections arrive (each rank's in export
+/// order; the ranks may interleave): counters differenced on the grid from
+/// the rank's first export on, a restart starting the rank's next attempt
+/// (see the module docs); the old gauges as they are.
+#[derive(Debug)]
+pub struct IntervalReader {
+    step: f64,
+    ranks: BTreeMap<u32, ReaderRank>,
+}
+
+#[derive(Debug, Default)]
+struct ReaderRank {
+    attempt: u32,
+    /// The old gauges: the rank is read from them alone.
+    gauges: bool,
+    /// The last iteration of the old gauges.
+    last_iteration: Option<u64>,
+    /// The last sample of the counters.
+    last: Option<Sample>,
+    /// The index of the last grid point reached in this attempt and the
+    /// seconds there.
+    grid: Option<(u64, [f64; PHASE_COUNT])>,
+}
+
+impl IntervalReader {
+    /// A reader on a grid of `step` iterations ([`GridStep::step`]).
+    pub fn new(step: f64) -> IntervalReader {
+        IntervalReader { step: step.max(1.0), ranks: BTreeMap::new() }
+    }
+
+    /// The intervals that one more collection completes.
+    pub fn push<'a>(&mut self, collection: impl IntoIterator<Item = &'a MetricPoint>) -> Vec<RankInterval> {
+        let collection = Collection::read(collection);
+        let mut out = Vec::new();
+        for (rank, (coordinates, iteration, phase_ms, step_ms)) in collection.gauges {
+            let r = self.ranks.entry(rank).or_default();
+            r.gauges = true;
+            match r.last_iteration {
+                Some(last) if iteration == last => continue,
+                Some(last) if iteration < last => r.attempt += 1,
+                _ => {}
+            }
+            r.last_iteration = Some(iteration);
+            let (_, pipeline, tensor, data) = coordinates;
+            let group = (pipeline, tensor);
+            out.push(RankInterval { rank, group, data, attempt: r.attempt, iteration, phase_ms, step_ms });
+        }
+        for (rank, sample) in collection.counters {
+            let step = self.step;
+            let r = self.ranks.entry(rank).or_default();
+            if r.gauges {
+                continue;
+            }
+            let Some(last) = r.last.filter(|last| !last.restarted_by(&sample)) else {
+                // The first export of a series: where its differences start.
+                if r.last.is_some() {
+                    r.attempt += 1;
+                }
+                r.last = Some(sample);
+                let index = (sample.iterations / step).ceil();
+                #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a grid index")]
+                let on_grid = (index * step == sample.iterations).then_some((index as u64, sample.seconds));
+                r.grid = on_grid;
+                continue;
+            };
+            if sample.iterations <= last.iterations {
+                continue;
+            }
+            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a grid index")]
+            let (first, end) = ((last.iterations / step).floor() as u64 + 1, (sample.iterations / step).floor() as u64);
+            for index in first..=end {
+                #[expect(clippy::cast_precision_loss, reason = "grid indices stay far below 2^53")]
+                let at = index as f64 * step;
+                let share = (at - last.iterations) / (sample.iterations - last.iterations);
+                let mut seconds = [0.0; PHASE_COUNT];
+                for ((s, l), n) in seconds.iter_mut().zip(last.seconds).zip(sample.seconds) {
+                    *s = l + (n - l) * share;
+                }
+                if let Some((before, then)) = r.grid
+                    && before + 1 == index
+                {
+                    let mut phase_ms = [0.0; PHASE_COUNT];
+                    for ((ms, now), then) in phase_ms.iter_mut().zip(seconds).zip(then) {
+                        *ms = (now - then).max(0.0) * 1e3 / step;
+                    }
+                    let step_ms = COMPUTE_PHASES.iter().chain(&WAIT_PHASES).map(|p| phase_ms[p.index()]).sum();
+                    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "an iteration count")]
+                    let iteration = at as u64;
+                    let (_, pipeline, tensor, data) = sample.coordinates;
+                    let group = (pipeline, tensor);
+                    out.push(RankInterval { rank, group, data, attempt: r.attempt, iteration, phase_ms, step_ms });
+                }
+                r.grid = Some((index, seconds));
+            }
+            r.last = Some(sample);
+        }
+        out
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -277,50 +487,109 @@ fn median(values: &mut [f64]) -> f64 {
     if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
 }
 
-/// Applies the rule of the module docs to `intervals`.
+/// Applies the rule of the module docs to `intervals`: the intervals that
+/// every rank reported, windowed per attempt ([`Windows`]).
 pub fn analyze(intervals: &[RankInterval]) -> Vec<Straggler> {
-    // The iterations that every rank reported, in order.
-    let ranks: std::collections::BTreeSet<u32> = intervals.iter().map(|r| r.rank).collect();
-    let mut by_iteration: BTreeMap<u64, Vec<&RankInterval>> = BTreeMap::new();
+    let ranks: BTreeSet<u32> = intervals.iter().map(|r| r.rank).collect();
+    let mut by_key: BTreeMap<(u32, u64), Vec<RankInterval>> = BTreeMap::new();
     for r in intervals {
-        by_iteration.entry(r.iteration).or_default().push(r);
+        by_key.entry(r.key()).or_default().push(*r);
     }
-    let complete: Vec<u64> = by_iteration.iter().filter(|(_, rs)| rs.len() == ranks.len()).map(|(i, _)| *i).collect();
-    let mut findings = Vec::new();
-    for window in complete.chunks(WINDOW_INTERVALS) {
-        let (first, last) = (window[0], window[window.len() - 1]);
+    let mut windows = Windows::default();
+    for rows in by_key.into_values() {
+        let reported: BTreeSet<u32> = rows.iter().map(|r| r.rank).collect();
+        if reported.len() == ranks.len() {
+            windows.push(rows);
+        }
+    }
+    windows.finish();
+    windows.into_findings()
+}
+
+/// The complete intervals of a run (every rank's record at one attempt
+/// and iteration), in order, grouped into windows of [`WINDOW_INTERVALS`]
+/// within an attempt; each window is judged when it fills, when the
+/// attempt changes and at [`Windows::finish`], then dropped.
+#[derive(Debug, Default)]
+pub struct Windows {
+    rows: Vec<RankInterval>,
+    intervals: usize,
+    attempt: Option<u32>,
+    findings: Vec<Straggler>,
+}
+
+impl Windows {
+    /// Adds one complete interval: every rank's record at one attempt and
+    /// iteration, later than the ones before.
+    pub fn push(&mut self, rows: impl IntoIterator<Item = RankInterval>) {
+        let start = self.rows.len();
+        self.rows.extend(rows);
+        let Some(attempt) = self.rows.get(start).map(|r| r.attempt) else { return };
+        if self.attempt.is_some_and(|a| a != attempt) {
+            let next = self.rows.split_off(start);
+            self.judge();
+            self.rows = next;
+        }
+        self.attempt = Some(attempt);
+        self.intervals += 1;
+        if self.intervals == WINDOW_INTERVALS {
+            self.judge();
+        }
+    }
+
+    /// Judges the window being filled, if any.
+    pub fn finish(&mut self) {
+        self.judge();
+    }
+
+    /// The records held: the window being filled.
+    pub fn retained(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The findings so far, in window order.
+    pub fn findings(&self) -> &[Straggler] {
+        &self.findings
+    }
+
+    /// The findings, in window order.
+    pub fn into_findings(self) -> Vec<Straggler> {
+        self.findings
+    }
+
+    fn judge(&mut self) {
+        let rows = std::mem::take(&mut self.rows);
+        self.intervals = 0;
+        let (Some(first), Some(last)) =
+            (rows.iter().map(|r| r.iteration).min(), rows.iter().map(|r| r.iteration).max())
+        else {
+            return;
+        };
         // Per rank: the median over the window of each phase and the step.
         // The window's rows by rank, in one pass (a scan of every row per
         // rank was quadratic in the ranks: 3.9 s a window at 8,000).
         let mut rows_of: BTreeMap<u32, Vec<&RankInterval>> = BTreeMap::new();
-        for iteration in window {
-            for &row in &by_iteration[iteration] {
-                rows_of.entry(row.rank).or_default().push(row);
-            }
+        for row in &rows {
+            rows_of.entry(row.rank).or_default().push(row);
         }
-        let mut summary: BTreeMap<u32, RankInterval> = BTreeMap::new();
-        for (&rank, rows) in &rows_of {
-            let Some(first_row) = rows.first() else { continue };
+        let mut groups: BTreeMap<(u32, u32), Vec<RankInterval>> = BTreeMap::new();
+        for ranks_rows in rows_of.values() {
+            let Some(first_row) = ranks_rows.first() else { continue };
             let mut combined = **first_row;
             for phase in Phase::ALL {
                 combined.phase_ms[phase.index()] =
-                    median(&mut rows.iter().map(|r| r.phase_ms[phase.index()]).collect::<Vec<_>>());
+                    median(&mut ranks_rows.iter().map(|r| r.phase_ms[phase.index()]).collect::<Vec<_>>());
             }
-            combined.step_ms = median(&mut rows.iter().map(|r| r.step_ms).collect::<Vec<_>>());
-            summary.insert(rank, combined);
-        }
-        let mut groups: BTreeMap<(u32, u32), Vec<RankInterval>> = BTreeMap::new();
-        for r in summary.values() {
-            groups.entry(r.group).or_default().push(*r);
+            combined.step_ms = median(&mut ranks_rows.iter().map(|r| r.step_ms).collect::<Vec<_>>());
+            groups.entry(combined.group).or_default().push(combined);
         }
         for members in groups.values().filter(|m| m.len() >= 2) {
             if let Some(mut finding) = judge(members) {
                 finding.iterations = (first, last);
-                findings.push(finding);
+                self.findings.push(finding);
             }
         }
     }
-    findings
 }
 
 /// One peer group in one window.
@@ -338,6 +607,7 @@ fn judge(members: &[RankInterval]) -> Option<Straggler> {
         .map(|&p| (p, candidate.phase_ms[p.index()] - peers_median(&|r| r.phase_ms[p.index()])))
         .max_by(|a, b| a.1.total_cmp(&b.1))?;
     (excess > threshold).then(|| Straggler {
+        attempt: candidate.attempt,
         iterations: (0, 0),
         rank: candidate.rank,
         phase,
@@ -349,8 +619,10 @@ fn judge(members: &[RankInterval]) -> Option<Straggler> {
 }
 
 /// Prints the "stragglers" section: a heading, then one line per finding,
-/// or a line saying that no rank is late. Its advice names Megatron's
-/// variable; [`write_section_with_prefix`] names the program's.
+/// or a line saying that no rank is late. When some finding comes after a
+/// restart, each attempt's lines follow a line naming it (`before any
+/// restart:`, `after restart N:`). Its advice names Megatron's variable;
+/// [`write_section_with_prefix`] names the program's.
 pub fn write_section(out: &mut dyn Write, findings: &[Straggler], ranks: usize) -> io::Result<()> {
     write_section_with_prefix(out, findings, ranks, "MEGATRON_OTEL")
 }
@@ -379,7 +651,16 @@ pub fn write_section_with_prefix(
         "  {:<17} {:>5}  {:<10} {:>12} {:>15} {:>9}  peers",
         "iterations", "rank", "phase", "late ms/it", "peers wait ms", "wait ms"
     )?;
+    let restarted = findings.iter().any(|f| f.attempt > 0);
+    let mut attempt = None;
     for f in findings {
+        if restarted && attempt != Some(f.attempt) {
+            attempt = Some(f.attempt);
+            match f.attempt {
+                0 => writeln!(out, "  before any restart:")?,
+                n => writeln!(out, "  after restart {n}:")?,
+            }
+        }
         let peers: Vec<String> = f.peers.iter().map(u32::to_string).collect();
         writeln!(
             out,
@@ -404,7 +685,7 @@ mod tests {
         let mut phase_ms = [0.0; PHASE_COUNT];
         phase_ms[Phase::Forward.index()] = forward;
         phase_ms[Phase::DpWait.index()] = dp_wait;
-        RankInterval { rank, group: (0, 0), data, iteration, phase_ms, step_ms: 100.0 }
+        RankInterval { rank, group: (0, 0), data, attempt: 0, iteration, phase_ms, step_ms: 100.0 }
     }
 
     #[test]
@@ -435,6 +716,19 @@ mod tests {
     /// A point of `metric` from rank `rank` (data-parallel rank = rank),
     /// collection `export`, with `phase` when given.
     fn point(rank: u32, export: usize, metric: &str, phase: Option<(&str, &str)>, value: f64) -> MetricPoint {
+        MetricPoint { start_time_unix_nano: 1, ..point_of(rank, export, 1, metric, phase, value) }
+    }
+
+    /// [`point`] of a process started at `start` (the counters'
+    /// `startTimeUnixNano`).
+    fn point_of(
+        rank: u32,
+        export: usize,
+        start: u64,
+        metric: &str,
+        phase: Option<(&str, &str)>,
+        value: f64,
+    ) -> MetricPoint {
         let mut attributes: BTreeMap<String, AttributeValue> = [
             (semconv::DL_RANK, rank),
             (semconv::DL_PIPELINE_PARALLEL_RANK, 0),
@@ -452,7 +746,8 @@ mod tests {
             export,
             metric: metric.to_string(),
             attributes,
-            time_unix_nano: export as u64,
+            time_unix_nano: start + export as u64,
+            start_time_unix_nano: start,
             value,
         }
     }
@@ -491,16 +786,131 @@ mod tests {
         let points = run(true);
         assert!(!predates_rename(&points));
         let intervals = rank_intervals(&points);
-        // The grid follows the sparsest rank: 10 iterations, 4 cells.
+        // The grid follows the sparsest rank: 10 iterations; its first
+        // export (10) is where its differences start: 3 cells.
         let rank1: Vec<u64> = intervals.iter().filter(|r| r.rank == 1).map(|r| r.iteration).collect();
-        assert_eq!(rank1, [10, 20, 30, 40]);
+        assert_eq!(rank1, [20, 30, 40]);
         let late = intervals.iter().find(|r| r.rank == 2).unwrap();
         assert!((late.phase_ms[Phase::Backward.index()] - 50.0).abs() < 1e-6, "{late:?}");
         assert!((late.step_ms - 61.0).abs() < 1e-6, "compute and waits: {late:?}");
         let findings = analyze(&intervals);
         assert_eq!(findings.len(), 1, "{findings:?}");
-        assert_eq!((findings[0].rank, findings[0].phase, findings[0].iterations), (2, Phase::Backward, (10, 40)));
+        assert_eq!((findings[0].rank, findings[0].phase, findings[0].iterations), (2, Phase::Backward, (20, 40)));
         assert!((findings[0].lateness_ms - 30.0).abs() < 1e-6, "{findings:?}");
+    }
+
+    /// The counters of four ranks over one process started at `start`:
+    /// exports at iterations `exports`, iteration `i` taking `ms(rank, i)`
+    /// (forward, backward, dp_wait) in ms; `export` numbers the lines from
+    /// `first_export`.
+    fn process(
+        start: u64,
+        first_export: usize,
+        exports: &[u64],
+        ms: impl Fn(u32, u64) -> [f64; 3],
+    ) -> Vec<MetricPoint> {
+        let mut points = Vec::new();
+        for rank in 0..4_u32 {
+            let mut totals = [0.0; 3];
+            let mut done = 0;
+            for (line, &upto) in exports.iter().enumerate() {
+                for i in done + 1..=upto {
+                    for (total, ms) in totals.iter_mut().zip(ms(rank, i)) {
+                        *total += ms / 1e3;
+                    }
+                }
+                done = upto;
+                let export = first_export + line;
+                #[expect(clippy::cast_precision_loss, reason = "small test iterations")]
+                points.push(point_of(rank, export, start, ITERATIONS.name, None, upto as f64));
+                for (phase, total) in ["forward", "backward", "dp_wait"].into_iter().zip(totals) {
+                    points.push(point_of(rank, export, start, PHASE_TIME.name, Some((PHASE_ATTRIBUTE, phase)), total));
+                }
+            }
+        }
+        points
+    }
+
+    /// Rank 2 twice as slow in backward (40 ms instead of 20) when `slow`
+    /// says so, its peers then waiting 21 ms for it; everyone waits 1 ms
+    /// otherwise.
+    fn twice_as_slow(slow: impl Fn(u64) -> bool) -> impl Fn(u32, u64) -> [f64; 3] {
+        move |rank, i| match (slow(i), rank == 2) {
+            (false, _) => [10.0, 20.0, 1.0],
+            (true, true) => [10.0, 40.0, 1.0],
+            (true, false) => [10.0, 20.0, 21.0],
+        }
+    }
+
+    fn summary(findings: &[Straggler]) -> Vec<(u32, (u64, u64), u32, Phase)> {
+        findings.iter().map(|f| (f.attempt, f.iterations, f.rank, f.phase)).collect()
+    }
+
+    #[test]
+    fn a_rank_slow_late_in_the_run_is_named_in_those_windows_only_with_its_slowdown_there() {
+        // Exports every 5 iterations, 5 to 85: cells of 5 from the first
+        // export, windows 10-25, 30-45, 50-65, 70-85; slow from 46.
+        let exports: Vec<u64> = (1..=17).map(|e| e * 5).collect();
+        let points = process(1, 0, &exports, twice_as_slow(|i| i > 45));
+        let findings = analyze(&rank_intervals(&points));
+        assert_eq!(summary(&findings), [(0, (50, 65), 2, Phase::Backward), (0, (70, 85), 2, Phase::Backward)]);
+        for f in &findings {
+            // Exact in the window (not diluted by the 45 fast iterations
+            // before): 20 ms per iteration late, peers waiting 21, itself 1.
+            assert!((f.lateness_ms - 20.0).abs() < 1e-6, "{f:?}");
+            assert!((f.peers_wait_ms - 21.0).abs() < 1e-6 && (f.wait_ms - 1.0).abs() < 1e-6, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn a_restart_starts_a_new_attempt_whose_windows_count_from_its_first_export() {
+        // Attempt 1: exports at 5..40, nobody slow. Attempt 2 (the same
+        // files, counters from zero, a new start time): rank 2 slow.
+        let exports: Vec<u64> = (1..=8).map(|e| e * 5).collect();
+        let mut points = process(1_000, 0, &exports, twice_as_slow(|_| false));
+        points.extend(process(2_000, 8, &exports, twice_as_slow(|_| true)));
+        let intervals = rank_intervals(&points);
+        assert_eq!(intervals.iter().filter(|r| r.attempt == 1).count(), 4 * 7, "{intervals:?}");
+        assert!(intervals.iter().all(|r| r.phase_ms.iter().all(|ms| *ms >= 0.0)), "{intervals:?}");
+        let findings = analyze(&intervals);
+        assert_eq!(summary(&findings), [(1, (10, 25), 2, Phase::Backward), (1, (30, 40), 2, Phase::Backward)]);
+        assert!(findings.iter().all(|f| (f.lateness_ms - 20.0).abs() < 1e-6), "{findings:?}");
+        let mut out = Vec::new();
+        write_section(&mut out, &findings, 4).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("  after restart 1:\n  10-25 "), "{text}");
+        assert!(!text.contains("before any restart"), "{text}");
+    }
+
+    #[test]
+    fn a_new_start_time_is_a_restart_even_when_the_counters_do_not_go_down() {
+        // Attempt 1 dies after one export (5); attempt 2's first export
+        // (10) is above it in every counter: only the start time tells.
+        let mut points = process(1_000, 0, &[5], twice_as_slow(|_| false));
+        let exports: Vec<u64> = (2..=10).map(|e| e * 5).collect();
+        points.extend(process(2_000, 1, &exports, twice_as_slow(|_| true)));
+        let findings = analyze(&rank_intervals(&points));
+        assert_eq!(summary(&findings), [(1, (15, 30), 2, Phase::Backward), (1, (35, 50), 2, Phase::Backward)]);
+        assert!(findings.iter().all(|f| (f.lateness_ms - 20.0).abs() < 1e-6), "{findings:?}");
+    }
+
+    #[test]
+    fn the_first_reading_predicts_which_ranks_the_second_gives_intervals() {
+        // Rank 3 exports once: it has rank metrics, but no interval.
+        let exports: Vec<u64> = (1..=8).map(|e| e * 5).collect();
+        let mut points = process(1, 0, &exports, twice_as_slow(|_| true));
+        points.retain(|p| p.file_rank != 3 || p.export == 0);
+        let mut grid = GridStep::default();
+        let mut collections: BTreeMap<(u32, usize), Vec<&MetricPoint>> = BTreeMap::new();
+        for p in &points {
+            collections.entry((p.file_rank, p.export)).or_default().push(p);
+        }
+        collections.values().for_each(|c| grid.push(c.iter().copied()));
+        assert!((grid.step() - 5.0).abs() < f64::EPSILON);
+        assert_eq!(grid.ranks(), BTreeSet::from([0, 1, 2, 3]));
+        assert_eq!(grid.ranks_with_intervals(), BTreeSet::from([0, 1, 2]));
+        let given: BTreeSet<u32> = rank_intervals(&points).iter().map(|r| r.rank).collect();
+        assert_eq!(given, grid.ranks_with_intervals());
     }
 
     #[test]
