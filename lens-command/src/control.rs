@@ -7,14 +7,19 @@
 //! It checks a span-group spec against the catalog the job wrote beside the
 //! file (`FILE.status`; without one, `--catalog lens|megatron`), with the
 //! same "did you mean" error as at launch (exit 2, the file left as it
-//! was). Without `--from-iteration` it starts the window at the job's last
+//! was), and then checks what it would write with the job's own parser
+//! (`parse_request`) against the job's launch settings. Without
+//! `--from-iteration` it starts the window (or `--reset`) at the job's last
 //! iteration plus a margin of two polls, read from the status file, and
-//! refuses when it cannot read it. It writes the next generation
-//! atomically (a temporary file, then a rename) under a lock
-//! (`FILE.lock`, `flock`), so that two concurrent calls cannot collide.
-//! It refuses (exit 2, the file left as it was) to write where the job
-//! would refuse to read: in a directory other users can write, by the job's
-//! own check (`check_file`), with the job's reason.
+//! refuses when it cannot read it or the job stopped updating it. It
+//! refuses a window that ends at or before the job's last iteration. It
+//! writes the generation after the highest the file or the job has seen,
+//! atomically (a temporary file, then a rename) under a lock (`FILE.lock`,
+//! `flock`), so that two concurrent calls cannot collide. It refuses (exit
+//! 2, the file left as it was) to write where the job would refuse to read:
+//! in a directory other users can write, by the job's own check
+//! (`check_file`), with the job's reason. `--show` gives the job's verdict
+//! on what the file holds.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,8 +27,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use lens_fallbacks::config::HangTimeout;
 use lens_fallbacks::control::{
-    CatalogData, ControlRequest, ControlStatus, check_file, describe, job_uid, keys, read_capped, status_path,
-    write_atomic,
+    CatalogData, ControlRequest, ControlStatus, Settings, check_file, describe, job_uid, keys, parse_request,
+    read_capped, status_path, write_atomic,
 };
 use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, SpanGroup};
 
@@ -44,7 +49,7 @@ pub struct ControlArgs {
     /// The span groups during the window: a span-group spec (group names and presets).
     #[arg(long, value_name = "SPEC")]
     pub span_groups: Option<String>,
-    /// The window's first iteration (default: the job's last iteration plus two polls).
+    /// The window's first iteration, or the reset's (default: the job's last iteration plus two polls).
     #[arg(long, value_name = "N")]
     pub from_iteration: Option<u64>,
     /// How many iterations the window lasts (default: until the next change).
@@ -65,11 +70,11 @@ pub struct ControlArgs {
     /// The catalog to check --span-groups against when the job wrote no status file.
     #[arg(long, value_enum, default_value_t = CatalogChoice::Lens)]
     pub catalog: CatalogChoice,
-    /// Go back to the launch configuration (a new generation with no change).
-    #[arg(long, conflicts_with_all = ["span_groups", "from_iteration", "iterations", "until_iteration",
+    /// Go back to the launch configuration (a new generation with no change), from --from-iteration or two polls ahead.
+    #[arg(long, conflicts_with_all = ["span_groups", "iterations", "until_iteration",
         "sampling_ratio", "rank_metrics", "hang_timeout", "show"])]
     pub reset: bool,
-    /// Print what the file asks for and what the job last reported.
+    /// Print what the file asks for, whether the job accepts it, and what the job last reported.
     #[arg(long, conflicts_with_all = ["span_groups", "from_iteration", "iterations", "until_iteration",
         "sampling_ratio", "rank_metrics", "hang_timeout"])]
     pub show: bool,
@@ -111,12 +116,14 @@ fn now_unix_s() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The job's status beside `file` (`None`: none, or not readable), read as
+/// the control file is (never through a link, never waiting on a FIFO).
 fn read_status(file: &Path) -> Option<ControlStatus> {
-    ControlStatus::from_json(&std::fs::read_to_string(status_path(file)).ok()?)
+    ControlStatus::from_json(&read_capped(&status_path(file)).ok()?)
 }
 
 /// The generation the file holds now (0: no file, or none readable).
-fn current_generation(file: &Path) -> u64 {
+fn file_generation(file: &Path) -> u64 {
     read_capped(file)
         .ok()
         .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
@@ -124,27 +131,69 @@ fn current_generation(file: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn write(args: &ControlArgs) -> Result<(), Failure> {
-    let status = read_status(&args.file);
-    let catalog = match &status {
+/// The catalog a version is checked against: the job's (from its status),
+/// else `--catalog`.
+fn catalog_of(args: &ControlArgs, status: Option<&ControlStatus>) -> CatalogData {
+    match status {
         Some(status) => status.catalog.clone(),
         None => match args.catalog {
             CatalogChoice::Lens => CatalogData::of(&LENS_CATALOG),
             CatalogChoice::Megatron => CatalogData::of(&megatron_telemetry::groups::MEGATRON_CATALOG),
         },
-    };
+    }
+}
+
+/// The launch settings and prefix to check a version against as the job
+/// does: from the status; without one (or with launch groups this catalog
+/// does not know), settings under which only what the status would tell
+/// (the `job` group's launch state, per-rank metrics at launch) is not
+/// checked: the job checks it when it reads the file.
+fn launch_of(status: Option<&ControlStatus>, catalog: &CatalogData, text: &str) -> (Settings, String) {
+    let prefix = status.map_or_else(|| "<PREFIX>".to_string(), |s| s.prefix.clone());
+    if let Some(launch) = status.and_then(ControlStatus::launch) {
+        return (launch, prefix);
+    }
+    let spec_groups = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|value| catalog.resolve(value.get(keys::SPAN_GROUPS)?.as_str()?).ok());
+    let groups = spec_groups.unwrap_or(GroupSet::from_bits(0));
+    (Settings { groups, sampling_ratio: None, rank_metrics: true, hang_timeout: HangTimeout::Auto }, prefix)
+}
+
+fn write(args: &ControlArgs) -> Result<(), Failure> {
+    let bad = |message: String| Failure::BadInput(format!("{message}; {} left as it was", args.file.display()));
+    let status = read_status(&args.file);
+    let catalog = catalog_of(args, status.as_ref());
     check_where_written(&args.file)?;
-    let mut request = ControlRequest::reset(0);
+    let mut request = ControlRequest::reset(0, 0);
     if !args.reset {
         request = build(args, status.as_ref(), &catalog)?;
     }
+    window(args, status.as_ref(), &mut request)?;
     let _lock = Lock::take(&args.file).map_err(Failure::Io)?;
-    let generation = current_generation(&args.file).max(status.as_ref().map_or(0, |s| s.generation)) + 1;
-    request.generation = generation;
-    write_atomic(&args.file, &request.to_json())
+    let in_file = file_generation(&args.file);
+    let highest = in_file.max(status.as_ref().map_or(0, ControlStatus::highest));
+    request.generation = highest.checked_add(1).ok_or_else(|| {
+        let source = if in_file == highest { "the file holds" } else { "the job accepted" };
+        bad(format!(
+            "generation {highest} ({source}) is the highest there is: no later generation can be written, and a job \
+             that accepted it takes no further change until it restarts"
+        ))
+    })?;
+    // What the job will do with it: the job's own parser, against its launch.
+    let text = request.to_json();
+    let (launch, prefix) = launch_of(status.as_ref(), &catalog, &text);
+    parse_request(&text, &catalog, &launch, &prefix)
+        .map_err(|error| bad(format!("the job would refuse it: {error}")))?;
+    write_atomic(&args.file, &text)
         .map_err(|error| Failure::Io(format!("could not write {}: {error}", args.file.display())))?;
+    let generation = request.generation;
     if args.reset {
-        say(format_args!("wrote generation {generation} to {}: back to the launch configuration", args.file.display()));
+        say(format_args!(
+            "wrote generation {generation} to {}: back to the launch configuration from iteration {}",
+            args.file.display(),
+            request.from_iteration
+        ));
     } else {
         let what: Vec<String> = describe(&request).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         say(format_args!("wrote generation {generation} to {}: {}", args.file.display(), what.join(" ")));
@@ -152,10 +201,11 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The request the flags ask for (generation filled in later).
+/// The request the flags ask for (its window and generation filled in
+/// later).
 fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogData) -> Result<ControlRequest, Failure> {
     let bad = |message: String| Failure::BadInput(format!("{message}; {} left as it was", args.file.display()));
-    let mut request = ControlRequest::reset(0);
+    let mut request = ControlRequest::reset(0, 0);
     if let Some(spec) = &args.span_groups {
         let set = catalog.resolve(spec).map_err(|error| bad(format!("--span-groups {spec:?}: {error}")))?;
         if let Some(status) = status {
@@ -183,25 +233,46 @@ fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogDa
                 .ok_or_else(|| bad(format!("--hang-timeout {timeout:?}: expected {}", HangTimeout::EXPECTED)))?,
         );
     }
-    if request == ControlRequest::reset(0) {
+    if request == ControlRequest::reset(0, 0) {
         return Err(bad(
             "nothing to change: give --span-groups, --sampling-ratio, --rank-metrics or --hang-timeout (or --reset, \
              --show)"
                 .to_string(),
         ));
     }
+    Ok(request)
+}
+
+/// Sets the request's window: its first iteration (`--from-iteration`, or
+/// the job's last iteration plus two polls, from its status) and its last
+/// (`--iterations`, `--until-iteration`); a window that ends at or before
+/// the job's last iteration is refused, as no rank would apply any of it.
+fn window(args: &ControlArgs, status: Option<&ControlStatus>, request: &mut ControlRequest) -> Result<(), Failure> {
+    let bad = |message: String| Failure::BadInput(format!("{message}; {} left as it was", args.file.display()));
     let from = match args.from_iteration {
         Some(from) => from,
         None => {
-            let start = status.and_then(|s| s.safe_start(now_unix_s())).ok_or_else(|| {
+            let path = status_path(&args.file);
+            let Some(status) = status else {
+                return Err(bad(format!(
+                    "cannot read the job's last iteration: no status from the job at {} (the job writes it at startup \
+                     and at each log interval); give --from-iteration",
+                    path.display()
+                )));
+            };
+            let now = now_unix_s();
+            let start = status.safe_start(now).map_err(|why| {
                 bad(format!(
-                    "cannot read the job's last iteration from {} (the job writes it at each log interval); give \
-                     --from-iteration",
-                    status_path(&args.file).display()
+                    "cannot pick the start from the job's status {}: {why}; give --from-iteration",
+                    path.display()
                 ))
             })?;
-            let last = status.and_then(|s| s.last_iteration).unwrap_or(0);
-            say(format_args!("from iteration {start} (the job's last iteration {last} plus a margin of two polls)"));
+            let last = status.last_iteration.unwrap_or(0);
+            say(format_args!(
+                "from iteration {start} (the job's last iteration {last}, {:.1} s ago, extrapolated to now, plus a \
+                 margin of two polls)",
+                (now - status.written_unix_s).max(0.0)
+            ));
             start
         }
     };
@@ -214,31 +285,49 @@ fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogDa
         }
         (None, until) => until,
     };
-    Ok(request)
+    if let (Some(until), Some(last)) = (request.until_iteration, status.and_then(|s| s.last_iteration))
+        && request.ended_by(last)
+    {
+        let flag = match args.iterations {
+            Some(n) => format!("--iterations {n} from iteration {from}"),
+            None => format!("--until-iteration {until}"),
+        };
+        return Err(bad(format!(
+            "{flag}: the window ends at iteration {until}, at or before the job's last iteration {last} (from {}): \
+             no rank would apply any of it; give a window that ends after it",
+            status_path(&args.file).display()
+        )));
+    }
+    Ok(())
 }
 
 fn show(args: &ControlArgs) -> ExitCode {
+    let status = read_status(&args.file);
     match read_capped(&args.file) {
-        Err(_) if !args.file.exists() => {
+        Err(_) if std::fs::symlink_metadata(&args.file).is_err() => {
             say(format_args!("{}: no control file: the launch configuration holds", args.file.display()));
         }
-        Err(error) => say(format_args!("{}: {error}", args.file.display())),
+        Err(error) => {
+            say(format_args!("{}: the job refuses this file: {error}; nothing in it applies", args.file.display()))
+        }
         Ok(text) => {
             say(format_args!("{}:", args.file.display()));
             say(format_args!("  {}", text.trim()));
             // The job's own check: what the file says applies only if it passes.
-            if let Err(refusal) = check_file(&args.file, job_uid()) {
-                say(format_args!("  the job refuses this file ({refusal}): nothing in it applies"));
+            match check_file(&args.file, job_uid()) {
+                Err(refusal) => say(format_args!("  the job refuses this file ({refusal}): nothing in it applies")),
+                Ok(_) => say(format_args!("  {}", verdict(args, status.as_ref(), &text))),
             }
         }
     }
-    match read_status(&args.file) {
+    match &status {
         Some(status) => {
             let last = status.last_iteration.map_or_else(|| "none yet".to_string(), |i| i.to_string());
             say(format_args!(
-                "job (rank 0): last iteration {last}, generation {} in force, catalog {}, launch span groups {}, \
-                 poll {} s",
+                "job (rank 0): last iteration {last}, generation {} in force (highest accepted {}), catalog {}, launch \
+                 span groups {}, poll {} s",
                 status.generation,
+                status.highest(),
                 status.catalog.name,
                 status.launch_groups.join(","),
                 status.poll_s
@@ -247,6 +336,60 @@ fn show(args: &ControlArgs) -> ExitCode {
         None => say(format_args!("no status from the job at {}", status_path(&args.file).display())),
     }
     ExitCode::SUCCESS
+}
+
+/// What the job does with `text`, in one line: the job's own parser against
+/// the job's catalog and launch (from its status; without one, `--catalog`),
+/// then its generation and its window against what the job last said.
+fn verdict(args: &ControlArgs, status: Option<&ControlStatus>, text: &str) -> String {
+    let catalog = catalog_of(args, status);
+    let (launch, prefix) = launch_of(status, &catalog, text);
+    let unchecked = if status.is_none() {
+        format!(
+            " (checked against the {} catalog; without the job's status its launch span groups and per-rank metrics \
+             are not known)",
+            catalog.name
+        )
+    } else {
+        String::new()
+    };
+    let request = match parse_request(text, &catalog, &launch, &prefix) {
+        Ok(request) => request,
+        Err(error) => return format!("the job refuses this version ({error}): nothing in it applies{unchecked}"),
+    };
+    if let Some(status) = status {
+        let highest = status.highest();
+        if request.generation < highest {
+            return format!(
+                "the job refuses this version (key '{}' = {}: lower than generation {highest}, the highest the job \
+                 accepted): nothing in it applies",
+                keys::GENERATION,
+                request.generation
+            );
+        }
+        if let Some(last) = status.last_iteration
+            && request.ended_by(last)
+        {
+            return format!(
+                "its window ended at or before the job's last iteration {last}: none of its settings apply (the job \
+                 moves to generation {} with the launch configuration)",
+                request.generation
+            );
+        }
+    }
+    let window = match request.until_iteration {
+        Some(until) => format!("from iteration {} to {until}", request.from_iteration),
+        None => format!("from iteration {} until the next change", request.from_iteration),
+    };
+    let mut settings: Vec<String> = describe(&request)
+        .into_iter()
+        .filter(|(key, _)| ![keys::GENERATION, keys::FROM_ITERATION, keys::UNTIL_ITERATION].contains(key))
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    if settings.is_empty() {
+        settings.push("the launch configuration".to_string());
+    }
+    format!("the job accepts it: generation {} applies {window}: {}{unchecked}", request.generation, settings.join(" "))
 }
 
 /// Runs the job's own check (`check_file`) on a file written where `file`

@@ -1,9 +1,12 @@
 //! `lens control` as a user runs it: a bad group gets launch's "did you
 //! mean" error with exit 2 and the file left as it was; without
 //! `--from-iteration` the start comes from the job's status file (refused
-//! when it has no last iteration); each write has the next generation,
-//! also when two calls race (the lock); `--reset` and `--show`; a file the
-//! job would refuse (in a directory other users can write) is not written.
+//! when it has no last iteration, or when the job stopped updating it),
+//! for `--reset` too; a window already past is refused; each write has the
+//! generation after the highest the file or the job has seen, also when two
+//! calls race (the lock), and none after `u64::MAX`; `--show` gives the
+//! job's verdict; a file the job would refuse (in a directory other users
+//! can write) is not written.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -34,9 +37,11 @@ fn private_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn write_status(dir: &Path, last_iteration: Option<u64>) {
+/// A status as the job writes it: polls of 2 s, 0.5 s per iteration,
+/// updated every 5 s, launched without per-rank metrics.
+fn status(last_iteration: Option<u64>) -> ControlStatus {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-    let status = ControlStatus {
+    ControlStatus {
         catalog: CatalogData::of(&LENS_CATALOG),
         launch_groups: vec!["job".into(), "checkpoint".into(), "evaluate".into()],
         prefix: "MYJOB_OTEL".into(),
@@ -44,9 +49,23 @@ fn write_status(dir: &Path, last_iteration: Option<u64>) {
         last_iteration,
         iteration_time_s: Some(0.5),
         generation: 0,
+        highest_generation: 0,
+        launch_rank_metrics: Some(false),
+        update_period_s: Some(5.0),
         written_unix_s: now,
-    };
+    }
+}
+
+fn put_status(dir: &Path, status: &ControlStatus) {
     std::fs::write(dir.join("control.json.status"), status.to_json()).unwrap();
+}
+
+fn write_status(dir: &Path, last_iteration: Option<u64>) {
+    put_status(dir, &status(last_iteration));
+}
+
+fn read(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("control.json")).unwrap()
 }
 
 fn generation(dir: &Path) -> u64 {
@@ -94,8 +113,9 @@ fn the_start_comes_from_the_status_file_and_is_refused_without_a_last_iteration(
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("cannot read the job's last iteration") && stderr.contains("--from-iteration"), "{stderr}");
     write_status(&dir, None);
-    let (code, _, _) = control(&dir, &["control.json", "--span-groups", "per_step", "--iterations", "5"]);
+    let (code, _, stderr) = control(&dir, &["control.json", "--span-groups", "per_step", "--iterations", "5"]);
     assert_eq!(code, 2);
+    assert!(stderr.contains("it has no last iteration yet") && stderr.contains("give --from-iteration"), "{stderr}");
     assert!(!dir.join("control.json").exists(), "nothing written");
     // Last iteration 100 at 0.5 s per iteration, polls of 2 s: 8 iterations
     // ahead, plus one for each half second between the status and the call
@@ -142,14 +162,22 @@ fn every_write_has_the_next_generation_even_when_calls_race_and_reset_and_show_w
     assert_eq!(generation(&dir), 6, "six writes, six generations");
     let mode = std::fs::metadata(dir.join("control.json")).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "only its owner may write it");
-    let (code, stdout, _) = control(&dir, &["control.json", "--reset"]);
+    let (code, stdout, _) = control(&dir, &["control.json", "--reset", "--from-iteration", "40"]);
     assert_eq!(code, 0);
-    assert!(stdout.contains("wrote generation 7") && stdout.contains("launch configuration"), "{stdout}");
-    let text = std::fs::read_to_string(dir.join("control.json")).unwrap();
-    assert_eq!(text.trim(), r#"{"generation":7}"#);
+    assert!(
+        stdout.contains("wrote generation 7") && stdout.contains("launch configuration from iteration 40"),
+        "{stdout}"
+    );
+    assert_eq!(read(&dir).trim(), r#"{"from_iteration":40,"generation":7}"#);
     let (code, stdout, _) = control(&dir, &["control.json", "--show"]);
     assert_eq!(code, 0);
-    assert!(stdout.contains(r#"{"generation":7}"#) && stdout.contains("no status from the job"), "{stdout}");
+    assert!(stdout.contains(r#"{"from_iteration":40,"generation":7}"#) && stdout.contains("no status from the job"));
+    assert!(
+        stdout.contains(
+            "the job accepts it: generation 7 applies from iteration 40 until the next change: the launch configuration"
+        ),
+        "{stdout}"
+    );
     assert!(!stdout.contains("refuses"), "a file the job reads: {stdout}");
 }
 
@@ -198,4 +226,216 @@ fn a_directory_other_users_can_write_is_refused_as_the_job_refuses_it() {
     assert!(stdout.contains("wrote generation 8"), "{stdout}");
     assert_eq!(std::fs::metadata(&old).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(lens_fallbacks::control::check_file(&old, lens_fallbacks::control::job_uid()).is_ok_and(|m| m.is_some()));
+}
+
+#[test]
+fn a_reset_starts_where_other_changes_do_and_is_refused_without_a_known_start() {
+    let dir = private_dir("control-reset");
+    let (code, stdout, stderr) = control(&dir, &["control.json", "--reset"]);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(stderr.contains("cannot read the job's last iteration") && stderr.contains("--from-iteration"), "{stderr}");
+    assert!(!dir.join("control.json").exists(), "nothing written");
+    // Last iteration 100, two polls of 2 s at 0.5 s per iteration ahead.
+    let written = Instant::now();
+    write_status(&dir, Some(100));
+    let (code, stdout, stderr) = control(&dir, &["control.json", "--reset"]);
+    let elapsed_iterations = (written.elapsed().as_secs_f64() / 0.5).ceil() as u64;
+    assert_eq!(code, 0, "{stderr}");
+    let value: serde_json::Value = serde_json::from_str(&read(&dir)).unwrap();
+    let from = value["from_iteration"].as_u64().unwrap();
+    assert!((108..=108 + elapsed_iterations).contains(&from), "{value}");
+    assert_eq!(value.as_object().unwrap().len(), 2, "a generation and a start only: {value}");
+    assert!(stdout.contains(&format!("back to the launch configuration from iteration {from}")), "{stdout}");
+}
+
+#[test]
+fn a_status_the_job_stopped_updating_is_not_extrapolated() {
+    let dir = private_dir("control-stale");
+    // Limit: 5 polls of 2 s plus twice the 5 s update period: 20 s.
+    let mut old = status(Some(100));
+    old.written_unix_s -= 600.0;
+    put_status(&dir, &old);
+    let (code, _, stderr) = control(&dir, &["control.json", "--sampling-ratio", "0.5", "--iterations", "5"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("cannot pick the start from the job's status")
+            && stderr.contains("it is 600 s old (last iteration 100), older than the 20 s")
+            && stderr.contains("give --from-iteration")
+            && stderr.contains("left as it was"),
+        "{stderr}"
+    );
+    assert!(!dir.join("control.json").exists(), "nothing written");
+    let (code, _, stderr) = control(&dir, &["control.json", "--reset"]);
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, stderr) = control(&dir, &["control.json", "--sampling-ratio", "0.5", "--from-iteration", "500"]);
+    assert_eq!(code, 0, "with --from-iteration: {stderr}");
+}
+
+#[test]
+fn a_window_that_ended_before_the_job_s_last_iteration_is_refused() {
+    let dir = private_dir("control-past");
+    write_status(&dir, Some(100));
+    let (code, _, _) = control(&dir, &["control.json", "--sampling-ratio", "0.5", "--from-iteration", "200"]);
+    assert_eq!(code, 0);
+    let before = read(&dir);
+    for (args, flag) in [
+        (&["--from-iteration", "50", "--until-iteration", "99"][..], "--until-iteration 99"),
+        (&["--from-iteration", "50", "--until-iteration", "100"], "--until-iteration 100"),
+        (&["--from-iteration", "90", "--iterations", "5"], "--iterations 5 from iteration 90"),
+    ] {
+        let (code, _, stderr) = control(&dir, &[&["control.json", "--sampling-ratio", "0.25"][..], args].concat());
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(flag)
+                && stderr.contains("at or before the job's last iteration 100")
+                && stderr.contains("no rank would apply any of it")
+                && stderr.contains("left as it was"),
+            "{stderr}"
+        );
+        assert_eq!(read(&dir), before, "{args:?}");
+    }
+    // Started in the past but still running: applied late, accepted.
+    let (code, _, stderr) = control(
+        &dir,
+        &["control.json", "--sampling-ratio", "0.25", "--from-iteration", "90", "--until-iteration", "101"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn the_next_generation_follows_the_highest_seen_and_never_wraps() {
+    let dir = private_dir("control-generation");
+    // The job accepted generation 9 (its window not started yet: 8 in
+    // force), and the file now holds an older version: the next is 10.
+    std::fs::write(dir.join("control.json"), r#"{"generation": 3, "from_iteration": 1}"#).unwrap();
+    std::fs::set_permissions(dir.join("control.json"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    put_status(&dir, &ControlStatus { generation: 8, highest_generation: 9, ..status(Some(100)) });
+    let (code, stdout, stderr) = control(&dir, &["control.json", "--sampling-ratio", "0.5", "--from-iteration", "200"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("wrote generation 10"), "{stdout}");
+    // The highest generation there is: refused, the file left as it was.
+    let max = format!(r#"{{"generation": {}, "from_iteration": 1}}"#, u64::MAX);
+    std::fs::write(dir.join("control.json"), &max).unwrap();
+    for args in [&["--sampling-ratio", "0.5", "--from-iteration", "200"][..], &["--reset", "--from-iteration", "200"]] {
+        let (code, stdout, stderr) = control(&dir, &[&["control.json"][..], args].concat());
+        assert_eq!(code, 2, "{stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("generation {} (the file holds) is the highest there is", u64::MAX))
+                && stderr.contains("left as it was"),
+            "{stderr}"
+        );
+        assert_eq!(read(&dir), max);
+    }
+}
+
+#[test]
+fn what_the_job_refuses_is_refused_before_it_is_written() {
+    let dir = private_dir("control-job-parser");
+    // The job was launched without per-rank metrics: they cannot be turned on.
+    write_status(&dir, Some(100));
+    let (code, _, stderr) = control(&dir, &["control.json", "--rank-metrics", "on", "--from-iteration", "200"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("the job would refuse it: key 'rank_metrics' = true")
+            && stderr.contains("needs a launch with MYJOB_OTEL_RANK_METRICS=1"),
+        "{stderr}"
+    );
+    assert!(!dir.join("control.json").exists(), "nothing written");
+}
+
+#[test]
+fn show_gives_the_job_s_verdict_on_what_the_file_holds() {
+    let dir = private_dir("control-show");
+    let file = dir.join("control.json");
+    let put = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    let show = |extra: &[&str]| {
+        let (code, stdout, stderr) = control(&dir, &[&["control.json", "--show"][..], extra].concat());
+        assert_eq!(code, 0, "{stderr}");
+        stdout
+    };
+    // Without a status: against --catalog.
+    put(r#"{"generation": 2, "span_groups": "microbatch", "from_iteration": 10, "iterations": 5}"#);
+    let stdout = show(&[]);
+    assert!(
+        stdout.contains("the job refuses this version (key 'span_groups' = \"microbatch\": Unknown span group"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("checked against the lens catalog"), "{stdout}");
+    let stdout = show(&["--catalog", "megatron"]);
+    assert!(
+        stdout.contains("the job accepts it: generation 2 applies from iteration 10 to 14: span_groups=microbatch"),
+        "{stdout}"
+    );
+    // No from_iteration: each rank would apply it whenever it read it.
+    put(r#"{"generation": 2, "sampling_ratio": 0.5}"#);
+    assert!(show(&[]).contains("the job refuses this version (key 'from_iteration' = (missing)"));
+    // Against the job's status: its highest generation, its last iteration.
+    put_status(&dir, &ControlStatus { generation: 4, highest_generation: 4, ..status(Some(100)) });
+    put(r#"{"generation": 3, "sampling_ratio": 0.5, "from_iteration": 200}"#);
+    let stdout = show(&[]);
+    assert!(stdout.contains("lower than generation 4, the highest the job accepted"), "{stdout}");
+    assert!(
+        stdout.contains("job (rank 0): last iteration 100, generation 4 in force (highest accepted 4)"),
+        "{stdout}"
+    );
+    put(r#"{"generation": 5, "sampling_ratio": 0.5, "from_iteration": 20, "until_iteration": 60}"#);
+    assert!(
+        show(&[]).contains("its window ended at or before the job's last iteration 100: none of its settings apply")
+    );
+    put(r#"{"generation": 5, "rank_metrics": true, "from_iteration": 200}"#);
+    assert!(show(&[]).contains("needs a launch with MYJOB_OTEL_RANK_METRICS=1"));
+    put(r#"{"generation": 5, "sampling_ratio": 0.5, "from_iteration": 200}"#);
+    assert!(show(&[]).contains(
+        "the job accepts it: generation 5 applies from iteration 200 until the next change: sampling_ratio=0.5"
+    ));
+    // Too long: what was found and what is accepted.
+    let long = format!("{{\"generation\": 5, \"from_iteration\": 200, \"pad\": \"{}\"}}", "x".repeat(70_000));
+    put(&long);
+    let stdout = show(&[]);
+    assert!(
+        stdout.contains(&format!(
+            "the job refuses this file: it is {} bytes long, more than the 65536 bytes (64 KiB) read; a control file \
+             is one JSON object of at most 64 KiB (65536 bytes); nothing in it applies",
+            long.len()
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn show_never_waits_on_a_fifo() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = private_dir("control-fifo");
+    let fifo = dir.join("control.json");
+    let name = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let mut child = Command::new(LENS)
+        .current_dir(&dir)
+        .args(["control", "control.json", "--show"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("lens control --show waited on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(
+            "the job refuses this file: it is a FIFO (named pipe), not a regular file; a control file is a regular \
+         file holding one JSON object; nothing in it applies"
+        ),
+        "{stdout}"
+    );
 }

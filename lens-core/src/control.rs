@@ -175,7 +175,8 @@ pub struct ControlRequest {
     pub generation: u64,
     /// The span-group spec and what it resolves to.
     pub span_groups: Option<(String, GroupSet)>,
-    /// The window's first iteration (0 when absent: from the next iteration).
+    /// The window's first iteration: every version names it, so that every
+    /// rank changes at that same iteration.
     pub from_iteration: u64,
     /// The window's last iteration, inclusive (`None`: until the next change).
     pub until_iteration: Option<u64>,
@@ -188,13 +189,13 @@ pub struct ControlRequest {
 }
 
 impl ControlRequest {
-    /// A request that only moves to `generation` (back to the launch
-    /// configuration: `lens control --reset`).
-    pub fn reset(generation: u64) -> ControlRequest {
+    /// A request that only moves to `generation` from `from_iteration` on
+    /// (back to the launch configuration: `lens control --reset`).
+    pub fn reset(generation: u64, from_iteration: u64) -> ControlRequest {
         ControlRequest {
             generation,
             span_groups: None,
-            from_iteration: 0,
+            from_iteration,
             until_iteration: None,
             sampling_ratio: None,
             rank_metrics: None,
@@ -212,6 +213,12 @@ impl ControlRequest {
         }
     }
 
+    /// Whether the window ends at or before `last_iteration`, an
+    /// iteration that has already begun: none of its iterations is ahead.
+    pub fn ended_by(&self, last_iteration: u64) -> bool {
+        self.until_iteration.is_some_and(|until| until <= last_iteration)
+    }
+
     /// Whether `iteration` is inside the window.
     pub fn covers(&self, iteration: u64) -> bool {
         iteration >= self.from_iteration && self.until_iteration.is_none_or(|until| iteration <= until)
@@ -224,9 +231,7 @@ impl ControlRequest {
         if let Some((spec, _)) = &self.span_groups {
             object.insert(keys::SPAN_GROUPS.into(), spec.clone().into());
         }
-        if self.from_iteration > 0 || self.until_iteration.is_some() {
-            object.insert(keys::FROM_ITERATION.into(), self.from_iteration.into());
-        }
+        object.insert(keys::FROM_ITERATION.into(), self.from_iteration.into());
         if let Some(until) = self.until_iteration {
             object.insert(keys::UNTIL_ITERATION.into(), until.into());
         }
@@ -286,16 +291,41 @@ fn as_iteration(key: &str, value: &Value) -> Result<u64, ControlInputError> {
     value.as_u64().ok_or_else(|| ControlInputError::new(key, value, "expected a whole number of iterations, 0 or more"))
 }
 
+/// What a span-group spec resolves against: the job's catalog (in the
+/// job), or its data as the status file carries it (in `lens control`), so
+/// that both run the one [`parse_request`].
+pub trait SpecResolver {
+    /// The groups `spec` names, or the error text ("Unknown span group or
+    /// preset ... (did you mean ...)").
+    fn resolve_spec(&self, spec: &str) -> Result<GroupSet, String>;
+}
+
+impl SpecResolver for SpanGroupCatalog {
+    fn resolve_spec(&self, spec: &str) -> Result<GroupSet, String> {
+        self.resolve(spec).map_err(|error| error.to_string())
+    }
+}
+
+impl SpecResolver for CatalogData {
+    fn resolve_spec(&self, spec: &str) -> Result<GroupSet, String> {
+        self.resolve(spec)
+    }
+}
+
 /// Parses one version of the control file against `catalog` and the
 /// rank's `launch` settings (`prefix`: the job's variable prefix, for the
 /// messages). Any problem (not JSON, not an object, an unknown key, a key
-/// that can never change in flight, a bad value, a `job` group different
-/// from the launch's, per-rank metrics turned on without a launch with them
-/// on) is an error naming the key and the value: the version changes
-/// nothing.
+/// that can never change in flight, a bad value, no `from_iteration`, a
+/// `job` group different from the launch's, per-rank metrics turned on
+/// without a launch with them on) is an error naming the key and the
+/// value: the version changes nothing.
+///
+/// A version without `from_iteration` is refused: each rank would apply it
+/// at the iteration it happens to read the file, and no rank can know the
+/// iteration another one reads it at without talking to it.
 pub fn parse_request(
     text: &str,
-    catalog: &SpanGroupCatalog,
+    catalog: &(impl SpecResolver + ?Sized),
     launch: &Settings,
     prefix: &str,
 ) -> Result<ControlRequest, ControlInputError> {
@@ -332,14 +362,13 @@ pub fn parse_request(
             .ok_or_else(|| ControlInputError::new(keys::GENERATION, value, "expected a whole number, 1 or more"))?,
         None => return Err(ControlInputError::new(keys::GENERATION, "(missing)", "every version needs a generation")),
     };
-    let mut request = ControlRequest::reset(generation);
+    let mut request = ControlRequest::reset(generation, 0);
     if let Some(value) = object.get(keys::SPAN_GROUPS) {
         let spec = value
             .as_str()
             .ok_or_else(|| ControlInputError::new(keys::SPAN_GROUPS, value, "expected a span-group spec (a string)"))?;
-        let set = catalog
-            .resolve(spec)
-            .map_err(|error| ControlInputError::new(keys::SPAN_GROUPS, value, error.to_string()))?;
+        let set =
+            catalog.resolve_spec(spec).map_err(|error| ControlInputError::new(keys::SPAN_GROUPS, value, error))?;
         if set.contains(SpanGroup::JOB) != launch.groups.contains(SpanGroup::JOB) {
             let state = if launch.groups.contains(SpanGroup::JOB) { "on" } else { "off" };
             return Err(ControlInputError::new(
@@ -418,7 +447,49 @@ pub fn parse_request(
         request.hang_timeout =
             Some(parsed.ok_or_else(|| ControlInputError::new(keys::HANG_TIMEOUT_S, value, HangTimeout::EXPECTED))?);
     }
+    if !object.contains_key(keys::FROM_ITERATION) {
+        return Err(ControlInputError::new(
+            keys::FROM_ITERATION,
+            "(missing)",
+            "every version needs the iteration it starts at, so that every rank changes at that same iteration \
+             (lens control writes it)",
+        ));
+    }
     Ok(request)
+}
+
+/// Whether a parsed version is new to a job whose highest accepted
+/// generation is `highest` (`accepted`: that version, when known):
+/// `Ok(true)` a higher generation, `Ok(false)` the accepted version again
+/// (nothing to do), and an error for a lower generation, or the same one
+/// with a different content, both of which change nothing.
+pub fn check_generation(
+    request: &ControlRequest,
+    highest: u64,
+    accepted: Option<&ControlRequest>,
+) -> Result<bool, ControlInputError> {
+    const NEXT: &str = "each change needs a higher generation: lens control writes the next one";
+    if request.generation > highest {
+        return Ok(true);
+    }
+    if request.generation < highest {
+        return Err(ControlInputError::new(
+            keys::GENERATION,
+            request.generation,
+            format!("lower than generation {highest}, the highest this job accepted; nothing changes ({NEXT})"),
+        ));
+    }
+    match accepted {
+        Some(accepted) if accepted != request => Err(ControlInputError::new(
+            keys::GENERATION,
+            request.generation,
+            format!(
+                "the generation this job already accepted, with a different content; nothing changes (a version is \
+                 read once per generation; {NEXT})"
+            ),
+        )),
+        _ => Ok(false),
+    }
 }
 
 /// What to apply at one iteration boundary.
@@ -440,13 +511,20 @@ pub struct Change {
 }
 
 /// One rank's schedule of control changes: which settings each iteration
-/// has, from the launch settings and the latest accepted request. The
-/// training thread asks it at each iteration boundary.
+/// has, from the launch settings and the accepted requests. The training
+/// thread asks it at each iteration boundary.
+///
+/// A request takes over at its `from_iteration`, not when it is read: the
+/// one in force (its window open, or ended) holds until then, so that a
+/// rank that reads a later generation early does not end the window in
+/// force before every other rank does.
 #[derive(Clone, Debug)]
 pub struct ControlSchedule {
     launch: Settings,
-    request: Option<ControlRequest>,
-    started: bool,
+    /// The request in force: its window has started (and may have ended).
+    current: Option<ControlRequest>,
+    /// The latest accepted request whose window has not started yet.
+    pending: Option<ControlRequest>,
     in_force: Settings,
     generation: u64,
 }
@@ -454,7 +532,7 @@ pub struct ControlSchedule {
 impl ControlSchedule {
     /// A schedule at the launch settings, generation 0.
     pub fn new(launch: Settings) -> ControlSchedule {
-        ControlSchedule { launch, request: None, started: false, in_force: launch, generation: 0 }
+        ControlSchedule { launch, current: None, pending: None, in_force: launch, generation: 0 }
     }
 
     /// The launch settings.
@@ -473,52 +551,56 @@ impl ControlSchedule {
         self.generation
     }
 
-    /// The latest accepted request (`None`: the file is missing, the launch
-    /// configuration holds from the next iteration).
+    /// The latest accepted request: it takes over at its `from_iteration`
+    /// (at once when that is past), and replaces one accepted earlier that
+    /// has not started yet. `None`: the file is missing, the launch
+    /// configuration holds from the next iteration.
     pub fn set_request(&mut self, request: Option<ControlRequest>) {
-        self.started = false;
-        self.request = request;
+        match request {
+            Some(request) => self.pending = Some(request),
+            None => {
+                self.pending = None;
+                self.current = None;
+            }
+        }
     }
 
     /// The first iteration after `iteration` at which [`Self::at_iteration`]
     /// may return a change (`u64::MAX`: none is due), so that the training
     /// thread can skip the schedule with one comparison.
     pub fn next_due(&self, iteration: u64) -> u64 {
-        let Some(request) = &self.request else {
-            return if self.in_force == self.launch { u64::MAX } else { iteration.saturating_add(1) };
+        let next = iteration.saturating_add(1);
+        let start = self.pending.as_ref().map_or(u64::MAX, |pending| pending.from_iteration.max(next));
+        let end = match &self.current {
+            _ if self.in_force == self.launch => u64::MAX,
+            Some(current) => match current.until_iteration {
+                Some(until) if until >= iteration => until.saturating_add(1),
+                Some(_) => next,
+                None => u64::MAX,
+            },
+            None => next,
         };
-        if !self.started {
-            return request.from_iteration.max(iteration.saturating_add(1));
-        }
-        match request.until_iteration {
-            Some(until) if until >= iteration && self.in_force != self.launch => until.saturating_add(1),
-            _ => u64::MAX,
-        }
+        start.min(end)
     }
 
     /// What to apply at the boundary of `iteration` (`None`: nothing
-    /// changes). The first boundary at or after the request's window start
+    /// changes). The first boundary at or after a request's window start
     /// applies it (late when after it); the boundary after its last
     /// iteration goes back to the launch settings.
     pub fn at_iteration(&mut self, iteration: u64) -> Option<Change> {
         let before = self.in_force;
         let mut late_by = 0;
         let mut generation_changed = false;
-        let desired = match &self.request {
-            Some(request) => {
-                if !self.started && iteration >= request.from_iteration {
-                    self.started = true;
-                    late_by = iteration - request.from_iteration;
-                    generation_changed = request.generation != self.generation;
-                    self.generation = request.generation;
-                }
-                if self.started && request.covers(iteration) {
-                    request.settings_over(&self.launch)
-                } else {
-                    self.launch
-                }
-            }
-            None => self.launch,
+        if self.pending.as_ref().is_some_and(|pending| iteration >= pending.from_iteration) {
+            let request = self.pending.take()?;
+            late_by = iteration - request.from_iteration;
+            generation_changed = request.generation != self.generation;
+            self.generation = request.generation;
+            self.current = Some(request);
+        }
+        let desired = match &self.current {
+            Some(current) if current.covers(iteration) => current.settings_over(&self.launch),
+            _ => self.launch,
         };
         if desired == before && !generation_changed {
             return None;
@@ -547,10 +629,47 @@ pub enum Refusal {
     /// Other users can write the directory (its mode), so they could
     /// replace the file.
     DirectoryWritableByOthers(PathBuf, u32),
-    /// Not a regular file.
-    NotAFile,
-    /// Longer than [`MAX_CONTROL_BYTES`].
+    /// Not a regular file (what it is: "a directory", "a FIFO", ...).
+    NotAFile(&'static str),
+    /// Longer than [`MAX_CONTROL_BYTES`] (its length).
     TooLong(u64),
+}
+
+impl Refusal {
+    /// What a control file must be instead, for the message after the
+    /// refusal.
+    pub fn accepted(&self) -> &'static str {
+        match self {
+            Refusal::Symlink => "give the file itself, not a symbolic link to it",
+            Refusal::NotOwner(_) | Refusal::WritableByOthers(_) | Refusal::DirectoryWritableByOthers(..) => {
+                "only the job's user may write the file that changes what a job sends: keep it in a directory only \
+                 that user can write (chmod 700), with mode 0600"
+            }
+            Refusal::NotAFile(_) => "a control file is a regular file holding one JSON object",
+            Refusal::TooLong(_) => "a control file is one JSON object of at most 64 KiB (65536 bytes)",
+        }
+    }
+}
+
+/// What a file type is, in words, for [`Refusal::NotAFile`].
+#[cfg(unix)]
+fn kind_of(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
 }
 
 impl fmt::Display for Refusal {
@@ -562,8 +681,10 @@ impl fmt::Display for Refusal {
             Refusal::DirectoryWritableByOthers(dir, mode) => {
                 write!(f, "other users can write its directory {} (mode {mode:o})", dir.display())
             }
-            Refusal::NotAFile => f.write_str("it is not a regular file"),
-            Refusal::TooLong(len) => write!(f, "it is {len} bytes long, more than {MAX_CONTROL_BYTES}"),
+            Refusal::NotAFile(kind) => write!(f, "it is {kind}, not a regular file"),
+            Refusal::TooLong(len) => {
+                write!(f, "it is {len} bytes long, more than the {MAX_CONTROL_BYTES} bytes (64 KiB) read")
+            }
         }
     }
 }
@@ -588,7 +709,7 @@ pub fn check_file(path: &Path, uid: u32) -> Result<Option<std::fs::Metadata>, Re
         return Err(Refusal::Symlink);
     }
     if !meta.is_file() {
-        return Err(Refusal::NotAFile);
+        return Err(Refusal::NotAFile(kind_of(meta.file_type())));
     }
     if meta.uid() != uid {
         return Err(Refusal::NotOwner(meta.uid()));
@@ -613,6 +734,12 @@ pub fn check_file(path: &Path, uid: u32) -> Result<Option<std::fs::Metadata>, Re
 
 /// The file's text, at most [`MAX_CONTROL_BYTES`], never through a
 /// symbolic link (`O_NOFOLLOW`); the error says why in words.
+///
+/// It never blocks on what is not a regular file: the open is
+/// non-blocking (a FIFO with no writer opens at once), and the opened
+/// descriptor is checked (`fstat`: a regular file, at most
+/// [`MAX_CONTROL_BYTES`]) before anything is read, so that a file replaced
+/// by a FIFO between a `stat` and the open is refused, not waited on.
 pub fn read_capped(path: &Path) -> Result<String, String> {
     use std::io::Read as _;
     let mut options = std::fs::OpenOptions::new();
@@ -620,13 +747,23 @@ pub fn read_capped(path: &Path) -> Result<String, String> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt as _;
-        options.custom_flags(libc::O_NOFOLLOW);
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
     }
     let file = options.open(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{}; {}", Refusal::NotAFile(kind_of(meta.file_type())), Refusal::NotAFile("").accepted()));
+    }
+    if meta.len() > MAX_CONTROL_BYTES {
+        return Err(format!("{}; {}", Refusal::TooLong(meta.len()), Refusal::TooLong(0).accepted()));
+    }
     let mut bytes = Vec::new();
     file.take(MAX_CONTROL_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
     if bytes.len() as u64 > MAX_CONTROL_BYTES {
-        return Err(format!("it is longer than {MAX_CONTROL_BYTES} bytes"));
+        return Err(format!(
+            "it grew past {MAX_CONTROL_BYTES} bytes (64 KiB) while being read; {}",
+            Refusal::TooLong(0).accepted()
+        ));
     }
     String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
 }
@@ -757,8 +894,55 @@ pub struct ControlStatus {
     pub iteration_time_s: Option<f64>,
     /// The generation in force on rank 0.
     pub generation: u64,
+    /// The highest generation rank 0 accepted (its window may not have
+    /// started yet): `lens control` writes the one after it.
+    pub highest_generation: u64,
+    /// Whether the job was launched with per-rank metrics (`None`: not
+    /// said, a status from an older job).
+    pub launch_rank_metrics: Option<bool>,
+    /// Seconds between this update and the one before it (`None`:
+    /// unknown): how often the job updates the file, so that `lens control`
+    /// can tell a status the job stopped updating.
+    pub update_period_s: Option<f64>,
     /// When this was written, seconds since the epoch.
     pub written_unix_s: f64,
+}
+
+/// How many polls, beyond twice its usual update period, a status may be
+/// old before `lens control` takes it for one the job stopped updating.
+pub const STALE_STATUS_POLLS: f64 = 5.0;
+
+/// Why [`ControlStatus::safe_start`] cannot pick a start.
+#[derive(Clone, Debug, PartialEq)]
+pub enum UnknownStart {
+    /// The job has begun no iteration yet (or never said).
+    NoIteration,
+    /// The status is older than the job's updates explain: the job stopped
+    /// updating it (it ended, or hangs), so its last iteration says nothing
+    /// of where it is now.
+    Stale {
+        /// How old the status is, seconds.
+        age_s: f64,
+        /// The oldest it may be, seconds.
+        limit_s: f64,
+        /// Its last iteration.
+        last_iteration: u64,
+    },
+}
+
+impl fmt::Display for UnknownStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnknownStart::NoIteration => {
+                f.write_str("it has no last iteration yet (the job writes it at each log interval)")
+            }
+            UnknownStart::Stale { age_s, limit_s, last_iteration } => write!(
+                f,
+                "it is {age_s:.0} s old (last iteration {last_iteration}), older than the {limit_s:.0} s within which \
+                 a running job updates it: the job may have stopped or hung, so where it is now is unknown"
+            ),
+        }
+    }
 }
 
 impl ControlStatus {
@@ -772,6 +956,9 @@ impl ControlStatus {
             "last_iteration": self.last_iteration,
             "iteration_time_s": self.iteration_time_s,
             "generation": self.generation,
+            "highest_generation": self.highest_generation,
+            "launch_rank_metrics": self.launch_rank_metrics,
+            "update_period_s": self.update_period_s,
             "written_unix_s": self.written_unix_s,
         })
         .to_string();
@@ -795,23 +982,52 @@ impl ControlStatus {
             last_iteration: value.get("last_iteration").and_then(Value::as_u64),
             iteration_time_s: value.get("iteration_time_s").and_then(Value::as_f64),
             generation: value.get("generation").and_then(Value::as_u64).unwrap_or(0),
+            highest_generation: value.get("highest_generation").and_then(Value::as_u64).unwrap_or(0),
+            launch_rank_metrics: value.get("launch_rank_metrics").and_then(Value::as_bool),
+            update_period_s: value.get("update_period_s").and_then(Value::as_f64),
             written_unix_s: value.get("written_unix_s").and_then(Value::as_f64).unwrap_or(0.0),
         })
     }
 
     /// The first iteration a change written now can safely start at: the
     /// last iteration (extrapolated to now at the iteration time) plus a
-    /// margin of two polls' worth of iterations (at least one); `None`
-    /// when the last iteration is unknown.
-    pub fn safe_start(&self, now_unix_s: f64) -> Option<u64> {
-        let last = self.last_iteration?;
-        let per_iteration = self.iteration_time_s.filter(|t| *t > 0.0);
+    /// margin of two polls' worth of iterations (at least one). Refused
+    /// when the last iteration is unknown, or when the status is older than
+    /// [`STALE_STATUS_POLLS`] polls plus twice its update period (the job
+    /// stopped updating it: extrapolating would invent iterations).
+    pub fn safe_start(&self, now_unix_s: f64) -> Result<u64, UnknownStart> {
+        let last = self.last_iteration.ok_or(UnknownStart::NoIteration)?;
         let elapsed = (now_unix_s - self.written_unix_s).max(0.0);
+        let limit_s = STALE_STATUS_POLLS * self.poll_s + 2.0 * self.update_period_s.unwrap_or(0.0).max(0.0);
+        if elapsed > limit_s {
+            return Err(UnknownStart::Stale { age_s: elapsed, limit_s, last_iteration: last });
+        }
+        let per_iteration = self.iteration_time_s.filter(|t| *t > 0.0);
         let (since, margin) = match per_iteration {
             Some(t) => ((elapsed / t).ceil() as u64, ((2.0 * self.poll_s) / t).ceil() as u64),
             None => (0, 0),
         };
-        Some(last.saturating_add(since).saturating_add(margin.max(1)))
+        Ok(last.saturating_add(since).saturating_add(margin.max(1)))
+    }
+
+    /// The highest generation the job has seen: the one after it is the
+    /// next change's.
+    pub fn highest(&self) -> u64 {
+        self.generation.max(self.highest_generation)
+    }
+
+    /// The job's launch settings as far as the status says them (the
+    /// launch span groups, per-rank metrics; `None`: a launch span group
+    /// this catalog does not know), to check a version against as the job
+    /// does ([`parse_request`]). Per-rank metrics not said count as on, so
+    /// that only the job can refuse them.
+    pub fn launch(&self) -> Option<Settings> {
+        Some(Settings {
+            groups: self.catalog.resolve(&self.launch_groups.join(",")).ok()?,
+            sampling_ratio: None,
+            rank_metrics: self.launch_rank_metrics.unwrap_or(true),
+            hang_timeout: HangTimeout::Auto,
+        })
     }
 }
 
@@ -888,7 +1104,7 @@ mod tests {
 
     #[test]
     fn bad_versions_name_the_key_and_the_value() {
-        let cases: [(&str, &str, &str); 12] = [
+        let cases: [(&str, &str, &str); 13] = [
             ("{not json", "(file)", "not JSON"),
             ("[1]", "(file)", "a JSON object"),
             (r#"{"generation": 2, "spam_groups": "x"}"#, "spam_groups", "did you mean 'span_groups'"),
@@ -904,7 +1120,9 @@ mod tests {
                 "not both",
             ),
             (r#"{"generation": 2, "iterations": 2}"#, "iterations", "needs 'from_iteration'"),
-            (r#"{"generation": 2, "hang_timeout_s": "soon"}"#, "hang_timeout_s", "auto, 0 (off)"),
+            (r#"{"generation": 2, "hang_timeout_s": "soon", "from_iteration": 1}"#, "hang_timeout_s", "auto, 0 (off)"),
+            // Each rank would apply it whenever it happens to read it.
+            (r#"{"generation": 2, "sampling_ratio": 0.5}"#, "from_iteration", "needs the iteration it starts at"),
         ];
         for (text, key, reason) in cases {
             let error = parse(text).unwrap_err();
@@ -924,7 +1142,8 @@ mod tests {
         let request = parse(text).unwrap();
         assert_eq!(request.until_iteration, Some(49));
         assert_eq!(parse(&request.to_json()).unwrap(), request);
-        assert_eq!(parse(&ControlRequest::reset(8).to_json()).unwrap(), ControlRequest::reset(8));
+        assert_eq!(parse(&ControlRequest::reset(8, 120).to_json()).unwrap(), ControlRequest::reset(8, 120));
+        assert_eq!(ControlRequest::reset(8, 120).to_json(), "{\"from_iteration\":120,\"generation\":8}\n");
     }
 
     #[test]
@@ -965,7 +1184,7 @@ mod tests {
     #[test]
     fn a_missing_file_goes_back_to_the_launch_settings() {
         let mut schedule = ControlSchedule::new(launch());
-        schedule.set_request(Some(parse(r#"{"generation": 1, "sampling_ratio": 0.5}"#).unwrap()));
+        schedule.set_request(Some(parse(r#"{"generation": 1, "sampling_ratio": 0.5, "from_iteration": 0}"#).unwrap()));
         assert_eq!(schedule.at_iteration(0).unwrap().after.sampling_ratio, Some(0.5));
         schedule.set_request(None);
         assert_eq!(schedule.next_due(0), 1);
@@ -998,7 +1217,17 @@ mod tests {
         assert_eq!(check_file(&link, job_uid()).unwrap_err(), Refusal::Symlink);
         assert!(read_capped(&link).is_err(), "never read through a link");
         write_atomic(&file, &" ".repeat(MAX_CONTROL_BYTES as usize + 1)).unwrap();
-        assert_eq!(check_file(&file, job_uid()).unwrap_err(), Refusal::TooLong(MAX_CONTROL_BYTES + 1));
+        let too_long = check_file(&file, job_uid()).unwrap_err();
+        assert_eq!(too_long, Refusal::TooLong(MAX_CONTROL_BYTES + 1));
+        assert_eq!(too_long.to_string(), "it is 65537 bytes long, more than the 65536 bytes (64 KiB) read");
+        assert!(too_long.accepted().contains("at most 64 KiB"), "{}", too_long.accepted());
+        let error = read_capped(&file).unwrap_err();
+        assert!(error.starts_with("it is 65537 bytes long") && error.contains("at most 64 KiB"), "{error}");
+        let subdir = dir.join("sub");
+        std::fs::create_dir(&subdir).unwrap();
+        let refusal = check_file(&subdir, job_uid()).unwrap_err();
+        assert_eq!(refusal.to_string(), "it is a directory, not a regular file");
+        assert!(refusal.accepted().contains("a regular file"), "{}", refusal.accepted());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -1012,15 +1241,116 @@ mod tests {
             last_iteration: Some(100),
             iteration_time_s: Some(0.25),
             generation: 2,
+            highest_generation: 3,
+            launch_rank_metrics: Some(false),
+            update_period_s: Some(2.5),
             written_unix_s: 1000.0,
         };
         assert_eq!(ControlStatus::from_json(&status.to_json()), Some(status.clone()));
+        assert_eq!(status.highest(), 3);
         // 2 polls of 1 s at 0.25 s per iteration: 8 iterations, plus 4 since the write.
-        assert_eq!(status.safe_start(1001.0), Some(112));
-        assert_eq!(ControlStatus { last_iteration: None, ..status.clone() }.safe_start(1001.0), None);
+        assert_eq!(status.safe_start(1001.0), Ok(112));
+        assert_eq!(
+            ControlStatus { last_iteration: None, ..status.clone() }.safe_start(1001.0),
+            Err(UnknownStart::NoIteration)
+        );
+        // Up to 5 polls plus twice the update period (10 s) old: the job runs.
+        assert_eq!(status.safe_start(1010.0), Ok(100 + 40 + 8));
+        let stale = status.safe_start(1010.5).unwrap_err();
+        assert_eq!(stale, UnknownStart::Stale { age_s: 10.5, limit_s: 10.0, last_iteration: 100 });
+        assert!(stale.to_string().starts_with("it is 10 s old (last iteration 100), older than the 10 s"), "{stale}");
+        // The launch, as the job checks a version against it.
+        let launch = status.launch().unwrap();
+        assert_eq!((launch.groups, launch.rank_metrics), (LENS_CATALOG.resolve("job").unwrap(), false));
+        let error = parse_request(
+            r#"{"generation": 4, "rank_metrics": true, "from_iteration": 1}"#,
+            &status.catalog,
+            &launch,
+            "P",
+        )
+        .unwrap_err();
+        assert_eq!(error.key, "rank_metrics");
         let catalog = CatalogData::of(&LENS_CATALOG);
         assert_eq!(catalog.resolve("default, step"), Ok(LENS_CATALOG.resolve("default,step").unwrap()));
         assert_eq!(catalog.resolve("per_stpe").unwrap_err(), LENS_CATALOG.resolve("per_stpe").unwrap_err().to_string());
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_never_waited_on() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let dir = std::env::temp_dir().join(format!("lens-core-control-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("control.json");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        assert_eq!(
+            check_file(&fifo, job_uid()).unwrap_err().to_string(),
+            "it is a FIFO (named pipe), not a regular file"
+        );
+        // A blocking open of a FIFO with no writer would wait forever; the
+        // read is refused at once (bounded here, so that a hang fails).
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || sender.send(read_capped(&path)));
+        let read = receiver.recv_timeout(std::time::Duration::from_secs(10)).expect("read_capped returned");
+        let error = read.unwrap_err();
+        assert!(
+            error.starts_with("it is a FIFO (named pipe), not a regular file; a control file is a regular file"),
+            "{error}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_later_generation_waits_for_its_start_and_only_a_late_reader_is_late() {
+        let mut schedule = ControlSchedule::new(launch());
+        let open = parse(r#"{"generation": 2, "span_groups": "per_step", "from_iteration": 10}"#).unwrap();
+        schedule.set_request(Some(open.clone()));
+        let start = schedule.at_iteration(10).unwrap();
+        assert_eq!((start.generation, start.late_by), (2, 0));
+        // Generation 3, read at 12, starts at 20: generation 2 holds until then.
+        let next = parse(r#"{"generation": 3, "sampling_ratio": 0.5, "from_iteration": 20, "iterations": 5}"#).unwrap();
+        schedule.set_request(Some(next.clone()));
+        assert_eq!(schedule.next_due(12), 20);
+        for i in 12..20 {
+            assert!(schedule.at_iteration(i).is_none(), "{i}");
+            assert_eq!(*schedule.in_force(), open.settings_over(&launch()), "{i}");
+            assert_eq!(schedule.generation(), 2);
+        }
+        let change = schedule.at_iteration(20).unwrap();
+        assert_eq!((change.generation, change.late_by, change.window_end), (3, 0, false));
+        assert_eq!(change.after, next.settings_over(&launch()));
+        assert_eq!(schedule.next_due(20), 25);
+        assert!(schedule.at_iteration(25).unwrap().window_end);
+        // A reset read after its start applies at once, late by that much.
+        schedule.set_request(Some(parse(r#"{"generation": 4, "from_iteration": 26}"#).unwrap()));
+        let reset = schedule.at_iteration(29).unwrap();
+        assert_eq!((reset.generation, reset.late_by, reset.after), (4, 3, launch()));
+    }
+
+    #[test]
+    fn a_generation_is_new_the_same_again_or_refused() {
+        let accepted = parse(r#"{"generation": 5, "sampling_ratio": 0.5, "from_iteration": 10}"#).unwrap();
+        let again = parse(r#"{"from_iteration": 10, "sampling_ratio": 0.5,   "generation": 5}"#).unwrap();
+        assert_eq!(check_generation(&again, 5, Some(&accepted)), Ok(false), "the same version, written again");
+        let other = parse(r#"{"generation": 5, "sampling_ratio": 0.25, "from_iteration": 10}"#).unwrap();
+        let error = check_generation(&other, 5, Some(&accepted)).unwrap_err();
+        assert_eq!((error.key.as_str(), error.value.as_str()), ("generation", "5"));
+        assert!(error.reason.contains("already accepted, with a different content"), "{error}");
+        let lower = ControlRequest::reset(4, 10);
+        assert!(check_generation(&lower, 5, Some(&accepted)).unwrap_err().reason.contains("lower than generation 5"));
+        assert_eq!(check_generation(&ControlRequest::reset(6, 10), 5, Some(&accepted)), Ok(true));
+        assert_eq!(check_generation(&ControlRequest::reset(1, 0), 0, None), Ok(true));
+    }
+
+    #[test]
+    fn a_window_ended_by_an_iteration_that_began_is_past() {
+        let window = parse(r#"{"generation": 2, "from_iteration": 10, "until_iteration": 19}"#).unwrap();
+        assert!(!window.ended_by(18));
+        assert!(window.ended_by(19), "iteration 19 began: nothing of the window is ahead");
+        assert!(!ControlRequest::reset(3, 10).ended_by(u64::MAX - 1), "open-ended");
     }
 
     proptest::proptest! {

@@ -8,8 +8,14 @@
 //! job's catalog and launch settings (lens-core's
 //! [`control`](lens_fallbacks::control)) and hands an accepted version to
 //! the training thread; it warns, once per distinct file version, about a
-//! file that does not parse, an unknown key, a bad value, a lower generation,
-//! or a file others could have written, and then nothing changes.
+//! file that does not parse, an unknown key, a bad value, a version without
+//! `from_iteration`, a lower generation or one reused with a different
+//! content, a file others could have written, or one that is not a regular
+//! file or is longer than 64 KiB, and then nothing changes. A window that
+//! ended before the rank read it is warned about too; it changes only the
+//! generation, as on every rank after the window. The file is opened without
+//! blocking and checked before it is read (a FIFO is refused, not waited
+//! on), and stopping waits for the thread at most [`STOP_WAIT`].
 //!
 //! The training thread asks its [`ControlSchedule`] at each
 //! [`Training::iteration`](crate::Training::iteration) (one comparison and
@@ -31,13 +37,14 @@ use std::collections::HashSet;
 use std::hash::{Hash as _, Hasher as _};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lens_fallbacks::control::{
-    CatalogData, Change, ControlRequest, ControlSchedule, ControlSetup, ControlStatus, check_file, file_version,
-    job_uid, parse_request, read_capped, status_path, write_atomic,
+    CatalogData, Change, ControlRequest, ControlSchedule, ControlSetup, ControlStatus, check_file, check_generation,
+    file_version, job_uid, parse_request, read_capped, status_path, write_atomic,
 };
 use lens_fallbacks::{Gauge, KeyValue, Telemetry};
 
@@ -49,6 +56,12 @@ use crate::rank_metrics::{RankCoordinates, rank_attributes};
 
 /// "No iteration yet" in [`Shared::last_iteration`].
 const NO_ITERATION: u64 = u64::MAX;
+
+/// How long [`RankControl::stop`] waits for the control thread: a thread
+/// stuck in a read or a write of the file system (a hung NFS server) is
+/// left behind, detached, with a warning, so that the job's end does not
+/// wait on it.
+pub(crate) const STOP_WAIT: Duration = Duration::from_secs(1);
 
 /// What the watcher thread and the training thread share.
 struct Shared {
@@ -92,7 +105,9 @@ struct State {
     gauge_attributes: Vec<KeyValue>,
     /// Whether this rank writes the status file (global rank 0).
     writes_status: bool,
-    watcher: Mutex<Option<JoinHandle<()>>>,
+    /// The control thread, and what tells that it ended (its sender is
+    /// dropped when it returns).
+    watcher: Mutex<Option<(JoinHandle<()>, Receiver<()>)>>,
 }
 
 impl RankControl {
@@ -127,7 +142,7 @@ impl RankControl {
         let mut status = (coordinates.rank == 0).then(|| StatusWriter::new(&setup));
         // The catalog at startup, before the first iteration.
         if let Some(status) = &mut status {
-            status.write(None, 0, Instant::now());
+            status.write(None, 0, 0, Instant::now());
         }
         let writes_status = status.is_some();
         let mut watcher = Watcher::new(&setup, coordinates.rank, Arc::clone(&shared), status);
@@ -135,11 +150,16 @@ impl RankControl {
         // resumed attempt is known before its first iteration.
         watcher.poll();
         let poll = setup.poll;
+        let (ended, ended_receiver) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("lens-control".to_string())
-            .spawn(move || watcher.run(poll))
+            .spawn(move || {
+                let _ended = ended;
+                watcher.run(poll);
+            })
             .map_err(|error| warn(&format!("control: could not start the control thread: {error}")))
-            .ok();
+            .ok()
+            .map(|thread| (thread, ended_receiver));
         let state = State {
             schedule: Mutex::new(ControlSchedule::new(setup.launch)),
             setup,
@@ -185,13 +205,35 @@ impl RankControl {
         }
     }
 
-    /// Stops the thread (idempotent).
+    /// Stops the thread (idempotent), waiting for it at most
+    /// [`STOP_WAIT`]: a thread that does not end by then is left behind
+    /// with a warning.
     pub(crate) fn stop(&self) {
         let Some(state) = self.state.as_deref() else { return };
         *state.shared.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
         state.shared.wake.notify_all();
-        if let Some(thread) = state.watcher.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some((thread, ended)) = state.watcher.lock().unwrap_or_else(PoisonError::into_inner).take()
+            && !join_within(thread, &ended, STOP_WAIT)
+        {
+            warn(&format!(
+                "control: rank {}: the control thread did not stop within {} s (a read or write of {} or its status \
+                 file may be blocked: a hung file system, a FIFO); the job goes on without it",
+                state.rank,
+                STOP_WAIT.as_secs_f64(),
+                state.setup.file.display()
+            ));
+        }
+    }
+}
+
+/// Joins `thread` if it ends within `bound` (`ended` disconnects when it
+/// does); otherwise leaves it detached and says so (`false`).
+fn join_within(thread: JoinHandle<()>, ended: &Receiver<()>, bound: Duration) -> bool {
+    match ended.recv_timeout(bound) {
+        Err(RecvTimeoutError::Timeout) => false,
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => {
             let _ = thread.join();
+            true
         }
     }
 }
@@ -267,7 +309,9 @@ struct Watcher {
     shared: Arc<Shared>,
     last_version: Option<[u64; 6]>,
     present: bool,
+    /// The highest generation accepted, and that version.
     highest: u64,
+    accepted: Option<ControlRequest>,
     warned: HashSet<u64>,
     /// Global rank 0's status file.
     status: Option<StatusWriter>,
@@ -284,6 +328,7 @@ impl Watcher {
             last_version: None,
             present: false,
             highest: 0,
+            accepted: None,
             warned: HashSet::new(),
             status,
         }
@@ -294,7 +339,7 @@ impl Watcher {
         let Some(status) = &mut self.status else { return };
         let logged = self.shared.logged.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(logged) = logged {
-            status.write(logged.iteration, logged.generation, logged.at);
+            status.write(logged.iteration, logged.generation, self.highest, logged.at);
         }
     }
 
@@ -334,9 +379,9 @@ impl Watcher {
                 self.warn_once(
                     &(refusal.to_string(), version),
                     &format!(
-                        "control file {}: refused, {refusal}; nothing changes (only the job's user may write the file \
-                         that changes what a job sends)",
-                        self.path.display()
+                        "control file {}: refused, {refusal}; nothing changes ({})",
+                        self.path.display(),
+                        refusal.accepted()
                     ),
                 );
             }
@@ -368,31 +413,40 @@ impl Watcher {
                         return;
                     }
                 };
-                match parse_request(&text, self.setup.catalog, &self.setup.launch, &self.setup.prefix) {
+                let request = match parse_request(&text, self.setup.catalog, &self.setup.launch, &self.setup.prefix)
+                    .and_then(|request| {
+                        check_generation(&request, self.highest, self.accepted.as_ref()).map(|new| (request, new))
+                    }) {
                     Err(error) => {
                         self.warn_once(
                             &text,
                             &format!("control file {}: {error}; nothing changes", self.path.display()),
                         );
+                        return;
                     }
-                    Ok(request) if request.generation < self.highest => {
-                        self.warn_once(
-                            &text,
-                            &format!(
-                                "control file {}: key 'generation' = {}: lower than generation {} in force; nothing \
-                                 changes (each change needs a higher generation: lens control writes the next one)",
-                                self.path.display(),
-                                request.generation,
-                                self.highest
-                            ),
-                        );
-                    }
-                    Ok(request) if request.generation == self.highest => {}
-                    Ok(request) => {
-                        self.highest = request.generation;
-                        self.hand(Some(request));
-                    }
+                    Ok((_, false)) => return,
+                    Ok((request, true)) => request,
+                };
+                let last = self.shared.last_iteration.load(Ordering::Relaxed);
+                if last != NO_ITERATION && request.ended_by(last) {
+                    self.warn_once(
+                        &text,
+                        &format!(
+                            "control file {}: generation {}'s window (iterations {} to {}) ended before this rank read \
+                             it at iteration {last}: none of its settings apply; this rank moves to generation {} with \
+                             the launch configuration, as every rank does after the window (write a window ahead of \
+                             the job: lens control picks one)",
+                            self.path.display(),
+                            request.generation,
+                            request.from_iteration,
+                            request.until_iteration.unwrap_or(request.from_iteration),
+                            request.generation
+                        ),
+                    );
                 }
+                self.highest = request.generation;
+                self.accepted = Some(request.clone());
+                self.hand(Some(request));
             }
         }
     }
@@ -419,7 +473,10 @@ struct StatusWriter {
     launch_groups: Vec<String>,
     prefix: String,
     poll_s: f64,
+    launch_rank_metrics: bool,
     last_log: Option<(Instant, u64)>,
+    /// When the previous update was due (startup included).
+    last_update: Option<Instant>,
     iteration_time_s: Option<f64>,
     warned: bool,
 }
@@ -432,7 +489,9 @@ impl StatusWriter {
             launch_groups: setup.catalog.names(setup.launch.groups).into_iter().map(str::to_string).collect(),
             prefix: setup.prefix.clone(),
             poll_s: setup.poll.as_secs_f64(),
+            launch_rank_metrics: setup.launch.rank_metrics,
             last_log: None,
+            last_update: None,
             iteration_time_s: None,
             warned: false,
         }
@@ -440,7 +499,8 @@ impl StatusWriter {
 
     /// Writes the file for a log interval at `logged` (the catalog alone
     /// at startup: no iteration yet).
-    fn write(&mut self, last_iteration: Option<u64>, generation: u64, logged: Instant) {
+    /// (`generation`: in force; `highest`: the highest accepted).
+    fn write(&mut self, last_iteration: Option<u64>, generation: u64, highest: u64, logged: Instant) {
         if let Some(last) = last_iteration {
             if let Some((at, iteration)) = self.last_log
                 && last > iteration
@@ -449,6 +509,8 @@ impl StatusWriter {
             }
             self.last_log = Some((logged, last));
         }
+        let update_period_s = self.last_update.map(|at| logged.saturating_duration_since(at).as_secs_f64());
+        self.last_update = Some(logged);
         let status = ControlStatus {
             catalog: self.catalog.clone(),
             launch_groups: self.launch_groups.clone(),
@@ -457,6 +519,9 @@ impl StatusWriter {
             last_iteration,
             iteration_time_s: self.iteration_time_s,
             generation,
+            highest_generation: highest.max(generation),
+            launch_rank_metrics: Some(self.launch_rank_metrics),
+            update_period_s,
             written_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         };
         if let Err(error) = write_atomic(&self.path, &status.to_json())
@@ -477,4 +542,29 @@ fn warn(message: &str) {
 fn note(message: &str) {
     use std::io::Write as _;
     let _ = std::io::stderr().lock().write_all(format!("lens: {message}\n").as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stuck_control_thread_is_left_behind_within_the_bound() {
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let (ended, ended_receiver) = std::sync::mpsc::channel::<()>();
+        let stuck = std::thread::spawn(move || {
+            let _ended = ended;
+            // Stuck as in a read of a hung file system, until released.
+            let _ = blocked.recv();
+        });
+        let started = Instant::now();
+        assert!(!join_within(stuck, &ended_receiver, Duration::from_millis(100)), "not joined");
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(100) && waited < Duration::from_secs(5), "{waited:?}");
+        drop(release);
+
+        let (ended, ended_receiver) = std::sync::mpsc::channel::<()>();
+        let done = std::thread::spawn(move || drop(ended));
+        assert!(join_within(done, &ended_receiver, Duration::from_secs(5)), "a thread that ends is joined");
+    }
 }
