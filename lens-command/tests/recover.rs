@@ -157,20 +157,16 @@ fn recover_to_files(dir: &Path) -> (Option<i32>, String, String) {
     (output.status.code(), text(&output.stdout), text(&output.stderr))
 }
 
-#[test]
-fn recover_after_sigkill_delivers_every_span_once() {
-    if std::env::var_os(VICTIM).is_some() {
-        return;
-    }
-    let root = temp_dir("kill");
-    let (export, spool, out) = (root.join("export"), root.join("spool"), root.join("recovered"));
+/// Runs the victim (spans open and ended, then SIGKILL) with the `file`
+/// exporter into `export` and its spool in `spool`; returns what it printed.
+fn killed_victim(export: &Path, spool: &Path) -> String {
     let child = Command::new(std::env::current_exe().expect("this test binary"))
         .args(["--exact", "victim", "--nocapture", "--test-threads", "1"])
         .env(VICTIM, "1")
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "file")
-        .env("NEMO_LENS_FILE_DIR", &export)
-        .env("NEMO_LENS_SPOOL_DIR", &spool)
+        .env("NEMO_LENS_FILE_DIR", export)
+        .env("NEMO_LENS_SPOOL_DIR", spool)
         .env("NEMO_LENS_SPAN_GROUPS", "all")
         .env("NEMO_LENS_RANK_STRATEGY", "all_ranks")
         .env("NEMO_LENS_RUN_ID", "victim-run")
@@ -180,7 +176,7 @@ fn recover_after_sigkill_delivers_every_span_once() {
         .env_remove("OTEL_TRACES_EXPORTER")
         .output()
         .expect("run the victim");
-    let stdout = String::from_utf8_lossy(&child.stdout);
+    let stdout = String::from_utf8_lossy(&child.stdout).into_owned();
     use std::os::unix::process::ExitStatusExt as _;
     assert_eq!(
         child.status.signal(),
@@ -188,6 +184,17 @@ fn recover_after_sigkill_delivers_every_span_once() {
         "killed by SIGKILL: {stdout}\n{}",
         String::from_utf8_lossy(&child.stderr)
     );
+    stdout
+}
+
+#[test]
+fn recover_after_sigkill_delivers_every_span_once() {
+    if std::env::var_os(VICTIM).is_some() {
+        return;
+    }
+    let root = temp_dir("kill");
+    let (export, spool, out) = (root.join("export"), root.join("spool"), root.join("recovered"));
+    let stdout = killed_victim(&export, &spool);
     let killed_at: u64 =
         stdout.lines().find_map(|l| l.strip_prefix("KILL ")).and_then(|n| n.parse().ok()).expect("KILL");
     let started: Vec<(String, String, u64, u64)> = stdout
@@ -277,4 +284,38 @@ fn recover_says_which_spool_is_damaged_or_cannot_be_opened_and_exits_1() {
     assert_eq!(stderr.matches(&unopenable).count(), 1, "one warning: {stderr}");
     assert!(damaged.exists() && std::fs::symlink_metadata(&link).is_ok(), "both left in place");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Spans the `file` exporter drops at its cap (`NEMO_LENS_FILE_MAX_BYTES`)
+/// were not recovered: the spool is kept, the warning says how many spans
+/// were not written and why, and `lens recover` exits 1; a recover with room
+/// then writes them and consumes the spool.
+#[test]
+fn recover_keeps_the_spool_when_the_file_cap_drops_its_spans() {
+    if std::env::var_os(VICTIM).is_some() {
+        return;
+    }
+    let root = temp_dir("cap");
+    let (export, spool, out) = (root.join("export"), root.join("spool"), root.join("recovered"));
+    killed_victim(&export, &spool);
+    let capped = Command::new(env!("CARGO_BIN_EXE_lens"))
+        .args(["recover", spool.to_str().unwrap(), "--to-files", out.to_str().unwrap()])
+        .env_remove("NEMO_LENS_ENABLED")
+        .env("NEMO_LENS_FILE_MAX_BYTES", "100")
+        .output()
+        .expect("run lens");
+    let stderr = String::from_utf8_lossy(&capped.stderr);
+    assert_eq!(capped.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("5 of 5 span(s) were not written"), "{stderr}");
+    assert!(stderr.contains("cap of 100 bytes") && stderr.contains("raise NEMO_LENS_FILE_MAX_BYTES"), "{stderr}");
+    assert!(stderr.contains("kept for the next attempt or `lens recover`"), "{stderr}");
+    assert_eq!(read_spans(&out.join("traces-rank0.jsonl")).len(), 0);
+    assert_eq!(std::fs::read_dir(&spool).expect("spool dir").count(), 1, "the spool is kept");
+
+    let (code, said, stderr) = recover_to_files(&spool);
+    assert_eq!(code, Some(0), "{said}\n{stderr}");
+    assert_eq!(read_spans(&spool.join("out").join("traces-rank0.jsonl")).len(), 5);
+    let left: Vec<_> = std::fs::read_dir(&spool).expect("spool dir").filter_map(Result::ok).collect();
+    assert_eq!(left.len(), 1, "only `out` is left: the spool was consumed: {left:?}");
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -91,8 +91,8 @@ use crate::propagators;
 use crate::recorder::{Recorder, RecordsAsSpanData, record_exporter};
 pub use crate::report::ShutdownReport;
 use crate::sampler::{DelegateSampler, LensSampler, RatioOverride, delegate_from};
-use crate::span_record::SpanRecord;
 use crate::spool::SpoolTable;
+use crate::spool::replay::ReplayExporter;
 use crate::strategies::{self, RankStrategy, StrategyError};
 use crate::{active, logs};
 
@@ -246,9 +246,8 @@ pub struct Pipeline {
     /// The rank's spool file (`None` when the spool is off or could not be
     /// made); closed at shutdown.
     spool: Option<Arc<SpoolTable>>,
-    /// The span batch processor, this lifetime's resource and the export
-    /// timeout: what a replay exports through (`lens recover`).
-    replay: Option<(LensBatchRecordProcessor, Resource, Duration)>,
+    /// What a replay exports through (`lens recover`).
+    replay: Option<ReplayExporter>,
     /// The per-iteration sampling ratio an in-flight control change sets.
     ratio_override: RatioOverride,
 }
@@ -512,10 +511,7 @@ impl Pipeline {
     /// spool that holds spans is kept, with a warning.
     pub fn recover(&self, dir: &std::path::Path) -> crate::spool::ReplayReport {
         let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match &self.replay {
-            Some((batch, own, timeout)) => {
-                let records = spans.into_iter().map(SpanRecord::from_span_data).collect();
-                batch.export_with_resource(records, resource, own, *timeout).map_err(|error| error.to_string())
-            }
+            Some(replay) => replay.export(spans, resource),
             None => Err("no span exporter is configured (are traces enabled?)".to_string()),
         };
         crate::spool::replay_dir(dir, crate::spool::replay::Claim::All, self.spool_path(), &mut export)
@@ -744,7 +740,8 @@ fn build(
     } else {
         config
     };
-    let file_limit = FileLimit::new(config.file_max_bytes);
+    let file_limit =
+        FileLimit::set_by(config.file_max_bytes, config.variable_to_set("file_max_bytes", "FILE_MAX_BYTES"));
     if rank.world_size > 1 && !run_id.source.is_shared() && !WARNED_RANDOM_RUN_ID.swap(true, Ordering::Relaxed) {
         crate::diag::warn(format_args!(
             "no run id is shared by the {} ranks of this job (set {}, or launch under SLURM or torchrun): each rank \
@@ -892,14 +889,19 @@ fn build(
         logger_provider = Some(provider);
     }
 
+    let replay = replay_batch.map(|batch| ReplayExporter {
+        batch,
+        resource: resource.clone(),
+        timeout: config.otel.otlp(Signal::Traces).timeout,
+        file_limit: Some(Arc::clone(&file_limit)),
+    });
     // The spool: this process's resource in its header, then the dead
     // writers' spools replayed, before any span of this lifetime.
     if let Some(table) = &spool {
         let attributes: Vec<opentelemetry::KeyValue> =
             resource.iter().map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())).collect();
         table.write_meta(&spool_identity(rank, &run_id.value), &attributes);
-        let exporter = replay_batch.as_ref().map(|batch| (batch, &resource, config.otel.otlp(Signal::Traces).timeout));
-        replay_at_setup(table, rank, exporter);
+        replay_at_setup(table, rank, replay.clone());
     }
     let tracer: BoxedTracer = match &tracer_provider {
         Some(provider) => {
@@ -957,7 +959,7 @@ fn build(
         holds_slot: AtomicBool::new(true),
         secrets: secrets(config),
         spool,
-        replay: replay_batch.map(|batch| (batch, resource.clone(), config.otel.otlp(Signal::Traces).timeout)),
+        replay,
         ratio_override,
     })
 }
@@ -1042,19 +1044,12 @@ fn open_spool(
 /// export timeout); a rank without one keeps spools that hold spans for a
 /// rank that exports or `lens recover`. Fills
 /// [`crate::spool::replayed_progress`].
-fn replay_at_setup(
-    table: &SpoolTable,
-    rank: RankContext,
-    exporter: Option<(&LensBatchRecordProcessor, &Resource, Duration)>,
-) {
+fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<ReplayExporter>) {
     let Some(own) = table.path() else { return };
     let Some(dir) = own.parent() else { return };
     let claim = crate::spool::replay::Claim::Rank { rank: rank.rank, world_size: rank.world_size };
-    let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match exporter {
-        Some((batch, own, timeout)) => {
-            let records = spans.into_iter().map(SpanRecord::from_span_data).collect();
-            batch.export_with_resource(records, resource, own, timeout).map_err(|error| error.to_string())
-        }
+    let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match &exporter {
+        Some(replay) => replay.export(spans, resource),
         None => Err("this rank exports no spans".to_string()),
     };
     let summary = crate::spool::replay_dir(dir, claim, Some(own), &mut export);

@@ -70,12 +70,26 @@ pub fn file_path(dir: &Path, signal: Signal, rank: u32) -> PathBuf {
 pub struct FileLimit {
     max_bytes: u64,
     dropped: AtomicU64,
+    /// The variable that sets the cap, for the warnings.
+    variable: Option<String>,
 }
 
 impl FileLimit {
     /// A cap of `max_bytes` per file (at least one byte).
     pub fn new(max_bytes: u64) -> Arc<FileLimit> {
-        Arc::new(FileLimit { max_bytes: max_bytes.max(1), dropped: AtomicU64::new(0) })
+        Arc::new(FileLimit { max_bytes: max_bytes.max(1), dropped: AtomicU64::new(0), variable: None })
+    }
+
+    /// A cap of `max_bytes` per file set by `variable`
+    /// (`<PREFIX>_FILE_MAX_BYTES`), which its warnings name.
+    pub fn set_by(max_bytes: u64, variable: impl Into<String>) -> Arc<FileLimit> {
+        Arc::new(FileLimit { max_bytes: max_bytes.max(1), dropped: AtomicU64::new(0), variable: Some(variable.into()) })
+    }
+
+    /// What a user changes to raise the cap: the variable that sets it,
+    /// or the words for it when it is not known.
+    pub fn variable(&self) -> &str {
+        self.variable.as_deref().unwrap_or("the FILE_MAX_BYTES variable of this program's prefix")
     }
 
     /// No cap (`u64::MAX` bytes).
@@ -144,9 +158,10 @@ impl JsonLines {
             if !self.warned_full.swap(true, Ordering::Relaxed) {
                 crate::diag::warn(format_args!(
                     "{} reached its cap of {} bytes: further records for it are dropped and counted in the \
-                     shutdown report (raise the cap with the FILE_MAX_BYTES variable of this program's prefix)",
+                     shutdown report (raise the cap with {})",
                     self.path.display(),
-                    self.limit.max_bytes
+                    self.limit.max_bytes,
+                    self.limit.variable()
                 ));
             }
             return Ok(());

@@ -20,13 +20,18 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SpanData;
 
 use super::format::{self, FormatError, Header, STATE_ENDED, STATE_OPEN};
 use super::{ReplayReport, ReplayedProgress};
+use crate::batch::LensBatchRecordProcessor;
 use crate::closer::{SPAN_TRUNCATED_REASON_PROCESS_DIED, mark_truncated};
+use crate::exporters::FileLimit;
+use crate::span_record::SpanRecord;
 
 /// What a replay hands each file's spans to, with the dead process's
 /// resource: `Ok` once the exporter accepted them.
@@ -407,6 +412,42 @@ fn export_spool(spool: ClaimedSpool, summary: &mut ReplayReport, export: &mut Ex
     summary.truncated += truncated;
     summary.overflow += header.overflow;
     summary.consumed.push(path);
+}
+
+/// What a lifetime replays through: its span batch processor, its own
+/// resource (put back on the exporter after each replayed request), the
+/// export timeout and the `file` exporter's cap.
+#[derive(Clone)]
+pub(crate) struct ReplayExporter {
+    pub(crate) batch: LensBatchRecordProcessor,
+    pub(crate) resource: Resource,
+    pub(crate) timeout: Duration,
+    pub(crate) file_limit: Option<Arc<FileLimit>>,
+}
+
+impl ReplayExporter {
+    /// Exports `spans` with their dead process's `resource`: `Err` when the
+    /// export failed, and when the `file` exporter dropped some of them at
+    /// its cap (the spool is then kept, not consumed).
+    pub(crate) fn export(&self, spans: Vec<SpanData>, resource: &Resource) -> Result<(), String> {
+        let count = spans.len();
+        let dropped = || self.file_limit.as_ref().map_or(0, |limit| limit.dropped());
+        let before = dropped();
+        let records = spans.into_iter().map(SpanRecord::from_span_data).collect();
+        self.batch
+            .export_with_resource(records, resource, &self.resource, self.timeout)
+            .map_err(|error| error.to_string())?;
+        let lost = dropped().saturating_sub(before);
+        match &self.file_limit {
+            Some(limit) if lost > 0 => Err(format!(
+                "{lost} of {count} span(s) were not written: the file exporter's file reached its cap of {} bytes; \
+                 raise {}",
+                limit.max_bytes(),
+                limit.variable()
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn read_all(mut file: &File) -> std::io::Result<Vec<u8>> {
