@@ -100,8 +100,14 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
                 report.consumed.len(),
                 args.dir.display()
             );
-            if let Some(out) = &args.to_files {
-                let _ = writeln!(stdout, "spans written to {}", out.join("traces-rank0.jsonl").display());
+            match &args.to_files {
+                Some(out) if report.spans > 0 => {
+                    let _ = writeln!(stdout, "spans written to {}", out.join("traces-rank0.jsonl").display());
+                }
+                _ if report.spans == 0 && report.failed == 0 => {
+                    let _ = writeln!(stdout, "nothing to replay");
+                }
+                _ => {}
             }
             if report.alive > 0 {
                 let _ = writeln!(stdout, "{} spool file(s) left alone: their process is still running", report.alive);

@@ -213,6 +213,7 @@ fn recover_after_sigkill_delivers_every_span_once() {
     let said = String::from_utf8_lossy(&recovered.stdout);
     assert_eq!(recovered.status.code(), Some(0), "{said}\n{}", String::from_utf8_lossy(&recovered.stderr));
     assert!(said.contains("from 1 spool file(s)"), "{said}");
+    assert!(said.contains(&format!("spans written to {}", out.join("traces-rank0.jsonl").display())), "{said}");
 
     let mut all = read_spans(&export.join("traces-rank0.jsonl"));
     all.extend(read_spans(&out.join("traces-rank0.jsonl")));
@@ -242,7 +243,9 @@ fn recover_after_sigkill_delivers_every_span_once() {
     // A second recover replays nothing.
     let again = lens(&["recover", spool.to_str().unwrap(), "--to-files", out.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&again.stdout).contains("recovered 0 span(s)"));
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(said.contains("recovered 0 span(s)") && said.contains("nothing to replay"), "{said}");
+    assert!(!said.contains("spans written to"), "nothing was written: {said}");
     assert_eq!(
         read_spans(&out.join("traces-rank0.jsonl")).len(),
         all.len() - read_spans(&export.join("traces-rank0.jsonl")).len()

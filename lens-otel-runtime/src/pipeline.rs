@@ -92,7 +92,7 @@ use crate::recorder::{Recorder, RecordsAsSpanData, record_exporter};
 pub use crate::report::ShutdownReport;
 use crate::sampler::{DelegateSampler, LensSampler, RatioOverride, delegate_from};
 use crate::spool::SpoolTable;
-use crate::spool::replay::ReplayExporter;
+use crate::spool::replay::{ReplayExporter, ReplayOptions};
 use crate::strategies::{self, RankStrategy, StrategyError};
 use crate::{active, logs};
 
@@ -514,7 +514,8 @@ impl Pipeline {
             Some(replay) => replay.export(spans, resource),
             None => Err("no span exporter is configured (are traces enabled?)".to_string()),
         };
-        crate::spool::replay_dir(dir, crate::spool::replay::Claim::All, self.spool_path(), &mut export)
+        let options = self.replay.as_ref().map(|replay| replay.options.clone()).unwrap_or_default();
+        crate::spool::replay_dir(dir, crate::spool::replay::Claim::All, self.spool_path(), &options, &mut export)
     }
 
     /// The rank's spool file, if it has one.
@@ -663,7 +664,7 @@ pub fn setup(
         // This lifetime owns the gate: nothing is recorded on this rank.
         set_enabled_span_groups(GroupSet::EMPTY);
         if let Some(table) = &spool {
-            replay_at_setup(table, rank, None);
+            replay_at_setup(table, rank, None, &replay_options(config));
         }
         let mut pipeline = Pipeline::inert(true);
         pipeline.spool = spool;
@@ -894,6 +895,7 @@ fn build(
         resource: resource.clone(),
         timeout: config.otel.otlp(Signal::Traces).timeout,
         file_limit: Some(Arc::clone(&file_limit)),
+        options: replay_options(config),
     });
     // The spool: this process's resource in its header, then the dead
     // writers' spools replayed, before any span of this lifetime.
@@ -901,7 +903,7 @@ fn build(
         let attributes: Vec<opentelemetry::KeyValue> =
             resource.iter().map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())).collect();
         table.write_meta(&spool_identity(rank, &run_id.value), &attributes);
-        replay_at_setup(table, rank, replay.clone());
+        replay_at_setup(table, rank, replay.clone(), &replay_options(config));
     }
     let tracer: BoxedTracer = match &tracer_provider {
         Some(provider) => {
@@ -1044,7 +1046,7 @@ fn open_spool(
 /// export timeout); a rank without one keeps spools that hold spans for a
 /// rank that exports or `lens recover`. Fills
 /// [`crate::spool::replayed_progress`].
-fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<ReplayExporter>) {
+fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<ReplayExporter>, options: &ReplayOptions) {
     let Some(own) = table.path() else { return };
     let Some(dir) = own.parent() else { return };
     let claim = crate::spool::replay::Claim::Rank { rank: rank.rank, world_size: rank.world_size };
@@ -1052,7 +1054,7 @@ fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<Repla
         Some(replay) => replay.export(spans, resource),
         None => Err("this rank exports no spans".to_string()),
     };
-    let summary = crate::spool::replay_dir(dir, claim, Some(own), &mut export);
+    let summary = crate::spool::replay_dir(dir, claim, Some(own), options, &mut export);
     if !summary.consumed.is_empty() {
         crate::diag::note(format_args!(
             "replayed {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) of a \
@@ -1064,6 +1066,11 @@ fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<Repla
         ));
     }
     crate::spool::set_replayed_progress(summary.progress);
+}
+
+/// What a replay's warnings name: this configuration's variables.
+fn replay_options(config: &LensConfig) -> ReplayOptions {
+    ReplayOptions { size_variable: config.variable_to_set("spool_size_kib", "SPOOL_SIZE_KIB") }
 }
 
 /// Header values and endpoint credentials of every signal: never quoted in

@@ -16,7 +16,7 @@ use lens_core::config::LensConfig;
 use lens_core::identity::RankContext;
 use lens_otel_runtime::closer::{SPAN_TRUNCATED, SPAN_TRUNCATED_REASON, SPAN_TRUNCATED_REASON_PROCESS_DIED};
 use lens_otel_runtime::pipeline::{PipelineOptions, setup};
-use lens_otel_runtime::spool::replay::Claim;
+use lens_otel_runtime::spool::replay::{Claim, ReplayOptions};
 use lens_otel_runtime::spool::{Identity, SpoolTable, replay_dir, replayed_progress};
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue, Value};
@@ -173,7 +173,7 @@ fn a_dead_writers_spool_is_replayed_once_at_setup() {
 
 fn collect(dir: &Path, claim: Claim) -> (lens_otel_runtime::spool::ReplayReport, Vec<(SpanData, Resource)>) {
     let mut got = Vec::new();
-    let summary = replay_dir(dir, claim, None, &mut |spans, resource| {
+    let summary = replay_dir(dir, claim, None, &ReplayOptions::default(), &mut |spans, resource| {
         got.extend(spans.into_iter().map(|s| (s, resource.clone())));
         Ok(())
     });
@@ -196,7 +196,8 @@ fn a_live_writers_spool_is_not_replayed() {
 fn the_dead_processs_resource_goes_with_its_spans_and_a_failed_export_keeps_the_file() {
     let dir = temp_dir("resource");
     let path = dead_spool(&dir, 0);
-    let summary = replay_dir(&dir, Claim::All, None, &mut |_, _| Err("collector down".into()));
+    let summary =
+        replay_dir(&dir, Claim::All, None, &ReplayOptions::default(), &mut |_, _| Err("collector down".into()));
     assert_eq!(summary.consumed.len(), 0);
     assert!(summary.warnings[0].contains("collector down") && summary.warnings[0].contains(&*path.to_string_lossy()));
     assert!(path.exists(), "kept for the next attempt");
@@ -340,7 +341,7 @@ fn a_failed_export_still_gives_the_progress_record_once() {
     let dir = temp_dir("progress-once");
     let path = dead_spool(&dir, 1);
     let claim = Claim::Rank { rank: 1, world_size: 2 };
-    let summary = replay_dir(&dir, claim, None, &mut |_, _| Err("collector down".into()));
+    let summary = replay_dir(&dir, claim, None, &ReplayOptions::default(), &mut |_, _| Err("collector down".into()));
     assert_eq!((summary.failed, summary.consumed.len()), (1, 0));
     assert!(path.exists(), "kept for the next attempt");
     let progress = summary.progress.expect("the progress record, whatever the export's outcome");
@@ -371,5 +372,33 @@ fn a_spool_that_cannot_be_opened_is_named_and_counted_as_failed() {
     assert!(warning.contains(&*link.to_string_lossy()), "{warning}");
     assert!(warning.contains("cannot open it for reading and writing (it is a symbolic link"), "{warning}");
     assert!(std::fs::symlink_metadata(&link).is_ok(), "left alone");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The warning about a spool that was full names the replaying program's
+/// own variable (`MYJOB_OTEL_SPOOL_SIZE_KIB`), never a placeholder.
+#[test]
+fn a_full_spools_warning_names_the_programs_size_variable() {
+    let dir = temp_dir("overflow");
+    // Two slots: the third span takes an ended span's slot, counted.
+    let table = SpoolTable::create(&dir, 16 * 1024 + 2 * 1024, &identity(0, 1)).expect("spool");
+    for id in 1..=3 {
+        let mut step = span("step", id, 0, at(id));
+        table.span_started(&step);
+        step.end_time = at(id + 1);
+        table.span_ended(&step);
+    }
+    table.stop();
+    table.close_file();
+    let options = ReplayOptions { size_variable: "MYJOB_OTEL_SPOOL_SIZE_KIB".to_string() };
+    let summary = replay_dir(&dir, Claim::All, None, &options, &mut |_, _| Ok(()));
+    assert_eq!((summary.overflow, summary.spans), (1, 2));
+    assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
+    assert!(
+        summary.warnings[0]
+            .contains("dropped 1 ended span(s) from its full spool (raise MYJOB_OTEL_SPOOL_SIZE_KIB to keep more)"),
+        "{:?}",
+        summary.warnings
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

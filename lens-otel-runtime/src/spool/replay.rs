@@ -71,6 +71,22 @@ impl Claim {
     }
 }
 
+/// What a replay's warnings name, from the replaying program's
+/// configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// The variable that sizes the spool (`SPOOL_SIZE_KIB` with the
+    /// program's prefix), which the warning about a full spool names.
+    pub size_variable: String,
+}
+
+impl Default for ReplayOptions {
+    /// lens's own variable (read whatever the program's prefix).
+    fn default() -> ReplayOptions {
+        ReplayOptions { size_variable: "NEMO_LENS_SPOOL_SIZE_KIB".to_string() }
+    }
+}
+
 /// A dead writer's spool, read.
 #[derive(Debug)]
 pub struct DeadSpool {
@@ -167,7 +183,7 @@ pub struct Claimed {
 /// kept after a failed export does not charge the dead attempt's loss
 /// again when it is replayed later; `lens recover` ([`Claim::All`]) charges
 /// nothing and marks nothing.
-pub fn claim_dir(dir: &Path, claim: Claim, own: Option<&Path>) -> Claimed {
+pub fn claim_dir(dir: &Path, claim: Claim, own: Option<&Path>, options: &ReplayOptions) -> Claimed {
     let mut claimed = Claimed::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return claimed;
@@ -186,7 +202,7 @@ pub fn claim_dir(dir: &Path, claim: Claim, own: Option<&Path>) -> Claimed {
         if rank_in_name(&path).is_some_and(|rank| !claim.takes(rank)) {
             continue;
         }
-        if let Some(spool) = claim_file(&path, claim, uid, &mut claimed.report) {
+        if let Some(spool) = claim_file(&path, (claim, options), uid, &mut claimed.report) {
             claimed.spools.push(spool);
         }
     }
@@ -200,8 +216,14 @@ pub fn claim_dir(dir: &Path, claim: Claim, own: Option<&Path>) -> Claimed {
 /// process's spool file (never replayed). A missing directory replays
 /// nothing. The progress record is read whatever the export's outcome
 /// ([`claim_dir`]).
-pub fn replay_dir(dir: &Path, claim: Claim, own: Option<&Path>, export: &mut ExportFn<'_>) -> ReplayReport {
-    claim_dir(dir, claim, own).export(export)
+pub fn replay_dir(
+    dir: &Path,
+    claim: Claim,
+    own: Option<&Path>,
+    options: &ReplayOptions,
+    export: &mut ExportFn<'_>,
+) -> ReplayReport {
+    claim_dir(dir, claim, own, options).export(export)
 }
 
 impl Claimed {
@@ -276,7 +298,12 @@ fn warn(summary: &mut ReplayReport, message: String) {
 
 /// Opens, locks and reads one spool; `None` (counted and warned where it
 /// matters) when it is not to be replayed now.
-fn claim_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport) -> Option<ClaimedSpool> {
+fn claim_file(
+    path: &Path,
+    (claim, options): (Claim, &ReplayOptions),
+    uid: u32,
+    summary: &mut ReplayReport,
+) -> Option<ClaimedSpool> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = match std::fs::OpenOptions::new()
         .read(true)
@@ -372,10 +399,11 @@ fn claim_file(path: &Path, claim: Claim, uid: u32, summary: &mut ReplayReport) -
         warn(
             summary,
             format!(
-                "spool {}: the dead process had dropped {} ended span(s) from its full spool (raise \
-                 <PREFIX>_SPOOL_SIZE_KIB to keep more)",
+                "spool {}: the dead process had dropped {} ended span(s) from its full spool (raise {} to \
+                 keep more)",
                 path.display(),
-                dead.header.overflow
+                dead.header.overflow,
+                options.size_variable
             ),
         );
     }
@@ -423,6 +451,7 @@ pub(crate) struct ReplayExporter {
     pub(crate) resource: Resource,
     pub(crate) timeout: Duration,
     pub(crate) file_limit: Option<Arc<FileLimit>>,
+    pub(crate) options: ReplayOptions,
 }
 
 impl ReplayExporter {
