@@ -348,6 +348,15 @@ fn an_export_that_predates_the_prefix_attribute_gets_neutral_advice_and_megatron
     assert!(stdout.contains("(run with MEGATRON_OTEL_RANK_METRICS=1)"), "{stdout}");
 }
 
+/// The stragglers of `dir`'s metrics, every point read at once.
+fn at_once(dir: &Path) -> Vec<lens_training::stragglers::Straggler> {
+    let mut points = Vec::new();
+    for (rank, path) in lens_fallbacks::otlp_file::metrics_files(dir).unwrap() {
+        points.extend(lens_fallbacks::otlp_file::read_metric_file(&path, rank).unwrap().points);
+    }
+    lens_training::stragglers::analyze(&lens_training::stragglers::rank_intervals(&points))
+}
+
 #[test]
 fn streaming_finds_what_reading_every_point_at_once_finds_even_when_files_are_out_of_step() {
     // Rank 3's file starts with two lines of other metrics and misses one
@@ -363,11 +372,7 @@ fn streaming_finds_what_reading_every_point_at_once_finds_even_when_files_are_ou
     let kept: Vec<&str> = lines.iter().enumerate().filter(|(i, _)| *i != 6).map(|(_, l)| *l).collect();
     std::fs::write(&rank3, kept.join("\n") + "\n").unwrap();
 
-    let mut points = Vec::new();
-    for (rank, path) in lens_fallbacks::otlp_file::metrics_files(&dir).unwrap() {
-        points.extend(lens_fallbacks::otlp_file::read_metric_file(&path, rank).unwrap().points);
-    }
-    let at_once = lens_training::stragglers::analyze(&lens_training::stragglers::rank_intervals(&points));
+    let at_once = at_once(&dir);
     let streamed = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;
     assert_eq!(streamed, at_once);
     // 11 complete intervals: windows of 4, 4 and 3, each naming rank 0.
@@ -387,9 +392,22 @@ fn counter(name: &str, point_attributes: &str, start: u64, time: u64, value: f64
 
 /// Appends one process's counters (`dl.training.iterations`,
 /// `dl.training.phase_time`) of every rank to `dir`: a process started at
-/// `start`, exporting after every iteration of `exports`; iteration `i`
-/// takes `ms(rank, i)` ms of (forward, backward, dp_wait).
+/// `start`, exporting after every iteration of `exports` (every rank's
+/// own when `exports_of` is given); iteration `i` takes `ms(rank, i)` ms of
+/// (forward, backward, dp_wait).
 fn write_counters(dir: &Path, run: &str, start: u64, exports: &[u64], ms: &dyn Fn(u32, u64) -> [f64; 3]) {
+    write_counters_of(dir, run, start, &|_| exports.to_vec(), ms);
+}
+
+/// [`write_counters`], rank `rank` exporting after the iterations
+/// `exports_of(rank)`.
+fn write_counters_of(
+    dir: &Path,
+    run: &str,
+    start: u64,
+    exports_of: &dyn Fn(u32) -> Vec<u64>,
+    ms: &dyn Fn(u32, u64) -> [f64; 3],
+) {
     use lens_training::names::{ITERATIONS, PHASE_ATTRIBUTE as DL_PHASE, PHASE_TIME};
     use std::io::Write as _;
     for rank in 0..RANKS {
@@ -400,7 +418,7 @@ fn write_counters(dir: &Path, run: &str, start: u64, exports: &[u64], ms: &dyn F
             .open(dir.join(format!("metrics-rank{rank}.jsonl")))
             .unwrap();
         let (mut seconds, mut done) = ([0.0; 3], 0);
-        for &upto in exports {
+        for upto in exports_of(rank) {
             for i in done + 1..=upto {
                 for (total, ms) in seconds.iter_mut().zip(ms(rank, i)) {
                     *total += ms / 1e3;
@@ -465,11 +483,7 @@ fn a_rank_slow_only_late_in_the_run_is_named_in_those_windows_with_its_slowdown_
         "{findings:?}"
     );
     // Streaming and reading every point at once share the windowing.
-    let mut points = Vec::new();
-    for (rank, path) in lens_fallbacks::otlp_file::metrics_files(&dir).unwrap() {
-        points.extend(lens_fallbacks::otlp_file::read_metric_file(&path, rank).unwrap().points);
-    }
-    let at_once = lens_training::stragglers::analyze(&lens_training::stragglers::rank_intervals(&points));
+    let at_once = at_once(&dir);
     assert_eq!(findings, at_once);
 }
 
@@ -502,4 +516,48 @@ fn a_rank_slow_only_after_a_restart_under_the_same_run_id_is_named_after_it() {
         )),
         "{stdout}"
     );
+}
+
+#[test]
+fn streaming_and_reading_at_once_agree_on_counters_exported_unevenly_across_restarts() {
+    // Twelve seeded cases: every rank exports every 3 to 7 iterations (its
+    // own spacing, so exports never line up), up to iteration 60 to 99;
+    // half the cases restart once (new start time, counters from zero);
+    // rank 2 turns twice as slow in backward from a random iteration.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = |below: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below
+    };
+    let mut named = 0;
+    for case in 0..12 {
+        let dir = temp_dir(&format!("agree-{case}"));
+        let slow_from = 10 + next(50);
+        for attempt in 0..=(case % 2) {
+            let last = 60 + next(40);
+            let spacing: Vec<u64> = (0..RANKS).map(|_| 3 + next(5)).collect();
+            let exports_of = |rank: u32| -> Vec<u64> {
+                let every = spacing[rank as usize];
+                (1..).map(|e| e * every).take_while(|i| *i <= last).collect()
+            };
+            let slow = rank_2_twice_as_slow(|i| attempt == 1 || i >= slow_from);
+            write_counters_of(&dir, "run-1", 1_000 + attempt * 1_000_000_000, &exports_of, &slow);
+        }
+        let at_once = at_once(&dir);
+        let streamed = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;
+        assert_eq!(streamed, at_once, "case {case}");
+        // Rank 2 in backward, never in a window that ends before it turned
+        // slow, and after the restart too.
+        assert!(
+            streamed.iter().all(|f| f.rank == 2
+                && f.phase == lens_training::phases::Phase::Backward
+                && (f.attempt == 1 || f.iterations.1 > slow_from)),
+            "case {case}, slow from {slow_from}: {streamed:?}"
+        );
+        assert!(case % 2 == 0 || streamed.iter().any(|f| f.attempt == 1), "case {case}: {streamed:?}");
+        named += streamed.len();
+    }
+    assert!(named >= 12, "rank 2 named in only {named} windows over twelve runs");
 }
