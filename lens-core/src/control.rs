@@ -476,7 +476,7 @@ pub fn check_generation(
         return Err(ControlInputError::new(
             keys::GENERATION,
             request.generation,
-            format!("lower than generation {highest}, the highest this job accepted; nothing changes ({NEXT})"),
+            format!("lower than generation {highest}, the highest this job accepted ({NEXT})"),
         ));
     }
     match accepted {
@@ -484,8 +484,8 @@ pub fn check_generation(
             keys::GENERATION,
             request.generation,
             format!(
-                "the generation this job already accepted, with a different content; nothing changes (a version is \
-                 read once per generation; {NEXT})"
+                "the generation this job already accepted, with a different content (a version is read once per \
+                 generation; {NEXT})"
             ),
         )),
         _ => Ok(false),

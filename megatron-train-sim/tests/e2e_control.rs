@@ -8,7 +8,10 @@
 //!   others; `dl.control.generation` reaches every rank;
 //! - `lens control` (the simulator's alias) against a live run picks a start
 //!   from the job's status file; a damaged file, an unknown key, a
-//!   world-writable file and a lower generation change nothing and warn;
+//!   world-writable file, a lower generation, a generation reused with a
+//!   different content and a version without `from_iteration` change
+//!   nothing and warn; a window that ended before it was read warns and
+//!   moves only the generation;
 //! - a sampling-ratio window moves the kept fraction of iterations, and a
 //!   resumed attempt re-applies a window still ahead of it.
 //!
@@ -206,7 +209,7 @@ fn lens_control_changes_a_live_run_and_bad_files_leave_it_as_it_was() {
             "--num-layers",
             "1",
             "--train-iters",
-            "90",
+            "150",
             "--nproc-per-node",
             "2",
             "--log-interval",
@@ -247,6 +250,22 @@ fn lens_control_changes_a_live_run_and_bad_files_leave_it_as_it_was() {
     wait_for_lines(&live, "applies generation 8", 2);
     write_control(&control, r#"{"generation": 3, "span_groups": "per_step", "from_iteration": 0}"#, 0o600);
     wait_for_lines(&live, "lower than generation 8", 2);
+    // The same generation with a different content, and a version without
+    // `from_iteration`: each warns, nothing changes.
+    write_control(&control, r#"{"generation": 8, "sampling_ratio": 0.5, "from_iteration": 0}"#, 0o600);
+    wait_for_lines(&live, "already accepted, with a different content", 2);
+    write_control(&control, r#"{"generation": 9, "sampling_ratio": 0.5}"#, 0o600);
+    wait_for_lines(&live, "key 'from_iteration' = (missing)", 2);
+    // A window that ended before the ranks read it: warned, only the
+    // generation moves (after generation 8's window, so that it stays whole).
+    wait_for_lines(&live, "ends the window of generation 8", 2);
+    write_control(
+        &control,
+        r#"{"generation": 9, "sampling_ratio": 0.5, "from_iteration": 0, "until_iteration": 1}"#,
+        0o600,
+    );
+    wait_for_lines(&live, "ended before this rank read it", 2);
+    wait_for_lines(&live, "applies generation 9", 2);
 
     let status = wait_bounded(&mut child, LIMIT);
     reader.join().unwrap();
@@ -260,6 +279,13 @@ fn lens_control_changes_a_live_run_and_bad_files_leave_it_as_it_was() {
         assert_eq!(warned("key 'spam'"), 1, "rank {rank}: the unknown key, once: {stderr}");
         assert_eq!(warned("other users can write it"), 1, "rank {rank}: the world-writable file, once: {stderr}");
         assert_eq!(warned("key 'generation' = 3: lower than generation 8"), 1, "rank {rank}: {stderr}");
+        assert_eq!(warned("key 'generation' = 8: the generation this job already accepted"), 1, "rank {rank}");
+        assert_eq!(warned("key 'from_iteration' = (missing)"), 1, "rank {rank}: {stderr}");
+        assert_eq!(
+            warned("generation 9's window (iterations 0 to 1) ended before this rank read it"),
+            1,
+            "rank {rank}"
+        );
     }
     // Only the window `lens control` asked for: each rank from `start` (or
     // its next iteration when it read the file late, which it says) to
