@@ -444,7 +444,8 @@ impl Lock {
             .truncate(false)
             .write(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
+            // Never waits on a FIFO put there (no reader: refused at once).
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
             .map_err(|error| format!("could not open the lock {}: {error}", path.display()))?;
         // SAFETY: flock on a descriptor this function owns; it blocks until
