@@ -9,9 +9,12 @@
 //! [`ControlSchedule`], which says at each iteration boundary what to
 //! apply ([`ControlSchedule::at_iteration`]). Every rank computes the same
 //! answer from the same file and the same iteration, so the ranks change
-//! together without talking to each other; a rank that read the file late
-//! applies at its next iteration (the [`Change`] says how late) and ends
-//! the window at the same iteration as every other rank.
+//! together without talking to each other: every version names the
+//! iteration it starts at, and the version in force holds until then; a
+//! rank that read the file late applies at its next iteration (the
+//! [`Change`] says how late) and ends the window at the same iteration as
+//! every other rank. [`check_generation`] tells a new version from the one
+//! accepted again, and refuses a lower or reused generation.
 //!
 //! Also here: the file checks that refuse a file others could have written
 //! ([`check_file`]), the status file the job writes beside the control file
@@ -876,8 +879,10 @@ impl CatalogData {
 }
 
 /// What the job writes beside the control file (`<FILE>.status`, global
-/// rank 0): its catalog and launch groups at startup, its last iteration at
-/// each log interval, for `lens control`.
+/// rank 0): its catalog and launch settings at startup, its last iteration,
+/// generations and update period at each log interval, for `lens control`
+/// (which picks a start from it with [`ControlStatus::safe_start`], and
+/// checks a version against it as the job would).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlStatus {
     /// The job's span-group catalog.
