@@ -1041,31 +1041,31 @@ fn open_spool(
 }
 
 /// Replays, once, the dead writers' spools of this rank (rank 0: also of
-/// ranks at or above the world size) in `table`'s directory, through
-/// `exporter` (the batch processor, this lifetime's resource and the
-/// export timeout); a rank without one keeps spools that hold spans for a
-/// rank that exports or `lens recover`. Fills
-/// [`crate::spool::replayed_progress`].
+/// ranks at or above the world size) in `table`'s directory: reads and
+/// locks them and fills [`crate::spool::replayed_progress`] now, then sends
+/// their spans through `exporter` (the batch processor, this lifetime's
+/// resource and the export timeout) on the `lens-replay` thread, so that
+/// setup never waits for the collector. A rank without an exporter keeps
+/// spools that hold spans for a rank that exports or `lens recover`.
 fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<ReplayExporter>, options: &ReplayOptions) {
     let Some(own) = table.path() else { return };
     let Some(dir) = own.parent() else { return };
     let claim = crate::spool::replay::Claim::Rank { rank: rank.rank, world_size: rank.world_size };
-    let mut export = |spans: Vec<opentelemetry_sdk::trace::SpanData>, resource: &Resource| match &exporter {
-        Some(replay) => replay.export(spans, resource),
-        None => Err("this rank exports no spans".to_string()),
-    };
-    let summary = crate::spool::replay_dir(dir, claim, Some(own), options, &mut export);
-    if !summary.consumed.is_empty() {
-        crate::diag::note(format_args!(
-            "replayed {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) of a \
-             previous attempt in {}",
-            summary.spans,
-            summary.truncated,
-            summary.consumed.len(),
-            dir.display()
-        ));
+    let claimed = crate::spool::replay::claim_dir(dir, claim, Some(own), options);
+    crate::spool::set_replayed_progress(claimed.report.progress.clone());
+    if claimed.is_empty() {
+        return;
     }
-    crate::spool::set_replayed_progress(summary.progress);
+    match exporter {
+        // The thread stops between spools once this lifetime has shut down.
+        Some(exporter) => crate::spool::replay::export_in_background(claimed, exporter, dir.to_path_buf(), || {
+            ACTIVE.load(Ordering::Acquire)
+        }),
+        None => {
+            let report = claimed.export(&mut |_, _| Err("this rank exports no spans".to_string()));
+            crate::spool::replay::note_replayed(&report, dir);
+        }
+    }
 }
 
 /// What a replay's warnings name: this configuration's variables.

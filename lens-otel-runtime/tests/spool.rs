@@ -8,80 +8,23 @@
 //! The setup test owns the process's telemetry lifetime, so this binary
 //! holds the tests that set up a pipeline in one function.
 
-use std::borrow::Cow;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+#[path = "support/dead_spool.rs"]
+mod dead_spool;
 
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dead_spool::{RANK_0, at, dead_spool, identity, span, spooling_config, temp_dir};
 use lens_core::config::LensConfig;
-use lens_core::identity::RankContext;
 use lens_otel_runtime::closer::{SPAN_TRUNCATED, SPAN_TRUNCATED_REASON, SPAN_TRUNCATED_REASON_PROCESS_DIED};
 use lens_otel_runtime::pipeline::{PipelineOptions, setup};
 use lens_otel_runtime::spool::replay::{Claim, ReplayOptions};
-use lens_otel_runtime::spool::{Identity, SpoolTable, replay_dir, replayed_progress};
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
-use opentelemetry::{InstrumentationScope, KeyValue, Value};
+use lens_otel_runtime::spool::{SpoolTable, replay_dir, replayed_progress};
+use opentelemetry::KeyValue;
+use opentelemetry::Value;
+use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData, SpanEvents, SpanLinks};
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
-    let dir = std::env::temp_dir().join(format!("lens-spool-{tag}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-fn at(seconds: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(1_700_000_000 + seconds)
-}
-
-fn span(name: &'static str, id: u64, parent: u64, start: SystemTime) -> SpanData {
-    SpanData {
-        span_context: SpanContext::new(
-            TraceId::from(0x5eed_u128),
-            SpanId::from(id),
-            TraceFlags::SAMPLED,
-            false,
-            TraceState::default(),
-        ),
-        parent_span_id: SpanId::from(parent),
-        parent_span_is_remote: false,
-        span_kind: SpanKind::Internal,
-        name: Cow::Borrowed(name),
-        start_time: start,
-        end_time: start,
-        attributes: vec![KeyValue::new("dl.iteration", 17_i64)],
-        dropped_attributes_count: 0,
-        events: SpanEvents::default(),
-        links: SpanLinks::default(),
-        status: Status::Unset,
-        instrumentation_scope: InstrumentationScope::builder("nemo.lens").build(),
-    }
-}
-
-fn identity(rank: u32, world_size: u32) -> Identity {
-    Identity { rank, world_size, run_id: "dead-run".into(), host: "node-07".into() }
-}
-
-/// A spool left as a killed process leaves it: `megatron.train` and its
-/// iteration open, the iteration's forward-backward ended but not yet
-/// exported, progress at iteration 17 (completed 16, durable 10), then the
-/// writer's lock dropped as its death would.
-fn dead_spool(dir: &Path, rank: u32) -> PathBuf {
-    let table = SpoolTable::create(dir, 256 * 1024, &identity(rank, 2)).expect("spool");
-    table.write_meta(&identity(rank, 2), &[KeyValue::new("service.name", "dead-service")]);
-    table.span_started(&span("megatron.train", 1, 0, at(0)));
-    table.span_started(&span("megatron.train.iteration", 2, 1, at(10)));
-    let mut child = span("megatron.train.iteration.forward_backward", 3, 2, at(11));
-    table.span_started(&child);
-    child.end_time = at(12);
-    table.span_ended(&child);
-    table.write_progress(17, Some(16), Some(10), at(12));
-    table.touch(at(13));
-    let path = table.path().expect("a file").to_path_buf();
-    table.stop();
-    table.close_file();
-    path
-}
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 
 fn id(span: &SpanData) -> u64 {
     u64::from_be_bytes(span.span_context.span_id().to_bytes())
@@ -90,20 +33,6 @@ fn id(span: &SpanData) -> u64 {
 fn truncation_reason(span: &SpanData) -> Option<String> {
     let event = span.events.events.iter().find(|e| e.name == SPAN_TRUNCATED)?;
     event.attributes.iter().find(|kv| kv.key.as_str() == SPAN_TRUNCATED_REASON).map(|kv| kv.value.to_string())
-}
-
-/// The one rank of a world of one.
-const RANK_0: RankContext = RankContext { rank: 0, world_size: 1, local_rank: 0, node_rank: None };
-
-/// Telemetry on for every rank, traces only, with its spool in `dir`.
-fn spooling_config(dir: &Path) -> LensConfig {
-    LensConfig {
-        enabled: true,
-        rank_strategy: "all_ranks".into(),
-        metrics_enabled: false,
-        spool_dir: Some(dir.to_path_buf()),
-        ..LensConfig::default()
-    }
 }
 
 #[test]
@@ -117,8 +46,13 @@ fn a_dead_writers_spool_is_replayed_once_at_setup() {
     let options = PipelineOptions::default().with_span_exporter(exporter.clone());
     let telemetry = setup(&config, &rank0, Vec::new(), options, &env).expect("setup");
 
-    // Replayed before any span of this lifetime: each span once, with its ids
-    // and start time; the open ones ended at the last-alive stamp, marked.
+    // Read at setup (the progress record), sent by the `lens-replay` thread
+    // (within 10 s): each span once, with its ids and start time; the open
+    // ones ended at the last-alive stamp, marked.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dead.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut spans = exporter.get_finished_spans().expect("spans");
     spans.sort_by_key(id);
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();

@@ -21,7 +21,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SpanData;
@@ -273,11 +273,76 @@ impl Claimed {
     /// `export`, removes each spool whose export succeeded (its lock goes
     /// with it) and keeps the others, with a warning.
     pub fn export(self, export: &mut ExportFn<'_>) -> ReplayReport {
+        self.export_while(&|| true, export)
+    }
+
+    /// [`export`](Self::export), spool after spool while `keep_going`
+    /// says so; the spools not sent then are kept (their locks released),
+    /// with one warning.
+    pub fn export_while(self, keep_going: &dyn Fn() -> bool, export: &mut ExportFn<'_>) -> ReplayReport {
         let Claimed { spools, mut report } = self;
-        for spool in spools {
+        let mut spools = spools.into_iter();
+        for spool in spools.by_ref() {
+            if !keep_going() {
+                let left = 1 + spools.len();
+                warn(
+                    &mut report,
+                    format!(
+                        "telemetry shut down before {left} spool file(s) of a previous attempt were replayed (the \
+                         first {}); kept for the next attempt or `lens recover`",
+                        spool.path.display()
+                    ),
+                );
+                report.failed += left;
+                break;
+            }
             export_spool(spool, &mut report, export);
         }
         report
+    }
+}
+
+/// The name of the thread that sends a setup's replayed spans.
+pub const REPLAY_THREAD: &str = "lens-replay";
+
+/// Sends `claimed`'s spans through `exporter` on a thread of its own
+/// ([`REPLAY_THREAD`]), so that setup never waits for the collector: the
+/// thread holds the spools' locks until each is sent and removed, or kept
+/// (a failed export, or `keep_going` false: this lifetime shut down, which
+/// waits for it no longer than its own deadline); then says what it
+/// replayed. Spools without spans (a clean shutdown's progress record)
+/// are consumed at once, on the caller's thread.
+pub(crate) fn export_in_background(claimed: Claimed, exporter: ReplayExporter, dir: PathBuf, keep_going: fn() -> bool) {
+    if claimed.spools.iter().all(|spool| spool.spans.is_empty()) {
+        let report = claimed.export(&mut |_, _| Ok(()));
+        note_replayed(&report, &dir);
+        return;
+    }
+    let replayed = dir.clone();
+    let spawned = std::thread::Builder::new().name(REPLAY_THREAD.into()).spawn(move || {
+        let report = claimed.export_while(&keep_going, &mut |spans, resource| exporter.export(spans, resource));
+        note_replayed(&report, &replayed);
+    });
+    if let Err(error) = spawned {
+        crate::diag::warn(format_args!(
+            "could not start the {REPLAY_THREAD} thread ({error}); the previous attempt's spools in {} are kept \
+             for the next attempt or `lens recover`",
+            dir.display()
+        ));
+    }
+}
+
+/// Says what a setup's replay sent (nothing when no spool was consumed).
+pub(crate) fn note_replayed(report: &ReplayReport, dir: &Path) {
+    if !report.consumed.is_empty() {
+        crate::diag::note(format_args!(
+            "replayed {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) of a \
+             previous attempt in {}",
+            report.spans,
+            report.truncated,
+            report.consumed.len(),
+            dir.display()
+        ));
     }
 }
 
@@ -442,6 +507,10 @@ fn export_spool(spool: ClaimedSpool, summary: &mut ReplayReport, export: &mut Ex
     summary.consumed.push(path);
 }
 
+/// What [`LensBatchRecordProcessor::export_with_resource`] says while the
+/// processor's own export holds the exporter.
+const EXPORTER_BUSY: &str = "exporter is busy";
+
 /// What a lifetime replays through: its span batch processor, its own
 /// resource (put back on the exporter after each replayed request), the
 /// export timeout and the `file` exporter's cap.
@@ -462,10 +531,20 @@ impl ReplayExporter {
         let count = spans.len();
         let dropped = || self.file_limit.as_ref().map_or(0, |limit| limit.dropped());
         let before = dropped();
-        let records = spans.into_iter().map(SpanRecord::from_span_data).collect();
-        self.batch
-            .export_with_resource(records, resource, &self.resource, self.timeout)
-            .map_err(|error| error.to_string())?;
+        // The processor's own export in flight holds the exporter: tried
+        // again until it is free, within the export timeout (at most one
+        // try per 20 ms).
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let records = spans.iter().cloned().map(SpanRecord::from_span_data).collect();
+            match self.batch.export_with_resource(records, resource, &self.resource, self.timeout) {
+                Ok(()) => break,
+                Err(error) if error.to_string().contains(EXPORTER_BUSY) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(error) => return Err(error.to_string()),
+            }
+        }
         let lost = dropped().saturating_sub(before);
         match &self.file_limit {
             Some(limit) if lost > 0 => Err(format!(
