@@ -102,6 +102,10 @@ pub struct ShutdownReport {
     /// Where each signal went, in words (`traces: file /abs/path`, `metrics:
     /// OTLP grpc http://localhost:4317`): the handle's destinations.
     pub destinations: Vec<String>,
+    /// The crash spool file (`docs/crashes.md`) that keeps the spans this
+    /// shutdown left unsent, when there is one: the next attempt of the job
+    /// replays it, or `lens recover` on its directory sends them.
+    pub spool_kept: Option<std::path::PathBuf>,
     /// Whether this call did the work (false on a second shutdown, or for a
     /// handle that never exported).
     pub performed: bool,
@@ -156,6 +160,16 @@ impl fmt::Display for ShutdownReport {
         }
         if !self.unfinished.is_empty() {
             write!(f, "; did not finish in time: {}", self.unfinished.join(", "))?;
+        }
+        if let Some(spool) = &self.spool_kept {
+            let dir = spool.parent().unwrap_or(spool);
+            write!(
+                f,
+                "; the spans unsent at shutdown are kept in the crash spool {}: the next attempt of this job sends \
+                 them, or `lens recover {}`",
+                spool.display(),
+                dir.display()
+            )?;
         }
         Ok(())
     }

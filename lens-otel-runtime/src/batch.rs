@@ -231,6 +231,16 @@ pub struct SpanExportCounters {
     in_flight_spans: AtomicU64,
     in_flight_exports: AtomicU64,
     rejected_after_shutdown: AtomicU64,
+    /// The export attempts under way, and whether the error count is
+    /// closed: taken once per attempt (per batch, never per item).
+    attempts: Mutex<Attempts>,
+}
+
+/// The export attempts under way (see [`SpanExportCounters::close`]).
+#[derive(Debug, Default)]
+struct Attempts {
+    running: u64,
+    closed: bool,
 }
 
 impl SpanExportCounters {
@@ -261,6 +271,53 @@ impl SpanExportCounters {
             Counter::InFlightSpans => &self.in_flight_spans,
             Counter::InFlightExports => &self.in_flight_exports,
             Counter::RejectedAfterShutdown => &self.rejected_after_shutdown,
+        }
+    }
+
+    /// An export attempt begins; [`attempt_ended`](Self::attempt_ended)
+    /// follows.
+    fn attempt_started(&self) {
+        let mut attempts = lock(&self.attempts);
+        if !attempts.closed {
+            attempts.running += 1;
+        }
+    }
+
+    /// An export attempt ended, `failed` or not; a failure counts as an
+    /// export error unless [`close`](Self::close) has counted it already.
+    fn attempt_ended(&self, failed: bool) {
+        let mut attempts = lock(&self.attempts);
+        if attempts.closed {
+            return;
+        }
+        attempts.running = attempts.running.saturating_sub(1);
+        if failed {
+            self.record(ExportEvent::AttemptFailed);
+        }
+    }
+
+    /// A failure outside an attempt (a batch that cannot be encoded): an
+    /// export error unless the count is closed.
+    fn failed_outside_an_attempt(&self) {
+        if !lock(&self.attempts).closed {
+            self.record(ExportEvent::AttemptFailed);
+        }
+    }
+
+    /// Closes the error count once shutdown is over: every attempt still
+    /// under way (its deadline was shutdown's, so it fails as it ends)
+    /// counts as an export error now, and nothing counts as one after. The
+    /// report read after this counts every failed attempt that a warning
+    /// may name (the first failure's, said as the attempt ends, or the
+    /// worker's last summary), however the threads interleave. Idempotent.
+    pub fn close(&self) {
+        let mut attempts = lock(&self.attempts);
+        if attempts.closed {
+            return;
+        }
+        attempts.closed = true;
+        for _ in 0..std::mem::take(&mut attempts.running) {
+            self.record(ExportEvent::AttemptFailed);
         }
     }
 
@@ -598,8 +655,8 @@ impl<T: Item> Inner<T> {
         control.progress.resolve(start, start + len as u64);
     }
 
-    fn record_error(&self, error: &OTelSdkError) {
-        self.counters.record(ExportEvent::AttemptFailed);
+    /// Keeps `error`'s message (secrets removed) for the next warning.
+    fn keep_error(&self, error: &OTelSdkError) {
         let message = crate::diag::redact(&error.to_string(), &self.config.redact);
         *lock(&self.last_error) = Some(message);
     }
@@ -858,6 +915,39 @@ impl LensBatchRecordProcessor {
     }
 }
 
+thread_local! {
+    /// Whether the exports started on this thread send spans replayed from
+    /// a crash spool ([`Owner::export_with_resource`]), not the job's own.
+    static REPLAYING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether an export started on this thread now sends spans replayed from a
+/// crash spool (setup's replay, `lens recover`): an exporter that words its
+/// failures by context reads it as it starts the export.
+#[cfg_attr(
+    not(any(test, feature = "otlp-grpc", feature = "otlp-http")),
+    expect(dead_code, reason = "only the OTLP exporter words its failures by context")
+)]
+pub(crate) fn replaying() -> bool {
+    REPLAYING.with(std::cell::Cell::get)
+}
+
+/// Marks this thread as replaying until dropped.
+struct ReplayScope;
+
+impl ReplayScope {
+    fn enter() -> ReplayScope {
+        REPLAYING.with(|replaying| replaying.set(true));
+        ReplayScope
+    }
+}
+
+impl Drop for ReplayScope {
+    fn drop(&mut self) {
+        REPLAYING.with(|replaying| replaying.set(false));
+    }
+}
+
 impl<T: Item> Owner<T> {
     /// See [`LensBatchSpanProcessor::export_with_resource`].
     fn export_with_resource(
@@ -877,7 +967,10 @@ impl<T: Item> Owner<T> {
             let exporter = Arc::clone(&slot);
             match exporter.prepare(spans) {
                 Ok(payload) => {
-                    let future = exporter.export_payload(&payload);
+                    let future = {
+                        let _replay = ReplayScope::enter();
+                        exporter.export_payload(&payload)
+                    };
                     block_on_until(future, Instant::now() + timeout).unwrap_or(Err(OTelSdkError::Timeout(timeout)))
                 }
                 Err(error) => Err(error),
@@ -889,9 +982,13 @@ impl<T: Item> Owner<T> {
         }
         // The error may quote a collector's answer that echoes the request's
         // headers: its message goes into warnings, so it is redacted as the
-        // batch path's are.
-        result.map_err(|error| {
-            OTelSdkError::InternalFailure(crate::diag::redact(&error.to_string(), &inner.config.redact))
+        // batch path's are. Its reason only: the error's own "Operation
+        // failed: " stays said once.
+        result.map_err(|error| match error {
+            OTelSdkError::InternalFailure(reason) => {
+                OTelSdkError::InternalFailure(crate::diag::redact(&reason, &inner.config.redact))
+            }
+            other => other,
         })
     }
 
@@ -1429,7 +1526,8 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
     let payload = match prepared {
         Ok(payload) => payload,
         Err(error) => {
-            inner.record_error(&error);
+            inner.keep_error(&error);
+            inner.counters.failed_outside_an_attempt();
             return Outcome::Failed;
         }
     };
@@ -1444,11 +1542,15 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
         if let Some(deadline) = shutdown_deadline {
             attempt_deadline = attempt_deadline.min(deadline);
         }
-        let error = match attempt(inner, &payload, attempt_deadline) {
-            Ok(()) => return Outcome::Exported,
-            Err(error) => error,
-        };
-        inner.record_error(&error);
+        inner.counters.attempt_started();
+        let result = attempt(inner, &payload, attempt_deadline);
+        if let Err(error) = &result {
+            inner.keep_error(error);
+        }
+        inner.counters.attempt_ended(result.is_err());
+        if result.is_ok() {
+            return Outcome::Exported;
+        }
         let wake_at = Instant::now() + jittered(backoff);
         backoff = (backoff * 2).min(RETRY_MAX_BACKOFF);
         if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), wake_at) {
@@ -1487,6 +1589,11 @@ fn jittered(backoff: Duration) -> Duration {
 /// One export attempt, bounded by `deadline`; a panicking exporter counts
 /// as a failed attempt.
 fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -> OTelSdkResult {
+    // The bound this attempt really has, which a timeout states: the export
+    // timeout, or less when shutdown's deadline comes first (rounded up to
+    // the millisecond: 100 ms, not 99.99 ms).
+    let bound = deadline.saturating_duration_since(Instant::now());
+    let bound = Duration::from_millis(u64::try_from(bound.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
     let future = match catch_unwind(AssertUnwindSafe(|| inner.exporter().export_payload(payload))) {
         Ok(future) => future,
         Err(_) => {
@@ -1496,7 +1603,7 @@ fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -
     // Whichever thread polls it (a worker of the caller's runtime) is on
     // the export path meanwhile.
     let future = crate::export_path::marked(future);
-    let timeout = || OTelSdkError::Timeout(inner.config.export_timeout);
+    let timeout = || OTelSdkError::Timeout(bound);
     let outcome = catch_unwind(AssertUnwindSafe(|| match &inner.config.runtime {
         None => block_on_until(future, deadline).unwrap_or_else(|| Err(timeout())),
         Some(runtime) => {
@@ -1635,6 +1742,48 @@ mod tests {
         queue.push(9);
         assert_eq!(queue.chunks.iter().map(Vec::len).collect::<Vec<_>>(), [CHUNK_ITEMS, CHUNK_ITEMS, 1, 4, 1]);
         assert_eq!(queue.next_batch(usize::MAX).map(|batch| batch.len()), Some(CHUNK_ITEMS * 2 + 6));
+    }
+
+    /// A batch exporter whose exports never answer.
+    struct Silent;
+
+    impl BatchExporter<SpanData> for Silent {
+        fn export_payload(self: Arc<Self>, _payload: &Payload<SpanData>) -> ExportFuture {
+            Box::pin(std::future::pending())
+        }
+
+        fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+            Ok(())
+        }
+
+        fn set_resource(&mut self, _resource: &Resource) {}
+    }
+
+    #[test]
+    fn an_attempt_cut_short_by_shutdown_states_its_real_bound() {
+        let config = BatchConfig { export_timeout: Duration::from_secs(10), ..BatchConfig::default() };
+        let owner = Owner::<SpanData>::start(Arc::new(Silent), config, &SPANS);
+        let payload = Payload::Items(Arc::new(Vec::new()));
+        // Shutdown's deadline, 150 ms away, bounds this attempt, not the
+        // 10 s export timeout.
+        let started = Instant::now();
+        let error = attempt(&owner.inner, &payload, started + Duration::from_millis(150)).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        let said = error.to_string();
+        assert!(
+            ["Operation timed out after 150ms", "Operation timed out after 149ms"].contains(&said.as_str()),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn exports_started_during_a_replay_know_it_and_later_ones_do_not() {
+        assert!(!replaying());
+        {
+            let _replay = ReplayScope::enter();
+            assert!(replaying());
+        }
+        assert!(!replaying());
     }
 
     #[test]

@@ -480,6 +480,12 @@ impl Pipeline {
         if let Some(counters) = &self.metric_counters {
             counters.close();
         }
+        // Likewise an export attempt that the deadline cut is a failed
+        // attempt now, before its thread says so: the report counts every
+        // export error that a warning may already have named.
+        for counters in [&self.span_counters, &self.log_counters].into_iter().flatten() {
+            counters.close();
+        }
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
         (report.dropped_file_full, report.destinations) = (now.dropped_file_full, now.destinations);
@@ -493,7 +499,11 @@ impl Pipeline {
         // Every span exported or counted: nothing for the next attempt to
         // replay but the progress record. Spans unsent at shutdown stay in
         // the spool, replayed by the next attempt.
-        self.close_spool(report.spans.dropped_at_shutdown == 0);
+        let clean = report.spans.dropped_at_shutdown == 0;
+        self.close_spool(clean);
+        if !clean {
+            report.spool_kept = self.spool_path().map(std::path::Path::to_path_buf);
+        }
         #[cfg(feature = "prometheus")]
         if let Some(prometheus) = prometheus {
             if !self.linger.is_zero() {

@@ -213,6 +213,19 @@ mod with_testing {
         }
     }
 
+    /// What a spool replay says when its export fails (`spool ...: could
+    /// not be exported (...)`): the exporter's error, "Operation failed: "
+    /// once.
+    #[test]
+    fn a_failed_replay_export_says_its_error_once() {
+        let failing = Flaky { failures: u64::MAX, calls: AtomicU64::new(0), store: KeepingSpanExporter::default() };
+        let batch = LensBatchSpanProcessor::new(failing, BatchConfig::default());
+        let resource = Resource::builder_empty().build();
+        let result = batch.export_with_resource(Vec::new(), &resource, &resource, Duration::from_secs(5));
+        let said = result.map_err(|error| error.to_string());
+        assert_eq!(said, Err("Operation failed: collector unavailable".to_owned()));
+    }
+
     #[test]
     fn an_export_that_never_answers_times_out_and_is_retried_then_dropped() {
         let config = BatchConfig {
@@ -229,16 +242,23 @@ mod with_testing {
         assert!(snapshot.export_errors >= 2, "{snapshot:?}");
     }
 
-    #[test]
-    fn shutdown_returns_within_its_timeout_while_the_exporter_hangs() {
+    /// A processor exporting one batch at a time whose first export, of
+    /// `count` spans, is under way and hangs at the gate.
+    fn hung_export(count: usize) -> (Arc<Gated>, LensBatchSpanProcessor, SdkTracerProvider) {
         let gated = Arc::new(Gated::default());
         let config = BatchConfig { max_concurrent_exports: 1, ..BatchConfig::default() };
         let batch = LensBatchSpanProcessor::new(GatedHandle(Arc::clone(&gated)), config);
         let provider = provider_with(&batch);
-        emit(&provider, 10);
+        emit(&provider, count);
         let _ = batch.force_flush_with_timeout(Duration::from_millis(1));
         let stuck = wait_for(&batch, |s| s.in_flight_exports == 1);
-        assert_eq!(stuck.in_flight_exports, 1);
+        assert_eq!(stuck.in_flight_exports, 1, "{stuck:?}");
+        (gated, batch, provider)
+    }
+
+    #[test]
+    fn shutdown_returns_within_its_timeout_while_the_exporter_hangs() {
+        let (gated, batch, provider) = hung_export(10);
         emit(&provider, 10);
         let started = Instant::now();
         let result = batch.shutdown_with_timeout(Duration::from_millis(300));
@@ -257,6 +277,27 @@ mod with_testing {
         let after = wait_for(&batch, |s| s.in_flight_exports == 0);
         assert_eq!((after.in_flight_exports, after.in_flight_spans), (0, 0), "{after:?}");
         assert_eq!((after.exported, after.dropped_at_shutdown, after.pending()), (0, 20, 0), "{after:?}");
+    }
+
+    /// The report closes the count when shutdown is over (the pipeline
+    /// does, before it reads the counters): an attempt that the deadline
+    /// left hanging is a failed attempt then, said in the report however
+    /// late its thread gives up, and counted once.
+    #[test]
+    fn an_attempt_left_hanging_by_shutdown_counts_as_one_export_error_when_the_count_closes() {
+        let (gated, batch, _provider) = hung_export(3);
+        let result = batch.shutdown_with_timeout(Duration::from_millis(200));
+        assert!(matches!(result, Err(OTelSdkError::Timeout(_))), "{result:?}");
+        assert_eq!(batch.counters().snapshot().export_errors, 0, "the attempt has not given up yet");
+        batch.counters().close();
+        assert_eq!(batch.counters().snapshot().export_errors, 1);
+        let unsent = wait_for(&batch, |s| s.dropped_at_shutdown == 3);
+        assert_eq!((unsent.export_errors, unsent.dropped_at_shutdown), (1, 3), "{unsent:?}");
+        // The attempt ends after all: nothing more counts.
+        gated.open();
+        let after = wait_for(&batch, |s| s.in_flight_exports == 0);
+        assert_eq!(after.in_flight_exports, 0, "{after:?}");
+        assert_eq!((after.export_errors, after.exported, after.dropped_at_shutdown), (1, 0, 3), "{after:?}");
     }
 
     #[test]

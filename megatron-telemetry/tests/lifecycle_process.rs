@@ -339,3 +339,36 @@ fn sigterm_prints_the_shutdown_report_the_program_never_reaches() {
     assert!(line.contains("; 1 open spans truncated"), "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sigterm_with_a_hung_collector_reports_the_cut_export_and_the_spool_that_keeps_the_spans() {
+    let dir = temp_dir("terminate-hung");
+    let spool = dir.join("spool");
+    let (_collector, endpoint) = hung_collector();
+    let env = [
+        ("MEGATRON_OTEL_EXPORTER", "otlp"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_METRICS_EXPORTER", "none"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "10000"),
+        ("MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS", "1000"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "10"),
+        ("MEGATRON_OTEL_SPOOL_DIR", spool.to_str().unwrap()),
+    ];
+    let status = run_child_with("terminate", &dir, 0, 1, &env);
+    let stderr = child_stderr(&dir, "terminate", 0);
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}; its stderr:\n{stderr}");
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("lens: SIGTERM: telemetry (rank 0) shut down: "))
+        .unwrap_or_else(|| panic!("no shutdown report on stderr:\n{stderr}"));
+    assert!(line.contains("spans: 0 exported, "), "{line}");
+    // The exports the collector held count as failed attempts.
+    assert!(!line.contains(" 0 export errors"), "{line}");
+    assert!(line.contains("did not finish in time: shut down spans"), "{line}");
+    let kept = format!("the spans unsent at shutdown are kept in the crash spool {}/", spool.display());
+    assert!(line.contains(&kept), "{line}");
+    let advice = format!(": the next attempt of this job sends them, or `lens recover {}`", spool.display());
+    assert!(line.ends_with(&advice), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

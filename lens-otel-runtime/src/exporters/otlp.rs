@@ -113,13 +113,33 @@ impl ResolvedEndpoint {
 /// The first failed export of one signal's OTLP exporter, reported once at
 /// once, naming the endpoint: a collector that is not there is said when
 /// the first export fails, not after the retry window or at shutdown (the
-/// batch processor's rate-limited warnings follow with the counts).
+/// batch processor's rate-limited warnings follow with the counts). The
+/// job's own exports and the spans replayed from a crash spool (setup's
+/// replay, `lens recover`) are said apart, once each: what happens to what
+/// was not sent differs.
 #[derive(Debug)]
 struct FirstFailure {
     signal: Signal,
     endpoint: ResolvedEndpoint,
     secrets: Vec<String>,
     reported: std::sync::atomic::AtomicBool,
+    reported_replay: std::sync::atomic::AtomicBool,
+}
+
+/// Whose export failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exporting {
+    /// The job's own telemetry.
+    Job,
+    /// Spans replayed from a crash spool.
+    Replay,
+}
+
+impl Exporting {
+    /// The context of an export started now on this thread.
+    fn now() -> Exporting {
+        if crate::batch::replaying() { Exporting::Replay } else { Exporting::Job }
+    }
 }
 
 impl FirstFailure {
@@ -129,31 +149,48 @@ impl FirstFailure {
             endpoint: endpoint.clone(),
             secrets: settings.secrets(),
             reported: std::sync::atomic::AtomicBool::new(false),
+            reported_replay: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// `result`, after reporting it if it is this exporter's first failure.
-    fn check(&self, result: OTelSdkResult) -> OTelSdkResult {
+    /// `result`, after reporting it if it is this exporter's first failure
+    /// in `context`.
+    fn check(&self, result: OTelSdkResult, context: Exporting) -> OTelSdkResult {
+        let reported = match context {
+            Exporting::Job => &self.reported,
+            Exporting::Replay => &self.reported_replay,
+        };
         if let Err(error) = &result
             && !matches!(error, OTelSdkError::AlreadyShutdown)
-            && !self.reported.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && !reported.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
-            self.report(error);
+            crate::diag::warn(self.message(error, context));
         }
         result
     }
 
+    /// The warning about `error`, the first failure in `context`.
     #[cold]
-    fn report(&self, error: &OTelSdkError) {
-        crate::diag::warn(format_args!(
-            "cannot export {} to the OTLP collector at {} ({}; endpoint from {}): {}; lens retries within its retry window \
-             and counts what is lost in the shutdown report",
-            self.signal,
+    fn message(&self, error: &OTelSdkError, context: Exporting) -> String {
+        let destination = format!(
+            "the OTLP collector at {} ({}; endpoint from {})",
             self.endpoint.shown(),
             self.endpoint.protocol.as_str(),
             self.endpoint.source,
-            crate::diag::redact(&error.to_string(), &self.secrets),
-        ));
+        );
+        let error = crate::diag::redact(&error.to_string(), &self.secrets);
+        match context {
+            Exporting::Job => format!(
+                "cannot export {} to {destination}: {error}; lens retries within its retry window and counts what \
+                 is lost in the shutdown report",
+                self.signal
+            ),
+            Exporting::Replay => format!(
+                "cannot send the spans replayed from a crash spool to {destination}: {error}; the spool is kept, \
+                 and the next attempt of the job or `lens recover` on its directory sends them once that \
+                 collector answers"
+            ),
+        }
     }
 }
 
@@ -841,9 +878,10 @@ impl OtlpSpanExporter {
     /// of the bytes per attempt).
     pub(crate) fn send_encoded(&self, body: Bytes) -> impl Future<Output = OTelSdkResult> + Send + 'static {
         let sender = Arc::clone(&self.sender);
+        let context = Exporting::now();
         InRuntime::new(self.runtime.as_ref(), async move {
             let result = sender.send(body).await;
-            sender.first_failure.check(result)
+            sender.first_failure.check(result, context)
         })
     }
 }
@@ -1109,7 +1147,8 @@ impl OtlpMetricExporter {
 
 impl PushMetricExporter for OtlpMetricExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        self.first_failure.check(InRuntime::new(self.runtime.as_ref(), self.inner.export(metrics)).await)
+        self.first_failure
+            .check(InRuntime::new(self.runtime.as_ref(), self.inner.export(metrics)).await, Exporting::Job)
     }
 
     fn force_flush(&self) -> OTelSdkResult {
@@ -1139,7 +1178,7 @@ exporter_common!(OtlpLogExporter);
 
 impl LogExporter for OtlpLogExporter {
     async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
-        self.first_failure.check(InRuntime::new(self.runtime.as_ref(), self.inner.export(batch)).await)
+        self.first_failure.check(InRuntime::new(self.runtime.as_ref(), self.inner.export(batch)).await, Exporting::Job)
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
@@ -1164,6 +1203,34 @@ mod tests {
             protocol,
             ..OtlpSettings::default()
         }
+    }
+
+    #[test]
+    fn a_first_failure_is_worded_for_the_job_or_for_a_replay_and_said_once_in_each() {
+        let settings = settings(Some("http://collector:4318"), false, OtlpProtocol::HttpProtobuf);
+        let endpoint = resolve_endpoint(&settings, Signal::Traces).unwrap();
+        let first = FirstFailure::new(Signal::Traces, &endpoint, &settings);
+        let error = OTelSdkError::InternalFailure("span export: connection refused".into());
+        let at = "the OTLP collector at http://collector:4318/v1/traces (http/protobuf; endpoint from \
+                  OTEL_EXPORTER_OTLP_ENDPOINT): Operation failed: span export: connection refused";
+        assert_eq!(
+            first.message(&error, Exporting::Job),
+            format!(
+                "cannot export traces to {at}; lens retries within its retry window and counts what is lost in \
+                 the shutdown report"
+            )
+        );
+        assert_eq!(
+            first.message(&error, Exporting::Replay),
+            format!(
+                "cannot send the spans replayed from a crash spool to {at}; the spool is kept, and the next \
+                 attempt of the job or `lens recover` on its directory sends them once that collector answers"
+            )
+        );
+        // A replay's failure leaves the job's own first failure to be said.
+        let _ = first.check(Err(error), Exporting::Replay);
+        let said = |flag: &std::sync::atomic::AtomicBool| flag.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!((said(&first.reported_replay), said(&first.reported)), (true, false));
     }
 
     #[test]
