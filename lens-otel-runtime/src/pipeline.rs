@@ -1080,7 +1080,10 @@ fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<Repla
 
 /// What a replay's warnings name: this configuration's variables.
 fn replay_options(config: &LensConfig) -> ReplayOptions {
-    ReplayOptions { size_variable: config.variable_to_set("spool_size_kib", "SPOOL_SIZE_KIB") }
+    ReplayOptions {
+        max_batch: config.otel.batch.max_export_batch_size,
+        size_variable: config.variable_to_set("spool_size_kib", "SPOOL_SIZE_KIB"),
+    }
 }
 
 /// Header values and endpoint credentials of every signal: never quoted in

@@ -309,14 +309,12 @@ fn a_spool_that_cannot_be_opened_is_named_and_counted_as_failed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The warning about a spool that was full names the replaying program's
-/// own variable (`MYJOB_OTEL_SPOOL_SIZE_KIB`), never a placeholder.
-#[test]
-fn a_full_spools_warning_names_the_programs_size_variable() {
-    let dir = temp_dir("overflow");
-    // Two slots: the third span takes an ended span's slot, counted.
-    let table = SpoolTable::create(&dir, 16 * 1024 + 2 * 1024, &identity(0, 1)).expect("spool");
-    for id in 1..=3 {
+/// A dead writer's spool of `slots` slots in `dir`, after `steps` spans
+/// `step` (ids and start seconds 1, 2, ...) each ended a second after its
+/// start and none exported.
+fn dead_spool_of_ended_steps(dir: &Path, slots: usize, steps: u64) {
+    let table = SpoolTable::create(dir, 16 * 1024 + slots * 1024, &identity(0, 1)).expect("spool");
+    for id in 1..=steps {
         let mut step = span("step", id, 0, at(id));
         table.span_started(&step);
         step.end_time = at(id + 1);
@@ -324,7 +322,16 @@ fn a_full_spools_warning_names_the_programs_size_variable() {
     }
     table.stop();
     table.close_file();
-    let options = ReplayOptions { size_variable: "MYJOB_OTEL_SPOOL_SIZE_KIB".to_string() };
+}
+
+/// The warning about a spool that was full names the replaying program's
+/// own variable (`MYJOB_OTEL_SPOOL_SIZE_KIB`), never a placeholder.
+#[test]
+fn a_full_spools_warning_names_the_programs_size_variable() {
+    let dir = temp_dir("overflow");
+    // Two slots: the third span takes an ended span's slot, counted.
+    dead_spool_of_ended_steps(&dir, 2, 3);
+    let options = ReplayOptions { size_variable: "MYJOB_OTEL_SPOOL_SIZE_KIB".to_string(), ..ReplayOptions::default() };
     let summary = replay_dir(&dir, Claim::All, None, &options, &mut |_, _| Ok(()));
     assert_eq!((summary.overflow, summary.spans), (1, 2));
     assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
@@ -334,5 +341,37 @@ fn a_full_spools_warning_names_the_programs_size_variable() {
         "{:?}",
         summary.warnings
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A spool's spans go out in requests of at most the batch size
+/// (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, 512 by default), parents first, never
+/// as one request a collector's size limit refuses.
+#[test]
+fn a_large_spool_is_sent_in_requests_of_the_batch_size() {
+    let dir = temp_dir("batches");
+    dead_spool_of_ended_steps(&dir, 1300, 1300);
+    // The second request fails: the spool is kept, the warning says how
+    // many spans were not sent.
+    let mut tries = 0;
+    let failed = replay_dir(&dir, Claim::All, None, &ReplayOptions::default(), &mut |_, _| {
+        tries += 1;
+        if tries == 2 { Err("request too large".into()) } else { Ok(()) }
+    });
+    assert_eq!((tries, failed.failed, failed.consumed.len()), (2, 1, 0));
+    assert!(
+        failed.warnings[0].contains("788 of its 1300 span(s) could not be exported (request too large)"),
+        "{:?}",
+        failed.warnings
+    );
+    let mut requests = Vec::new();
+    let summary = replay_dir(&dir, Claim::All, None, &ReplayOptions::default(), &mut |spans, _| {
+        requests.push(spans.iter().map(|s| s.start_time).collect::<Vec<_>>());
+        Ok(())
+    });
+    assert_eq!((summary.spans, summary.consumed.len(), summary.overflow), (1300, 1, 0));
+    assert_eq!(requests.iter().map(Vec::len).collect::<Vec<_>>(), [512, 512, 276]);
+    let starts: Vec<_> = requests.concat();
+    assert_eq!(starts, (1..=1300).map(at).collect::<Vec<_>>(), "in start order, each once");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -71,19 +71,24 @@ impl Claim {
     }
 }
 
-/// What a replay's warnings name, from the replaying program's
-/// configuration.
+/// How a replay sends a spool's spans and what its warnings name, from the
+/// replaying program's configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayOptions {
+    /// The most spans in one export request: the batch processor's
+    /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (a collector refuses requests past
+    /// its size limit, 4 MiB by default for gRPC).
+    pub max_batch: usize,
     /// The variable that sizes the spool (`SPOOL_SIZE_KIB` with the
     /// program's prefix), which the warning about a full spool names.
     pub size_variable: String,
 }
 
 impl Default for ReplayOptions {
-    /// lens's own variable (read whatever the program's prefix).
+    /// The OpenTelemetry default batch size (512) and lens's own variable
+    /// (read whatever the program's prefix).
     fn default() -> ReplayOptions {
-        ReplayOptions { size_variable: "NEMO_LENS_SPOOL_SIZE_KIB".to_string() }
+        ReplayOptions { max_batch: 512, size_variable: "NEMO_LENS_SPOOL_SIZE_KIB".to_string() }
     }
 }
 
@@ -173,6 +178,8 @@ pub struct Claimed {
     pub spools: Vec<ClaimedSpool>,
     /// What reading them found; [`export`](Self::export) completes it.
     pub report: ReplayReport,
+    /// The most spans in one export request ([`ReplayOptions::max_batch`]).
+    max_batch: usize,
 }
 
 /// Reads and locks every unconsumed spool in `dir` that `claim` takes and
@@ -184,7 +191,7 @@ pub struct Claimed {
 /// again when it is replayed later; `lens recover` ([`Claim::All`]) charges
 /// nothing and marks nothing.
 pub fn claim_dir(dir: &Path, claim: Claim, own: Option<&Path>, options: &ReplayOptions) -> Claimed {
-    let mut claimed = Claimed::default();
+    let mut claimed = Claimed { max_batch: options.max_batch, ..Claimed::default() };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return claimed;
     };
@@ -280,7 +287,7 @@ impl Claimed {
     /// says so; the spools not sent then are kept (their locks released),
     /// with one warning.
     pub fn export_while(self, keep_going: &dyn Fn() -> bool, export: &mut ExportFn<'_>) -> ReplayReport {
-        let Claimed { spools, mut report } = self;
+        let Claimed { spools, mut report, max_batch } = self;
         let mut spools = spools.into_iter();
         for spool in spools.by_ref() {
             if !keep_going() {
@@ -296,7 +303,7 @@ impl Claimed {
                 report.failed += left;
                 break;
             }
-            export_spool(spool, &mut report, export);
+            export_spool(spool, max_batch, &mut report, export);
         }
         report
     }
@@ -478,21 +485,32 @@ fn claim_file(
 
 /// Exports one claimed spool's spans, then removes it; keeps it, with a
 /// warning, when the export failed.
-fn export_spool(spool: ClaimedSpool, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
-    let ClaimedSpool { path, file, header, spans, truncated } = spool;
+fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
+    let ClaimedSpool { path, file, header, mut spans, truncated } = spool;
     let count = spans.len();
-    if count > 0
-        && let Err(error) = export(spans, &resource_of(&header))
-    {
-        warn(
-            summary,
-            format!(
-                "spool {}: its {count} span(s) could not be exported ({error}); kept for the next attempt or `lens recover`",
-                path.display()
-            ),
-        );
-        summary.failed += 1;
-        return;
+    let resource = resource_of(&header);
+    // Requests of at most `max_batch` spans, parents first (as they
+    // started). A failed one keeps the spool: the requests sent before it
+    // are sent again by the next replay (the same ids).
+    let mut sent = 0;
+    while !spans.is_empty() {
+        let rest = spans.split_off(spans.len().min(max_batch.max(1)));
+        let batch = std::mem::replace(&mut spans, rest);
+        let size = batch.len();
+        if let Err(error) = export(batch, &resource) {
+            let unsent = count - sent;
+            warn(
+                summary,
+                format!(
+                    "spool {}: {unsent} of its {count} span(s) could not be exported ({error}); kept for the next \
+                     attempt or `lens recover`",
+                    path.display()
+                ),
+            );
+            summary.failed += 1;
+            return;
+        }
+        sent += size;
     }
     if let Err(error) = std::fs::remove_file(&path) {
         warn(
