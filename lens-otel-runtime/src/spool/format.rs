@@ -950,6 +950,43 @@ mod tests {
         assert_eq!(decoded.instrumentation_scope.version(), Some("0.1.0"));
     }
 
+    /// What docs/crashes.md says a replayed span lacks: its links, its
+    /// trace state, its scope's attributes.
+    #[test]
+    fn a_slot_keeps_no_links_trace_state_or_scope_attributes() {
+        use opentelemetry::trace::Link;
+        let mut original = span("s", 1, 0, 1);
+        let linked = SpanContext::new(
+            TraceId::from(0x77_u128),
+            SpanId::from(9_u64),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        original.links.links.push(Link::with_context(linked));
+        let state = TraceState::from_key_value([("vendor", "value")]).expect("a trace state");
+        original.span_context = SpanContext::new(
+            original.span_context.trace_id(),
+            original.span_context.span_id(),
+            original.span_context.trace_flags(),
+            false,
+            state,
+        );
+        original.instrumentation_scope = InstrumentationScope::builder("nemo.lens")
+            .with_version("0.1.0")
+            .with_attributes([KeyValue::new("scope.key", "v")])
+            .build();
+        let mut slot = [0_u8; SLOT_SIZE];
+        encode_span(&mut slot, &(&original).into());
+        let decoded = decode_span(&slot).expect("decodes");
+        assert!(decoded.links.links.is_empty());
+        assert_eq!(decoded.links.dropped_count, 0);
+        assert_eq!(decoded.span_context.trace_state().header(), "");
+        assert_eq!(decoded.instrumentation_scope.attributes().count(), 0);
+        assert_eq!(decoded.instrumentation_scope.version(), Some("0.1.0"));
+        assert_eq!(decoded.attributes, original.attributes, "what fits is kept");
+    }
+
     #[test]
     fn attributes_beyond_a_slot_are_dropped_and_counted() {
         let mut big = span("s", 1, 0, 1);
