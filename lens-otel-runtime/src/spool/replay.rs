@@ -1,6 +1,7 @@
 //! Replaying dead writers' spools, once: at setup (each rank its own rank's
-//! spools, rank 0 also those of ranks at or above the world size) and in
-//! `lens recover DIR` (every rank's).
+//! spools, rank 0 also those of ranks at or above the world size; read and
+//! locked by setup, sent by the [`REPLAY_THREAD`] so that setup never waits
+//! for the collector) and in `lens recover DIR` (every rank's).
 //!
 //! A spool is replayed when its writer is dead: its advisory lock is free
 //! (a live writer, an old rank still running elsewhere after a requeue,
@@ -327,6 +328,9 @@ pub(crate) fn export_in_background(claimed: Claimed, exporter: ReplayExporter, d
     }
     let replayed = dir.clone();
     let spawned = std::thread::Builder::new().name(REPLAY_THREAD.into()).spawn(move || {
+        // Its exports are lens's own: the `tracing` and log bridges record
+        // nothing of what the exporter's libraries say on this thread.
+        crate::export_path::mark_thread();
         let report = claimed.export_while(&keep_going, &mut |spans, resource| exporter.export(spans, resource));
         note_replayed(&report, &replayed);
     });
