@@ -92,7 +92,7 @@ use crate::recorder::{Recorder, RecordsAsSpanData, record_exporter};
 pub use crate::report::ShutdownReport;
 use crate::sampler::{DelegateSampler, LensSampler, RatioOverride, delegate_from};
 use crate::spool::SpoolTable;
-use crate::spool::replay::{ReplayExporter, ReplayOptions};
+use crate::spool::replay::{ReplayDone, ReplayExporter, ReplayOptions};
 use crate::strategies::{self, RankStrategy, StrategyError};
 use crate::{active, logs};
 
@@ -248,6 +248,9 @@ pub struct Pipeline {
     spool: Option<Arc<SpoolTable>>,
     /// What a replay exports through (`lens recover`).
     replay: Option<ReplayExporter>,
+    /// Set when setup's replay thread has sent the previous attempt's
+    /// spools: shutdown waits for it within its deadline.
+    replay_done: Option<ReplayDone>,
     /// The per-iteration sampling ratio an in-flight control change sets.
     ratio_override: RatioOverride,
 }
@@ -306,6 +309,7 @@ impl Pipeline {
             secrets: Vec::new(),
             spool: None,
             replay: None,
+            replay_done: None,
             ratio_override: RatioOverride::new(),
         }
     }
@@ -446,6 +450,18 @@ impl Pipeline {
         propagators::set_propagators(true, true);
 
         let deadline = Instant::now() + timeout;
+        // The previous attempt's spans first: the replay sends them through
+        // the span processor, which the steps below shut down. A replay
+        // still running at the deadline keeps what it has not sent in its
+        // spools, for the next attempt or `lens recover`.
+        if let Some(done) = &self.replay_done
+            && !done.wait_until(deadline)
+        {
+            crate::diag::warn(format_args!(
+                "shutdown: the previous attempt's spans were still being replayed at the deadline; the spools not \
+                 yet sent are kept for the next attempt or `lens recover`"
+            ));
+        }
         let truncated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut steps: Vec<Step> = Vec::new();
         #[cfg(feature = "prometheus")]
@@ -674,7 +690,7 @@ pub fn setup(
         // This lifetime owns the gate: nothing is recorded on this rank.
         set_enabled_span_groups(GroupSet::EMPTY);
         if let Some(table) = &spool {
-            replay_at_setup(table, rank, None, &replay_options(config));
+            let _ = replay_at_setup(table, rank, None, &replay_options(config));
         }
         let mut pipeline = Pipeline::inert(true);
         pipeline.spool = spool;
@@ -908,12 +924,13 @@ fn build(
         options: replay_options(config),
     });
     // The spool: this process's resource in its header, then the dead
-    // writers' spools replayed, before any span of this lifetime.
+    // writers' spools claimed, and sent on the replay thread.
+    let mut replay_done = None;
     if let Some(table) = &spool {
         let attributes: Vec<opentelemetry::KeyValue> =
             resource.iter().map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())).collect();
         table.write_meta(&spool_identity(rank, &run_id.value), &attributes);
-        replay_at_setup(table, rank, replay.clone(), &replay_options(config));
+        replay_done = replay_at_setup(table, rank, replay.clone(), &replay_options(config));
     }
     let tracer: BoxedTracer = match &tracer_provider {
         Some(provider) => {
@@ -972,6 +989,7 @@ fn build(
         secrets: secrets(config),
         spool,
         replay,
+        replay_done,
         ratio_override,
     })
 }
@@ -1055,16 +1073,22 @@ fn open_spool(
 /// locks them and fills [`crate::spool::replayed_progress`] now, then sends
 /// their spans through `exporter` (the batch processor, this lifetime's
 /// resource and the export timeout) on the `lens-replay` thread, so that
-/// setup never waits for the collector. A rank without an exporter keeps
-/// spools that hold spans for a rank that exports or `lens recover`.
-fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<ReplayExporter>, options: &ReplayOptions) {
-    let Some(own) = table.path() else { return };
-    let Some(dir) = own.parent() else { return };
+/// setup never waits for the collector (what it returns: the thread's end,
+/// which shutdown waits for). A rank without an exporter keeps spools that
+/// hold spans for a rank that exports or `lens recover`.
+fn replay_at_setup(
+    table: &SpoolTable,
+    rank: RankContext,
+    exporter: Option<ReplayExporter>,
+    options: &ReplayOptions,
+) -> Option<ReplayDone> {
+    let own = table.path()?;
+    let dir = own.parent()?;
     let claim = crate::spool::replay::Claim::Rank { rank: rank.rank, world_size: rank.world_size };
     let claimed = crate::spool::replay::claim_dir(dir, claim, Some(own), options);
     crate::spool::set_replayed_progress(claimed.report.progress.clone());
     if claimed.is_empty() {
-        return;
+        return None;
     }
     match exporter {
         // The thread stops between spools once this lifetime has shut down.
@@ -1074,6 +1098,7 @@ fn replay_at_setup(table: &SpoolTable, rank: RankContext, exporter: Option<Repla
         None => {
             let report = claimed.export(&mut |_, _| Err("this rank exports no spans".to_string()));
             crate::spool::replay::note_replayed(&report, dir);
+            None
         }
     }
 }

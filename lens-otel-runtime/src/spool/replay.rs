@@ -316,30 +316,72 @@ pub const REPLAY_THREAD: &str = "lens-replay";
 /// Sends `claimed`'s spans through `exporter` on a thread of its own
 /// ([`REPLAY_THREAD`]), so that setup never waits for the collector: the
 /// thread holds the spools' locks until each is sent and removed, or kept
-/// (a failed export, or `keep_going` false: this lifetime shut down, which
-/// waits for it no longer than its own deadline); then says what it
-/// replayed. Spools without spans (a clean shutdown's progress record)
-/// are consumed at once, on the caller's thread.
-pub(crate) fn export_in_background(claimed: Claimed, exporter: ReplayExporter, dir: PathBuf, keep_going: fn() -> bool) {
+/// (a failed export, or `keep_going` false: this lifetime shut down); then
+/// says what it replayed. Spools without spans (a clean shutdown's progress
+/// record) are consumed at once, on the caller's thread. The returned
+/// [`ReplayDone`] (`None`: nothing left to send) lets shutdown wait for the
+/// thread within its own deadline, before the exporter it sends through
+/// shuts down.
+pub(crate) fn export_in_background(
+    claimed: Claimed,
+    exporter: ReplayExporter,
+    dir: PathBuf,
+    keep_going: fn() -> bool,
+) -> Option<ReplayDone> {
     if claimed.spools.iter().all(|spool| spool.spans.is_empty()) {
         let report = claimed.export(&mut |_, _| Ok(()));
         note_replayed(&report, &dir);
-        return;
+        return None;
     }
     let replayed = dir.clone();
+    let done = ReplayDone::default();
+    let finished = done.clone();
     let spawned = std::thread::Builder::new().name(REPLAY_THREAD.into()).spawn(move || {
         // Its exports are lens's own: the `tracing` and log bridges record
         // nothing of what the exporter's libraries say on this thread.
         crate::export_path::mark_thread();
         let report = claimed.export_while(&keep_going, &mut |spans, resource| exporter.export(spans, resource));
         note_replayed(&report, &replayed);
+        finished.set();
     });
-    if let Err(error) = spawned {
-        crate::diag::warn(format_args!(
-            "could not start the {REPLAY_THREAD} thread ({error}); the previous attempt's spools in {} are kept \
-             for the next attempt or `lens recover`",
-            dir.display()
-        ));
+    match spawned {
+        Ok(_) => Some(done),
+        Err(error) => {
+            crate::diag::warn(format_args!(
+                "could not start the {REPLAY_THREAD} thread ({error}); the previous attempt's spools in {} are kept \
+                 for the next attempt or `lens recover`",
+                dir.display()
+            ));
+            None
+        }
+    }
+}
+
+/// Set once the [`REPLAY_THREAD`] has sent (or kept) every spool it
+/// claimed; shutdown waits for it, bounded by its deadline.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ReplayDone(Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+impl ReplayDone {
+    fn set(&self) {
+        let (done, changed) = &*self.0;
+        *done.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        changed.notify_all();
+    }
+
+    /// Waits until the thread is done or `deadline` passes; whether it is
+    /// done.
+    pub(crate) fn wait_until(&self, deadline: Instant) -> bool {
+        let (done, changed) = &*self.0;
+        let mut finished = done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while !*finished {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            finished = changed.wait_timeout(finished, left).unwrap_or_else(std::sync::PoisonError::into_inner).0;
+        }
+        true
     }
 }
 
