@@ -948,6 +948,10 @@ impl Drop for ReplayScope {
     }
 }
 
+/// What [`LensBatchSpanProcessor::export_with_resource`] fails with while
+/// the processor's own export holds the exporter: a replay tries again.
+pub(crate) const EXPORTER_BUSY: &str = "the span exporter is busy";
+
 impl<T: Item> Owner<T> {
     /// See [`LensBatchSpanProcessor::export_with_resource`].
     fn export_with_resource(
@@ -960,7 +964,7 @@ impl<T: Item> Owner<T> {
         let inner = &self.inner;
         let mut slot = lock(&inner.exporter);
         let Some(exporter) = Arc::get_mut(&mut slot) else {
-            return Err(OTelSdkError::InternalFailure("the span exporter is busy".into()));
+            return Err(OTelSdkError::InternalFailure(EXPORTER_BUSY.into()));
         };
         exporter.set_resource(resource);
         let result = {

@@ -25,11 +25,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkError;
 use opentelemetry_sdk::trace::SpanData;
 
 use super::format::{self, FormatError, Header, STATE_ENDED, STATE_OPEN};
 use super::{ReplayReport, ReplayedProgress};
-use crate::batch::LensBatchRecordProcessor;
+use crate::batch::{EXPORTER_BUSY, LensBatchRecordProcessor};
 use crate::closer::{SPAN_TRUNCATED_REASON_PROCESS_DIED, mark_truncated};
 use crate::exporters::FileLimit;
 use crate::span_record::SpanRecord;
@@ -571,10 +572,6 @@ fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayRepor
     summary.consumed.push(path);
 }
 
-/// What [`LensBatchRecordProcessor::export_with_resource`] says while the
-/// processor's own export holds the exporter.
-const EXPORTER_BUSY: &str = "exporter is busy";
-
 /// What a lifetime replays through: its span batch processor, its own
 /// resource (put back on the exporter after each replayed request), the
 /// export timeout and the `file` exporter's cap.
@@ -603,7 +600,7 @@ impl ReplayExporter {
             let records = spans.iter().cloned().map(SpanRecord::from_span_data).collect();
             match self.batch.export_with_resource(records, resource, &self.resource, self.timeout) {
                 Ok(()) => break,
-                Err(error) if error.to_string().contains(EXPORTER_BUSY) && Instant::now() < deadline => {
+                Err(OTelSdkError::InternalFailure(reason)) if reason == EXPORTER_BUSY && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Err(error) => return Err(error.to_string()),
