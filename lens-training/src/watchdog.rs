@@ -235,6 +235,14 @@ pub fn hang_line(rank: u32, stalled: Duration, snapshot: &PhaseSnapshot, open_sp
     line
 }
 
+/// The line a rank prints when an iteration completes after a hang was
+/// suspected: `iteration` is the one that was stuck when the watchdog fired
+/// (later ones may have completed before its next look), `stalled` how long
+/// no iteration had completed.
+pub fn recovered_line(rank: u32, iteration: u64, stalled: Duration) -> String {
+    format!("rank {rank}: iteration {iteration} completed after {:.1} s; hang suspicion cleared", stalled.as_secs_f64())
+}
+
 /// A running watchdog; [`stop`](Self::stop) (or drop) ends its thread.
 /// Inert (no thread) with telemetry off, the timeout `0`, or without the
 /// `otel` feature.
@@ -312,7 +320,7 @@ mod running {
 
     use super::{
         HANG_EVENT, HANG_ITERATION_ATTRIBUTE, HANG_PHASE_ATTRIBUTE, HANG_STALLED_ATTRIBUTE, HANG_SUSPECTED, HangRule,
-        HangTimeout, Verdict, hang_line,
+        HangTimeout, Verdict, hang_line, recovered_line,
     };
     use crate::phases::Phases;
     use crate::rank_metrics::RankCoordinates;
@@ -404,6 +412,9 @@ mod running {
 
     impl Watch {
         fn run(&self, shared: &Shared, mut rule: HangRule) {
+            // The iteration that was running when the watchdog fired: the
+            // recovery names it, not whatever completed by the next look.
+            let mut stuck_iteration = 0;
             loop {
                 {
                     let flags = shared.flags.lock().unwrap_or_else(PoisonError::into_inner);
@@ -436,6 +447,7 @@ mod running {
                             _ => Vec::new(),
                         };
                         self.record(1);
+                        stuck_iteration = snapshot.iteration.saturating_add(1);
                         say(&hang_line(self.rank, stalled, &snapshot, &open));
                         if let Some(t) = telemetry {
                             let _report = t.force_flush(self.flush_timeout);
@@ -443,12 +455,7 @@ mod running {
                     }
                     Verdict::Recovered { stalled } => {
                         self.record(0);
-                        say(&format!(
-                            "rank {}: iteration {} completed after {:.1} s; hang suspicion cleared",
-                            self.rank,
-                            snapshot.last_completed_iteration,
-                            stalled.as_secs_f64()
-                        ));
+                        say(&recovered_line(self.rank, stuck_iteration, stalled));
                     }
                 }
             }
@@ -548,6 +555,14 @@ mod tests {
         assert_eq!(
             hang_line(0, Duration::from_secs(2), &at(4, Phase::DpWait, 10), &[]),
             "rank 0: no iteration completed for 2.0 s; in phase dp_wait at iteration 5"
+        );
+    }
+
+    #[test]
+    fn the_recovery_line_names_the_stuck_iteration_and_the_stall() {
+        assert_eq!(
+            recovered_line(2, 3, Duration::from_millis(2_540)),
+            "rank 2: iteration 3 completed after 2.5 s; hang suspicion cleared"
         );
     }
 }

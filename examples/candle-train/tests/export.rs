@@ -366,8 +366,12 @@ mod export {
         let said = stderr(&runs.first);
         assert!(said.contains("no iteration completed for"), "{said}");
         assert!(said.contains(&format!("in phase data at iteration {STALL_AT_ITERATION}")), "{said}");
-        // (The recovery names the iteration its next look saw completed: the
-        // stalled one or a later one.)
+        // The recovery names the stalled iteration, even when a later one
+        // completed before the watchdog's next look.
+        assert!(
+            said.contains(&format!("rank 0: iteration {STALL_AT_ITERATION} completed after ")),
+            "the recovery names the stalled iteration: {said}"
+        );
         assert!(said.contains("hang suspicion cleared"), "the recovery: {said}");
         // The stopped attempt's gauge: 0 once armed, 1 in the stall, 0 again.
         let hang = points(&runs.export, &ATTEMPTS[..1], names::HANG_SUSPECTED.name, None);
