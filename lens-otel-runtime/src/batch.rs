@@ -58,6 +58,7 @@ use super::exporters::LensSpanExporter;
 use super::exporters::OtlpSpanExporter;
 use crate::diag::{RateLimit, warn};
 use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
+use crate::replaying::ReplayScope;
 pub use crate::report::SpanExportSnapshot;
 use crate::span_record::SpanRecord;
 use crate::spool::SpoolKey;
@@ -915,39 +916,6 @@ impl LensBatchRecordProcessor {
     }
 }
 
-thread_local! {
-    /// Whether the exports started on this thread send spans replayed from
-    /// a crash spool ([`Owner::export_with_resource`]), not the job's own.
-    static REPLAYING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether an export started on this thread now sends spans replayed from a
-/// crash spool (setup's replay, `lens recover`): an exporter that words its
-/// failures by context reads it as it starts the export.
-#[cfg_attr(
-    not(any(test, feature = "otlp-grpc", feature = "otlp-http")),
-    expect(dead_code, reason = "only the OTLP exporter words its failures by context")
-)]
-pub(crate) fn replaying() -> bool {
-    REPLAYING.with(std::cell::Cell::get)
-}
-
-/// Marks this thread as replaying until dropped.
-struct ReplayScope;
-
-impl ReplayScope {
-    fn enter() -> ReplayScope {
-        REPLAYING.with(|replaying| replaying.set(true));
-        ReplayScope
-    }
-}
-
-impl Drop for ReplayScope {
-    fn drop(&mut self) {
-        REPLAYING.with(|replaying| replaying.set(false));
-    }
-}
-
 /// What [`LensBatchSpanProcessor::export_with_resource`] fails with while
 /// the processor's own export holds the exporter: a replay tries again.
 pub(crate) const EXPORTER_BUSY: &str = "the span exporter is busy";
@@ -1778,16 +1746,6 @@ mod tests {
             ["Operation timed out after 150ms", "Operation timed out after 149ms"].contains(&said.as_str()),
             "{said}"
         );
-    }
-
-    #[test]
-    fn exports_started_during_a_replay_know_it_and_later_ones_do_not() {
-        assert!(!replaying());
-        {
-            let _replay = ReplayScope::enter();
-            assert!(replaying());
-        }
-        assert!(!replaying());
     }
 
     #[test]

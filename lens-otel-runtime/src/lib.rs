@@ -58,6 +58,7 @@ pub mod otlp_wire;
 pub mod pipeline;
 pub mod propagators;
 pub mod recorder;
+mod replaying;
 pub mod sampler;
 pub mod span_record;
 pub mod spool;

@@ -138,7 +138,7 @@ enum Exporting {
 impl Exporting {
     /// The context of an export started now on this thread.
     fn now() -> Exporting {
-        if crate::batch::replaying() { Exporting::Replay } else { Exporting::Job }
+        if crate::replaying::replaying() { Exporting::Replay } else { Exporting::Job }
     }
 }
 
