@@ -18,7 +18,9 @@ Trains a small candle model on synthetic data. A checkpoint in DIR
 iteration. --stop-after N stops the run after iteration N (a preemption).
 --stall-at-iteration N --stall-s S sleeps S seconds in iteration N's data
 phase (a stuck data loader, for the hang watchdog). --data-ms MS makes
-every data phase last at least MS milliseconds (a slower data loader).";
+every data phase last at least MS milliseconds (a slower data loader).
+Defaults: --iterations 12 --eval-every 4 --checkpoint-every 4
+--checkpoint-dir checkpoints --seed 42.";
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -197,6 +199,20 @@ mod tests {
         assert_eq!(args.stall_at_iteration, Some(3));
         assert_eq!(args.stall, Duration::from_millis(1500));
         assert_eq!(args.checkpoint_every, 4);
+    }
+
+    #[test]
+    fn the_usage_states_the_defaults() {
+        let defaults = Args::default();
+        for (flag, value) in [
+            ("--iterations", defaults.iterations.to_string()),
+            ("--eval-every", defaults.eval_every.to_string()),
+            ("--checkpoint-every", defaults.checkpoint_every.to_string()),
+            ("--checkpoint-dir", defaults.checkpoint_dir.display().to_string()),
+            ("--seed", defaults.seed.to_string()),
+        ] {
+            assert!(USAGE.contains(&format!("{flag} {value}")), "{flag} {value} in\n{USAGE}");
+        }
     }
 
     #[test]

@@ -43,11 +43,18 @@ pub(crate) struct Summary {
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verb = if self.stopped { "stopped" } else { "finished" };
-        write!(
-            f,
-            "{verb} after iteration {} (resumed after {}); loss {:.4}",
-            self.last_iteration, self.resumed_after, self.loss
-        )?;
+        write!(f, "{verb} after iteration {} (resumed after {})", self.last_iteration, self.resumed_after)?;
+        if self.last_iteration == self.resumed_after {
+            // The checkpoint is already at --iterations: a rerun that finds
+            // the last run's checkpoint, not a loss of NaN.
+            return write!(
+                f,
+                "; nothing to train: the checkpoint of --checkpoint-dir is at iteration {}, at or past \
+                 --iterations; remove that directory to start over",
+                self.resumed_after
+            );
+        }
+        write!(f, "; loss {:.4}", self.loss)?;
         if let Some((loss, accuracy)) = self.eval {
             write!(f, "; eval loss {loss:.4}, accuracy {accuracy:.3}")?;
         }
@@ -149,4 +156,31 @@ pub(crate) fn run(args: &Args, training: &Training) -> anyhow::Result<Summary> {
         training.finish();
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_with_nothing_left_to_train_says_so_instead_of_a_nan_loss() {
+        let summary = Summary {
+            resumed_after: 12,
+            last_iteration: 12,
+            stopped: false,
+            checkpoint: Some(12),
+            eval: None,
+            loss: f64::NAN,
+        };
+        assert_eq!(
+            summary.to_string(),
+            "finished after iteration 12 (resumed after 12); nothing to train: the checkpoint of --checkpoint-dir is \
+             at iteration 12, at or past --iterations; remove that directory to start over"
+        );
+        let trained = Summary { last_iteration: 13, loss: 1.5, ..summary };
+        assert_eq!(
+            trained.to_string(),
+            "finished after iteration 13 (resumed after 12); loss 1.5000; checkpoint at iteration 12"
+        );
+    }
 }
