@@ -193,14 +193,14 @@ fn invalid_boolean_names_the_variable_with_the_original_text() {
 }
 
 #[test]
-fn invalid_integer_and_float_name_the_variable() {
+fn invalid_integer_and_float_name_the_variable_and_what_is_accepted() {
     assert_eq!(
         message(&[("MEGATRON_OTEL_EXPORT_RANK", "last")]),
-        "Invalid integer for MEGATRON_OTEL_EXPORT_RANK: 'last'."
+        "Invalid integer for MEGATRON_OTEL_EXPORT_RANK: 'last'. Expected a rank, 0 or more (below the world size), or -1 for the last rank."
     );
     assert_eq!(
         message(&[("MEGATRON_OTEL_EXPORT_SAMPLE_RATE", "half")]),
-        "Invalid float for MEGATRON_OTEL_EXPORT_SAMPLE_RATE: 'half'."
+        "Invalid float for MEGATRON_OTEL_EXPORT_SAMPLE_RATE: 'half'. Expected a number from 0.0 to 1.0."
     );
 }
 
@@ -211,7 +211,10 @@ fn a_bad_value_from_the_fallback_prefix_is_reported_under_the_fallback_name() {
     let text = message(&[("NEMO_LENS_ENABLED", "maybe")]);
     assert!(text.starts_with("Invalid boolean for NEMO_LENS_ENABLED: 'maybe'."), "{text}");
     let text = message(&[("NEMO_LENS_EXPORT_RANK", "x")]);
-    assert_eq!(text, "Invalid integer for NEMO_LENS_EXPORT_RANK: 'x'.");
+    assert_eq!(
+        text,
+        "Invalid integer for NEMO_LENS_EXPORT_RANK: 'x'. Expected a rank, 0 or more (below the world size), or -1 for the last rank."
+    );
 }
 
 #[test]
@@ -1203,7 +1206,10 @@ fn spool_variables_are_read_and_checked() {
     }
     // Not a number: the integer message every integer variable gives (SPEC 1.2).
     let error = megatron(&[("MEGATRON_OTEL_SPOOL_SIZE_KIB", "4MiB")]).unwrap_err().to_string();
-    assert_eq!(error, "Invalid integer for MEGATRON_OTEL_SPOOL_SIZE_KIB: '4MiB'.");
+    assert_eq!(
+        error,
+        "Invalid integer for MEGATRON_OTEL_SPOOL_SIZE_KIB: '4MiB'. Expected a whole number of KiB from 64 to 1048576 (default 4096)."
+    );
     let error = megatron(&[("MEGATRON_OTEL_SPOOL", "maybe")]).unwrap_err().to_string();
     assert!(error.contains("MEGATRON_OTEL_SPOOL") && error.contains("maybe"), "{error}");
 }

@@ -178,7 +178,10 @@ mod tests {
         let error = LensConfig::from_env(&[("MYJOB_OTEL_FILE_MAX_BYTES", "0")], "MYJOB_OTEL", None, &LENS_CATALOG)
             .unwrap_err()
             .to_string();
-        assert!(error.contains("MYJOB_OTEL_FILE_MAX_BYTES") && error.contains("1 or more"), "{error}");
+        assert!(
+            error.contains("MYJOB_OTEL_FILE_MAX_BYTES") && error.contains("bytes from 1 to 18446744073709551615"),
+            "{error}"
+        );
         let error = LensConfig::from_env(
             &[("NEMO_LENS_FILE_MAX_BYTES", "1GiB")],
             "MYJOB_OTEL",

@@ -26,21 +26,27 @@ pub enum ConfigProblem {
         /// The value found (trimmed).
         value: String,
     },
-    /// An integer variable does not hold an integer.
-    #[error("Invalid integer for {variable}: '{value}'.")]
+    /// An integer variable does not hold an integer (the original's text,
+    /// then what the variable accepts).
+    #[error("Invalid integer for {variable}: '{value}'. Expected {expected}.")]
     InvalidInteger {
         /// The variable read.
         variable: String,
         /// The value found (trimmed).
         value: String,
+        /// What the variable accepts, in words.
+        expected: String,
     },
-    /// A float variable does not hold a number.
-    #[error("Invalid float for {variable}: '{value}'.")]
+    /// A float variable does not hold a number (the original's text, then
+    /// what the variable accepts).
+    #[error("Invalid float for {variable}: '{value}'. Expected {expected}.")]
     InvalidFloat {
         /// The variable read.
         variable: String,
         /// The value found (trimmed).
         value: String,
+        /// What the variable accepts, in words.
+        expected: String,
     },
     /// `export_sample_rate` outside `[0.0, 1.0]` (the original's text).
     #[error("Invalid value for {variable}: export_sample_rate must be in [0.0, 1.0], got {}", py_float(*value))]

@@ -98,10 +98,11 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
     if let Some(v) = r.string("rank_strategy", found) {
         c.rank_strategy = v;
     }
-    if let Some(v) = r.int("export_rank", r.prefixed("EXPORT_RANK")) {
-        c.export_rank = v;
+    let found = r.prefixed("EXPORT_RANK");
+    if let Some(v) = r.int_in("export_rank", found, -1, i128::from(i64::MAX), EXPORT_RANK_EXPECTED) {
+        c.export_rank = v as i64;
     }
-    if let Some(v) = r.float("export_sample_rate", r.prefixed("EXPORT_SAMPLE_RATE")) {
+    if let Some(v) = r.float("export_sample_rate", r.prefixed("EXPORT_SAMPLE_RATE"), RATIO_EXPECTED) {
         c.export_sample_rate = v;
     }
     let found = r.prefixed_with_alias("SAMPLING_STRATEGY", &Alias::FlagMeaning("SAMPLER_ENABLED", "rank_aware"));
@@ -152,7 +153,7 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
         c.file_dir = Some(PathBuf::from(v));
     }
     let found = r.prefixed("FILE_MAX_BYTES");
-    if let Some(v) = r.int_in("file_max_bytes", found, 1, i128::from(u64::MAX), "a whole number of bytes, 1 or more") {
+    if let Some(v) = r.int_in("file_max_bytes", found, 1, i128::from(u64::MAX), FILE_MAX_BYTES_EXPECTED) {
         c.file_max_bytes = v as u64;
     }
     if let Some(v) = millis(r, "export_retry_window", r.prefixed("EXPORT_RETRY_WINDOW_MS"), 0) {
@@ -173,7 +174,7 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
         r.record("prometheus_resource_labels", &found, labels.join(","));
         c.prometheus_resource_labels = labels;
     }
-    if let Some(v) = r.float("peak_tflops", r.prefixed("PEAK_TFLOPS")) {
+    if let Some(v) = r.float("peak_tflops", r.prefixed("PEAK_TFLOPS"), PEAK_TFLOPS_EXPECTED) {
         c.peak_tflops = Some(v);
     }
     // --- spool (issue 22) ---
@@ -234,6 +235,31 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
 /// What `<PREFIX>_SPOOL_SIZE_KIB` accepts.
 pub(crate) const SPOOL_SIZE_EXPECTED: &str = "a whole number of KiB from 64 to 1048576 (default 4096)";
 
+/// What `<PREFIX>_EXPORT_RANK` accepts (a rank at or past the world size is
+/// refused at setup, where the world size is known).
+pub(crate) const EXPORT_RANK_EXPECTED: &str = "a rank, 0 or more (below the world size), or -1 for the last rank";
+
+/// What `<PREFIX>_EXPORT_SAMPLE_RATE` and `OTEL_TRACES_SAMPLER_ARG` accept.
+pub(crate) const RATIO_EXPECTED: &str = "a number from 0.0 to 1.0";
+
+/// What `<PREFIX>_PEAK_TFLOPS` accepts.
+pub(crate) const PEAK_TFLOPS_EXPECTED: &str = "a positive number of TFLOP/s, e.g. 989.4";
+
+/// What `<PREFIX>_FILE_MAX_BYTES` accepts.
+pub(crate) const FILE_MAX_BYTES_EXPECTED: &str = "a whole number of bytes from 1 to 18446744073709551615";
+
+/// What a count of the batch span processor (`OTEL_BSP_*` sizes) accepts.
+pub(crate) const COUNT_EXPECTED: &str = "a whole number from 1 to 4294967295";
+
+/// What a duration in milliseconds accepts, at least `min` (0 or 1).
+pub(crate) fn millis_expected(min: i128) -> &'static str {
+    if min == 0 {
+        "a whole number of milliseconds from 0 to 18446744073709551615"
+    } else {
+        "a whole number of milliseconds from 1 to 18446744073709551615"
+    }
+}
+
 /// A whole number of milliseconds, at least `min`.
 fn millis<E: EnvSource + ?Sized>(
     r: &mut Reader<'_, E>,
@@ -241,17 +267,12 @@ fn millis<E: EnvSource + ?Sized>(
     found: Option<Found>,
     min: i128,
 ) -> Option<Duration> {
-    let expected = if min == 0 {
-        "a whole number of milliseconds, 0 or more"
-    } else {
-        "a whole number of milliseconds, 1 or more"
-    };
-    r.int_in(field, found, min, i128::from(u64::MAX), expected).map(|ms| Duration::from_millis(ms as u64))
+    r.int_in(field, found, min, i128::from(u64::MAX), millis_expected(min)).map(|ms| Duration::from_millis(ms as u64))
 }
 
 fn count<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, field: &'static str, variable: &str) -> Option<usize> {
     let found = r.bare(variable);
-    r.int_in(field, found, 1, i128::from(u32::MAX), "a whole number, 1 or more").map(|n| n as usize)
+    r.int_in(field, found, 1, i128::from(u32::MAX), COUNT_EXPECTED).map(|n| n as usize)
 }
 
 /// The OTLP variables under one base name (`OTEL_EXPORTER_OTLP` or
@@ -322,15 +343,11 @@ fn read_otel<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, o: &mut OtelSettings)
 
     let found = r.bare("OTEL_TRACES_SAMPLER_ARG");
     let arg_variable = found.as_ref().map(|f| f.variable.clone());
-    let mut ratio = r.float("otel.traces_sampler_arg", found);
+    let mut ratio = r.float("otel.traces_sampler_arg", found, RATIO_EXPECTED);
     if let (Some(x), Some(variable)) = (ratio, arg_variable)
         && !(0.0..=1.0).contains(&x)
     {
-        r.push(ConfigProblem::InvalidValue {
-            variable,
-            value: py_float(x),
-            expected: "a number from 0.0 to 1.0".into(),
-        });
+        r.push(ConfigProblem::InvalidValue { variable, value: py_float(x), expected: RATIO_EXPECTED.into() });
         ratio = None;
     }
     let found = r.bare("OTEL_TRACES_SAMPLER");
@@ -392,7 +409,9 @@ fn read_otel<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, o: &mut OtelSettings)
         let mut propagators = Vec::new();
         let mut none = false;
         let mut ok = true;
+        let mut items = 0;
         for item in found.value.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()) {
+            items += 1;
             match item.as_str() {
                 "tracecontext" => propagators.push(Propagator::TraceContext),
                 "baggage" => propagators.push(Propagator::Baggage),
@@ -402,6 +421,15 @@ fn read_otel<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, o: &mut OtelSettings)
                     ok = false;
                 }
             }
+        }
+        if items == 0 {
+            // Only commas: not "none" said in words, so likely a broken template.
+            r.push(ConfigProblem::InvalidValue {
+                variable: found.variable.clone(),
+                value: found.value.clone(),
+                expected: "comma-separated propagators from ['tracecontext', 'baggage'], or 'none'".into(),
+            });
+            ok = false;
         }
         if ok {
             if none {

@@ -322,7 +322,8 @@ pub enum HangTimeout {
 
 impl HangTimeout {
     /// What `<PREFIX>_HANG_TIMEOUT_S` accepts, in words.
-    pub const EXPECTED: &'static str = "auto, 0 (off) or a positive number of seconds, e.g. 120";
+    pub const EXPECTED: &'static str =
+        "auto, 0 (off) or a positive number of seconds up to 31536000 (a year), e.g. 120";
 
     /// `auto`, `0` or a positive, finite number of seconds (at most a year).
     pub fn parse(value: &str) -> Option<HangTimeout> {

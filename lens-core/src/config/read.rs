@@ -126,7 +126,8 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
         }
     }
 
-    pub(crate) fn int<T: FromStr + ToString>(&mut self, field: &'static str, found: Option<Found>) -> Option<T> {
+    /// An integer; a value that is not one is a problem saying `expected`.
+    fn int<T: FromStr + ToString>(&mut self, field: &'static str, found: Option<Found>, expected: &str) -> Option<T> {
         let found = found?;
         match parse_int::<T>(&found.value) {
             Some(n) => {
@@ -134,7 +135,11 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
                 Some(n)
             }
             None => {
-                self.problems.push(ConfigProblem::InvalidInteger { variable: found.variable, value: found.value });
+                self.problems.push(ConfigProblem::InvalidInteger {
+                    variable: found.variable,
+                    value: found.value,
+                    expected: expected.into(),
+                });
                 None
             }
         }
@@ -150,7 +155,7 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
         expected: &str,
     ) -> Option<i128> {
         let variable = found.as_ref().map(|f| f.variable.clone())?;
-        let n: i128 = self.int(field, found)?;
+        let n: i128 = self.int(field, found, expected)?;
         if n < min || n > max {
             self.problems.push(ConfigProblem::InvalidValue {
                 variable,
@@ -162,7 +167,9 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
         Some(n)
     }
 
-    pub(crate) fn float(&mut self, field: &'static str, found: Option<Found>) -> Option<f64> {
+    /// A float; a value that is not a number is a problem saying `expected`
+    /// (the range is checked by the caller or by validation).
+    pub(crate) fn float(&mut self, field: &'static str, found: Option<Found>, expected: &str) -> Option<f64> {
         let found = found?;
         match found.value.parse::<f64>() {
             Ok(x) => {
@@ -170,7 +177,11 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
                 Some(x)
             }
             Err(_) => {
-                self.problems.push(ConfigProblem::InvalidFloat { variable: found.variable, value: found.value });
+                self.problems.push(ConfigProblem::InvalidFloat {
+                    variable: found.variable,
+                    value: found.value,
+                    expected: expected.into(),
+                });
                 None
             }
         }

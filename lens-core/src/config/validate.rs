@@ -36,6 +36,22 @@ impl LensConfig {
                 value: self.export_sample_rate,
             });
         }
+        if self.export_rank < -1 {
+            // The original took any negative rank for the last one; a
+            // Python user reads -2 as the one before it, so it is refused.
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("export_rank"),
+                value: self.export_rank.to_string(),
+                expected: super::load::EXPORT_RANK_EXPECTED.into(),
+            });
+        }
+        if let Some(reason) = run_id_problem(&self.run_id) {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("run_id"),
+                value: self.run_id.escape_debug().to_string(),
+                expected: format!("{RUN_ID_EXPECTED} ({reason})"),
+            });
+        }
         if let Err(source) = crate::strategies::rank_strategy(&self.rank_strategy) {
             problems.push(ConfigProblem::UnknownStrategy { variable: self.source_name("rank_strategy"), source });
         }
@@ -80,7 +96,7 @@ impl LensConfig {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("file_max_bytes"),
                 value: "0".into(),
-                expected: "a whole number of bytes, 1 or more".into(),
+                expected: super::load::FILE_MAX_BYTES_EXPECTED.into(),
             });
         }
         if !(super::model::MIN_SPOOL_SIZE_KIB..=super::model::MAX_SPOOL_SIZE_KIB).contains(&self.spool_size_kib) {
@@ -94,14 +110,14 @@ impl LensConfig {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("peak_tflops"),
                 value: py_float(peak),
-                expected: "a positive number of TFLOP/s, e.g. 989.4".into(),
+                expected: super::load::PEAK_TFLOPS_EXPECTED.into(),
             });
         }
         if let Some(ratio) = o.traces_sampler.ratio().filter(|r| !(0.0..=1.0).contains(r)) {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("otel.traces_sampler_arg"),
                 value: py_float(ratio),
-                expected: "a number from 0.0 to 1.0".into(),
+                expected: super::load::RATIO_EXPECTED.into(),
             });
         }
         for signal in Signal::ALL {
@@ -142,7 +158,7 @@ impl LensConfig {
                 problems.push(ConfigProblem::InvalidValue {
                     variable: self.source_name(field),
                     value: "0".into(),
-                    expected: "a whole number, 1 or more".into(),
+                    expected: super::load::COUNT_EXPECTED.into(),
                 });
             }
         }
@@ -183,7 +199,27 @@ impl LensConfig {
         ConfigProblem::InvalidValue {
             variable: self.source_name(field),
             value: value.as_millis().to_string(),
-            expected: "a whole number of milliseconds, 1 or more".into(),
+            expected: super::load::millis_expected(1).into(),
         }
+    }
+}
+
+/// What `<PREFIX>_RUN_ID` accepts: the run id names the `file` exporter's
+/// directory (`telemetry/<run_id>`), so it must be one path component.
+pub(crate) const RUN_ID_EXPECTED: &str = "a run id of 1 to 200 bytes without '/', '\\' or control characters, other than '.' and '..', \
+     since it names the directory telemetry/<run_id>";
+
+/// Why `run_id` (when set) cannot name one directory, or `None` when it can.
+fn run_id_problem(run_id: &str) -> Option<&'static str> {
+    if run_id.is_empty() {
+        None
+    } else if run_id.len() > 200 {
+        Some("it is longer than 200 bytes")
+    } else if run_id.contains(['/', '\\']) || run_id == "." || run_id == ".." {
+        Some("it would leave that directory")
+    } else if run_id.chars().any(char::is_control) {
+        Some("it holds a control character")
+    } else {
+        None
     }
 }

@@ -1,0 +1,128 @@
+//! Bad values found by the sweep of every documented variable with a bad
+//! value of each kind (not a number, negative, out of range, huge, a path
+//! that leaves its directory, only separators): each is refused with the
+//! variable, the value and what the variable accepts, never taken silently.
+//!
+//! Every environment here is a map: no test touches the process environment.
+
+use std::collections::HashMap;
+
+use lens_core::config::{ConfigError, LensConfig};
+use lens_core::groups::LENS_CATALOG;
+
+fn megatron(pairs: &[(&str, &str)]) -> Result<LensConfig, ConfigError> {
+    let env: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    LensConfig::from_env(&env, "MEGATRON_OTEL", Some("NEMO_LENS"), &LENS_CATALOG)
+}
+
+fn message(pairs: &[(&str, &str)]) -> String {
+    megatron(pairs).expect_err("expected a configuration error").to_string()
+}
+
+/// Each bad value, alone, and the whole message it gets.
+fn assert_messages(cases: &[(&str, &str, &str)]) {
+    for (variable, value, expected) in cases {
+        assert_eq!(message(&[(variable, value)]), *expected, "{variable}={value:?}");
+    }
+}
+
+#[test]
+fn a_value_that_is_not_a_number_says_what_the_variable_accepts() {
+    assert_messages(&[
+        (
+            "MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS",
+            "5s",
+            "Invalid integer for MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS: '5s'. Expected a whole number of milliseconds from 0 to 18446744073709551615.",
+        ),
+        (
+            "OTEL_BSP_MAX_QUEUE_SIZE",
+            "lots",
+            "Invalid integer for OTEL_BSP_MAX_QUEUE_SIZE: 'lots'. Expected a whole number from 1 to 4294967295.",
+        ),
+        (
+            "OTEL_EXPORTER_PROMETHEUS_PORT",
+            "http",
+            "Invalid integer for OTEL_EXPORTER_PROMETHEUS_PORT: 'http'. Expected a port number from 0 to 65535.",
+        ),
+        (
+            "MEGATRON_OTEL_PEAK_TFLOPS",
+            "fast",
+            "Invalid float for MEGATRON_OTEL_PEAK_TFLOPS: 'fast'. Expected a positive number of TFLOP/s, e.g. 989.4.",
+        ),
+        (
+            "OTEL_TRACES_SAMPLER_ARG",
+            "ten percent",
+            "Invalid float for OTEL_TRACES_SAMPLER_ARG: 'ten percent'. Expected a number from 0.0 to 1.0.",
+        ),
+    ]);
+}
+
+#[test]
+fn a_number_past_the_largest_accepted_names_the_largest() {
+    // 10^22 is a whole number of bytes, 1 or more: the message must say why it is refused.
+    assert_messages(&[
+        (
+            "MEGATRON_OTEL_FILE_MAX_BYTES",
+            "10000000000000000000000",
+            "Invalid value for MEGATRON_OTEL_FILE_MAX_BYTES: '10000000000000000000000'. Expected a whole number of bytes from 1 to 18446744073709551615.",
+        ),
+        (
+            "OTEL_METRIC_EXPORT_INTERVAL",
+            "18446744073709551616",
+            "Invalid value for OTEL_METRIC_EXPORT_INTERVAL: '18446744073709551616'. Expected a whole number of milliseconds from 1 to 18446744073709551615.",
+        ),
+        (
+            "MEGATRON_OTEL_HANG_TIMEOUT_S",
+            "1e300",
+            "Invalid value for MEGATRON_OTEL_HANG_TIMEOUT_S: '1e300'. Expected auto, 0 (off) or a positive number of seconds up to 31536000 (a year), e.g. 120.",
+        ),
+    ]);
+    assert!(megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", "31536000")]).is_ok());
+}
+
+#[test]
+fn an_export_rank_below_minus_one_is_refused_rather_than_read_as_the_last_rank() {
+    assert_eq!(
+        message(&[("MEGATRON_OTEL_EXPORT_RANK", "-2")]),
+        "Invalid value for MEGATRON_OTEL_EXPORT_RANK: '-2'. Expected a rank, 0 or more (below the world size), or -1 for the last rank."
+    );
+    assert_eq!(megatron(&[("MEGATRON_OTEL_EXPORT_RANK", "-1")]).unwrap().export_rank, -1);
+    assert_eq!(megatron(&[("NEMO_LENS_EXPORT_RANK", "3")]).unwrap().export_rank, 3);
+    // Set in code: the field is named.
+    let in_code = LensConfig { export_rank: -7, ..LensConfig::default() };
+    assert_eq!(
+        in_code.validate().unwrap_err().to_string(),
+        "Invalid value for LensConfig.export_rank: '-7'. Expected a rank, 0 or more (below the world size), or -1 for the last rank."
+    );
+}
+
+#[test]
+fn a_run_id_that_is_not_one_directory_name_is_refused() {
+    let expected = "Expected a run id of 1 to 200 bytes without '/', '\\' or control characters, other than '.' and \
+                    '..', since it names the directory telemetry/<run_id>";
+    assert_eq!(
+        message(&[("MEGATRON_OTEL_RUN_ID", "../../escape")]),
+        format!("Invalid value for MEGATRON_OTEL_RUN_ID: '../../escape'. {expected} (it would leave that directory).")
+    );
+    assert_eq!(
+        message(&[("NEMO_LENS_RUN_ID", "line\nbreak")]),
+        format!("Invalid value for NEMO_LENS_RUN_ID: 'line\\nbreak'. {expected} (it holds a control character).")
+    );
+    let long = "x".repeat(201);
+    assert_eq!(
+        message(&[("MEGATRON_OTEL_RUN_ID", &long)]),
+        format!("Invalid value for MEGATRON_OTEL_RUN_ID: '{long}'. {expected} (it is longer than 200 bytes).")
+    );
+    for fine in ["gpt-175b-r3", "12345_7", "has space", &"x".repeat(200)] {
+        assert_eq!(megatron(&[("MEGATRON_OTEL_RUN_ID", fine)]).unwrap().run_id, fine);
+    }
+}
+
+#[test]
+fn propagators_of_only_commas_are_refused() {
+    assert_eq!(
+        message(&[("OTEL_PROPAGATORS", " , ")]),
+        "Invalid value for OTEL_PROPAGATORS: ','. Expected comma-separated propagators from ['tracecontext', 'baggage'], or 'none'."
+    );
+    assert!(megatron(&[("OTEL_PROPAGATORS", "none")]).unwrap().otel.propagators.is_empty());
+}
