@@ -211,6 +211,13 @@ pub(crate) enum Tool {
     Serve(crate::serve::ServeArgs),
 }
 
+/// The most memory the model and batch flags may ask of one rank (64 GiB):
+/// far above any run the simulator is for, far below what overflows a size.
+pub(crate) const MAX_RANK_MEMORY_BYTES: u128 = 64 << 30;
+
+/// The longest `--comm-timeout`, in seconds (a year).
+pub(crate) const MAX_COMM_TIMEOUT_S: u64 = 365 * 24 * 3600;
+
 /// Arguments that cannot work together. Its `Display` names the flags and
 /// their values; the binary prints it and exits with status 2.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -284,6 +291,9 @@ impl Args {
         }
         if !problems.is_empty() {
             return Err(UsageError(problems));
+        }
+        if let Some(problem) = self.memory_problem() {
+            return Err(UsageError(vec![problem]));
         }
 
         problems.extend(crate::faults::check_ranks(&self.inject_straggler, world_size));
@@ -394,8 +404,90 @@ impl Args {
         }
         if self.comm_timeout == 0 {
             problems.push("--comm-timeout must be at least 1 second, got 0".to_string());
+        } else if self.comm_timeout > MAX_COMM_TIMEOUT_S {
+            // A deadline this far ahead overflows the clock (a panic in every rank).
+            problems.push(format!(
+                "--comm-timeout must be at most {MAX_COMM_TIMEOUT_S} seconds (a year), got {}",
+                self.comm_timeout
+            ));
+        }
+        for (flag, iteration) in [("--inject-nan-at", self.inject_nan_at), ("--inject-crash-at", self.inject_crash_at)]
+        {
+            if let Some(iteration) = iteration.filter(|i| *i == 0 || *i > self.train_iters) {
+                // It would never fire: a test that relies on it would pass for the wrong reason.
+                problems.push(format!(
+                    "{flag} {iteration}: the run has no iteration {iteration} (iterations are 1 to --train-iters, {})",
+                    self.train_iters
+                ));
+            }
+        }
+        if self.eval_interval.is_some() && self.eval_iters == 0 {
+            // Nothing to average: the validation loss would print as 0.
+            problems.push("--eval-iters must be at least 1 with --eval-interval, got 0".to_string());
         }
         if problems.is_empty() { Ok(Layout { tp, pp, dp }) } else { Err(UsageError(problems)) }
+    }
+
+    /// The memory a rank would need for the model and the batch, when it
+    /// passes [`MAX_RANK_MEMORY_BYTES`]: such a run would abort in an
+    /// allocation (or overflow a size) after telemetry started, so it is
+    /// refused with the flags that size it. Computed in `u128`, so that no
+    /// flag value overflows it. The estimate is an upper bound of the
+    /// simulator's own buffers for one rank holding the whole model: the
+    /// parameters with their gradients and two Adam moments (16 bytes each),
+    /// a microbatch's activations (eight `f32` copies per layer and
+    /// position, plus the logits) and an iteration's samples.
+    fn memory_problem(&self) -> Option<String> {
+        let (h, layers) = (u128::from(self.hidden_size), u128::from(self.num_layers));
+        let (micro, global, seq) =
+            (u128::from(self.micro_batch_size), u128::from(self.global_batch_size), u128::from(self.seq_length));
+        let vocab = crate::model::VOCAB as u128;
+        let parameters = 2 * vocab * h + layers * (h * h + h) + vocab;
+        let activations = micro * seq * (8 * h * (layers + 2) + 2 * vocab);
+        let bytes = 16 * parameters + 4 * activations + 16 * global * (seq + 1);
+        (bytes > MAX_RANK_MEMORY_BYTES).then(|| {
+            format!(
+                "--num-layers ({layers}), --hidden-size ({h}), --micro-batch-size ({micro}), --global-batch-size \
+                 ({global}) and --seq-length ({seq}) need about {} GiB per rank ({parameters} parameters with their \
+                 gradients and Adam state, a microbatch's activations, an iteration's samples); the simulator \
+                 accepts at most {} GiB: use smaller values",
+                bytes.div_ceil(1 << 30),
+                MAX_RANK_MEMORY_BYTES >> 30
+            )
+        })
+    }
+
+    /// Checks the paths the run writes at its end, before it starts, so that
+    /// a run is not spent to fail on them: `--save` is created (or must
+    /// already be a directory), and `--summary-json` must not be a directory
+    /// and must sit in an existing directory.
+    pub(crate) fn check_output_paths(&self) -> Result<(), UsageError> {
+        let mut problems = Vec::new();
+        if let Some(save) = &self.save
+            && let Err(error) = std::fs::create_dir_all(save)
+        {
+            problems.push(format!(
+                "--save {}: cannot create the directory ({error}); expected a writable directory for the checkpoints",
+                save.display()
+            ));
+        }
+        if let Some(summary) = &self.summary_json {
+            let parent = summary.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+            let problem = if summary.is_dir() {
+                Some("it is a directory")
+            } else if !parent.is_dir() {
+                Some("its directory does not exist or is not a directory")
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                problems.push(format!(
+                    "--summary-json {}: {problem}; expected the path of a file in an existing directory",
+                    summary.display()
+                ));
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(UsageError(problems)) }
     }
 
     /// Microbatches per iteration on one data-parallel rank.
@@ -450,6 +542,79 @@ mod tests {
         let message = parse(&["--seq-length", "1048577"]).validate(1, "x").unwrap_err().to_string();
         assert!(message.contains("--seq-length must be at most 1048576 (2^20 tokens), got 1048577"), "{message}");
         assert!(parse(&["--seq-length", "1048576"]).validate(1, "x").is_ok());
+    }
+
+    #[test]
+    fn a_model_or_batch_too_large_for_memory_is_refused_with_its_flags_before_anything_starts() {
+        let message = parse(&["--hidden-size", "1000000"]).validate(1, "x").unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "--num-layers (4), --hidden-size (1000000), --micro-batch-size (2), --global-batch-size (8) and \
+             --seq-length (32) need about 59624 GiB per rank (4000516000256 parameters with their gradients and Adam \
+             state, a microbatch's activations, an iteration's samples); the simulator accepts at most 64 GiB: use \
+             smaller values"
+        );
+        // Values whose products overflow a u64 (they panicked or aborted in an allocation).
+        for extra in [
+            &["--hidden-size", "4294967296"][..],
+            &["--num-layers", "4000000000"],
+            &["--micro-batch-size", "4000000000", "--global-batch-size", "4000000000"],
+            &["--global-batch-size", "4000000000", "--micro-batch-size", "1"],
+        ] {
+            let message = parse(extra).validate(1, "x").unwrap_err().to_string();
+            assert!(message.contains("the simulator accepts at most 64 GiB"), "{extra:?}: {message}");
+        }
+        // The largest documented sequence length with a small batch still runs.
+        let long = parse(&["--seq-length", "1048576", "--global-batch-size", "2", "--micro-batch-size", "1"]);
+        assert!(long.validate(1, "x").is_ok());
+    }
+
+    #[test]
+    fn a_comm_timeout_past_a_year_evaluations_of_no_step_and_faults_that_never_fire_are_refused() {
+        let message = parse(&["--comm-timeout", "18446744073709551615"]).validate(2, "x").unwrap_err().to_string();
+        assert_eq!(message, "--comm-timeout must be at most 31536000 seconds (a year), got 18446744073709551615");
+        assert!(parse(&["--comm-timeout", "31536000"]).validate(2, "x").is_ok());
+        let message = parse(&["--eval-interval", "1", "--eval-iters", "0"]).validate(1, "x").unwrap_err().to_string();
+        assert_eq!(message, "--eval-iters must be at least 1 with --eval-interval, got 0");
+        assert!(parse(&["--eval-iters", "0"]).validate(1, "x").is_ok(), "no evaluation: the count is unused");
+        let message = parse(&["--inject-crash-at", "0"]).validate(1, "x").unwrap_err().to_string();
+        assert_eq!(message, "--inject-crash-at 0: the run has no iteration 0 (iterations are 1 to --train-iters, 50)");
+        let message = parse(&["--train-iters", "2", "--inject-nan-at", "99"]).validate(1, "x").unwrap_err().to_string();
+        assert_eq!(message, "--inject-nan-at 99: the run has no iteration 99 (iterations are 1 to --train-iters, 2)");
+        assert!(parse(&["--train-iters", "2", "--inject-nan-at", "2"]).validate(1, "x").is_ok());
+    }
+
+    #[test]
+    fn an_output_path_that_cannot_be_written_is_refused_before_the_run() {
+        let dir = std::env::temp_dir().join(format!("megatron-train-sim-paths-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a-file");
+        std::fs::write(&file, "x").unwrap();
+        let (file_arg, dir_arg) = (file.display().to_string(), dir.display().to_string());
+        let error = parse(&["--save", &format!("{file_arg}/sub")]).check_output_paths().unwrap_err().to_string();
+        assert!(error.starts_with(&format!("--save {file_arg}/sub: cannot create the directory (")), "{error}");
+        assert!(error.ends_with("); expected a writable directory for the checkpoints"), "{error}");
+        let error = parse(&["--summary-json", &dir_arg]).check_output_paths().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            format!(
+                "--summary-json {dir_arg}: it is a directory; expected the path of a file in an existing directory"
+            )
+        );
+        let missing = format!("{dir_arg}/missing/summary.json");
+        let error = parse(&["--summary-json", &missing]).check_output_paths().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            format!(
+                "--summary-json {missing}: its directory does not exist or is not a directory; expected the path \
+                 of a file in an existing directory"
+            )
+        );
+        let save = dir.join("ckpt");
+        let good = parse(&["--save", &save.display().to_string(), "--summary-json", "summary.json"]);
+        assert!(good.check_output_paths().is_ok());
+        assert!(save.is_dir(), "--save is created before the run");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -98,6 +98,9 @@ fn run_launcher(args: &Args, nproc: u32, launch_start: SystemTime) -> ExitCode {
     if let Err(error) = args.validate(nproc, "--nproc-per-node") {
         return usage_error(&error);
     }
+    if let Err(error) = args.check_output_paths() {
+        return usage_error(&error);
+    }
     if let Err(error) = device::check(args.device, nproc) {
         return usage_error(&error);
     }
@@ -154,6 +157,9 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
         Ok(layout) => layout,
         Err(error) => return usage_error(&error),
     };
+    if let Err(error) = args.check_output_paths() {
+        return usage_error(&error);
+    }
     stamps.pretrain_entry = Some(SystemTime::now());
 
     // inprocess_setup: the device, and the drain flag of

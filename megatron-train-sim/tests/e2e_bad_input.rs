@@ -185,6 +185,14 @@ const CASES: &[Case] = &[
     flag(&["--bf16", "--fp16"], &["--bf16", "--fp16"]),
     flag(&["--num-layers", "3"], &["--num-layers", "(3)", "--pipeline-model-parallel-size"]),
     flag(&["--log-interval", "0"], &["--log-interval", "0"]),
+    // Found by the sweep of every variable and flag (docs/configuration.md).
+    env(&[("MEGATRON_OTEL_EXPORT_RANK", "-2")], &["MEGATRON_OTEL_EXPORT_RANK", "'-2'", "-1 for the last rank"]),
+    env(&[("MEGATRON_OTEL_RUN_ID", "../escape")], &["MEGATRON_OTEL_RUN_ID", "'../escape'", "telemetry/<run_id>"]),
+    env(&[("OTEL_PROPAGATORS", ",")], &["OTEL_PROPAGATORS", "','", "'none'"]),
+    env(&[("MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS", "5s")], &["MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS", "'5s'", "milliseconds"]),
+    flag(&["--num-layers", "4000000000"], &["--num-layers (4000000000)", "at most 64 GiB"]),
+    flag(&["--inject-crash-at", "9"], &["--inject-crash-at 9", "no iteration 9"]),
+    flag(&["--summary-json", "/nonexistent-lens-dir/summary.json"], &["--summary-json", "/nonexistent-lens-dir"]),
 ];
 
 /// The flags of every run: two pipeline stages (so a layout mismatch shows),
