@@ -386,9 +386,11 @@ impl ReplayDone {
     }
 }
 
-/// Says what a setup's replay sent (nothing when no spool was consumed).
+/// Says what a setup's replay sent: nothing when it sent no span (no spool
+/// consumed, or only clean shutdowns' progress records, which every run
+/// leaves behind and the next one takes quietly).
 pub(crate) fn note_replayed(report: &ReplayReport, dir: &Path) {
-    if !report.consumed.is_empty() {
+    if report.spans > 0 {
         crate::diag::note(format_args!(
             "replayed {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) of a \
              previous attempt in {}",
