@@ -39,8 +39,25 @@ pub struct RecoverArgs {
     pub to_files: Option<PathBuf>,
     /// The program's variable prefix: the exporter is configured from
     /// `<PREFIX>_*`, then `NEMO_LENS_*`, then the `OTEL_*` variables.
-    #[arg(long, value_name = "PREFIX", default_value = "NEMO_LENS")]
+    #[arg(long, value_name = "PREFIX", default_value = "NEMO_LENS", value_parser = parse_prefix)]
     pub prefix: String,
+}
+
+/// `--prefix`'s value parser: a variable prefix such as `MEGATRON_OTEL`
+/// (letters, digits and `_`, starting with a letter). Anything else would
+/// read variables no program sets, silently.
+fn parse_prefix(value: &str) -> Result<String, String> {
+    let well_formed = value.starts_with(|c: char| c.is_ascii_alphabetic())
+        && !value.ends_with('_')
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if well_formed {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "expected a variable prefix such as NEMO_LENS or MEGATRON_OTEL (letters, digits and '_', starting with a \
+             letter, without the trailing '_'), got {value:?}"
+        ))
+    }
 }
 
 /// Why `recover` could not run.
@@ -162,4 +179,26 @@ pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport
     let report = lens_fallbacks::spool::recover(&telemetry, &args.dir);
     telemetry.shutdown(Duration::from_secs(10));
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    #[test]
+    fn a_prefix_that_is_no_variable_prefix_is_refused_with_what_is_accepted() {
+        let parse = |prefix: &str| crate::Cli::try_parse_from(["lens", "recover", "DIR", "--prefix", prefix]);
+        for bad in ["", "bad prefix", "MEGATRON_OTEL_", "1LENS"] {
+            let error = parse(bad).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!(
+                    "invalid value '{bad}' for '--prefix <PREFIX>': expected a variable prefix such as NEMO_LENS or \
+                     MEGATRON_OTEL (letters, digits and '_', starting with a letter, without the trailing '_'), got \
+                     {bad:?}"
+                )),
+                "{error}"
+            );
+        }
+        assert!(parse("MEGATRON_OTEL").is_ok());
+    }
 }
