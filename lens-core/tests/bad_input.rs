@@ -126,3 +126,36 @@ fn propagators_of_only_commas_are_refused() {
     );
     assert!(megatron(&[("OTEL_PROPAGATORS", "none")]).unwrap().otel.propagators.is_empty());
 }
+
+#[test]
+fn span_groups_or_prometheus_labels_of_only_commas_are_refused() {
+    assert_messages(&[
+        (
+            "MEGATRON_OTEL_SPAN_GROUPS",
+            ",",
+            "Invalid value for MEGATRON_OTEL_SPAN_GROUPS: ','. Expected comma-separated span-group names and presets, \
+             e.g. 'default' or 'per_step,trace_region' (to record no spans, set MEGATRON_OTEL_TRACES_ENABLED=0).",
+        ),
+        (
+            "MEGATRON_OTEL_PROMETHEUS_RESOURCE_LABELS",
+            ",,",
+            "Invalid value for MEGATRON_OTEL_PROMETHEUS_RESOURCE_LABELS: ',,'. Expected comma-separated resource \
+             attribute keys such as 'nemo.run.id,host.name', or 'none'.",
+        ),
+        (
+            "MEGATRON_OTEL_PROMETHEUS_RESOURCE_LABELS",
+            "host name",
+            "Invalid value for MEGATRON_OTEL_PROMETHEUS_RESOURCE_LABELS: 'host name'. Expected resource attribute keys \
+             such as 'nemo.run.id', none of them empty or with a space.",
+        ),
+    ]);
+    // The flag is named when the spec came from it.
+    let mut config = megatron(&[]).unwrap();
+    config.apply_cli(&lens_core::config::CliOverrides {
+        otel_span_groups: Some(" , ".into()),
+        ..lens_core::config::CliOverrides::default()
+    });
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.starts_with("Invalid value for --otel-span-groups: ','."), "{error}");
+    assert!(megatron(&[("MEGATRON_OTEL_SPAN_GROUPS", "default,,")]).is_ok(), "an empty item among names is skipped");
+}

@@ -169,7 +169,18 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
         let labels: Vec<String> = if found.value.eq_ignore_ascii_case("none") {
             Vec::new()
         } else {
-            found.value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
+            let labels: Vec<String> =
+                found.value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
+            if labels.is_empty() {
+                // Only commas: "none" is said in words.
+                r.push(ConfigProblem::InvalidValue {
+                    variable: found.variable.clone(),
+                    value: found.value.clone(),
+                    expected: "comma-separated resource attribute keys such as 'nemo.run.id,host.name', or 'none'"
+                        .into(),
+                });
+            }
+            labels
         };
         r.record("prometheus_resource_labels", &found, labels.join(","));
         c.prometheus_resource_labels = labels;

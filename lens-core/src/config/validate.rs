@@ -60,7 +60,19 @@ impl LensConfig {
         {
             problems.push(ConfigProblem::UnknownStrategy { variable: self.source_name("sampling_strategy"), source });
         }
-        if let Err(source) = self.resolved_span_groups() {
+        if !self.span_groups.trim().is_empty() && self.span_groups.split(',').all(|word| word.trim().is_empty()) {
+            // Only commas: no group at all, likely a broken template. No
+            // spans is said with <PREFIX>_TRACES_ENABLED=0.
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("span_groups"),
+                value: self.span_groups.clone(),
+                expected: format!(
+                    "comma-separated span-group names and presets, e.g. 'default' or 'per_step,trace_region' (to \
+                     record no spans, set {}_TRACES_ENABLED=0)",
+                    self.origins.prefixes.first().map_or("<PREFIX>", String::as_str)
+                ),
+            });
+        } else if let Err(source) = self.resolved_span_groups() {
             problems.push(ConfigProblem::UnknownSpanGroup {
                 variable: self.source_name("span_groups"),
                 value: self.span_groups.clone(),
@@ -185,11 +197,11 @@ impl LensConfig {
             };
             problems.push(problem);
         }
-        if self.prometheus_resource_labels.iter().any(|l| l.trim().is_empty()) {
+        if self.prometheus_resource_labels.iter().any(|l| l.trim().is_empty() || l.chars().any(char::is_whitespace)) {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("prometheus_resource_labels"),
                 value: self.prometheus_resource_labels.join(","),
-                expected: "resource attribute keys such as 'nemo.run.id', none of them empty".into(),
+                expected: "resource attribute keys such as 'nemo.run.id', none of them empty or with a space".into(),
             });
         }
         if problems.is_empty() { Ok(()) } else { Err(ConfigError::new(problems)) }
