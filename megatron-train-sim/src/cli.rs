@@ -218,6 +218,9 @@ pub(crate) const MAX_RANK_MEMORY_BYTES: u128 = 64 << 30;
 /// The longest `--comm-timeout`, in seconds (a year).
 pub(crate) const MAX_COMM_TIMEOUT_S: u64 = 365 * 24 * 3600;
 
+/// The longest `--step-sleep-ms` (an hour).
+pub(crate) const MAX_STEP_SLEEP_MS: u64 = 3_600_000;
+
 /// Arguments that cannot work together. Its `Display` names the flags and
 /// their values; the binary prints it and exits with status 2.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -421,6 +424,13 @@ impl Args {
                 ));
             }
         }
+        if self.step_sleep_ms > MAX_STEP_SLEEP_MS {
+            // Longer would stall every rank past any communication timeout.
+            problems.push(format!(
+                "--step-sleep-ms must be at most {MAX_STEP_SLEEP_MS} (an hour), got {}",
+                self.step_sleep_ms
+            ));
+        }
         if self.eval_interval.is_some() && self.eval_iters == 0 {
             // Nothing to average: the validation loss would print as 0.
             problems.push("--eval-iters must be at least 1 with --eval-interval, got 0".to_string());
@@ -582,6 +592,8 @@ mod tests {
         let message = parse(&["--train-iters", "2", "--inject-nan-at", "99"]).validate(1, "x").unwrap_err().to_string();
         assert_eq!(message, "--inject-nan-at 99: the run has no iteration 99 (iterations are 1 to --train-iters, 2)");
         assert!(parse(&["--train-iters", "2", "--inject-nan-at", "2"]).validate(1, "x").is_ok());
+        let message = parse(&["--step-sleep-ms", "3600001"]).validate(1, "x").unwrap_err().to_string();
+        assert_eq!(message, "--step-sleep-ms must be at most 3600000 (an hour), got 3600001");
     }
 
     #[test]

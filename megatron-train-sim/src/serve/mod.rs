@@ -55,7 +55,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 8000)]
     pub(crate) port: u16,
     /// The model name clients send as `model` (and `GET /v1/models` lists).
-    #[arg(long, default_value = "megatron-sim")]
+    #[arg(long, default_value = "megatron-sim", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub(crate) served_model_name: String,
     /// Requests (choices) in the running decode batch at most.
     #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -74,7 +74,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
     pub(crate) max_body_bytes: u64,
     /// Seconds the drain (after SIGTERM/SIGINT) waits for the requests in flight.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    /// (At most a day: a deadline much further ahead overflows the clock.)
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub(crate) drain_timeout: u64,
     /// Seconds a connection may take to send a request's headers, and may stay idle between requests; then it is closed.
     #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -272,4 +273,36 @@ fn serve(
         output::note(&"drained: every request in flight finished");
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::cli::Args;
+
+    fn parse_error(extra: &[&str]) -> String {
+        let argv = [&["megatron-train-sim", "serve", "--load", "D"][..], extra].concat();
+        Args::try_parse_from(argv).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_drain_timeout_past_a_day_or_an_empty_model_name_is_refused_with_the_flag() {
+        let error = parse_error(&["--drain-timeout", "18446744073709551615"]);
+        assert!(
+            error.contains(
+                "invalid value '18446744073709551615' for '--drain-timeout <SECONDS>': 18446744073709551615 is not in \
+                 0..=86400"
+            ),
+            "{error}"
+        );
+        let error = parse_error(&["--served-model-name", ""]);
+        assert!(
+            error.contains("a value is required for '--served-model-name <SERVED_MODEL_NAME>' but none was supplied"),
+            "{error}"
+        );
+        assert!(
+            Args::try_parse_from(["megatron-train-sim", "serve", "--load", "D", "--drain-timeout", "86400"]).is_ok()
+        );
+    }
 }
