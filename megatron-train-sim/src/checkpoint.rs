@@ -363,7 +363,17 @@ impl Heartbeat {
         let (path, temporary) = match save {
             Some(root) => (root.join("ft_heartbeat").join(name), false),
             None => {
-                let run = if run_id.is_empty() { std::process::id().to_string() } else { run_id.to_string() };
+                // One directory name whatever the run id holds (one from
+                // TORCHELASTIC_RUN_ID is not checked as lens's variable is):
+                // never a path that leaves the temporary directory.
+                let run: String = if run_id.is_empty() {
+                    std::process::id().to_string()
+                } else {
+                    run_id
+                        .chars()
+                        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+                        .collect()
+                };
                 (std::env::temp_dir().join(format!("megatron-train-sim-heartbeat-{run}")).join(name), true)
             }
         };
@@ -459,6 +469,17 @@ impl PendingSave {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_temporary_heartbeat_stays_in_the_temporary_directory_whatever_the_run_id() {
+        let heartbeat = Heartbeat::new(None, "../../escape", 3);
+        assert_eq!(
+            heartbeat.path,
+            std::env::temp_dir().join("megatron-train-sim-heartbeat-______escape").join("rank_00003.json")
+        );
+        let heartbeat = Heartbeat::new(None, "job-42_a", 0);
+        assert_eq!(heartbeat.path, std::env::temp_dir().join("megatron-train-sim-heartbeat-job-42_a/rank_00000.json"));
+    }
 
     #[test]
     fn a_rank_file_round_trips_and_refuses_another_layout() {
