@@ -54,8 +54,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // One call reads CANDLE_OTEL_* and sets telemetry up; a bad value is an
-    // error naming the variable (with `otel` compiled out, a warning).
-    let telemetry = match Telemetry::from_env(PREFIX) {
+    // error naming the variable (with `otel` compiled out, a warning). The
+    // checkpoint directory is where the next attempt resumes from: the crash
+    // spool goes there, so that after a kill the next attempt finds it.
+    let telemetry = match Telemetry::builder(PREFIX).checkpoint_dir(&args.checkpoint_dir).setup() {
         Ok(telemetry) => Arc::new(telemetry),
         Err(error) => {
             complain(&error);

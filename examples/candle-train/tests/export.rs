@@ -128,6 +128,33 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// The `.lens` spool files directly in `dir`.
+#[cfg(feature = "otel")]
+fn spools_in(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".lens"))
+        .collect()
+}
+
+#[cfg(feature = "otel")]
+#[test]
+fn the_crash_spool_is_kept_beside_the_checkpoints_where_the_next_attempt_looks() {
+    let runs = runs();
+    let root = runs.export.parent().expect("the export's parent");
+    // Each clean shutdown leaves its spool with only its progress record;
+    // the second attempt took the first's, so one is left: the second's.
+    let beside = spools_in(&root.join("checkpoints").join("lens-spool"));
+    assert_eq!(beside.len(), 1, "one spool beside the checkpoints: {beside:?}");
+    assert!(beside[0].starts_with("spool-rank0-"), "{beside:?}");
+    for attempt in ATTEMPTS {
+        let under_export = runs.export.join(attempt).join("lens-spool");
+        assert!(!under_export.exists(), "no spool under the attempt's own export directory {}", under_export.display());
+    }
+}
+
 #[test]
 fn the_first_run_stops_and_the_second_resumes_from_its_checkpoint() {
     let runs = runs();
