@@ -916,12 +916,13 @@ fn build(
         logger_provider = Some(provider);
     }
 
+    let options = replay_options(config);
     let replay = replay_batch.map(|batch| ReplayExporter {
         batch,
         resource: resource.clone(),
         timeout: config.otel.otlp(Signal::Traces).timeout,
         file_limit: Some(Arc::clone(&file_limit)),
-        options: replay_options(config),
+        options: options.clone(),
     });
     // The spool: this process's resource in its header, then the dead
     // writers' spools claimed, and sent on the replay thread.
@@ -930,7 +931,7 @@ fn build(
         let attributes: Vec<opentelemetry::KeyValue> =
             resource.iter().map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())).collect();
         table.write_meta(&spool_identity(rank, &run_id.value), &attributes);
-        replay_done = replay_at_setup(table, rank, replay.clone(), &replay_options(config));
+        replay_done = replay_at_setup(table, rank, replay.clone(), &options);
     }
     let tracer: BoxedTracer = match &tracer_provider {
         Some(provider) => {

@@ -535,16 +535,19 @@ fn claim_file(
 /// Exports one claimed spool's spans, then removes it; keeps it, with a
 /// warning, when the export failed.
 fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
-    let ClaimedSpool { path, file, header, mut spans, truncated } = spool;
+    let ClaimedSpool { path, file, header, spans, truncated } = spool;
     let count = spans.len();
     let resource = resource_of(&header);
     // Requests of at most `max_batch` spans, parents first (as they
     // started). A failed one keeps the spool: the requests sent before it
     // are sent again by the next replay (the same ids).
+    let mut spans = spans.into_iter();
     let mut sent = 0;
-    while !spans.is_empty() {
-        let rest = spans.split_off(spans.len().min(max_batch.max(1)));
-        let batch = std::mem::replace(&mut spans, rest);
+    loop {
+        let batch: Vec<SpanData> = spans.by_ref().take(max_batch.max(1)).collect();
+        if batch.is_empty() {
+            break;
+        }
         let size = batch.len();
         if let Err(error) = export(batch, &resource) {
             let unsent = count - sent;
