@@ -307,13 +307,12 @@ struct StragglerStream {
 
 impl StragglerStream {
     /// Ends the first reading of a directory: the ranks, and the grid the
-    /// second reading uses (the run's first directory sets it).
+    /// second reading uses (the run's first directory sets it, and the
+    /// ranks expected in an interval are those with one on that grid).
     fn start_second_reading(&mut self) {
         self.ranks.extend(self.grid.ranks());
-        self.expected.extend(self.grid.ranks_with_intervals());
-        if self.reader.is_none() {
-            self.reader = Some(stragglers::IntervalReader::new(self.grid.step()));
-        }
+        let reader = self.reader.get_or_insert_with(|| stragglers::IntervalReader::new(self.grid.step()));
+        self.expected.extend(self.grid.ranks_with_intervals(reader.step()));
     }
 
     /// One line of file `file`.

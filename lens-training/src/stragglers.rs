@@ -363,11 +363,10 @@ impl GridStep {
         self.ranks.keys().copied().collect()
     }
 
-    /// The ranks whose metrics give at least one interval on the grid
-    /// (what [`IntervalReader`] will give them): a complete interval needs
-    /// each of these.
-    pub fn ranks_with_intervals(&self) -> BTreeSet<u32> {
-        let step = self.step();
+    /// The ranks whose metrics give at least one interval on a grid of
+    /// `step` iterations (what an [`IntervalReader`] of that step will give
+    /// them): a complete interval needs each of these.
+    pub fn ranks_with_intervals(&self, step: f64) -> BTreeSet<u32> {
         self.ranks
             .iter()
             .filter(|(_, r)| {
@@ -403,6 +402,11 @@ struct ReaderRank {
 }
 
 impl IntervalReader {
+    /// The grid's step, in iterations.
+    pub fn step(&self) -> f64 {
+        self.step
+    }
+
     /// A reader on a grid of `step` iterations ([`GridStep::step`]).
     pub fn new(step: f64) -> IntervalReader {
         IntervalReader { step: step.max(1.0), ranks: BTreeMap::new() }
@@ -545,11 +549,6 @@ impl Windows {
     /// The records held: the window being filled.
     pub fn retained(&self) -> usize {
         self.rows.len()
-    }
-
-    /// The findings so far, in window order.
-    pub fn findings(&self) -> &[Straggler] {
-        &self.findings
     }
 
     /// The findings, in window order.
@@ -908,9 +907,9 @@ mod tests {
         collections.values().for_each(|c| grid.push(c.iter().copied()));
         assert!((grid.step() - 5.0).abs() < f64::EPSILON);
         assert_eq!(grid.ranks(), BTreeSet::from([0, 1, 2, 3]));
-        assert_eq!(grid.ranks_with_intervals(), BTreeSet::from([0, 1, 2]));
+        assert_eq!(grid.ranks_with_intervals(grid.step()), BTreeSet::from([0, 1, 2]));
         let given: BTreeSet<u32> = rank_intervals(&points).iter().map(|r| r.rank).collect();
-        assert_eq!(given, grid.ranks_with_intervals());
+        assert_eq!(given, grid.ranks_with_intervals(grid.step()));
     }
 
     #[test]
