@@ -27,8 +27,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use lens_fallbacks::config::HangTimeout;
 use lens_fallbacks::control::{
-    CatalogData, ControlRequest, ControlStatus, Settings, check_file, describe, job_uid, keys, parse_request,
-    read_capped, status_path, write_atomic,
+    CatalogData, ControlRequest, ControlStatus, Settings, check_file, check_generation, describe, job_uid, keys,
+    parse_request, read_capped, status_path, write_atomic,
 };
 use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, SpanGroup};
 
@@ -160,8 +160,13 @@ fn launch_of(status: Option<&ControlStatus>, catalog: &CatalogData, text: &str) 
     (Settings { groups, sampling_ratio: None, rank_metrics: true, hang_timeout: HangTimeout::Auto }, prefix)
 }
 
+/// Bad input for the file `file`, which is left as it was.
+fn left_as_it_was(file: &Path, message: String) -> Failure {
+    Failure::BadInput(format!("{message}; {} left as it was", file.display()))
+}
+
 fn write(args: &ControlArgs) -> Result<(), Failure> {
-    let bad = |message: String| Failure::BadInput(format!("{message}; {} left as it was", args.file.display()));
+    let bad = |message: String| left_as_it_was(&args.file, message);
     let status = read_status(&args.file);
     let catalog = catalog_of(args, status.as_ref());
     check_where_written(&args.file)?;
@@ -204,7 +209,7 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
 /// The request the flags ask for (its window and generation filled in
 /// later).
 fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogData) -> Result<ControlRequest, Failure> {
-    let bad = |message: String| Failure::BadInput(format!("{message}; {} left as it was", args.file.display()));
+    let bad = |message: String| left_as_it_was(&args.file, message);
     let mut request = ControlRequest::reset(0, 0);
     if let Some(spec) = &args.span_groups {
         let set = catalog.resolve(spec).map_err(|error| bad(format!("--span-groups {spec:?}: {error}")))?;
@@ -248,7 +253,7 @@ fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogDa
 /// (`--iterations`, `--until-iteration`); a window that ends at or before
 /// the job's last iteration is refused, as no rank would apply any of it.
 fn window(args: &ControlArgs, status: Option<&ControlStatus>, request: &mut ControlRequest) -> Result<(), Failure> {
-    let bad = |message: String| Failure::BadInput(format!("{message}; {} left as it was", args.file.display()));
+    let bad = |message: String| left_as_it_was(&args.file, message);
     let from = match args.from_iteration {
         Some(from) => from,
         None => {
@@ -303,20 +308,25 @@ fn window(args: &ControlArgs, status: Option<&ControlStatus>, request: &mut Cont
 
 fn show(args: &ControlArgs) -> ExitCode {
     let status = read_status(&args.file);
-    match read_capped(&args.file) {
-        Err(_) if std::fs::symlink_metadata(&args.file).is_err() => {
-            say(format_args!("{}: no control file: the launch configuration holds", args.file.display()));
-        }
-        Err(error) => {
-            say(format_args!("{}: the job refuses this file: {error}; nothing in it applies", args.file.display()))
-        }
-        Ok(text) => {
-            say(format_args!("{}:", args.file.display()));
-            say(format_args!("  {}", text.trim()));
-            // The job's own check: what the file says applies only if it passes.
-            match check_file(&args.file, job_uid()) {
-                Err(refusal) => say(format_args!("  the job refuses this file ({refusal}): nothing in it applies")),
-                Ok(_) => say(format_args!("  {}", verdict(args, status.as_ref(), &text))),
+    // The job's own order: the file's owner, mode and kind first (a link is
+    // refused as a link), then its content.
+    if std::fs::symlink_metadata(&args.file).is_err() {
+        say(format_args!("{}: no control file: the launch configuration holds", args.file.display()));
+    } else if let Err(refusal) = check_file(&args.file, job_uid()) {
+        let accepted = refusal.accepted();
+        say(format_args!(
+            "{}: the job refuses this file: {refusal}; {accepted}; nothing in it applies",
+            args.file.display()
+        ));
+    } else {
+        match read_capped(&args.file) {
+            Err(error) => {
+                say(format_args!("{}: the job refuses this file: {error}; nothing in it applies", args.file.display()))
+            }
+            Ok(text) => {
+                say(format_args!("{}:", args.file.display()));
+                say(format_args!("  {}", text.trim()));
+                say(format_args!("  {}", verdict(args, status.as_ref(), &text)));
             }
         }
     }
@@ -358,14 +368,10 @@ fn verdict(args: &ControlArgs, status: Option<&ControlStatus>, text: &str) -> St
         Err(error) => return format!("the job refuses this version ({error}): nothing in it applies{unchecked}"),
     };
     if let Some(status) = status {
-        let highest = status.highest();
-        if request.generation < highest {
-            return format!(
-                "the job refuses this version (key '{}' = {}: lower than generation {highest}, the highest the job \
-                 accepted): nothing in it applies",
-                keys::GENERATION,
-                request.generation
-            );
+        // The job's own generation rule (`None`: the accepted version's
+        // content is not in the status, so the same generation passes).
+        if let Err(error) = check_generation(&request, status.highest(), None) {
+            return format!("the job refuses this version ({error}): nothing in it applies");
         }
         if let Some(last) = status.last_iteration
             && request.ended_by(last)

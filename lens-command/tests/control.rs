@@ -208,7 +208,7 @@ fn a_directory_other_users_can_write_is_refused_as_the_job_refuses_it() {
     let (code, stdout, _) = control(&dir, &[file_arg, "--show"]);
     assert_eq!(code, 0);
     assert!(
-        stdout.contains("the job refuses this file (other users can write its directory")
+        stdout.contains("the job refuses this file: other users can write its directory")
             && stdout.contains("nothing in it applies"),
         "{stdout}"
     );
@@ -376,7 +376,7 @@ fn show_gives_the_job_s_verdict_on_what_the_file_holds() {
     put_status(&dir, &ControlStatus { generation: 4, highest_generation: 4, ..status(Some(100)) });
     put(r#"{"generation": 3, "sampling_ratio": 0.5, "from_iteration": 200}"#);
     let stdout = show(&[]);
-    assert!(stdout.contains("lower than generation 4, the highest the job accepted"), "{stdout}");
+    assert!(stdout.contains("lower than generation 4, the highest this job accepted"), "{stdout}");
     assert!(
         stdout.contains("job (rank 0): last iteration 100, generation 4 in force (highest accepted 4)"),
         "{stdout}"
@@ -388,6 +388,20 @@ fn show_gives_the_job_s_verdict_on_what_the_file_holds() {
     put(r#"{"generation": 5, "rank_metrics": true, "from_iteration": 200}"#);
     assert!(show(&[]).contains("needs a launch with MYJOB_OTEL_RANK_METRICS=1"));
     put(r#"{"generation": 5, "sampling_ratio": 0.5, "from_iteration": 200}"#);
+    // A symbolic link is refused as the job refuses it, for being a link.
+    let target = dir.join("real.json");
+    std::fs::rename(&file, &target).unwrap();
+    std::os::unix::fs::symlink(&target, &file).unwrap();
+    let stdout = show(&[]);
+    assert!(
+        stdout.contains(
+            "the job refuses this file: it is a symbolic link; give the file itself, not a symbolic link to it; \
+             nothing in it applies"
+        ),
+        "{stdout}"
+    );
+    std::fs::remove_file(&file).unwrap();
+    std::fs::rename(&target, &file).unwrap();
     assert!(show(&[]).contains(
         "the job accepts it: generation 5 applies from iteration 200 until the next change: sampling_ratio=0.5"
     ));
