@@ -668,8 +668,6 @@ fn kind_of(file_type: std::fs::FileType) -> &'static str {
         "a character device"
     } else if file_type.is_block_device() {
         "a block device"
-    } else if file_type.is_symlink() {
-        "a symbolic link"
     } else {
         "not a regular file"
     }
@@ -711,9 +709,7 @@ pub fn check_file(path: &Path, uid: u32) -> Result<Option<std::fs::Metadata>, Re
     if meta.file_type().is_symlink() {
         return Err(Refusal::Symlink);
     }
-    if !meta.is_file() {
-        return Err(Refusal::NotAFile(kind_of(meta.file_type())));
-    }
+    regular_and_short(&meta)?;
     if meta.uid() != uid {
         return Err(Refusal::NotOwner(meta.uid()));
     }
@@ -729,10 +725,19 @@ pub fn check_file(path: &Path, uid: u32) -> Result<Option<std::fs::Metadata>, Re
     {
         return Err(Refusal::DirectoryWritableByOthers(dir, dir_meta.mode() & 0o7777));
     }
+    Ok(Some(meta))
+}
+
+/// A regular file, at most [`MAX_CONTROL_BYTES`] long: what both the path
+/// ([`check_file`]) and the opened file ([`read_capped`]) must be.
+fn regular_and_short(meta: &std::fs::Metadata) -> Result<(), Refusal> {
+    if !meta.is_file() {
+        return Err(Refusal::NotAFile(kind_of(meta.file_type())));
+    }
     if meta.len() > MAX_CONTROL_BYTES {
         return Err(Refusal::TooLong(meta.len()));
     }
-    Ok(Some(meta))
+    Ok(())
 }
 
 /// The file's text, at most [`MAX_CONTROL_BYTES`], never through a
@@ -754,12 +759,7 @@ pub fn read_capped(path: &Path) -> Result<String, String> {
     }
     let file = options.open(path).map_err(|e| format!("cannot read it: {e}"))?;
     let meta = file.metadata().map_err(|e| format!("cannot read it: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{}; {}", Refusal::NotAFile(kind_of(meta.file_type())), Refusal::NotAFile("").accepted()));
-    }
-    if meta.len() > MAX_CONTROL_BYTES {
-        return Err(format!("{}; {}", Refusal::TooLong(meta.len()), Refusal::TooLong(0).accepted()));
-    }
+    regular_and_short(&meta).map_err(|refusal| format!("{refusal}; {}", refusal.accepted()))?;
     let mut bytes = Vec::new();
     file.take(MAX_CONTROL_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
     if bytes.len() as u64 > MAX_CONTROL_BYTES {
