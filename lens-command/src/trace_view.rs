@@ -177,7 +177,11 @@ impl fmt::Display for TraceViewError {
             }
             TraceViewError::Read { path, source } => write!(f, "trace-view: cannot read {}: {source}", path.display()),
             TraceViewError::Write { path, source } => {
-                write!(f, "trace-view: cannot write {}: {source}", path.display())
+                write!(
+                    f,
+                    "trace-view: cannot write the trace to {} (choose the file with --out): {source}",
+                    path.display()
+                )
             }
         }
     }

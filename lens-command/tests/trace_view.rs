@@ -1,7 +1,7 @@
 //! `lens trace-view` on hand-written exports: the footer names the span
 //! groups the program recorded with its own variable, and says when the
 //! files hold several runs; a bad export's extreme times are viewed, not a
-//! panic.
+//! panic; an output that cannot be written names `--out`.
 
 #![expect(dead_code, reason = "this binary uses a part of the support module")]
 
@@ -102,4 +102,24 @@ fn extreme_times_in_a_bad_export_are_viewed_without_a_panic() {
         let slices = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").count();
         assert_eq!(slices, count, "{name}");
     }
+}
+
+#[test]
+fn an_output_that_cannot_be_written_is_named_with_the_flag_that_moves_it() {
+    let dir = temp_dir("trace-view-unwritable");
+    std::fs::write(
+        dir.join("traces-rank0.jsonl"),
+        traces_line(&resource("a", None), &[span("step", "01", None, 1_000, 5_000, "[]", "")]),
+    )
+    .unwrap();
+    let out = dir.join("missing").join("trace.json");
+    let (code, stdout, stderr) = lens(&["trace-view".as_ref(), dir.as_path(), "--out".as_ref(), out.as_path()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stderr.starts_with(&format!(
+            "lens: error: trace-view: cannot write the trace to {} (choose the file with --out): ",
+            out.display()
+        )),
+        "{stderr}"
+    );
 }
