@@ -561,3 +561,48 @@ fn streaming_and_reading_at_once_agree_on_counters_exported_unevenly_across_rest
     }
     assert!(named >= 12, "rank 2 named in only {named} windows over twelve runs");
 }
+
+#[test]
+fn a_later_directory_of_the_run_with_a_finer_log_interval_keeps_its_windows() {
+    // telemetry/a: the first attempt, exporting every 10 iterations up to
+    // 40 (rank 3 once only, so it has no interval there); telemetry/b: the
+    // resumed attempt of the same run id, exporting every 5 iterations to
+    // 80, rank 2 twice as slow throughout, rank 3 exporting at 5 and 10
+    // only. The run's grid is the first directory's (10 iterations), on
+    // which rank 3 has no interval in either attempt: the windows of the
+    // resumed attempt do not wait for it. (Judged on the finer grid of
+    // both directories, rank 3 was expected in every interval of the
+    // resumed attempt, and every one of its windows was dropped.)
+    let telemetry = temp_dir("finer-later");
+    let (first, resumed) = (telemetry.join("a"), telemetry.join("b"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&resumed).unwrap();
+    let every = |step: u64, last: u64| (1..).map(|e| e * step).take_while(|i| *i <= last).collect::<Vec<u64>>();
+    write_counters_of(
+        &first,
+        "run-1",
+        1_000,
+        &|rank| if rank == 3 { vec![10] } else { every(10, 40) },
+        &rank_2_twice_as_slow(|_| false),
+    );
+    write_counters_of(
+        &resumed,
+        "run-1",
+        9_000_000_000,
+        &|rank| if rank == 3 { vec![5, 10] } else { every(5, 80) },
+        &rank_2_twice_as_slow(|_| true),
+    );
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), telemetry.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    let findings = analyze(&telemetry).unwrap().stragglers.unwrap().remove(0).findings;
+    assert!(!findings.is_empty(), "the resumed attempt's windows were dropped:\n{stdout}");
+    assert!(
+        findings.iter().all(|f| f.rank == 2
+            && f.attempt == 1
+            && f.iterations.0 >= 10
+            && (f.lateness_ms - 20.0).abs() < 1e-6
+            && (f.peers_wait_ms - 21.0).abs() < 1e-6),
+        "{findings:?}"
+    );
+    assert!(stdout.contains("  after restart 1:\n"), "{stdout}");
+}
