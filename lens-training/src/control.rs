@@ -428,7 +428,10 @@ impl Watcher {
                     Ok((request, true)) => request,
                 };
                 let last = self.shared.last_iteration.load(Ordering::Relaxed);
-                if last != NO_ITERATION && request.ended_by(last) {
+                if last != NO_ITERATION
+                    && request.ended_by(last)
+                    && let Some(until) = request.until_iteration
+                {
                     self.warn_once(
                         &text,
                         &format!(
@@ -439,7 +442,7 @@ impl Watcher {
                             self.path.display(),
                             request.generation,
                             request.from_iteration,
-                            request.until_iteration.unwrap_or(request.from_iteration),
+                            until,
                             request.generation
                         ),
                     );
