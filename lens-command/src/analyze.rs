@@ -306,12 +306,14 @@ struct StragglerStream {
 }
 
 impl StragglerStream {
-    /// Ends the first reading of a directory: the ranks, and the grid the
+    /// Ends the first reading of a directory: the ranks, the grid the
     /// second reading uses (the run's first directory sets it, and the
-    /// ranks expected in an interval are those with one on that grid).
+    /// ranks expected in an interval are those with one on that grid), and
+    /// the attempts of the series read so far.
     fn start_second_reading(&mut self) {
         self.ranks.extend(self.grid.ranks());
         let reader = self.reader.get_or_insert_with(|| stragglers::IntervalReader::new(self.grid.step()));
+        reader.set_attempts(self.grid.attempts());
         self.expected.extend(self.grid.ranks_with_intervals(reader.step()));
     }
 

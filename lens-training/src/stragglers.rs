@@ -21,10 +21,21 @@
 //! counters start again from zero. A rank's counters have restarted when
 //! its iterations or any phase time went down, or when the counters' start
 //! time (`startTimeUnixNano`) changed; the old gauges, when the iteration
-//! went back. From there the rank's records belong to its next *attempt*
+//! went back. From there the rank's records belong to a later *attempt*
 //! ([`RankInterval::attempt`]): the export after a restart starts a new
 //! series, and the iterations of an attempt's counters count from its
 //! start. Windows never span two attempts.
+//!
+//! Attempts are numbered across ranks, from the counters' times: a series
+//! lasts from its start (`startTimeUnixNano`; the first export when the
+//! start time did not change) to its last export, and series
+//! of any ranks whose lifetimes overlap, directly or through others, are
+//! one attempt (a job's processes all end before its restart's begin; a
+//! rank that starts late still starts while its peers run). So a rank that
+//! exported nothing during one attempt (it died before its first export)
+//! still lines up with its peers in the next. A rank's own later series is
+//! always a later attempt. Counters without start times, and the old
+//! gauges, tell no lifetimes: there each rank counts its own restarts.
 //!
 //! # The rule
 //!
@@ -154,7 +165,7 @@ pub fn rank_intervals(points: &[MetricPoint]) -> Vec<RankInterval> {
     }
     let mut grid = GridStep::default();
     collections.values().for_each(|c| grid.push(c.iter().copied()));
-    let mut reader = IntervalReader::new(grid.step());
+    let mut reader = IntervalReader::new(grid.step()).with_attempts(grid.attempts());
     let mut out: Vec<RankInterval> = collections.values().flat_map(|c| reader.push(c.iter().copied())).collect();
     out.sort_by_key(|r| (r.attempt, r.iteration, r.rank));
     out
@@ -190,6 +201,8 @@ struct Sample {
     seconds: [f64; PHASE_COUNT],
     /// The iterations counter's `startTimeUnixNano` (0: not written).
     start: u64,
+    /// The iterations counter's `timeUnixNano`: when it was collected.
+    time: u64,
 }
 
 impl Sample {
@@ -222,7 +235,7 @@ impl Collection {
         #[derive(Default)]
         struct Counters {
             coordinates: Option<Coordinates>,
-            iterations: Option<(f64, u64)>,
+            iterations: Option<(f64, u64, u64)>,
             seconds: [f64; PHASE_COUNT],
         }
         let mut counters: BTreeMap<u32, Counters> = BTreeMap::new();
@@ -234,7 +247,7 @@ impl Collection {
                 let c = counters.entry(rank).or_default();
                 c.coordinates = c.coordinates.or(Some(coords));
                 if p.metric == ITERATIONS.name {
-                    c.iterations = Some((p.value, p.start_time_unix_nano));
+                    c.iterations = Some((p.value, p.start_time_unix_nano, p.time_unix_nano));
                 } else if let Some(phase) =
                     p.attributes.get(PHASE_ATTRIBUTE).and_then(|v| v.as_str()).and_then(Phase::from_name)
                 {
@@ -263,8 +276,8 @@ impl Collection {
             counters: counters
                 .into_iter()
                 .filter_map(|(rank, c)| {
-                    let (iterations, start) = c.iterations?;
-                    Some((rank, Sample { coordinates: c.coordinates?, iterations, seconds: c.seconds, start }))
+                    let (iterations, start, time) = c.iterations?;
+                    Some((rank, Sample { coordinates: c.coordinates?, iterations, seconds: c.seconds, start, time }))
                 })
                 .collect(),
             gauges: gauges
@@ -291,8 +304,15 @@ struct StepRank {
     last: Option<Sample>,
     /// The spacings between successive exports, counted by size.
     gaps: BTreeMap<u64, u64>,
-    /// Per attempt, the first and last iterations of the counters.
+    /// Per series (the rank's attempts, in its own count), the first and
+    /// last iterations of the counters.
     spans: Vec<(f64, f64)>,
+    /// Per series, its lifetime in nanoseconds since the Unix epoch: its
+    /// start time (the first export when it did not change) and its last
+    /// export.
+    lifetimes: Vec<(u64, u64)>,
+    /// Whether a series had no start time (`startTimeUnixNano` 0).
+    no_start: bool,
 }
 
 impl GridStep {
@@ -309,6 +329,9 @@ impl GridStep {
             }
             match r.last {
                 Some(last) if !last.restarted_by(&sample) => {
+                    if let Some(lifetime) = r.lifetimes.last_mut() {
+                        lifetime.1 = lifetime.1.max(sample.time);
+                    }
                     if sample.iterations > last.iterations {
                         #[expect(
                             clippy::cast_possible_truncation,
@@ -324,7 +347,16 @@ impl GridStep {
                     }
                 }
                 _ => {
+                    // The start time when it tells this series from the
+                    // last, else the first export.
+                    let begin = if sample.start != 0 && r.last.is_none_or(|last| last.start != sample.start) {
+                        sample.start
+                    } else {
+                        sample.time
+                    };
                     r.spans.push((sample.iterations, sample.iterations));
+                    r.lifetimes.push((begin, begin.max(sample.time)));
+                    r.no_start |= sample.start == 0;
                     r.last = Some(sample);
                 }
             }
@@ -375,6 +407,63 @@ impl GridStep {
             .map(|(rank, _)| *rank)
             .collect()
     }
+
+    /// The run's attempt of each rank's series, numbered across ranks (see
+    /// the module docs): series whose lifetimes overlap, directly or through
+    /// others, are one attempt; a rank's later series is a later attempt.
+    /// Counters without start times tell no lifetimes: then each rank
+    /// counts its own restarts (no numbering is given).
+    pub fn attempts(&self) -> Attempts {
+        if self.ranks.values().any(|r| r.no_start) {
+            return Attempts::default();
+        }
+        let mut series: Vec<(u64, u64, u32, usize)> = self
+            .ranks
+            .iter()
+            .filter(|(_, r)| !r.gauges)
+            .flat_map(|(rank, r)| r.lifetimes.iter().enumerate().map(|(k, &(begin, end))| (begin, end, *rank, k)))
+            .collect();
+        series.sort_unstable();
+        let mut cluster: Vec<u32> = Vec::with_capacity(series.len());
+        let (mut attempt, mut reaches) = (0_u32, None::<u64>);
+        for &(begin, end, _, _) in &series {
+            match reaches {
+                Some(reach) if begin > reach => {
+                    attempt += 1;
+                    reaches = Some(end);
+                }
+                _ => reaches = Some(reaches.map_or(end, |reach| reach.max(end))),
+            }
+            cluster.push(attempt);
+        }
+        let mut per_rank: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        let mut order: Vec<(u32, usize, u32)> =
+            series.iter().zip(cluster).map(|(&(_, _, rank, k), attempt)| (rank, k, attempt)).collect();
+        order.sort_unstable();
+        for (rank, _, attempt) in order {
+            let attempts = per_rank.entry(rank).or_default();
+            // A rank's later series is a later attempt, even where its
+            // lifetime overlaps the last one's (counters that went down
+            // within one process).
+            let attempt = attempts.last().map_or(attempt, |last| attempt.max(last + 1));
+            attempts.push(attempt);
+        }
+        Attempts { per_rank }
+    }
+}
+
+/// The run's attempt of each rank's series of counters ([`GridStep::attempts`]):
+/// what [`IntervalReader`] numbers the intervals of a series with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempts {
+    per_rank: BTreeMap<u32, Vec<u32>>,
+}
+
+impl Attempts {
+    /// The attempt of `rank`'s series `series` (0 its first), if known.
+    fn of(&self, rank: u32, series: u32) -> Option<u32> {
+        self.per_rank.get(&rank)?.get(series as usize).copied()
+    }
 }
 
 /// Each rank's intervals, as its collections arrive (each rank's in export
@@ -384,12 +473,16 @@ impl GridStep {
 #[derive(Debug)]
 pub struct IntervalReader {
     step: f64,
+    attempts: Attempts,
     ranks: BTreeMap<u32, ReaderRank>,
 }
 
 #[derive(Debug, Default)]
 struct ReaderRank {
     attempt: u32,
+    /// The rank's series of counters so far, less one (its own count of
+    /// restarts).
+    series: u32,
     /// The old gauges: the rank is read from them alone.
     gauges: bool,
     /// The last iteration of the old gauges.
@@ -409,7 +502,22 @@ impl IntervalReader {
 
     /// A reader on a grid of `step` iterations ([`GridStep::step`]).
     pub fn new(step: f64) -> IntervalReader {
-        IntervalReader { step: step.max(1.0), ranks: BTreeMap::new() }
+        IntervalReader { step: step.max(1.0), attempts: Attempts::default(), ranks: BTreeMap::new() }
+    }
+
+    /// Numbers the counters' series with `attempts` (from the first
+    /// reading, [`GridStep::attempts`]); without, each rank counts its own
+    /// restarts.
+    #[must_use]
+    pub fn with_attempts(mut self, attempts: Attempts) -> IntervalReader {
+        self.attempts = attempts;
+        self
+    }
+
+    /// Replaces the numbering of the series ([`with_attempts`](Self::with_attempts)),
+    /// for a first reading that read more (the next directory of a run).
+    pub fn set_attempts(&mut self, attempts: Attempts) {
+        self.attempts = attempts;
     }
 
     /// The intervals that one more collection completes.
@@ -438,8 +546,9 @@ impl IntervalReader {
             let Some(last) = r.last.filter(|last| !last.restarted_by(&sample)) else {
                 // The first export of a series: where its differences start.
                 if r.last.is_some() {
-                    r.attempt += 1;
+                    r.series += 1;
                 }
+                r.attempt = self.attempts.of(rank, r.series).unwrap_or(r.series);
                 r.last = Some(sample);
                 let index = (sample.iterations / step).ceil();
                 #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a grid index")]
@@ -891,6 +1000,50 @@ mod tests {
         let findings = analyze(&rank_intervals(&points));
         assert_eq!(summary(&findings), [(1, (15, 30), 2, Phase::Backward), (1, (35, 50), 2, Phase::Backward)]);
         assert!(findings.iter().all(|f| (f.lateness_ms - 20.0).abs() < 1e-6), "{findings:?}");
+    }
+
+    /// One export of a rank's counters: (start time, collection time,
+    /// iterations).
+    type Export = (u64, u64, f64);
+
+    /// The attempts [`GridStep::attempts`] gives `series`: per rank, its
+    /// exports.
+    fn attempts_of(series: &[(u32, &[Export])]) -> BTreeMap<u32, Vec<u32>> {
+        let mut grid = GridStep::default();
+        for &(rank, exports) in series {
+            for (export, &(start, time, iterations)) in exports.iter().enumerate() {
+                let mut point = point_of(rank, export, start, ITERATIONS.name, None, iterations);
+                point.time_unix_nano = time;
+                grid.push([&point]);
+            }
+        }
+        grid.attempts().per_rank
+    }
+
+    #[test]
+    fn attempts_are_numbered_across_ranks_by_overlapping_lifetimes() {
+        // Attempt 0: ranks 0 and 1 from t=100; rank 2 starts late (t=130,
+        // after their first exports at 120 and 121) while they still run.
+        // Attempt 1: from t=1000, after every export of attempt 0; rank 2
+        // died before its first export there. Attempt 2: from t=2000.
+        let rank_0: &[Export] = &[(100, 120, 5.0), (100, 140, 10.0), (1000, 1020, 5.0), (2000, 2020, 5.0)];
+        let rank_1: &[Export] = &[(100, 121, 5.0), (100, 141, 10.0), (1000, 1021, 5.0), (2000, 2021, 5.0)];
+        let rank_2: &[Export] = &[(130, 160, 5.0), (2000, 2022, 5.0)];
+        let attempts = attempts_of(&[(0, rank_0), (1, rank_1), (2, rank_2)]);
+        assert_eq!(attempts, BTreeMap::from([(0, vec![0, 1, 2]), (1, vec![0, 1, 2]), (2, vec![0, 2])]));
+
+        // Counters that went down within one process (same start time): the
+        // rank's next attempt, even though its lifetime overlaps its peers'.
+        let reset: &[Export] = &[(100, 120, 10.0), (100, 140, 5.0)];
+        let steady: &[Export] = &[(100, 121, 10.0), (100, 141, 20.0)];
+        let attempts = attempts_of(&[(0, reset), (1, steady)]);
+        assert_eq!(attempts, BTreeMap::from([(0, vec![0, 1]), (1, vec![0])]));
+
+        // Without start times (0) the lifetimes are unknown: no numbering,
+        // and each rank counts its own restarts.
+        let no_start: &[Export] = &[(0, 120, 5.0), (0, 140, 10.0), (0, 500, 5.0)];
+        let other: &[Export] = &[(0, 121, 5.0), (0, 141, 10.0), (0, 501, 5.0)];
+        assert!(attempts_of(&[(0, no_start), (1, other)]).is_empty());
     }
 
     #[test]
