@@ -256,6 +256,39 @@ mod with_testing {
         (gated, batch, provider)
     }
 
+    /// A crash spool's replay while the processor's own export holds the
+    /// exporter: refused at once as busy (the replay's thread tries again;
+    /// it does not queue behind a hung collector holding the exporter's
+    /// lock), and exported once that export is done.
+    #[test]
+    fn a_replay_while_an_export_is_in_flight_is_refused_as_busy_then_goes_through() {
+        let (gated, batch, _provider) = hung_export(1);
+        let dead = Resource::builder_empty().with_attribute(KeyValue::new("process.pid", 4242)).build();
+        let own = Resource::builder_empty().build();
+        // The dead process's span, as the spool gives it back.
+        let replayed = || {
+            let exporter = InMemorySpanExporter::default();
+            let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+            provider.tracer("replay").start("replayed").end();
+            exporter.get_finished_spans().unwrap()
+        };
+        let started = Instant::now();
+        let result = batch.export_with_resource(replayed(), &dead, &own, Duration::from_secs(5));
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(1), "the replay waited {took:?} on the hung export");
+        let said = result.map_err(|error| error.to_string());
+        assert_eq!(said, Err("Operation failed: the span exporter is busy".to_owned()));
+
+        gated.open();
+        let idle = wait_for(&batch, |s| s.in_flight_exports == 0);
+        assert_eq!(idle.in_flight_exports, 0, "{idle:?}");
+        assert_ok(batch.export_with_resource(replayed(), &dead, &own, Duration::from_secs(5)));
+        // The hung batch, then the replayed span, which the replay does not
+        // count as this processor's.
+        assert_eq!(gated.store.names(), ["span-0", "replayed"]);
+        assert_eq!(batch.counters().snapshot().exported, 1);
+    }
+
     #[test]
     fn shutdown_returns_within_its_timeout_while_the_exporter_hangs() {
         let (gated, batch, provider) = hung_export(10);
