@@ -18,12 +18,13 @@
 //! `otlp_file::{metric_lines, span_lines}`) and aggregated as they go; no
 //! point or span of the files is collected:
 //!
-//! - the metrics files of a directory are read twice: once for the ranks
-//!   of each run, the grid its counters are differenced on
-//!   (`stragglers::GridStep`) and the hang gauge, then in lockstep (one line
-//!   of each file in turn) through `stragglers::IntervalReader`, which
+//! - the metrics files of a directory are read twice (directories in the
+//!   order their metrics began): once for the ranks of each run, the grid
+//!   its counters are differenced on (`stragglers::GridStep`), the
+//!   attempts of the run and the hang gauge, then in lockstep (one line of
+//!   each file in turn) through `stragglers::IntervalReader`, which
 //!   differences each rank's successive exports (a restart of its counters
-//!   starts its next attempt), so that an interval is settled as soon as
+//!   starts a later attempt), so that an interval is settled as soon as
 //!   every rank has reported it or moved past it; complete intervals fill a
 //!   window of `stragglers::WINDOW_INTERVALS` within one attempt
 //!   (`stragglers::Windows`, which `stragglers::analyze` uses too), which
@@ -234,6 +235,35 @@ fn export_dirs(dir: &Path) -> Result<Vec<ExportDir>, AnalyzeError> {
     Ok(found)
 }
 
+/// `dirs` in the order their metrics began, so that a run's attempts in
+/// several directories are read in time order whatever their names
+/// (`attempt-10` sorts before `attempt-2`): by the earliest start time (else
+/// collection time) on the first line of their metrics files. Directories
+/// with none keep their name order, after the others.
+fn in_metric_time_order(dirs: &[ExportDir]) -> Vec<&ExportDir> {
+    if dirs.len() < 2 {
+        return dirs.iter().collect();
+    }
+    let began = |export: &ExportDir| {
+        export
+            .metrics
+            .iter()
+            .filter_map(|(rank, path)| {
+                let line = otlp_file::open_metric_lines(path, *rank).ok()?.next()?;
+                line.points
+                    .iter()
+                    .map(|p| if p.start_time_unix_nano != 0 { p.start_time_unix_nano } else { p.time_unix_nano })
+                    .filter(|time| *time != 0)
+                    .min()
+            })
+            .min()
+            .unwrap_or(u64::MAX)
+    };
+    let mut ordered: Vec<(u64, &ExportDir)> = dirs.iter().map(|export| (began(export), export)).collect();
+    ordered.sort_by_key(|(began, _)| *began);
+    ordered.into_iter().map(|(_, export)| export).collect()
+}
+
 /// The run a line belongs to: its resource's `nemo.run.id`, else the one
 /// its file named last, else the directory's name.
 fn run_of(resource: Option<&BTreeMap<String, AttributeValue>>, last: &mut Option<String>, dir: &str) -> String {
@@ -378,7 +408,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     let mut points_read = 0_usize;
     let mut spans_read = 0_usize;
 
-    for export in &dirs {
+    for export in in_metric_time_order(&dirs) {
         // First reading: the ranks of each run, the hang gauge, the resource.
         for (rank, path) in &export.metrics {
             let lines = otlp_file::open_metric_lines(path, *rank)

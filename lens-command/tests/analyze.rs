@@ -6,7 +6,7 @@
 //! (not since the process started), and across a restart under the same
 //! run id.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use lens_command::analyze::analyze;
 use lens_fallbacks::semconv;
@@ -607,25 +607,44 @@ fn a_later_directory_of_the_run_with_a_finer_log_interval_keeps_its_windows() {
     assert!(stdout.contains("  after restart 1:\n"), "{stdout}");
 }
 
-#[test]
-fn a_rank_that_died_before_its_first_export_lines_up_with_its_peers_after_the_next_restart() {
-    // Three attempts of 40 iterations under one run id, exports every 5
-    // iterations, started at 0, 9 and 18 s. Rank 3 died before its first
-    // export in the second attempt (no line from it there); in the third,
-    // rank 2 is twice as slow in backward. Numbered by each rank's own
-    // restarts, rank 3's third attempt would be its second, and no interval
-    // of the third attempt would have every rank: nothing named.
-    let dir = temp_dir("died-early");
+/// Three attempts of 40 iterations under one run id, exports every 5
+/// iterations, started at 0, 9 and 18 s, each attempt's files in
+/// `dir_of(attempt)`: rank 3 died before its first export in the second
+/// attempt (no line from it there); in the third, rank 2 is twice as slow
+/// in backward. `lens analyze DIR` must name rank 2 in the third
+/// attempt's windows.
+fn rank_3_dead_in_attempt_2_then_rank_2_slow(dir: &Path, dir_of: impl Fn(usize) -> PathBuf) {
     let exports: Vec<u64> = (1..=8).map(|e| e * 5).collect();
     for (attempt, start) in [1_000, 9_000_000_000, 18_000_000_000].into_iter().enumerate() {
+        let files = dir_of(attempt);
+        std::fs::create_dir_all(&files).unwrap();
         let exports_of = |rank: u32| if attempt == 1 && rank == 3 { Vec::new() } else { exports.clone() };
-        write_counters_of(&dir, "run-1", start, &exports_of, &rank_2_twice_as_slow(|_| attempt == 2));
+        write_counters_of(&files, "run-1", start, &exports_of, &rank_2_twice_as_slow(|_| attempt == 2));
     }
-    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir]);
     assert_eq!(code, 0, "{stderr}");
     let windows = rank_2_line("10-25") + &rank_2_line("30-40");
     assert!(stdout.starts_with(&format!("{STRAGGLERS_HEAD}  after restart 2:\n{windows}hangs")), "{stdout}");
+}
+
+#[test]
+fn a_rank_that_died_before_its_first_export_lines_up_with_its_peers_after_the_next_restart() {
+    // Numbered by each rank's own restarts, rank 3's third attempt would be
+    // its second, and no interval of the third attempt would have every
+    // rank: nothing named.
+    let dir = temp_dir("died-early");
+    rank_3_dead_in_attempt_2_then_rank_2_slow(&dir, |_| dir.clone());
     let findings = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;
     assert!(findings.iter().all(|f| f.attempt == 2 && (f.lateness_ms - 20.0).abs() < 1e-6), "{findings:?}");
     assert_eq!(findings, at_once(&dir));
+}
+
+#[test]
+fn attempts_in_directories_whose_names_sort_out_of_time_order_are_read_in_time_order() {
+    // Each attempt in a directory of its own under one `telemetry/`:
+    // `attempt-1`, `attempt-2` and `attempt-10`; by name, `attempt-10` (the
+    // last) comes before `attempt-2`.
+    let telemetry = temp_dir("out-of-name-order");
+    let names = ["attempt-1", "attempt-2", "attempt-10"];
+    rank_3_dead_in_attempt_2_then_rank_2_slow(&telemetry, |attempt| telemetry.join(names[attempt]));
 }

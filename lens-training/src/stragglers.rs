@@ -34,8 +34,10 @@
 //! rank that starts late still starts while its peers run). So a rank that
 //! exported nothing during one attempt (it died before its first export)
 //! still lines up with its peers in the next. A rank's own later series is
-//! always a later attempt. Counters without start times, and the old
-//! gauges, tell no lifetimes: there each rank counts its own restarts.
+//! always a later attempt (counters that went down in one process get an
+//! attempt of their own, before the job's next). When any of a run's
+//! counters lack a start or collection time, no lifetimes are told, and
+//! each rank counts its own restarts; the old gauges count their own too.
 //!
 //! # The rule
 //!
@@ -206,6 +208,13 @@ struct Sample {
 }
 
 impl Sample {
+    /// When the series that `self` starts began (after the rank's `last`
+    /// sample): its start time when that tells it from the last series,
+    /// else its first collection (counters that went down in one process).
+    fn series_begin(&self, last: Option<&Sample>) -> u64 {
+        if self.start != 0 && last.is_none_or(|last| last.start != self.start) { self.start } else { self.time }
+    }
+
     /// Whether `next` comes from restarted counters (see the module docs).
     fn restarted_by(&self, next: &Sample) -> bool {
         next.iterations < self.iterations
@@ -311,8 +320,9 @@ struct StepRank {
     /// start time (the first export when it did not change) and its last
     /// export.
     lifetimes: Vec<(u64, u64)>,
-    /// Whether a series had no start time (`startTimeUnixNano` 0).
-    no_start: bool,
+    /// Whether a collection had no start or collection time (0): no
+    /// lifetimes can be told.
+    no_times: bool,
 }
 
 impl GridStep {
@@ -327,6 +337,7 @@ impl GridStep {
             if r.gauges {
                 continue;
             }
+            r.no_times |= sample.start == 0 || sample.time == 0;
             match r.last {
                 Some(last) if !last.restarted_by(&sample) => {
                     if let Some(lifetime) = r.lifetimes.last_mut() {
@@ -347,16 +358,9 @@ impl GridStep {
                     }
                 }
                 _ => {
-                    // The start time when it tells this series from the
-                    // last, else the first export.
-                    let begin = if sample.start != 0 && r.last.is_none_or(|last| last.start != sample.start) {
-                        sample.start
-                    } else {
-                        sample.time
-                    };
+                    let begin = sample.series_begin(r.last.as_ref());
                     r.spans.push((sample.iterations, sample.iterations));
                     r.lifetimes.push((begin, begin.max(sample.time)));
-                    r.no_start |= sample.start == 0;
                     r.last = Some(sample);
                 }
             }
@@ -410,66 +414,81 @@ impl GridStep {
 
     /// The run's attempt of each rank's series, numbered across ranks (see
     /// the module docs): series whose lifetimes overlap, directly or through
-    /// others, are one attempt; a rank's later series is a later attempt.
-    /// Counters without start times tell no lifetimes: then each rank
-    /// counts its own restarts (no numbering is given).
+    /// others, are one attempt; a rank with several series in one attempt
+    /// (counters that went down in one process) has its later ones in
+    /// attempts of their own, numbered before the next attempt's. Counters
+    /// without start or collection times tell no lifetimes: then no
+    /// numbering is given, and each rank counts its own restarts.
     pub fn attempts(&self) -> Attempts {
-        if self.ranks.values().any(|r| r.no_start) {
+        if self.ranks.values().any(|r| r.no_times) {
             return Attempts::default();
         }
-        let mut series: Vec<(u64, u64, u32, usize)> = self
+        let mut series: Vec<(u64, u64, u32)> = self
             .ranks
             .iter()
             .filter(|(_, r)| !r.gauges)
-            .flat_map(|(rank, r)| r.lifetimes.iter().enumerate().map(|(k, &(begin, end))| (begin, end, *rank, k)))
+            .flat_map(|(rank, r)| r.lifetimes.iter().map(|&(begin, end)| (begin, end, *rank)))
             .collect();
         series.sort_unstable();
-        let mut cluster: Vec<u32> = Vec::with_capacity(series.len());
-        let (mut attempt, mut reaches) = (0_u32, None::<u64>);
-        for &(begin, end, _, _) in &series {
+        // Overlapping lifetimes, in begin order: one cluster.
+        let mut clustered: Vec<(u32, u64, u32)> = Vec::with_capacity(series.len());
+        let (mut cluster, mut reaches) = (0_u32, None::<u64>);
+        for (begin, end, rank) in series {
             match reaches {
                 Some(reach) if begin > reach => {
-                    attempt += 1;
+                    cluster += 1;
                     reaches = Some(end);
                 }
                 _ => reaches = Some(reaches.map_or(end, |reach| reach.max(end))),
             }
-            cluster.push(attempt);
+            clustered.push((rank, begin, cluster));
         }
-        let mut per_rank: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        let mut order: Vec<(u32, usize, u32)> =
-            series.iter().zip(cluster).map(|(&(_, _, rank, k), attempt)| (rank, k, attempt)).collect();
-        order.sort_unstable();
-        for (rank, _, attempt) in order {
-            let attempts = per_rank.entry(rank).or_default();
-            // A rank's later series is a later attempt, even where its
-            // lifetime overlaps the last one's (counters that went down
-            // within one process).
-            let attempt = attempts.last().map_or(attempt, |last| attempt.max(last + 1));
-            attempts.push(attempt);
+        // A rank's later series in the same cluster: one bump more.
+        clustered.sort_unstable();
+        let mut keyed: Vec<((u32, u32), u32, u64)> = Vec::with_capacity(clustered.len());
+        let mut previous: Option<(u32, u32, u32)> = None;
+        for (rank, begin, cluster) in clustered {
+            let bump = match previous {
+                Some((r, c, bump)) if r == rank && c == cluster => bump + 1,
+                _ => 0,
+            };
+            previous = Some((rank, cluster, bump));
+            keyed.push(((cluster, bump), rank, begin));
+        }
+        // The attempts: the (cluster, bump) pairs, numbered densely.
+        keyed.sort_unstable();
+        let mut per_rank: BTreeMap<u32, BTreeMap<u64, u32>> = BTreeMap::new();
+        let (mut number, mut last) = (0_u32, None);
+        for (pair, rank, begin) in keyed {
+            if last.is_some_and(|last| last != pair) {
+                number += 1;
+            }
+            last = Some(pair);
+            per_rank.entry(rank).or_default().insert(begin, number);
         }
         Attempts { per_rank }
     }
 }
 
-/// The run's attempt of each rank's series of counters ([`GridStep::attempts`]):
-/// what [`IntervalReader`] numbers the intervals of a series with.
+/// The run's attempt of each rank's series of counters, by the series'
+/// begin ([`GridStep::attempts`]): what [`IntervalReader`] numbers the
+/// intervals of a series with, whatever order the series are read in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attempts {
-    per_rank: BTreeMap<u32, Vec<u32>>,
+    per_rank: BTreeMap<u32, BTreeMap<u64, u32>>,
 }
 
 impl Attempts {
-    /// The attempt of `rank`'s series `series` (0 its first), if known.
-    fn of(&self, rank: u32, series: u32) -> Option<u32> {
-        self.per_rank.get(&rank)?.get(series as usize).copied()
+    /// The attempt of `rank`'s series that began at `begin`, if known.
+    fn of(&self, rank: u32, begin: u64) -> Option<u32> {
+        self.per_rank.get(&rank)?.get(&begin).copied()
     }
 }
 
 /// Each rank's intervals, as its collections arrive (each rank's in export
 /// order; the ranks may interleave): counters differenced on the grid from
-/// the rank's first export on, a restart starting the rank's next attempt
-/// (see the module docs); the old gauges as they are.
+/// the rank's first export on, a restart starting a later attempt (see the
+/// module docs); the old gauges as they are.
 #[derive(Debug)]
 pub struct IntervalReader {
     step: f64,
@@ -544,11 +563,16 @@ impl IntervalReader {
                 continue;
             }
             let Some(last) = r.last.filter(|last| !last.restarted_by(&sample)) else {
-                // The first export of a series: where its differences start.
-                if r.last.is_some() {
+                // The first export of a series: where its differences
+                // start, in the run's attempt of the series (a later one
+                // than the rank's last, whatever the numbering says).
+                let begin = sample.series_begin(r.last.as_ref());
+                let previous = r.last.map(|_| r.attempt);
+                if previous.is_some() {
                     r.series += 1;
                 }
-                r.attempt = self.attempts.of(rank, r.series).unwrap_or(r.series);
+                let attempt = self.attempts.of(rank, begin).unwrap_or(r.series);
+                r.attempt = previous.map_or(attempt, |previous| attempt.max(previous + 1));
                 r.last = Some(sample);
                 let index = (sample.iterations / step).ceil();
                 #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a grid index")]
@@ -1017,7 +1041,7 @@ mod tests {
                 grid.push([&point]);
             }
         }
-        grid.attempts().per_rank
+        grid.attempts().per_rank.into_iter().map(|(rank, series)| (rank, series.into_values().collect())).collect()
     }
 
     #[test]
@@ -1032,18 +1056,22 @@ mod tests {
         let attempts = attempts_of(&[(0, rank_0), (1, rank_1), (2, rank_2)]);
         assert_eq!(attempts, BTreeMap::from([(0, vec![0, 1, 2]), (1, vec![0, 1, 2]), (2, vec![0, 2])]));
 
-        // Counters that went down within one process (same start time): the
-        // rank's next attempt, even though its lifetime overlaps its peers'.
-        let reset: &[Export] = &[(100, 120, 10.0), (100, 140, 5.0)];
-        let steady: &[Export] = &[(100, 121, 10.0), (100, 141, 20.0)];
+        // Counters that went down within one process (same start time): an
+        // attempt of their own for that rank, even though its lifetime
+        // overlaps its peers'; at the job's restart (t=1000) every rank is
+        // in the same attempt again.
+        let reset: &[Export] = &[(100, 120, 10.0), (100, 140, 5.0), (1000, 1020, 5.0)];
+        let steady: &[Export] = &[(100, 121, 10.0), (100, 141, 20.0), (1000, 1021, 5.0)];
         let attempts = attempts_of(&[(0, reset), (1, steady)]);
-        assert_eq!(attempts, BTreeMap::from([(0, vec![0, 1]), (1, vec![0])]));
+        assert_eq!(attempts, BTreeMap::from([(0, vec![0, 1, 2]), (1, vec![0, 2])]));
 
-        // Without start times (0) the lifetimes are unknown: no numbering,
-        // and each rank counts its own restarts.
+        // Without start times, or collection times (0), the lifetimes are
+        // unknown: no numbering, and each rank counts its own restarts.
         let no_start: &[Export] = &[(0, 120, 5.0), (0, 140, 10.0), (0, 500, 5.0)];
         let other: &[Export] = &[(0, 121, 5.0), (0, 141, 10.0), (0, 501, 5.0)];
         assert!(attempts_of(&[(0, no_start), (1, other)]).is_empty());
+        let no_time: &[Export] = &[(100, 0, 5.0), (100, 0, 10.0)];
+        assert!(attempts_of(&[(0, no_time), (1, steady)]).is_empty());
     }
 
     #[test]
