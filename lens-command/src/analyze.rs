@@ -238,8 +238,9 @@ fn export_dirs(dir: &Path) -> Result<Vec<ExportDir>, AnalyzeError> {
 /// `dirs` in the order their metrics began, so that a run's attempts in
 /// several directories are read in time order whatever their names
 /// (`attempt-10` sorts before `attempt-2`): by the earliest start time (else
-/// collection time) on the first line of their metrics files. Directories
-/// with none keep their name order, after the others.
+/// collection time) on the first line of each metrics file that has one
+/// (lines that could not be read are passed over). Directories with none
+/// keep their name order, after the others.
 fn in_metric_time_order(dirs: &[ExportDir]) -> Vec<&ExportDir> {
     if dirs.len() < 2 {
         return dirs.iter().collect();
@@ -249,12 +250,13 @@ fn in_metric_time_order(dirs: &[ExportDir]) -> Vec<&ExportDir> {
             .metrics
             .iter()
             .filter_map(|(rank, path)| {
-                let line = otlp_file::open_metric_lines(path, *rank).ok()?.next()?;
-                line.points
-                    .iter()
-                    .map(|p| if p.start_time_unix_nano != 0 { p.start_time_unix_nano } else { p.time_unix_nano })
-                    .filter(|time| *time != 0)
-                    .min()
+                otlp_file::open_metric_lines(path, *rank).ok()?.find_map(|line| {
+                    line.points
+                        .iter()
+                        .map(|p| if p.start_time_unix_nano != 0 { p.start_time_unix_nano } else { p.time_unix_nano })
+                        .filter(|time| *time != 0)
+                        .min()
+                })
             })
             .min()
             .unwrap_or(u64::MAX)
@@ -420,7 +422,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 context.resource(&export.dir, line.resource.as_ref());
                 let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
                 hangs.add_points(&run, &line.points);
-                streams.entry(run).or_default().grid.push(&line.points);
+                // A line that could not be read names no run of its own.
+                if line.resource.is_some() || !line.points.is_empty() {
+                    streams.entry(run).or_default().grid.push(&line.points);
+                }
             }
         }
         streams.values_mut().for_each(StragglerStream::start_second_reading);
@@ -440,7 +445,9 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                     continue;
                 };
                 let run = run_of(line.resource.as_ref(), last_run, &export.name);
-                streams.entry(run).or_default().push_line(index, &line.points);
+                if line.resource.is_some() || !line.points.is_empty() {
+                    streams.entry(run).or_default().push_line(index, &line.points);
+                }
             }
             streams.values_mut().for_each(|s| s.settle(false));
             let held = streams.values().map(StragglerStream::retained).sum::<usize>() + hangs.retained();

@@ -643,8 +643,14 @@ fn a_rank_that_died_before_its_first_export_lines_up_with_its_peers_after_the_ne
 fn attempts_in_directories_whose_names_sort_out_of_time_order_are_read_in_time_order() {
     // Each attempt in a directory of its own under one `telemetry/`:
     // `attempt-1`, `attempt-2` and `attempt-10`; by name, `attempt-10` (the
-    // last) comes before `attempt-2`.
+    // last) comes before `attempt-2`. Each file of `attempt-2` begins with
+    // a line that is not an export: its time is read from the next.
     let telemetry = temp_dir("out-of-name-order");
     let names = ["attempt-1", "attempt-2", "attempt-10"];
+    let damaged = telemetry.join("attempt-2");
+    for rank in 0..RANKS {
+        std::fs::create_dir_all(&damaged).unwrap();
+        std::fs::write(damaged.join(format!("metrics-rank{rank}.jsonl")), "not an export\n").unwrap();
+    }
     rank_3_dead_in_attempt_2_then_rank_2_slow(&telemetry, |attempt| telemetry.join(names[attempt]));
 }

@@ -28,16 +28,18 @@
 //!
 //! Attempts are numbered across ranks, from the counters' times: a series
 //! lasts from its start (`startTimeUnixNano`; the first export when the
-//! start time did not change) to its last export, and series
-//! of any ranks whose lifetimes overlap, directly or through others, are
-//! one attempt (a job's processes all end before its restart's begin; a
-//! rank that starts late still starts while its peers run). So a rank that
-//! exported nothing during one attempt (it died before its first export)
-//! still lines up with its peers in the next. A rank's own later series is
-//! always a later attempt (counters that went down in one process get an
-//! attempt of their own, before the job's next). When any of a run's
-//! counters lack a start or collection time, no lifetimes are told, and
-//! each rank counts its own restarts; the old gauges count their own too.
+//! start time did not change) to its last export, and series of any ranks
+//! whose lifetimes overlap, directly or through others, are one attempt (a
+//! job's processes all end before its restart's begin; a rank that starts
+//! late still starts while its peers run). So a rank that exported nothing
+//! during one attempt (it died before its first export) still lines up
+//! with its peers in the next. A rank's own later series is always a later
+//! attempt: counters that went down within one process (their start time
+//! unchanged, which lens's own counters never do) start an attempt of their
+//! own, numbered before the job's next restart. Once a collection's
+//! iterations counter lacks a start or collection time (0), no lifetimes
+//! are told: from there each rank counts its own restarts, as the old
+//! gauges do.
 //!
 //! # The rule
 //!
@@ -416,9 +418,10 @@ impl GridStep {
     /// the module docs): series whose lifetimes overlap, directly or through
     /// others, are one attempt; a rank with several series in one attempt
     /// (counters that went down in one process) has its later ones in
-    /// attempts of their own, numbered before the next attempt's. Counters
-    /// without start or collection times tell no lifetimes: then no
-    /// numbering is given, and each rank counts its own restarts.
+    /// attempts of their own, numbered before the next attempt's. An
+    /// iterations counter without a start or collection time tells no
+    /// lifetime: then no numbering is given, and each rank counts its own
+    /// restarts.
     pub fn attempts(&self) -> Attempts {
         if self.ranks.values().any(|r| r.no_times) {
             return Attempts::default();
