@@ -12,7 +12,7 @@ use super::model::{
     CONTROL_POLL_EXPECTED, CliOverrides, DEFAULT_SERVICE_NAME, HangTimeout, LensConfig, parse_control_poll,
 };
 use super::pyrepr::py_float;
-use super::read::{Alias, Found, Reader, unknown_name};
+use super::read::{Alias, Found, Reader, only_commas, unknown_name};
 use super::standard::{
     Compression, ExporterKind, OtelSettings, OtlpEndpoint, OtlpProtocol, Propagator, Signal, TracesSampler,
 };
@@ -166,21 +166,17 @@ fn read_lens<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, c: &mut LensConfig) {
         c.prometheus_linger = v;
     }
     if let Some(found) = r.prefixed("PROMETHEUS_RESOURCE_LABELS") {
+        if only_commas(&found.value) {
+            r.push(ConfigProblem::InvalidValue {
+                variable: found.variable.clone(),
+                value: found.value.clone(),
+                expected: "comma-separated resource attribute keys such as 'nemo.run.id,host.name', or 'none'".into(),
+            });
+        }
         let labels: Vec<String> = if found.value.eq_ignore_ascii_case("none") {
             Vec::new()
         } else {
-            let labels: Vec<String> =
-                found.value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
-            if labels.is_empty() {
-                // Only commas: "none" is said in words.
-                r.push(ConfigProblem::InvalidValue {
-                    variable: found.variable.clone(),
-                    value: found.value.clone(),
-                    expected: "comma-separated resource attribute keys such as 'nemo.run.id,host.name', or 'none'"
-                        .into(),
-                });
-            }
-            labels
+            found.value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
         };
         r.record("prometheus_resource_labels", &found, labels.join(","));
         c.prometheus_resource_labels = labels;
@@ -420,9 +416,7 @@ fn read_otel<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, o: &mut OtelSettings)
         let mut propagators = Vec::new();
         let mut none = false;
         let mut ok = true;
-        let mut items = 0;
         for item in found.value.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()) {
-            items += 1;
             match item.as_str() {
                 "tracecontext" => propagators.push(Propagator::TraceContext),
                 "baggage" => propagators.push(Propagator::Baggage),
@@ -433,8 +427,7 @@ fn read_otel<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, o: &mut OtelSettings)
                 }
             }
         }
-        if items == 0 {
-            // Only commas: not "none" said in words, so likely a broken template.
+        if only_commas(&found.value) {
             r.push(ConfigProblem::InvalidValue {
                 variable: found.variable.clone(),
                 value: found.value.clone(),

@@ -225,6 +225,13 @@ pub(crate) fn unknown_name(
     ConfigProblem::UnknownName { variable, what, value, accepted: accepted.to_vec(), suggestion }
 }
 
+/// Whether a list variable's value (set, so not empty) holds only commas
+/// and spaces: no item at all, likely a broken template rather than a list
+/// meant empty (which each such variable spells in words).
+pub(crate) fn only_commas(value: &str) -> bool {
+    value.split(',').all(|item| item.trim().is_empty())
+}
+
 /// Python's `int()` on a trimmed string: an optional sign, digits, and
 /// single underscores between digits.
 fn parse_int<T: FromStr>(s: &str) -> Option<T> {

@@ -60,9 +60,8 @@ impl LensConfig {
         {
             problems.push(ConfigProblem::UnknownStrategy { variable: self.source_name("sampling_strategy"), source });
         }
-        if !self.span_groups.trim().is_empty() && self.span_groups.split(',').all(|word| word.trim().is_empty()) {
-            // Only commas: no group at all, likely a broken template. No
-            // spans is said with <PREFIX>_TRACES_ENABLED=0.
+        if !self.span_groups.trim().is_empty() && super::read::only_commas(&self.span_groups) {
+            // No spans is said with <PREFIX>_TRACES_ENABLED=0.
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("span_groups"),
                 value: self.span_groups.clone(),
