@@ -9,7 +9,7 @@
 //! can write) is not written.
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -31,7 +31,7 @@ fn control(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn private_dir(name: &str) -> PathBuf {
+fn private_dir(name: &str) -> support::TempDir {
     let dir = temp_dir(name);
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     dir

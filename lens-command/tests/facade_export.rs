@@ -17,7 +17,8 @@ use support::{lens, temp_dir};
 
 #[test]
 fn a_plain_programs_export_is_analyzed_and_viewed_with_advice_naming_its_own_variables() {
-    let dir = temp_dir("facade").join("myrun");
+    let root = temp_dir("facade");
+    let dir = root.join("myrun");
     let env: BTreeMap<String, String> = [
         ("MYJOB_OTEL_ENABLED", "1"),
         ("MYJOB_OTEL_EXPORTER", "file"),

@@ -258,12 +258,14 @@ fn recover_names_a_missing_directory_and_exits_2() {
     if std::env::var_os(VICTIM).is_some() {
         return;
     }
-    let missing = temp_dir("missing").join("nope");
+    let parent = temp_dir("missing");
+    let missing = parent.join("nope");
     let output = lens(&["recover", missing.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("recover: cannot read") && stderr.contains(missing.to_str().unwrap()), "{stderr}");
     assert!(stderr.contains("SPOOL_DIR"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&parent);
 }
 
 /// A damaged spool and one that cannot be opened for reading and writing

@@ -20,7 +20,7 @@ use lens_fallbacks::otlp_file;
 use lens_training::goodput_view;
 
 mod support;
-use support::{LENS, lens, temp_dir};
+use support::{LENS, TempDir, lens, temp_dir};
 
 /// The run id of the shared run (its directory under `telemetry/`).
 const RUN_ID: &str = "lens-ci";
@@ -39,54 +39,58 @@ fn simulator() -> PathBuf {
     path
 }
 
-/// The shared run: its `telemetry/` directory.
+/// The shared run: its `telemetry/` directory. Its test directory lives as
+/// long as the process (a static is never dropped), so this one run stays
+/// behind in the temporary directory.
 fn export() -> &'static Path {
-    static EXPORT: OnceLock<PathBuf> = OnceLock::new();
-    EXPORT.get_or_init(|| {
-        let dir = temp_dir("simulator");
-        let telemetry = dir.join("telemetry");
-        let mut command = Command::new(simulator());
-        command
-            .current_dir(&dir)
-            .args(["--hidden-size", "16", "--num-attention-heads", "2", "--num-layers", "2", "--seq-length", "8"])
-            .args(["--train-iters", &ITERATIONS.to_string(), "--log-interval", "2", "--nproc-per-node", "2"])
-            .args(["--otel-span-groups", "per_step", "--save", "ckpt", "--save-interval", "4"])
-            .env("MEGATRON_OTEL_ENABLED", "1")
-            .env("MEGATRON_OTEL_EXPORTER", "file")
-            .env("MEGATRON_OTEL_FILE_DIR", telemetry.join(RUN_ID))
-            .env("MEGATRON_OTEL_RUN_ID", RUN_ID)
-            .env("MEGATRON_OTEL_RANK_METRICS", "1")
-            .env("OTEL_METRIC_EXPORT_INTERVAL", "50")
-            .env("TMPDIR", &dir)
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env_remove("OTEL_TRACES_SAMPLER")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().unwrap();
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if started.elapsed() > Duration::from_secs(180) {
-                let _ = child.kill();
-                panic!("the simulator ran past 180 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-        assert!(status.success(), "simulator: {status}\n{stderr}");
-        assert!(
-            telemetry.join(RUN_ID).join("traces-rank1.jsonl").is_file(),
-            "the simulator {} wrote no export under {}: was it built without its `otel` feature? Rebuild it with \
+    static EXPORT: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    &EXPORT
+        .get_or_init(|| {
+            let dir = temp_dir("simulator");
+            let telemetry = dir.join("telemetry");
+            let mut command = Command::new(simulator());
+            command
+                .current_dir(&dir)
+                .args(["--hidden-size", "16", "--num-attention-heads", "2", "--num-layers", "2", "--seq-length", "8"])
+                .args(["--train-iters", &ITERATIONS.to_string(), "--log-interval", "2", "--nproc-per-node", "2"])
+                .args(["--otel-span-groups", "per_step", "--save", "ckpt", "--save-interval", "4"])
+                .env("MEGATRON_OTEL_ENABLED", "1")
+                .env("MEGATRON_OTEL_EXPORTER", "file")
+                .env("MEGATRON_OTEL_FILE_DIR", telemetry.join(RUN_ID))
+                .env("MEGATRON_OTEL_RUN_ID", RUN_ID)
+                .env("MEGATRON_OTEL_RANK_METRICS", "1")
+                .env("OTEL_METRIC_EXPORT_INTERVAL", "50")
+                .env("TMPDIR", dir.as_path())
+                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .env_remove("OTEL_TRACES_SAMPLER")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let mut child = command.spawn().unwrap();
+            let started = Instant::now();
+            let status = loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    break status;
+                }
+                if started.elapsed() > Duration::from_secs(180) {
+                    let _ = child.kill();
+                    panic!("the simulator ran past 180 s");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            assert!(status.success(), "simulator: {status}\n{stderr}");
+            assert!(
+                telemetry.join(RUN_ID).join("traces-rank1.jsonl").is_file(),
+                "the simulator {} wrote no export under {}: was it built without its `otel` feature? Rebuild it with \
              `cargo build -p megatron-train-sim`\n{stderr}",
-            simulator().display(),
-            telemetry.display()
-        );
-        telemetry
-    })
+                simulator().display(),
+                telemetry.display()
+            );
+            (dir, telemetry)
+        })
+        .1
 }
 
 #[test]

@@ -64,7 +64,8 @@ fn run(dir: &Path, iterations: u64) {
 fn the_goodput_view_holds_as_much_for_a_long_run_as_for_a_short_one_and_equals_the_whole_list_reading() {
     let mut held = Vec::new();
     for iterations in [8_u64, 80] {
-        let dir = temp_dir("training").join(format!("run-{iterations}"));
+        let root = temp_dir("training");
+        let dir = root.join(format!("run-{iterations}"));
         run(&dir, iterations);
 
         let analysis = lens_command::analyze::analyze(&dir).unwrap();

@@ -155,7 +155,8 @@ fn console_writes_one_json_line_per_metric_batch() {
 
 #[test]
 fn the_file_cap_counts_what_a_restarted_rank_s_file_already_holds() {
-    let dir = temp_dir("file-cap").join("run-8");
+    let root = temp_dir("file-cap");
+    let dir = root.join("run-8");
     // A first lifetime writes three requests; the cap is what it wrote plus
     // a little, so that the next lifetime has no room for a request.
     let first = FileLimit::unlimited();
@@ -178,6 +179,7 @@ fn the_file_cap_counts_what_a_restarted_rank_s_file_already_holds() {
     provider.shutdown().unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), held, "nothing appended past the cap");
     assert_eq!(limit.dropped(), 3, "each span of the three refused requests counted");
+    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]

@@ -1271,7 +1271,8 @@ mod tests {
     #[test]
     fn single_rank_tp2_and_pp2_checkpoints_load_as_the_same_model() {
         let contexts: [&[u8]; 3] = [b"Ba", b"Tomorrow, the sun. Stai", b"x"];
-        let single = InferenceModel::load(&train("single", 1, &[])).unwrap();
+        let single_dir = train("single", 1, &[]);
+        let single = InferenceModel::load(&single_dir).unwrap();
         let expected = single.next_logits(&contexts);
         assert_eq!(single.max_context(), 16);
         assert_eq!(single.forward_flops_per_token(), 2 * model::model_parameters(4, 32));
@@ -1294,5 +1295,6 @@ mod tests {
         let window = &contexts[1][contexts[1].len() - 16..];
         assert_eq!(single.next_logits(&[&long])[0], single.next_logits(&[window])[0]);
         assert_ne!(expected[0], expected[2], "different contexts, same logits");
+        let _ = std::fs::remove_dir_all(single_dir);
     }
 }

@@ -8,6 +8,9 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+use support::temp_dir;
+
 const BIN: &str = env!("CARGO_BIN_EXE_megatron-train-sim");
 
 /// Variables of the test runner's environment that would change the runs.
@@ -25,13 +28,6 @@ const CLEARED: &[&str] = &[
     "SLURM_NTASKS",
     "MEGATRON_TRAIN_SIM_ROLE",
 ];
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mtsim-device-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Runs the simulator with no visible GPU, for at most 60 s.
 fn run(dir: &PathBuf, args: &[&str]) -> Output {

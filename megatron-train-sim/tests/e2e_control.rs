@@ -35,7 +35,7 @@ use support::{
 const LIMIT: Duration = Duration::from_secs(180);
 
 /// A directory only this user can write (the control file's must be).
-fn private_dir(name: &str) -> PathBuf {
+fn private_dir(name: &str) -> support::TempDir {
     let dir = temp_dir(name);
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     dir

@@ -76,7 +76,7 @@ fn first_checkpoint(dir: &Path) {
 /// Runs every optional phase under `all`, resumed from a checkpoint, every
 /// rank exporting, with a SLURM job start a minute ago; the run's traces,
 /// its directory and its stderr.
-fn all_phases_run() -> (Vec<RankTraces>, std::path::PathBuf, String) {
+fn all_phases_run() -> (Vec<RankTraces>, support::TempDir, String) {
     let dir = temp_dir("all");
     first_checkpoint(&dir);
     let job_start = std::time::SystemTime::now()

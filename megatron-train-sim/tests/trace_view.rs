@@ -4,29 +4,19 @@
 //! built binary, and the tests read the Chrome trace it writes and the
 //! table it prints, as a user would.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
+
+mod support;
+use support::temp_dir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_megatron-train-sim");
 /// The export's earliest span starts here (Unix nanoseconds).
 const BASE: u64 = 1_700_000_000_000_000_000;
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const OTHER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-
-fn temp_dir(name: &str) -> PathBuf {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "mtsim-trace-view-{name}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn trace_view(args: &[&str]) -> Output {
     Command::new(BIN).arg("trace-view").args(args).stdin(Stdio::null()).output().unwrap()
@@ -212,7 +202,6 @@ fn a_two_rank_export_becomes_a_chrome_trace_and_a_table() {
     assert!(stdout.contains("1 link(s) point at spans that are not in the export"), "{stdout}");
     assert!(stdout.contains("skipped 1 malformed line(s) and 1 malformed span(s)"), "{stdout}");
     assert!(stdout.contains(&format!("wrote {}", out.display())), "{stdout}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -226,7 +215,6 @@ fn the_trace_goes_next_to_the_export_by_default() {
     // Converting again does not read its own output as input.
     let again = trace_view(&[dir.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("read 108 span(s)"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -255,7 +243,6 @@ fn a_missing_or_empty_directory_is_a_usage_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no spans in") && stderr.contains("1 malformed line(s)"), "{stderr}");
     assert!(!run.join("trace.json").exists());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

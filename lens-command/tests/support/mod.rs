@@ -1,24 +1,20 @@
 //! Shared by the test binaries: temporary directories, the `lens` binary,
 //! and OTLP/JSON lines written by hand.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
+
+#[path = "../../../megatron-train-sim/tests/support/temp_dir.rs"]
+mod temp_dir;
+pub(crate) use temp_dir::TempDir;
 
 /// The `lens` binary cargo built for these tests.
 pub(crate) const LENS: &str = env!("CARGO_BIN_EXE_lens");
 
-/// A fresh, empty directory under the system's temporary directory.
-pub(crate) fn temp_dir(name: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "lens-command-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh, empty directory under the system's temporary directory,
+/// removed when the test passes.
+pub(crate) fn temp_dir(name: &str) -> TempDir {
+    TempDir::fresh("lens-command", name)
 }
 
 /// Runs `lens <args>`: (exit code, stdout, stderr).

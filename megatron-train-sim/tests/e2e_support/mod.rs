@@ -176,7 +176,9 @@ impl Ctx {
     /// The simulator with `args`, in this directory, clean environment.
     pub(crate) fn sim(&self, args: &[&str]) -> Sim<'_> {
         let mut command = clean_command(BIN);
-        command.current_dir(&self.dir).args(args);
+        // Temporary files (the heartbeat that a job a signal ended leaves
+        // without `--save`) stay in the test's directory.
+        command.current_dir(&self.dir).args(args).env("TMPDIR", &self.dir);
         Sim { ctx: self, command, label: "sim".to_string() }
     }
 

@@ -10,10 +10,12 @@ use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+mod temp_dir;
+pub(crate) use temp_dir::TempDir;
 
 /// The binary under test.
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_megatron-train-sim");
@@ -66,17 +68,10 @@ const CLEARED: &[&str] = &[
     "BAGGAGE",
 ];
 
-/// A fresh, empty directory under the system's temporary directory.
-pub(crate) fn temp_dir(name: &str) -> PathBuf {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "mtsim-{name}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh, empty directory under the system's temporary directory,
+/// removed when the test passes.
+pub(crate) fn temp_dir(name: &str) -> TempDir {
+    TempDir::fresh("mtsim", name)
 }
 
 /// The binary with `args`, run in `dir` (also its `TMPDIR`), with a clean
