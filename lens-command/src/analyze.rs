@@ -323,8 +323,12 @@ struct StragglerStream {
     reader: Option<stragglers::IntervalReader>,
     /// Every rank with rank metrics (from the first reading).
     ranks: BTreeSet<u32>,
-    /// The ranks a complete interval needs: those with any interval.
+    /// The ranks an interval waits for: those with any interval.
     expected: BTreeSet<u32>,
+    /// Per attempt, the ranks with an interval in it so far: a complete
+    /// interval needs each of them (a rank that reported nothing in an
+    /// attempt does not keep its peers' intervals from being judged).
+    attempt_ranks: BTreeMap<u32, BTreeSet<u32>>,
     /// Per (attempt, iteration) not yet settled, the ranks' records.
     pending: BTreeMap<(u32, u64), BTreeMap<u32, stragglers::RankInterval>>,
     /// Per rank, the latest (attempt, iteration) it reported, and its file.
@@ -359,6 +363,7 @@ impl StragglerStream {
 
     fn push(&mut self, file: usize, record: stragglers::RankInterval) {
         let key = record.key();
+        self.attempt_ranks.entry(record.attempt).or_default().insert(record.rank);
         if self.settled.is_some_and(|settled| key <= settled) {
             return;
         }
@@ -386,7 +391,10 @@ impl StragglerStream {
             }
             let Some((_, reported)) = self.pending.pop_first() else { break };
             self.settled = Some(key);
-            if !self.expected.is_empty() && self.expected.iter().all(|rank| reported.contains_key(rank)) {
+            // Every rank that can still report at `key` has, so the ranks
+            // of its attempt are all known: each of them reported here.
+            if self.attempt_ranks.get(&key.0).is_some_and(|ranks| ranks.iter().all(|rank| reported.contains_key(rank)))
+            {
                 self.windows.push(reported.into_values());
             }
         }

@@ -610,17 +610,22 @@ fn a_later_directory_of_the_run_with_a_finer_log_interval_keeps_its_windows() {
 /// Three attempts of 40 iterations under one run id, exports every 5
 /// iterations, started at 0, 9 and 18 s, each attempt's files in
 /// `dir_of(attempt)`: rank 3 died before its first export in the second
-/// attempt (no line from it there); in the third, rank 2 is twice as slow
-/// in backward. `lens analyze DIR` must name rank 2 in the third
-/// attempt's windows.
-fn rank_3_dead_in_attempt_2_then_rank_2_slow(dir: &Path, dir_of: impl Fn(usize) -> PathBuf) {
+/// attempt (no line from it there); in attempt `slow` (0-based), rank 2 is
+/// twice as slow in backward.
+fn rank_3_dead_in_attempt_2_rank_2_slow_in(slow: usize, dir_of: impl Fn(usize) -> PathBuf) {
     let exports: Vec<u64> = (1..=8).map(|e| e * 5).collect();
     for (attempt, start) in [1_000, 9_000_000_000, 18_000_000_000].into_iter().enumerate() {
         let files = dir_of(attempt);
         std::fs::create_dir_all(&files).unwrap();
         let exports_of = |rank: u32| if attempt == 1 && rank == 3 { Vec::new() } else { exports.clone() };
-        write_counters_of(&files, "run-1", start, &exports_of, &rank_2_twice_as_slow(|_| attempt == 2));
+        write_counters_of(&files, "run-1", start, &exports_of, &rank_2_twice_as_slow(|_| attempt == slow));
     }
+}
+
+/// [`rank_3_dead_in_attempt_2_rank_2_slow_in`] the third attempt: `lens
+/// analyze DIR` must name rank 2 in that attempt's windows.
+fn rank_3_dead_in_attempt_2_then_rank_2_slow(dir: &Path, dir_of: impl Fn(usize) -> PathBuf) {
+    rank_3_dead_in_attempt_2_rank_2_slow_in(2, dir_of);
     let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir]);
     assert_eq!(code, 0, "{stderr}");
     let windows = rank_2_line("10-25") + &rank_2_line("30-40");
@@ -637,6 +642,23 @@ fn a_rank_that_died_before_its_first_export_lines_up_with_its_peers_after_the_ne
     let findings = analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings;
     assert!(findings.iter().all(|f| f.attempt == 2 && (f.lateness_ms - 20.0).abs() < 1e-6), "{findings:?}");
     assert_eq!(findings, at_once(&dir));
+}
+
+#[test]
+fn the_attempt_a_rank_missed_is_judged_on_the_ranks_that_reported_in_it() {
+    // Rank 2 is slow in the attempt where rank 3 exported nothing: its
+    // peers there are ranks 0 and 1. Needing every rank of the run, no
+    // interval of that attempt would be complete, and nothing was named.
+    let dir = temp_dir("missed-attempt");
+    rank_3_dead_in_attempt_2_rank_2_slow_in(1, |_| dir.to_path_buf());
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), &dir]);
+    assert_eq!(code, 0, "{stderr}");
+    let line = |iterations: &str| {
+        format!("  {iterations:<17}     2  backward           20.0            21.0       1.0  0,1\n")
+    };
+    let windows = line("10-25") + &line("30-40");
+    assert!(stdout.starts_with(&format!("{STRAGGLERS_HEAD}  after restart 1:\n{windows}hangs")), "{stdout}");
+    assert_eq!(analyze(&dir).unwrap().stragglers.unwrap().remove(0).findings, at_once(&dir));
 }
 
 #[test]

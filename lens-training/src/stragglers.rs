@@ -33,7 +33,9 @@
 //! job's processes all end before its restart's begin; a rank that starts
 //! late still starts while its peers run). So a rank that exported nothing
 //! during one attempt (it died before its first export) still lines up
-//! with its peers in the next. A rank's own later series is always a later
+//! with its peers in the next, and the attempt it missed is judged on the
+//! ranks that reported in it: an interval is complete when every rank with
+//! an interval in its attempt has one there. A rank's own later series is always a later
 //! attempt: counters that went down within one process (their start time
 //! unchanged, which lens's own counters never do) start an attempt of their
 //! own, numbered before the job's next restart. Once a collection's
@@ -628,17 +630,19 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// Applies the rule of the module docs to `intervals`: the intervals that
-/// every rank reported, windowed per attempt ([`Windows`]).
+/// every rank of their attempt reported (every rank with an interval in
+/// that attempt), windowed per attempt ([`Windows`]).
 pub fn analyze(intervals: &[RankInterval]) -> Vec<Straggler> {
-    let ranks: BTreeSet<u32> = intervals.iter().map(|r| r.rank).collect();
+    let mut attempt_ranks: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     let mut by_key: BTreeMap<(u32, u64), Vec<RankInterval>> = BTreeMap::new();
     for r in intervals {
+        attempt_ranks.entry(r.attempt).or_default().insert(r.rank);
         by_key.entry(r.key()).or_default().push(*r);
     }
     let mut windows = Windows::default();
-    for rows in by_key.into_values() {
+    for ((attempt, _), rows) in by_key {
         let reported: BTreeSet<u32> = rows.iter().map(|r| r.rank).collect();
-        if reported.len() == ranks.len() {
+        if attempt_ranks.get(&attempt).is_some_and(|ranks| reported.len() == ranks.len()) {
             windows.push(rows);
         }
     }
