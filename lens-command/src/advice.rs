@@ -125,6 +125,19 @@ impl Advice {
         }
     }
 
+    /// Whether the export recorded span group `group` (false when the
+    /// groups were not recorded).
+    pub fn records_group(&self, group: &str) -> bool {
+        self.span_groups.as_ref().is_some_and(|groups| groups.iter().any(|g| g == group))
+    }
+
+    /// How a program of its own gets the spans of a training event:
+    /// "announce each with lens-training's `CALL` (docs/goodput.md)";
+    /// `None` for a Megatron export (Megatron opens them itself).
+    pub fn announce_with(&self, call: &str) -> Option<String> {
+        (!self.megatron).then(|| format!("announce each with lens-training's `{call}` (docs/goodput.md)"))
+    }
+
     /// The recorded span groups, comma-separated (`None`: not recorded).
     pub fn recorded_groups(&self) -> Option<String> {
         self.span_groups.as_ref().map(|groups| groups.join(","))

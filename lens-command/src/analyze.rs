@@ -391,8 +391,11 @@ impl StragglerStream {
             }
             let Some((_, reported)) = self.pending.pop_first() else { break };
             self.settled = Some(key);
-            // Every rank that can still report at `key` has, so the ranks
-            // of its attempt are all known: each of them reported here.
+            // Unless forced (a directory's end), every rank that can still
+            // report at `key` has, so the ranks of its attempt are all
+            // known: each of them reported here. A forced settle judges an
+            // attempt on the ranks this directory and the ones before gave
+            // it (see docs/ranks.md on the per-rank fallback).
             if self.attempt_ranks.get(&key.0).is_some_and(|ranks| ranks.iter().all(|rank| reported.contains_key(rank)))
             {
                 self.windows.push(reported.into_values());
@@ -593,7 +596,12 @@ fn write_stragglers(out: &mut dyn Write, run: &RunStragglers, advice: &Advice) -
         "stragglers (0 ranks with rank metrics, windows of {} log intervals):",
         stragglers::WINDOW_INTERVALS
     )?;
-    writeln!(out, "  no rank metrics in this export (run with {}=1)", advice.variable("RANK_METRICS"))
+    let variable = advice.variable("RANK_METRICS");
+    if advice.megatron {
+        writeln!(out, "  no rank metrics in this export (run with {variable}=1)")
+    } else {
+        writeln!(out, "  no rank metrics in this export (lens-training's `Training` records them with {variable}=1)")
+    }
 }
 
 /// Prints the "goodput" section: the view's, or what the export lacks with
@@ -607,23 +615,36 @@ fn write_goodput(
     writeln!(out, "goodput (from the spans, one rank per attempt; docs/goodput.md):")?;
     writeln!(out, "  not computed: the export lacks what the breakdown needs:")?;
     let groups = advice.recorded_groups().map_or_else(String::new, |g| format!(" ({g})"));
+    // With the group recorded, the spans are missing because the program
+    // does not announce the event (a span of its own in the group is not
+    // one): say which call does.
+    let lacks = |group: &str, event: &str, call: &str| {
+        let announce = advice.announce_with(call);
+        if advice.records_group(group) {
+            let announce = announce.map_or_else(String::new, |a| format!(": {a}"));
+            format!("the export records `{group}`, but no span is {event}{announce}")
+        } else {
+            let announce = announce.map_or_else(String::new, |a| format!(", and {a}"));
+            format!(
+                "the export's span groups{groups} lack `{group}`; run with {}{announce}",
+                advice.span_groups_with(&[group])
+            )
+        }
+    };
     for why in missing {
         match why {
-            goodput_view::Missing::IterationSpans => writeln!(
-                out,
-                "  - no iteration spans: the export's span groups{groups} lack `step`; run with {}",
-                advice.span_groups_with(&["step"])
-            )?,
+            goodput_view::Missing::IterationSpans => {
+                writeln!(out, "  - no iteration spans: {}", lacks("step", "an iteration", "Training::iteration"))?;
+            }
             goodput_view::Missing::CheckpointSpans { attempt } => writeln!(
                 out,
-                "  - {attempt}: no checkpoint spans: the export's span groups{groups} lack `checkpoint`; run with {}",
-                advice.span_groups_with(&["checkpoint"])
+                "  - {attempt}: no checkpoint spans: {}",
+                lacks("checkpoint", "a checkpoint save", "Training::checkpoint_save")
             )?,
             goodput_view::Missing::LoadSpan { attempt, first } => writeln!(
                 out,
-                "  - {attempt}: resumed at iteration {first} but has no checkpoint-load span: the export's span \
-                 groups{groups} lack `load_checkpoint`; run with {}",
-                advice.span_groups_with(&["load_checkpoint"])
+                "  - {attempt}: resumed at iteration {first} but has no checkpoint-load span: {}",
+                lacks("load_checkpoint", "a checkpoint load", "Training::checkpoint_load")
             )?,
             other => writeln!(out, "  - {other}")?,
         }

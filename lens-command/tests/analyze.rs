@@ -319,11 +319,17 @@ fn hangs_are_read_under_the_old_and_the_shared_names() {
         "{stdout}"
     );
     // The program's own variables, and nothing of Megatron's.
-    assert!(stdout.contains("  no rank metrics in this export (run with MYJOB_OTEL_RANK_METRICS=1)\n"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "  no rank metrics in this export (lens-training's `Training` records them with MYJOB_OTEL_RANK_METRICS=1)\n"
+        ),
+        "{stdout}"
+    );
     assert!(
         stdout.contains(
             "  - no iteration spans: the export's span groups (job,checkpoint,evaluate) lack `step`; \
-             run with MYJOB_OTEL_SPAN_GROUPS=job,checkpoint,evaluate,step\n"
+             run with MYJOB_OTEL_SPAN_GROUPS=job,checkpoint,evaluate,step, and announce each with \
+             lens-training's `Training::iteration` (docs/goodput.md)\n"
         ),
         "{stdout}"
     );
@@ -337,7 +343,7 @@ fn an_export_that_predates_the_prefix_attribute_gets_neutral_advice_and_megatron
     std::fs::write(dir.join("metrics-rank0.jsonl"), &line).unwrap();
     let (code, stdout, _) = lens(&["analyze".as_ref(), dir.as_path()]);
     assert_eq!(code, 0);
-    assert!(stdout.contains("(run with <PREFIX>_RANK_METRICS=1)"), "{stdout}");
+    assert!(stdout.contains("(lens-training's `Training` records them with <PREFIX>_RANK_METRICS=1)"), "{stdout}");
     assert!(!stdout.contains("MEGATRON"), "{stdout}");
 
     let megatron = temp_dir("older-megatron");
