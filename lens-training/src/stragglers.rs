@@ -35,10 +35,10 @@
 //! during one attempt (it died before its first export) still lines up
 //! with its peers in the next, and the attempt it missed is judged on the
 //! ranks that reported in it: an interval is complete when every rank with
-//! an interval in its attempt has one there. A rank's own later series is always a later
-//! attempt: counters that went down within one process (their start time
-//! unchanged, which lens's own counters never do) start an attempt of their
-//! own, numbered before the job's next restart. Once a collection's
+//! an interval in its attempt has one there. A rank's own later series is
+//! always a later attempt: counters that went down within one process
+//! (their start time unchanged, which lens's own counters never do) start
+//! an attempt of their own, numbered before the job's next restart. Once a collection's
 //! iterations counter lacks a start or collection time (0), no lifetimes
 //! are told: from there each rank counts its own restarts, as the old
 //! gauges do.
