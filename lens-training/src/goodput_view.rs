@@ -818,7 +818,7 @@ pub fn write_section(out: &mut dyn Write, result: &Result<SpanBreakdown, Vec<Mis
         let iterations =
             a.iterations.map_or_else(|| "no iterations".to_string(), |(f, l)| format!("iterations {f}-{l}"));
         let checkpoint = a.last_checkpoint.map_or_else(|| "no checkpoint".to_string(), |c| format!("checkpoint {c}"));
-        let end = if a.ended_normally { "normal end" } else { "no normal end (crashed or killed)" };
+        let end = if a.ended_normally { "normal end" } else { "no normal end (stopped, crashed or killed)" };
         writeln!(
             out,
             "  attempt {}: rank {}, {:.3} s, {iterations}, {checkpoint}, {end}",

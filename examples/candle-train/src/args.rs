@@ -14,8 +14,9 @@ usage: lens-example-candle [--iterations N] [--eval-every N] [--checkpoint-every
                            [--seed N]
 
 Trains a small candle model on synthetic data. A checkpoint in DIR
-(checkpoint.safetensors) is resumed from: the run continues after its
-iteration. --stop-after N stops the run after iteration N (a preemption).
+(iter_NNNNNNN.safetensors, the newest named by
+latest_checkpointed_iteration.txt) is resumed from: the run continues
+after its iteration. --stop-after N stops the run after iteration N (a preemption).
 --stall-at-iteration N --stall-s S sleeps S seconds in iteration N's data
 phase (a stuck data loader, for the hang watchdog). --data-ms MS makes
 every data phase last at least MS milliseconds (a slower data loader).
