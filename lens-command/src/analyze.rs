@@ -152,6 +152,8 @@ pub struct RunStragglers {
     pub ranks: usize,
     /// The named stragglers, in window order.
     pub findings: Vec<stragglers::Straggler>,
+    /// What the rule could compare.
+    pub compared: stragglers::Compared,
 }
 
 /// A directory whose files hold several runs.
@@ -564,6 +566,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             .map(|(run, stream)| RunStragglers {
                 run,
                 ranks: stream.ranks.len(),
+                compared: stream.windows.compared(),
                 findings: stream.windows.into_findings(),
             })
             .collect()
@@ -589,7 +592,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
 /// Prints the "stragglers" section of one run.
 fn write_stragglers(out: &mut dyn Write, run: &RunStragglers, advice: &Advice) -> io::Result<()> {
     if run.ranks > 0 {
-        return stragglers::write_section(out, &run.findings, run.ranks);
+        return stragglers::write_section(out, &run.findings, run.compared, run.ranks);
     }
     writeln!(
         out,

@@ -79,14 +79,14 @@
 //! viewer's "stragglers" section.
 //!
 //! ```
-//! use lens_training::stragglers::{analyze, rank_intervals, write_section};
+//! use lens_training::stragglers::{analyze_compared, rank_intervals, write_section};
 //!
 //! // Every point of the export's metrics files (here, none).
 //! let points: Vec<lens_fallbacks::otlp_file::MetricPoint> = Vec::new();
-//! let findings = analyze(&rank_intervals(&points));
+//! let (findings, compared) = analyze_compared(&rank_intervals(&points));
 //! let mut out = Vec::new();
-//! write_section(&mut out, &findings, 4).unwrap();
-//! assert!(String::from_utf8(out).unwrap().ends_with("  none: no rank is late\n"));
+//! write_section(&mut out, &findings, compared, 4).unwrap();
+//! assert!(String::from_utf8(out).unwrap().contains("  not judged: no log interval has every rank's record"));
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -633,6 +633,12 @@ fn median(values: &mut [f64]) -> f64 {
 /// every rank of their attempt reported (every rank with an interval in
 /// that attempt), windowed per attempt ([`Windows`]).
 pub fn analyze(intervals: &[RankInterval]) -> Vec<Straggler> {
+    analyze_compared(intervals).0
+}
+
+/// [`analyze`], and what it could compare ([`Compared`]: the section tells
+/// "no rank is late" from "nothing to compare").
+pub fn analyze_compared(intervals: &[RankInterval]) -> (Vec<Straggler>, Compared) {
     let mut attempt_ranks: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     let mut by_key: BTreeMap<(u32, u64), Vec<RankInterval>> = BTreeMap::new();
     for r in intervals {
@@ -647,7 +653,19 @@ pub fn analyze(intervals: &[RankInterval]) -> Vec<Straggler> {
         }
     }
     windows.finish();
-    windows.into_findings()
+    let compared = windows.compared();
+    (windows.into_findings(), compared)
+}
+
+/// What the windows judged: how many windows, and how many peer groups of
+/// two or more ranks in them. With no finding, "no rank is late" holds only
+/// when some peer group was compared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compared {
+    /// Windows judged (each with at least one complete interval).
+    pub windows: u64,
+    /// Peer groups of two or more ranks judged, over all windows.
+    pub peer_groups: u64,
 }
 
 /// The complete intervals of a run (every rank's record at one attempt
@@ -660,6 +678,7 @@ pub struct Windows {
     intervals: usize,
     attempt: Option<u32>,
     findings: Vec<Straggler>,
+    compared: Compared,
 }
 
 impl Windows {
@@ -691,6 +710,11 @@ impl Windows {
         self.rows.len()
     }
 
+    /// What the windows judged so far.
+    pub fn compared(&self) -> Compared {
+        self.compared
+    }
+
     /// The findings, in window order.
     pub fn into_findings(self) -> Vec<Straggler> {
         self.findings
@@ -704,6 +728,7 @@ impl Windows {
         else {
             return;
         };
+        self.compared.windows += 1;
         // Per rank: the median over the window of each phase and the step.
         // The window's rows by rank, in one pass (a scan of every row per
         // rank was quadratic in the ranks: 3.9 s a window at 8,000).
@@ -723,6 +748,7 @@ impl Windows {
             groups.entry(combined.group).or_default().push(combined);
         }
         for members in groups.values().filter(|m| m.len() >= 2) {
+            self.compared.peer_groups += 1;
             if let Some(mut finding) = judge(members) {
                 finding.iterations = (first, last);
                 self.findings.push(finding);
@@ -757,13 +783,14 @@ fn judge(members: &[RankInterval]) -> Option<Straggler> {
     })
 }
 
-/// Prints the "stragglers" section: a heading, then one line per finding,
-/// or a line saying that no rank is late. When some finding comes after a
+/// Prints the "stragglers" section: a heading, then one line per finding;
+/// without one, a line saying that no rank is late when some peer group was
+/// `compared`, else why nothing could be. When some finding comes after a
 /// restart, each attempt's lines follow a line naming it (`before any
 /// restart:`, `after restart N:`). Its advice names Megatron's variable;
 /// [`write_section_with_prefix`] names the program's.
-pub fn write_section(out: &mut dyn Write, findings: &[Straggler], ranks: usize) -> io::Result<()> {
-    write_section_with_prefix(out, findings, ranks, "MEGATRON_OTEL")
+pub fn write_section(out: &mut dyn Write, findings: &[Straggler], compared: Compared, ranks: usize) -> io::Result<()> {
+    write_section_with_prefix(out, findings, compared, ranks, "MEGATRON_OTEL")
 }
 
 /// [`write_section`], its advice naming `<prefix>_RANK_METRICS` (the
@@ -771,6 +798,7 @@ pub fn write_section(out: &mut dyn Write, findings: &[Straggler], ranks: usize) 
 pub fn write_section_with_prefix(
     out: &mut dyn Write,
     findings: &[Straggler],
+    compared: Compared,
     ranks: usize,
     prefix: &str,
 ) -> io::Result<()> {
@@ -783,6 +811,22 @@ pub fn write_section_with_prefix(
         );
     }
     if findings.is_empty() {
+        if compared.windows == 0 {
+            // A rank's interval lies between two of its exports.
+            return writeln!(
+                out,
+                "  not judged: no log interval has every rank's record (a rank's interval lies between two of its \
+                 metric exports; a run shorter than two export intervals has none: lower OTEL_METRIC_EXPORT_INTERVAL, \
+                 10000 ms by default)"
+            );
+        }
+        if compared.peer_groups == 0 {
+            return writeln!(
+                out,
+                "  not judged: no two ranks are peers (the rule compares the data-parallel replicas of one pipeline \
+                 stage and tensor-parallel position; this layout has one replica of each)"
+            );
+        }
         return writeln!(out, "  none: no rank is late");
     }
     writeln!(
@@ -1011,11 +1055,11 @@ mod tests {
         let intervals = rank_intervals(&points);
         assert_eq!(intervals.iter().filter(|r| r.attempt == 1).count(), 4 * 7, "{intervals:?}");
         assert!(intervals.iter().all(|r| r.phase_ms.iter().all(|ms| *ms >= 0.0)), "{intervals:?}");
-        let findings = analyze(&intervals);
+        let (findings, compared) = analyze_compared(&intervals);
         assert_eq!(summary(&findings), [(1, (10, 25), 2, Phase::Backward), (1, (30, 40), 2, Phase::Backward)]);
         assert!(findings.iter().all(|f| (f.lateness_ms - 20.0).abs() < 1e-6), "{findings:?}");
         let mut out = Vec::new();
-        write_section(&mut out, &findings, 4).unwrap();
+        write_section(&mut out, &findings, compared, 4).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("  after restart 1:\n  10-25 "), "{text}");
         assert!(!text.contains("before any restart"), "{text}");
@@ -1112,16 +1156,42 @@ mod tests {
     #[test]
     fn the_advice_names_the_programs_prefix() {
         let mut out = Vec::new();
-        write_section_with_prefix(&mut out, &[], 0, "MYJOB").unwrap();
+        write_section_with_prefix(&mut out, &[], Compared::default(), 0, "MYJOB").unwrap();
         assert!(String::from_utf8(out).unwrap().contains("run with MYJOB_RANK_METRICS=1"));
     }
 
     #[test]
     fn equal_ranks_have_no_culprit() {
         let rows: Vec<RankInterval> = (0..4).map(|r| interval(r, r, 5, 20.0, 3.0 + f64::from(r))).collect();
-        assert!(analyze(&rows).is_empty());
+        let (findings, compared) = analyze_compared(&rows);
+        assert!(findings.is_empty());
+        assert_eq!(compared, Compared { windows: 1, peer_groups: 1 });
         let mut out = Vec::new();
-        write_section(&mut out, &[], 4).unwrap();
-        assert!(String::from_utf8(out).unwrap().contains("none: no rank is late"));
+        write_section(&mut out, &findings, compared, 4).unwrap();
+        assert!(String::from_utf8(out).unwrap().ends_with("  none: no rank is late\n"));
+    }
+
+    #[test]
+    fn with_nothing_to_compare_the_section_says_why_instead_of_no_rank_is_late() {
+        let section = |points: &[MetricPoint]| {
+            let (findings, compared) = analyze_compared(&rank_intervals(points));
+            let mut out = Vec::new();
+            write_section(&mut out, &findings, compared, 4).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        // One export per rank (a short run at the default 10 s interval):
+        // no interval at all, whoever was slow.
+        let once = process(1_000, 0, &[20], twice_as_slow(|_| true));
+        assert!(section(&once).contains("  not judged: no log interval has every rank's record"), "{}", section(&once));
+        // Complete intervals, but every rank alone in its peer group (PP4
+        // × DP1): rank 2's slowness has nobody to be compared with.
+        let mut alone = process(1_000, 0, &(1..=8).map(|e| e * 5).collect::<Vec<_>>(), twice_as_slow(|_| true));
+        for point in &mut alone {
+            let rank = i64::from(point.file_rank);
+            point.attributes.insert(semconv::DL_PIPELINE_PARALLEL_RANK.into(), AttributeValue::Int(rank));
+            point.attributes.insert(semconv::DL_DATA_PARALLEL_RANK.into(), AttributeValue::Int(0));
+        }
+        let text = section(&alone);
+        assert!(text.contains("  not judged: no two ranks are peers"), "{text}");
     }
 }

@@ -137,9 +137,9 @@ fn run_launcher(args: &Args, nproc: u32, launch_start: SystemTime) -> ExitCode {
                 telemetry::file_dir(&config, &run_id).display()
             ));
         }
-        output::note(&format!("launching {nproc} ranks, run id {run_id}"));
+        output::note(&format!("launching {nproc} rank{}, run id {run_id}", if nproc == 1 { "" } else { "s" }));
     } else {
-        output::note(&format!("launching {nproc} ranks"));
+        output::note(&format!("launching {nproc} rank{}", if nproc == 1 { "" } else { "s" }));
     }
     extra.variables.extend(telemetry::launcher_stamps(&ProcessEnv, launch_start, SystemTime::now()));
     let code = launcher::launch(nproc, &extra, args.rank_pids_file.as_deref());
