@@ -59,13 +59,13 @@ pub struct ControlArgs {
     #[arg(long, value_name = "N")]
     pub until_iteration: Option<u64>,
     /// The per-iteration trace sampling ratio during the window, in [0, 1].
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", allow_negative_numbers = true)]
     pub sampling_ratio: Option<f64>,
     /// Pause (off) or resume (on) the per-rank metrics during the window.
     #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
     pub rank_metrics: Option<String>,
     /// The hang watchdog's timeout during the window: seconds, 0 (off) or auto.
-    #[arg(long = "hang-timeout", value_name = "SECONDS")]
+    #[arg(long = "hang-timeout", value_name = "SECONDS", allow_negative_numbers = true)]
     pub hang_timeout: Option<String>,
     /// The catalog to check --span-groups against when the job wrote no status file.
     #[arg(long, value_enum, default_value_t = CatalogChoice::Lens)]
@@ -174,8 +174,9 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
     if !args.reset {
         request = build(args, status.as_ref(), &catalog)?;
     }
-    window(args, status.as_ref(), &mut request)?;
+    let picked = window(args, status.as_ref(), &mut request)?;
     let _lock = Lock::take(&args.file).map_err(Failure::Io)?;
+    let replaced = pending_version(&args.file, status.as_ref(), &catalog);
     let in_file = file_generation(&args.file);
     let highest = in_file.max(status.as_ref().map_or(0, ControlStatus::highest));
     request.generation = highest.checked_add(1).ok_or_else(|| {
@@ -192,6 +193,12 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
         .map_err(|error| bad(format!("the job would refuse it: {error}")))?;
     write_atomic(&args.file, &text)
         .map_err(|error| Failure::Io(format!("could not write {}: {error}", args.file.display())))?;
+    if let Some(picked) = picked {
+        say(format_args!("{picked}"));
+    }
+    if let Some(replaced) = replaced {
+        crate::warn(&format_args!("{replaced}: it will never apply (the file holds one version at a time)"));
+    }
     let generation = request.generation;
     if args.reset {
         say(format_args!(
@@ -248,12 +255,44 @@ fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogDa
     Ok(request)
 }
 
+/// The version the file holds, when the job has not started it: its
+/// generation is not the one in force and its window starts after the
+/// job's last iteration (both from the status). Writing replaces it, read
+/// by the job or not: the job keeps one version, the latest.
+fn pending_version(file: &Path, status: Option<&ControlStatus>, catalog: &CatalogData) -> Option<String> {
+    let status = status?;
+    let last = status.last_iteration?;
+    let text = read_capped(file).ok()?;
+    let (launch, prefix) = launch_of(Some(status), catalog, &text);
+    let pending = parse_request(&text, catalog, &launch, &prefix).ok()?;
+    (pending.generation > status.generation && pending.from_iteration > last).then(|| {
+        let what: Vec<String> = describe(&pending)
+            .into_iter()
+            .filter(|(key, _)| ![keys::GENERATION, keys::FROM_ITERATION, keys::UNTIL_ITERATION].contains(key))
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        format!(
+            "this replaces generation {} ({}from iteration {}), which the job has not started (its last iteration \
+             {last})",
+            pending.generation,
+            if what.is_empty() { String::new() } else { format!("{} ", what.join(" ")) },
+            pending.from_iteration
+        )
+    })
+}
+
 /// Sets the request's window: its first iteration (`--from-iteration`, or
 /// the job's last iteration plus two polls, from its status) and its last
 /// (`--iterations`, `--until-iteration`); a window that ends at or before
 /// the job's last iteration is refused, as no rank would apply any of it.
-fn window(args: &ControlArgs, status: Option<&ControlStatus>, request: &mut ControlRequest) -> Result<(), Failure> {
+/// The start it picked, in words, to say once the version is written.
+fn window(
+    args: &ControlArgs,
+    status: Option<&ControlStatus>,
+    request: &mut ControlRequest,
+) -> Result<Option<String>, Failure> {
     let bad = |message: String| left_as_it_was(&args.file, message);
+    let mut picked = None;
     let from = match args.from_iteration {
         Some(from) => from,
         None => {
@@ -273,7 +312,7 @@ fn window(args: &ControlArgs, status: Option<&ControlStatus>, request: &mut Cont
                 ))
             })?;
             let last = status.last_iteration.unwrap_or(0);
-            say(format_args!(
+            picked = Some(format!(
                 "from iteration {start} (the job's last iteration {last}, {:.1} s ago, extrapolated to now, plus a \
                  margin of two polls)",
                 (now - status.written_unix_s).max(0.0)
@@ -303,7 +342,7 @@ fn window(args: &ControlArgs, status: Option<&ControlStatus>, request: &mut Cont
             status_path(&args.file).display()
         )));
     }
-    Ok(())
+    Ok(picked)
 }
 
 fn show(args: &ControlArgs) -> ExitCode {
@@ -342,6 +381,9 @@ fn show(args: &ControlArgs) -> ExitCode {
                 status.launch_groups.join(","),
                 status.poll_s
             ));
+            if let Err(why @ lens_fallbacks::control::UnknownStart::Stale { .. }) = status.safe_start(now_unix_s()) {
+                say(format_args!("  the job's status is stale: {why}"));
+            }
         }
         None => say(format_args!("no status from the job at {}", status_path(&args.file).display())),
     }
@@ -376,11 +418,21 @@ fn verdict(args: &ControlArgs, status: Option<&ControlStatus>, text: &str) -> St
         if let Some(last) = status.last_iteration
             && request.ended_by(last)
         {
-            return format!(
-                "its window ended at or before the job's last iteration {last}: none of its settings apply (the job \
-                 moves to generation {} with the launch configuration)",
-                request.generation
-            );
+            let until = request.until_iteration.map_or_else(String::new, |u| format!(" to {u}"));
+            return if status.highest() >= request.generation {
+                format!(
+                    "generation {}'s window (from iteration {}{until}) is over at the job's last iteration {last}: the \
+                     job is back on the launch configuration",
+                    request.generation, request.from_iteration
+                )
+            } else {
+                format!(
+                    "its window (from iteration {}{until}) ended at or before the job's last iteration {last}, before \
+                     the job read it: none of its settings apply (the job moves to generation {} with the launch \
+                     configuration)",
+                    request.from_iteration, request.generation
+                )
+            };
         }
     }
     let window = match request.until_iteration {

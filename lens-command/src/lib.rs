@@ -72,6 +72,12 @@ fn program_name() -> String {
         .unwrap_or_else(|| "lens".to_string())
 }
 
+/// Prints `<program>: warning: <message>` on standard error, in one write.
+pub(crate) fn warn(message: &dyn std::fmt::Display) {
+    let line = format!("{}: warning: {message}\n", program_name());
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// Prints `<program>: error: <message>` on standard error, in one write.
 pub(crate) fn error(message: &dyn std::fmt::Display) {
     let line = format!("{}: error: {message}\n", program_name());

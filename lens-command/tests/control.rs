@@ -341,6 +341,44 @@ fn what_the_job_refuses_is_refused_before_it_is_written() {
         "{stderr}"
     );
     assert!(!dir.join("control.json").exists(), "nothing written");
+    // Refused with the start picked from the status: no start is said.
+    let (code, stdout, stderr) = control(&dir, &["control.json", "--rank-metrics", "on", "--iterations", "10"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stdout, "", "a refused version says no start");
+    // A negative number reaches lens's own check, not the argument parser's.
+    for (flag, expected) in [("--hang-timeout", "expected auto, 0 (off)"), ("--sampling-ratio", "[0.0, 1.0]")] {
+        let (code, _, stderr) = control(&dir, &["control.json", flag, "-3", "--from-iteration", "200"]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(&format!("{flag} ")) && stderr.contains(expected), "{stderr}");
+    }
+}
+
+#[test]
+fn replacing_a_version_the_job_has_not_started_warns_that_it_will_never_apply() {
+    let dir = private_dir("control-replace");
+    write_status(&dir, Some(100));
+    let (code, stdout, stderr) = control(
+        &dir,
+        &["control.json", "--sampling-ratio", "0.1", "--from-iteration", "179", "--until-iteration", "238"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("wrote generation 1"), "{stdout}");
+    assert_eq!(stderr, "", "nothing was pending");
+    let (code, stdout, stderr) = control(&dir, &["control.json", "--hang-timeout", "900", "--from-iteration", "2500"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("wrote generation 2"), "{stdout}");
+    assert!(
+        stderr.contains(
+            "warning: this replaces generation 1 (sampling_ratio=0.1 from iteration 179), which the job has not \
+             started (its last iteration 100): it will never apply"
+        ),
+        "{stderr}"
+    );
+    // Once the job has it in force, the next version replaces nothing pending.
+    put_status(&dir, &ControlStatus { generation: 2, highest_generation: 2, ..status(Some(2600)) });
+    let (code, _, stderr) = control(&dir, &["control.json", "--reset"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stderr, "", "generation 2 is in force");
 }
 
 #[test]
@@ -382,9 +420,30 @@ fn show_gives_the_job_s_verdict_on_what_the_file_holds() {
         "{stdout}"
     );
     put(r#"{"generation": 5, "sampling_ratio": 0.5, "from_iteration": 20, "until_iteration": 60}"#);
+    assert!(show(&[]).contains(
+        "its window (from iteration 20 to 60) ended at or before the job's last iteration 100, before the job read \
+         it: none of its settings apply"
+    ));
+    // The same window, read and applied by the job: over, not "never applied".
+    put_status(&dir, &ControlStatus { generation: 5, highest_generation: 5, ..status(Some(100)) });
+    let stdout = show(&[]);
     assert!(
-        show(&[]).contains("its window ended at or before the job's last iteration 100: none of its settings apply")
+        stdout.contains(
+            "generation 5's window (from iteration 20 to 60) is over at the job's last iteration 100: the job is back \
+             on the launch configuration"
+        ),
+        "{stdout}"
     );
+    assert!(!stdout.contains("stale"), "{stdout}");
+    // A job that stopped updating its status is said to have.
+    put_status(&dir, &ControlStatus { written_unix_s: status(None).written_unix_s - 600.0, ..status(Some(100)) });
+    let stdout = show(&[]);
+    assert!(
+        stdout.contains("  the job's status is stale: it is 600 s old (last iteration 100)")
+            && stdout.contains("the job may have stopped or hung"),
+        "{stdout}"
+    );
+    put_status(&dir, &ControlStatus { generation: 4, highest_generation: 4, ..status(Some(100)) });
     put(r#"{"generation": 5, "rank_metrics": true, "from_iteration": 200}"#);
     assert!(show(&[]).contains("needs a launch with MYJOB_OTEL_RANK_METRICS=1"));
     put(r#"{"generation": 5, "sampling_ratio": 0.5, "from_iteration": 200}"#);
