@@ -208,6 +208,43 @@ fn spans_of_a_thread_that_exited_and_spans_still_open_are_exported_at_shutdown()
     assert_eq!(spans.len(), 4);
 }
 
+#[test]
+fn an_event_added_to_a_span_still_open_at_shutdown_is_in_its_truncated_copy() {
+    // The job's `megatron.train` span gets a `lens.control.change` event at
+    // each control change; a job stopped by a signal ends it truncated.
+    let _serial = serial();
+    let exporter = KeepingSpanExporter::default();
+    let telemetry = setup(&exporter, TracesSampler::ParentBasedAlwaysOn);
+    let open = managed_span(SpanGroup::JOB, "lens.train", []);
+    for generation in 1..=2_i64 {
+        add_event_to_current("lens.control.change", [KeyValue::new("lens.control.generation", generation)]);
+    }
+    let report = telemetry.shutdown(Duration::from_secs(10));
+    drop(open);
+    assert_eq!(report.spans.exported, 1, "{report:?}");
+    let spans = exporter.get_finished_spans().unwrap();
+    let train = by_name(&spans, "lens.train");
+    let events: Vec<(&str, Option<&Value>)> = train
+        .events
+        .iter()
+        .map(|e| {
+            (
+                e.name.as_ref(),
+                e.attributes.iter().find(|kv| kv.key.as_str() == "lens.control.generation").map(|kv| &kv.value),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("lens.control.change", Some(&Value::I64(1))),
+            ("lens.control.change", Some(&Value::I64(2))),
+            ("nemo.span.truncated", None),
+        ],
+        "{train:?}"
+    );
+}
+
 /// A current span lives in a frame of its thread's stack: a guard that is
 /// forgotten leaves its span current there (as a forgotten OpenTelemetry
 /// context guard leaves its context attached), and the thread's exit ends

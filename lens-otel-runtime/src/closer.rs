@@ -17,11 +17,13 @@
 //! processor before that one drains.
 //!
 //! What such a copy lacks, compared with the span its owner would have
-//! ended: attributes, events and links added after the span started, a name
-//! changed after it started, its links, attributes beyond what a 1 KiB slot
-//! holds (counted as dropped), and its status (left unset, as in the
-//! original, which did not set ERROR either). Its end time is the shutdown
-//! time.
+//! ended: attributes and links added after the span started, a name changed
+//! after it started, its links, attributes and events beyond what a 1 KiB
+//! slot holds (attributes counted as dropped), and its status (left unset,
+//! as in the original, which did not set ERROR either); an SDK span also
+//! lacks the events added after it started (a lens span's slot is written
+//! again when it gains one: a control change, a hang's event). Its end time
+//! is the shutdown time.
 //!
 //! Wiring: register the closer *before* the batch processor, so that the
 //! provider's shutdown (which shuts processors down in order) closes spans
@@ -374,6 +376,15 @@ impl OpenSpanCloser {
             return None;
         }
         self.table().record_started(span)
+    }
+
+    /// A span of lens's tracer kept in `slot`, still open, changed (it
+    /// gained an event): its slot is written again as `span` shows it.
+    /// Nothing once the closer is closed.
+    pub(crate) fn record_changed(&self, slot: &mut SpoolSlot, span: &SpanView<'_>) {
+        if !self.inner.closed.load(Ordering::Acquire) {
+            self.table().record_changed(slot, span);
+        }
     }
 
     /// [`span_ended`](Self::span_ended) for a span of lens's tracer kept

@@ -357,6 +357,13 @@ impl opentelemetry::trace::Span for LensSpan {
             && record.events.len() < MAX_EVENTS
         {
             record.events.push(Event::new(name, timestamp, attributes, 0));
+            // An open span's slot gets the event too: a span still open when
+            // the job is stopped or killed keeps it (events are rare; an
+            // attribute, often set per step, is not written ahead).
+            if let Some(mut slot) = record.spool_slot {
+                self.tracer.closer.record_changed(&mut slot, &self.tracer.spool_view(record));
+                record.spool_slot = Some(slot);
+            }
         }
     }
 

@@ -58,7 +58,8 @@ pub struct SpanRecord {
 pub struct SpoolSlot {
     pub(crate) order: NonZeroU64,
     pub(crate) index: u32,
-    /// The numbers of attributes and events at the start, saturated.
+    /// The numbers of attributes and events the slot holds (written at the
+    /// start, and again when an event is added), saturated.
     pub(crate) attributes: u16,
     pub(crate) events: u16,
 }

@@ -588,6 +588,19 @@ impl SpoolTable {
         Some(SpoolSlot { order, index, attributes: saturate(attributes), events: saturate(events) })
     }
 
+    /// Writes the span in `slot`, still open, again as `span` (it gained an
+    /// event): the closer's truncated copy, the flight recorder and a
+    /// replay after a kill then have it. Nothing when the slot was given up.
+    pub(crate) fn record_changed(&self, slot: &mut SpoolSlot, span: &SpanView<'_>) {
+        if !self.writable() || !self.holds(slot.index, slot.order) {
+            return;
+        }
+        self.write_slot(slot.index, span, STATE_OPEN);
+        let (attributes, events) = shape(span);
+        let saturate = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
+        (slot.attributes, slot.events) = (saturate(attributes), saturate(events));
+    }
+
     /// Records that the span in `slot` ended as `span`, kept (a file, a
     /// sampled span) until the processor releases the returned slot;
     /// [`release_ended`](Self::release_ended) frees a slot that is not kept.
