@@ -172,6 +172,9 @@ pub struct Analysis {
     pub stragglers: Option<Vec<RunStragglers>>,
     /// The goodput breakdown from the spans (`None`: no traces files).
     pub goodput: Option<Result<goodput_view::SpanBreakdown, Vec<goodput_view::Missing>>>,
+    /// The run ids (`nemo.run.id`, else the directory's name) of the
+    /// attempts the goodput section adds up, sorted.
+    pub goodput_runs: Vec<String>,
     /// The hang watchdog's evidence.
     pub hangs: Hangs,
     /// What advice names (from the export's resource).
@@ -539,6 +542,8 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         }
     }
     let second_pass = attempts.values().map(|(_, read)| read.records()).sum::<usize>();
+    let goodput_runs: Vec<String> =
+        attempts.keys().map(|(_, run)| run.clone()).collect::<BTreeSet<String>>().into_iter().collect();
     let goodput_records = first_pass.max(second_pass);
     let goodput = (!attempts.is_empty()).then(|| {
         let mut read: Vec<(u64, goodput_view::ReadAttempt)> = attempts
@@ -580,6 +585,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     Ok(Analysis {
         stragglers,
         goodput,
+        goodput_runs,
         hangs,
         advice: context.advice,
         skipped: context.skipped,
@@ -676,6 +682,17 @@ pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> 
         }
     }
     if let Some(goodput) = &analysis.goodput {
+        // Attempts of one job may each have their own run id, so they are
+        // added up; unrelated runs in one `telemetry/` are too: say so.
+        if analysis.goodput_runs.len() > 1 {
+            writeln!(
+                out,
+                "note: the goodput section adds up {} runs ({}) as attempts of one job; for one run alone, give its \
+                 directory",
+                analysis.goodput_runs.len(),
+                analysis.goodput_runs.join(", ")
+            )?;
+        }
         write_goodput(out, goodput, &analysis.advice)?;
     }
     let several_runs = analysis.stragglers.as_ref().is_some_and(|runs| runs.len() > 1) || !analysis.mixed.is_empty();

@@ -682,3 +682,29 @@ fn attempts_in_directories_whose_names_sort_out_of_time_order_are_read_in_time_o
     }
     rank_3_dead_in_attempt_2_then_rank_2_slow(&telemetry, |attempt| telemetry.join(names[attempt]));
 }
+
+#[test]
+fn goodput_over_several_run_ids_says_it_adds_them_up_as_one_job() {
+    // Two attempts under one `telemetry/`: with one run id (a restart), the
+    // section is the job's; with two (two unrelated runs, as two runs of
+    // the quickstart leave), it says it adds them up and how to see one.
+    for (runs, noted) in [(["run-a", "run-a"], false), (["run-a", "run-b"], true)] {
+        let telemetry = temp_dir("goodput-runs");
+        for (attempt, run) in runs.into_iter().enumerate() {
+            let dir = telemetry.join(format!("attempt-{attempt}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let start = 1_000_000_000 * (1 + 10 * attempt as u64);
+            let line = traces_line(
+                &resource(run, 0, Some("MYJOB_OTEL")),
+                &[span("myjob.train", "01", None, start, start + 1_000_000, "[]", "")],
+            );
+            std::fs::write(dir.join("traces-rank0.jsonl"), line).unwrap();
+        }
+        let (code, stdout, stderr) = lens(&["analyze".as_ref(), telemetry.as_path()]);
+        assert_eq!(code, 0, "{stderr}");
+        let note = "note: the goodput section adds up 2 runs (run-a, run-b) as attempts of one job; for one run \
+                    alone, give its directory\ngoodput (";
+        assert_eq!(stdout.contains(note), noted, "{stdout}");
+        assert_eq!(stdout.contains("note: the goodput section"), noted, "{stdout}");
+    }
+}
