@@ -265,6 +265,8 @@ keys! {
     NEMO_USER_ID = "nemo.user.id", Custom;
     /// Set on a span that was still open at shutdown and ended by lens.
     NEMO_SPAN_TRUNCATED = "nemo.span.truncated", Custom;
+    /// Set on the hang watchdog's copy of a span that was open when it fired.
+    NEMO_SPAN_OPEN = "nemo.span.open", Custom;
     /// Deterministic id of the SLURM job, stable across requeues and restarts.
     NEMO_LENS_JOB_UUID = "nemo.lens.job_uuid", Custom;
     /// Deterministic id of one incarnation of the job.

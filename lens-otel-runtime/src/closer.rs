@@ -89,7 +89,7 @@ pub const SPAN_TRUNCATED_REASON_PROCESS_DIED: &str = "the process died; replayed
 /// The attribute (`true`) on a copy of a span that was still open when a
 /// hang was suspected ([`OpenSpanCloser::export_open_copies`], called by the
 /// hang watchdog).
-pub const SPAN_OPEN: &str = "nemo.span.open";
+pub const SPAN_OPEN: &str = lens_core::semconv::NEMO_SPAN_OPEN;
 
 /// Where the truncated copies go at shutdown.
 enum Target {

@@ -90,6 +90,7 @@ use std::fmt;
 use std::io::{self, Write};
 
 use lens_fallbacks::otlp_file::SpanRecord;
+use lens_fallbacks::semconv;
 
 use crate::events::Event as TrainingEvent;
 use crate::goodput::{Accountant, Bucket, Coverage, GoodputTotals};
@@ -353,8 +354,13 @@ impl Boundaries {
         Boundaries::default()
     }
 
-    /// Reads `span` (any span of the attempt's rank, in any order).
+    /// Reads `span` (any span of the attempt's rank, in any order). The
+    /// hang watchdog's copies of open spans are not the job's spans: left
+    /// out.
     pub fn add(&mut self, span: &SpanRecord) {
+        if flag(span, semconv::NEMO_SPAN_OPEN) {
+            return;
+        }
         self.first_start = Some(self.first_start.map_or(span.start_unix_nano, |s| s.min(span.start_unix_nano)));
         self.last_end = Some(self.last_end.map_or(span.end_unix_nano, |e| e.max(span.end_unix_nano)));
         let event = stamped(span);
@@ -553,8 +559,14 @@ pub struct Iterations {
 
 impl Iterations {
     /// Reads `span` (the attempt's spans again, in any order; only its
-    /// iteration spans count).
+    /// iteration spans count). An iteration span the job did not end does
+    /// not complete its iteration: the hang watchdog's copy of it, or one
+    /// ended truncated (open at shutdown, or replayed after its process
+    /// died).
     pub fn add(&mut self, span: &SpanRecord) {
+        if flag(span, semconv::NEMO_SPAN_OPEN) || flag(span, semconv::NEMO_SPAN_TRUNCATED) {
+            return;
+        }
         let iteration = if self.stamped_iterations {
             stamped(span) == Some(TrainingEvent::Iteration)
         } else {
@@ -944,6 +956,34 @@ mod tests {
         assert!(close(t.total_seconds(), 5.5 + 4.5));
         assert_eq!((t.productive_iterations, t.lost_iterations, t.pending_iterations, t.attempts), (4, 1, 0, 2));
         assert!(!view.attempts[0].ended_normally && view.attempts[1].ended_normally);
+    }
+
+    #[test]
+    fn an_iteration_the_job_never_ended_completes_nothing() {
+        // Iterations 1-4, then iteration 5 hangs until a SIGTERM at 8 s:
+        // the watchdog's copy of its span (`nemo.span.open`) ends at 6 s
+        // when it fires, the span itself ends truncated at shutdown. Neither
+        // completes iteration 5: its 3 s are the dead tail, not pending.
+        let flagged = |mut span: SpanRecord, key: &str| {
+            span.attributes.insert(key.to_string(), AttributeValue::Bool(true));
+            span
+        };
+        let mut spans = vec![
+            span("megatron.startup", 0.0, 1.0, None),
+            flagged(span("megatron.train", 1.0, 8.0, None), semconv::NEMO_SPAN_TRUNCATED),
+            // Megatron's finalize, every iteration: the checkpoint group is on.
+            span("megatron.checkpoint.save.finalize", 1.0, 1.0, None),
+        ];
+        spans.extend((0..4).map(|i| span("megatron.train.iteration", 1.0 + i as f64, 2.0 + i as f64, Some(i))));
+        spans.push(flagged(span("megatron.train.iteration", 5.0, 6.0, Some(4)), semconv::NEMO_SPAN_OPEN));
+        spans.push(flagged(span("megatron.train.iteration", 5.0, 8.0, Some(4)), semconv::NEMO_SPAN_TRUNCATED));
+        let view = breakdown(&[attempt("a1", spans)]).unwrap();
+        let t = &view.totals;
+        assert_eq!((t.productive_iterations, t.pending_iterations), (0, 4), "{t:?}");
+        assert!(close(t.seconds(Bucket::Pending), 4.0), "{t:?}");
+        assert!(close(t.seconds(Bucket::Other), 3.0), "{t:?}");
+        assert!(close(t.seconds(Bucket::Startup), 1.0), "{t:?}");
+        assert_eq!(view.attempts[0].iterations, Some((1, 4)), "{view:?}");
     }
 
     /// `span` stamped with lens-training's event (and `extra` attributes).
