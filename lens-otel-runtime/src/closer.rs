@@ -22,8 +22,8 @@
 //! slot holds (attributes counted as dropped), and its status (left unset,
 //! as in the original, which did not set ERROR either); an SDK span also
 //! lacks the events added after it started (a lens span's slot is written
-//! again when it gains one: a control change, a hang's event). Its end time
-//! is the shutdown time.
+//! again when it gains one of its first eight: a control change). Its end
+//! time is the shutdown time.
 //!
 //! Wiring: register the closer *before* the batch processor, so that the
 //! provider's shutdown (which shuts processors down in order) closes spans

@@ -40,6 +40,12 @@ use crate::spool::SpanView;
 /// The SDK's default span limits, kept on the recorder's spans.
 const MAX_ATTRIBUTES: usize = 128;
 const MAX_EVENTS: usize = 128;
+/// The events of an open span written to its spool slot as they are added
+/// (each write encodes the slot again, about 640 instructions for a span
+/// with one event): a span's first few, which a long-lived span's rare
+/// events (control changes) stay within; later ones reach the slot at the
+/// span's end only.
+const EVENTS_KEPT_OPEN: usize = 8;
 const MAX_LINKS: usize = 128;
 
 /// Starts spans on the recorder: what setup installs for the facade
@@ -360,7 +366,9 @@ impl opentelemetry::trace::Span for LensSpan {
             // An open span's slot gets the event too: a span still open when
             // the job is stopped or killed keeps it (events are rare; an
             // attribute, often set per step, is not written ahead).
-            if let Some(mut slot) = record.spool_slot {
+            if let Some(mut slot) = record.spool_slot
+                && record.events.len() <= EVENTS_KEPT_OPEN
+            {
                 self.tracer.closer.record_changed(&mut slot, &self.tracer.spool_view(record));
                 record.spool_slot = Some(slot);
             }
