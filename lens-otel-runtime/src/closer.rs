@@ -17,13 +17,13 @@
 //! processor before that one drains.
 //!
 //! What such a copy lacks, compared with the span its owner would have
-//! ended: attributes and links added after the span started, a name changed
-//! after it started, its links, attributes and events beyond what a 1 KiB
-//! slot holds (attributes counted as dropped), and its status (left unset,
-//! as in the original, which did not set ERROR either); an SDK span also
-//! lacks the events added after it started (a lens span's slot is written
-//! again when it gains one of its first eight: a control change). Its end
-//! time is the shutdown time.
+//! ended: what the span gained after its slot was last written (at its
+//! start; a lens span's also at each of its first eight events, a control
+//! change say, which write it whole as it is then): attributes, events, a
+//! new name; its links; attributes and events beyond what a 1 KiB slot
+//! holds (attributes counted as dropped); and its status (left unset, as in
+//! the original, which did not set ERROR either). Its end time is the
+//! shutdown time.
 //!
 //! Wiring: register the closer *before* the batch processor, so that the
 //! provider's shutdown (which shuts processors down in order) closes spans

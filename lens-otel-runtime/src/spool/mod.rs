@@ -591,8 +591,15 @@ impl SpoolTable {
     /// Writes the span in `slot`, still open, again as `span` (it gained an
     /// event): the closer's truncated copy, the flight recorder and a
     /// replay after a kill then have it. Nothing when the slot was given up.
+    ///
+    /// Under the lock the readers of open slots hold (`collect_open`): the
+    /// state word tells a reader an open slot from one being ended, not from
+    /// one being written again while open (OPEN, WRITING, OPEN), so without
+    /// it a reader could copy a mix of both versions, or skip the span as
+    /// busy at the closer's drain and lose it.
     pub(crate) fn record_changed(&self, slot: &mut SpoolSlot, span: &SpanView<'_>) {
-        if !self.writable() || !self.holds(slot.index, slot.order) {
+        let Some(_readers) = self.slots() else { return };
+        if !self.holds(slot.index, slot.order) {
             return;
         }
         self.write_slot(slot.index, span, STATE_OPEN);
@@ -958,6 +965,7 @@ pub fn spool_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry::trace::Event;
 
     fn span(id: u64) -> SpanData {
         format::tests_support::span("s", id, 0, id)
@@ -1142,5 +1150,45 @@ mod tests {
             assert!(seen > 0, "open spans were seen");
         });
         assert_eq!(table.open_count(), 0);
+    }
+    #[test]
+    fn a_span_written_again_while_open_is_read_whole_and_never_missed() {
+        // One open span gains events (each a whole write of its slot) while
+        // the closer's readers copy the open slots: every read finds it,
+        // with as many events as some write gave it, never a mix.
+        let table = SpoolTable::anonymous(4);
+        let mut open = span(7);
+        let mut slot = table.record_started(&SpanView::from(&open)).expect("a free slot");
+        let stop = AtomicBool::new(false);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        std::thread::scope(|scope| {
+            let (table, stop) = (&table, &stop);
+            scope.spawn(move || {
+                // At most 200,000 writes; the event count cycles 0 to 3.
+                for n in 0..200_000_u32 {
+                    if stop.load(Ordering::Relaxed) || (n % 1024 == 0 && std::time::Instant::now() > deadline) {
+                        break;
+                    }
+                    let events =
+                        (0..n % 4).map(|i| Event::new("e", open.start_time, vec![KeyValue::new("i", i64::from(i))], 0));
+                    open.events.events = events.collect();
+                    table.record_changed(&mut slot, &SpanView::from(&open));
+                }
+            });
+            // At most 200,000 reads, until 5,000 were made.
+            for read in 0..200_000 {
+                let spans = table.open_spans();
+                assert_eq!(spans.len(), 1, "read {read}: the open span was missed");
+                let events = &spans[0].1.events.events;
+                assert!(events.len() < 4, "{events:?}");
+                for (i, event) in events.iter().enumerate() {
+                    assert_eq!(event.attributes, [KeyValue::new("i", i as i64)], "a slot read whole");
+                }
+                if read >= 5_000 || std::time::Instant::now() > deadline {
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
     }
 }
