@@ -824,7 +824,7 @@ pub fn write_section_with_prefix(
             return writeln!(
                 out,
                 "  not judged: no two ranks are peers (the rule compares the data-parallel replicas of one pipeline \
-                 stage and tensor-parallel position; this layout has one replica of each)"
+                 stage and tensor-parallel position; no window had two of any)"
             );
         }
         return writeln!(out, "  none: no rank is late");
