@@ -289,10 +289,13 @@ pub struct GenerateOutcome<'a> {
     pub error_type: Option<&'a str>,
 }
 
-/// Ends the GenAI span with the response's attributes.
+/// Ends the GenAI span with the response's attributes (no response id
+/// when none reached the client: an empty `response_id`).
 pub fn end_generate_span(span: DetachedSpan, outcome: &GenerateOutcome<'_>) {
+    if !outcome.response_id.is_empty() {
+        span.set_attribute(semconv::GENAI_RESPONSE_ID, outcome.response_id.to_owned());
+    }
     span.set_attributes([
-        KeyValue::new(semconv::GENAI_RESPONSE_ID, outcome.response_id.to_owned()),
         KeyValue::new(semconv::GENAI_RESPONSE_MODEL, outcome.response_model.to_owned()),
         KeyValue::new(semconv::GENAI_USAGE_OUTPUT_TOKENS, i64::try_from(outcome.output_tokens).unwrap_or(i64::MAX)),
     ]);

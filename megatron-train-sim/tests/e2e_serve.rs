@@ -730,6 +730,31 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         assert_eq!(attr(spans[0], "error.type"), "client_disconnected", "{how}");
         let output = attr(spans[0], "gen_ai.usage.output_tokens").as_u64().unwrap();
         assert!(output > 0 && output < max_tokens, "{how}: {output} tokens generated before the client left");
+        // Its time is in its phases as for a request that ran to its end:
+        // one queue, one prefill and one decode span under the GenAI span,
+        // the decode with the tokens sent before the client left.
+        let phases: Vec<&str> = records
+            .spans
+            .iter()
+            .filter(|s| s.parent_span_id == spans[0].span_id)
+            .map(|s| s.name.as_str())
+            .filter(|name| name.starts_with("megatron.inference."))
+            .collect();
+        for phase in ["megatron.inference.queue", "megatron.inference.prefill", "megatron.inference.decode"] {
+            assert_eq!(phases.iter().filter(|p| **p == phase).count(), 1, "{how}: {phases:?}");
+        }
+        let decode = records
+            .spans
+            .iter()
+            .find(|s| s.parent_span_id == spans[0].span_id && s.name == "megatron.inference.decode")
+            .unwrap();
+        assert!(attr(decode, "gen_ai.usage.output_tokens").as_u64().unwrap() > 0, "{how}: {decode:?}");
+        if how == "non-streaming" {
+            assert!(
+                !spans[0].attributes.contains_key("gen_ai.response.id"),
+                "no response reached the client: no response id, not an empty one"
+            );
+        }
     }
     ctx.finish();
 }

@@ -109,12 +109,15 @@ pub(crate) fn run(
     let mut closed = false;
     loop {
         if abort.load(Ordering::Acquire) {
+            let now = SystemTime::now();
             for job in waiting.drain(..) {
                 metrics.waiting_add(-1);
+                queue_span(&job, now);
                 fail(job, metrics, "the server is shutting down");
             }
             for entry in running.drain(..) {
                 metrics.running_add(-1);
+                phase_spans(&entry, now);
                 fail(entry.job, metrics, "the server is shutting down");
             }
             return;
@@ -147,12 +150,12 @@ pub(crate) fn run(
         while running.len() < config.max_batch_size {
             let Some(job) = waiting.pop_front() else { break };
             metrics.waiting_add(-1);
+            let now = SystemTime::now();
+            queue_span(&job, now);
             if job.events.is_closed() {
                 retire_cancelled(job, metrics);
                 continue;
             }
-            let now = SystemTime::now();
-            telemetry::phase_span(&taxonomy::INFERENCE_QUEUE, &job.span_context, job.accepted_at, now, []);
             metrics.running_add(1);
             let rng = job.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
             running.push(Running { job, generated: Vec::new(), sent: 0, rng, admitted_at: now, first_token: None });
@@ -205,34 +208,52 @@ pub(crate) fn run(
             metrics.running_add(-1);
             match reason {
                 Some(reason) => retire(entry, reason, config, metrics),
-                None => retire_cancelled(entry.job, metrics),
+                None => {
+                    phase_spans(&entry, SystemTime::now());
+                    retire_cancelled(entry.job, metrics);
+                }
             }
         }
     }
 }
 
+/// The request's wait in the queue, from its acceptance to `until` (its
+/// admission, or the end of a request that was never admitted).
+fn queue_span(job: &Job, until: SystemTime) {
+    telemetry::phase_span(&taxonomy::INFERENCE_QUEUE, &job.span_context, job.accepted_at, until, []);
+}
+
+/// The request's prefill (admission to first token) and decode (first
+/// token to `end`) spans, whatever ended it (its end, the client leaving,
+/// the server's shutdown), once it has a first token; the decode span's
+/// output tokens are those sent to the client.
+fn phase_spans(entry: &Running, end: SystemTime) {
+    let Some((_, first_at)) = entry.first_token else { return };
+    telemetry::phase_span(
+        &taxonomy::INFERENCE_PREFILL,
+        &entry.job.span_context,
+        entry.admitted_at,
+        first_at,
+        [KeyValue::new(semconv::GENAI_USAGE_INPUT_TOKENS, entry.job.prompt.len() as i64)],
+    );
+    telemetry::phase_span(
+        &taxonomy::INFERENCE_DECODE,
+        &entry.job.span_context,
+        first_at,
+        end,
+        [KeyValue::new(semconv::GENAI_USAGE_OUTPUT_TOKENS, entry.sent as i64)],
+    );
+}
+
 fn retire(entry: Running, reason: &'static str, config: &EngineConfig, metrics: &ServerMetrics) {
-    let Running { job, sent, admitted_at, first_token, .. } = entry;
     let (end_instant, end) = (Instant::now(), SystemTime::now());
+    phase_spans(&entry, end);
+    let Running { job, sent, first_token, .. } = entry;
     let output_tokens = sent as u64;
     let input_tokens = job.prompt.len() as u64;
-    if let Some((_, first_at)) = first_token {
-        telemetry::phase_span(
-            &taxonomy::INFERENCE_PREFILL,
-            &job.span_context,
-            admitted_at,
-            first_at,
-            [KeyValue::new(semconv::GENAI_USAGE_INPUT_TOKENS, input_tokens as i64)],
-        );
-        telemetry::phase_span(
-            &taxonomy::INFERENCE_DECODE,
-            &job.span_context,
-            first_at,
-            end,
-            [KeyValue::new(semconv::GENAI_USAGE_OUTPUT_TOKENS, output_tokens as i64)],
-        );
-    }
-    let ttft = first_token.map(|(at, _)| at.duration_since(job.arrived).as_secs_f64());
+    // To the first output token: none when nothing was returned (a stop
+    // sequence at the start).
+    let ttft = first_token.filter(|_| output_tokens > 0).map(|(at, _)| at.duration_since(job.arrived).as_secs_f64());
     let tpot = match first_token {
         Some((at, _)) if output_tokens > 1 => {
             Some(end_instant.duration_since(at).as_secs_f64() / (output_tokens - 1) as f64)
