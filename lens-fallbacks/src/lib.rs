@@ -76,9 +76,9 @@ pub use propagation::{
 pub use report::{MetricExportSnapshot, ShutdownReport, SpanExportSnapshot};
 pub use setup::{SetupError, SetupOptions, Telemetry, setup_telemetry};
 pub use span::{
-    DetachedSpan, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanBuilder, SpanGuard, SpanKind, SpanLink, enter_span,
-    in_managed_span, instrument_future, is_span_group_enabled, managed_span, sampling_key, span, try_in_managed_span,
-    try_instrument_future, ungated_span,
+    DetachedSpan, SAMPLING_KEY_ATTRIBUTE, STRUCTURAL_ATTRIBUTE, SpanBuilder, SpanGuard, SpanKind, SpanLink,
+    add_event_to_current, enter_span, in_managed_span, instrument_future, is_span_group_enabled, managed_span,
+    sampling_key, span, try_in_managed_span, try_instrument_future, ungated_span,
 };
 // Setting telemetry up from the facade alone: `Telemetry::from_env`, its
 // builder, the environment sources it reads, and every error setup returns.

@@ -67,7 +67,9 @@ struct Target {
 static SLOT: RwLock<Option<Target>> = RwLock::new(None);
 static OURS_INSTALLED: AtomicBool = AtomicBool::new(false);
 
-/// The instrumentation scope of the records written through [`emit_event`].
+/// The instrumentation scope of the logger that writes the records of
+/// [`emit_event`]. Each record also has its event's target, which the SDK's
+/// OTLP encoding sends as the record's scope name instead.
 pub const EVENT_SCOPE: &str = "lens-tracing";
 
 /// Where [`emit_event`] writes now: a logger of the current lifetime's
