@@ -15,7 +15,9 @@
 //! refuses a window that ends at or before the job's last iteration. It
 //! writes the generation after the highest the file or the job has seen,
 //! atomically (a temporary file, then a rename) under a lock (`FILE.lock`,
-//! `flock`), so that two concurrent calls cannot collide. It refuses (exit
+//! `flock`), so that two concurrent calls cannot collide, and warns when the
+//! write replaces a version whose window the job has not started (the file
+//! holds one version, and the job keeps the latest). It refuses (exit
 //! 2, the file left as it was) to write where the job would refuse to read:
 //! in a directory other users can write, by the job's own check
 //! (`check_file`), with the job's reason. `--show` gives the job's verdict

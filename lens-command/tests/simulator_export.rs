@@ -40,12 +40,13 @@ fn simulator() -> PathBuf {
 }
 
 /// The shared run: its `telemetry/` directory. Its test directory lives as
-/// long as the process (a static is never dropped), so this one run stays
-/// behind in the temporary directory.
+/// long as the process (a static is never dropped), so it stays behind; the
+/// next test process removes it ([`sweep_dead_fixtures`]).
 fn export() -> &'static Path {
     static EXPORT: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
     &EXPORT
         .get_or_init(|| {
+            sweep_dead_fixtures();
             let dir = temp_dir("simulator");
             let telemetry = dir.join("telemetry");
             let mut command = Command::new(simulator());
@@ -91,6 +92,31 @@ fn export() -> &'static Path {
             (dir, telemetry)
         })
         .1
+}
+
+/// Removes the shared runs that earlier test processes left (about 9 MB
+/// each), those whose process is gone: `lens-command-simulator-PID-N` with
+/// no `/proc/PID`. Where there is no `/proc` nothing is removed (every
+/// process would look gone), and a PID in use again keeps its directory.
+fn sweep_dead_fixtures() {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("lens-command-simulator-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 #[test]
