@@ -131,6 +131,18 @@ impl Advice {
         self.span_groups.as_ref().is_some_and(|groups| groups.iter().any(|g| g == group))
     }
 
+    /// How the program gets rank metrics, for an export without them:
+    /// Megatron is run with its variable; a program of its own records them
+    /// through lens-training's `Training`, with its own.
+    pub fn rank_metrics(&self) -> String {
+        let variable = self.variable("RANK_METRICS");
+        if self.megatron {
+            format!("run with {variable}=1")
+        } else {
+            format!("lens-training's `Training` records them with {variable}=1")
+        }
+    }
+
     /// How a program of its own gets the spans of a training event:
     /// "announce each with lens-training's `CALL` (docs/goodput.md)";
     /// `None` for a Megatron export (Megatron opens them itself).

@@ -309,7 +309,13 @@ impl Context {
 /// held no resource and no point (`[1,2,3]`, `{"resourceMetrics": 5}`: not
 /// an export request), which the reader does not count.
 fn metric_line_skipped(line: &MetricLine) -> u64 {
-    if line.skipped == 0 && line.resource.is_none() && line.points.is_empty() { 1 } else { line.skipped }
+    if line.skipped == 0 && !holds_export(line) { 1 } else { line.skipped }
+}
+
+/// Whether a metrics line held an export request (a resource or a point):
+/// a line that could not be read names no run of its own.
+fn holds_export(line: &MetricLine) -> bool {
+    line.resource.is_some() || !line.points.is_empty()
 }
 
 /// The unreadable items of a traces line, as [`metric_line_skipped`]: 1 for
@@ -438,8 +444,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 context.resource(&export.dir, line.resource.as_ref());
                 let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
                 hangs.add_points(&run, &line.points);
-                // A line that could not be read names no run of its own.
-                if line.resource.is_some() || !line.points.is_empty() {
+                if holds_export(&line) {
                     streams.entry(run).or_default().grid.push(&line.points);
                 }
             }
@@ -461,7 +466,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                     continue;
                 };
                 let run = run_of(line.resource.as_ref(), last_run, &export.name);
-                if line.resource.is_some() || !line.points.is_empty() {
+                if holds_export(&line) {
                     streams.entry(run).or_default().push_line(index, &line.points);
                 }
             }
@@ -595,24 +600,6 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     })
 }
 
-/// Prints the "stragglers" section of one run.
-fn write_stragglers(out: &mut dyn Write, run: &RunStragglers, advice: &Advice) -> io::Result<()> {
-    if run.ranks > 0 {
-        return stragglers::write_section(out, &run.findings, run.compared, run.ranks);
-    }
-    writeln!(
-        out,
-        "stragglers (0 ranks with rank metrics, windows of {} log intervals):",
-        stragglers::WINDOW_INTERVALS
-    )?;
-    let variable = advice.variable("RANK_METRICS");
-    if advice.megatron {
-        writeln!(out, "  no rank metrics in this export (run with {variable}=1)")
-    } else {
-        writeln!(out, "  no rank metrics in this export (lens-training's `Training` records them with {variable}=1)")
-    }
-}
-
 /// Prints the "goodput" section: the view's, or what the export lacks with
 /// advice naming the program's variables.
 fn write_goodput(
@@ -678,7 +665,8 @@ pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> 
             if several {
                 writeln!(out, "run {}:", run.run)?;
             }
-            write_stragglers(out, run, &analysis.advice)?;
+            let advice = analysis.advice.rank_metrics();
+            stragglers::write_section_with_advice(out, &run.findings, run.compared, run.ranks, &advice)?;
         }
     }
     if let Some(goodput) = &analysis.goodput {

@@ -268,11 +268,7 @@ fn pending_version(file: &Path, status: Option<&ControlStatus>, catalog: &Catalo
     let (launch, prefix) = launch_of(Some(status), catalog, &text);
     let pending = parse_request(&text, catalog, &launch, &prefix).ok()?;
     (pending.generation > status.generation && pending.from_iteration > last).then(|| {
-        let what: Vec<String> = describe(&pending)
-            .into_iter()
-            .filter(|(key, _)| ![keys::GENERATION, keys::FROM_ITERATION, keys::UNTIL_ITERATION].contains(key))
-            .map(|(key, value)| format!("{key}={value}"))
-            .collect();
+        let what = settings(&pending);
         format!(
             "this replaces generation {} ({}from iteration {}), which the job has not started (its last iteration \
              {last})",
@@ -281,6 +277,16 @@ fn pending_version(file: &Path, status: Option<&ControlStatus>, catalog: &Catalo
             pending.from_iteration
         )
     })
+}
+
+/// What `request` changes, as `key=value` words, without its generation
+/// and window.
+fn settings(request: &ControlRequest) -> Vec<String> {
+    describe(request)
+        .into_iter()
+        .filter(|(key, _)| ![keys::GENERATION, keys::FROM_ITERATION, keys::UNTIL_ITERATION].contains(key))
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect()
 }
 
 /// Sets the request's window: its first iteration (`--from-iteration`, or
@@ -441,11 +447,7 @@ fn verdict(args: &ControlArgs, status: Option<&ControlStatus>, text: &str) -> St
         Some(until) => format!("from iteration {} to {until}", request.from_iteration),
         None => format!("from iteration {} until the next change", request.from_iteration),
     };
-    let mut settings: Vec<String> = describe(&request)
-        .into_iter()
-        .filter(|(key, _)| ![keys::GENERATION, keys::FROM_ITERATION, keys::UNTIL_ITERATION].contains(key))
-        .map(|(key, value)| format!("{key}={value}"))
-        .collect();
+    let mut settings = settings(&request);
     if settings.is_empty() {
         settings.push("the launch configuration".to_string());
     }

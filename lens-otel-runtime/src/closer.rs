@@ -77,7 +77,7 @@ use super::spool::{SpanView, SpoolSlot, SpoolTable};
 
 /// The attribute (`true`) and the event name on a span that was still open at
 /// shutdown.
-pub const SPAN_TRUNCATED: &str = "nemo.span.truncated";
+pub const SPAN_TRUNCATED: &str = lens_core::semconv::NEMO_SPAN_TRUNCATED;
 /// The attribute of the [`SPAN_TRUNCATED`] event that says why.
 pub const SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
 /// The value of [`SPAN_TRUNCATED_REASON`].

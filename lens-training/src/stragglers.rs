@@ -38,10 +38,10 @@
 //! an interval in its attempt has one there. A rank's own later series is
 //! always a later attempt: counters that went down within one process
 //! (their start time unchanged, which lens's own counters never do) start
-//! an attempt of their own, numbered before the job's next restart. Once a collection's
-//! iterations counter lacks a start or collection time (0), no lifetimes
-//! are told: from there each rank counts its own restarts, as the old
-//! gauges do.
+//! an attempt of their own, numbered before the job's next restart. Once a
+//! collection's iterations counter lacks a start or collection time (0),
+//! no lifetimes are told: from there each rank counts its own restarts, as
+//! the old gauges do.
 //!
 //! # The rule
 //!
@@ -787,28 +787,25 @@ fn judge(members: &[RankInterval]) -> Option<Straggler> {
 /// without one, a line saying that no rank is late when some peer group was
 /// `compared`, else why nothing could be. When some finding comes after a
 /// restart, each attempt's lines follow a line naming it (`before any
-/// restart:`, `after restart N:`). Its advice names Megatron's variable;
-/// [`write_section_with_prefix`] names the program's.
+/// restart:`, `after restart N:`). Without rank metrics its advice names
+/// Megatron's variable; [`write_section_with_advice`] says the program's.
 pub fn write_section(out: &mut dyn Write, findings: &[Straggler], compared: Compared, ranks: usize) -> io::Result<()> {
-    write_section_with_prefix(out, findings, compared, ranks, "MEGATRON_OTEL")
+    let advice = format!("run with MEGATRON_OTEL_{}=1", crate::names::RANK_METRICS_VARIABLE);
+    write_section_with_advice(out, findings, compared, ranks, &advice)
 }
 
-/// [`write_section`], its advice naming `<prefix>_RANK_METRICS` (the
-/// program's prefix, as recorded on its resource).
-pub fn write_section_with_prefix(
+/// [`write_section`], saying `advice` (how the program gets rank metrics:
+/// `run with MYJOB_OTEL_RANK_METRICS=1`) when there are none.
+pub fn write_section_with_advice(
     out: &mut dyn Write,
     findings: &[Straggler],
     compared: Compared,
     ranks: usize,
-    prefix: &str,
+    advice: &str,
 ) -> io::Result<()> {
     writeln!(out, "stragglers ({ranks} ranks with rank metrics, windows of {WINDOW_INTERVALS} log intervals):")?;
     if ranks == 0 {
-        return writeln!(
-            out,
-            "  no rank metrics in this export (run with {prefix}_{}=1)",
-            crate::names::RANK_METRICS_VARIABLE
-        );
+        return writeln!(out, "  no rank metrics in this export ({advice})");
     }
     if findings.is_empty() {
         if compared.windows == 0 {
@@ -1154,10 +1151,17 @@ mod tests {
     }
 
     #[test]
-    fn the_advice_names_the_programs_prefix() {
+    fn without_rank_metrics_the_section_gives_the_advice_it_is_given() {
         let mut out = Vec::new();
-        write_section_with_prefix(&mut out, &[], Compared::default(), 0, "MYJOB").unwrap();
-        assert!(String::from_utf8(out).unwrap().contains("run with MYJOB_RANK_METRICS=1"));
+        write_section_with_advice(&mut out, &[], Compared::default(), 0, "run with MYJOB_RANK_METRICS=1").unwrap();
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .ends_with("  no rank metrics in this export (run with MYJOB_RANK_METRICS=1)\n")
+        );
+        let mut out = Vec::new();
+        write_section(&mut out, &[], Compared::default(), 0).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("(run with MEGATRON_OTEL_RANK_METRICS=1)"));
     }
 
     #[test]
