@@ -251,15 +251,7 @@ fn retire(entry: Running, reason: &'static str, config: &EngineConfig, metrics: 
     let Running { job, sent, first_token, .. } = entry;
     let output_tokens = sent as u64;
     let input_tokens = job.prompt.len() as u64;
-    // To the first output token: none when nothing was returned (a stop
-    // sequence at the start).
-    let ttft = first_token.filter(|_| output_tokens > 0).map(|(at, _)| at.duration_since(job.arrived).as_secs_f64());
-    let tpot = match first_token {
-        Some((at, _)) if output_tokens > 1 => {
-            Some(end_instant.duration_since(at).as_secs_f64() / (output_tokens - 1) as f64)
-        }
-        _ => None,
-    };
+    let (ttft, tpot) = latencies(job.arrived, first_token.map(|(at, _)| at), end_instant, output_tokens);
     metrics.record_request(&RequestValues {
         operation: job.operation,
         model: &config.model_name,
@@ -277,6 +269,26 @@ fn retire(entry: Running, reason: &'static str, config: &EngineConfig, metrics: 
     });
 }
 
+/// A finished request's time to its first output token and time per output
+/// token after the first, in seconds, from its arrival, its first generated
+/// token and its end, given the tokens it returned: no time to first token
+/// when it returned none (a stop sequence at the start, whose first token
+/// was generated but held back), and no time per output token with fewer
+/// than two.
+fn latencies(
+    arrived: Instant,
+    first_token: Option<Instant>,
+    end: Instant,
+    output_tokens: u64,
+) -> (Option<f64>, Option<f64>) {
+    let ttft = first_token.filter(|_| output_tokens > 0).map(|at| at.duration_since(arrived).as_secs_f64());
+    let tpot = match first_token {
+        Some(at) if output_tokens > 1 => Some(end.duration_since(at).as_secs_f64() / (output_tokens - 1) as f64),
+        _ => None,
+    };
+    (ttft, tpot)
+}
+
 /// The client went away: the job leaves the batch (the HTTP side, whose
 /// receiver is gone, has ended the request's spans as cancelled).
 fn retire_cancelled(job: Job, _metrics: &ServerMetrics) {
@@ -289,7 +301,28 @@ fn fail(job: Job, _metrics: &ServerMetrics, message: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::held_back;
+    use std::time::{Duration, Instant};
+
+    use super::{held_back, latencies};
+
+    /// A request that returned no token (a stop sequence matched its first
+    /// token) records no time to first token and no time per output token;
+    /// one token gives the first only; more give both, the time per token
+    /// over the tokens after the first.
+    #[test]
+    fn time_to_first_token_needs_a_returned_token() {
+        let arrived = Instant::now();
+        let first = arrived + Duration::from_millis(30);
+        let end = first + Duration::from_millis(40);
+        assert_eq!(latencies(arrived, Some(first), end, 0), (None, None));
+        assert_eq!(latencies(arrived, None, end, 0), (None, None));
+        let (ttft, tpot) = latencies(arrived, Some(first), end, 1);
+        assert!((ttft.unwrap() - 0.030).abs() < 1e-9, "{ttft:?}");
+        assert_eq!(tpot, None);
+        let (ttft, tpot) = latencies(arrived, Some(first), end, 5);
+        assert!((ttft.unwrap() - 0.030).abs() < 1e-9, "{ttft:?}");
+        assert!((tpot.unwrap() - 0.010).abs() < 1e-9, "40 ms over 4 tokens after the first: {tpot:?}");
+    }
 
     #[test]
     fn a_partial_stop_sequence_is_held_back_until_it_cannot_match() {
