@@ -74,10 +74,21 @@ fn a_number_past_the_largest_accepted_names_the_largest() {
         (
             "MEGATRON_OTEL_HANG_TIMEOUT_S",
             "1e300",
-            "Invalid value for MEGATRON_OTEL_HANG_TIMEOUT_S: '1e300'. Expected auto, 0 (off) or a positive number of seconds up to 31536000 (a year), e.g. 120.",
+            "Invalid value for MEGATRON_OTEL_HANG_TIMEOUT_S: '1e300'. Expected auto, 0 (off) or a number of seconds from 0.01 to 31536000 (a year), e.g. 120.",
+        ),
+        // Below the watchdog's shortest tick (1e-10 s would round to no
+        // time at all, which is off): refused, not silently off.
+        (
+            "MEGATRON_OTEL_HANG_TIMEOUT_S",
+            "1e-10",
+            "Invalid value for MEGATRON_OTEL_HANG_TIMEOUT_S: '1e-10'. Expected auto, 0 (off) or a number of seconds from 0.01 to 31536000 (a year), e.g. 120.",
         ),
     ]);
     assert!(megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", "31536000")]).is_ok());
+    assert_eq!(
+        megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", "0.01")]).unwrap().hang_timeout,
+        lens_core::config::HangTimeout::After(std::time::Duration::from_millis(10))
+    );
 }
 
 #[test]

@@ -322,17 +322,25 @@ pub enum HangTimeout {
 
 impl HangTimeout {
     /// What `<PREFIX>_HANG_TIMEOUT_S` accepts, in words.
-    pub const EXPECTED: &'static str =
-        "auto, 0 (off) or a positive number of seconds up to 31536000 (a year), e.g. 120";
+    pub const EXPECTED: &'static str = "auto, 0 (off) or a number of seconds from 0.01 to 31536000 (a year), e.g. 120";
 
-    /// `auto`, `0` or a positive, finite number of seconds (at most a year).
+    /// The shortest timeout, in seconds: the watchdog's shortest tick (10
+    /// ms). A shorter one could not be kept, and one of a nanosecond or
+    /// less would round to nothing, which is off.
+    pub const MIN_SECONDS: f64 = 0.01;
+
+    /// `auto`, `0` or a finite number of seconds from [`MIN_SECONDS`](Self::MIN_SECONDS)
+    /// to a year.
     pub fn parse(value: &str) -> Option<HangTimeout> {
         let value = value.trim();
         if value.eq_ignore_ascii_case("auto") {
             return Some(HangTimeout::Auto);
         }
         let seconds = value.parse::<f64>().ok().filter(|s| s.is_finite() && (0.0..=31_536_000.0).contains(s))?;
-        Some(if seconds == 0.0 { HangTimeout::Off } else { HangTimeout::After(Duration::from_secs_f64(seconds)) })
+        if seconds == 0.0 {
+            return Some(HangTimeout::Off);
+        }
+        (seconds >= Self::MIN_SECONDS).then(|| HangTimeout::After(Duration::from_secs_f64(seconds)))
     }
 }
 
