@@ -201,6 +201,18 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
     if let Some(replaced) = replaced {
         crate::warn(&format_args!("{replaced}: it will never apply (the file holds one version at a time)"));
     }
+    if let (None, Some((spec, set))) = (&status, &request.span_groups)
+        && !set.contains(SpanGroup::JOB)
+    {
+        // Without the status, the launch groups are unknown; every preset
+        // but the job's own choice has `job`, and the job keeps it as it was.
+        crate::warn(&format_args!(
+            "--span-groups {spec:?} leaves out the 'job' group, which cannot change while the job runs; there is no \
+             status from the job at {} to tell whether it was on at launch (it is in every preset): if it was, the \
+             job will refuse this version (add 'job' to the list)",
+            status_path(&args.file).display()
+        ));
+    }
     let generation = request.generation;
     if args.reset {
         say(format_args!(

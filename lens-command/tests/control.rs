@@ -91,6 +91,19 @@ fn a_bad_group_is_exit_2_with_did_you_mean_and_the_file_is_left_as_it_was() {
         &["control.json", "--span-groups", "microbatch", "--from-iteration", "1", "--catalog", "megatron"],
     );
     assert_eq!(code, 0, "Megatron's catalog knows microbatch: {stderr}");
+    // Without the job's status the launch groups are unknown: leaving out
+    // `job` is written with a warning that the job may refuse it; keeping
+    // it is written without one.
+    assert!(
+        stderr.contains("leaves out the 'job' group") && stderr.contains("the job will refuse this version"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = control(
+        &dir,
+        &["control.json", "--span-groups", "job,microbatch", "--from-iteration", "1", "--catalog", "megatron"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("'job' group"), "{stderr}");
     let after_megatron = std::fs::read_to_string(dir.join("control.json")).unwrap();
     assert_ne!(after_megatron, before);
     for bad in [
