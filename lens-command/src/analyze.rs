@@ -8,8 +8,9 @@
 //!   section per run;
 //! - "goodput" (when DIR, or its run directories, hold traces files): the
 //!   goodput breakdown from the spans (`goodput_view`), one attempt per run
-//!   directory in time order (DIR may be the `telemetry/` parent of a
-//!   crashed and a resumed attempt);
+//!   id in time order, its spans read wherever they lie (DIR may be the
+//!   `telemetry/` parent of a crashed and a resumed attempt, whose
+//!   directory also holds what it replayed from the crashed one's spool);
 //! - "hangs": what the hang watchdog left ([`crate::hangs`]).
 //!
 //! # Streaming
@@ -48,7 +49,9 @@
 //! export request (`[1,2,3]`), and a point or span without its values, are
 //! skipped and counted, and the count is reported; a directory whose files
 //! hold several run ids (a reused `<PREFIX>_FILE_DIR`) is reported per run
-//! (one stragglers section, one goodput attempt per run id), with a note.
+//! (one stragglers section, one goodput attempt per run id), with a note;
+//! one named after its run that holds other runs' spans holds what a
+//! resumed attempt replayed (see [`PartialRun`]), without a note.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -165,6 +168,57 @@ pub struct MixedRuns {
     pub runs: Vec<String>,
 }
 
+/// A run found only in other runs' directories: the spans a resumed
+/// attempt replayed from its spool after its process died.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartialRun {
+    /// Its run id.
+    pub run: String,
+    /// The directories (named after other runs) that hold its spans.
+    pub dirs: Vec<PathBuf>,
+}
+
+/// Where a run's spans lie, for the goodput view.
+enum Home {
+    /// In a directory named after it, or in one directory that holds no
+    /// other run (its index).
+    Own(usize),
+    /// In a directory that holds other runs and is named after none of
+    /// them: a reused `<PREFIX>_FILE_DIR` (its index).
+    Shared(usize),
+    /// Only in directories named after other runs: replayed into them
+    /// (their indices, at least one).
+    Replayed { into: Vec<usize> },
+}
+
+/// Where each run of `dir_runs` (per directory, its runs) lies.
+fn run_homes(dirs: &[ExportDir], dir_runs: &BTreeMap<usize, BTreeMap<String, usize>>) -> BTreeMap<String, Home> {
+    let mut homes: BTreeMap<String, Home> = BTreeMap::new();
+    for (&dir_index, runs) in dir_runs {
+        let name = &dirs[dir_index].name;
+        for run in runs.keys() {
+            let here = if run == name || runs.len() == 1 {
+                Home::Own(dir_index)
+            } else if runs.contains_key(name) {
+                Home::Replayed { into: vec![dir_index] }
+            } else {
+                Home::Shared(dir_index)
+            };
+            // The first directory that is its own (or shared) wins; a run
+            // replayed into several directories keeps them all.
+            match (homes.get_mut(run), here) {
+                (None, here) => {
+                    homes.insert(run.clone(), here);
+                }
+                (Some(Home::Replayed { into }), Home::Replayed { into: more }) => into.extend(more),
+                (Some(home @ Home::Replayed { .. }), here) => *home = here,
+                (Some(_), _) => {}
+            }
+        }
+    }
+    homes
+}
+
 /// What the export held.
 #[derive(Debug)]
 pub struct Analysis {
@@ -183,6 +237,10 @@ pub struct Analysis {
     pub skipped: u64,
     /// Directories holding several runs.
     pub mixed: Vec<MixedRuns>,
+    /// Runs found only as the spans a later attempt replayed from their
+    /// spools (their own directories are not under DIR): not in the
+    /// goodput breakdown.
+    pub partial: Vec<PartialRun>,
     /// The most iteration records the straggler analysis held at once,
     /// plus the hang records: grows with ranks, not with the files' size.
     pub peak_retained: usize,
@@ -485,8 +543,12 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // The traces: hang events from every rank; the goodput view's first
     // pass over the spans of the highest rank of each directory (the export
     // rank under the default rank strategy; every rank's time splits alike).
-    let mut attempts: BTreeMap<(usize, String), goodput_view::Boundaries> = BTreeMap::new();
-    let mut attempt_runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    // An attempt is a run id, wherever its spans lie: the spans a resumed
+    // attempt replayed from its predecessor's spool carry the predecessor's
+    // run id and join its attempt.
+    let mut attempts: BTreeMap<String, goodput_view::Boundaries> = BTreeMap::new();
+    // Per directory, its runs (in the goodput rank's file) and their spans.
+    let mut dir_runs: BTreeMap<usize, BTreeMap<String, usize>> = BTreeMap::new();
     for (dir_index, export) in dirs.iter().enumerate() {
         let goodput_rank = export.traces.last().map(|(rank, _)| *rank);
         for (file_rank, path) in &export.traces {
@@ -510,8 +572,8 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 }
                 hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
                 if Some(*file_rank) == goodput_rank {
-                    attempt_runs.entry(dir_index).or_default().insert(run.clone());
-                    let attempt = attempts.entry((dir_index, run)).or_default();
+                    *dir_runs.entry(dir_index).or_default().entry(run.clone()).or_default() += line.spans.len();
+                    let attempt = attempts.entry(run).or_default();
                     line.spans.iter().for_each(|span| attempt.add(span));
                 }
             }
@@ -524,43 +586,54 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             skipped: context.skipped,
         });
     }
+    let homes = run_homes(&dirs, &dir_runs);
+    // A run whose spans lie only in other runs' directories is what a
+    // resumed attempt replayed from it, without the rest of it (its own
+    // directory is not under DIR): left out of the breakdown, with a note,
+    // rather than read as an attempt that resumed without a load.
+    let mut partial: Vec<PartialRun> = Vec::new();
+    attempts.retain(|run, _| match &homes[run] {
+        Home::Replayed { into } => {
+            partial.push(PartialRun { run: run.clone(), dirs: into.iter().map(|&i| dirs[i].dir.clone()).collect() });
+            false
+        }
+        _ => true,
+    });
     // The second pass: the iterations of the same files, binned between
     // the events the first pass found.
     let first_pass = attempts.values().map(goodput_view::Boundaries::records).sum::<usize>();
-    let mut attempts: BTreeMap<(usize, String), (u64, goodput_view::Iterations)> = attempts
+    let mut attempts: BTreeMap<String, (u64, goodput_view::Iterations)> = attempts
         .into_iter()
         .map(|(key, boundaries)| {
             let first = boundaries.first_start().unwrap_or(u64::MAX);
             (key, (first, boundaries.into_iterations()))
         })
         .collect();
-    for (dir_index, export) in dirs.iter().enumerate() {
+    for export in &dirs {
         let Some((file_rank, path)) = export.traces.last() else { continue };
         let lines = otlp_file::open_span_lines(path, *file_rank)
             .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
         let mut last_run = None;
         for line in lines {
             let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
-            if let Some((_, attempt)) = attempts.get_mut(&(dir_index, run)) {
+            if let Some((_, attempt)) = attempts.get_mut(&run) {
                 line.spans.iter().for_each(|span| attempt.add(span));
             }
         }
     }
     let second_pass = attempts.values().map(|(_, read)| read.records()).sum::<usize>();
-    let goodput_runs: Vec<String> =
-        attempts.keys().map(|(_, run)| run.clone()).collect::<BTreeSet<String>>().into_iter().collect();
+    let goodput_runs: Vec<String> = attempts.keys().cloned().collect();
     let goodput_records = first_pass.max(second_pass);
     let goodput = (!attempts.is_empty()).then(|| {
         let mut read: Vec<(u64, goodput_view::ReadAttempt)> = attempts
             .into_iter()
-            .map(|((dir_index, run), (first_start, read))| {
-                let export = &dirs[dir_index];
-                let name = if attempt_runs.get(&dir_index).is_some_and(|runs| runs.len() > 1) {
-                    format!("{} (run {run})", export.name)
-                } else {
-                    export.name.clone()
+            .map(|(run, (first_start, read))| {
+                let (dir_index, name) = match &homes[&run] {
+                    Home::Own(dir_index) => (*dir_index, dirs[*dir_index].name.clone()),
+                    Home::Shared(dir_index) => (*dir_index, format!("{} (run {run})", dirs[*dir_index].name)),
+                    Home::Replayed { into } => (into[0], run.clone()),
                 };
-                let rank = export.traces.last().map_or(0, |(rank, _)| *rank);
+                let rank = dirs[dir_index].traces.last().map_or(0, |(rank, _)| *rank);
                 (first_start, goodput_view::ReadAttempt { name, rank, read })
             })
             .collect();
@@ -581,10 +654,12 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             })
             .collect()
     });
+    // A directory named after one of its runs holds the others' replayed
+    // spans (they are read with their own runs): not a mix of runs.
     let mixed = context
         .run_ids
         .iter()
-        .filter(|(_, runs)| runs.len() > 1)
+        .filter(|(dir, runs)| runs.len() > 1 && !runs.contains(&dir_name(dir)))
         .map(|(dir, runs)| MixedRuns { dir: dir.clone(), runs: runs.iter().cloned().collect() })
         .collect();
     Ok(Analysis {
@@ -595,6 +670,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         advice: context.advice,
         skipped: context.skipped,
         mixed,
+        partial,
         peak_retained,
         goodput_records,
     })
@@ -668,6 +744,17 @@ pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> 
             let advice = analysis.advice.rank_metrics();
             stragglers::write_section_with_advice(out, &run.findings, run.compared, run.ranks, &advice)?;
         }
+    }
+    for partial in &analysis.partial {
+        let dirs: Vec<String> = partial.dirs.iter().map(|d| d.display().to_string()).collect();
+        writeln!(
+            out,
+            "note: {} holds spans of run {} that a later attempt replayed from its spool after its process died; the \
+             run's own directory is not there, so the goodput section leaves it out (give the directory above both \
+             to count it)",
+            dirs.join(", "),
+            partial.run
+        )?;
     }
     if let Some(goodput) = &analysis.goodput {
         // Attempts of one job may each have their own run id, so they are

@@ -460,7 +460,10 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn a_kill_after_17_at_the_default_log_interval_charges_exactly_seven() {
     let dir = temp_dir("goodput-kill");
-    let base = with(SMALL, &["--otel-enabled", "--train-iters", "30", "--save-interval", "10"]);
+    let base = with(
+        SMALL,
+        &["--otel-enabled", "--otel-span-groups", "per_step", "--train-iters", "30", "--save-interval", "10"],
+    );
     let in_d = with(&base, &["--save", "D"]);
     let (ok, stderr, first_wall) = attempt(&dir, "kill-1", &with(&in_d, &["--inject-kill", "0:forward:18"]), &[]);
     assert!(!ok, "the killed attempt must fail: {stderr}");
@@ -490,6 +493,31 @@ fn a_kill_after_17_at_the_default_log_interval_charges_exactly_seven() {
     let total = g["total_seconds"].as_f64().unwrap();
     let wall = first_wall + second_wall;
     assert!(total <= wall + 0.1 && total >= wall - TOLERANCE_S, "buckets {total} s, wall {wall} s");
+
+    // The viewer: the spans the resumed attempt replayed from the dead one's
+    // spool (iterations 11 to 17, and the spans still open at the kill)
+    // lie in the resumed attempt's directory with the dead one's run id,
+    // and join the dead attempt's own.
+    let (ok, text) = analyze(&dir.join("telemetry"));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("attempt kill-1: rank 0") && text.contains("iterations 1-17, checkpoint 10, no normal end"),
+        "{text}"
+    );
+    assert!(
+        text.contains("attempt kill-2: rank 0") && text.contains("iterations 11-30, checkpoint 30, normal end"),
+        "{text}"
+    );
+    assert!(text.contains("iterations: 30 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
+    assert!(!text.contains("holds spans of run"), "{text}");
+    // The resumed attempt's directory alone: the dead attempt's replayed
+    // spans are a part of it only, left out with a note, not read as an
+    // attempt that resumed without a load.
+    let (ok, text) = analyze(&dir.join("telemetry/kill-2"));
+    assert!(ok, "{text}");
+    assert!(text.contains("holds spans of run kill-1 that a later attempt replayed"), "{text}");
+    assert!(text.contains("iterations: 20 kept, 0 pending, 0 lost, over 1 attempt(s)"), "{text}");
+    assert!(!text.contains("not computed"), "{text}");
 
     // The spool off when resuming: the record alone, nothing after it seen.
     let (ok, stderr, _) = attempt(

@@ -244,6 +244,24 @@ fn a_pinned_run_id_without_a_launch_id_is_warned_about_once() {
     assert!(!stderr.contains("no launch id"), "{stderr}");
 }
 
+/// `OTEL_TRACES_SAMPLER_ARG` without a ratio sampler is ignored, as the
+/// SDKs ignore it, with one warning naming the sampler in force (a job
+/// that sets only the argument likely meant a ratio): every iteration is
+/// still recorded.
+#[test]
+fn a_sampler_argument_without_a_ratio_sampler_is_ignored_with_a_warning() {
+    let dir = temp_dir("sampler-arg-alone");
+    let args = with(SMALL, &["--otel-enabled", "--otel-span-groups", "per_step", "--train-iters", "4"]);
+    let mut run = command(&dir, &args);
+    run.env("OTEL_TRACES_SAMPLER_ARG", "0.1");
+    let (status, stderr) = run_command(run, LIMIT);
+    assert!(status.success(), "{stderr}");
+    let warning = "OTEL_TRACES_SAMPLER_ARG=0.1 is ignored: the trace sampler parentbased_always_on takes no argument";
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    let spans = spans_of(&dir);
+    assert_eq!(names(&spans, "megatron.train.iteration").len(), 4, "every iteration is kept");
+}
+
 #[test]
 fn otel_sdk_disabled_beside_an_enabling_setting_is_warned_about_once_and_records_nothing() {
     for (enable, named) in [(None, "--otel-enabled"), (Some("MEGATRON_OTEL_ENABLED"), "MEGATRON_OTEL_ENABLED")] {

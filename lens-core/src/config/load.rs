@@ -363,6 +363,21 @@ fn read_otel<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, o: &mut OtelSettings)
     }) {
         o.traces_sampler = sampler;
     }
+    // Only the ratio samplers take the argument: a good one given to any
+    // other sampler is ignored, as the SDKs ignore it, but not silently (a
+    // job that sets only the argument likely meant a ratio). A bad one is
+    // refused above, whatever the sampler.
+    if let Some(x) = ratio
+        && o.traces_sampler.ratio().is_none()
+        && r.problems.is_empty()
+    {
+        crate::diag::warn_once(format_args!(
+            "OTEL_TRACES_SAMPLER_ARG={} is ignored: the trace sampler {} takes no argument (a share of the traces \
+             needs OTEL_TRACES_SAMPLER=parentbased_traceidratio)",
+            py_float(x),
+            o.traces_sampler.as_str()
+        ));
+    }
 
     let general = read_otlp_block(r, "OTEL_EXPORTER_OTLP");
     for signal in Signal::ALL {
