@@ -624,6 +624,12 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     let second_pass = attempts.values().map(|(_, read)| read.records()).sum::<usize>();
     let goodput_runs: Vec<String> = attempts.keys().cloned().collect();
     let goodput_records = first_pass.max(second_pass);
+    // Without the `checkpoint` group no save is seen, and every iteration
+    // would read as pending: a program that stamps its spans (the event
+    // API) is not caught by the view's own test, which cannot tell an
+    // attempt that never saved from one whose saves were not recorded; the
+    // resource's groups can.
+    let lacks_checkpoint = context.advice.recorded_groups().is_some() && !context.advice.records_group("checkpoint");
     let goodput = (!attempts.is_empty()).then(|| {
         let mut read: Vec<(u64, goodput_view::ReadAttempt)> = attempts
             .into_iter()
@@ -640,7 +646,13 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         // Attempts in time order: by their first span.
         read.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
         let read: Vec<goodput_view::ReadAttempt> = read.into_iter().map(|(_, attempt)| attempt).collect();
-        goodput_view::breakdown_read(&read)
+        match goodput_view::breakdown_read(&read) {
+            Ok(_) if lacks_checkpoint => Err(read
+                .iter()
+                .map(|attempt| goodput_view::Missing::CheckpointSpans { attempt: attempt.name.clone() })
+                .collect()),
+            result => result,
+        }
     });
 
     let stragglers = any_metrics.then(|| {

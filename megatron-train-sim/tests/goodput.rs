@@ -449,6 +449,37 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Iteration spans but not the `checkpoint` group (`job,step`): the saves
+/// are not seen, so the viewer says what is missing rather than a
+/// breakdown with every iteration pending (the simulator stamps its spans,
+/// which the view's own test of a missing group cannot see past; the
+/// export's recorded groups can).
+#[test]
+fn the_viewer_says_the_checkpoint_group_is_missing_rather_than_all_pending() {
+    let dir = temp_dir("goodput-no-checkpoint-group");
+    let args = with(
+        SMALL,
+        &[
+            "--otel-enabled",
+            "--otel-span-groups",
+            "job,step",
+            "--train-iters",
+            "6",
+            "--save",
+            "D",
+            "--save-interval",
+            "3",
+        ],
+    );
+    let (ok, stderr, _) = attempt(&dir, "no-ckpt", &args, &[]);
+    assert!(ok, "{stderr}");
+    let (ok, text) = analyze(&dir.join("telemetry/no-ckpt"));
+    assert!(ok, "{text}");
+    assert!(text.contains("not computed") && text.contains("no-ckpt: no checkpoint spans"), "{text}");
+    assert!(text.contains("lack `checkpoint`; run with MEGATRON_OTEL_SPAN_GROUPS=per_step"), "{text}");
+    assert!(!text.contains("pending"), "{text}");
+}
+
 /// Issue 22's run, as a new user tries it: saves every 10, the default log
 /// interval (10), the process killed with `SIGKILL` inside iteration 18
 /// (`--inject-kill`: after iteration 17, nothing flushed). Its last progress
