@@ -1,7 +1,7 @@
 //! The crash-safe spool's replay, in process (issue 22): a spool whose
 //! writer died (its lock free) is replayed once at setup through the
 //! configured exporter, with its span ids, parents and start times, open
-//! spans ended at the last-alive stamp and marked truncated; its progress
+//! spans ended when the process was last known alive and marked truncated; its progress
 //! record reaches `replayed_progress`; a live writer's spool, a damaged
 //! file and another format version are left alone.
 //!
@@ -374,4 +374,38 @@ fn a_large_spool_is_sent_in_requests_of_the_batch_size() {
     let starts: Vec<_> = requests.concat();
     assert_eq!(starts, (1..=1300).map(at).collect::<Vec<_>>(), "in start order, each once");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The spans open at a death end when the process was last known alive:
+/// the latest of its last-alive stamp, its progress record's write, and its
+/// spans' own times. A child that ended after the last stamp (the stamp is
+/// refreshed every second) keeps its parents ending after it; a progress
+/// record written after the stamp moves their end too.
+#[test]
+fn open_spans_end_no_earlier_than_anything_the_dead_process_recorded() {
+    use lens_otel_runtime::spool::replay::read_spool;
+    for (child_end, progress_at, expected) in
+        [(at(15), at(12), at(15)), (at(12), at(14), at(14)), (at(12), at(12), at(13))]
+    {
+        let dir = temp_dir("late-child");
+        let table = SpoolTable::create(&dir, 256 * 1024, &identity(0, 1)).expect("spool");
+        table.span_started(&span("megatron.train", 1, 0, at(0)));
+        table.span_started(&span("megatron.train.iteration", 2, 1, at(10)));
+        let mut child = span("megatron.train.iteration.forward_backward", 3, 2, at(11));
+        table.span_started(&child);
+        child.end_time = child_end;
+        table.span_ended(&child);
+        table.write_progress(17, Some(16), Some(10), progress_at);
+        table.touch(at(13));
+        let path = table.path().expect("a file").to_path_buf();
+        table.stop();
+        table.close_file();
+        let dead = read_spool(&std::fs::read(&path).expect("read")).expect("a spool");
+        let mut spans = dead.spans;
+        spans.sort_by_key(id);
+        let ends: Vec<_> = spans.iter().map(|s| s.end_time).collect();
+        assert_eq!(ends, [expected, expected, child_end], "child ended {child_end:?}, progress {progress_at:?}");
+        assert_eq!(dead.truncated, 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -8,8 +8,10 @@
 //! holds it), it belongs to this user, and it is not this process's own.
 //! The replayer holds the lock while it replays, so two replayers never
 //! take the same file. Spans keep their trace and span ids, parents, start
-//! times and the dead process's resource; open ones end at
-//! `max(start, last-alive)` with the closer's truncation marks and the
+//! times and the dead process's resource; open ones end at the last moment
+//! the process is known to have lived (its last-alive stamp, its progress
+//! record's write, or the latest start, end or event of its spans, so that
+//! no span ends before a child that ended) with the closer's marks and the
 //! reason [`SPAN_TRUNCATED_REASON_PROCESS_DIED`]. The file is removed
 //! (consumed) only after the exporter accepted its spans; a crash between
 //! the two replays them again next time (the same ids twice). The progress
@@ -22,7 +24,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkError;
@@ -111,7 +113,12 @@ pub struct DeadSpool {
 pub fn read_spool(bytes: &[u8]) -> Result<DeadSpool, FormatError> {
     let header = format::read_header(bytes)?;
     let mut spans = Vec::new();
-    let (mut truncated, mut undecodable) = (0, 0);
+    let mut open = Vec::new();
+    let mut undecodable = 0;
+    // The last moment the process is known to have lived: its last-alive
+    // stamp (every second), its progress record's write, and any span it
+    // started or ended since (a child that ended after the stamp).
+    let mut alive = header.last_alive.max(header.progress.map_or(UNIX_EPOCH, |p| p.at));
     for index in 0..header.slot_count {
         let slot = &bytes[format::slot_range(index)];
         let state = format::get_u32(slot, format::SLOT_STATE);
@@ -122,13 +129,19 @@ pub fn read_spool(bytes: &[u8]) -> Result<DeadSpool, FormatError> {
             undecodable += 1;
             continue;
         };
+        let events = span.events.iter().map(|event| event.timestamp);
+        alive = events.fold(alive.max(span.start_time), SystemTime::max);
         if state == STATE_OPEN {
-            truncated += 1;
-            spans.push(mark_truncated(span, header.last_alive, SPAN_TRUNCATED_REASON_PROCESS_DIED));
+            open.push(span);
         } else {
+            alive = alive.max(span.end_time);
             spans.push(span);
         }
     }
+    // Spans open at the death end when it was last known alive, so that
+    // none ends before a child that ended.
+    let truncated = open.len();
+    spans.extend(open.into_iter().map(|span| mark_truncated(span, alive, SPAN_TRUNCATED_REASON_PROCESS_DIED)));
     // Parents before children, as they started.
     spans.sort_by_key(|span| span.start_time);
     Ok(DeadSpool { header, spans, truncated, undecodable })
