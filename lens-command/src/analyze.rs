@@ -725,6 +725,11 @@ fn write_goodput(
                 "  - {attempt}: no checkpoint spans: {}",
                 lacks("checkpoint", "a checkpoint save", "Training::checkpoint_save")
             )?,
+            goodput_view::Missing::AttemptIterationSpans { attempt, checkpoint } => writeln!(
+                out,
+                "  - {attempt}: saved checkpoint {checkpoint} but has no iteration span: {}",
+                lacks("step", "an iteration", "Training::iteration")
+            )?,
             goodput_view::Missing::LoadSpan { attempt, first } => writeln!(
                 out,
                 "  - {attempt}: resumed at iteration {first} but has no checkpoint-load span: {}",

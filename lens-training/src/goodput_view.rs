@@ -198,6 +198,15 @@ pub enum Missing {
         /// The attempt.
         attempt: String,
     },
+    /// An attempt without iteration spans that saved a checkpoint (so it
+    /// ran iterations), beside attempts that have them: its span groups
+    /// lacked `step`.
+    AttemptIterationSpans {
+        /// The attempt.
+        attempt: String,
+        /// The checkpoint it saved.
+        checkpoint: u64,
+    },
     /// A resumed attempt without a load span.
     LoadSpan {
         /// The attempt.
@@ -254,6 +263,11 @@ impl fmt::Display for MissingAdvice<'_> {
             Missing::CheckpointSpans { attempt } => write!(
                 f,
                 "{attempt}: no checkpoint spans: the export's span groups lack `checkpoint`; run with {groups}"
+            ),
+            Missing::AttemptIterationSpans { attempt, checkpoint } => write!(
+                f,
+                "{attempt}: saved checkpoint {checkpoint} but has no iteration span: its span groups lacked `step`; \
+                 run every attempt with {groups}"
             ),
             Missing::LoadSpan { attempt, first } => write!(
                 f,
@@ -718,6 +732,10 @@ fn account(attempt: &ReadAttempt, prior: GoodputTotals) -> Result<(AttemptSummar
         if first > 1 && read.no_load {
             return Err(Missing::LoadSpan { attempt: name, first });
         }
+    } else if let Some(checkpoint) = read.last_checkpoint.filter(|_| read.saves > 0) {
+        // It saved, so it ran iterations, and none was recorded (the view
+        // is asked only when some attempt has iteration spans).
+        return Err(Missing::AttemptIterationSpans { attempt: name, checkpoint });
     }
 
     let mut accountant = Accountant::new(prior);
@@ -1273,5 +1291,33 @@ mod tests {
              `load_checkpoint`; run with MYJOB_OTEL_SPAN_GROUPS=per_step (or all)"
         );
         assert!(!format!("{}{:?}", missing[0], missing[0]).contains("MEGATRON"));
+
+        // An attempt that saved checkpoint 6 with no iteration span, after
+        // one that has them: its iterations ran unrecorded (its groups
+        // lacked `step`), which is said rather than a breakdown without
+        // them.
+        let first = attempt(
+            "first",
+            vec![
+                span("megatron.checkpoint.save.finalize", 1.0, 1.0, None),
+                span("megatron.train.iteration", 1.0, 2.0, Some(0)),
+                span("megatron.checkpoint.save", 2.0, 2.1, Some(1)),
+            ],
+        );
+        let unrecorded = attempt(
+            "second",
+            vec![
+                span("megatron.checkpoint.load", 3.0, 3.1, Some(1)),
+                span("megatron.checkpoint.save.finalize", 3.2, 3.2, None),
+                span("megatron.checkpoint.save", 4.0, 4.1, Some(6)),
+            ],
+        );
+        let missing = breakdown(&[first, unrecorded]).unwrap_err();
+        assert_eq!(missing, vec![Missing::AttemptIterationSpans { attempt: "second".into(), checkpoint: 6 }]);
+        assert_eq!(
+            missing[0].to_string(),
+            "second: saved checkpoint 6 but has no iteration span: its span groups lacked `step`; run every \
+             attempt with <PREFIX>_SPAN_GROUPS=per_step (or all)"
+        );
     }
 }
