@@ -387,7 +387,10 @@ pub struct UnknownSpanGroup {
 
 impl UnknownSpanGroup {
     fn new(word: String, valid: Vec<&'static str>) -> UnknownSpanGroup {
-        let suggestion = crate::suggest::closest(&word, valid.iter().copied());
+        // `-step` is not a misspelling of `step`: there is no negation, and
+        // suggesting the group would suggest turning it on.
+        let negated = word.starts_with(['-', '!', '~']);
+        let suggestion = (!negated).then(|| crate::suggest::closest(&word, valid.iter().copied())).flatten();
         UnknownSpanGroup { word, valid, suggestion }
     }
 }

@@ -68,6 +68,10 @@ fn unknown_names_are_errors_with_the_originals_text_and_a_suggestion() {
 fn negation_is_not_a_syntax() {
     let err = LENS_CATALOG.resolve("all,-step").unwrap_err();
     assert_eq!(err.word, "-step");
+    // No "did you mean 'step'": that would suggest turning it on.
+    assert!(!err.to_string().contains("did you mean"), "{err}");
+    let err = LENS_CATALOG.resolve("stpe").unwrap_err();
+    assert!(err.to_string().contains("(did you mean 'step'?)"), "{err}");
 }
 
 #[test]
