@@ -70,6 +70,13 @@ pub enum RecoverError {
         /// Why.
         reason: String,
     },
+    /// `--to-files OUT` is not a directory that can be made or written.
+    Output {
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The exporter's configuration is bad.
     Setup(SetupError),
     /// This `lens` was built without the runtime (`otel`).
@@ -92,6 +99,11 @@ impl fmt::Display for RecoverError {
                  <checkpoint dir>/lens-spool, or telemetry/lens-spool)",
                 path.display()
             ),
+            RecoverError::Output { path, reason } => write!(
+                f,
+                "recover: --to-files {}: {reason} (expected a directory to write traces-rank0.jsonl in)",
+                path.display()
+            ),
             RecoverError::Setup(error) => write!(f, "recover: the exporter's configuration: {error}"),
             RecoverError::CompiledOut => write!(
                 f,
@@ -109,22 +121,32 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
     match recover(args) {
         Ok(report) => {
             let mut stdout = std::io::stdout().lock();
-            let _ = writeln!(
-                stdout,
-                "recovered {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) in {}",
-                report.spans,
-                report.truncated,
-                report.consumed.len(),
-                args.dir.display()
-            );
-            match &args.to_files {
-                Some(out) if report.spans > 0 => {
+            if report.spans > 0 {
+                let _ = writeln!(
+                    stdout,
+                    "recovered {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) \
+                     in {}",
+                    report.spans,
+                    report.truncated,
+                    report.consumed.len(),
+                    args.dir.display()
+                );
+                if let Some(out) = &args.to_files {
                     let _ = writeln!(stdout, "spans written to {}", out.join("traces-rank0.jsonl").display());
                 }
-                _ if report.spans == 0 && report.failed == 0 => {
-                    let _ = writeln!(stdout, "nothing to replay");
-                }
-                _ => {}
+            } else if report.failed == 0 {
+                // Spools of processes that ended cleanly hold no span: they
+                // were consumed all the same.
+                let _ = writeln!(stdout, "nothing to replay in {}", args.dir.display());
+            }
+            if report.failed > 0 {
+                let _ = writeln!(
+                    stdout,
+                    "{} spool file(s) kept in {}: they could not be replayed (the warnings above say why); run \
+                     `lens recover` again once that is fixed",
+                    report.failed,
+                    args.dir.display()
+                );
             }
             if report.alive > 0 {
                 let _ = writeln!(stdout, "{} spool file(s) left alone: their process is still running", report.alive);
@@ -148,6 +170,14 @@ pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport
     }
     if !lens_fallbacks::setup::COMPILED_IN {
         return Err(RecoverError::CompiledOut);
+    }
+    if let Some(out) = &args.to_files {
+        // Checked here, so that the error names the flag rather than the
+        // file exporter's variable that carries it.
+        std::fs::create_dir_all(out).map_err(|error| RecoverError::Output {
+            path: out.clone(),
+            reason: if out.exists() && !out.is_dir() { "not a directory".into() } else { error.to_string() },
+        })?;
     }
     let prefix = args.prefix.clone();
     let mut overrides: Vec<(String, String)> = vec![

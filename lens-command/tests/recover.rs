@@ -244,7 +244,7 @@ fn recover_after_sigkill_delivers_every_span_once() {
     let again = lens(&["recover", spool.to_str().unwrap(), "--to-files", out.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(0));
     let said = String::from_utf8_lossy(&again.stdout);
-    assert!(said.contains("recovered 0 span(s)") && said.contains("nothing to replay"), "{said}");
+    assert!(said.contains("nothing to replay") && !said.contains("recovered"), "{said}");
     assert!(!said.contains("spans written to"), "nothing was written: {said}");
     assert_eq!(
         read_spans(&out.join("traces-rank0.jsonl")).len(),
@@ -265,6 +265,15 @@ fn recover_names_a_missing_directory_and_exits_2() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("recover: cannot read") && stderr.contains(missing.to_str().unwrap()), "{stderr}");
     assert!(stderr.contains("SPOOL_DIR"), "{stderr}");
+    // `--to-files` that is a file: named as the flag, not as the file
+    // exporter's variable that carries it.
+    let file = parent.join("out.txt");
+    std::fs::write(&file, b"x").expect("write");
+    let output = lens(&["recover", parent.to_str().unwrap(), "--to-files", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("recover: --to-files {}: not a directory", file.display())), "{stderr}");
+    assert!(!stderr.contains("FILE_DIR"), "{stderr}");
     let _ = std::fs::remove_dir_all(&parent);
 }
 
@@ -281,8 +290,9 @@ fn recover_says_which_spool_is_damaged_or_cannot_be_opened_and_exits_1() {
     std::fs::write(&damaged, b"garbage").expect("write");
     let link = dir.join("spool-rank1-host-2-00000000.lens");
     std::os::unix::fs::symlink(dir.join("elsewhere"), &link).expect("symlink");
-    let (code, _, stderr) = recover_to_files(&dir);
+    let (code, stdout, stderr) = recover_to_files(&dir);
     assert_eq!(code, Some(1), "{stderr}");
+    assert!(stdout.contains("2 spool file(s) kept in") && !stdout.contains("recovered"), "{stdout}");
     assert!(stderr.contains(damaged.to_str().unwrap()) && stderr.contains("not a lens spool"), "{stderr}");
     assert_eq!(stderr.matches("not a lens spool").count(), 1, "one warning: {stderr}");
     let unopenable = format!("{}: cannot open it for reading and writing (it is a symbolic link", link.display());
