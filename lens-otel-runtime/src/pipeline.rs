@@ -1059,10 +1059,14 @@ fn open_spool(
             Some(table)
         }
         Err(error) => {
+            // Advice to set the variable only when it is not what failed.
+            let variable = config.variable_to_set("spool_dir", "SPOOL_DIR");
+            let advice = match config.spool_dir {
+                Some(_) => format!("{variable} names a directory it cannot use; point it at a writable local one"),
+                None => format!("set {variable} to a writable local directory"),
+            };
             crate::diag::warn_once(format_args!(
-                "no crash-safe spool for this run ({error}); telemetry goes on without it (set {} to a local \
-                 directory)",
-                config.variable_to_set("spool_dir", "SPOOL_DIR")
+                "no crash-safe spool for this run ({error}); telemetry goes on without it ({advice})"
             ));
             None
         }

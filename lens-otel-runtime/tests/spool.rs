@@ -263,6 +263,10 @@ fn a_spool_that_cannot_be_allocated_is_removed_and_setup_goes_on_without_one() {
     let (stdout, stderr) = (String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
     assert!(child.status.success() && stdout.contains("CHILD DONE"), "{stdout}\n{stderr}");
     assert!(stderr.contains("no crash-safe spool for this run"), "setup warns: {stderr}");
+    // The directory was given (here in code, `LensConfig.spool_dir`): the
+    // warning does not tell the user to set what they set.
+    assert!(stderr.contains("LensConfig.spool_dir names a directory it cannot use"), "{stderr}");
+    assert!(!stderr.contains("(set "), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
