@@ -1084,9 +1084,9 @@ impl GoodputState {
 
 /// One line on standard error, in one write (ranks sharing a stderr never
 /// interleave mid-line). Telemetry never stops a job: warnings only.
+/// `lens: warning: {message}` on standard error, as lens's other warnings.
 fn warn(message: &str) {
-    use std::io::Write as _;
-    let _ = std::io::stderr().lock().write_all(format!("warning: {message}\n").as_bytes());
+    lens_fallbacks::diag::warn(message);
 }
 
 /// One iteration ([`Training::iteration`]); dropping it completes the

@@ -777,10 +777,9 @@ impl ProgressRecord {
             return Err(invalid(format!("schema {schema:?}")));
         }
         let count = |key: &str| -> Result<u64, RecordError> {
-            let count = value
-                .get(key)
-                .and_then(serde_json::Value::as_u64)
-                .ok_or_else(|| invalid(format!("no count {key:?}")))?;
+            let found = value.get(key).ok_or_else(|| invalid(format!("no count {key:?}")))?;
+            let count =
+                found.as_u64().ok_or_else(|| invalid(format!("{key} is {found}; expected a count, 0 or more")))?;
             if count > MAX_RECORD_COUNT {
                 return Err(invalid(format!("{key} is {count}; expected a count of at most {MAX_RECORD_COUNT}")));
             }

@@ -334,6 +334,11 @@ fn the_progress_record_round_trips_and_bad_content_is_a_clear_error() {
 
     for (content, says) in [
         ("not json", "is not a goodput progress record"),
+        (
+            "{\"schema\": \"dl.goodput.progress/1\", \"iteration\": 3, \"attempts\": 1, \
+             \"productive_iterations\": 0, \"pending_iterations\": 0, \"lost_iterations\": -3}",
+            "lost_iterations is -3; expected a count, 0 or more",
+        ),
         ("{\"schema\": \"something/9\"}", "schema \"something/9\""),
         (
             "{\"schema\": \"megatron.goodput.progress/1\", \"iteration\": 3, \"attempts\": 1, \
