@@ -636,6 +636,11 @@ mod tests {
         assert!(args.validate(2, "x").is_ok());
         let message = args.validate(1, "--nproc-per-node").unwrap_err().to_string();
         assert_eq!(message, "--inject-kill 1:forward:18: rank 1 does not exist (the world has 1 ranks: 0 to 0)");
+        let twice = parse(&["--inject-kill", "0:forward:3", "--inject-kill", "0:data:4", "--train-iters", "40"]);
+        assert_eq!(
+            twice.validate(1, "x").unwrap_err().to_string(),
+            "--inject-kill 0:forward:3 and --inject-kill 0:data:4: rank 0 is given twice; give one value per rank"
+        );
         let error = Args::try_parse_from(["megatron-train-sim", "--inject-kill", "0:comm:3"]).unwrap_err().to_string();
         assert!(error.contains("--inject-kill") && error.contains("PHASE must be one of"), "{error}");
 

@@ -132,8 +132,18 @@ pub(crate) fn parse_save_iteration(value: &str) -> Result<u64, String> {
 /// and `train_iters` iterations.
 pub(crate) fn check_phase_faults(flag: &str, faults: &[PhaseFault], world: u32, train_iters: u64) -> Vec<String> {
     let mut problems = Vec::new();
-    for f in faults {
-        let flag = format!("{flag} {}:{}:{}", f.rank, f.phase, f.iteration);
+    for (index, f) in faults.iter().enumerate() {
+        let value = |f: &PhaseFault| format!("{}:{}:{}", f.rank, f.phase, f.iteration);
+        // One value per rank: a rank stops (or dies) once, at the first.
+        if let Some(earlier) = faults[..index].iter().find(|e| e.rank == f.rank) {
+            problems.push(format!(
+                "{flag} {} and {flag} {}: rank {} is given twice; give one value per rank",
+                value(earlier),
+                value(f),
+                f.rank
+            ));
+        }
+        let flag = format!("{flag} {}", value(f));
         if f.rank >= world {
             problems.push(missing_rank(&flag, f.rank, world));
         }
