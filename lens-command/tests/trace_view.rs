@@ -65,6 +65,13 @@ fn a_directory_without_traces_names_the_neutral_variable() {
             dir.display()
         )
     );
+    // A traces file that cannot be read (a dangling link; a directory of
+    // that name reads the same) is named, exit 1: not "no traces file".
+    let link = dir.join("traces-rank0.jsonl");
+    std::os::unix::fs::symlink(dir.join("gone"), &link).unwrap();
+    let (code, _, stderr) = lens(&["trace-view".as_ref(), dir.as_path()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(&format!("cannot read {}", link.display())), "{stderr}");
 }
 
 /// One span of a hand-written bad export, with its times as given.

@@ -126,7 +126,9 @@ fn rank_files(dir: &Path, prefix: &str) -> io::Result<Vec<(u32, PathBuf)>> {
     let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|entry| entry.path())
-        .filter(|path| path.is_file())
+        // Whatever the entry is: one that cannot be read as a file (a
+        // dangling link, a directory) is then an error naming it, not a
+        // directory without exports.
         .filter_map(|path| Some((rank_in_name(&path, prefix)?, path)))
         .collect();
     files.sort();
