@@ -192,14 +192,14 @@ enum Home {
 }
 
 /// Where each run of `dir_runs` (per directory, its runs) lies.
-fn run_homes(dirs: &[ExportDir], dir_runs: &BTreeMap<usize, BTreeMap<String, usize>>) -> BTreeMap<String, Home> {
+fn run_homes(dirs: &[ExportDir], dir_runs: &BTreeMap<usize, BTreeSet<String>>) -> BTreeMap<String, Home> {
     let mut homes: BTreeMap<String, Home> = BTreeMap::new();
     for (&dir_index, runs) in dir_runs {
         let name = &dirs[dir_index].name;
-        for run in runs.keys() {
+        for run in runs {
             let here = if run == name || runs.len() == 1 {
                 Home::Own(dir_index)
-            } else if runs.contains_key(name) {
+            } else if runs.contains(name) {
                 Home::Replayed { into: vec![dir_index] }
             } else {
                 Home::Shared(dir_index)
@@ -547,8 +547,8 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // attempt replayed from its predecessor's spool carry the predecessor's
     // run id and join its attempt.
     let mut attempts: BTreeMap<String, goodput_view::Boundaries> = BTreeMap::new();
-    // Per directory, its runs (in the goodput rank's file) and their spans.
-    let mut dir_runs: BTreeMap<usize, BTreeMap<String, usize>> = BTreeMap::new();
+    // Per directory, its runs (in the goodput rank's file).
+    let mut dir_runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
     for (dir_index, export) in dirs.iter().enumerate() {
         let goodput_rank = export.traces.last().map(|(rank, _)| *rank);
         for (file_rank, path) in &export.traces {
@@ -572,7 +572,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 }
                 hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
                 if Some(*file_rank) == goodput_rank {
-                    *dir_runs.entry(dir_index).or_default().entry(run.clone()).or_default() += line.spans.len();
+                    dir_runs.entry(dir_index).or_default().insert(run.clone());
                     let attempt = attempts.entry(run).or_default();
                     line.spans.iter().for_each(|span| attempt.add(span));
                 }

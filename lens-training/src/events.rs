@@ -1082,9 +1082,9 @@ impl GoodputState {
     }
 }
 
-/// One line on standard error, in one write (ranks sharing a stderr never
-/// interleave mid-line). Telemetry never stops a job: warnings only.
-/// `lens: warning: {message}` on standard error, as lens's other warnings.
+/// `lens: warning: {message}` on standard error, as lens's other warnings,
+/// in one write (ranks sharing a stderr never interleave mid-line).
+/// Telemetry never stops a job: warnings only.
 fn warn(message: &str) {
     lens_fallbacks::diag::warn(message);
 }
