@@ -8,9 +8,10 @@
 //!   section per run;
 //! - "goodput" (when DIR, or its run directories, hold traces files): the
 //!   goodput breakdown from the spans (`goodput_view`), one attempt per run
-//!   id in time order, its spans read wherever they lie (DIR may be the
-//!   `telemetry/` parent of a crashed and a resumed attempt, whose
-//!   directory also holds what it replayed from the crashed one's spool);
+//!   directory (per run of a directory holding several) in time order (DIR
+//!   may be the `telemetry/` parent of a crashed and a resumed attempt,
+//!   whose directory also holds what it replayed from the crashed one's
+//!   spool, read with the crashed attempt: see `attempt_dir`);
 //! - "hangs": what the hang watchdog left ([`crate::hangs`]).
 //!
 //! # Streaming
@@ -168,55 +169,29 @@ pub struct MixedRuns {
     pub runs: Vec<String>,
 }
 
-/// A run found only in other runs' directories: the spans a resumed
-/// attempt replayed from its spool after its process died.
+/// Spans of a run found in another run's directory, without the run's own:
+/// what a resumed attempt replayed from its spool after its process died.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartialRun {
     /// Its run id.
     pub run: String,
-    /// The directories (named after other runs) that hold its spans.
-    pub dirs: Vec<PathBuf>,
+    /// The directory (named after another run) that holds them.
+    pub dir: PathBuf,
 }
 
-/// Where a run's spans lie, for the goodput view.
-enum Home {
-    /// In a directory named after it, or in one directory that holds no
-    /// other run (its index).
-    Own(usize),
-    /// In a directory that holds other runs and is named after none of
-    /// them: a reused `<PREFIX>_FILE_DIR` (its index).
-    Shared(usize),
-    /// Only in directories named after other runs: replayed into them
-    /// (their indices, at least one).
-    Replayed { into: Vec<usize> },
-}
-
-/// Where each run of `dir_runs` (per directory, its runs) lies.
-fn run_homes(dirs: &[ExportDir], dir_runs: &BTreeMap<usize, BTreeSet<String>>) -> BTreeMap<String, Home> {
-    let mut homes: BTreeMap<String, Home> = BTreeMap::new();
-    for (&dir_index, runs) in dir_runs {
-        let name = &dirs[dir_index].name;
-        for run in runs {
-            let here = if run == name || runs.len() == 1 {
-                Home::Own(dir_index)
-            } else if runs.contains(name) {
-                Home::Replayed { into: vec![dir_index] }
-            } else {
-                Home::Shared(dir_index)
-            };
-            // The first directory that is its own (or shared) wins; a run
-            // replayed into several directories keeps them all.
-            match (homes.get_mut(run), here) {
-                (None, here) => {
-                    homes.insert(run.clone(), here);
-                }
-                (Some(Home::Replayed { into }), Home::Replayed { into: more }) => into.extend(more),
-                (Some(home @ Home::Replayed { .. }), here) => *home = here,
-                (Some(_), _) => {}
-            }
-        }
+/// The directory whose attempt the spans of run `run` found in directory
+/// `dir` belong to: `dir` itself, unless `dir` is named after another run
+/// and a directory named after `run` is there too. A resumed attempt
+/// replays its predecessor's spool into its own directory
+/// (`telemetry/<its run id>/`) with the predecessor's run id: those spans
+/// join the predecessor's directory. Only the directories' names are
+/// needed, so the spans go to their attempt as they are read. Attempts
+/// that share a run id (pinned) in directories of their own stay apart.
+fn attempt_dir(dirs: &[ExportDir], dir: usize, run: &str) -> usize {
+    if dirs[dir].name == run {
+        return dir;
     }
-    homes
+    dirs.iter().position(|d| d.name == run).unwrap_or(dir)
 }
 
 /// What the export held.
@@ -543,11 +518,11 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // The traces: hang events from every rank; the goodput view's first
     // pass over the spans of the highest rank of each directory (the export
     // rank under the default rank strategy; every rank's time splits alike).
-    // An attempt is a run id, wherever its spans lie: the spans a resumed
-    // attempt replayed from its predecessor's spool carry the predecessor's
-    // run id and join its attempt.
-    let mut attempts: BTreeMap<String, goodput_view::Boundaries> = BTreeMap::new();
-    // Per directory, its runs (in the goodput rank's file).
+    // An attempt is a run in a directory; the spans a resumed attempt
+    // replayed from its predecessor's spool join the predecessor's
+    // directory when it is there ([`attempt_dir`]).
+    let mut attempts: BTreeMap<(usize, String), goodput_view::Boundaries> = BTreeMap::new();
+    // Per directory, the runs in its goodput rank's file.
     let mut dir_runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
     for (dir_index, export) in dirs.iter().enumerate() {
         let goodput_rank = export.traces.last().map(|(rank, _)| *rank);
@@ -573,7 +548,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
                 if Some(*file_rank) == goodput_rank {
                     dir_runs.entry(dir_index).or_default().insert(run.clone());
-                    let attempt = attempts.entry(run).or_default();
+                    let attempt = attempts.entry((attempt_dir(&dirs, dir_index, &run), run)).or_default();
                     line.spans.iter().for_each(|span| attempt.add(span));
                 }
             }
@@ -586,43 +561,49 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             skipped: context.skipped,
         });
     }
-    let homes = run_homes(&dirs, &dir_runs);
-    // A run whose spans lie only in other runs' directories is what a
-    // resumed attempt replayed from it, without the rest of it (its own
-    // directory is not under DIR): left out of the breakdown, with a note,
-    // rather than read as an attempt that resumed without a load.
+    // Spans of another run in a directory named after its own run, whose
+    // directory is not under DIR, are what a resumed attempt replayed from
+    // that run, without the rest of it: left out of the breakdown, with a
+    // note, rather than read as an attempt that resumed without a load.
     let mut partial: Vec<PartialRun> = Vec::new();
-    attempts.retain(|run, _| match &homes[run] {
-        Home::Replayed { into } => {
-            partial.push(PartialRun { run: run.clone(), dirs: into.iter().map(|&i| dirs[i].dir.clone()).collect() });
-            false
+    attempts.retain(|(dir_index, run), _| {
+        let export = &dirs[*dir_index];
+        let replayed = export.name != *run && dir_runs.get(dir_index).is_some_and(|runs| runs.contains(&export.name));
+        if replayed {
+            partial.push(PartialRun { run: run.clone(), dir: export.dir.clone() });
         }
-        _ => true,
+        !replayed
     });
+    // Per directory, the runs whose attempts it names.
+    let mut attempt_runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for (dir_index, run) in attempts.keys() {
+        attempt_runs.entry(*dir_index).or_default().insert(run.clone());
+    }
     // The second pass: the iterations of the same files, binned between
     // the events the first pass found.
     let first_pass = attempts.values().map(goodput_view::Boundaries::records).sum::<usize>();
-    let mut attempts: BTreeMap<String, (u64, goodput_view::Iterations)> = attempts
+    let mut attempts: BTreeMap<(usize, String), (u64, goodput_view::Iterations)> = attempts
         .into_iter()
         .map(|(key, boundaries)| {
             let first = boundaries.first_start().unwrap_or(u64::MAX);
             (key, (first, boundaries.into_iterations()))
         })
         .collect();
-    for export in &dirs {
+    for (dir_index, export) in dirs.iter().enumerate() {
         let Some((file_rank, path)) = export.traces.last() else { continue };
         let lines = otlp_file::open_span_lines(path, *file_rank)
             .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
         let mut last_run = None;
         for line in lines {
             let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
-            if let Some((_, attempt)) = attempts.get_mut(&run) {
+            if let Some((_, attempt)) = attempts.get_mut(&(attempt_dir(&dirs, dir_index, &run), run)) {
                 line.spans.iter().for_each(|span| attempt.add(span));
             }
         }
     }
     let second_pass = attempts.values().map(|(_, read)| read.records()).sum::<usize>();
-    let goodput_runs: Vec<String> = attempts.keys().cloned().collect();
+    let goodput_runs: Vec<String> =
+        attempts.keys().map(|(_, run)| run.clone()).collect::<BTreeSet<String>>().into_iter().collect();
     let goodput_records = first_pass.max(second_pass);
     // Without the `checkpoint` group no save is seen, and every iteration
     // would read as pending: a program that stamps its spans (the event
@@ -633,13 +614,14 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     let goodput = (!attempts.is_empty()).then(|| {
         let mut read: Vec<(u64, goodput_view::ReadAttempt)> = attempts
             .into_iter()
-            .map(|(run, (first_start, read))| {
-                let (dir_index, name) = match &homes[&run] {
-                    Home::Own(dir_index) => (*dir_index, dirs[*dir_index].name.clone()),
-                    Home::Shared(dir_index) => (*dir_index, format!("{} (run {run})", dirs[*dir_index].name)),
-                    Home::Replayed { into } => (into[0], run.clone()),
+            .map(|((dir_index, run), (first_start, read))| {
+                let export = &dirs[dir_index];
+                let name = if attempt_runs.get(&dir_index).is_some_and(|runs| runs.len() > 1) {
+                    format!("{} (run {run})", export.name)
+                } else {
+                    export.name.clone()
                 };
-                let rank = dirs[dir_index].traces.last().map_or(0, |(rank, _)| *rank);
+                let rank = export.traces.last().map_or(0, |(rank, _)| *rank);
                 (first_start, goodput_view::ReadAttempt { name, rank, read })
             })
             .collect();
@@ -763,13 +745,12 @@ pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> 
         }
     }
     for partial in &analysis.partial {
-        let dirs: Vec<String> = partial.dirs.iter().map(|d| d.display().to_string()).collect();
         writeln!(
             out,
             "note: {} holds spans of run {} that a later attempt replayed from its spool after its process died; the \
              run's own directory is not there, so the goodput section leaves it out (give the directory above both \
              to count it)",
-            dirs.join(", "),
+            partial.dir.display(),
             partial.run
         )?;
     }
