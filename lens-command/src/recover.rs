@@ -215,9 +215,17 @@ pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport
 mod tests {
     use clap::Parser as _;
 
+    /// `lens recover`'s flags alone (the crate's `Cli` is the crate root's,
+    /// which dispatches to this module).
+    #[derive(Debug, clap::Parser)]
+    struct Recover {
+        #[command(flatten)]
+        args: super::RecoverArgs,
+    }
+
     #[test]
     fn a_prefix_that_is_no_variable_prefix_is_refused_with_what_is_accepted() {
-        let parse = |prefix: &str| crate::Cli::try_parse_from(["lens", "recover", "DIR", "--prefix", prefix]);
+        let parse = |prefix: &str| Recover::try_parse_from(["recover", "DIR", "--prefix", prefix]);
         for bad in ["", "bad prefix", "MEGATRON_OTEL_", "1LENS"] {
             let error = parse(bad).unwrap_err().to_string();
             assert!(

@@ -370,8 +370,8 @@ pub enum Payload<T> {
 }
 
 /// How the batch processor knows its exporter: an exporter of items `T`
-/// (the SDK's `SpanData` or log records today, lens's own span records
-/// later) behind a trait object, with an export future that owns its
+/// (the SDK's `SpanData`, log records, or lens's own span records)
+/// behind a trait object, with an export future that owns its
 /// exporter so that it can run on another thread or runtime. An exporter
 /// that can encode a batch once (lens's OTLP exporter) says so in
 /// [`BatchExporter::prepare`]; the processor never asks which exporter it

@@ -57,8 +57,10 @@ pub fn span_taxonomy() -> String {
         "\n\"Goodput\" means the span carries `is_goodput_span = true`. The parent is the usual one; \
          spans outside any trace (for example when their parent's group is off) become roots. \"Sampling\" is \
          what a ratio sampler does with the span (see [sampling](sampling.md)): *always kept* (structural), \
-         *its iteration's key* (kept exactly when its iteration is), or *follows its parent* (and carries its \
-         iteration's key itself when its parent's group is off).\n\n\
+         *its iteration's key* (kept exactly when its iteration is), *follows its parent* (and carries its \
+         iteration's key itself when its parent's group is off), or *the sampler's* (a server's root, which the \
+         configured sampler decides by its trace id, or by an incoming `traceparent`'s flag, as any trace: only \
+         training is structural).\n\n\
          | Span | Group | Parent | Frequency | Goodput | Sampling | Attributes | How and when |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
@@ -91,6 +93,14 @@ pub fn span_taxonomy() -> String {
         };
         let _ = writeln!(out, "| `{key}` | {} |", on.join(", "));
     }
+    // Keys that lens-training and the lifecycle add to many spans, named
+    // here so that the table lists every key a span of this page carries.
+    out.push_str(
+        "| `dl.training.event`, `dl.training.iteration`, `dl.training.checkpoint.async` | the spans the goodput \
+         view reads (iterations, saves, loads, evaluations): see [goodput](goodput.md#from-the-spans-lens-analyze) |\n\
+         | `lens.sampling.key`, `lens.sampling.structural` | the spans a ratio sampler decides by their iteration's \
+         key, and the structural ones: see [sampling](sampling.md) |\n",
+    );
     out
 }
 

@@ -168,6 +168,10 @@ pub enum Sampling {
     /// decision. When the parent's group is off, so that the span would hang
     /// directly below the interval, it carries its iteration's key itself.
     Parent,
+    /// A server's root (a request, an engine step): the configured sampler
+    /// decides it by its trace id, or by an incoming `traceparent`'s flag,
+    /// as any trace. Only training is structural.
+    Sampler,
 }
 
 impl Sampling {
@@ -177,6 +181,7 @@ impl Sampling {
             Sampling::Structural => "always kept",
             Sampling::Iteration => "its iteration's key",
             Sampling::Parent => "follows its parent",
+            Sampling::Sampler => "the sampler's",
         }
     }
 
@@ -187,9 +192,10 @@ impl Sampling {
     /// `megatron.train`, and follow their parent below it; per-microbatch and
     /// per-layer spans follow their parent.
     const fn default_for(frequency: Frequency, parent: Option<&SpanDef>) -> Sampling {
-        let below_interval = match parent {
-            Some(p) => p.parent.is_none(),
-            None => return Sampling::Structural,
+        let below_interval = match (parent, frequency) {
+            (None, Frequency::PerRequest | Frequency::PerDecodeStep) => return Sampling::Sampler,
+            (None, _) => return Sampling::Structural,
+            (Some(p), _) => p.parent.is_none(),
         };
         match frequency {
             Frequency::EveryIteration | Frequency::Periodic if below_interval => Sampling::Iteration,
@@ -281,7 +287,7 @@ pub const STARTUP: SpanDef = span(
     true,
     None,
     OncePerRun,
-    "root of the startup trace (a child of the incoming TRACEPARENT context when there is one); starts at launch-script start when the launch phases fold, else at program start; ends just before the training loop",
+    "root of the startup trace (a child of the incoming TRACEPARENT context when there is one); starts at launch-script start when the launch phases fold, else at program start; ends just before the training loop (a server's ends when it is ready for requests, without children)",
     &[MODEL_TYPE],
 );
 /// `megatron.startup.launch_script`.
@@ -454,7 +460,7 @@ pub const CHECKPOINT_SAVE_FINALIZE: SpanDef = span(
     true,
     Some(&TRAIN),
     EveryIteration,
-    "non-blocking finalisation of async saves; `nvrx.call_idx` when something was finalised",
+    "non-blocking finalisation of async saves; `nvrx.call_idx` (a list: the call indices finalised) when something was finalised",
     &[NVRX_CALL_IDX],
 );
 /// `megatron.train.cuda_graph_capture`.
@@ -505,7 +511,7 @@ pub const MICROBATCH_FORWARD: SpanDef = span(
     false,
     Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
     PerMicrobatch,
-    "forward step of one microbatch",
+    "forward step of one microbatch (in evaluation, under `megatron.evaluate.step`)",
     &[],
 );
 /// `megatron.microbatch.backward`.
@@ -551,7 +557,7 @@ pub const P2P_RECV_FORWARD: SpanDef = span(
     false,
     Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
     PerMicrobatch,
-    "pipeline-parallel receive of activations from the previous stage",
+    "pipeline-parallel receive of activations from the previous stage (in evaluation, under `megatron.evaluate.step`)",
     &[],
 );
 /// `megatron.p2p.recv_backward`.
@@ -571,7 +577,7 @@ pub const P2P_SEND_FORWARD: SpanDef = span(
     false,
     Some(&TRAIN_ITERATION_FORWARD_BACKWARD),
     PerMicrobatch,
-    "pipeline-parallel send of activations to the next stage; its context travels with the message",
+    "pipeline-parallel send of activations to the next stage; its context travels with the message (in evaluation, under `megatron.evaluate.step`)",
     &[],
 );
 /// `megatron.p2p.send_backward`.
@@ -723,7 +729,7 @@ pub const TRAIN_SNIFF_TEST: SpanDef = span(
     true,
     Some(&TRAIN),
     Periodic,
-    "GPU sniff test at its interval (tag `iteration` and the number)",
+    "GPU sniff test at its interval (tag `iteration` and the number right-aligned in 8 characters, as Megatron writes it: `iteration       6`)",
     &[SNIFF_TEST_TAG],
 );
 /// `megatron.train.gc_collect`.
@@ -763,7 +769,7 @@ pub const CHECKPOINT_SAVE: SpanDef = span(
     true,
     Some(&CHECKPOINT_EXPOSED_SAVE),
     PerCheckpoint,
-    "the checkpoint save; `nvrx.call_idx` when an async save was scheduled",
+    "the checkpoint save; `nvrx.call_idx` (an integer: its call index) when an async save was scheduled",
     &[ITERATION, NVRX_CALL_IDX],
 );
 /// `megatron.checkpoint.save.state_dict`.
@@ -783,8 +789,8 @@ pub const CHECKPOINT_SAVE_IO_WRITE: SpanDef = span(
     true,
     Some(&CHECKPOINT_SAVE),
     PerCheckpoint,
-    "the distributed-checkpoint write (or its scheduling, for async saves)",
-    &[],
+    "the distributed-checkpoint write (or its scheduling, for async saves, with their `nvrx.call_idx`)",
+    &[NVRX_CALL_IDX],
 );
 /// `megatron.checkpoint.report_memory`.
 pub const CHECKPOINT_REPORT_MEMORY: SpanDef = span(
@@ -824,7 +830,7 @@ pub const CHECKPOINT_EXIT_FINALIZE: SpanDef = span(
     true,
     Some(&TRAIN),
     OncePerLoop,
-    "blocking finalisation of async saves and worker shutdown at loop exit",
+    "blocking finalisation of async saves and worker shutdown at loop exit; `nvrx.call_idx` (a list) when something was finalised",
     &[NVRX_CALL_IDX],
 );
 
@@ -840,7 +846,7 @@ pub const INFERENCE_HTTP_SERVER: SpanDef = span(
     false,
     None,
     PerRequest,
-    "kind SERVER; the child of the request's `traceparent` when present; every request, errors included",
+    "kind SERVER; the child of the request's `traceparent` when present; every request, errors included; a path that matches no route gives a span named `{http.request.method}` alone, without `http.route`",
     &[
         lens_fallbacks::semconv::HTTP_REQUEST_METHOD,
         lens_fallbacks::semconv::HTTP_ROUTE,

@@ -24,6 +24,7 @@ pub(crate) const OTEL_OFF_CRATES: &[&str] = &[
     "lens-tracing",
     "lens-training",
     "megatron-telemetry",
+    "lens-command",
     "megatron-train-sim",
 ];
 

@@ -421,6 +421,7 @@ const CRATES: &[&str] = &[
     "lens-tracing",
     "lens-training",
     "megatron-telemetry",
+    "lens-command",
     "megatron-train-sim",
     "xtask",
     "examples/candle-train",

@@ -530,7 +530,7 @@ impl MegatronTelemetry {
             return SpanGuard::noop();
         }
         let keyed = match def.sampling {
-            Sampling::Structural => false,
+            Sampling::Structural | Sampling::Sampler => false,
             Sampling::Iteration => true,
             Sampling::Parent => def.parent_group.is_some_and(|group| !is_span_group_enabled(group)),
         };
