@@ -179,10 +179,25 @@ impl FirstFailure {
             self.endpoint.source,
         );
         let error = crate::diag::redact(&error.to_string(), &self.secrets);
+        // No variable named this endpoint: a collector answered there at
+        // setup, or another exporter setting turned the default
+        // destination's fall-back to files off for every signal.
+        let hint = if self.endpoint.source == "default" {
+            format!(
+                "; no variable names this endpoint: {signal} go there because a collector answered at setup, or \
+                 because another exporter setting (such as OTEL_METRICS_EXPORTER=prometheus) or an OTLP variable \
+                 turns off the default destination's fall-back to files; OTEL_{}_EXPORTER=file writes them to \
+                 files",
+                self.signal.env_name(),
+                signal = self.signal,
+            )
+        } else {
+            String::new()
+        };
         match context {
             Exporting::Job => format!(
                 "cannot export {} to {destination}: {error}; lens retries within its retry window and counts what \
-                 is lost in the shutdown report",
+                 is lost in the shutdown report{hint}",
                 self.signal
             ),
             Exporting::Replay => format!(
@@ -1231,6 +1246,28 @@ mod tests {
         let _ = first.check(Err(error), Exporting::Replay);
         let said = |flag: &std::sync::atomic::AtomicBool| flag.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!((said(&first.reported_replay), said(&first.reported)), (true, false));
+    }
+
+    /// A signal that went to the default endpoint because another exporter
+    /// setting turned the default destination off says so, and how to keep
+    /// it in files.
+    #[test]
+    fn a_failure_at_the_default_endpoint_says_how_to_write_files() {
+        let settings = OtlpSettings::default();
+        let endpoint = resolve_endpoint(&settings, Signal::Traces).unwrap();
+        let first = FirstFailure::new(Signal::Traces, &endpoint, &settings);
+        let error = OTelSdkError::InternalFailure("span export: connection refused".into());
+        let message = first.message(&error, Exporting::Job);
+        assert!(
+            message.starts_with("cannot export traces to the OTLP collector at http://localhost:4317"),
+            "{message}"
+        );
+        assert!(message.contains("endpoint from default"), "{message}");
+        assert!(message.ends_with("OTEL_TRACES_EXPORTER=file writes them to files"), "{message}");
+        let named = super::tests::settings(Some("http://collector:4317"), false, OtlpProtocol::Grpc);
+        let endpoint = resolve_endpoint(&named, Signal::Traces).unwrap();
+        let first = FirstFailure::new(Signal::Traces, &endpoint, &named);
+        assert!(!first.message(&error, Exporting::Job).contains("OTEL_TRACES_EXPORTER=file"));
     }
 
     #[test]
