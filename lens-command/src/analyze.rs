@@ -52,7 +52,9 @@
 //! hold several run ids (a reused `<PREFIX>_FILE_DIR`) is reported per run
 //! (one stragglers section, one goodput attempt per run id), with a note;
 //! one named after its run that holds other runs' spans holds what a
-//! resumed attempt replayed (see [`PartialRun`]), without a note.
+//! resumed attempt replayed, and gets no such note: those spans join their
+//! own runs' directories, or are left out with a note of their own
+//! ([`PartialRun`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -204,8 +204,8 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
     if let (None, Some((spec, set))) = (&status, &request.span_groups)
         && !set.contains(SpanGroup::JOB)
     {
-        // Without the status, the launch groups are unknown; every preset
-        // but the job's own choice has `job`, and the job keeps it as it was.
+        // Without the status, the launch groups are unknown: every preset
+        // has `job`, and the job refuses to change it in flight.
         crate::warn(&format_args!(
             "--span-groups {spec:?} leaves out the 'job' group, which cannot change while the job runs; there is no \
              status from the job at {} to tell whether it was on at launch (it is in every preset): if it was, the \
