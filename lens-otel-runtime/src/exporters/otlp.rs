@@ -1253,9 +1253,9 @@ mod tests {
     /// it in files.
     #[test]
     fn a_failure_at_the_default_endpoint_says_how_to_write_files() {
-        let settings = OtlpSettings::default();
-        let endpoint = resolve_endpoint(&settings, Signal::Traces).unwrap();
-        let first = FirstFailure::new(Signal::Traces, &endpoint, &settings);
+        let defaults = OtlpSettings::default();
+        let endpoint = resolve_endpoint(&defaults, Signal::Traces).unwrap();
+        let first = FirstFailure::new(Signal::Traces, &endpoint, &defaults);
         let error = OTelSdkError::InternalFailure("span export: connection refused".into());
         let message = first.message(&error, Exporting::Job);
         assert!(
@@ -1264,7 +1264,7 @@ mod tests {
         );
         assert!(message.contains("endpoint from default"), "{message}");
         assert!(message.ends_with("OTEL_TRACES_EXPORTER=file writes them to files"), "{message}");
-        let named = super::tests::settings(Some("http://collector:4317"), false, OtlpProtocol::Grpc);
+        let named = settings(Some("http://collector:4317"), false, OtlpProtocol::Grpc);
         let endpoint = resolve_endpoint(&named, Signal::Traces).unwrap();
         let first = FirstFailure::new(Signal::Traces, &endpoint, &named);
         assert!(!first.message(&error, Exporting::Job).contains("OTEL_TRACES_EXPORTER=file"));
