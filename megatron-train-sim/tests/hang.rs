@@ -220,7 +220,8 @@ fn a_bad_hang_timeout_is_named_with_what_is_accepted() {
     let (status, stderr) = run_command(command, Duration::from_secs(60));
     assert!(!status.success());
     assert!(
-        stderr.contains("MEGATRON_OTEL_HANG_TIMEOUT_S") && stderr.contains("auto, 0 (off) or a positive number"),
+        stderr.contains("MEGATRON_OTEL_HANG_TIMEOUT_S")
+            && stderr.contains("auto, 0 (off) or a number of seconds from 0.01"),
         "{stderr}"
     );
 }
