@@ -203,7 +203,8 @@ fn span_taxonomy_docs_are_up_to_date() {
 /// Structure is never sampled away: every span emitted every iteration or
 /// log interval directly below the interval is keyed by its iteration; the spans inside
 /// them follow their parent; startup, the intervals, checkpoint save and load,
-/// evaluation and the closing spans are structural.
+/// evaluation and the closing spans are structural; a server's roots are
+/// the sampler's.
 #[test]
 fn the_sampling_column_keys_per_iteration_spans_and_keeps_the_structure() {
     use taxonomy::Sampling;
@@ -255,5 +256,10 @@ fn the_sampling_column_keys_per_iteration_spans_and_keeps_the_structure() {
         "megatron.checkpoint.exit_finalize",
     ] {
         assert_eq!(taxonomy::find(name).unwrap().sampling, Sampling::Structural, "{name}");
+    }
+    // A server's roots are traces like any other: the configured sampler
+    // decides them (only training is structural).
+    for name in [taxonomy::INFERENCE_HTTP_SERVER.name, "megatron.inference.step"] {
+        assert_eq!(taxonomy::find(name).unwrap().sampling, Sampling::Sampler, "{name}");
     }
 }
