@@ -1624,9 +1624,17 @@ impl Warned {
         };
         let last_error = lock(&inner.last_error).clone();
         let cause = last_error.map(|error| format!("; last error: {error}")).unwrap_or_default();
+        // What a shutdown leaves unsent stays in a spool file (its slots are
+        // never released) for the next attempt or `lens recover`.
+        let kept = if at_shutdown > 0 && inner.spool.get().is_some_and(|spool| spool.is_file()) {
+            ", kept in the crash spool"
+        } else {
+            ""
+        };
         warn(format_args!(
             "{}: {} {} dropped (queue full: {queue_full}, export failed after retries: {failed}, \
-             unsent at shutdown: {at_shutdown}) and {errors} export attempts failed since the last report{cause}",
+             unsent at shutdown: {at_shutdown}{kept}) and {errors} export attempts failed since the last \
+             report{cause}",
             inner.pipeline.what,
             queue_full + failed + at_shutdown,
             inner.pipeline.items,
