@@ -121,8 +121,15 @@ const LEGACY_SPANS: [&str; 9] = [
 
 /// The span attributes the view reads: a reader that keeps spans for
 /// [`breakdown`] (`lens analyze` streams) may drop every other attribute.
-pub const READ_ATTRIBUTES: [&str; 6] =
-    [EVENT_ATTRIBUTE, ITERATION_ATTRIBUTE, DURABLE_ATTRIBUTE, ASYNC_ATTRIBUTE, attr::ITERATION, attr::NVRX_CALL_IDX];
+pub const READ_ATTRIBUTES: [&str; 7] = [
+    EVENT_ATTRIBUTE,
+    ITERATION_ATTRIBUTE,
+    DURABLE_ATTRIBUTE,
+    ASYNC_ATTRIBUTE,
+    attr::ITERATION,
+    attr::NVRX_CALL_IDX,
+    semconv::NEMO_SPAN_TRUNCATED,
+];
 
 /// Whether the view reads `span` for a role (stamped with an event, or one
 /// of Megatron's lifecycle spans by name); any other span only bounds its
@@ -461,7 +468,15 @@ impl Boundaries {
         let save = subtract(&union(blocked), &load);
         let evaluation =
             subtract(&subtract(&intervals(&self.of(TrainingEvent::Evaluation, &[tx::EVALUATE])), &load), &save);
-        let last_checkpoint = save_spans.iter().copied().filter_map(iteration_of).max();
+        // A save the process died in (ended truncated: open at shutdown, or
+        // replayed after a kill) saved nothing: its time is save time, and
+        // it neither names the attempt's checkpoint nor keeps iterations.
+        let last_checkpoint = save_spans
+            .iter()
+            .copied()
+            .filter(|s| !flag(s, semconv::NEMO_SPAN_TRUNCATED))
+            .filter_map(iteration_of)
+            .max();
         let finish = self
             .of(TrainingEvent::Shutdown, &[tx::EXIT_FINALIZE])
             .into_iter()
@@ -496,7 +511,8 @@ impl Boundaries {
             } else {
                 save.attributes.contains_key(attr::NVRX_CALL_IDX)
             };
-            let failed = stamped(save).is_some() && !asynchronous && !flag(save, DURABLE_ATTRIBUTE);
+            let failed = flag(save, semconv::NEMO_SPAN_TRUNCATED)
+                || (stamped(save).is_some() && !asynchronous && !flag(save, DURABLE_ATTRIBUTE));
             let durable = if failed {
                 None
             } else if asynchronous {
@@ -1075,6 +1091,28 @@ mod tests {
         assert!(close(t.seconds(Bucket::CheckpointSave), 0.5), "{t:?}");
         assert!(close(t.seconds(Bucket::Startup), 1.0), "{t:?}");
         assert!(!view.attempts[0].ended_normally);
+    }
+
+    /// A Megatron save the process died in (replayed after a kill, ended
+    /// truncated) keeps nothing and names no checkpoint: the iterations
+    /// before it stay pending; its time is still save time.
+    #[test]
+    fn a_save_the_process_died_in_keeps_nothing() {
+        let mut killed = span("megatron.checkpoint.save", 3.0, 3.4, Some(2));
+        killed.attributes.insert(semconv::NEMO_SPAN_TRUNCATED.to_string(), AttributeValue::Bool(true));
+        let spans = vec![
+            span("megatron.startup", 0.0, 1.0, None),
+            span("megatron.train", 1.0, 3.4, None),
+            span("megatron.checkpoint.save.finalize", 1.0, 1.0, None),
+            span("megatron.train.iteration", 1.0, 2.0, Some(0)),
+            span("megatron.train.iteration", 2.0, 3.0, Some(1)),
+            killed,
+        ];
+        let view = breakdown(&[attempt("k", spans)]).unwrap();
+        let t = &view.totals;
+        assert_eq!((t.productive_iterations, t.pending_iterations), (0, 2), "{t:?}");
+        assert!(close(t.seconds(Bucket::CheckpointSave), 0.4), "{t:?}");
+        assert_eq!(view.attempts[0].last_checkpoint, None);
     }
 
     /// The reading the two passes replace: every iteration its own event
