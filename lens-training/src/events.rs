@@ -1059,7 +1059,7 @@ impl GoodputState {
             Ok(None) => {}
             Ok(Some(record)) => {
                 if record.checkpoint_iteration != Some(iteration) {
-                    warn(&format!(
+                    lens_fallbacks::diag::warn(format_args!(
                         "goodput: the progress record in {} knows the checkpoint of iteration {}, the run resumes \
                          from iteration {iteration}; lost progress is counted from the record's",
                         dir.display(),
@@ -1077,16 +1077,9 @@ impl GoodputState {
                 });
                 self.accountant.continue_from(record.resume_totals(iteration, dead));
             }
-            Err(error) => warn(&format!("goodput: {error}; the goodput totals start fresh")),
+            Err(error) => lens_fallbacks::diag::warn(format_args!("goodput: {error}; the goodput totals start fresh")),
         }
     }
-}
-
-/// `lens: warning: {message}` on standard error, as lens's other warnings,
-/// in one write (ranks sharing a stderr never interleave mid-line).
-/// Telemetry never stops a job: warnings only.
-fn warn(message: &str) {
-    lens_fallbacks::diag::warn(message);
 }
 
 /// One iteration ([`Training::iteration`]); dropping it completes the
