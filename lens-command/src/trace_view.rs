@@ -680,7 +680,7 @@ fn write_footer(out: &mut dyn Write, view: &View, path: &Path) -> io::Result<()>
         )?;
     }
     if let Some(groups) = view.advice.recorded_groups() {
-        writeln!(out, "span groups recorded: {groups} (set with {})", view.advice.variable("SPAN_GROUPS"))?;
+        writeln!(out, "span groups recorded: {groups} (change them with {})", view.advice.variable("SPAN_GROUPS"))?;
     }
     writeln!(out, "wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", path.display())
 }

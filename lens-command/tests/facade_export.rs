@@ -75,7 +75,7 @@ fn a_plain_programs_export_is_analyzed_and_viewed_with_advice_naming_its_own_var
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("\nread 3 span(s) of 1 rank(s) from 1 file(s); 0 link(s) drawn as flows\n"), "{stdout}");
     assert!(
-        stdout.contains("span groups recorded: job,checkpoint,evaluate (set with MYJOB_OTEL_SPAN_GROUPS)\n"),
+        stdout.contains("span groups recorded: job,checkpoint,evaluate (change them with MYJOB_OTEL_SPAN_GROUPS)\n"),
         "{stdout}"
     );
     let evaluate = stdout.lines().find(|l| l.starts_with("myjob.evaluate ")).unwrap_or_else(|| panic!("{stdout}"));

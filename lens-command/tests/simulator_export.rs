@@ -176,7 +176,7 @@ fn lens_trace_view_reads_the_simulators_export() {
     assert_eq!(count("megatron.train.iteration.forward_backward"), ITERATIONS);
     assert_eq!(count("megatron.checkpoint.save"), ITERATIONS / 4);
     assert_eq!(count("megatron.checkpoint.exit_finalize"), 1);
-    assert!(stdout.contains("(set with MEGATRON_OTEL_SPAN_GROUPS)\n"), "{stdout}");
+    assert!(stdout.contains("(change them with MEGATRON_OTEL_SPAN_GROUPS)\n"), "{stdout}");
     let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let slices = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").count();
     assert_eq!(slices, spans);

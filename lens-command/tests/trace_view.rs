@@ -35,7 +35,7 @@ fn the_footer_names_the_programs_groups_and_several_runs() {
         stdout.contains(concat!(
             "read 2 span(s) of 1 rank(s) from 1 file(s); 0 link(s) drawn as flows\n",
             "note: the files hold 2 runs (a, b); give one run's directory to view one run\n",
-            "span groups recorded: job,step (set with MYJOB_OTEL_SPAN_GROUPS)\n",
+            "span groups recorded: job,step (change them with MYJOB_OTEL_SPAN_GROUPS)\n",
         )),
         "{stdout}"
     );
