@@ -124,9 +124,10 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
             if report.spans > 0 {
                 let _ = writeln!(
                     stdout,
-                    "recovered {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) \
-                     in {}",
+                    "recovered {} span(s) of run {} ({} open when their process died, ended truncated) from {} \
+                     spool file(s) in {}",
                     report.spans,
+                    report.runs.join(", "),
                     report.truncated,
                     report.consumed.len(),
                     args.dir.display()

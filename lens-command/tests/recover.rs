@@ -212,7 +212,16 @@ fn recover_after_sigkill_delivers_every_span_once() {
     let recovered = lens(&["recover", spool.to_str().unwrap(), "--to-files", out.to_str().unwrap()]);
     let said = String::from_utf8_lossy(&recovered.stdout);
     assert_eq!(recovered.status.code(), Some(0), "{said}\n{}", String::from_utf8_lossy(&recovered.stderr));
-    assert!(said.contains("from 1 spool file(s)"), "{said}");
+    // The ended spans waited in the export queue: all five come from the
+    // spool, under the dead run's id (not this process's new one).
+    assert!(
+        said.contains(&format!(
+            "recovered 5 span(s) of run victim-run (3 open when their process died, ended truncated) from 1 spool \
+             file(s) in {}\n",
+            spool.display()
+        )),
+        "{said}"
+    );
     assert!(said.contains(&format!("spans written to {}", out.join("traces-rank0.jsonl").display())), "{said}");
 
     let mut all = read_spans(&export.join("traces-rank0.jsonl"));

@@ -219,6 +219,10 @@ pub struct ReplayReport {
     pub consumed: Vec<std::path::PathBuf>,
     /// Spans exported.
     pub spans: usize,
+    /// The run ids of the spools whose spans were exported, each once, in
+    /// the order they were replayed: the recovered spans keep their run's
+    /// id, not the replaying process's.
+    pub runs: Vec<String>,
     /// Of those, spans open when their process died (ended truncated).
     pub truncated: usize,
     /// Ended spans the dead processes had dropped from their full spools.

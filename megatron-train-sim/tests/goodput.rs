@@ -508,6 +508,8 @@ fn a_kill_after_17_at_the_default_log_interval_charges_exactly_seven() {
     assert!(ok, "{stderr}");
     assert!(stderr.contains("30 iterations kept, 7 lost |"), "{stderr}");
     assert!(!stderr.contains("known only to a log interval"), "{stderr}");
+    // Setup's replay names the dead attempt's run, which its spans keep.
+    assert!(stderr.contains("span(s) of run kill-1 ("), "{stderr}");
     let g = &summary(&dir)["goodput"];
     assert_eq!((g["productive_iterations"].as_u64(), g["lost_iterations"].as_u64()), (Some(30), Some(7)), "{g}");
     assert_eq!(g["lost_precision"], "iteration");

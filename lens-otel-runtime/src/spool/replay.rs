@@ -405,9 +405,10 @@ impl ReplayDone {
 pub(crate) fn note_replayed(report: &ReplayReport, dir: &Path) {
     if report.spans > 0 {
         crate::diag::note(format_args!(
-            "replayed {} span(s) ({} open when their process died, ended truncated) from {} spool file(s) of a \
-             previous attempt in {}",
+            "replayed {} span(s) of run {} ({} open when their process died, ended truncated) from {} spool \
+             file(s) of a previous attempt in {}",
             report.spans,
+            report.runs.join(", "),
             report.truncated,
             report.consumed.len(),
             dir.display()
@@ -584,6 +585,9 @@ fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayRepor
         );
     }
     drop(file);
+    if count > 0 && !summary.runs.contains(&header.run_id) {
+        summary.runs.push(header.run_id.clone());
+    }
     summary.spans += count;
     summary.truncated += truncated;
     summary.overflow += header.overflow;
