@@ -69,9 +69,10 @@ pub struct ControlArgs {
     /// The hang watchdog's timeout during the window: seconds, 0 (off) or auto.
     #[arg(long = "hang-timeout", value_name = "SECONDS", allow_negative_numbers = true)]
     pub hang_timeout: Option<String>,
-    /// The catalog to check --span-groups against when the job wrote no status file.
-    #[arg(long, value_enum, default_value_t = CatalogChoice::Lens)]
-    pub catalog: CatalogChoice,
+    /// The catalog to check --span-groups against when the job wrote no status file [default: lens;
+    /// megatron for `megatron-train-sim control`].
+    #[arg(long, value_enum)]
+    pub catalog: Option<CatalogChoice>,
     /// Go back to the launch configuration (a new generation with no change), from --from-iteration or two polls ahead.
     #[arg(long, conflicts_with_all = ["span_groups", "iterations", "until_iteration",
         "sampling_ratio", "rank_metrics", "hang_timeout", "show"])]
@@ -138,7 +139,7 @@ fn file_generation(file: &Path) -> u64 {
 fn catalog_of(args: &ControlArgs, status: Option<&ControlStatus>) -> CatalogData {
     match status {
         Some(status) => status.catalog.clone(),
-        None => match args.catalog {
+        None => match args.catalog.unwrap_or(CatalogChoice::Lens) {
             CatalogChoice::Lens => CatalogData::of(&LENS_CATALOG),
             CatalogChoice::Megatron => CatalogData::of(&megatron_telemetry::groups::MEGATRON_CATALOG),
         },
@@ -200,6 +201,21 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
     }
     if let Some(replaced) = replaced {
         crate::warn(&format_args!("{replaced}: it will never apply (the file holds one version at a time)"));
+    }
+    match &status {
+        None => crate::warn(&format_args!(
+            "no status from a job at {}: no job that reads this control file has started (the job writes it at \
+             startup), or {} is not the path its <PREFIX>_CONTROL_FILE names",
+            status_path(&args.file).display(),
+            args.file.display()
+        )),
+        Some(status) if status.ended => crate::warn(&format_args!(
+            "the job that wrote {} ended (at iteration {}): this version applies to the next job started with this \
+             control file",
+            status_path(&args.file).display(),
+            status.last_iteration.map_or_else(|| "none".to_string(), |i| i.to_string())
+        )),
+        Some(_) => {}
     }
     if let (None, Some((spec, set))) = (&status, &request.span_groups)
         && !set.contains(SpanGroup::JOB)
@@ -276,17 +292,24 @@ fn build(args: &ControlArgs, status: Option<&ControlStatus>, catalog: &CatalogDa
 fn pending_version(file: &Path, status: Option<&ControlStatus>, catalog: &CatalogData) -> Option<String> {
     let status = status?;
     let last = status.last_iteration?;
+    // The status lags the job (up to a log interval and a poll): where the
+    // job is now is its last iteration extrapolated, as for the start
+    // `lens control` picks. A version whose start the job has reached by
+    // then may have applied: replacing it is no loss to warn about.
+    let now = now_unix_s();
+    let reached = status.iteration_now(now).unwrap_or(last);
     let text = read_capped(file).ok()?;
     let (launch, prefix) = launch_of(Some(status), catalog, &text);
     let pending = parse_request(&text, catalog, &launch, &prefix).ok()?;
-    (pending.generation > status.generation && pending.from_iteration > last).then(|| {
+    (pending.generation > status.generation && pending.from_iteration > reached && !status.ended).then(|| {
         let what = settings(&pending);
         format!(
             "this replaces generation {} ({}from iteration {}), which the job has not started (its last iteration \
-             {last})",
+             {last}, {:.1} s ago, extrapolated to {reached} now)",
             pending.generation,
             if what.is_empty() { String::new() } else { format!("{} ", what.join(" ")) },
-            pending.from_iteration
+            pending.from_iteration,
+            (now - status.written_unix_s).max(0.0)
         )
     })
 }
@@ -314,9 +337,20 @@ fn window(
     let bad = |message: String| left_as_it_was(&args.file, message);
     let mut picked = None;
     let from = match args.from_iteration {
-        Some(from) => from,
+        Some(from) => {
+            warn_if_behind(status, from);
+            from
+        }
         None => {
             let path = status_path(&args.file);
+            if let Some(status) = status.filter(|status| status.ended) {
+                return Err(bad(format!(
+                    "the job that wrote {} ended (at iteration {}): no running job reads this file, so there is no \
+                     start to pick; give --from-iteration for the next job started with it",
+                    path.display(),
+                    status.last_iteration.map_or_else(|| "none".to_string(), |i| i.to_string())
+                )));
+            }
             let Some(status) = status else {
                 return Err(bad(format!(
                     "cannot read the job's last iteration: no status from the job at {} (the job writes it at startup \
@@ -365,6 +399,29 @@ fn window(
     Ok(picked)
 }
 
+/// Warns when `--from-iteration` is behind where the job is now (its last
+/// iteration, extrapolated), while the job runs: the status lags the job,
+/// and a rank that reads the file after the window began applies it late,
+/// at the iteration it reads it, or none of it once the window is over.
+fn warn_if_behind(status: Option<&ControlStatus>, from: u64) {
+    let Some(status) = status.filter(|status| !status.ended) else { return };
+    let now = now_unix_s();
+    let (Ok(safe), Some(reached), Some(last)) =
+        (status.safe_start(now), status.iteration_now(now), status.last_iteration)
+    else {
+        return;
+    };
+    if from < safe {
+        crate::warn(&format_args!(
+            "--from-iteration {from}: the job is at about iteration {reached} now (its last iteration {last}, {:.1} s \
+             ago, extrapolated); ranks read the file once a poll, so a rank that reads it after iteration {from} \
+             applies it late, at the iteration it reads it (none of it once the window is over); without \
+             --from-iteration lens control picks {safe}",
+            (now - status.written_unix_s).max(0.0)
+        ));
+    }
+}
+
 fn show(args: &ControlArgs) -> ExitCode {
     let status = read_status(&args.file);
     // The job's own order: the file's owner, mode and kind first (a link is
@@ -392,16 +449,19 @@ fn show(args: &ControlArgs) -> ExitCode {
     match &status {
         Some(status) => {
             let last = status.last_iteration.map_or_else(|| "none yet".to_string(), |i| i.to_string());
+            let state = if status.ended { "ended, at" } else { "last" };
             say(format_args!(
-                "job (rank 0): last iteration {last}, generation {} in force (highest accepted {}), catalog {}, launch \
-                 span groups {}, poll {} s",
+                "job (rank 0): {state} iteration {last}, generation {} in force (highest accepted {}), catalog {}, \
+                 launch span groups {}, poll {} s",
                 status.generation,
                 status.highest(),
                 status.catalog.name,
                 status.launch_groups.join(","),
                 status.poll_s
             ));
-            if let Err(why @ lens_fallbacks::control::UnknownStart::Stale { .. }) = status.safe_start(now_unix_s()) {
+            if !status.ended
+                && let Err(why @ lens_fallbacks::control::UnknownStart::Stale { .. }) = status.safe_start(now_unix_s())
+            {
                 say(format_args!("  the job's status is stale: {why}"));
             }
         }
@@ -430,9 +490,17 @@ fn verdict(args: &ControlArgs, status: Option<&ControlStatus>, text: &str) -> St
         Err(error) => return format!("the job refuses this version ({error}): nothing in it applies{unchecked}"),
     };
     if let Some(status) = status {
-        // The job's own generation rule (`None`: the accepted version's
-        // content is not in the status, so the same generation passes).
-        if let Err(error) = check_generation(&request, status.highest(), None) {
+        if status.ended {
+            let last = status.last_iteration.map_or_else(|| "none".to_string(), |i| i.to_string());
+            return format!(
+                "the job ended (at iteration {last}): nothing in it applies unless a job starts with this control \
+                 file (a job applies a window still ahead of it)"
+            );
+        }
+        // The job's own generation rule, against the version it accepted
+        // (`None`: a status from an older job, which does not say it).
+        let accepted = status.accepted.as_deref().and_then(|text| parse_request(text, &catalog, &launch, &prefix).ok());
+        if let Err(error) = check_generation(&request, status.highest(), accepted.as_ref()) {
             return format!("the job refuses this version ({error}): nothing in it applies");
         }
         if let Some(last) = status.last_iteration
@@ -476,6 +544,17 @@ fn verdict(args: &ControlArgs, status: Option<&ControlStatus>, text: &str) -> St
 fn check_where_written(file: &Path) -> Result<(), Failure> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        let what = if dir.exists() { "is not a directory" } else { "does not exist" };
+        return Err(left_as_it_was(
+            file,
+            format!(
+                "control file {}: its directory {} {what}; give the path the job's <PREFIX>_CONTROL_FILE names",
+                file.display(),
+                dir.display()
+            ),
+        ));
+    }
     // Absolute, so that a refusal names the directory (`/tmp`, not `.`).
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let name = file.file_name().map_or_else(|| "control".into(), |n| n.to_string_lossy().into_owned());

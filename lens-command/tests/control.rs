@@ -53,6 +53,8 @@ fn status(last_iteration: Option<u64>) -> ControlStatus {
         launch_rank_metrics: Some(false),
         update_period_s: Some(5.0),
         written_unix_s: now,
+        accepted: None,
+        ended: false,
     }
 }
 
@@ -383,10 +385,20 @@ fn replacing_a_version_the_job_has_not_started_warns_that_it_will_never_apply() 
     assert!(
         stderr.contains(
             "warning: this replaces generation 1 (sampling_ratio=0.1 from iteration 179), which the job has not \
-             started (its last iteration 100): it will never apply"
-        ),
+             started (its last iteration 100, "
+        ) && stderr.contains("s ago, extrapolated to 10")
+            && stderr.contains("now): it will never apply"),
         "{stderr}"
     );
+    // A version whose start the job has reached by now (its status lags
+    // it: 0.5 s per iteration, written 30 s ago, so about iteration 160)
+    // may have applied: replacing it warns of nothing.
+    put_status(&dir, &ControlStatus { written_unix_s: status(None).written_unix_s - 30.0, ..status(Some(100)) });
+    std::fs::write(dir.join("control.json"), r#"{"generation": 3, "sampling_ratio": 0.1, "from_iteration": 150}"#)
+        .unwrap();
+    let (code, _, stderr) = control(&dir, &["control.json", "--hang-timeout", "900", "--from-iteration", "2500"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("never apply"), "{stderr}");
     // Once the job has it in force, the next version replaces nothing pending.
     put_status(&dir, &ControlStatus { generation: 2, highest_generation: 2, ..status(Some(2600)) });
     let (code, _, stderr) = control(&dir, &["control.json", "--reset"]);
@@ -524,4 +536,102 @@ fn show_never_waits_on_a_fifo() {
         ),
         "{stdout}"
     );
+}
+
+#[test]
+fn a_job_that_ended_reads_no_change_and_the_command_says_so() {
+    let dir = private_dir("control-ended");
+    put_status(&dir, &ControlStatus { ended: true, ..status(Some(1499)) });
+    // No start to pick: the job is not running.
+    let (code, _, stderr) = control(&dir, &["control.json", "--span-groups", "job,step", "--iterations", "10"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("the job that wrote ")
+            && stderr.contains("control.json.status ended (at iteration 1499): no running job reads this file")
+            && stderr.contains("give --from-iteration for the next job started with it"),
+        "{stderr}"
+    );
+    assert!(!dir.join("control.json").exists(), "nothing written");
+    // With a start: written for the next job, with a warning.
+    let (code, stdout, stderr) =
+        control(&dir, &["control.json", "--span-groups", "job,step", "--from-iteration", "20"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("wrote generation 1"), "{stdout}");
+    assert!(stderr.contains("this version applies to the next job started with this control file"), "{stderr}");
+    let (_, stdout, _) = control(&dir, &["control.json", "--show"]);
+    assert!(
+        stdout.contains(
+            "the job ended (at iteration 1499): nothing in it applies unless a job starts with this control file"
+        ) && stdout.contains("job (rank 0): ended, at iteration 1499,"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("stale"), "{stdout}");
+}
+
+#[test]
+fn show_refuses_a_version_that_reuses_the_accepted_generation_with_another_content() {
+    let dir = private_dir("control-accepted");
+    let file = dir.join("control.json");
+    let accepted = r#"{"generation":8,"span_groups":"job,step","from_iteration":120}"#;
+    put_status(
+        &dir,
+        &ControlStatus {
+            generation: 8,
+            highest_generation: 8,
+            accepted: Some(accepted.to_string()),
+            ..status(Some(100))
+        },
+    );
+    std::fs::write(&file, r#"{"generation": 8, "span_groups": "per_step", "from_iteration": 99999}"#).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (_, stdout, _) = control(&dir, &["control.json", "--show"]);
+    assert!(
+        stdout.contains(
+            "the job refuses this version (key 'generation' = 8: the generation this job already accepted, with a \
+             different content"
+        ),
+        "{stdout}"
+    );
+    // The accepted version itself, as written by hand: the job has it.
+    std::fs::write(&file, r#"{"generation": 8, "from_iteration": 120, "span_groups": "job,step"}"#).unwrap();
+    let (_, stdout, _) = control(&dir, &["control.json", "--show"]);
+    assert!(stdout.contains("the job accepts it: generation 8 applies from iteration 120"), "{stdout}");
+}
+
+#[test]
+fn a_path_no_job_reads_is_named() {
+    let dir = private_dir("control-path");
+    // A directory that does not exist: bad input, the directory named.
+    let (code, _, stderr) =
+        control(&dir, &["nope/control.json", "--span-groups", "job,step", "--from-iteration", "100"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(
+            "control file nope/control.json: its directory nope does not exist; give the path the job's \
+             <PREFIX>_CONTROL_FILE names; nope/control.json left as it was"
+        ),
+        "{stderr}"
+    );
+    // A directory with no job's status beside the file: written, with a
+    // warning that no job reads it yet.
+    let (code, _, stderr) = control(&dir, &["contrl.json", "--span-groups", "job,step", "--from-iteration", "100"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("no status from a job at contrl.json.status: no job that reads this control file has started"),
+        "{stderr}"
+    );
+    // A start behind where the job is now: written, with a warning.
+    write_status(&dir, Some(100));
+    let (code, _, stderr) = control(&dir, &["control.json", "--span-groups", "job,step", "--from-iteration", "101"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("--from-iteration 101: the job is at about iteration 10")
+            && stderr.contains("applies it late")
+            && stderr.contains("without --from-iteration lens control picks 10"),
+        "{stderr}"
+    );
+    std::fs::remove_file(dir.join("control.json")).unwrap();
+    let (code, _, stderr) = control(&dir, &["control.json", "--span-groups", "job,step", "--from-iteration", "300"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stderr, "", "a start ahead of the job");
 }

@@ -447,8 +447,9 @@ pub fn parse_request(
             Value::Number(number) => HangTimeout::parse(&number.to_string()),
             _ => None,
         };
-        request.hang_timeout =
-            Some(parsed.ok_or_else(|| ControlInputError::new(keys::HANG_TIMEOUT_S, value, HangTimeout::EXPECTED))?);
+        request.hang_timeout = Some(parsed.ok_or_else(|| {
+            ControlInputError::new(keys::HANG_TIMEOUT_S, value, format!("expected {}", HangTimeout::EXPECTED))
+        })?);
     }
     if !object.contains_key(keys::FROM_ITERATION) {
         return Err(ControlInputError::new(
@@ -911,6 +912,14 @@ pub struct ControlStatus {
     pub update_period_s: Option<f64>,
     /// When this was written, seconds since the epoch.
     pub written_unix_s: f64,
+    /// The version of the highest generation rank 0 accepted, as
+    /// [`ControlRequest::to_json`] writes it (`None`: none accepted, or a
+    /// status from an older job): a file that reuses that generation with
+    /// another content is refused, and `lens control --show` says so.
+    pub accepted: Option<String>,
+    /// Whether the job ended (its last status, written as it stopped):
+    /// no running job reads the control file then.
+    pub ended: bool,
 }
 
 /// How many polls, beyond twice its usual update period, a status may be
@@ -965,6 +974,8 @@ impl ControlStatus {
             "launch_rank_metrics": self.launch_rank_metrics,
             "update_period_s": self.update_period_s,
             "written_unix_s": self.written_unix_s,
+            "accepted": self.accepted,
+            "ended": self.ended,
         })
         .to_string();
         text.push('\n');
@@ -991,6 +1002,8 @@ impl ControlStatus {
             launch_rank_metrics: value.get("launch_rank_metrics").and_then(Value::as_bool),
             update_period_s: value.get("update_period_s").and_then(Value::as_f64),
             written_unix_s: value.get("written_unix_s").and_then(Value::as_f64).unwrap_or(0.0),
+            accepted: value.get("accepted").and_then(Value::as_str).map(str::to_string),
+            ended: value.get("ended").and_then(Value::as_bool).unwrap_or(false),
         })
     }
 
@@ -1013,6 +1026,16 @@ impl ControlStatus {
             None => (0, 0),
         };
         Ok(last.saturating_add(since).saturating_add(margin.max(1)))
+    }
+
+    /// The job's iteration now, as far as the status tells: its last
+    /// iteration, extrapolated to `now_unix_s` at the iteration time (not
+    /// extrapolated when that is unknown).
+    pub fn iteration_now(&self, now_unix_s: f64) -> Option<u64> {
+        let last = self.last_iteration?;
+        let elapsed = (now_unix_s - self.written_unix_s).max(0.0);
+        let since = self.iteration_time_s.filter(|t| *t > 0.0).map_or(0, |t| (elapsed / t).floor() as u64);
+        Some(last.saturating_add(since))
     }
 
     /// The highest generation the job has seen: the one after it is the
@@ -1250,8 +1273,15 @@ mod tests {
             launch_rank_metrics: Some(false),
             update_period_s: Some(2.5),
             written_unix_s: 1000.0,
+            accepted: Some(ControlRequest::reset(3, 150).to_json()),
+            ended: false,
         };
         assert_eq!(ControlStatus::from_json(&status.to_json()), Some(status.clone()));
+        let ended = ControlStatus { ended: true, accepted: None, ..status.clone() };
+        assert_eq!(ControlStatus::from_json(&ended.to_json()), Some(ended));
+        // Where the job is now: 4 iterations of 0.25 s since the write.
+        assert_eq!(status.iteration_now(1001.0), Some(104));
+        assert_eq!(ControlStatus { iteration_time_s: None, ..status.clone() }.iteration_now(1001.0), Some(100));
         assert_eq!(status.highest(), 3);
         // 2 polls of 1 s at 0.25 s per iteration: 8 iterations, plus 4 since the write.
         assert_eq!(status.safe_start(1001.0), Ok(112));

@@ -85,6 +85,8 @@ struct Logged {
     /// The generation in force.
     generation: u64,
     at: Instant,
+    /// Whether the job is stopping (its last status).
+    ended: bool,
 }
 
 /// The control of one rank: nothing without a control file.
@@ -142,7 +144,7 @@ impl RankControl {
         let mut status = (coordinates.rank == 0).then(|| StatusWriter::new(&setup));
         // The catalog at startup, before the first iteration.
         if let Some(status) = &mut status {
-            status.write(None, 0, 0, Instant::now());
+            status.write(&Logged { iteration: None, generation: 0, at: Instant::now(), ended: false }, 0, None);
         }
         let writes_status = status.is_some();
         let mut watcher = Watcher::new(&setup, coordinates.rank, Arc::clone(&shared), status);
@@ -195,21 +197,19 @@ impl RankControl {
     /// A log interval: global rank 0's control thread writes the status
     /// file at its next wake (at most one poll later, and at stop).
     pub(crate) fn log_interval(&self) {
-        let Some(state) = self.state.as_deref() else { return };
-        if state.writes_status {
-            let shared = &state.shared;
-            let generation = state.schedule.lock().unwrap_or_else(PoisonError::into_inner).generation();
-            let last = shared.last_iteration.load(Ordering::Relaxed);
-            let logged = Logged { iteration: (last != NO_ITERATION).then_some(last), generation, at: Instant::now() };
-            *shared.logged.lock().unwrap_or_else(PoisonError::into_inner) = Some(logged);
+        if let Some(state) = self.state.as_deref() {
+            state.log(false);
         }
     }
 
     /// Stops the thread (idempotent), waiting for it at most
     /// [`STOP_WAIT`]: a thread that does not end by then is left behind
-    /// with a warning.
+    /// with a warning. Global rank 0's thread writes the status a last
+    /// time first, saying that the job ended: `lens control` then knows no
+    /// running job reads the file.
     pub(crate) fn stop(&self) {
         let Some(state) = self.state.as_deref() else { return };
+        state.log(true);
         *state.shared.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
         state.shared.wake.notify_all();
         if let Some((thread, ended)) = state.watcher.lock().unwrap_or_else(PoisonError::into_inner).take()
@@ -246,6 +246,19 @@ impl Drop for RankControl {
 
 impl State {
     #[cold]
+    /// Hands the status of now to the control thread (global rank 0),
+    /// `ended` when the job stops.
+    fn log(&self, ended: bool) {
+        if !self.writes_status {
+            return;
+        }
+        let generation = self.schedule.lock().unwrap_or_else(PoisonError::into_inner).generation();
+        let last = self.shared.last_iteration.load(Ordering::Relaxed);
+        let iteration = (last != NO_ITERATION).then_some(last);
+        *self.shared.logged.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(Logged { iteration, generation, at: Instant::now(), ended });
+    }
+
     fn due(&self, iteration: u64) -> Option<Change> {
         let mut schedule = self.schedule.lock().unwrap_or_else(PoisonError::into_inner);
         if iteration >= self.hold_until && self.shared.has_pending.swap(false, Ordering::AcqRel) {
@@ -339,7 +352,7 @@ impl Watcher {
         let Some(status) = &mut self.status else { return };
         let logged = self.shared.logged.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(logged) = logged {
-            status.write(logged.iteration, logged.generation, self.highest, logged.at);
+            status.write(&logged, self.highest, self.accepted.as_ref());
         }
     }
 
@@ -500,10 +513,11 @@ impl StatusWriter {
         }
     }
 
-    /// Writes the file for a log interval at `logged` (the catalog alone
-    /// at startup: no iteration yet).
-    /// (`generation`: in force; `highest`: the highest accepted).
-    fn write(&mut self, last_iteration: Option<u64>, generation: u64, highest: u64, logged: Instant) {
+    /// Writes the file for a log interval, or the job's end, `logged` (the
+    /// catalog alone at startup: no iteration yet); `highest`: the highest
+    /// generation accepted, whose version is `accepted`.
+    fn write(&mut self, logged: &Logged, highest: u64, accepted: Option<&ControlRequest>) {
+        let Logged { iteration: last_iteration, generation, at: logged, ended } = *logged;
         if let Some(last) = last_iteration {
             if let Some((at, iteration)) = self.last_log
                 && last > iteration
@@ -526,6 +540,8 @@ impl StatusWriter {
             launch_rank_metrics: Some(self.launch_rank_metrics),
             update_period_s,
             written_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+            accepted: accepted.map(ControlRequest::to_json),
+            ended,
         };
         if let Err(error) = write_atomic(&self.path, &status.to_json())
             && !std::mem::replace(&mut self.warned, true)

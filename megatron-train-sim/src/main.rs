@@ -77,7 +77,13 @@ fn main() -> ExitCode {
         // Aliases of `lens trace-view` and `lens analyze` (the same code).
         Some(cli::Tool::TraceView(view)) => return lens_command::trace_view::run(view),
         Some(cli::Tool::Analyze(analyze)) => return lens_command::analyze::run(analyze),
-        Some(cli::Tool::Control(control)) => return lens_command::control::run(control),
+        // Without the job's status, a spec is checked against the
+        // simulator's own catalog (Megatron's), unless --catalog says.
+        Some(cli::Tool::Control(control)) => {
+            let mut control = control.clone();
+            control.catalog.get_or_insert(lens_command::control::CatalogChoice::Megatron);
+            return lens_command::control::run(&control);
+        }
         Some(cli::Tool::Serve(serve)) => return serve::run(serve, program_start),
         None => {}
     }

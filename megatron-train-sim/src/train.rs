@@ -266,6 +266,21 @@ impl Trainer {
                     };
                     checkpoint::read_rank(&root, expected)?
                 };
+                // The mixers have no parameters, so the weights would load
+                // into layers of other kinds: another model, refused as one.
+                // (The sequence length may change: no parameter depends on it.)
+                let pattern =
+                    |p: Option<&str>| p.map_or_else(|| "none (every layer a transformer)".into(), |p| format!("{p:?}"));
+                if state.hybrid_override_pattern != self.args.hybrid_override_pattern {
+                    return Err(RankError::from(checkpoint::LoadError {
+                        path: root.clone(),
+                        problem: format!(
+                            "saved with --hybrid-override-pattern {}, this run has {} (the layers' kinds must match)",
+                            pattern(state.hybrid_override_pattern.as_deref()),
+                            pattern(self.args.hybrid_override_pattern.as_deref())
+                        ),
+                    }));
+                }
                 if state.params.len() != self.stage.params.len() || state.m.len() != self.optimizer.m.len() {
                     return Err(RankError::from(checkpoint::LoadError {
                         path: root.clone(),

@@ -27,6 +27,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lens_fallbacks::control::ControlStatus;
 use megatron_telemetry::taxonomy::{self, attr};
 use support::{
     BIN, ChildGuard, SMALL, Span, command, read_metrics, read_traces, run_command, temp_dir, wait_bounded, with,
@@ -143,6 +144,7 @@ fn a_window_changes_every_rank_at_the_same_iteration_and_a_late_rank_ends_with_t
     // The job wrote its catalog and last iteration beside the file.
     let status = std::fs::read_to_string(dir.join("control.json.status")).unwrap();
     assert!(status.contains("\"name\":\"megatron\"") && status.contains("\"last_iteration\":23"), "{status}");
+    assert!(status.contains("\"ended\":true"), "its last status says that it ended: {status}");
 }
 
 /// Waits until the status file reports a last iteration, bounded.
@@ -271,6 +273,17 @@ fn lens_control_changes_a_live_run_and_bad_files_leave_it_as_it_was() {
     reader.join().unwrap();
     let stderr = live.lock().unwrap().clone();
     assert!(status.success(), "the job never stops: {stderr}");
+    // Its last status: it ended, with the version it accepted last; no
+    // start is picked for a job that is not running.
+    let last = std::fs::read_to_string(dir.join("control.json.status")).unwrap();
+    let last = ControlStatus::from_json(&last).unwrap_or_else(|| panic!("a status: {last}"));
+    assert!(last.ended, "{last:?}");
+    assert_eq!(
+        last.accepted.as_deref().map(str::trim),
+        Some(r#"{"from_iteration":0,"generation":9,"sampling_ratio":0.5,"until_iteration":1}"#)
+    );
+    let (ok, _, ended) = control_command(&dir, &["control.json", "--sampling-ratio", "0.5", "--iterations", "5"]);
+    assert!(!ok && ended.contains("ended (at iteration") && ended.contains("give --from-iteration"), "{ended}");
     for rank in 0..2 {
         let warned = |needle: &str| {
             stderr.lines().filter(|l| l.contains(&format!("rank {rank}:")) && l.contains(needle)).count()
@@ -359,4 +372,17 @@ fn a_sampling_ratio_window_moves_the_kept_fraction_and_a_resume_reapplies_it() {
         n * RATIO,
         5.0 * sigma
     );
+}
+
+#[test]
+fn the_simulator_s_control_checks_a_spec_against_megatron_s_catalog_without_a_status() {
+    let dir = private_dir("control-alias");
+    let (ok, stdout, stderr) =
+        control_command(&dir, &["control.json", "--span-groups", "job,layer", "--from-iteration", "10"]);
+    assert!(ok && stdout.contains("wrote generation 1"), "{stdout}{stderr}");
+    let (ok, _, stderr) = control_command(
+        &dir,
+        &["other.json", "--span-groups", "job,layer", "--from-iteration", "10", "--catalog", "lens"],
+    );
+    assert!(!ok && stderr.contains("Unknown span group or preset: 'layer'"), "{stderr}");
 }

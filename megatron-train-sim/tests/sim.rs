@@ -206,6 +206,22 @@ fn a_damaged_truncated_or_foreign_checkpoint_exits_2_naming_the_file_and_what_is
             assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         }
     }
+    // Layers of other kinds (the mixers have no parameters, so the weights
+    // would load): another model, refused; another sequence length is not.
+    std::fs::write(&file, &good).unwrap();
+    let (status, stderr) =
+        run(&dir, &with(&base, &["--train-iters", "4", "--load", "ckpt", "--hybrid-override-pattern", "M*M*"]));
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "saved with --hybrid-override-pattern none (every layer a transformer), this run has \"M*M*\" (the \
+             layers' kinds must match)"
+        ),
+        "{stderr}"
+    );
+    let (status, stderr) =
+        run(&dir, &["--hidden-size", "32", "--seq-length", "8", "--train-iters", "3", "--load", "ckpt"]);
+    assert!(status.success(), "another --seq-length resumes: {stderr}");
 }
 
 #[test]
