@@ -104,6 +104,8 @@ struct RuleUsage {
     matched: Vec<AtomicBool>,
     /// Distinct targets seen, at most [`MAX_SEEN_TARGETS`].
     seen: Mutex<BTreeSet<&'static str>>,
+    /// `lens::<word>` targets warned about (no such group, no rule).
+    warned: Mutex<BTreeSet<&'static str>>,
 }
 
 /// Parsed `<PREFIX>_TRACING_GROUPS` rules, with the catalog that resolves
@@ -230,6 +232,37 @@ impl TracingRules {
         if seen.len() < MAX_SEEN_TARGETS {
             seen.insert(target);
         }
+        drop(seen);
+        if let Some(warning) = self.unknown_lens_group(target)
+            && self.usage.warned.lock().unwrap_or_else(PoisonError::into_inner).insert(target)
+        {
+            crate::diag::warn(warning);
+        }
+    }
+
+    /// Why the spans of `target` are silently off, when it is a
+    /// `lens::<word>` target whose word names no group of the catalog and
+    /// no rule (nor a `*` rule) decides it: a target written for another
+    /// catalog (Megatron's `lens::inference`) in a program with its own.
+    pub fn unknown_lens_group(&self, target: &str) -> Option<String> {
+        let rest = target.strip_prefix(LENS_TARGET_PREFIX)?;
+        let word = rest.split("::").next().unwrap_or(rest);
+        if self.catalog.group(word).is_some()
+            || self.default.group.is_some()
+            || self.rules.iter().any(|rule| prefix_matches(&rule.prefix, target))
+        {
+            return None;
+        }
+        let groups = self.catalog.names(self.catalog.all_groups());
+        let suggestion = crate::suggest::closest(word, groups.iter().copied());
+        Some(format!(
+            "`tracing` target {target} names span group '{word}', which the {} catalog does not have: its spans are \
+             not recorded{}; name one of its groups ({}) as lens::<group>, or give the target a rule in \
+             <PREFIX>_TRACING_GROUPS",
+            self.catalog.name(),
+            did_you_mean(suggestion),
+            groups.join(", ")
+        ))
     }
 
     /// The rules whose prefix matched no target noted so far, each with the
@@ -386,6 +419,26 @@ mod tests {
 
     #[test]
     fn a_rule_beats_a_lens_target_and_a_lens_target_beats_the_default() {
+        // A `lens::` target of a group this catalog lacks, and no rule:
+        // named, with the groups there are; a rule or a group decides it.
+        let warning = TracingRules::none(&LENS_CATALOG).unknown_lens_group("lens::inference::http").unwrap();
+        assert!(
+            warning.starts_with(
+                "`tracing` target lens::inference::http names span group 'inference', which the lens catalog does \
+                 not have: its spans are not recorded; name one of its groups (job, "
+            ) && warning.ends_with("as lens::<group>, or give the target a rule in <PREFIX>_TRACING_GROUPS"),
+            "{warning}"
+        );
+        assert!(
+            TracingRules::none(&LENS_CATALOG)
+                .unknown_lens_group("lens::chekpoint")
+                .unwrap()
+                .contains("not recorded (did you mean 'checkpoint'?);")
+        );
+        assert_eq!(TracingRules::none(&LENS_CATALOG).unknown_lens_group("lens::job::http"), None);
+        assert_eq!(TracingRules::none(&LENS_CATALOG).unknown_lens_group("my_app"), None);
+        let ruled = TracingRules::parse("lens::inference=job", &LENS_CATALOG).unwrap();
+        assert_eq!(ruled.unknown_lens_group("lens::inference::http"), None);
         let rules = TracingRules::parse("lens::job=off, *=step", &LENS_CATALOG).unwrap();
         assert_eq!(rules.decide("lens::job").group, None);
         assert_eq!(rules.decide("lens::checkpoint::save").group, Some(SpanGroup::CHECKPOINT));

@@ -42,7 +42,8 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::names::{
-    GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD, decided_per_span,
+    GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD,
+    STATUS_MESSAGE_FIELD, decided_per_span,
 };
 
 /// The field `tracing`'s macros give an event's message.
@@ -308,12 +309,17 @@ impl Fields {
         Fields { attributes: Vec::with_capacity(count), ..Fields::default() }
     }
 
-    /// The status the fields state, if any.
+    /// The status the fields state, if any: a description alone is an
+    /// `error` status with it (as `tracing-opentelemetry` reads it), so that
+    /// a description recorded in a call of its own is kept.
     fn status(&mut self) -> Option<Status> {
-        Some(match self.status_code? {
-            StatusCode::Unset => Status::Unset,
-            StatusCode::Ok => Status::Ok,
-            StatusCode::Error => Status::error(self.status_description.take().unwrap_or_default()),
+        let description = self.status_description.take();
+        Some(match (self.status_code, description) {
+            (Some(StatusCode::Unset), _) => Status::Unset,
+            (Some(StatusCode::Ok), _) => Status::Ok,
+            (Some(StatusCode::Error), description) => Status::error(description.unwrap_or_default()),
+            (None, Some(description)) => Status::error(description),
+            (None, None) => return None,
         })
     }
 
@@ -325,7 +331,7 @@ impl Fields {
             NAME_FIELD => self.name = Some(value.into_owned()),
             KIND_FIELD => self.kind = span_kind(&value),
             STATUS_CODE_FIELD => self.status_code = status_code(&value),
-            STATUS_DESCRIPTION_FIELD => self.status_description = Some(value.into_owned()),
+            STATUS_DESCRIPTION_FIELD | STATUS_MESSAGE_FIELD => self.status_description = Some(value.into_owned()),
             name => self.attributes.push(KeyValue::new(name, value.into_owned())),
         }
     }
@@ -423,8 +429,12 @@ where
     } else if let Some(started) = &mut data.started {
         SpanMut::of(started).update(&fields, status);
     } else {
-        if status.is_some() {
-            data.status = status;
+        // The span's own order of statuses (`Ok` over `Error` over unset;
+        // an `Error` with a description over one without), as once started.
+        if let Some(status) = status
+            && data.status.as_ref().is_none_or(|old| status > *old)
+        {
+            data.status = Some(status);
         }
         data.template.update(fields);
     }

@@ -76,7 +76,10 @@ mod bridge;
 mod names;
 
 use names::decided_per_span;
-pub use names::{GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD};
+pub use names::{
+    GROUP_FIELD, KIND_FIELD, NAME_FIELD, PER_ENTRY_FIELD, STATUS_CODE_FIELD, STATUS_DESCRIPTION_FIELD,
+    STATUS_MESSAGE_FIELD,
+};
 
 /// The bridge wrapped in its per-layer filter: what [`layer`] returns.
 pub type LensTracingLayer<S> = Filtered<LensLayer<S>, GroupFilter, S>;

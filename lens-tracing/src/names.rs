@@ -24,8 +24,15 @@ pub const KIND_FIELD: &str = "otel.kind";
 /// `tracing-opentelemetry` reads it (record it when the outcome is known).
 pub const STATUS_CODE_FIELD: &str = "otel.status_code";
 
-/// The field with the description of an `error` status.
+/// The field with the description of an `error` status. Recorded alone
+/// (at the span's creation or later) it makes the status `error` with that
+/// description; `otel.status_code = "ok"` still wins, as OpenTelemetry's
+/// order of statuses says.
 pub const STATUS_DESCRIPTION_FIELD: &str = "otel.status_description";
+
+/// `tracing-opentelemetry`'s name for [`STATUS_DESCRIPTION_FIELD`], read
+/// the same way, so that spans written for it keep their descriptions.
+pub const STATUS_MESSAGE_FIELD: &str = "otel.status_message";
 
 /// Whether a callsite's group is decided per span, by its [`GROUP_FIELD`].
 pub(crate) fn decided_per_span(metadata: &Metadata<'_>) -> bool {

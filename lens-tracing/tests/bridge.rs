@@ -365,6 +365,29 @@ fn otel_fields_name_the_span_and_give_its_kind_and_status() {
             // Before the span starts: the status waits for it.
             let early = tracing::info_span!(target: "my_app", "early", otel.status_code = "ok", otel.kind = "client");
             drop(early);
+            // The description recorded in a call of its own, after the code
+            // or before it, or alone (tracing-opentelemetry's field name too).
+            for (name, calls) in [
+                ("code then description", &[("otel.status_code", "error"), ("otel.status_description", "late")][..]),
+                ("description then code", &[("otel.status_description", "late"), ("otel.status_code", "error")]),
+                ("description alone", &[("otel.status_description", "late")]),
+                ("message alone", &[("otel.status_message", "late")]),
+                ("description then ok", &[("otel.status_description", "late"), ("otel.status_code", "ok")]),
+            ] {
+                let span = tracing::info_span!(
+                    target: "my_app",
+                    "described",
+                    otel.name = name,
+                    otel.status_code = tracing::field::Empty,
+                    otel.status_description = tracing::field::Empty,
+                    otel.status_message = tracing::field::Empty,
+                );
+                let entered = span.enter();
+                for (field, value) in calls {
+                    span.record(*field, *value);
+                }
+                drop(entered);
+            }
         });
         let spans = setup.spans();
         let span = named(&spans, "POST /v1/completions");
@@ -377,6 +400,12 @@ fn otel_fields_name_the_span_and_give_its_kind_and_status() {
         for span in [span, early] {
             assert!(span.attributes.iter().all(|kv| !kv.key.as_str().starts_with("otel.")), "{:?}", span.attributes);
         }
+        for name in ["code then description", "description then code", "description alone", "message alone"] {
+            let span = named(&spans, name);
+            assert_eq!(span.status, opentelemetry::trace::Status::error("late"), "{name}");
+            assert!(span.attributes.iter().all(|kv| !kv.key.as_str().starts_with("otel.")), "{:?}", span.attributes);
+        }
+        assert_eq!(named(&spans, "description then ok").status, opentelemetry::trace::Status::Ok);
     }
 }
 

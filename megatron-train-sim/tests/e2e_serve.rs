@@ -562,6 +562,20 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     assert_eq!(reply.status, 413, "{}", reply.body);
     assert_eq!(reply.error(), "");
     assert!(reply.body.contains("4096"), "names the limit: {}", reply.body);
+    assert!(reply.body.contains("\"code\":\"request_too_large\""), "{}", reply.body);
+    // A chunked body announces no size: cut off past the limit, and said so.
+    let head = format!(
+        "POST {c} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: \
+         close\r\n\r\n"
+    );
+    let chunk = [format!("{:x}\r\n", 5000).into_bytes(), vec![b'x'; 5000], b"\r\n0\r\n\r\n".to_vec()].concat();
+    let reply = raw(port, &head, &chunk);
+    assert_eq!(reply.status, 413, "{}", reply.body);
+    assert!(
+        reply.body.contains("the request body is over 4096 bytes; this server accepts at most 4096 bytes"),
+        "{}",
+        reply.body
+    );
     // Unknown fields are ignored.
     let reply = post(port, c, r#"{"model":"megatron-sim","prompt":"a","max_tokens":2,"logit_bias":{},"user":"u"}"#);
     assert_eq!(reply.status, 200, "{}", reply.body);

@@ -494,7 +494,8 @@ fn engine_failed(shared: &Shared, spans: RequestSpans, message: String) -> Respo
 }
 
 fn too_large(limit: usize, size: Option<u64>) -> ApiError {
-    let size = size.map_or_else(|| "more than that".to_string(), |size| format!("{size} bytes"));
+    // A chunked body has no announced size: it was cut off past the limit.
+    let size = size.map_or_else(|| format!("over {limit} bytes"), |size| format!("{size} bytes"));
     ApiError {
         status: 413,
         kind: "invalid_request_error",
