@@ -181,19 +181,63 @@ pub struct PartialRun {
     pub dir: PathBuf,
 }
 
-/// The directory whose attempt the spans of run `run` found in directory
-/// `dir` belong to: `dir` itself, unless `dir` is named after another run
-/// and a directory named after `run` is there too. A resumed attempt
-/// replays its predecessor's spool into its own directory
-/// (`telemetry/<its run id>/`) with the predecessor's run id: those spans
-/// join the predecessor's directory. Only the directories' names are
-/// needed, so the spans go to their attempt as they are read. Attempts
-/// that share a run id (pinned) in directories of their own stay apart.
-fn attempt_dir(dirs: &[ExportDir], dir: usize, run: &str) -> usize {
-    if dirs[dir].name == run {
-        return dir;
+/// One process of a run: an attempt. Its `process.pid` tells apart the
+/// attempts that share a run id (pinned), in one directory or several;
+/// `None` for an export without it (each run is then one attempt per
+/// directory).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Process {
+    run: String,
+    pid: Option<i64>,
+}
+
+impl std::fmt::Display for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.pid {
+            Some(pid) => write!(f, "{} (process {pid})", self.run),
+            None => f.write_str(&self.run),
+        }
     }
-    dirs.iter().position(|d| d.name == run).unwrap_or(dir)
+}
+
+/// The resource's `process.pid`.
+fn pid_of(resource: Option<&BTreeMap<String, AttributeValue>>) -> Option<i64> {
+    resource?.get(semconv::PROCESS_PID)?.as_i64()
+}
+
+/// Where the spans of each process read in each directory belong: the
+/// directory of that process's own export. A resumed attempt replays its
+/// predecessor's spool into its own directory, with the predecessor's
+/// resource (run id and pid): those spans join the directory named after
+/// their run when it holds them (`telemetry/<run id>/`), else the one where
+/// that process is the only one read (its own export, with pinned run ids
+/// in a directory per attempt), else the one that holds the most of its
+/// spans. Without a pid, only a directory named after the run is joined.
+fn homes<'a>(
+    dirs: &'a [ExportDir],
+    found: &BTreeMap<(usize, Process), (goodput_view::Boundaries, usize)>,
+) -> impl Fn(usize, &Process) -> usize + 'a {
+    let mut per_process: BTreeMap<Process, Vec<(usize, usize)>> = BTreeMap::new();
+    let mut per_dir: BTreeMap<usize, usize> = BTreeMap::new();
+    for ((dir_index, process), (_, count)) in found {
+        per_process.entry(process.clone()).or_default().push((*dir_index, *count));
+        *per_dir.entry(*dir_index).or_default() += 1;
+    }
+    let chosen: BTreeMap<Process, usize> = per_process
+        .into_iter()
+        .filter(|(process, _)| process.pid.is_some())
+        .filter_map(|(process, places)| {
+            let named = places.iter().find(|(d, _)| dirs[*d].name == process.run);
+            let alone = places.iter().find(|(d, _)| per_dir.get(d) == Some(&1));
+            let most = places.iter().max_by_key(|(d, count)| (*count, std::cmp::Reverse(*d)));
+            named.or(alone).or(most).map(|(d, _)| (process, *d))
+        })
+        .collect();
+    move |dir: usize, process: &Process| match chosen.get(process) {
+        Some(home) => *home,
+        None if dirs[dir].name == process.run => dir,
+        None => dirs.iter().position(|d| d.name == process.run).unwrap_or(dir),
+    }
 }
 
 /// What the export held.
@@ -520,12 +564,12 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // The traces: hang events from every rank; the goodput view's first
     // pass over the spans of the highest rank of each directory (the export
     // rank under the default rank strategy; every rank's time splits alike).
-    // An attempt is a run in a directory; the spans a resumed attempt
-    // replayed from its predecessor's spool join the predecessor's
-    // directory when it is there ([`attempt_dir`]).
-    let mut attempts: BTreeMap<(usize, String), goodput_view::Boundaries> = BTreeMap::new();
-    // Per directory, the runs in its goodput rank's file.
-    let mut dir_runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    // An attempt is a process of a run: its run id and its `process.pid`
+    // (attempts that share a pinned run id, even in one directory, are
+    // apart), read first per directory, then joined where the same
+    // process's spans lie in several directories ([`homes`]: the spans a
+    // resumed attempt replayed from its predecessor's spool).
+    let mut found: BTreeMap<(usize, Process), (goodput_view::Boundaries, usize)> = BTreeMap::new();
     for (dir_index, export) in dirs.iter().enumerate() {
         let goodput_rank = export.traces.last().map(|(rank, _)| *rank);
         for (file_rank, path) in &export.traces {
@@ -549,9 +593,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 }
                 hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
                 if Some(*file_rank) == goodput_rank {
-                    dir_runs.entry(dir_index).or_default().insert(run.clone());
-                    let attempt = attempts.entry((attempt_dir(&dirs, dir_index, &run), run)).or_default();
+                    let process = Process { run, pid: pid_of(line.resource.as_ref()) };
+                    let (attempt, count) = found.entry((dir_index, process)).or_default();
                     line.spans.iter().for_each(|span| attempt.add(span));
+                    *count += line.spans.len();
                 }
             }
         }
@@ -563,28 +608,52 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             skipped: context.skipped,
         });
     }
-    // Spans of another run in a directory named after its own run, whose
-    // directory is not under DIR, are what a resumed attempt replayed from
-    // that run, without the rest of it: left out of the breakdown, with a
-    // note, rather than read as an attempt that resumed without a load.
+    let home = homes(&dirs, &found);
+    // Per directory, the processes read in its goodput rank's file.
+    let mut dir_processes: BTreeMap<usize, BTreeSet<Process>> = BTreeMap::new();
+    for (dir_index, process) in found.keys() {
+        dir_processes.entry(*dir_index).or_default().insert(process.clone());
+    }
+    let mut attempts: BTreeMap<(usize, Process), goodput_view::Boundaries> = BTreeMap::new();
+    for ((dir_index, process), (boundaries, _)) in found {
+        let at = home(dir_index, &process);
+        match attempts.entry((at, process)) {
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                entry.insert(boundaries);
+            }
+            std::collections::btree_map::Entry::Occupied(mut entry) => entry.get_mut().merge(boundaries),
+        }
+    }
+    // What a resumed attempt replayed from a predecessor whose own export is
+    // not under DIR is a part of that attempt only: left out of the
+    // breakdown, with a note, rather than read as an attempt that resumed
+    // without a load. Such spans are of another run in a directory named
+    // after its own run, or (a pinned run id) of another process of the
+    // same run, without the startup that a process's own export has.
     let mut partial: Vec<PartialRun> = Vec::new();
-    attempts.retain(|(dir_index, run), _| {
+    attempts.retain(|(dir_index, process), boundaries| {
         let export = &dirs[*dir_index];
-        let replayed = export.name != *run && dir_runs.get(dir_index).is_some_and(|runs| runs.contains(&export.name));
+        let here = dir_processes.get(dir_index);
+        let other_run = export.name != process.run && here.is_some_and(|p| p.iter().any(|o| o.run == export.name));
+        let other_process = process.pid.is_some()
+            && !boundaries.has_startup()
+            && here.is_some_and(|p| p.iter().any(|o| o.run == process.run && o.pid != process.pid));
+        let replayed = other_run || other_process;
         if replayed {
-            partial.push(PartialRun { run: run.clone(), dir: export.dir.clone() });
+            let run = if other_run { process.run.clone() } else { process.to_string() };
+            partial.push(PartialRun { run, dir: export.dir.clone() });
         }
         !replayed
     });
-    // Per directory, the runs whose attempts it names.
-    let mut attempt_runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
-    for (dir_index, run) in attempts.keys() {
-        attempt_runs.entry(*dir_index).or_default().insert(run.clone());
+    // Per directory, the processes whose attempts it names.
+    let mut attempt_processes: BTreeMap<usize, BTreeSet<Process>> = BTreeMap::new();
+    for (dir_index, process) in attempts.keys() {
+        attempt_processes.entry(*dir_index).or_default().insert(process.clone());
     }
     // The second pass: the iterations of the same files, binned between
     // the events the first pass found.
     let first_pass = attempts.values().map(goodput_view::Boundaries::records).sum::<usize>();
-    let mut attempts: BTreeMap<(usize, String), (u64, goodput_view::Iterations)> = attempts
+    let mut attempts: BTreeMap<(usize, Process), (u64, goodput_view::Iterations)> = attempts
         .into_iter()
         .map(|(key, boundaries)| {
             let first = boundaries.first_start().unwrap_or(u64::MAX);
@@ -597,15 +666,19 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
         let mut last_run = None;
         for line in lines {
-            let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
-            if let Some((_, attempt)) = attempts.get_mut(&(attempt_dir(&dirs, dir_index, &run), run)) {
+            let process = Process {
+                run: run_of(line.resource.as_ref(), &mut last_run, &export.name),
+                pid: pid_of(line.resource.as_ref()),
+            };
+            let at = home(dir_index, &process);
+            if let Some((_, attempt)) = attempts.get_mut(&(at, process)) {
                 line.spans.iter().for_each(|span| attempt.add(span));
             }
         }
     }
     let second_pass = attempts.values().map(|(_, read)| read.records()).sum::<usize>();
     let goodput_runs: Vec<String> =
-        attempts.keys().map(|(_, run)| run.clone()).collect::<BTreeSet<String>>().into_iter().collect();
+        attempts.keys().map(|(_, process)| process.run.clone()).collect::<BTreeSet<String>>().into_iter().collect();
     let goodput_records = first_pass.max(second_pass);
     // Without the `checkpoint` group no save is seen, and every iteration
     // would read as pending: a program that stamps its spans (the event
@@ -616,10 +689,13 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     let goodput = (!attempts.is_empty()).then(|| {
         let mut read: Vec<(u64, goodput_view::ReadAttempt)> = attempts
             .into_iter()
-            .map(|((dir_index, run), (first_start, read))| {
+            .map(|((dir_index, process), (first_start, read))| {
                 let export = &dirs[dir_index];
-                let name = if attempt_runs.get(&dir_index).is_some_and(|runs| runs.len() > 1) {
-                    format!("{} (run {run})", export.name)
+                let here = attempt_processes.get(&dir_index);
+                let name = if here.is_some_and(|p| p.iter().any(|o| o.run != process.run)) {
+                    format!("{} (run {})", export.name, process.run)
+                } else if here.is_some_and(|p| p.len() > 1) {
+                    format!("{} (process {})", export.name, process.pid.unwrap_or_default())
                 } else {
                     export.name.clone()
                 };

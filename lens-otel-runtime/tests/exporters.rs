@@ -235,6 +235,7 @@ fn an_unwritable_file_dir_names_the_file() {
     std::fs::write(&file, b"x").unwrap();
     let error = FileSpanExporter::create(&file, 0, FileLimit::unlimited()).unwrap_err().to_string();
     assert!(error.contains("traces-rank0.jsonl") && error.contains("the file exporter's directory"), "{error}");
+    assert!(error.contains(&format!("{} is not a directory", file.display())), "what is wrong: {error}");
     assert!(!error.contains("MEGATRON"), "{error}");
     std::fs::remove_file(&file).ok();
 }

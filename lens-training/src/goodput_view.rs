@@ -426,6 +426,26 @@ impl Boundaries {
         self.first_start
     }
 
+    /// Adds what `other` read (the same attempt's spans, read elsewhere:
+    /// the part a later attempt replayed into its own directory).
+    pub fn merge(&mut self, other: Boundaries) {
+        let min = |a: Option<u64>, b: Option<u64>| a.into_iter().chain(b).min();
+        self.first_start = min(self.first_start, other.first_start);
+        self.last_end = self.last_end.into_iter().chain(other.last_end).max();
+        self.train_start = min(self.train_start, other.train_start);
+        self.stamped |= other.stamped;
+        self.megatron_finalizes |= other.megatron_finalizes;
+        self.iteration_spans |= other.iteration_spans;
+        self.spans.extend(other.spans);
+    }
+
+    /// Whether the attempt's startup was read: an attempt's own export has
+    /// it; the part of a dead attempt that a later one replayed from its
+    /// spool (what it had not exported when it died) does not.
+    pub fn has_startup(&self) -> bool {
+        !self.of(TrainingEvent::Startup, &[tx::STARTUP]).is_empty()
+    }
+
     /// The spans held (the records this pass keeps).
     pub fn records(&self) -> usize {
         self.spans.len()

@@ -666,6 +666,10 @@ pub struct Compared {
     pub windows: u64,
     /// Peer groups of two or more ranks judged, over all windows.
     pub peer_groups: u64,
+    /// Whether any rank of a judged peer group spent time in a wait phase
+    /// (`dp_wait`, `pp_wait`, `tp_wait`): the rule finds a straggler by its
+    /// peers' wait, so a loop that marks none can name no one.
+    pub waits_seen: bool,
 }
 
 /// The complete intervals of a run (every rank's record at one attempt
@@ -749,6 +753,7 @@ impl Windows {
         }
         for members in groups.values().filter(|m| m.len() >= 2) {
             self.compared.peer_groups += 1;
+            self.compared.waits_seen |= members.iter().any(|m| m.wait() > 0.0);
             if let Some(mut finding) = judge(members) {
                 finding.iterations = (first, last);
                 self.findings.push(finding);
@@ -822,6 +827,14 @@ pub fn write_section_with_advice(
                 out,
                 "  not judged: no two ranks are peers (the rule compares the data-parallel replicas of one pipeline \
                  stage and tensor-parallel position; no window had two of any)"
+            );
+        }
+        if !compared.waits_seen {
+            return writeln!(
+                out,
+                "  none found: no rank spent time waiting for its peers (dp_wait, pp_wait, tp_wait are all zero), \
+                 and the rule finds a slow rank by its peers' wait; mark the collectives with Training::wait \
+                 (Phase::DpWait, PpWait, TpWait)"
             );
         }
         return writeln!(out, "  none: no rank is late");
@@ -1169,10 +1182,28 @@ mod tests {
         let rows: Vec<RankInterval> = (0..4).map(|r| interval(r, r, 5, 20.0, 3.0 + f64::from(r))).collect();
         let (findings, compared) = analyze_compared(&rows);
         assert!(findings.is_empty());
-        assert_eq!(compared, Compared { windows: 1, peer_groups: 1 });
+        assert_eq!(compared, Compared { windows: 1, peer_groups: 1, waits_seen: true });
         let mut out = Vec::new();
         write_section(&mut out, &findings, compared, 4).unwrap();
         assert!(String::from_utf8(out).unwrap().ends_with("  none: no rank is late\n"));
+        // A loop that marks no wait phase: one rank three times slower is
+        // not named, and the section says why.
+        let rows: Vec<RankInterval> = (0..4)
+            .map(|r| {
+                let mut row = interval(r, r, 5, if r == 2 { 60.0 } else { 20.0 }, 0.0);
+                WAIT_PHASES.iter().for_each(|p| row.phase_ms[p.index()] = 0.0);
+                row
+            })
+            .collect();
+        let (findings, compared) = analyze_compared(&rows);
+        assert!(findings.is_empty() && !compared.waits_seen, "{findings:?}");
+        let mut out = Vec::new();
+        write_section(&mut out, &findings, compared, 4).unwrap();
+        assert!(String::from_utf8(out).unwrap().ends_with(
+            "  none found: no rank spent time waiting for its peers (dp_wait, pp_wait, tp_wait are all zero), and \
+                 the rule finds a slow rank by its peers' wait; mark the collectives with Training::wait \
+                 (Phase::DpWait, PpWait, TpWait)\n"
+        ));
     }
 
     #[test]

@@ -592,3 +592,60 @@ fn a_kill_during_an_async_save_charges_everything_since_the_previous_durable_che
     assert_eq!(g["pending_iterations"], 0);
     assert_eq!(g["lost_precision"], "iteration");
 }
+
+/// own-program.md's advice, pinned: one run id for every attempt (it ties
+/// them together), each attempt's files in a directory of its own, the
+/// first killed after iteration 17 (saves every 10). The attempts are told
+/// apart by their processes, and what the resumed attempt replayed from
+/// the dead one's spool joins the dead one: 30 kept and 7 lost, as the job
+/// says. Both attempts appending to one directory (the default
+/// `telemetry/<run id>/` with a pinned id) is told apart the same way.
+#[test]
+fn attempts_that_share_a_pinned_run_id_are_told_apart_by_their_processes() {
+    let dir = temp_dir("goodput-pinned");
+    let base = with(
+        SMALL,
+        &[
+            "--otel-enabled",
+            "--otel-span-groups",
+            "per_step",
+            "--train-iters",
+            "30",
+            "--save-interval",
+            "10",
+            "--save",
+            "D",
+        ],
+    );
+    let killed = with(&base, &["--inject-kill", "0:forward:18"]);
+    let (ok, stderr, _) = attempt(&dir, "pinned", &killed, &[("MEGATRON_OTEL_FILE_DIR", "kt/attempt-1")]);
+    assert!(!ok, "the killed attempt must fail: {stderr}");
+    let resumed = with(&base, &["--load", "D"]);
+    let (ok, stderr, _) = attempt(&dir, "pinned", &resumed, &[("MEGATRON_OTEL_FILE_DIR", "kt/attempt-2")]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("30 iterations kept, 7 lost |"), "the job's own count: {stderr}");
+
+    let (ok, text) = analyze(&dir.join("kt"));
+    assert!(ok, "{text}");
+    assert!(text.contains("iterations: 30 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
+    assert!(text.contains("attempt attempt-1: rank 0") && text.contains("iterations 1-17, checkpoint 10"), "{text}");
+    // The resumed attempt's directory alone: the replayed part of the dead
+    // process is left out, with a note, not read as an attempt.
+    let (ok, text) = analyze(&dir.join("kt/attempt-2"));
+    assert!(ok, "{text}");
+    assert!(text.contains("holds spans of run pinned (process "), "{text}");
+    assert!(text.contains("iterations: 20 kept, 0 pending, 0 lost, over 1 attempt(s)"), "{text}");
+
+    // One directory that both attempts appended to.
+    let same = dir.join("same");
+    std::fs::create_dir_all(&same).unwrap();
+    let appended: String = ["attempt-1", "attempt-2"]
+        .iter()
+        .map(|a| std::fs::read_to_string(dir.join("kt").join(a).join("traces-rank0.jsonl")).unwrap())
+        .collect();
+    std::fs::write(same.join("traces-rank0.jsonl"), appended).unwrap();
+    let (ok, text) = analyze(&same);
+    assert!(ok, "{text}");
+    assert!(text.contains("iterations: 30 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
+    assert!(text.contains("attempt same (process "), "{text}");
+}

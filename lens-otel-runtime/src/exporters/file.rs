@@ -122,7 +122,15 @@ struct JsonLines {
 impl JsonLines {
     fn open(dir: &Path, signal: Signal, rank: u32, limit: Arc<FileLimit>) -> Result<JsonLines, ExporterError> {
         let path = file_path(dir, signal, rank);
+        // `create_dir_all` of a path that is a file says "File exists":
+        // name what is wrong instead.
+        let not_a_directory = || {
+            (dir.exists() && !dir.is_dir()).then(|| {
+                std::io::Error::new(std::io::ErrorKind::NotADirectory, format!("{} is not a directory", dir.display()))
+            })
+        };
         let file = std::fs::create_dir_all(dir)
+            .map_err(|error| not_a_directory().unwrap_or(error))
             .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
             .map_err(|source| ExporterError::File {
                 variable: "the file exporter's directory".to_string(),
