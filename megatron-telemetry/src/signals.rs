@@ -63,6 +63,20 @@ pub fn is_installed() -> bool {
     imp::is_installed()
 }
 
+/// Whether SIGTERM or SIGINT arrived while the handlers of
+/// [`ExitMode::Terminate`] were installed: the lifecycle is ending open
+/// spans (truncated) and is about to end the process with the signal. A
+/// rank that sees its peers vanish then (they died of the same signal,
+/// with no handler) waits for that, rather than reporting a lost peer and
+/// ending its spans as if the step had finished.
+///
+/// ```
+/// assert!(!megatron_telemetry::signals::terminating());
+/// ```
+pub fn terminating() -> bool {
+    imp::terminating()
+}
+
 /// The handlers of one lifetime; dropping the guard removes them and
 /// restores the previous dispositions (once: a later lifetime's handlers are
 /// not touched).
@@ -110,6 +124,10 @@ mod imp {
     /// The write end of the self-pipe, or -1. The only state the signal
     /// handler reads.
     static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
+    /// Whether the installed handlers are [`ExitMode::Terminate`]'s.
+    static TERMINATE_MODE: AtomicBool = AtomicBool::new(false);
+    /// Set by the signal handler under [`ExitMode::Terminate`].
+    static TERMINATING: AtomicBool = AtomicBool::new(false);
     /// Installation ids, so that a stale guard never removes a later
     /// lifetime's handlers.
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -131,9 +149,17 @@ mod imp {
         state().is_some()
     }
 
+    pub(super) fn terminating() -> bool {
+        TERMINATING.load(Ordering::Relaxed)
+    }
+
     /// The signal handler: one byte, the signal number, to the pipe.
     extern "C" fn on_signal(signal: c_int) {
         let saved = errno();
+        if TERMINATE_MODE.load(Ordering::Relaxed) {
+            // A relaxed store: async-signal-safe.
+            TERMINATING.store(true, Ordering::Relaxed);
+        }
         let fd = WRITE_FD.load(Ordering::Relaxed);
         if fd >= 0 {
             let byte = signal as u8;
@@ -261,6 +287,7 @@ mod imp {
             }
         };
         WRITE_FD.store(write_fd, Ordering::Relaxed);
+        TERMINATE_MODE.store(mode == ExitMode::Terminate, Ordering::Relaxed);
         let ours = our_action();
         let mut previous = Vec::new();
         for signal in SIGNALS {
@@ -284,6 +311,7 @@ mod imp {
             let _ = set_action(*signal, action);
         }
         WRITE_FD.store(-1, Ordering::Relaxed);
+        TERMINATE_MODE.store(false, Ordering::Relaxed);
         close(write_fd);
         thread
     }
@@ -399,6 +427,9 @@ mod imp {
                     }
                     if previous.sa_sigaction != libc::SIG_IGN {
                         raise(signal);
+                    } else {
+                        // An ignored signal: the process goes on.
+                        TERMINATING.store(false, Ordering::Relaxed);
                     }
                     break;
                 }
@@ -418,6 +449,10 @@ mod imp {
     use super::ExitMode;
 
     pub(super) fn is_installed() -> bool {
+        false
+    }
+
+    pub(super) fn terminating() -> bool {
         false
     }
 

@@ -116,6 +116,17 @@ fn child_entry() {
                 if iteration == 2 {
                     // SAFETY: sends SIGTERM to this process.
                     unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+                    // What a rank whose peers vanish asks: set as the signal
+                    // arrives under the terminating handlers (before their
+                    // thread ends the process), never under the graceful ones.
+                    let asked = Instant::now();
+                    while !graceful
+                        && !megatron_telemetry::signals::terminating()
+                        && asked.elapsed() < Duration::from_secs(5)
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    eprintln!("terminating={}", megatron_telemetry::signals::terminating());
                     // Give the handler thread time to act: a terminating
                     // child dies here (the handler exports and re-raises;
                     // at most 20 s, however loaded the machine); a
@@ -222,6 +233,7 @@ fn sigterm_ends_open_spans_exports_them_and_kills_the_process_by_the_signal() {
     let dir = temp_dir("terminate");
     let status = run_child("terminate", &dir, 0, 1);
     assert_eq!(status.signal(), Some(libc::SIGTERM), "the child should die by SIGTERM, got {status:?}");
+    assert!(child_stderr(&dir, "terminate", 0).contains("terminating=true"), "{}", child_stderr(&dir, "terminate", 0));
     let spans = spans(&dir.join("traces-rank0.jsonl"));
     let intervals = named(&spans, taxonomy::TRAIN.name);
     assert_eq!(intervals.len(), 1, "{spans:?}");
@@ -235,6 +247,7 @@ fn with_the_graceful_option_sigterm_only_flushes_and_the_loop_finishes() {
     let dir = temp_dir("graceful");
     let status = run_child("graceful", &dir, 0, 1);
     assert!(status.success(), "the child should exit normally, got {status:?}");
+    assert!(child_stderr(&dir, "graceful", 0).contains("terminating=false"), "{}", child_stderr(&dir, "graceful", 0));
     let spans = spans(&dir.join("traces-rank0.jsonl"));
     assert_eq!(named(&spans, taxonomy::TRAIN_ITERATION.name).len(), 5);
     assert_eq!(named(&spans, taxonomy::STARTUP.name).len(), 1);

@@ -95,6 +95,26 @@ pub(crate) enum CommError {
     Protocol(String),
 }
 
+/// The longest a rank waits, once its peers vanish during a SIGTERM, for
+/// the lifecycle's handler to end the process ([`peer_lost`]): the
+/// handler's shutdown is bounded by the telemetry's own timeouts.
+const SIGNAL_WAIT: Duration = Duration::from_secs(30);
+
+/// `peer` is gone. When a SIGTERM (or SIGINT) is being handled on this
+/// rank, its peers died of the same signal (with no handler of their own,
+/// at once): the rank waits, bounded, for the lifecycle's handler to end
+/// its open spans (truncated) and the process with the signal, instead of
+/// reporting a lost peer and ending its spans as if the step had finished.
+fn peer_lost(peer: u32, reason: String) -> CommError {
+    if megatron_telemetry::signals::terminating() {
+        let until = Instant::now() + SIGNAL_WAIT;
+        while Instant::now() < until {
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    CommError::PeerLost { peer, reason }
+}
+
 impl fmt::Display for CommError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -421,9 +441,7 @@ impl Comm {
             .ok_or_else(|| CommError::Protocol(format!("rank {} sending to itself", self.rank)))?;
         self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         write_frame(stream, tag, payload).map_err(|error| match error.kind() {
-            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
-                CommError::PeerLost { peer, reason: error.to_string() }
-            }
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => peer_lost(peer, error.to_string()),
             _ => CommError::Send { peer, error },
         })
     }
@@ -447,10 +465,10 @@ impl Comm {
                 Ok(Event::Frame { from, tag: tag::GOODBYE, .. }) => self.departed[from as usize] = true,
                 Ok(Event::Frame { from, tag, payload }) => self.pending[from as usize].push_back((tag, payload)),
                 Ok(Event::Closed { from, .. }) if self.departed[from as usize] && from != peer => {}
-                Ok(Event::Closed { from, reason }) => return Err(CommError::PeerLost { peer: from, reason }),
+                Ok(Event::Closed { from, reason }) => return Err(peer_lost(from, reason)),
                 Err(RecvTimeoutError::Timeout) => return Err(CommError::Timeout { peer, after: self.timeout }),
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(CommError::PeerLost { peer, reason: "all connections closed".into() });
+                    return Err(peer_lost(peer, "all connections closed".into()));
                 }
             }
         }
