@@ -126,7 +126,8 @@ fn child_entry() {
                     {
                         std::thread::sleep(Duration::from_millis(1));
                     }
-                    eprintln!("terminating={}", megatron_telemetry::signals::terminating());
+                    let line = format!("terminating={}\n", megatron_telemetry::signals::terminating());
+                    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
                     // Give the handler thread time to act: a terminating
                     // child dies here (the handler exports and re-raises;
                     // at most 20 s, however loaded the machine); a
