@@ -181,13 +181,14 @@ pub struct PartialRun {
     pub dir: PathBuf,
 }
 
-/// One process of a run: an attempt. Its `process.pid` tells apart the
-/// attempts that share a run id (pinned), in one directory or several;
-/// `None` for an export without it (each run is then one attempt per
-/// directory).
+/// One process of a run: an attempt. Its host and `process.pid` tell
+/// apart the attempts that share a run id (pinned), in one directory or
+/// several; `None` for an export without a pid (each run is then one
+/// attempt per directory).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Process {
     run: String,
+    host: Option<String>,
     pid: Option<i64>,
 }
 
@@ -200,37 +201,70 @@ impl std::fmt::Display for Process {
     }
 }
 
-/// The resource's `process.pid`.
-fn pid_of(resource: Option<&BTreeMap<String, AttributeValue>>) -> Option<i64> {
-    resource?.get(semconv::PROCESS_PID)?.as_i64()
+/// Who wrote a line's spans: the process (its run id, else the previous
+/// line's, else the directory's name; its host and pid, else the previous
+/// line's), and whether a later process replayed them from its crash
+/// spool (`lens.spool.replayed` on the resource).
+fn process_of(
+    resource: Option<&BTreeMap<String, AttributeValue>>,
+    last: &mut Option<(Process, bool)>,
+    dir: &str,
+) -> (Process, bool) {
+    let Some(resource) = resource else {
+        return last.clone().unwrap_or_else(|| (Process { run: dir.to_string(), host: None, pid: None }, false));
+    };
+    let run = match resource.get(semconv::NEMO_RUN_ID).and_then(AttributeValue::as_str) {
+        Some(run) => run.to_string(),
+        None => last.as_ref().map_or_else(|| dir.to_string(), |(process, _)| process.run.clone()),
+    };
+    let host = resource.get(semconv::HOST_NAME).and_then(AttributeValue::as_str).map(str::to_string);
+    let pid = resource.get(semconv::PROCESS_PID).and_then(AttributeValue::as_i64);
+    let replayed = matches!(resource.get(semconv::LENS_SPOOL_REPLAYED), Some(AttributeValue::Bool(true)));
+    let found = (Process { run, host, pid }, replayed);
+    *last = Some(found.clone());
+    found
+}
+
+/// What the first pass read of one process in one directory.
+#[derive(Default)]
+struct Found {
+    boundaries: goodput_view::Boundaries,
+    spans: usize,
+    /// Some of it is the process's own export (not marked replayed).
+    own: bool,
 }
 
 /// Where the spans of each process read in each directory belong: the
 /// directory of that process's own export. A resumed attempt replays its
 /// predecessor's spool into its own directory, with the predecessor's
-/// resource (run id and pid): those spans join the directory named after
-/// their run when it holds them (`telemetry/<run id>/`), else the one where
-/// that process is the only one read (its own export, with pinned run ids
-/// in a directory per attempt), else the one that holds the most of its
-/// spans. Without a pid, only a directory named after the run is joined.
+/// resource (run id, host and pid) marked replayed: those spans join the
+/// directory where that process's own spans are. For an export from before
+/// the mark: the one that holds its startup, else the one named after its
+/// run (`telemetry/<run id>/`), else the one where it is the only process
+/// read (pinned run ids in a directory per attempt), else the one that
+/// holds the most of its spans. Without a pid, only a directory named after
+/// the run is joined.
 fn homes<'a>(
     dirs: &'a [ExportDir],
-    found: &BTreeMap<(usize, Process), (goodput_view::Boundaries, usize)>,
+    found: &BTreeMap<(usize, Process), Found>,
 ) -> impl Fn(usize, &Process) -> usize + 'a {
-    let mut per_process: BTreeMap<Process, Vec<(usize, usize)>> = BTreeMap::new();
+    let mut per_process: BTreeMap<Process, Vec<(usize, &Found)>> = BTreeMap::new();
     let mut per_dir: BTreeMap<usize, usize> = BTreeMap::new();
-    for ((dir_index, process), (_, count)) in found {
-        per_process.entry(process.clone()).or_default().push((*dir_index, *count));
+    for ((dir_index, process), read) in found {
+        per_process.entry(process.clone()).or_default().push((*dir_index, read));
         *per_dir.entry(*dir_index).or_default() += 1;
     }
     let chosen: BTreeMap<Process, usize> = per_process
         .into_iter()
         .filter(|(process, _)| process.pid.is_some())
         .filter_map(|(process, places)| {
+            let marked = places.iter().any(|(_, read)| !read.own);
+            let own = places.iter().find(|(_, read)| marked && read.own);
+            let started = places.iter().find(|(_, read)| read.boundaries.has_startup());
             let named = places.iter().find(|(d, _)| dirs[*d].name == process.run);
             let alone = places.iter().find(|(d, _)| per_dir.get(d) == Some(&1));
-            let most = places.iter().max_by_key(|(d, count)| (*count, std::cmp::Reverse(*d)));
-            named.or(alone).or(most).map(|(d, _)| (process, *d))
+            let most = places.iter().max_by_key(|(d, read)| (read.spans, std::cmp::Reverse(*d)));
+            own.or(started).or(named).or(alone).or(most).map(|(d, _)| (process, *d))
         })
         .collect();
     move |dir: usize, process: &Process| match chosen.get(process) {
@@ -569,19 +603,20 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // apart), read first per directory, then joined where the same
     // process's spans lie in several directories ([`homes`]: the spans a
     // resumed attempt replayed from its predecessor's spool).
-    let mut found: BTreeMap<(usize, Process), (goodput_view::Boundaries, usize)> = BTreeMap::new();
+    let mut found: BTreeMap<(usize, Process), Found> = BTreeMap::new();
     for (dir_index, export) in dirs.iter().enumerate() {
         let goodput_rank = export.traces.last().map(|(rank, _)| *rank);
         for (file_rank, path) in &export.traces {
             let lines = otlp_file::open_span_lines(path, *file_rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-            let mut last_run = None;
+            let mut last = None;
             let mut resource_rank = None;
             for line in lines {
                 context.skipped += span_line_skipped(&line);
                 spans_read += line.spans.len();
                 context.resource(&export.dir, line.resource.as_ref());
-                let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
+                let (process, replayed) = process_of(line.resource.as_ref(), &mut last, &export.name);
+                let run = process.run.clone();
                 if let Some(rank) = line
                     .resource
                     .as_ref()
@@ -593,10 +628,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 }
                 hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
                 if Some(*file_rank) == goodput_rank {
-                    let process = Process { run, pid: pid_of(line.resource.as_ref()) };
-                    let (attempt, count) = found.entry((dir_index, process)).or_default();
-                    line.spans.iter().for_each(|span| attempt.add(span));
-                    *count += line.spans.len();
+                    let read = found.entry((dir_index, process)).or_default();
+                    line.spans.iter().for_each(|span| read.boundaries.add(span));
+                    read.spans += line.spans.len();
+                    read.own |= !replayed;
                 }
             }
         }
@@ -614,33 +649,37 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     for (dir_index, process) in found.keys() {
         dir_processes.entry(*dir_index).or_default().insert(process.clone());
     }
-    let mut attempts: BTreeMap<(usize, Process), goodput_view::Boundaries> = BTreeMap::new();
-    for ((dir_index, process), (boundaries, _)) in found {
+    // Per attempt, what was read of it, and whether any of it is its own
+    // export (not replayed by a later process).
+    let mut attempts: BTreeMap<(usize, Process), (goodput_view::Boundaries, bool)> = BTreeMap::new();
+    for ((dir_index, process), read) in found {
         let at = home(dir_index, &process);
         match attempts.entry((at, process)) {
             std::collections::btree_map::Entry::Vacant(entry) => {
-                entry.insert(boundaries);
+                entry.insert((read.boundaries, read.own));
             }
-            std::collections::btree_map::Entry::Occupied(mut entry) => entry.get_mut().merge(boundaries),
+            std::collections::btree_map::Entry::Occupied(mut entry) => {
+                let (boundaries, own) = entry.get_mut();
+                boundaries.merge(read.boundaries);
+                *own |= read.own;
+            }
         }
     }
     // What a resumed attempt replayed from a predecessor whose own export is
     // not under DIR is a part of that attempt only: left out of the
     // breakdown, with a note, rather than read as an attempt that resumed
-    // without a load. Such spans are of another run in a directory named
-    // after its own run, or (a pinned run id) of another process of the
-    // same run, without the startup that a process's own export has.
+    // without a load. Its spans are all marked replayed; in an export from
+    // before the mark, they are of another run in a directory named after
+    // its own run.
     let mut partial: Vec<PartialRun> = Vec::new();
-    attempts.retain(|(dir_index, process), boundaries| {
+    attempts.retain(|(dir_index, process), (_, own)| {
         let export = &dirs[*dir_index];
         let here = dir_processes.get(dir_index);
         let other_run = export.name != process.run && here.is_some_and(|p| p.iter().any(|o| o.run == export.name));
-        let other_process = process.pid.is_some()
-            && !boundaries.has_startup()
-            && here.is_some_and(|p| p.iter().any(|o| o.run == process.run && o.pid != process.pid));
-        let replayed = other_run || other_process;
+        let replayed = !*own || other_run;
         if replayed {
-            let run = if other_run { process.run.clone() } else { process.to_string() };
+            let same_run = here.is_some_and(|p| p.iter().any(|o| o.run == process.run && o != process));
+            let run = if same_run { process.to_string() } else { process.run.clone() };
             partial.push(PartialRun { run, dir: export.dir.clone() });
         }
         !replayed
@@ -652,10 +691,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     }
     // The second pass: the iterations of the same files, binned between
     // the events the first pass found.
-    let first_pass = attempts.values().map(goodput_view::Boundaries::records).sum::<usize>();
+    let first_pass = attempts.values().map(|(boundaries, _)| boundaries.records()).sum::<usize>();
     let mut attempts: BTreeMap<(usize, Process), (u64, goodput_view::Iterations)> = attempts
         .into_iter()
-        .map(|(key, boundaries)| {
+        .map(|(key, (boundaries, _))| {
             let first = boundaries.first_start().unwrap_or(u64::MAX);
             (key, (first, boundaries.into_iterations()))
         })
@@ -664,12 +703,9 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         let Some((file_rank, path)) = export.traces.last() else { continue };
         let lines = otlp_file::open_span_lines(path, *file_rank)
             .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-        let mut last_run = None;
+        let mut last = None;
         for line in lines {
-            let process = Process {
-                run: run_of(line.resource.as_ref(), &mut last_run, &export.name),
-                pid: pid_of(line.resource.as_ref()),
-            };
+            let (process, _) = process_of(line.resource.as_ref(), &mut last, &export.name);
             let at = home(dir_index, &process);
             if let Some((_, attempt)) = attempts.get_mut(&(at, process)) {
                 line.spans.iter().for_each(|span| attempt.add(span));
@@ -695,7 +731,11 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 let name = if here.is_some_and(|p| p.iter().any(|o| o.run != process.run)) {
                     format!("{} (run {})", export.name, process.run)
                 } else if here.is_some_and(|p| p.len() > 1) {
-                    format!("{} (process {})", export.name, process.pid.unwrap_or_default())
+                    format!(
+                        "{} (process {})",
+                        export.name,
+                        process.pid.map_or_else(|| "unknown".to_string(), |p| p.to_string())
+                    )
                 } else {
                     export.name.clone()
                 };

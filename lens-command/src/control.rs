@@ -297,7 +297,10 @@ fn pending_version(file: &Path, status: Option<&ControlStatus>, catalog: &Catalo
     // `lens control` picks. A version whose start the job has reached by
     // then may have applied: replacing it is no loss to warn about.
     let now = now_unix_s();
-    let reached = status.iteration_now(now).unwrap_or(last);
+    // Not extrapolated once stale: a job that stopped updating its status
+    // (a long save, a hang) is not where the iteration time would put it.
+    let stale = matches!(status.safe_start(now), Err(lens_fallbacks::control::UnknownStart::Stale { .. }));
+    let reached = if stale { last } else { status.iteration_now(now).unwrap_or(last) };
     let text = read_capped(file).ok()?;
     let (launch, prefix) = launch_of(Some(status), catalog, &text);
     let pending = parse_request(&text, catalog, &launch, &prefix).ok()?;
@@ -399,10 +402,11 @@ fn window(
     Ok(picked)
 }
 
-/// Warns when `--from-iteration` is behind where the job is now (its last
-/// iteration, extrapolated), while the job runs: the status lags the job,
-/// and a rank that reads the file after the window began applies it late,
-/// at the iteration it reads it, or none of it once the window is over.
+/// Warns when `--from-iteration` is earlier than the start `lens control`
+/// would pick (the job's last iteration, extrapolated to now, plus two
+/// polls), while the job runs: ranks read the file once a poll, and one
+/// that reads it after the window began applies it late, at the iteration
+/// it reads it, or none of it once the window is over.
 fn warn_if_behind(status: Option<&ControlStatus>, from: u64) {
     let Some(status) = status.filter(|status| !status.ended) else { return };
     let now = now_unix_s();
@@ -414,10 +418,11 @@ fn warn_if_behind(status: Option<&ControlStatus>, from: u64) {
     if from < safe {
         crate::warn(&format_args!(
             "--from-iteration {from}: the job is at about iteration {reached} now (its last iteration {last}, {:.1} s \
-             ago, extrapolated); ranks read the file once a poll, so a rank that reads it after iteration {from} \
-             applies it late, at the iteration it reads it (none of it once the window is over); without \
-             --from-iteration lens control picks {safe}",
-            (now - status.written_unix_s).max(0.0)
+             ago, extrapolated), and ranks read the file once a poll ({} s): a rank that reads it after iteration \
+             {from} began applies it late, at the iteration it reads it (none of it once the window is over); \
+             without --from-iteration lens control picks {safe}",
+            (now - status.written_unix_s).max(0.0),
+            status.poll_s
         ));
     }
 }

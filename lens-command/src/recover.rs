@@ -124,10 +124,10 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
             if report.spans > 0 {
                 let _ = writeln!(
                     stdout,
-                    "recovered {} span(s) of run {} ({} open when their process died, ended truncated) from {} \
+                    "recovered {} span(s) of {} ({} open when their process died, ended truncated) from {} \
                      spool file(s) in {}",
                     report.spans,
-                    report.runs.join(", "),
+                    report.runs_named(),
                     report.truncated,
                     report.consumed.len(),
                     args.dir.display()

@@ -391,10 +391,11 @@ fn replacing_a_version_the_job_has_not_started_warns_that_it_will_never_apply() 
         "{stderr}"
     );
     // A version whose start the job has reached by now (its status lags
-    // it: 0.5 s per iteration, written 30 s ago, so about iteration 160)
-    // may have applied: replacing it warns of nothing.
-    put_status(&dir, &ControlStatus { written_unix_s: status(None).written_unix_s - 30.0, ..status(Some(100)) });
-    std::fs::write(dir.join("control.json"), r#"{"generation": 3, "sampling_ratio": 0.1, "from_iteration": 150}"#)
+    // it: 0.5 s per iteration, written 10 s ago, within the 20 s a running
+    // job updates it, so about iteration 120) may have applied: replacing
+    // it warns of nothing.
+    put_status(&dir, &ControlStatus { written_unix_s: status(None).written_unix_s - 10.0, ..status(Some(100)) });
+    std::fs::write(dir.join("control.json"), r#"{"generation": 3, "sampling_ratio": 0.1, "from_iteration": 110}"#)
         .unwrap();
     let (code, _, stderr) = control(&dir, &["control.json", "--hang-timeout", "900", "--from-iteration", "2500"]);
     assert_eq!(code, 0, "{stderr}");

@@ -88,6 +88,8 @@ struct Exported {
     truncated: bool,
     reason: Option<String>,
     service: Option<String>,
+    /// `lens.spool.replayed` on its resource.
+    replayed: bool,
 }
 
 fn text(value: &Value) -> Option<String> {
@@ -136,6 +138,8 @@ fn read_spans(path: &Path) -> Vec<Exported> {
                         truncated,
                         reason,
                         service: resource.get("service.name").and_then(text),
+                        replayed: resource.get("lens.spool.replayed").and_then(|v| v.get("boolValue"))
+                            == Some(&Value::Bool(true)),
                     });
                 }
             }
@@ -225,7 +229,10 @@ fn recover_after_sigkill_delivers_every_span_once() {
     assert!(said.contains(&format!("spans written to {}", out.join("traces-rank0.jsonl").display())), "{said}");
 
     let mut all = read_spans(&export.join("traces-rank0.jsonl"));
-    all.extend(read_spans(&out.join("traces-rank0.jsonl")));
+    assert!(all.iter().all(|s| !s.replayed), "the victim's own export is not marked replayed");
+    let recovered = read_spans(&out.join("traces-rank0.jsonl"));
+    assert!(!recovered.is_empty() && recovered.iter().all(|s| s.replayed), "recovered spans are marked replayed");
+    all.extend(recovered);
     for (name, id, not_before, not_after) in &started {
         let copies: Vec<&Exported> = all.iter().filter(|s| &s.span_id == id).collect();
         assert_eq!(copies.len(), 1, "{name} arrives exactly once: {all:?}");

@@ -241,3 +241,19 @@ pub struct ReplayReport {
     /// earlier setup's replay already took it.
     pub progress: Option<ReplayedProgress>,
 }
+
+impl ReplayReport {
+    /// Whose spans were replayed, for messages: `run R`, or `runs R1, R2`.
+    ///
+    /// ```
+    /// let mut report = lens_core::report::ReplayReport::default();
+    /// report.runs = vec!["a".into()];
+    /// assert_eq!(report.runs_named(), "run a");
+    /// report.runs.push("b".into());
+    /// assert_eq!(report.runs_named(), "runs a, b");
+    /// ```
+    pub fn runs_named(&self) -> String {
+        let word = if self.runs.len() == 1 { "run" } else { "runs" };
+        format!("{word} {}", self.runs.join(", "))
+    }
+}

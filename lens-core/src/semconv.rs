@@ -280,6 +280,10 @@ keys! {
     LENS_CONFIG_PREFIX = "lens.config.prefix", Custom;
     /// The resolved span groups, comma-separated, in catalog order.
     LENS_SPAN_GROUPS = "lens.span_groups", Custom;
+    /// `true` on the resource of spans that a later process replayed from
+    /// a dead process's crash spool (the rest of the resource is the dead
+    /// process's): `lens analyze` tells them from that process's own export.
+    LENS_SPOOL_REPLAYED = "lens.spool.replayed", Custom;
 
     // Weights & Biases.
     /// `WANDB_ENTITY`.

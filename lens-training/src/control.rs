@@ -245,9 +245,9 @@ impl Drop for RankControl {
 }
 
 impl State {
-    #[cold]
     /// Hands the status of now to the control thread (global rank 0),
     /// `ended` when the job stops.
+    #[cold]
     fn log(&self, ended: bool) {
         if !self.writes_status {
             return;
@@ -259,6 +259,7 @@ impl State {
             Some(Logged { iteration, generation, at: Instant::now(), ended });
     }
 
+    #[cold]
     fn due(&self, iteration: u64) -> Option<Change> {
         let mut schedule = self.schedule.lock().unwrap_or_else(PoisonError::into_inner);
         if iteration >= self.hold_until && self.shared.has_pending.swap(false, Ordering::AcqRel) {

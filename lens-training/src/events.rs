@@ -942,8 +942,10 @@ impl Training {
         self.stop_watchdog();
     }
 
-    /// Stops the hang watchdog (the loop is over; a crash path that skips
-    /// [`Training::finish`] calls this). Idempotent.
+    /// Stops the hang watchdog and the control thread (the loop is over; a
+    /// crash path that skips [`Training::finish`] calls this), global rank
+    /// 0's control thread writing the control status a last time, saying
+    /// that the job ended. Idempotent.
     pub fn stop_watchdog(&self) {
         self.control.stop();
         self.watchdog.lock().unwrap_or_else(PoisonError::into_inner).stop();

@@ -425,11 +425,13 @@ mod imp {
                         // Our own JoinHandle: dropped, not joined.
                         drop(remove(installed));
                     }
+                    if previous.sa_sigaction != libc::SIG_DFL {
+                        // An ignored signal, or a previous handler that may
+                        // carry on: the process is not known to be ending.
+                        TERMINATING.store(false, Ordering::Relaxed);
+                    }
                     if previous.sa_sigaction != libc::SIG_IGN {
                         raise(signal);
-                    } else {
-                        // An ignored signal: the process goes on.
-                        TERMINATING.store(false, Ordering::Relaxed);
                     }
                     break;
                 }

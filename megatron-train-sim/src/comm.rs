@@ -106,11 +106,9 @@ const SIGNAL_WAIT: Duration = Duration::from_secs(30);
 /// its open spans (truncated) and the process with the signal, instead of
 /// reporting a lost peer and ending its spans as if the step had finished.
 fn peer_lost(peer: u32, reason: String) -> CommError {
-    if megatron_telemetry::signals::terminating() {
-        let until = Instant::now() + SIGNAL_WAIT;
-        while Instant::now() < until {
-            thread::sleep(Duration::from_millis(50));
-        }
+    let until = Instant::now() + SIGNAL_WAIT;
+    while megatron_telemetry::signals::terminating() && Instant::now() < until {
+        thread::sleep(Duration::from_millis(50));
     }
     CommError::PeerLost { peer, reason }
 }

@@ -271,7 +271,9 @@ impl Trainer {
                 // (The sequence length may change: no parameter depends on it.)
                 let pattern =
                     |p: Option<&str>| p.map_or_else(|| "none (every layer a transformer)".into(), |p| format!("{p:?}"));
-                if state.hybrid_override_pattern != self.args.hybrid_override_pattern {
+                let saved_kinds =
+                    LayerKind::from_pattern(state.hybrid_override_pattern.as_deref(), self.args.num_layers);
+                if saved_kinds != self.kinds {
                     return Err(RankError::from(checkpoint::LoadError {
                         path: root.clone(),
                         problem: format!(

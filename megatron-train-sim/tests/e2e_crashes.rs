@@ -296,8 +296,11 @@ fn after_the_launcher_and_every_rank_are_killed_at_once_the_resume_replays_each_
                 assert!(span.start_ns >= before.end_ns, "rank {rank}: {} starts in iteration 8", span.name);
             }
         }
-        // The dead process's resource, not the resuming one's.
-        assert_eq!(open_iteration.resource, before.resource, "rank {rank}");
+        // The dead process's resource, not the resuming one's, marked
+        // replayed (its own export is not).
+        let mut replayed = before.resource.clone();
+        assert_eq!(replayed.insert("lens.spool.replayed".into(), Value::Bool(true)), None, "rank {rank}");
+        assert_eq!(open_iteration.resource, replayed, "rank {rank}");
         assert_eq!(interval.resource.get("dl.rank"), Some(&Value::from(rank)));
     }
 

@@ -222,6 +222,10 @@ fn a_damaged_truncated_or_foreign_checkpoint_exits_2_naming_the_file_and_what_is
     let (status, stderr) =
         run(&dir, &["--hidden-size", "32", "--seq-length", "8", "--train-iters", "3", "--load", "ckpt"]);
     assert!(status.success(), "another --seq-length resumes: {stderr}");
+    // The same layers spelled out: the same model.
+    let (status, stderr) =
+        run(&dir, &with(&base, &["--train-iters", "4", "--load", "ckpt", "--hybrid-override-pattern", "****"]));
+    assert!(status.success(), "every layer a transformer, as saved: {stderr}");
 }
 
 #[test]

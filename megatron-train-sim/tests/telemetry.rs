@@ -62,12 +62,24 @@ const ALL_PHASES: &[&str] = &[
     "hybrid",
 ];
 
-/// Saves a 2-iteration checkpoint of the 4-rank layout under `dir/ckpt1`
-/// (telemetry off), to resume from.
+/// Saves a 2-iteration checkpoint of the 4-rank layout and the layer
+/// pattern of [`ALL_PHASES`] under `dir/ckpt1` (telemetry off), to resume
+/// from.
 fn first_checkpoint(dir: &Path) {
     let args = with(
         SMALL,
-        &["--nproc-per-node", "4", "--pipeline-model-parallel-size", "2", "--train-iters", "2", "--save", "ckpt1"],
+        &[
+            "--nproc-per-node",
+            "4",
+            "--pipeline-model-parallel-size",
+            "2",
+            "--train-iters",
+            "2",
+            "--save",
+            "ckpt1",
+            "--hybrid-override-pattern",
+            "M**M",
+        ],
     );
     let (status, stderr) = run_command(command(dir, &args), LIMIT);
     assert!(status.success(), "{stderr}");

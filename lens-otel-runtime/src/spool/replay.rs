@@ -147,9 +147,11 @@ pub fn read_spool(bytes: &[u8]) -> Result<DeadSpool, FormatError> {
     Ok(DeadSpool { header, spans, truncated, undecodable })
 }
 
-/// The resource stored in a spool's header.
+/// The resource stored in a spool's header, marked replayed
+/// (`lens.spool.replayed`).
 pub fn resource_of(header: &Header) -> Resource {
-    Resource::builder_empty().with_attributes(header.resource.iter().cloned()).build()
+    let replayed = opentelemetry::KeyValue::new(lens_core::semconv::LENS_SPOOL_REPLAYED, true);
+    Resource::builder_empty().with_attributes(header.resource.iter().cloned().chain([replayed])).build()
 }
 
 /// The rank in a spool file's name (`spool-rank<N>-...`).
@@ -405,10 +407,10 @@ impl ReplayDone {
 pub(crate) fn note_replayed(report: &ReplayReport, dir: &Path) {
     if report.spans > 0 {
         crate::diag::note(format_args!(
-            "replayed {} span(s) of run {} ({} open when their process died, ended truncated) from {} spool \
+            "replayed {} span(s) of {} ({} open when their process died, ended truncated) from {} spool \
              file(s) of a previous attempt in {}",
             report.spans,
-            report.runs.join(", "),
+            report.runs_named(),
             report.truncated,
             report.consumed.len(),
             dir.display()
