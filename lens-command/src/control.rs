@@ -11,8 +11,11 @@
 //! (`parse_request`) against the job's launch settings. Without
 //! `--from-iteration` it starts the window (or `--reset`) at the job's last
 //! iteration plus a margin of two polls, read from the status file, and
-//! refuses when it cannot read it or the job stopped updating it. It
-//! refuses a window that ends at or before the job's last iteration. It
+//! refuses when it cannot read it, the job stopped updating it, or the job
+//! ended (its last status says so); it warns when `--from-iteration` is
+//! earlier than the start it would pick, and when no job's status is
+//! beside the file. It refuses a window that ends at or before the job's
+//! last iteration. It
 //! writes the generation after the highest the file or the job has seen,
 //! atomically (a temporary file, then a rename) under a lock (`FILE.lock`,
 //! `flock`), so that two concurrent calls cannot collide, and warns when the
@@ -21,7 +24,8 @@
 //! 2, the file left as it was) to write where the job would refuse to read:
 //! in a directory other users can write, by the job's own check
 //! (`check_file`), with the job's reason. `--show` gives the job's verdict
-//! on what the file holds.
+//! on what the file holds, against the version the job accepted last (a
+//! generation reused with another content is refused) and its end.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
