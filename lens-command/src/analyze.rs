@@ -171,8 +171,8 @@ pub struct MixedRuns {
     pub runs: Vec<String>,
 }
 
-/// Spans of a run found in another run's directory, without the run's own:
-/// what a resumed attempt replayed from its spool after its process died.
+/// Spans of a process found only as what a resumed attempt replayed from
+/// its spool after that process died (its own export is not under DIR).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartialRun {
     /// Its run id.
@@ -865,8 +865,8 @@ pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> 
     for partial in &analysis.partial {
         writeln!(
             out,
-            "note: {} holds spans of run {} that a later attempt replayed from its spool after its process died; the \
-             run's own directory is not there, so the goodput section leaves it out (give the directory above both \
+            "note: {} holds spans of run {} that a later attempt replayed from its spool after its process died; that \
+             process's own export is not there, so the goodput section leaves it out (give the directory above both \
              to count it)",
             partial.dir.display(),
             partial.run
