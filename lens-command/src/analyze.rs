@@ -175,9 +175,10 @@ pub struct MixedRuns {
 /// its spool after that process died (its own export is not under DIR).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartialRun {
-    /// Its run id.
+    /// Its run id (with the process, `R (process N)`, when another process
+    /// of the run is there too).
     pub run: String,
-    /// The directory (named after another run) that holds them.
+    /// The directory that holds them.
     pub dir: PathBuf,
 }
 
@@ -202,9 +203,10 @@ impl std::fmt::Display for Process {
 }
 
 /// Who wrote a line's spans: the process (its run id, else the previous
-/// line's, else the directory's name; its host and pid, else the previous
-/// line's), and whether a later process replayed them from its crash
-/// spool (`lens.spool.replayed` on the resource).
+/// line's, else the directory's name; its host and pid; a line without a
+/// resource is the previous line's), and whether they were replayed from
+/// a dead process's crash spool (`lens.spool.replayed` on the resource,
+/// which also carries that process's run id, host and pid).
 fn process_of(
     resource: Option<&BTreeMap<String, AttributeValue>>,
     last: &mut Option<(Process, bool)>,
@@ -239,11 +241,11 @@ struct Found {
 /// predecessor's spool into its own directory, with the predecessor's
 /// resource (run id, host and pid) marked replayed: those spans join the
 /// directory where that process's own spans are. For an export from before
-/// the mark: the one that holds its startup, else the one named after its
-/// run (`telemetry/<run id>/`), else the one where it is the only process
-/// read (pinned run ids in a directory per attempt), else the one that
-/// holds the most of its spans. Without a pid, only a directory named after
-/// the run is joined.
+/// the mark: the one named after its run (`telemetry/<run id>/`), else the
+/// one where it is the only process read (pinned run ids in a directory per
+/// attempt), else the one that holds its startup, else the one that holds
+/// the most of its spans. Without a pid, only a directory named after the
+/// run is joined.
 fn homes<'a>(
     dirs: &'a [ExportDir],
     found: &BTreeMap<(usize, Process), Found>,
@@ -264,7 +266,7 @@ fn homes<'a>(
             let named = places.iter().find(|(d, _)| dirs[*d].name == process.run);
             let alone = places.iter().find(|(d, _)| per_dir.get(d) == Some(&1));
             let most = places.iter().max_by_key(|(d, read)| (read.spans, std::cmp::Reverse(*d)));
-            own.or(started).or(named).or(alone).or(most).map(|(d, _)| (process, *d))
+            own.or(named).or(alone).or(started).or(most).map(|(d, _)| (process, *d))
         })
         .collect();
     move |dir: usize, process: &Process| match chosen.get(process) {
@@ -644,10 +646,16 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         });
     }
     let home = homes(&dirs, &found);
-    // Per directory, the processes read in its goodput rank's file.
+    // Per directory, the processes read in its goodput rank's file, and
+    // whether any of its lines is marked replayed (an export from before the
+    // mark has none).
     let mut dir_processes: BTreeMap<usize, BTreeSet<Process>> = BTreeMap::new();
-    for (dir_index, process) in found.keys() {
+    let mut dir_marked: BTreeSet<usize> = BTreeSet::new();
+    for ((dir_index, process), read) in &found {
         dir_processes.entry(*dir_index).or_default().insert(process.clone());
+        if !read.own {
+            dir_marked.insert(*dir_index);
+        }
     }
     // Per attempt, what was read of it, and whether any of it is its own
     // export (not replayed by a later process).
@@ -670,13 +678,20 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // breakdown, with a note, rather than read as an attempt that resumed
     // without a load. Its spans are all marked replayed; in an export from
     // before the mark, they are of another run in a directory named after
-    // its own run.
+    // its own run, or of a process with no startup in a directory where
+    // another process of its run has one.
+    let started: BTreeSet<(usize, Process)> =
+        attempts.iter().filter(|(_, (boundaries, _))| boundaries.has_startup()).map(|(key, _)| key.clone()).collect();
     let mut partial: Vec<PartialRun> = Vec::new();
     attempts.retain(|(dir_index, process), (_, own)| {
         let export = &dirs[*dir_index];
         let here = dir_processes.get(dir_index);
         let other_run = export.name != process.run && here.is_some_and(|p| p.iter().any(|o| o.run == export.name));
-        let replayed = !*own || other_run;
+        let unmarked_part = !dir_marked.contains(dir_index)
+            && process.pid.is_some()
+            && !started.contains(&(*dir_index, process.clone()))
+            && started.iter().any(|(d, o)| d == dir_index && o.run == process.run && o != process);
+        let replayed = !*own || other_run || unmarked_part;
         if replayed {
             let same_run = here.is_some_and(|p| p.iter().any(|o| o.run == process.run && o != process));
             let run = if same_run { process.to_string() } else { process.run.clone() };
@@ -731,11 +746,12 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 let name = if here.is_some_and(|p| p.iter().any(|o| o.run != process.run)) {
                     format!("{} (run {})", export.name, process.run)
                 } else if here.is_some_and(|p| p.len() > 1) {
-                    format!(
-                        "{} (process {})",
-                        export.name,
-                        process.pid.map_or_else(|| "unknown".to_string(), |p| p.to_string())
-                    )
+                    let pid = process.pid.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+                    let clash = here.is_some_and(|p| p.iter().any(|o| o.pid == process.pid && o != &process));
+                    match (&process.host, clash) {
+                        (Some(host), true) => format!("{} (process {pid} on {host})", export.name),
+                        _ => format!("{} (process {pid})", export.name),
+                    }
                 } else {
                     export.name.clone()
                 };
@@ -865,8 +881,9 @@ pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> 
     for partial in &analysis.partial {
         writeln!(
             out,
-            "note: {} holds spans of run {} that a later attempt replayed from its spool after its process died; that \
-             process's own export is not there, so the goodput section leaves it out (give the directory above both \
+            "note: {} holds spans of run {} replayed from a crash spool after their process died (by a later attempt \
+             or lens recover); that process's own export is not there, so the goodput section leaves it out (give \
+             the directory above both \
              to count it)",
             partial.dir.display(),
             partial.run

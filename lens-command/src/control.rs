@@ -312,11 +312,12 @@ fn pending_version(file: &Path, status: Option<&ControlStatus>, catalog: &Catalo
         let what = settings(&pending);
         format!(
             "this replaces generation {} ({}from iteration {}), which the job has not started (its last iteration \
-             {last}, {:.1} s ago, extrapolated to {reached} now)",
+             {last}, {:.1} s ago{})",
             pending.generation,
             if what.is_empty() { String::new() } else { format!("{} ", what.join(" ")) },
             pending.from_iteration,
-            (now - status.written_unix_s).max(0.0)
+            (now - status.written_unix_s).max(0.0),
+            if reached == last { String::new() } else { format!(", extrapolated to {reached} now") }
         )
     })
 }
@@ -422,10 +423,11 @@ fn warn_if_behind(status: Option<&ControlStatus>, from: u64) {
     if from < safe {
         crate::warn(&format_args!(
             "--from-iteration {from}: the job is at about iteration {reached} now (its last iteration {last}, {:.1} s \
-             ago, extrapolated), and ranks read the file once a poll ({} s): a rank that reads it after iteration \
-             {from} began applies it late, at the iteration it reads it (none of it once the window is over); \
-             without --from-iteration lens control picks {safe}",
+             ago{}), and ranks read the file once a poll ({} s): a rank that reads it after iteration {from} began \
+             applies it late, at the iteration it reads it (none of it once the window is over); without \
+             --from-iteration lens control picks {safe}",
             (now - status.written_unix_s).max(0.0),
+            if reached == last { "" } else { ", extrapolated" },
             status.poll_s
         ));
     }

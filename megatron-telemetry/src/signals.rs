@@ -394,7 +394,11 @@ mod imp {
                 break; // the write end was closed: uninstalled
             }
             let signal = c_int::from(byte);
-            let Some(previous) = previous_action(signal) else { break };
+            let Some(previous) = previous_action(signal) else {
+                // Uninstalled meanwhile: the restored disposition decides.
+                TERMINATING.store(false, Ordering::Relaxed);
+                break;
+            };
             match mode {
                 ExitMode::Graceful => {
                     if is_function(&previous) {

@@ -548,7 +548,7 @@ fn a_kill_after_17_at_the_default_log_interval_charges_exactly_seven() {
     // attempt that resumed without a load.
     let (ok, text) = analyze(&dir.join("telemetry/kill-2"));
     assert!(ok, "{text}");
-    assert!(text.contains("holds spans of run kill-1 that a later attempt replayed"), "{text}");
+    assert!(text.contains("holds spans of run kill-1 replayed from a crash spool after their process died"), "{text}");
     assert!(text.contains("iterations: 20 kept, 0 pending, 0 lost, over 1 attempt(s)"), "{text}");
     assert!(!text.contains("not computed"), "{text}");
 
@@ -634,6 +634,23 @@ fn attempts_that_share_a_pinned_run_id_are_told_apart_by_their_processes() {
     let (ok, text) = analyze(&dir.join("kt/attempt-2"));
     assert!(ok, "{text}");
     assert!(text.contains("holds spans of run pinned (process "), "{text}");
+    assert!(text.contains("iterations: 20 kept, 0 pending, 0 lost, over 1 attempt(s)"), "{text}");
+
+    // The same export from before the replayed mark (renamed away here):
+    // the dead process's own directory is the one it alone wrote, and the
+    // resumed attempt's directory alone still leaves the replayed part out
+    // (no startup span, while its own process has one).
+    for attempt in ["attempt-1", "attempt-2"] {
+        let legacy = dir.join("legacy").join(attempt);
+        std::fs::create_dir_all(&legacy).unwrap();
+        let text = std::fs::read_to_string(dir.join("kt").join(attempt).join("traces-rank0.jsonl")).unwrap();
+        assert_eq!(attempt == "attempt-2", text.contains("lens.spool.replayed"), "{attempt}: only replays are marked");
+        std::fs::write(legacy.join("traces-rank0.jsonl"), text.replace("lens.spool.replayed", "x.unmarked")).unwrap();
+    }
+    let (ok, text) = analyze(&dir.join("legacy"));
+    assert!(ok && text.contains("iterations: 30 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
+    let (ok, text) = analyze(&dir.join("legacy/attempt-2"));
+    assert!(ok && text.contains("holds spans of run pinned (process "), "{text}");
     assert!(text.contains("iterations: 20 kept, 0 pending, 0 lost, over 1 attempt(s)"), "{text}");
 
     // One directory that both attempts appended to.

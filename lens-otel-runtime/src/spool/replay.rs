@@ -148,10 +148,25 @@ pub fn read_spool(bytes: &[u8]) -> Result<DeadSpool, FormatError> {
 }
 
 /// The resource stored in a spool's header, marked replayed
-/// (`lens.spool.replayed`).
+/// (`lens.spool.replayed`), with the header's own run id, host and pid where
+/// the stored resource lacks them (it is cut to what its block holds): what
+/// tells the dead process's spans from others'.
 pub fn resource_of(header: &Header) -> Resource {
-    let replayed = opentelemetry::KeyValue::new(lens_core::semconv::LENS_SPOOL_REPLAYED, true);
-    Resource::builder_empty().with_attributes(header.resource.iter().cloned().chain([replayed])).build()
+    use lens_core::semconv::{HOST_NAME, LENS_SPOOL_REPLAYED, NEMO_RUN_ID, PROCESS_PID};
+    use opentelemetry::KeyValue;
+    let has = |key: &str| header.resource.iter().any(|kv| kv.key.as_str() == key);
+    let mut missing = Vec::new();
+    if !has(NEMO_RUN_ID) && !header.run_id.is_empty() {
+        missing.push(KeyValue::new(NEMO_RUN_ID, header.run_id.clone()));
+    }
+    if !has(HOST_NAME) && !header.host.is_empty() {
+        missing.push(KeyValue::new(HOST_NAME, header.host.clone()));
+    }
+    if !has(PROCESS_PID) {
+        missing.push(KeyValue::new(PROCESS_PID, i64::from(header.pid)));
+    }
+    let replayed = KeyValue::new(LENS_SPOOL_REPLAYED, true);
+    Resource::builder_empty().with_attributes(header.resource.iter().cloned().chain(missing).chain([replayed])).build()
 }
 
 /// The rank in a spool file's name (`spool-rank<N>-...`).
