@@ -227,13 +227,23 @@ fn process_of(
     found
 }
 
-/// What the first pass read of one process in one directory.
+/// What the first pass read of one process in one directory (then, joined,
+/// of one attempt).
 #[derive(Default)]
 struct Found {
     boundaries: goodput_view::Boundaries,
     spans: usize,
     /// Some of it is the process's own export (not marked replayed).
     own: bool,
+}
+
+impl Found {
+    /// Adds what was read of the same process elsewhere.
+    fn absorb(&mut self, other: Found) {
+        self.boundaries.merge(other.boundaries);
+        self.spans += other.spans;
+        self.own |= other.own;
+    }
 }
 
 /// Where the spans of each process read in each directory belong: the
@@ -249,12 +259,11 @@ struct Found {
 fn homes<'a>(
     dirs: &'a [ExportDir],
     found: &BTreeMap<(usize, Process), Found>,
+    dir_processes: &BTreeMap<usize, BTreeSet<Process>>,
 ) -> impl Fn(usize, &Process) -> usize + 'a {
     let mut per_process: BTreeMap<Process, Vec<(usize, &Found)>> = BTreeMap::new();
-    let mut per_dir: BTreeMap<usize, usize> = BTreeMap::new();
     for ((dir_index, process), read) in found {
         per_process.entry(process.clone()).or_default().push((*dir_index, read));
-        *per_dir.entry(*dir_index).or_default() += 1;
     }
     let chosen: BTreeMap<Process, usize> = per_process
         .into_iter()
@@ -264,7 +273,7 @@ fn homes<'a>(
             let own = places.iter().find(|(_, read)| marked && read.own);
             let started = places.iter().find(|(_, read)| read.boundaries.has_startup());
             let named = places.iter().find(|(d, _)| dirs[*d].name == process.run);
-            let alone = places.iter().find(|(d, _)| per_dir.get(d) == Some(&1));
+            let alone = places.iter().find(|(d, _)| dir_processes.get(d).is_some_and(|p| p.len() == 1));
             let most = places.iter().max_by_key(|(d, read)| (read.spans, std::cmp::Reverse(*d)));
             own.or(named).or(alone).or(started).or(most).map(|(d, _)| (process, *d))
         })
@@ -645,7 +654,6 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             skipped: context.skipped,
         });
     }
-    let home = homes(&dirs, &found);
     // Per directory, the processes read in its goodput rank's file, and
     // whether any of its lines is marked replayed (an export from before the
     // mark has none).
@@ -657,21 +665,12 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             dir_marked.insert(*dir_index);
         }
     }
-    // Per attempt, what was read of it, and whether any of it is its own
-    // export (not replayed by a later process).
-    let mut attempts: BTreeMap<(usize, Process), (goodput_view::Boundaries, bool)> = BTreeMap::new();
+    let home = homes(&dirs, &found, &dir_processes);
+    // Per attempt, what was read of it, joined from every directory.
+    let mut attempts: BTreeMap<(usize, Process), Found> = BTreeMap::new();
     for ((dir_index, process), read) in found {
         let at = home(dir_index, &process);
-        match attempts.entry((at, process)) {
-            std::collections::btree_map::Entry::Vacant(entry) => {
-                entry.insert((read.boundaries, read.own));
-            }
-            std::collections::btree_map::Entry::Occupied(mut entry) => {
-                let (boundaries, own) = entry.get_mut();
-                boundaries.merge(read.boundaries);
-                *own |= read.own;
-            }
-        }
+        attempts.entry((at, process)).or_default().absorb(read);
     }
     // What a resumed attempt replayed from a predecessor whose own export is
     // not under DIR is a part of that attempt only: left out of the
@@ -681,9 +680,9 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // its own run, or of a process with no startup in a directory where
     // another process of its run has one.
     let started: BTreeSet<(usize, Process)> =
-        attempts.iter().filter(|(_, (boundaries, _))| boundaries.has_startup()).map(|(key, _)| key.clone()).collect();
+        attempts.iter().filter(|(_, read)| read.boundaries.has_startup()).map(|(key, _)| key.clone()).collect();
     let mut partial: Vec<PartialRun> = Vec::new();
-    attempts.retain(|(dir_index, process), (_, own)| {
+    attempts.retain(|(dir_index, process), read| {
         let export = &dirs[*dir_index];
         let here = dir_processes.get(dir_index);
         let other_run = export.name != process.run && here.is_some_and(|p| p.iter().any(|o| o.run == export.name));
@@ -691,7 +690,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             && process.pid.is_some()
             && !started.contains(&(*dir_index, process.clone()))
             && started.iter().any(|(d, o)| d == dir_index && o.run == process.run && o != process);
-        let replayed = !*own || other_run || unmarked_part;
+        let replayed = !read.own || other_run || unmarked_part;
         if replayed {
             let same_run = here.is_some_and(|p| p.iter().any(|o| o.run == process.run && o != process));
             let run = if same_run { process.to_string() } else { process.run.clone() };
@@ -706,12 +705,12 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     }
     // The second pass: the iterations of the same files, binned between
     // the events the first pass found.
-    let first_pass = attempts.values().map(|(boundaries, _)| boundaries.records()).sum::<usize>();
+    let first_pass = attempts.values().map(|read| read.boundaries.records()).sum::<usize>();
     let mut attempts: BTreeMap<(usize, Process), (u64, goodput_view::Iterations)> = attempts
         .into_iter()
-        .map(|(key, (boundaries, _))| {
-            let first = boundaries.first_start().unwrap_or(u64::MAX);
-            (key, (first, boundaries.into_iterations()))
+        .map(|(key, read)| {
+            let first = read.boundaries.first_start().unwrap_or(u64::MAX);
+            (key, (first, read.boundaries.into_iterations()))
         })
         .collect();
     for (dir_index, export) in dirs.iter().enumerate() {

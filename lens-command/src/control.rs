@@ -123,6 +123,11 @@ fn now_unix_s() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The job's last iteration, for messages (`none` before its first).
+fn last_iteration(status: &ControlStatus) -> String {
+    status.last_iteration.map_or_else(|| "none".to_string(), |i| i.to_string())
+}
+
 /// The job's status beside `file` (`None`: none, or not readable), read as
 /// the control file is (never through a link, never waiting on a FIFO).
 fn read_status(file: &Path) -> Option<ControlStatus> {
@@ -217,7 +222,7 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
             "the job that wrote {} ended (at iteration {}): this version applies to the next job started with this \
              control file",
             status_path(&args.file).display(),
-            status.last_iteration.map_or_else(|| "none".to_string(), |i| i.to_string())
+            last_iteration(status)
         )),
         Some(_) => {}
     }
@@ -298,11 +303,11 @@ fn pending_version(file: &Path, status: Option<&ControlStatus>, catalog: &Catalo
     let last = status.last_iteration?;
     // The status lags the job (up to a log interval and a poll): where the
     // job is now is its last iteration extrapolated, as for the start
-    // `lens control` picks. A version whose start the job has reached by
-    // then may have applied: replacing it is no loss to warn about.
+    // `lens control` picks (not once stale: a job that stopped updating its
+    // status, in a long save or a hang, is not where the iteration time
+    // would put it). A version whose start the job has reached by then may
+    // have applied: replacing it is no loss to warn about.
     let now = now_unix_s();
-    // Not extrapolated once stale: a job that stopped updating its status
-    // (a long save, a hang) is not where the iteration time would put it.
     let stale = matches!(status.safe_start(now), Err(lens_fallbacks::control::UnknownStart::Stale { .. }));
     let reached = if stale { last } else { status.iteration_now(now).unwrap_or(last) };
     let text = read_capped(file).ok()?;
@@ -356,7 +361,7 @@ fn window(
                     "the job that wrote {} ended (at iteration {}): no running job reads this file, so there is no \
                      start to pick; give --from-iteration for the next job started with it",
                     path.display(),
-                    status.last_iteration.map_or_else(|| "none".to_string(), |i| i.to_string())
+                    last_iteration(status)
                 )));
             }
             let Some(status) = status else {
@@ -502,7 +507,7 @@ fn verdict(args: &ControlArgs, status: Option<&ControlStatus>, text: &str) -> St
     };
     if let Some(status) = status {
         if status.ended {
-            let last = status.last_iteration.map_or_else(|| "none".to_string(), |i| i.to_string());
+            let last = last_iteration(status);
             return format!(
                 "the job ended (at iteration {last}): nothing in it applies unless a job starts with this control \
                  file (a job applies a window still ahead of it)"
