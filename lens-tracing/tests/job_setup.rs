@@ -4,7 +4,8 @@
 //! `traceparent` and spans started through the OpenTelemetry API.
 //!
 //! Setup owns process-global state, so this file is its own test binary and
-//! every test takes [`serial`] first.
+//! every test takes [`serial`] first (the warning test runs its spans in a
+//! child process of this binary, whose standard error it reads).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -101,4 +102,58 @@ fn with_context_per_span_opentelemetry_api_spans_inside_a_tracing_span_are_its_c
     assert_eq!(under_otel.parent_span_id, otel.span_context.span_id());
     assert!(spans.iter().all(|s| s.span_context.trace_id() == request.span_context.trace_id()), "{spans:?}");
     assert_eq!(traceparent, format!("00-{}-{}-01", request.span_context.trace_id(), request.span_context.span_id()));
+}
+
+/// Set in the child process of
+/// [`a_lens_target_naming_no_group_is_warned_about_once_where_the_bridge_first_sees_it`].
+const CHILD: &str = "LENS_TRACING_TEST_CHILD";
+
+/// The child: spans of a `lens::<word>` target whose word is no group of
+/// lens's catalog, from two callsites, each entered twice, and one of a
+/// group it has; `tracing`'s own output is off, so its standard error is
+/// lens's.
+#[test]
+fn unknown_lens_target_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let exporter = KeepingSpanExporter::default();
+    let config = LensConfig {
+        enabled: true,
+        span_groups: "all".into(),
+        rank_strategy: "all_ranks".into(),
+        metrics_enabled: false,
+        ..LensConfig::default()
+    };
+    let vars: HashMap<String, String> = HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "run-t".to_string())]);
+    let options = SetupOptions::new().with_span_exporter(exporter.clone()).with_env(vars);
+    let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("setup");
+    let subscriber = tracing_subscriber::registry().with(telemetry.tracing_layer());
+    tracing::subscriber::with_default(subscriber, || {
+        for _ in 0..2 {
+            drop(tracing::info_span!(target: "lens::chekpoint", "save").entered());
+            drop(tracing::info_span!(target: "lens::chekpoint", "load").entered());
+            drop(tracing::info_span!(target: "lens::checkpoint", "kept").entered());
+        }
+    });
+    let report = telemetry.shutdown(Duration::from_secs(10));
+    let names: Vec<String> = exporter.get_finished_spans().unwrap().iter().map(|s| s.name.to_string()).collect();
+    assert_eq!(names, ["kept", "kept"], "{report:?}");
+}
+
+#[test]
+fn a_lens_target_naming_no_group_is_warned_about_once_where_the_bridge_first_sees_it() {
+    let exe = std::env::current_exe().unwrap();
+    let output = std::process::Command::new(exe)
+        .args(["--exact", "unknown_lens_target_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env_remove("TRACEPARENT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the child failed: {stderr}");
+    let warning = "`tracing` target lens::chekpoint names span group 'chekpoint', which the lens catalog does not \
+                   have: its spans are not recorded (did you mean 'checkpoint'?);";
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    assert!(!stderr.contains("lens::checkpoint names"), "{stderr}");
 }
