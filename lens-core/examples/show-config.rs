@@ -46,10 +46,12 @@ fn main() -> ExitCode {
 
 fn show(args: &Args) -> Result<String, String> {
     let env = ProcessEnv;
-    let loaded = ConfigLoader::new("MEGATRON_OTEL").fallback_prefix("NEMO_LENS").catalog(&LENS_CATALOG).load(&env);
+    let loader = ConfigLoader::new("MEGATRON_OTEL").fallback_prefix("NEMO_LENS").catalog(&LENS_CATALOG);
+    let loaded = loader.load(&loader.under_flags(&env, &args.otel));
     let mut config = loaded.map_err(|e| e.to_string())?;
     config.apply_cli(&args.otel);
     config.validate().map_err(|e| e.to_string())?;
+    config.check_files().map_err(|e| e.to_string())?;
     let rank = RankContext::detect(&env).map_err(|e| e.to_string())?;
     let run_id = resolve_run_id(&config.run_id, &env);
     let exports = config.telemetry_enabled() && strategies::should_export(&config, &rank).map_err(|e| e.to_string())?;

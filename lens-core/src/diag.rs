@@ -7,16 +7,31 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Writes `lens: warning: {message}` on standard error.
+/// Writes `lens: warning: {message}` on standard error, every line of a
+/// message of several (a configuration's problems, one a line) prefixed, so
+/// that each line of several ranks' interleaved output says what it is.
 ///
 /// Lens never writes secrets through here: callers pass redacted values.
 #[cold]
 pub fn warn(message: impl std::fmt::Display) {
     use std::io::Write as _;
-    // One `write` call per line, so that the warnings of several ranks
-    // sharing one stderr never interleave mid-line.
-    let line = format!("lens: warning: {message}\n");
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    // One `write` call, so that the warnings of several ranks sharing one
+    // stderr never interleave mid-line.
+    let lines = prefixed("lens: warning: ", &message.to_string());
+    let _ = std::io::stderr().lock().write_all(lines.as_bytes());
+}
+
+/// `message` with `prefix` before each of its lines, each line ended.
+///
+/// ```
+/// # use lens_core::diag::prefixed;
+/// assert_eq!(prefixed("lens: warning: ", "two problems:\nthe second"), "lens: warning: two problems:\nlens: warning: the second\n");
+/// ```
+pub fn prefixed(prefix: &str, message: &str) -> String {
+    if message.is_empty() {
+        return format!("{prefix}\n");
+    }
+    message.lines().map(|line| format!("{prefix}{line}\n")).collect()
 }
 
 /// Writes `lens: {message}` on standard error: information a person running

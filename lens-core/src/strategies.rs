@@ -241,6 +241,46 @@ pub fn should_export(config: &LensConfig, ctx: &RankContext) -> Result<bool, Str
     Ok(strategy(config, ctx))
 }
 
+/// A warning when the strategies pick none of the ranks of a one-node job
+/// of `world_size` ranks (rank `r` is local rank `r`): no rank exports, or
+/// no exporting rank records spans. For a launcher, which knows the world
+/// size before any rank starts; `None` when some rank is picked, and when a
+/// strategy is not registered (that is the ranks' error to report).
+///
+/// ```
+/// use lens_core::config::LensConfig;
+/// use lens_core::strategies::picks_no_rank;
+///
+/// // Ranks 0 and 1 score 0.785 and 0.8411 (the original's md5 hash).
+/// let config = LensConfig { rank_strategy: "sampled".into(), export_sample_rate: 0.1, ..LensConfig::default() };
+/// let warning = picks_no_rank(&config, 2).unwrap();
+/// assert!(warning.starts_with("the rank strategy sampled (export_sample_rate=0.1) picks none of the 2 ranks"), "{warning}");
+/// assert_eq!(picks_no_rank(&LensConfig { export_sample_rate: 0.8, ..config }, 2), None);
+/// ```
+pub fn picks_no_rank(config: &LensConfig, world_size: u32) -> Option<String> {
+    let context = |rank| RankContext { rank, world_size, local_rank: rank, node_rank: Some(0) };
+    let mut exporting = (0..world_size).map(context).filter(|ctx| should_export(config, ctx).unwrap_or(true));
+    let variable = |field: &'static str| config.origins.variable(field).unwrap_or(field).to_string();
+    let Some(first) = exporting.next() else {
+        return Some(format!(
+            "the rank strategy {} ({}={}) picks none of the {world_size} ranks: nothing is exported",
+            config.rank_strategy,
+            variable("export_sample_rate"),
+            config.export_sample_rate
+        ));
+    };
+    if std::iter::once(first).chain(exporting).any(|ctx| records_spans(config, &ctx).unwrap_or(true)) {
+        return None;
+    }
+    Some(format!(
+        "the sampling strategy {} ({}={}) picks none of the exporting ranks of {world_size} to record spans: no span \
+         is exported",
+        config.sampling_strategy,
+        variable("export_sample_rate"),
+        config.export_sample_rate
+    ))
+}
+
 /// Registers a sampling strategy under `name`. An existing name (a built-in
 /// included) is replaced only with `allow_override`.
 pub fn register_sampling_strategy<F>(name: &str, strategy: F, allow_override: bool) -> Result<(), StrategyError>

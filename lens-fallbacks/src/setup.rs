@@ -1039,6 +1039,12 @@ impl TelemetryBuilder {
 /// let config = load_or_disabled(&ConfigLoader::new("MYJOB_OTEL"), &env, &[Some("MYJOB_OTEL")], &mut warnings)?;
 /// assert!(!config.telemetry_enabled());
 ///
+/// // `OTEL_SDK_DISABLED=true` wins, over an unreadable enable switch too.
+/// let env = [("OTEL_SDK_DISABLED", "true"), ("MYJOB_OTEL_ENABLED", "maybe")];
+/// let config = load_or_disabled(&ConfigLoader::new("MYJOB_OTEL"), &env, &[Some("MYJOB_OTEL")], &mut warnings)?;
+/// assert!(!config.telemetry_enabled());
+/// assert!(warnings.last().unwrap().starts_with("telemetry is disabled (OTEL_SDK_DISABLED=true)"));
+///
 /// // With telemetry enabled it is the error (in a build without `otel`, a
 /// // warning: nothing is recorded, so no value stops the program).
 /// let env = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_SPAN_GROUPS", "per_stpe")];
@@ -1065,6 +1071,21 @@ pub fn load_or_disabled(
     let switches_only =
         crate::env::FnEnv(|key: &str| if switches.iter().any(|s| s == key) { env.var(key) } else { None });
     let enable_switches = &switches[..switches.len() - 1];
+    // `OTEL_SDK_DISABLED=true` wins over everything, an unreadable enable
+    // switch included.
+    let sdk_only = crate::env::FnEnv(|key: &str| if key == "OTEL_SDK_DISABLED" { env.var(key) } else { None });
+    if let Ok(config) = loader.load(&sdk_only)
+        && config.otel.sdk_disabled
+    {
+        warn_into(
+            warnings,
+            format!(
+                "telemetry is disabled (OTEL_SDK_DISABLED=true), so this problem in its configuration is ignored; \
+                 fix it before enabling telemetry: {error}"
+            ),
+        );
+        return Ok(config);
+    }
     let enable_only =
         crate::env::FnEnv(|key: &str| if enable_switches.iter().any(|s| s == key) { env.var(key) } else { None });
     // An unreadable `OTEL_SDK_DISABLED` cannot turn telemetry on: whether

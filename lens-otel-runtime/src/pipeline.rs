@@ -658,6 +658,10 @@ pub fn setup(
     {
         return Err(missing.into());
     }
+    // On every rank, before the strategy decides: a bad file stops them all.
+    if config.telemetry_enabled() && !custom {
+        config.check_files()?;
+    }
     let rank = *rank;
     let enabled = config.telemetry_enabled();
     let exports = enabled

@@ -124,6 +124,19 @@ fn run_launcher(args: &Args, nproc: u32, launch_start: SystemTime) -> ExitCode {
     {
         return usage_error(&error);
     }
+    // The files it names (a CA file, the file exporter's directory), which
+    // every rank checks again: a bad one stops the launch here.
+    if telemetry::enabled(&config)
+        && let Err(error) = config.check_files()
+    {
+        return usage_error(&error);
+    }
+    // Strategies that pick no rank are the job's choice, but rarely meant.
+    if telemetry::enabled(&config)
+        && let Some(warning) = lens_fallbacks::strategies::picks_no_rank(&config, nproc)
+    {
+        lens_fallbacks::diag::warn(warning);
+    }
     let mut extra = launcher::LaunchEnv::default();
     if telemetry::RUN_ID_VARIABLES.iter().all(|v| ProcessEnv.non_empty(v).is_none()) {
         extra.variables.push((telemetry::RUN_ID_VARIABLE.to_string(), telemetry::random_run_id()));

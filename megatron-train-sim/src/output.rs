@@ -293,8 +293,10 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::config::Layout, te
 /// `summarising`; other exporting ranks on their own line).
 pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary, summarising: bool) {
     if !telemetry.enabled {
-        if summarising {
+        if summarising && lens_fallbacks::setup::COMPILED_IN {
             stderr_line!("telemetry: off (enable it with --otel-enabled or MEGATRON_OTEL_ENABLED=1)");
+        } else if summarising {
+            stderr_line!("telemetry: off (this build has no `otel` feature: build with it to record telemetry)");
         }
         return;
     }

@@ -193,6 +193,20 @@ const CASES: &[Case] = &[
     flag(&["--num-layers", "4000000000"], &["--num-layers (4000000000)", "at most 64 GiB"]),
     flag(&["--inject-crash-at", "9"], &["--inject-crash-at 9", "no iteration 9"]),
     flag(&["--summary-json", "/nonexistent-lens-dir/summary.json"], &["--summary-json", "/nonexistent-lens-dir"]),
+    // Files the configuration names, checked on every rank, the ones that
+    // do not export included, and by the launcher before it starts any.
+    env(
+        &[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent-lens-dir/ca.pem")],
+        &["OTEL_EXPORTER_OTLP_CERTIFICATE", "'/nonexistent-lens-dir/ca.pem'", "readable PEM file"],
+    ),
+    env(
+        &[("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/dev/null")],
+        &["OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "'/dev/null'", "holds no -----BEGIN CERTIFICATE-----"],
+    ),
+    env(
+        &[("MEGATRON_OTEL_EXPORTER", "file"), ("MEGATRON_OTEL_FILE_DIR", "/dev/null")],
+        &["MEGATRON_OTEL_FILE_DIR", "'/dev/null'", "not a file"],
+    ),
 ];
 
 /// The flags of every run: two pipeline stages (so a layout mismatch shows),

@@ -63,6 +63,32 @@ impl<'a> ConfigLoader<'a> {
         self
     }
 
+    /// `env` as this loader reads it under the command line `cli`: without
+    /// the variables a given flag replaces (`--otel-span-groups` replaces
+    /// `<prefix>_SPAN_GROUPS` and the fallback prefix's), so that a bad
+    /// value the flag overrides stops nothing: the original replaced the
+    /// spec before resolving it. Load from this, then
+    /// [`apply_cli`](LensConfig::apply_cli).
+    ///
+    /// ```
+    /// use lens_core::config::{CliOverrides, ConfigLoader};
+    ///
+    /// let loader = ConfigLoader::new("MYJOB_OTEL");
+    /// let env = [("MYJOB_OTEL_ENABLED", "1"), ("MYJOB_OTEL_SPAN_GROUPS", "bogus")];
+    /// assert!(loader.load(&env).is_err());
+    /// let cli = CliOverrides { otel_span_groups: Some("per_step".into()), ..CliOverrides::default() };
+    /// let mut config = loader.load(&loader.under_flags(&env, &cli)).unwrap();
+    /// config.apply_cli(&cli);
+    /// assert_eq!(config.span_groups, "per_step");
+    /// ```
+    pub fn under_flags<'e, E: EnvSource + ?Sized>(&self, env: &'e E, cli: &CliOverrides) -> impl EnvSource + 'e {
+        let mut replaced = Vec::new();
+        if cli.otel_span_groups.as_deref().is_some_and(|spec| !spec.trim().is_empty()) {
+            replaced.extend([self.prefix].into_iter().chain(self.fallback_prefix).map(|p| format!("{p}_SPAN_GROUPS")));
+        }
+        crate::env::FnEnv(move |key: &str| if replaced.iter().any(|r| r == key) { None } else { env.var(key) })
+    }
+
     /// Reads and validates the configuration, reporting every problem.
     pub fn load(&self, env: &(impl EnvSource + ?Sized)) -> Result<LensConfig, ConfigError> {
         let mut r = Reader::new(env, self.prefix, self.fallback_prefix);

@@ -10,6 +10,9 @@ use super::pyrepr::py_float;
 use super::read::unknown_name;
 use super::standard::{self, ExporterKind, Signal};
 
+/// What a PEM certificate begins with.
+const CERTIFICATE_MARK: &[u8] = b"-----BEGIN CERTIFICATE-----";
+
 impl LensConfig {
     /// Checks every value that reading cannot check alone on this configuration, including values
     /// set or changed in code, and reports every problem at once: the sample
@@ -201,6 +204,74 @@ impl LensConfig {
                 variable: self.source_name("prometheus_resource_labels"),
                 value: self.prometheus_resource_labels.join(","),
                 expected: "resource attribute keys such as 'nemo.run.id', none of them empty or with a space".into(),
+            });
+        }
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError::new(problems)) }
+    }
+
+    /// Checks the files a configuration names, as far as reading can tell
+    /// before anything is built: each private CA file of an OTLP signal that
+    /// is on (readable, holding a PEM certificate) and the file exporter's
+    /// directory (not a file). Nothing when telemetry is off.
+    ///
+    /// Run on every rank before the rank strategy decides, and by a launcher
+    /// before it starts ranks, so that a bad file stops every rank at once
+    /// rather than the exporting rank alone, late, while the others wait.
+    ///
+    /// ```
+    /// use lens_core::config::ConfigLoader;
+    ///
+    /// let env = [("NEMO_LENS_ENABLED", "1"), ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem")];
+    /// let config = ConfigLoader::new("NEMO_LENS").load(&env).unwrap();
+    /// let error = config.check_files().unwrap_err().to_string();
+    /// assert!(error.starts_with("Invalid value for OTEL_EXPORTER_OTLP_CERTIFICATE: '/no/such/ca.pem'. Expected a readable PEM file"), "{error}");
+    ///
+    /// // Not read for a signal that does not export over OTLP.
+    /// let env = [("NEMO_LENS_ENABLED", "1"), ("NEMO_LENS_EXPORTER", "file"), ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem")];
+    /// assert!(ConfigLoader::new("NEMO_LENS").load(&env).unwrap().check_files().is_ok());
+    /// ```
+    pub fn check_files(&self) -> Result<(), ConfigError> {
+        if !self.telemetry_enabled() {
+            return Ok(());
+        }
+        let mut problems = Vec::new();
+        let signals = [
+            (Signal::Traces, self.traces_enabled),
+            (Signal::Metrics, self.metrics_enabled),
+            (Signal::Logs, self.logs_enabled),
+        ];
+        let on: Vec<Signal> = signals.into_iter().filter(|(_, on)| *on).map(|(signal, _)| signal).collect();
+        let mut checked = Vec::new();
+        for &signal in &on {
+            let Some(path) = self.otel.otlp(signal).certificate.as_ref() else { continue };
+            if self.exporter_for(signal) != ExporterKind::Otlp || checked.contains(&path) {
+                continue;
+            }
+            checked.push(path);
+            let reason = match std::fs::read(path) {
+                Err(error) => Some(format!("it cannot be read: {error}")),
+                Ok(pem) if !pem.windows(CERTIFICATE_MARK.len()).any(|w| w == CERTIFICATE_MARK) => {
+                    Some(format!("it holds no {}", String::from_utf8_lossy(CERTIFICATE_MARK)))
+                }
+                Ok(_) => None,
+            };
+            if let Some(reason) = reason {
+                problems.push(ConfigProblem::InvalidValue {
+                    variable: self.source_name(otlp_fields(signal).certificate),
+                    value: path.display().to_string(),
+                    expected: format!("a readable PEM file of CA certificates ({reason})"),
+                });
+            }
+        }
+        if let Some(dir) = &self.file_dir
+            && on.iter().any(|&signal| self.exporter_for(signal) == ExporterKind::File)
+            && dir.exists()
+            && !dir.is_dir()
+        {
+            problems.push(ConfigProblem::InvalidValue {
+                variable: self.source_name("file_dir"),
+                value: dir.display().to_string(),
+                expected: "a directory (made if missing), not a file".into(),
             });
         }
         if problems.is_empty() { Ok(()) } else { Err(ConfigError::new(problems)) }

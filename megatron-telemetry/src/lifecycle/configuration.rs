@@ -55,6 +55,18 @@ pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 /// }
 /// ```
 ///
+/// A flag replaces its variable before the variable is read: a bad
+/// `MEGATRON_OTEL_SPAN_GROUPS` stops nothing under `--otel-span-groups`.
+///
+/// ```
+/// use lens_fallbacks::config::CliOverrides;
+/// use megatron_telemetry::lifecycle::load_config;
+///
+/// let env = [("MEGATRON_OTEL_ENABLED", "1"), ("MEGATRON_OTEL_SPAN_GROUPS", "bogus")];
+/// let flag = CliOverrides { otel_span_groups: Some("per_step".into()), ..CliOverrides::default() };
+/// assert_eq!(load_config(&flag, &env).unwrap().span_groups, "per_step");
+/// ```
+///
 /// In a build without `otel` no telemetry value stops the program (SPEC
 /// A22): every problem, of a variable or of a flag, is one warning and the
 /// configuration is the disabled one.
@@ -63,6 +75,8 @@ pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Resul
         .fallback_prefix(FALLBACK_ENV_PREFIX)
         .catalog(&MEGATRON_CATALOG)
         .default_service_name(DEFAULT_SERVICE_NAME);
+    // A variable a flag replaces is not read: its bad value stops nothing.
+    let env = &loader.under_flags(env, cli);
     let loaded = (|| -> Result<LensConfig, SetupError> {
         let mut config = if cli.otel_enabled {
             loader.load(env)?
