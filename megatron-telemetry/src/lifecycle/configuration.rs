@@ -3,7 +3,7 @@
 //! command line, validated).
 
 use lens_fallbacks::SetupError;
-use lens_fallbacks::config::{CliOverrides, ConfigLoader, LensConfig};
+use lens_fallbacks::config::{CliOverrides, ConfigLoader, LensConfig, parse_bool};
 use lens_fallbacks::env::EnvSource;
 use lens_fallbacks::setup::{load_or_disabled, or_off_when_compiled_out};
 
@@ -67,6 +67,18 @@ pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 /// assert_eq!(load_config(&flag, &env).unwrap().span_groups, "per_step");
 /// ```
 ///
+/// `OTEL_SDK_DISABLED=true` wins over everything, `--otel-enabled` and a
+/// malformed variable included: the job runs without telemetry.
+///
+/// ```
+/// use lens_fallbacks::config::CliOverrides;
+/// use megatron_telemetry::lifecycle::load_config;
+///
+/// let env = [("OTEL_SDK_DISABLED", "true"), ("MEGATRON_OTEL_ENABLED", "maybe"), ("MEGATRON_OTEL_EXPORTER", "consol")];
+/// let flag = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
+/// assert!(!load_config(&flag, &env).unwrap().telemetry_enabled());
+/// ```
+///
 /// In a build without `otel` no telemetry value stops the program (SPEC
 /// A22): every problem, of a variable or of a flag, is one warning and the
 /// configuration is the disabled one.
@@ -78,7 +90,10 @@ pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Resul
     // A variable a flag replaces is not read: its bad value stops nothing.
     let env = &loader.under_flags(env, cli);
     let loaded = (|| -> Result<LensConfig, SetupError> {
-        let mut config = if cli.otel_enabled {
+        // `OTEL_SDK_DISABLED=true` wins over `--otel-enabled` too: a problem
+        // is then one warning.
+        let sdk_disabled = env.var("OTEL_SDK_DISABLED").and_then(|v| parse_bool(&v)) == Some(true);
+        let mut config = if cli.otel_enabled && !sdk_disabled {
             loader.load(env)?
         } else {
             load_or_disabled(&loader, env, &[Some(ENV_PREFIX), Some(FALLBACK_ENV_PREFIX)], &mut Vec::new())?
