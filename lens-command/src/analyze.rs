@@ -88,6 +88,9 @@ pub enum AnalyzeError {
         dir: PathBuf,
         /// Why it could not be listed, if it could not.
         source: Option<io::Error>,
+        /// Its subdirectories whose own subdirectories hold exports (a
+        /// directory given one level too high).
+        deeper: Vec<PathBuf>,
     },
     /// DIR's files hold no span and no metric point that could be read.
     NothingReadable {
@@ -123,13 +126,22 @@ impl AnalyzeError {
 impl fmt::Display for AnalyzeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AnalyzeError::NoExport { dir, source: None } => write!(
-                f,
-                "analyze {}: no metrics-rank<N>.jsonl or traces-rank<N>.jsonl file there or in its subdirectories \
-                 ({EXPECTED})",
-                dir.display()
-            ),
-            AnalyzeError::NoExport { dir, source: Some(source) } => {
+            AnalyzeError::NoExport { dir, source: None, deeper } => {
+                write!(
+                    f,
+                    "analyze {}: no metrics-rank<N>.jsonl or traces-rank<N>.jsonl file there or in its subdirectories",
+                    dir.display()
+                )?;
+                match deeper.as_slice() {
+                    [] => write!(f, " ({EXPECTED})"),
+                    [one] => write!(f, "; did you mean {}?", one.display()),
+                    many => {
+                        write!(f, "; directories of runs are in:")?;
+                        many.iter().try_for_each(|dir| write!(f, " {}", dir.display()))
+                    }
+                }
+            }
+            AnalyzeError::NoExport { dir, source: Some(source), .. } => {
                 write!(f, "analyze {}: cannot list it: {source} ({EXPECTED})", dir.display())
             }
             AnalyzeError::NothingReadable { dir, files, skipped } => {
@@ -297,8 +309,11 @@ pub struct Analysis {
     pub goodput_runs: Vec<String>,
     /// The hang watchdog's evidence.
     pub hangs: Hangs,
-    /// What advice names (from the export's resource).
+    /// What advice names (from the export's resource): the first that
+    /// knows the program's prefix.
     pub advice: Advice,
+    /// The same per run id ([`Analysis::advice_for`]).
+    pub run_advice: BTreeMap<String, Advice>,
     /// Lines, points or spans that could not be read.
     pub skipped: u64,
     /// Directories holding several runs.
@@ -334,7 +349,8 @@ fn dir_name(dir: &Path) -> String {
 /// DIR itself when it holds metrics or traces files, else each of its
 /// subdirectories that does, by name.
 fn export_dirs(dir: &Path) -> Result<Vec<ExportDir>, AnalyzeError> {
-    let no_export = |source| AnalyzeError::NoExport { dir: dir.to_path_buf(), source: Some(source) };
+    let no_export =
+        |source| AnalyzeError::NoExport { dir: dir.to_path_buf(), source: Some(source), deeper: Vec::new() };
     let read = |dir: &Path| -> io::Result<ExportDir> {
         Ok(ExportDir {
             dir: dir.to_path_buf(),
@@ -347,19 +363,28 @@ fn export_dirs(dir: &Path) -> Result<Vec<ExportDir>, AnalyzeError> {
     if !top.metrics.is_empty() || !top.traces.is_empty() {
         return Ok(vec![top]);
     }
-    let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(no_export)?
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| path.is_dir())
-        .collect();
-    subdirs.sort();
+    let subdirs_of = |dir: &Path| -> io::Result<Vec<PathBuf>> {
+        let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.is_dir())
+            .collect();
+        subdirs.sort();
+        Ok(subdirs)
+    };
+    let holds_export = |dir: &Path| read(dir).is_ok_and(|e| !e.metrics.is_empty() || !e.traces.is_empty());
+    let subdirs = subdirs_of(dir).map_err(no_export)?;
     let found: Vec<ExportDir> = subdirs
         .iter()
         .filter_map(|sub| read(sub).ok())
         .filter(|e| !e.metrics.is_empty() || !e.traces.is_empty())
         .collect();
     if found.is_empty() {
-        return Err(AnalyzeError::NoExport { dir: dir.to_path_buf(), source: None });
+        // Given one level too high (`run1/` for `run1/telemetry/<run>/`)?
+        let deeper = subdirs
+            .into_iter()
+            .filter(|sub| subdirs_of(sub).is_ok_and(|inner| inner.iter().any(|inner| holds_export(inner))))
+            .collect();
+        return Err(AnalyzeError::NoExport { dir: dir.to_path_buf(), source: None, deeper });
     }
     Ok(found)
 }
@@ -407,19 +432,29 @@ fn run_of(resource: Option<&BTreeMap<String, AttributeValue>>, last: &mut Option
 /// What the reading gathers besides the analyses.
 #[derive(Debug, Default)]
 struct Context {
+    /// The first advice that knows the program's prefix, else the last read.
     advice: Advice,
     advice_final: bool,
+    /// The same per run: runs of different programs in one export are
+    /// each advised with their own variables.
+    run_advice: BTreeMap<String, (Advice, bool)>,
     skipped: u64,
     run_ids: BTreeMap<PathBuf, BTreeSet<String>>,
 }
 
 impl Context {
-    fn resource(&mut self, dir: &Path, resource: Option<&BTreeMap<String, AttributeValue>>) {
+    /// Notes a line's resource, of `run` (as the line's reading names it).
+    fn resource(&mut self, dir: &Path, run: &str, resource: Option<&BTreeMap<String, AttributeValue>>) {
         let Some(resource) = resource else { return };
         if let Some(run) = resource.get(semconv::NEMO_RUN_ID).and_then(AttributeValue::as_str)
             && !self.run_ids.get(dir).is_some_and(|runs| runs.contains(run))
         {
             self.run_ids.entry(dir.to_path_buf()).or_default().insert(run.to_string());
+        }
+        let (advice, known) = self.run_advice.entry(run.to_string()).or_default();
+        if !*known {
+            *advice = Advice::from_resource(resource);
+            *known = advice.knows_prefix();
         }
         if !self.advice_final {
             self.advice = Advice::from_resource(resource);
@@ -565,8 +600,8 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             for line in lines {
                 context.skipped += metric_line_skipped(&line);
                 points_read += line.points.len();
-                context.resource(&export.dir, line.resource.as_ref());
                 let run = run_of(line.resource.as_ref(), &mut last_run, &export.name);
+                context.resource(&export.dir, &run, line.resource.as_ref());
                 hangs.add_points(&run, &line.points);
                 if holds_export(&line) {
                     streams.entry(run).or_default().grid.push(&line.points);
@@ -607,17 +642,20 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     }
 
     // The traces: hang events from every rank; the goodput view's first
-    // pass over the spans of the highest rank of each directory (the export
-    // rank under the default rank strategy; every rank's time splits alike).
+    // pass over the spans of each run's highest rank in each directory (the
+    // export rank under the default rank strategy; every rank's time splits
+    // alike): the files are read from the highest rank down, and a run's
+    // rank is the first file it is found in (runs of different world sizes
+    // may share a directory).
     // An attempt is a process of a run: its run id and its `process.pid`
     // (attempts that share a pinned run id, even in one directory, are
     // apart), read first per directory, then joined where the same
     // process's spans lie in several directories ([`homes`]: the spans a
     // resumed attempt replayed from its predecessor's spool).
     let mut found: BTreeMap<(usize, Process), Found> = BTreeMap::new();
+    let mut goodput_ranks: Vec<BTreeMap<String, u32>> = vec![BTreeMap::new(); dirs.len()];
     for (dir_index, export) in dirs.iter().enumerate() {
-        let goodput_rank = export.traces.last().map(|(rank, _)| *rank);
-        for (file_rank, path) in &export.traces {
+        for (file_rank, path) in export.traces.iter().rev() {
             let lines = otlp_file::open_span_lines(path, *file_rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
             let mut last = None;
@@ -625,9 +663,9 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             for line in lines {
                 context.skipped += span_line_skipped(&line);
                 spans_read += line.spans.len();
-                context.resource(&export.dir, line.resource.as_ref());
                 let (process, replayed) = process_of(line.resource.as_ref(), &mut last, &export.name);
                 let run = process.run.clone();
+                context.resource(&export.dir, &run, line.resource.as_ref());
                 if let Some(rank) = line
                     .resource
                     .as_ref()
@@ -638,7 +676,8 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                     resource_rank = Some(rank);
                 }
                 hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
-                if Some(*file_rank) == goodput_rank {
+                let goodput_rank = *goodput_ranks[dir_index].entry(run).or_insert(*file_rank);
+                if goodput_rank == *file_rank && !line.spans.is_empty() {
                     let read = found.entry((dir_index, process)).or_default();
                     line.spans.iter().for_each(|span| read.boundaries.add(span));
                     read.spans += line.spans.len();
@@ -714,15 +753,20 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         })
         .collect();
     for (dir_index, export) in dirs.iter().enumerate() {
-        let Some((file_rank, path)) = export.traces.last() else { continue };
-        let lines = otlp_file::open_span_lines(path, *file_rank)
-            .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-        let mut last = None;
-        for line in lines {
-            let (process, _) = process_of(line.resource.as_ref(), &mut last, &export.name);
-            let at = home(dir_index, &process);
-            if let Some((_, attempt)) = attempts.get_mut(&(at, process)) {
-                line.spans.iter().for_each(|span| attempt.add(span));
+        let ranks = &goodput_ranks[dir_index];
+        for (file_rank, path) in export.traces.iter().filter(|(rank, _)| ranks.values().any(|r| r == rank)) {
+            let lines = otlp_file::open_span_lines(path, *file_rank)
+                .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
+            let mut last = None;
+            for line in lines {
+                let (process, _) = process_of(line.resource.as_ref(), &mut last, &export.name);
+                if ranks.get(&process.run) != Some(file_rank) {
+                    continue;
+                }
+                let at = home(dir_index, &process);
+                if let Some((_, attempt)) = attempts.get_mut(&(at, process)) {
+                    line.spans.iter().for_each(|span| attempt.add(span));
+                }
             }
         }
     }
@@ -754,7 +798,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 } else {
                     export.name.clone()
                 };
-                let rank = export.traces.last().map_or(0, |(rank, _)| *rank);
+                let rank = goodput_ranks[dir_index]
+                    .get(&process.run)
+                    .copied()
+                    .unwrap_or_else(|| export.traces.last().map_or(0, |(rank, _)| *rank));
                 (first_start, goodput_view::ReadAttempt { name, rank, read })
             })
             .collect();
@@ -795,12 +842,20 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         goodput_runs,
         hangs,
         advice: context.advice,
+        run_advice: context.run_advice.into_iter().map(|(run, (advice, _))| (run, advice)).collect(),
         skipped: context.skipped,
         mixed,
         partial,
         peak_retained,
         goodput_records,
     })
+}
+
+impl Analysis {
+    /// What advice names for the program of run `run`.
+    pub fn advice_for(&self, run: &str) -> &Advice {
+        self.run_advice.get(run).unwrap_or(&self.advice)
+    }
 }
 
 /// Prints the "goodput" section: the view's, or what the export lacks with
@@ -873,7 +928,7 @@ pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> 
             if several {
                 writeln!(out, "run {}:", run.run)?;
             }
-            let advice = analysis.advice.rank_metrics();
+            let advice = analysis.advice_for(&run.run).rank_metrics();
             stragglers::write_section_with_advice(out, &run.findings, run.compared, run.ranks, &advice)?;
         }
     }
@@ -900,7 +955,11 @@ pub fn write_report(out: &mut dyn Write, analysis: &Analysis) -> io::Result<()> 
                 analysis.goodput_runs.join(", ")
             )?;
         }
-        write_goodput(out, goodput, &analysis.advice)?;
+        let advice = match analysis.goodput_runs.as_slice() {
+            [run] => analysis.advice_for(run),
+            _ => &analysis.advice,
+        };
+        write_goodput(out, goodput, advice)?;
     }
     let several_runs = analysis.stragglers.as_ref().is_some_and(|runs| runs.len() > 1) || !analysis.mixed.is_empty();
     analysis.hangs.write_section(out, several_runs)?;

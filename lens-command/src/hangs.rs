@@ -136,7 +136,11 @@ impl Hangs {
     pub fn write_section(&self, out: &mut dyn Write, several_runs: bool) -> io::Result<()> {
         writeln!(out, "hangs (the hang watchdog's span events and gauge):")?;
         let run = |run: &str| if several_runs { format!(" (run {run})") } else { String::new() };
-        for e in &self.events {
+        // By rank, each rank's in the order read (its file's time order),
+        // whatever order the files were read in.
+        let mut events: Vec<&HangEvent> = self.events.iter().collect();
+        events.sort_by_key(|e| e.rank);
+        for e in events {
             let stalled = e.stalled_s.map_or_else(|| "?".to_string(), |s| format!("{s:.1}"));
             let phase = e.phase.as_deref().unwrap_or("?");
             let iteration = e.iteration.map_or_else(|| "?".to_string(), |i| i.to_string());

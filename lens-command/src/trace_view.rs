@@ -173,7 +173,19 @@ impl fmt::Display for TraceViewError {
                 if *malformed_lines > 0 {
                     write!(f, " ({malformed_lines} malformed line(s) skipped)")?;
                 }
-                Ok(())
+                // A metrics or logs export given as the traces file.
+                let other = files.iter().find_map(|file| {
+                    let name = file.file_name()?.to_str()?;
+                    ["metrics-rank", "logs-rank"].into_iter().find(|kind| name.starts_with(kind))
+                });
+                match other {
+                    Some(kind) => write!(
+                        f,
+                        "; that is a {} export: trace-view reads traces-rank<N>.jsonl, or the directory holding them",
+                        kind.trim_end_matches("-rank")
+                    ),
+                    None => write!(f, " (expected the traces-rank<N>.jsonl of the file exporter, or their directory)"),
+                }
             }
             TraceViewError::Read { path, source } => write!(f, "trace-view: cannot read {}: {source}", path.display()),
             TraceViewError::Write { path, source } => {
@@ -286,6 +298,12 @@ pub struct View {
     pub run_ids: Vec<String>,
     /// What the export's resource says about the program's configuration.
     pub advice: crate::advice::Advice,
+    /// Whether runs of several programs (or span groups) are in the export:
+    /// `advice` is then one run's.
+    pub programs_differ: bool,
+    /// The hang watchdog's copies of open spans (`nemo.span.open`): drawn,
+    /// not counted in `table`.
+    pub watchdog_copies: usize,
 }
 
 /// Reads the export at `input` (a directory or one traces file) and
@@ -454,7 +472,10 @@ fn micros(ticks: u64) -> Value {
 }
 
 fn convert(export: Export) -> View {
-    let Export { tree: SpanTree { spans, malformed_lines, malformed_spans, run_ids, resource }, files } = export;
+    let Export {
+        tree: SpanTree { spans, malformed_lines, malformed_spans, run_ids, resource, programs_differ },
+        files,
+    } = export;
     let advice = crate::advice::Advice::from_json_resource(&resource);
     let origin = spans.iter().map(|span| span.start_unix_nano).min().unwrap_or(0);
     // Saturating: a bad export may hold a span that ends near u64::MAX.
@@ -560,6 +581,7 @@ fn convert(export: Export) -> View {
     }
 
     let table = table(&spans);
+    let watchdog_copies = spans.iter().filter(|span| watchdog_copy(span)).count();
     let trace = json!({
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -581,6 +603,8 @@ fn convert(export: Export) -> View {
         malformed_spans,
         run_ids: run_ids.into_iter().collect(),
         advice,
+        programs_differ,
+        watchdog_copies,
     }
 }
 
@@ -592,9 +616,17 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 
 /// Per span name: count, total, mean, p50, p99 (nearest rank), by total
 /// duration, largest first (ties by name).
+/// Whether `span` is the hang watchdog's copy of a span open when it fired
+/// (the span itself ends later, or never if the job died): drawn, on a
+/// track of its own, but not counted in the table.
+fn watchdog_copy(span: &TreeSpan) -> bool {
+    span.attributes.get(lens_fallbacks::semconv::NEMO_SPAN_OPEN) == Some(&Value::Bool(true))
+}
+
+/// The per-name durations of `spans`, the watchdog's copies left out.
 fn table(spans: &[TreeSpan]) -> Vec<NameStats> {
     let mut durations: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for span in spans {
+    for span in spans.iter().filter(|span| !watchdog_copy(span)) {
         durations.entry(span.name.as_str()).or_default().push(span.end_unix_nano.saturating_sub(span.start_unix_nano));
     }
     let mut rows: Vec<NameStats> = durations
@@ -661,6 +693,14 @@ fn write_footer(out: &mut dyn Write, view: &View, path: &Path) -> io::Result<()>
         view.files.len(),
         view.flows
     )?;
+    if view.watchdog_copies > 0 {
+        let (copies, spans) = if view.watchdog_copies == 1 { ("copy", "a span") } else { ("copies", "spans") };
+        writeln!(
+            out,
+            "{} hang-watchdog {copies} of {spans} open when it fired (nemo.span.open): drawn, not counted in the table",
+            view.watchdog_copies
+        )?;
+    }
     if view.unresolved_links > 0 {
         writeln!(out, "{} link(s) point at spans that are not in the export (not drawn)", view.unresolved_links)?;
     }
@@ -679,7 +719,9 @@ fn write_footer(out: &mut dyn Write, view: &View, path: &Path) -> io::Result<()>
             view.run_ids.join(", ")
         )?;
     }
-    if let Some(groups) = view.advice.recorded_groups() {
+    // Of runs of several programs (or span groups), the groups and the
+    // variable would be one run's, said of all: left out.
+    if let Some(groups) = view.advice.recorded_groups().filter(|_| !view.programs_differ) {
         writeln!(out, "span groups recorded: {groups} (change them with {})", view.advice.variable("SPAN_GROUPS"))?;
     }
     writeln!(out, "wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", path.display())

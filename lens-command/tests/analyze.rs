@@ -159,6 +159,19 @@ fn a_directory_without_an_export_is_a_usage_error_naming_it_and_what_was_expecte
             dir.display()
         )
     );
+    // Given one level too high: the directory that holds `telemetry/`.
+    let run = dir.join("not-a-run").join("telemetry").join("run-1");
+    std::fs::create_dir_all(&run).unwrap();
+    write_rank_metrics(&run, "run-1", 4, 2);
+    let (code, _, stderr) = lens(&["analyze".as_ref(), dir.join("not-a-run").as_path()]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.ends_with(&format!(
+            "there or in its subdirectories; did you mean {}?\n",
+            dir.join("not-a-run").join("telemetry").display()
+        )),
+        "{stderr}"
+    );
     let missing = dir.join("nope");
     let (code, _, stderr) = lens(&["analyze".as_ref(), missing.as_path()]);
     assert_eq!(code, 2);
@@ -707,4 +720,35 @@ fn goodput_over_several_run_ids_says_it_adds_them_up_as_one_job() {
         assert_eq!(stdout.contains(note), noted, "{stdout}");
         assert_eq!(stdout.contains("note: the goodput section"), noted, "{stdout}");
     }
+}
+
+#[test]
+fn runs_of_different_programs_and_world_sizes_in_one_directory_are_each_counted_and_advised_as_their_own() {
+    // One reused file directory: run a, two ranks of a program of one's
+    // own; then run b, one rank of Megatron, appended to rank 0's files.
+    let dir = temp_dir("two-programs");
+    let a = |rank| resource("a", rank, Some("MYJOB_OTEL"));
+    let b = resource("b", 0, Some("MEGATRON_OTEL"));
+    let train = |start: u64| [span("train", "01", None, start, start + 1_000_000, "[]", "")];
+    let other = [gauge("other", "[]", 1, 1.0)];
+    let rank0_traces = format!("{}{}", traces_line(&a(0), &train(1_000)), traces_line(&b, &train(9_000_000)));
+    std::fs::write(dir.join("traces-rank0.jsonl"), rank0_traces).unwrap();
+    std::fs::write(dir.join("traces-rank1.jsonl"), traces_line(&a(1), &train(1_000))).unwrap();
+    let rank0_metrics = format!("{}{}", metrics_line(&a(0), &other), metrics_line(&b, &other));
+    std::fs::write(dir.join("metrics-rank0.jsonl"), rank0_metrics).unwrap();
+    std::fs::write(dir.join("metrics-rank1.jsonl"), metrics_line(&a(1), &other)).unwrap();
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    let stragglers = "stragglers (0 ranks with rank metrics, windows of 4 log intervals):\n  no rank metrics in this \
+                      export";
+    assert!(
+        stdout.contains(&format!(
+            "run a:\n{stragglers} (lens-training's `Training` records them with MYJOB_OTEL_RANK_METRICS=1)\nrun \
+             b:\n{stragglers} (run with MEGATRON_OTEL_RANK_METRICS=1)\n"
+        )),
+        "{stdout}"
+    );
+    // Run b, found in rank 0's file only, is counted with rank 0; run a
+    // with its highest rank.
+    assert!(stdout.contains("note: the goodput section adds up 2 runs (a, b) as attempts of one job"), "{stdout}");
 }

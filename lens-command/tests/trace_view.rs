@@ -8,7 +8,7 @@
 use lens_fallbacks::semconv;
 
 mod support;
-use support::{attributes, int, lens, span, string, temp_dir, traces_line};
+use support::{attributes, gauge, int, lens, metrics_line, span, string, temp_dir, traces_line};
 
 fn resource(run: &str, prefix: Option<&str>) -> String {
     let mut pairs = vec![(semconv::NEMO_RUN_ID, string(run)), (semconv::DL_RANK, int(0))];
@@ -39,6 +39,20 @@ fn the_footer_names_the_programs_groups_and_several_runs() {
         )),
         "{stdout}"
     );
+
+    // Runs of two programs: one's groups and variable are not said of both.
+    let two = temp_dir("trace-view-two-programs");
+    let text =
+        traces_line(&resource("a", Some("MYJOB_OTEL")), &[span("myjob.step", "01", None, 1_000, 5_000, "[]", "")])
+            + &traces_line(
+                &resource("b", Some("MEGATRON_OTEL")),
+                &[span("megatron.step", "02", None, 6_000, 9_000, "[]", "")],
+            );
+    std::fs::write(two.join("traces-rank0.jsonl"), text).unwrap();
+    let (code, stdout, stderr) = lens(&["trace-view".as_ref(), two.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("note: the files hold 2 runs (a, b)"), "{stdout}");
+    assert!(!stdout.contains("span groups recorded"), "{stdout}");
 
     // An export that predates the attributes: no groups line, no Megatron.
     let older = temp_dir("trace-view-older");
@@ -126,6 +140,47 @@ fn an_output_that_cannot_be_written_is_named_with_the_flag_that_moves_it() {
         stderr.starts_with(&format!(
             "lens: error: trace-view: cannot write the trace to {} (choose the file with --out): ",
             out.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_watchdogs_copy_of_an_open_span_is_drawn_but_not_counted_in_the_table() {
+    // Iterations of 2 ms and 6 ms; the watchdog fired 3 ms into the second,
+    // copying it as open then.
+    let dir = temp_dir("trace-view-watchdog");
+    let open = attributes(&[(semconv::NEMO_SPAN_OPEN, r#"{"boolValue":true}"#.to_string())]);
+    let spans = [
+        span("step", "01", None, 1_000_000, 3_000_000, "[]", ""),
+        span("step", "02", None, 4_000_000, 10_000_000, "[]", ""),
+        span("step", "03", None, 4_000_000, 7_000_000, &open, ""),
+    ];
+    std::fs::write(dir.join("traces-rank0.jsonl"), traces_line(&resource("a", None), &spans)).unwrap();
+    let (code, stdout, stderr) = lens(&["trace-view".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("step         2         8.000       4.000       2.000       6.000\n"), "{stdout}");
+    assert!(
+        stdout.contains(concat!(
+            "read 3 span(s) of 1 rank(s) from 1 file(s); 0 link(s) drawn as flows\n",
+            "1 hang-watchdog copy of a span open when it fired (nemo.span.open): drawn, not counted in the table\n",
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_metrics_file_given_as_the_traces_file_is_named_as_one() {
+    let dir = temp_dir("trace-view-metrics");
+    let file = dir.join("metrics-rank0.jsonl");
+    std::fs::write(&file, metrics_line(&resource("a", None), &[gauge("other", "[]", 1, 1.0)])).unwrap();
+    let (code, _, stderr) = lens(&["trace-view".as_ref(), file.as_path()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "no spans in {} (1 malformed line(s) skipped); that is a metrics export: trace-view reads \
+             traces-rank<N>.jsonl, or the directory holding them",
+            file.display()
         )),
         "{stderr}"
     );

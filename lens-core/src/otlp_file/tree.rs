@@ -99,7 +99,15 @@ pub struct SpanTree {
     /// The attributes of the last resource read (the program's
     /// `lens.config.prefix` and `lens.span_groups`, its `service.name`).
     pub resource: Map<String, Value>,
+    /// Whether the resources read differ in those three: runs of several
+    /// programs, or of one with other span groups (`resource` is then one
+    /// of them only).
+    pub programs_differ: bool,
 }
+
+/// The resource attributes that say which program, and which span groups.
+const PROGRAM_KEYS: [&str; 3] =
+    [crate::semconv::LENS_CONFIG_PREFIX, crate::semconv::LENS_SPAN_GROUPS, crate::semconv::SERVICE_NAME];
 
 /// The rank in a `traces-rank<N>.jsonl` file name.
 ///
@@ -165,6 +173,11 @@ impl SpanTree {
                 self.run_ids.insert(run_id.to_string());
             }
             if !resource.is_empty() {
+                if !self.resource.is_empty()
+                    && PROGRAM_KEYS.iter().any(|key| self.resource.get(*key) != resource.get(*key))
+                {
+                    self.programs_differ = true;
+                }
                 self.resource = resource;
             }
             for scope_spans in array(resource_spans, "scopeSpans") {
