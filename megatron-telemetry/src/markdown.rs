@@ -96,8 +96,9 @@ pub fn span_taxonomy() -> String {
     // Keys that lens-training and the lifecycle add to many spans, named
     // here so that the table lists every key a span of this page carries.
     out.push_str(
-        "| `dl.training.event`, `dl.training.iteration`, `dl.training.checkpoint.async` | the spans the goodput \
-         view reads (iterations, saves, loads, evaluations): see [goodput](goodput.md#from-the-spans-lens-analyze) |\n\
+        "| `dl.training.event`, `dl.training.iteration`, `dl.training.checkpoint.async`, \
+         `dl.training.checkpoint.durable` | the spans the goodput view reads (iterations, saves, loads, \
+         evaluations): see [goodput](goodput.md#from-the-spans-lens-analyze) |\n\
          | `lens.sampling.key`, `lens.sampling.structural` | the spans a ratio sampler decides by their iteration's \
          key, and the structural ones: see [sampling](sampling.md) |\n",
     );

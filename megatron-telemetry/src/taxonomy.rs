@@ -863,7 +863,7 @@ pub const INFERENCE_GENERATE: SpanDef = span(
     false,
     Some(&INFERENCE_HTTP_SERVER),
     PerRequest,
-    "kind INTERNAL; the GenAI semantic conventions for a model run in-process",
+    "kind INTERNAL; the GenAI semantic conventions for a model run in-process; per accepted request (one refused before it runs, a 404 or a 400, has the server span alone), `error.type` when it ends early (`shutting_down`, `client_disconnected`)",
     &[
         lens_fallbacks::semconv::GENAI_OPERATION_NAME,
         lens_fallbacks::semconv::GENAI_PROVIDER_NAME,
@@ -887,7 +887,7 @@ pub const INFERENCE_QUEUE: SpanDef = span(
     false,
     Some(&INFERENCE_GENERATE),
     PerRequest,
-    "from acceptance to admission into the running batch",
+    "from acceptance to admission into the running batch; one per choice (a list of prompts, or `n`, gives several under one request)",
     &[],
 );
 /// `megatron.inference.prefill`: the prompt's forward pass.
@@ -897,7 +897,7 @@ pub const INFERENCE_PREFILL: SpanDef = span(
     false,
     Some(&INFERENCE_GENERATE),
     PerRequest,
-    "the prompt's forward pass, up to the first output token",
+    "the prompt's forward pass, up to the first output token; one per choice",
     &[lens_fallbacks::semconv::GENAI_USAGE_INPUT_TOKENS],
 );
 /// `megatron.inference.decode`: the output tokens after the first.
@@ -907,7 +907,7 @@ pub const INFERENCE_DECODE: SpanDef = span(
     false,
     Some(&INFERENCE_GENERATE),
     PerRequest,
-    "from the first output token to the last",
+    "from the first output token to the last; one per choice",
     &[lens_fallbacks::semconv::GENAI_USAGE_OUTPUT_TOKENS],
 );
 /// `megatron.inference.step`: one step of the running batch, which serves

@@ -273,12 +273,15 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
     }
     let mut trainer = Trainer::new(args, layout, comm, device, telemetry, stop, peak.tflops());
     let result = trainer.run();
+    // The goodput is the job's, read before shutdown: the flush, and a
+    // Prometheus endpoint's linger for its last scrape, are telemetry's time.
+    let goodput = trainer.goodput();
     let summary = output::TelemetrySummary {
         enabled: trainer.telemetry().is_enabled(),
         exporting: trainer.telemetry().is_exporting(),
         destinations: trainer.telemetry().destinations(),
         report: trainer.shutdown_telemetry(),
-        goodput: trainer.goodput(),
+        goodput,
     };
     let outcome = match result {
         Ok(outcome) => outcome,

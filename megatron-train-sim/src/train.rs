@@ -466,20 +466,25 @@ impl Trainer {
                         interval_skipped += 1;
                     }
                 }
-                if log_now {
+                // Megatron records its metrics at each log interval and at
+                // the first iteration of the process (a snapshot of the
+                // interval so far, which goes on accumulating; its skipped
+                // iterations are counted once, at the interval's end); the
+                // report itself is printed at log intervals only.
+                let first_of_process = iteration == start_iteration + 1;
+                if log_now || first_of_process {
                     let mean_loss = (!interval_losses.is_empty())
                         .then(|| interval_losses.iter().sum::<f64>() / interval_losses.len() as f64);
                     let mean_ms = interval_step_ms.iter().sum::<f64>() / interval_step_ms.len().max(1) as f64;
                     let tokens_per_sec = tokens as f64 / (mean_ms / 1e3);
                     let tflops = flops / (mean_ms / 1e3) / 1e12 / f64::from(self.layout.world());
-                    log_losses.push((iteration, mean_loss));
                     self.telemetry.record(&MetricValues {
                         step_duration_ms: Some(mean_ms),
                         // Megatron's loss dict has one key, `lm loss`.
                         loss: mean_loss.and_then(|l| select_loss(&[(LM_LOSS_KEY, l)]).value()),
                         throughput_tflops: Some(tflops),
                         grad_norm: step.grad_norm.is_finite().then_some(step.grad_norm),
-                        skipped_iters: Some(interval_skipped),
+                        skipped_iters: log_now.then_some(interval_skipped),
                         learning_rate: Some(step.learning_rate),
                         tokens_per_sec: Some(tokens_per_sec),
                         memory_allocated_gb: self
@@ -487,20 +492,23 @@ impl Trainer {
                             .peak_memory_bytes()
                             .map(|b| b as f64 / (1024.0 * 1024.0 * 1024.0)),
                     });
-                    progress.log(&output::LogLine {
-                        iteration,
-                        loss: mean_loss,
-                        step_ms: mean_ms,
-                        tokens_per_sec,
-                        learning_rate: step.learning_rate,
-                        grad_norm: step.grad_norm,
-                        skipped: interval_skipped,
-                        params_norm,
-                    });
-                    interval_losses.clear();
-                    interval_step_ms.clear();
-                    interval_skipped = 0;
-                    training.log_interval();
+                    if log_now {
+                        log_losses.push((iteration, mean_loss));
+                        progress.log(&output::LogLine {
+                            iteration,
+                            loss: mean_loss,
+                            step_ms: mean_ms,
+                            tokens_per_sec,
+                            learning_rate: step.learning_rate,
+                            grad_norm: step.grad_norm,
+                            skipped: interval_skipped,
+                            params_norm,
+                        });
+                        interval_losses.clear();
+                        interval_step_ms.clear();
+                        interval_skipped = 0;
+                        training.log_interval();
+                    }
                 }
             }
 

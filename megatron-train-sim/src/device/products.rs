@@ -4,6 +4,8 @@
 //! GPU implementation (`super::cuda`) and the choice of device
 //! (`super::select`) build on it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 /// The matrix products of a dense layer, on row-major `f32` matrices.
 pub(crate) trait Device: Send + Sync {
     /// The device's name, as the summary prints it (`cpu`, `cuda:0`).
@@ -89,11 +91,17 @@ impl Device for Cpu {
         }
     }
 
+    /// The process's peak resident memory (`VmHWM`), kept as a running
+    /// peak: the kernel's figure was seen to read lower later in the same
+    /// process, and Megatron's metric, PyTorch's peak-allocated counter,
+    /// never goes down.
     fn peak_memory_bytes(&self) -> Option<u64> {
+        static PEAK: AtomicU64 = AtomicU64::new(0);
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
         let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        let bytes = kib * 1024;
+        Some(PEAK.fetch_max(bytes, Ordering::Relaxed).max(bytes))
     }
 }
 
