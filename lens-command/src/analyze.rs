@@ -136,7 +136,7 @@ impl fmt::Display for AnalyzeError {
                     [] => write!(f, " ({EXPECTED})"),
                     [one] => write!(f, "; did you mean {}?", one.display()),
                     many => {
-                        write!(f, "; directories of runs are in:")?;
+                        write!(f, "; runs found under:")?;
                         many.iter().try_for_each(|dir| write!(f, " {}", dir.display()))
                     }
                 }
@@ -237,6 +237,15 @@ fn process_of(
     let found = (Process { run, host, pid }, replayed);
     *last = Some(found.clone());
     found
+}
+
+/// The world size of a line: its resource's `dl.world_size`, else the one
+/// its file named last (a line without a resource continues the one before).
+fn world_size_of(resource: Option<&BTreeMap<String, AttributeValue>>, last: &mut Option<i64>) -> Option<i64> {
+    if let Some(resource) = resource {
+        *last = resource.get(semconv::DL_WORLD_SIZE).and_then(AttributeValue::as_i64);
+    }
+    *last
 }
 
 /// What the first pass read of one process in one directory (then, joined,
@@ -642,23 +651,26 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     }
 
     // The traces: hang events from every rank; the goodput view's first
-    // pass over the spans of each run's highest rank in each directory (the
-    // export rank under the default rank strategy; every rank's time splits
-    // alike): the files are read from the highest rank down, and a run's
-    // rank is the first file it is found in (runs of different world sizes
-    // may share a directory).
+    // pass over the spans of each attempt's highest rank in each directory
+    // (the export rank under the default rank strategy; every rank's time
+    // splits alike): the files are read from the highest rank down, and the
+    // rank of a run at one world size is the first file holding its spans
+    // (runs of different world sizes, and attempts of one run restarted
+    // with fewer ranks, may share a directory).
     // An attempt is a process of a run: its run id and its `process.pid`
     // (attempts that share a pinned run id, even in one directory, are
     // apart), read first per directory, then joined where the same
     // process's spans lie in several directories ([`homes`]: the spans a
     // resumed attempt replayed from its predecessor's spool).
     let mut found: BTreeMap<(usize, Process), Found> = BTreeMap::new();
-    let mut goodput_ranks: Vec<BTreeMap<String, u32>> = vec![BTreeMap::new(); dirs.len()];
+    let mut goodput_ranks: Vec<BTreeMap<(String, Option<i64>), u32>> = vec![BTreeMap::new(); dirs.len()];
+    let mut worlds: BTreeMap<Process, Option<i64>> = BTreeMap::new();
     for (dir_index, export) in dirs.iter().enumerate() {
         for (file_rank, path) in export.traces.iter().rev() {
             let lines = otlp_file::open_span_lines(path, *file_rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
             let mut last = None;
+            let mut last_world = None;
             let mut resource_rank = None;
             for line in lines {
                 context.skipped += span_line_skipped(&line);
@@ -676,8 +688,12 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                     resource_rank = Some(rank);
                 }
                 hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
-                let goodput_rank = *goodput_ranks[dir_index].entry(run).or_insert(*file_rank);
-                if goodput_rank == *file_rank && !line.spans.is_empty() {
+                if line.spans.is_empty() {
+                    continue;
+                }
+                let world = world_size_of(line.resource.as_ref(), &mut last_world);
+                if *goodput_ranks[dir_index].entry((run, world)).or_insert(*file_rank) == *file_rank {
+                    worlds.entry(process.clone()).or_insert(world);
                     let read = found.entry((dir_index, process)).or_default();
                     line.spans.iter().for_each(|span| read.boundaries.add(span));
                     read.spans += line.spans.len();
@@ -758,9 +774,11 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             let lines = otlp_file::open_span_lines(path, *file_rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
             let mut last = None;
+            let mut last_world = None;
             for line in lines {
                 let (process, _) = process_of(line.resource.as_ref(), &mut last, &export.name);
-                if ranks.get(&process.run) != Some(file_rank) {
+                let world = world_size_of(line.resource.as_ref(), &mut last_world);
+                if ranks.get(&(process.run.clone(), world)) != Some(file_rank) {
                     continue;
                 }
                 let at = home(dir_index, &process);
@@ -798,8 +816,9 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 } else {
                     export.name.clone()
                 };
+                let world = worlds.get(&process).copied().flatten();
                 let rank = goodput_ranks[dir_index]
-                    .get(&process.run)
+                    .get(&(process.run.clone(), world))
                     .copied()
                     .unwrap_or_else(|| export.traces.last().map_or(0, |(rank, _)| *rank));
                 (first_start, goodput_view::ReadAttempt { name, rank, read })

@@ -76,12 +76,20 @@ fn by_suffix<'a>(attributes: &'a BTreeMap<String, AttributeValue>, suffix: &str)
 
 impl Hangs {
     /// Takes in the events of one traces line (`rank`: its resource's
-    /// `dl.rank`, else the file's).
+    /// `dl.rank`, else the file's). Past [`MAX_EVENTS`] the lowest ranks'
+    /// are kept, whatever order the files are read in: an event of a lower
+    /// rank than the highest kept takes the place of that rank's last one.
     pub fn add_events(&mut self, run: &str, rank: u32, events: &[SpanEventRecord]) {
         for event in events.iter().filter(|e| HANG_EVENT_NAMES.contains(&e.name.as_str())) {
             if self.events.len() >= MAX_EVENTS {
                 self.events_dropped += 1;
-                continue;
+                let highest = self.events.iter().map(|e| e.rank).max().unwrap_or(0);
+                match self.events.iter().rposition(|e| e.rank == highest) {
+                    Some(last) if rank < highest => {
+                        self.events.remove(last);
+                    }
+                    _ => continue,
+                }
             }
             let stalled_s = by_suffix(&event.attributes, "stalled_s").and_then(|v| match v {
                 AttributeValue::Double(v) => Some(*v),
@@ -136,7 +144,7 @@ impl Hangs {
     pub fn write_section(&self, out: &mut dyn Write, several_runs: bool) -> io::Result<()> {
         writeln!(out, "hangs (the hang watchdog's span events and gauge):")?;
         let run = |run: &str| if several_runs { format!(" (run {run})") } else { String::new() };
-        // By rank, each rank's in the order read (its file's time order),
+        // By rank, each rank's in the order read (its file's order),
         // whatever order the files were read in.
         let mut events: Vec<&HangEvent> = self.events.iter().collect();
         events.sort_by_key(|e| e.rank);

@@ -170,14 +170,15 @@ impl fmt::Display for TraceViewError {
                 for file in files {
                     write!(f, " {}", file.display())?;
                 }
-                if *malformed_lines > 0 {
-                    write!(f, " ({malformed_lines} malformed line(s) skipped)")?;
-                }
-                // A metrics or logs export given as the traces file.
+                // A metrics or logs export given as the traces file: its
+                // lines are not malformed, only not spans.
                 let other = files.iter().find_map(|file| {
                     let name = file.file_name()?.to_str()?;
                     ["metrics-rank", "logs-rank"].into_iter().find(|kind| name.starts_with(kind))
                 });
+                if *malformed_lines > 0 && other.is_none() {
+                    write!(f, " ({malformed_lines} malformed line(s) skipped)")?;
+                }
                 match other {
                     Some(kind) => write!(
                         f,
@@ -614,8 +615,6 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
-/// Per span name: count, total, mean, p50, p99 (nearest rank), by total
-/// duration, largest first (ties by name).
 /// Whether `span` is the hang watchdog's copy of a span open when it fired
 /// (the span itself ends later, or never if the job died): drawn, on a
 /// track of its own, but not counted in the table.
@@ -623,7 +622,8 @@ fn watchdog_copy(span: &TreeSpan) -> bool {
     span.attributes.get(lens_fallbacks::semconv::NEMO_SPAN_OPEN) == Some(&Value::Bool(true))
 }
 
-/// The per-name durations of `spans`, the watchdog's copies left out.
+/// Per span name: count, total, mean, p50, p99 (nearest rank), by total
+/// duration, largest first (ties by name); the watchdog's copies left out.
 fn table(spans: &[TreeSpan]) -> Vec<NameStats> {
     let mut durations: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for span in spans.iter().filter(|span| !watchdog_copy(span)) {

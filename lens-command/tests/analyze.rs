@@ -729,7 +729,11 @@ fn runs_of_different_programs_and_world_sizes_in_one_directory_are_each_counted_
     let dir = temp_dir("two-programs");
     let a = |rank| resource("a", rank, Some("MYJOB_OTEL"));
     let b = resource("b", 0, Some("MEGATRON_OTEL"));
-    let train = |start: u64| [span("train", "01", None, start, start + 1_000_000, "[]", "")];
+    let stamp = attributes(&[
+        (lens_training::names::EVENT_ATTRIBUTE, string("iteration")),
+        (lens_training::names::ITERATION_ATTRIBUTE, int(1)),
+    ]);
+    let train = |start: u64| [span("train", "01", None, start, start + 1_000_000, &stamp, "")];
     let other = [gauge("other", "[]", 1, 1.0)];
     let rank0_traces = format!("{}{}", traces_line(&a(0), &train(1_000)), traces_line(&b, &train(9_000_000)));
     std::fs::write(dir.join("traces-rank0.jsonl"), rank0_traces).unwrap();
@@ -751,4 +755,43 @@ fn runs_of_different_programs_and_world_sizes_in_one_directory_are_each_counted_
     // Run b, found in rank 0's file only, is counted with rank 0; run a
     // with its highest rank.
     assert!(stdout.contains("note: the goodput section adds up 2 runs (a, b) as attempts of one job"), "{stdout}");
+    let name = dir.file_name().unwrap().to_string_lossy();
+    assert!(stdout.contains(&format!("  attempt {name} (run a): rank 1, ")), "{stdout}");
+    assert!(stdout.contains(&format!("  attempt {name} (run b): rank 0, ")), "{stdout}");
+}
+
+#[test]
+fn attempts_of_one_run_at_two_world_sizes_in_one_directory_are_each_read_at_their_highest_rank() {
+    // A run restarted with fewer ranks, appended to the same files: the
+    // first attempt had ranks 0-3, the second ranks 0-1.
+    let dir = temp_dir("shrunk");
+    let resource = |rank: u32, world: i64, pid: i64| {
+        attributes(&[
+            (semconv::NEMO_RUN_ID, string("r")),
+            (semconv::DL_RANK, int(i64::from(rank))),
+            (semconv::DL_WORLD_SIZE, int(world)),
+            (semconv::PROCESS_PID, int(pid)),
+            (semconv::LENS_CONFIG_PREFIX, string("MYJOB_OTEL")),
+            (semconv::LENS_SPAN_GROUPS, string("job,step,checkpoint")),
+        ])
+    };
+    let iteration = |id: &str, iteration: i64, start: u64| {
+        let stamp = attributes(&[
+            (lens_training::names::EVENT_ATTRIBUTE, string("iteration")),
+            (lens_training::names::ITERATION_ATTRIBUTE, int(iteration)),
+        ]);
+        span("myjob.iteration", id, None, start, start + 1_000_000, &stamp, "")
+    };
+    for rank in 0..4 {
+        let mut text = traces_line(&resource(rank, 4, 100 + i64::from(rank)), &[iteration("01", 1, 1_000_000_000)]);
+        if rank < 2 {
+            text += &traces_line(&resource(rank, 2, 200 + i64::from(rank)), &[iteration("02", 1, 5_000_000_000)]);
+        }
+        std::fs::write(dir.join(format!("traces-rank{rank}.jsonl")), text).unwrap();
+    }
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    let name = dir.file_name().unwrap().to_string_lossy();
+    assert!(stdout.contains(&format!("  attempt {name} (process 103): rank 3, ")), "{stdout}");
+    assert!(stdout.contains(&format!("  attempt {name} (process 201): rank 1, ")), "{stdout}");
 }

@@ -178,8 +178,8 @@ fn a_metrics_file_given_as_the_traces_file_is_named_as_one() {
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "no spans in {} (1 malformed line(s) skipped); that is a metrics export: trace-view reads \
-             traces-rank<N>.jsonl, or the directory holding them",
+            "no spans in {}; that is a metrics export: trace-view reads traces-rank<N>.jsonl, or the directory \
+             holding them",
             file.display()
         )),
         "{stderr}"

@@ -253,31 +253,49 @@ pub fn should_export(config: &LensConfig, ctx: &RankContext) -> Result<bool, Str
 ///
 /// // Ranks 0 and 1 score 0.785 and 0.8411 (the original's md5 hash).
 /// let config = LensConfig { rank_strategy: "sampled".into(), export_sample_rate: 0.1, ..LensConfig::default() };
-/// let warning = picks_no_rank(&config, 2).unwrap();
-/// assert!(warning.starts_with("the rank strategy sampled (export_sample_rate=0.1) picks none of the 2 ranks"), "{warning}");
+/// assert_eq!(
+///     picks_no_rank(&config, 2).unwrap(),
+///     "the rank strategy sampled picks none of the 2 ranks at LensConfig.export_sample_rate=0.1 (a rank is picked \
+///      when the original's hash of its number is below the rate): no rank exports spans or training metrics; \
+///      raise LensConfig.export_sample_rate or choose another rank strategy"
+/// );
 /// assert_eq!(picks_no_rank(&LensConfig { export_sample_rate: 0.8, ..config }, 2), None);
 /// ```
 pub fn picks_no_rank(config: &LensConfig, world_size: u32) -> Option<String> {
     let context = |rank| RankContext { rank, world_size, local_rank: rank, node_rank: Some(0) };
     let mut exporting = (0..world_size).map(context).filter(|ctx| should_export(config, ctx).unwrap_or(true));
-    let variable = |field: &'static str| config.origins.variable(field).unwrap_or(field).to_string();
+    let rate = config.variable_to_set("export_sample_rate", "EXPORT_SAMPLE_RATE");
+    // The built-in strategies that pick by the rate; a registered one may not.
+    let by_rate = |name: &str| {
+        matches!(name, "sampled" | "rank_aware").then(|| {
+            format!(
+                " at {rate}={} (a rank is picked when the original's hash of its number is below the rate)",
+                config.export_sample_rate
+            )
+        })
+    };
+    let remedy = |what: &str, name: &str| match by_rate(name) {
+        Some(_) => format!("raise {rate} or choose another {what} strategy"),
+        None => format!("choose another {what} strategy"),
+    };
+    let rank_metrics = if config.rank_metrics { " (every rank still exports its rank metrics)" } else { "" };
     let Some(first) = exporting.next() else {
+        let strategy = &config.rank_strategy;
         return Some(format!(
-            "the rank strategy {} ({}={}) picks none of the {world_size} ranks: nothing is exported",
-            config.rank_strategy,
-            variable("export_sample_rate"),
-            config.export_sample_rate
+            "the rank strategy {strategy} picks none of the {world_size} ranks{}: no rank exports spans or training \
+             metrics{rank_metrics}; {}",
+            by_rate(strategy).unwrap_or_default(),
+            remedy("rank", strategy)
         ));
     };
     if std::iter::once(first).chain(exporting).any(|ctx| records_spans(config, &ctx).unwrap_or(true)) {
         return None;
     }
+    let strategy = &config.sampling_strategy;
     Some(format!(
-        "the sampling strategy {} ({}={}) picks none of the exporting ranks of {world_size} to record spans: no span \
-         is exported",
-        config.sampling_strategy,
-        variable("export_sample_rate"),
-        config.export_sample_rate
+        "the sampling strategy {strategy} picks none of the exporting ranks (of {world_size}){}: no span is recorded; {}",
+        by_rate(strategy).unwrap_or_default(),
+        remedy("sampling", strategy)
     ))
 }
 

@@ -1077,11 +1077,13 @@ pub fn load_or_disabled(
     if let Ok(config) = loader.load(&sdk_only)
         && config.otel.sdk_disabled
     {
+        let value = env.var("OTEL_SDK_DISABLED").unwrap_or_default();
         warn_into(
             warnings,
             format!(
-                "telemetry is disabled (OTEL_SDK_DISABLED=true), so this problem in its configuration is ignored; \
-                 fix it before enabling telemetry: {error}"
+                "telemetry is disabled (OTEL_SDK_DISABLED={}), so this problem in its configuration is ignored; fix \
+                 it before enabling telemetry: {error}",
+                value.trim()
             ),
         );
         return Ok(config);

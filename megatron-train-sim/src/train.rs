@@ -15,7 +15,8 @@
 //! handling and the "async save done" flags, so that every rank takes the
 //! same decisions (skip the step, stop, finalize a save) without further
 //! communication. A step whose loss or gradient norm is not finite is
-//! skipped: no update, counted in `skipped_iterations`.
+//! skipped: no update (the learning-rate schedule does not advance either),
+//! counted in `skipped_iterations`.
 //!
 //! Point-to-point receives happen before a microbatch's forward (or
 //! backward) step and sends after it, inside the forward-backward schedule,
@@ -860,8 +861,10 @@ impl Trainer {
         let stop = control[CONTROL_STOP] > 0.0;
         self.save_ready = self.pending_save.is_some() && control[CONTROL_SAVE_DONE] >= f64::from(self.layout.world());
 
+        // The scheduler counts optimizer steps, as Megatron's steps only
+        // when the update succeeds: a skipped iteration does not advance it.
         let learning_rate = learning_rate(
-            step + 1,
+            (step + 1).saturating_sub(self.skipped),
             self.args.lr,
             self.args.min_lr,
             self.args.lr_warmup_iters,

@@ -212,7 +212,8 @@ impl LensConfig {
     /// Checks the files a configuration names, as far as reading can tell
     /// before anything is built: each private CA file of an OTLP signal that
     /// is on (readable, holding a PEM certificate) and the file exporter's
-    /// directory (not a file). Nothing when telemetry is off.
+    /// directory when files may be written (not a file, nor under one).
+    /// Nothing when telemetry is off.
     ///
     /// Run on every rank before the rank strategy decides, and by a launcher
     /// before it starts ranks, so that a bad file stops every rank at once
@@ -248,10 +249,12 @@ impl LensConfig {
                 continue;
             }
             checked.push(path);
+            // The exporter parses the PEM when it is built; this is the
+            // check that needs no parser, in the exporter's words.
             let reason = match std::fs::read(path) {
-                Err(error) => Some(format!("it cannot be read: {error}")),
+                Err(error) => Some(format!("cannot read the file: {error}")),
                 Ok(pem) if !pem.windows(CERTIFICATE_MARK.len()).any(|w| w == CERTIFICATE_MARK) => {
-                    Some(format!("it holds no {}", String::from_utf8_lossy(CERTIFICATE_MARK)))
+                    Some(format!("the file holds no PEM certificate ({})", String::from_utf8_lossy(CERTIFICATE_MARK)))
                 }
                 Ok(_) => None,
             };
@@ -263,15 +266,19 @@ impl LensConfig {
                 });
             }
         }
+        // Files are written when a signal selects them, or when nothing
+        // selects a destination and no collector answers at setup.
+        let files =
+            !self.destination_selected() || on.iter().any(|&signal| self.exporter_for(signal) == ExporterKind::File);
         if let Some(dir) = &self.file_dir
-            && on.iter().any(|&signal| self.exporter_for(signal) == ExporterKind::File)
-            && dir.exists()
-            && !dir.is_dir()
+            && files
+            && let Some(file) = dir.ancestors().find(|path| path.exists()).filter(|path| !path.is_dir())
         {
+            let within = if file == dir { String::new() } else { format!(": {} is a file", file.display()) };
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("file_dir"),
                 value: dir.display().to_string(),
-                expected: "a directory (made if missing), not a file".into(),
+                expected: format!("a directory (made if missing), not a file{within}"),
             });
         }
         if problems.is_empty() { Ok(()) } else { Err(ConfigError::new(problems)) }

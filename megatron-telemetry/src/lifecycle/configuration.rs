@@ -77,6 +77,8 @@ pub const DEFAULT_SERVICE_NAME: &str = "megatron-lm";
 /// let env = [("OTEL_SDK_DISABLED", "true"), ("MEGATRON_OTEL_ENABLED", "maybe"), ("MEGATRON_OTEL_EXPORTER", "consol")];
 /// let flag = CliOverrides { otel_enabled: true, ..CliOverrides::default() };
 /// assert!(!load_config(&flag, &env).unwrap().telemetry_enabled());
+/// let flags = CliOverrides { otel_span_groups: Some("bogus".into()), ..flag };
+/// assert!(!load_config(&flags, &[("OTEL_SDK_DISABLED", "1")]).unwrap().telemetry_enabled());
 /// ```
 ///
 /// In a build without `otel` no telemetry value stops the program (SPEC
@@ -92,7 +94,8 @@ pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Resul
     let loaded = (|| -> Result<LensConfig, SetupError> {
         // `OTEL_SDK_DISABLED=true` wins over `--otel-enabled` too: a problem
         // is then one warning.
-        let sdk_disabled = env.var("OTEL_SDK_DISABLED").and_then(|v| parse_bool(&v)) == Some(true);
+        let sdk_value = env.var("OTEL_SDK_DISABLED");
+        let sdk_disabled = sdk_value.as_deref().and_then(parse_bool) == Some(true);
         let mut config = if cli.otel_enabled && !sdk_disabled {
             loader.load(env)?
         } else {
@@ -102,13 +105,19 @@ pub fn load_config(cli: &CliOverrides, env: &(impl EnvSource + ?Sized)) -> Resul
         config.apply_cli(cli);
         match config.validate() {
             Ok(()) => Ok(config),
-            // A bad telemetry flag in a job that does not enable telemetry
+            // A bad telemetry flag in a job that does not record telemetry
             // is one warning, as a bad variable is: the job runs without it.
-            Err(error) if !cli.otel_enabled && !config.telemetry_enabled() => {
+            Err(error) if !config.telemetry_enabled() => {
+                let why = if config.otel.sdk_disabled {
+                    format!("telemetry is disabled (OTEL_SDK_DISABLED={})", sdk_value.as_deref().unwrap_or("").trim())
+                } else {
+                    format!(
+                        "telemetry is not enabled (--otel-enabled not given, {ENV_PREFIX}_ENABLED or \
+                         {FALLBACK_ENV_PREFIX}_ENABLED not set to 1)"
+                    )
+                };
                 lens_fallbacks::diag::warn_once(format_args!(
-                    "telemetry is not enabled (--otel-enabled not given, {ENV_PREFIX}_ENABLED or \
-                     {FALLBACK_ENV_PREFIX}_ENABLED not set to 1), so this problem in its configuration is ignored; \
-                     fix it before enabling telemetry: {error}"
+                    "{why}, so this problem in its configuration is ignored; fix it before enabling telemetry: {error}"
                 ));
                 Ok(loaded)
             }

@@ -94,7 +94,8 @@ impl Device for Cpu {
     /// The process's peak resident memory (`VmHWM`), kept as a running
     /// peak: the kernel's figure was seen to read lower later in the same
     /// process, and Megatron's metric, PyTorch's peak-allocated counter,
-    /// never goes down.
+    /// never goes down. The reading is the process's, so the peak kept is
+    /// too (one for every `Cpu`).
     fn peak_memory_bytes(&self) -> Option<u64> {
         static PEAK: AtomicU64 = AtomicU64::new(0);
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
