@@ -66,11 +66,16 @@ pub const DEFAULT_SCOPE: &str = "nemo.lens";
 /// and `prometheus` of lens-fallbacks, which turn on the runtime's of the
 /// same names (none without `otel`). For a framework that applies the
 /// default-destination rule itself (`config::default_destination_in`).
-#[cfg(feature = "otel")]
-pub const TRANSPORTS: Transports = lens_otel_runtime::TRANSPORTS;
-/// The transports this build has: none without `otel`.
-#[cfg(not(feature = "otel"))]
-pub const TRANSPORTS: Transports = Transports::FILES_ONLY;
+pub const TRANSPORTS: Transports = {
+    #[cfg(feature = "otel")]
+    {
+        lens_otel_runtime::TRANSPORTS
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        Transports::FILES_ONLY
+    }
+};
 
 /// Why setup refused to start: only what setup can return.
 ///
@@ -124,7 +129,7 @@ impl From<lens_otel_runtime::PipelineError> for SetupError {
             PipelineError::MissingTransport(error) => SetupError::MissingTransport(error),
             PipelineError::Strategy(error) => SetupError::Strategy(error),
             PipelineError::Exporter(error) => SetupError::Exporter(error),
-            _ => SetupError::AlreadyActive,
+            PipelineError::AlreadyActive => SetupError::AlreadyActive,
         }
     }
 }

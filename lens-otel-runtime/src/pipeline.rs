@@ -119,9 +119,9 @@ pub type MetricReaderFactory =
 pub type LazyAttributes = Box<dyn FnOnce() -> Vec<KeyValue> + Send>;
 
 /// Why the runtime refused to build a pipeline. The facade's `SetupError`
-/// holds each as a variant of its own.
+/// holds each as a variant of its own (exhaustive: a new variant must be
+/// given one there too).
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum PipelineError {
     /// The configuration has problems.
     #[error("{0}")]

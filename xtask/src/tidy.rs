@@ -54,7 +54,7 @@ const ABOVE_FACADE: &[&str] =
 
 /// The application crates whose `otel`-off build must have no OpenTelemetry
 /// crate (their own runtime, such as the simulator's tokio, is allowed).
-const APPLICATION_CRATES: &[&str] = &["megatron-train-sim", crate::commands::CANDLE_EXAMPLE];
+const APPLICATION_CRATES: &[&str] = &["megatron-train-sim", "lens-command", crate::commands::CANDLE_EXAMPLE];
 
 /// The crates that do not live in a folder of their own name at the root.
 const CRATE_DIRS: &[(&str, &str)] = &[(crate::commands::CANDLE_EXAMPLE, "examples/candle-train")];
@@ -79,7 +79,7 @@ const ALLOWED_INTERNAL: &[(&str, &[&str])] = &[
     // The `tracing` bridge sits on the facade; nothing depends on it but
     // applications (the simulator's `serve`: its HTTP SERVER span).
     ("lens-tracing", &["lens-fallbacks"]),
-    ("lens-training", &["lens-fallbacks", "lens-instruments"]),
+    ("lens-training", &["lens-fallbacks"]),
     ("megatron-telemetry", &["lens-fallbacks", "lens-instruments", "lens-training"]),
     ("lens-command", &["lens-fallbacks", "lens-training", "megatron-telemetry"]),
     (
