@@ -138,19 +138,37 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
             } else if report.failed == 0 {
                 // Spools of processes that ended cleanly hold no span: they
                 // were consumed all the same.
-                let _ = writeln!(stdout, "nothing to replay in {}", args.dir.display());
+                let _ = write!(stdout, "nothing to replay in {}", args.dir.display());
+                // A checkpoint directory given for the spool beside it.
+                let beside = args.dir.join(lens_fallbacks::spool::SPOOL_SUBDIRECTORY);
+                let spools = std::fs::read_dir(&beside).map_or(0, |entries| {
+                    entries
+                        .filter_map(Result::ok)
+                        .filter(|e| {
+                            e.file_name().to_str().is_some_and(|n| n.starts_with("spool-rank") && n.ends_with(".lens"))
+                        })
+                        .count()
+                });
+                if spools > 0 {
+                    let _ = write!(stdout, "; did you mean {}? (it holds {spools} spool file(s))", beside.display());
+                }
+                let _ = writeln!(stdout);
             }
             if report.failed > 0 {
                 let _ = writeln!(
                     stdout,
-                    "{} spool file(s) kept in {}: they could not be replayed (the warnings above say why); run \
-                     `lens recover` again once that is fixed",
+                    "{} spool file(s) in {} could not be replayed whole (the warnings above say why, and where \
+                     each is kept); run `lens recover` again once that is fixed",
                     report.failed,
                     args.dir.display()
                 );
             }
             if report.alive > 0 {
-                let _ = writeln!(stdout, "{} spool file(s) left alone: their process is still running", report.alive);
+                let _ = writeln!(
+                    stdout,
+                    "{} spool file(s) left alone: their process is still running (or another replay holds them)",
+                    report.alive
+                );
             }
             if report.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
         }

@@ -308,7 +308,11 @@ fn recover_says_which_spool_is_damaged_or_cannot_be_opened_and_exits_1() {
     std::os::unix::fs::symlink(dir.join("elsewhere"), &link).expect("symlink");
     let (code, stdout, stderr) = recover_to_files(&dir);
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stdout.contains("2 spool file(s) kept in") && !stdout.contains("recovered"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("2 spool file(s) in {} could not be replayed whole", dir.display()))
+            && !stdout.contains("recovered"),
+        "{stdout}"
+    );
     assert!(stderr.contains(damaged.to_str().unwrap()) && stderr.contains("not a lens spool"), "{stderr}");
     assert_eq!(stderr.matches("not a lens spool").count(), 1, "one warning: {stderr}");
     let unopenable = format!("{}: cannot open it for reading and writing (it is a symbolic link", link.display());
@@ -349,4 +353,28 @@ fn recover_keeps_the_spool_when_the_file_cap_drops_its_spans() {
     let left: Vec<_> = std::fs::read_dir(&spool).expect("spool dir").filter_map(Result::ok).collect();
     assert_eq!(left.len(), 1, "only `out` is left: the spool was consumed: {left:?}");
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The checkpoint directory given for the spool directory beside it: nothing
+/// to replay there, and the spool directory named.
+#[test]
+fn recover_given_the_checkpoint_directory_names_the_spool_directory_beside_it() {
+    if std::env::var_os(VICTIM).is_some() {
+        return;
+    }
+    let checkpoints = temp_dir("beside");
+    let spool = checkpoints.join("lens-spool");
+    std::fs::create_dir_all(&spool).expect("mkdir");
+    std::fs::write(spool.join("spool-rank0-host-1-00000000.lens"), b"not read").expect("write");
+    let (code, stdout, stderr) = recover_to_files(&checkpoints);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "nothing to replay in {}; did you mean {}? (it holds 1 spool file(s))\n",
+            checkpoints.display(),
+            spool.display()
+        )
+    );
+    let _ = std::fs::remove_dir_all(&checkpoints);
 }

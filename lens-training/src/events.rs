@@ -1103,6 +1103,9 @@ impl std::fmt::Debug for IterationGuard<'_> {
     }
 }
 
+/// The `error.type` of an iteration span [`IterationGuard::abandon`] ended.
+pub const ABANDONED: &str = "abandoned";
+
 impl IterationGuard<'_> {
     /// The iteration's span (for attributes of the program's own).
     pub fn span(&self) -> &SpanGuard {
@@ -1120,9 +1123,16 @@ impl IterationGuard<'_> {
         self.counter.saturating_add(1)
     }
 
-    /// Ends the span without completing the iteration (the step failed).
+    /// Ends the span without completing the iteration (the step failed):
+    /// marked so in the export, `error.type` [`ABANDONED`] and an error
+    /// status, so that a reader of the spans (`lens analyze`) does not
+    /// count the iteration either.
     pub fn abandon(mut self) {
         self.abandoned = true;
+        for span in [self.span.span(), self.span.outer()] {
+            span.set_attribute(lens_fallbacks::semconv::ERROR_TYPE, ABANDONED);
+            span.set_status_error("the iteration did not complete: its step failed");
+        }
         self.end();
     }
 

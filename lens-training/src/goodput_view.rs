@@ -612,9 +612,13 @@ impl Iterations {
     /// iteration spans count). An iteration span the job did not end does
     /// not complete its iteration: the hang watchdog's copy of it, or one
     /// ended truncated (open at shutdown, or replayed after its process
-    /// died).
+    /// died); nor does one the job abandoned (its step failed, as when a
+    /// peer died: it carries `error.type`).
     pub fn add(&mut self, span: &SpanRecord) {
-        if flag(span, semconv::NEMO_SPAN_OPEN) || flag(span, semconv::NEMO_SPAN_TRUNCATED) {
+        if flag(span, semconv::NEMO_SPAN_OPEN)
+            || flag(span, semconv::NEMO_SPAN_TRUNCATED)
+            || span.attributes.contains_key(semconv::ERROR_TYPE)
+        {
             return;
         }
         let iteration = if self.stamped_iterations {
@@ -1037,6 +1041,28 @@ mod tests {
         assert!(close(t.seconds(Bucket::Pending), 4.0), "{t:?}");
         assert!(close(t.seconds(Bucket::Other), 3.0), "{t:?}");
         assert!(close(t.seconds(Bucket::Startup), 1.0), "{t:?}");
+        assert_eq!(view.attempts[0].iterations, Some((1, 4)), "{view:?}");
+    }
+
+    #[test]
+    fn an_iteration_the_job_abandoned_completes_nothing() {
+        // Iterations 1-4, then iteration 5's step fails (a peer died) at
+        // 6 s and the job stops: the span ends there, abandoned.
+        let mut spans = vec![
+            span("megatron.startup", 0.0, 1.0, None),
+            span("megatron.train", 1.0, 6.0, None),
+            span("megatron.checkpoint.save.finalize", 1.0, 1.0, None),
+        ];
+        spans.extend((0..4).map(|i| span("megatron.train.iteration", 1.0 + i as f64, 2.0 + i as f64, Some(i))));
+        let mut abandoned = span("megatron.train.iteration", 5.0, 6.0, Some(4));
+        abandoned
+            .attributes
+            .insert(semconv::ERROR_TYPE.to_string(), AttributeValue::String(crate::events::ABANDONED.to_string()));
+        spans.push(abandoned);
+        let view = breakdown(&[attempt("a1", spans)]).unwrap();
+        let t = &view.totals;
+        assert_eq!((t.productive_iterations, t.pending_iterations), (0, 4), "{t:?}");
+        assert!(close(t.seconds(Bucket::Other), 1.0), "{t:?}");
         assert_eq!(view.attempts[0].iterations, Some((1, 4)), "{view:?}");
     }
 

@@ -578,3 +578,29 @@ fn a_rollback_inside_the_process_counts_the_attempt_and_its_time_once_and_loses_
     drop(run.finish());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_abandoned_iteration_is_marked_in_the_export_and_not_counted() {
+    let _serial = serial();
+    let run = setup(false);
+    let training = Training::new(
+        &run.telemetry,
+        TrainingOptions::new(RankCoordinates { rank: 0, local_rank: 0, pipeline: 0, tensor: 0, data: 0 }),
+    );
+    training.loop_started();
+    drop(training.iteration(0));
+    // The second step fails (a peer died): the span ends, the iteration
+    // is not completed.
+    training.iteration(1).abandon();
+    assert_eq!(training.totals().unwrap().pending_iterations, 1, "only the first is completed");
+    drop(training);
+    let (spans, _) = run.finish();
+    let iterations: Vec<&SpanData> = spans.iter().filter(|s| s.name == "dl.training.iteration").collect();
+    assert_eq!(iterations.len(), 2, "{spans:?}");
+    assert_eq!(attribute(iterations[0], "error.type"), None);
+    assert_eq!(attribute(iterations[1], "error.type"), Some(&Value::from(lens_training::events::ABANDONED)));
+    assert_eq!(
+        iterations[1].status,
+        opentelemetry::trace::Status::error("the iteration did not complete: its step failed")
+    );
+}

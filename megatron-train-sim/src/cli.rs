@@ -170,8 +170,9 @@ pub(crate) struct Args {
     /// Write a machine-readable summary (JSON) to this file at the end (written by the last rank).
     #[arg(long, value_name = "PATH")]
     pub(crate) summary_json: Option<PathBuf>,
-    /// Crash right after this iteration (test aid, like a node failure): every rank flushes its
-    /// telemetry, truncating open spans, and exits 1 without saving.
+    /// Crash right after this iteration (test aid, like a failure the program sees): every rank
+    /// stops there, ends its spans, flushes its telemetry and exits 1 without saving (for a kill,
+    /// which leaves its open spans to the crash spool, see --inject-kill).
     #[arg(long, value_name = "ITERATION")]
     pub(crate) inject_crash_at: Option<u64>,
     /// Seconds a rank waits for a message from another rank before it gives up (above the hang

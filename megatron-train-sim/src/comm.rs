@@ -106,11 +106,21 @@ const SIGNAL_WAIT: Duration = Duration::from_secs(30);
 /// its open spans (truncated) and the process with the signal, instead of
 /// reporting a lost peer and ending its spans as if the step had finished.
 fn peer_lost(peer: u32, reason: String) -> CommError {
+    wait_while_terminating();
+    CommError::PeerLost { peer, reason }
+}
+
+/// While the lifecycle's handler ends this rank for a SIGTERM (or SIGINT)
+/// without `--exit-signal-handler`, waits for it to end the process,
+/// bounded by [`SIGNAL_WAIT`]: the training loop calls this before each
+/// iteration, so that no work starts that the shutdown, running on the
+/// handler's thread, would miss (a slow collector holds it up to its
+/// timeout). Returns at once otherwise.
+pub(crate) fn wait_while_terminating() {
     let until = Instant::now() + SIGNAL_WAIT;
     while megatron_telemetry::signals::terminating() && Instant::now() < until {
         thread::sleep(Duration::from_millis(50));
     }
-    CommError::PeerLost { peer, reason }
 }
 
 impl fmt::Display for CommError {

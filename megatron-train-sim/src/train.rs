@@ -393,6 +393,8 @@ impl Trainer {
         let loop_started_cpu = crate::cpu::process_cpu();
 
         while self.iteration < self.args.train_iters {
+            // A SIGTERM being handled ends the rank: no iteration starts.
+            crate::comm::wait_while_terminating();
             let boundary = Instant::now();
             let save_interval = self.args.save_interval.unwrap_or(0);
             self.telemetry.loop_pass(self.iteration);
@@ -513,6 +515,8 @@ impl Trainer {
                 }
             }
 
+            // Nor does the iteration's evaluation or save.
+            crate::comm::wait_while_terminating();
             if self.args.inject_crash_at == Some(iteration) {
                 // Like a node failure: no save, no final record; the caller
                 // flushes telemetry (open spans truncated) and exits 1.

@@ -14,6 +14,9 @@
 //!   the receiver holds exactly what each rank reports as exported.
 //! - SIGKILL of one rank: the others exit with a clear error, and every
 //!   interval the survivor completed before the kill is at the receiver.
+//! - SIGTERM without the handler while a hung collector holds the
+//!   shutdown up: the training stops at once (no iteration starts after
+//!   the signal that the shutdown would miss).
 #![cfg(feature = "otel")]
 
 mod e2e_faults_support;
@@ -22,7 +25,7 @@ mod e2e_support;
 use std::path::Path;
 use std::time::Duration;
 
-use e2e_faults_support::{Summary, rank_reports, unique_spans_of};
+use e2e_faults_support::{Hanging, Summary, rank_reports, unique_spans_of};
 use e2e_support::{Ctx, Proc, Protocol, Records, SMALL, Sink, wait_until};
 use serde_json::Value;
 
@@ -217,5 +220,35 @@ fn sigkill_of_one_rank_fails_the_other_clearly_and_the_intervals_completed_befor
         saved.len()
     );
     assert!(survivor.len() > completed || completed > saved.len(), "the survivor's last interval is missing");
+    ctx.finish();
+}
+
+#[test]
+fn without_the_handler_sigterm_stops_the_training_at_once_while_a_hung_collector_holds_the_shutdown_up() {
+    let ctx = Ctx::new("signals-hung-collector");
+    let collector = Hanging::start();
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend(["--otel-enabled", "--train-iters", "1000000", "--log-interval", "1", "--step-sleep-ms", "20"]);
+    let job = ctx.sim(&args).label("hung").otlp(Protocol::HttpProtobuf, &collector.endpoint()).spawn();
+    let progress = |stderr: &str| stderr.lines().filter(|line| line.starts_with("iter ")).count();
+    let before = wait_until("three iterations", FIRST_SPANS, || {
+        let done = progress(&job.stderr_text());
+        (done >= 3).then_some(done)
+    });
+    job.signal(libc::SIGTERM);
+    let finished = job.wait(EXIT_LIMIT);
+    // The rank ends with the signal itself (the launcher would pass on 143).
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&finished.status),
+        Some(libc::SIGTERM),
+        "{}",
+        finished.stderr
+    );
+    // The shutdown waits for the collector up to its timeout (5 s, some
+    // 250 iterations of this job): at most the iteration in flight ends.
+    let after = progress(&finished.stderr);
+    assert!(after <= before + 1, "{} iterations after the signal: {}", after - before, finished.stderr);
+    assert!(finished.stderr.contains("lens: SIGTERM: telemetry (rank 0) shut down"), "{}", finished.stderr);
+    drop(collector);
     ctx.finish();
 }

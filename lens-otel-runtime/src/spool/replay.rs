@@ -122,7 +122,12 @@ pub fn read_spool(bytes: &[u8]) -> Result<DeadSpool, FormatError> {
     for index in 0..header.slot_count {
         let slot = &bytes[format::slot_range(index)];
         let state = format::get_u32(slot, format::SLOT_STATE);
+        if state == format::STATE_FREE || state == format::STATE_WRITING {
+            continue;
+        }
+        // A state no writer sets: the slot was overwritten.
         if state != STATE_OPEN && state != STATE_ENDED {
+            undecodable += 1;
             continue;
         }
         let Some(span) = format::decode_span(slot) else {
@@ -192,6 +197,9 @@ pub struct ClaimedSpool {
     header: Header,
     spans: Vec<SpanData>,
     truncated: usize,
+    /// Some of its slots did not decode: once the rest are exported, the
+    /// file is kept aside (`.damaged`), not removed.
+    damaged: bool,
 }
 
 impl ClaimedSpool {
@@ -545,7 +553,16 @@ fn claim_file(
         }
     };
     if dead.undecodable > 0 {
-        warn(summary, format!("spool {}: {} span record(s) did not decode; skipped", path.display(), dead.undecodable));
+        warn(
+            summary,
+            format!(
+                "spool {}: {} span record(s) did not decode (the file is damaged): the spans that did are replayed, \
+                 and the file is kept as {} for inspection",
+                path.display(),
+                dead.undecodable,
+                damaged_path(path).display()
+            ),
+        );
     }
     if dead.header.overflow > 0 {
         warn(
@@ -559,14 +576,23 @@ fn claim_file(
             ),
         );
     }
+    let damaged = dead.undecodable > 0;
     let DeadSpool { header, spans, truncated, .. } = dead;
-    Some(ClaimedSpool { path: path.to_path_buf(), file, header, spans, truncated })
+    Some(ClaimedSpool { path: path.to_path_buf(), file, header, spans, truncated, damaged })
+}
+
+/// Where a damaged spool is kept once what decoded of it is replayed: out
+/// of every later replay's way (not a spool file's name), beside it.
+fn damaged_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".damaged");
+    path.with_file_name(name)
 }
 
 /// Exports one claimed spool's spans, then removes it; keeps it, with a
 /// warning, when the export failed.
 fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
-    let ClaimedSpool { path, file, header, spans, truncated } = spool;
+    let ClaimedSpool { path, file, header, spans, truncated, damaged } = spool;
     let count = spans.len();
     let resource = resource_of(&header);
     // Requests of at most `max_batch` spans, parents first (as they
@@ -595,7 +621,19 @@ fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayRepor
         }
         sent += size;
     }
-    if let Err(error) = std::fs::remove_file(&path) {
+    if damaged {
+        // Not consumed whole: counted as failed (`lens recover` exits 1).
+        summary.failed += 1;
+        if let Err(error) = std::fs::rename(&path, damaged_path(&path)) {
+            warn(
+                summary,
+                format!(
+                    "spool {}: replayed, but cannot set it aside ({error}); it may be replayed again",
+                    path.display()
+                ),
+            );
+        }
+    } else if let Err(error) = std::fs::remove_file(&path) {
         warn(
             summary,
             format!("spool {}: replayed, but cannot remove it ({error}); it may be replayed again", path.display()),
