@@ -256,6 +256,10 @@ struct Found {
     spans: usize,
     /// Some of it is the process's own export (not marked replayed).
     own: bool,
+    /// The rank it was read at (its resource's `dl.rank`, else its file's)
+    /// and its world size: the goodput view reads one rank per attempt.
+    rank: u32,
+    world: Option<i64>,
 }
 
 impl Found {
@@ -264,7 +268,23 @@ impl Found {
         self.boundaries.merge(other.boundaries);
         self.spans += other.spans;
         self.own |= other.own;
+        self.rank = self.rank.max(other.rank);
+        self.world = self.world.or(other.world);
     }
+}
+
+/// The rank of a line: its resource's `dl.rank`, else the one its file named
+/// last, else the file's (`lens recover` writes every rank's spans into one
+/// file, each under its own resource).
+fn rank_of(resource: Option<&BTreeMap<String, AttributeValue>>, last: &mut Option<u32>, file_rank: u32) -> u32 {
+    if let Some(rank) = resource
+        .and_then(|r| r.get(semconv::DL_RANK))
+        .and_then(AttributeValue::as_i64)
+        .and_then(|r| u32::try_from(r).ok())
+    {
+        *last = Some(rank);
+    }
+    last.unwrap_or(file_rank)
 }
 
 /// Where the spans of each process read in each directory belong: the
@@ -663,42 +683,44 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // process's spans lie in several directories ([`homes`]: the spans a
     // resumed attempt replayed from its predecessor's spool).
     let mut found: BTreeMap<(usize, Process), Found> = BTreeMap::new();
-    let mut goodput_ranks: Vec<BTreeMap<(String, Option<i64>), u32>> = vec![BTreeMap::new(); dirs.len()];
-    let mut worlds: BTreeMap<Process, Option<i64>> = BTreeMap::new();
+    // Per directory, the rank each run is read at per world size, and the
+    // files holding lines read for it.
+    let mut pinned: Vec<BTreeMap<(String, Option<i64>), u32>> = vec![BTreeMap::new(); dirs.len()];
+    let mut goodput_files: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); dirs.len()];
     for (dir_index, export) in dirs.iter().enumerate() {
         for (file_rank, path) in export.traces.iter().rev() {
             let lines = otlp_file::open_span_lines(path, *file_rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-            let mut last = None;
-            let mut last_world = None;
-            let mut resource_rank = None;
+            let (mut last, mut last_world, mut last_rank) = (None, None, None);
             for line in lines {
                 context.skipped += span_line_skipped(&line);
                 spans_read += line.spans.len();
                 let (process, replayed) = process_of(line.resource.as_ref(), &mut last, &export.name);
                 let run = process.run.clone();
                 context.resource(&export.dir, &run, line.resource.as_ref());
-                if let Some(rank) = line
-                    .resource
-                    .as_ref()
-                    .and_then(|r| r.get(semconv::DL_RANK))
-                    .and_then(AttributeValue::as_i64)
-                    .and_then(|r| u32::try_from(r).ok())
-                {
-                    resource_rank = Some(rank);
-                }
-                hangs.add_events(&run, resource_rank.unwrap_or(*file_rank), &line.events);
+                let rank = rank_of(line.resource.as_ref(), &mut last_rank, *file_rank);
+                let world = world_size_of(line.resource.as_ref(), &mut last_world);
+                hangs.add_events(&run, rank, &line.events);
                 if line.spans.is_empty() {
                     continue;
                 }
-                let world = world_size_of(line.resource.as_ref(), &mut last_world);
-                if *goodput_ranks[dir_index].entry((run, world)).or_insert(*file_rank) == *file_rank {
-                    worlds.entry(process.clone()).or_insert(world);
-                    let read = found.entry((dir_index, process)).or_default();
-                    line.spans.iter().for_each(|span| read.boundaries.add(span));
-                    read.spans += line.spans.len();
-                    read.own |= !replayed;
+                let key = (run, world);
+                match pinned[dir_index].get(&key).copied() {
+                    Some(highest) if highest > rank => continue,
+                    // A higher rank after a lower one (a file holding
+                    // several ranks): what was read of the lower goes.
+                    Some(highest) if highest < rank => found.retain(|(d, p), read| {
+                        !(*d == dir_index && p.run == key.0 && read.world == key.1 && read.rank < rank)
+                    }),
+                    _ => {}
                 }
+                pinned[dir_index].insert(key, rank);
+                goodput_files[dir_index].insert(*file_rank);
+                let read = found.entry((dir_index, process)).or_default();
+                (read.rank, read.world) = (rank, world);
+                line.spans.iter().for_each(|span| read.boundaries.add(span));
+                read.spans += line.spans.len();
+                read.own |= !replayed;
             }
         }
     }
@@ -761,6 +783,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // The second pass: the iterations of the same files, binned between
     // the events the first pass found.
     let first_pass = attempts.values().map(|read| read.boundaries.records()).sum::<usize>();
+    let ranks: BTreeMap<(usize, Process), u32> = attempts.iter().map(|(key, read)| (key.clone(), read.rank)).collect();
     let mut attempts: BTreeMap<(usize, Process), (u64, goodput_view::Iterations)> = attempts
         .into_iter()
         .map(|(key, read)| {
@@ -769,16 +792,16 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
         })
         .collect();
     for (dir_index, export) in dirs.iter().enumerate() {
-        let ranks = &goodput_ranks[dir_index];
-        for (file_rank, path) in export.traces.iter().filter(|(rank, _)| ranks.values().any(|r| r == rank)) {
+        let files = &goodput_files[dir_index];
+        for (file_rank, path) in export.traces.iter().filter(|(rank, _)| files.contains(rank)) {
             let lines = otlp_file::open_span_lines(path, *file_rank)
                 .map_err(|source| AnalyzeError::Read { path: path.clone(), source })?;
-            let mut last = None;
-            let mut last_world = None;
+            let (mut last, mut last_world, mut last_rank) = (None, None, None);
             for line in lines {
                 let (process, _) = process_of(line.resource.as_ref(), &mut last, &export.name);
+                let rank = rank_of(line.resource.as_ref(), &mut last_rank, *file_rank);
                 let world = world_size_of(line.resource.as_ref(), &mut last_world);
-                if ranks.get(&(process.run.clone(), world)) != Some(file_rank) {
+                if pinned[dir_index].get(&(process.run.clone(), world)) != Some(&rank) {
                     continue;
                 }
                 let at = home(dir_index, &process);
@@ -816,11 +839,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 } else {
                     export.name.clone()
                 };
-                let world = worlds.get(&process).copied().flatten();
-                let rank = goodput_ranks[dir_index]
-                    .get(&(process.run.clone(), world))
-                    .copied()
-                    .unwrap_or_else(|| export.traces.last().map_or(0, |(rank, _)| *rank));
+                let rank = ranks.get(&(dir_index, process.clone())).copied().unwrap_or(0);
                 (first_start, goodput_view::ReadAttempt { name, rank, read })
             })
             .collect();

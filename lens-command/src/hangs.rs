@@ -185,3 +185,38 @@ impl Hangs {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(rank: u32, n: usize) -> Vec<SpanEventRecord> {
+        (0..n)
+            .map(|i| SpanEventRecord {
+                file_rank: rank,
+                span_name: format!("span-{i}"),
+                name: HANG_EVENT_NAMES[1].to_string(),
+                time_unix_nano: i as u64,
+                attributes: BTreeMap::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn past_the_cap_the_lowest_ranks_events_are_kept_in_their_order_whatever_the_order_read() {
+        // Read from the highest rank down, as `lens analyze` reads files:
+        // 40 events each of ranks 3, 2 and 1 (120, against a cap of 64).
+        let mut hangs = Hangs::default();
+        for rank in [3, 2, 1] {
+            hangs.add_events("r", rank, &events(rank, 40));
+        }
+        assert_eq!(hangs.events.len(), MAX_EVENTS);
+        assert_eq!(hangs.events_dropped, 120 - MAX_EVENTS as u64);
+        let mut kept: Vec<(u32, String)> = hangs.events.iter().map(|e| (e.rank, e.span.clone())).collect();
+        kept.sort_by_key(|(rank, _)| *rank);
+        // All 40 of rank 1, the first 24 of rank 2 (in their order), none of rank 3.
+        let expected: Vec<(u32, String)> =
+            (0..40).map(|i| (1, format!("span-{i}"))).chain((0..24).map(|i| (2, format!("span-{i}")))).collect();
+        assert_eq!(kept, expected);
+    }
+}

@@ -140,7 +140,7 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
                 // were consumed all the same.
                 let _ = write!(stdout, "nothing to replay in {}", args.dir.display());
                 // A checkpoint directory given for the spool beside it.
-                let beside = args.dir.join(lens_fallbacks::spool::SPOOL_SUBDIRECTORY);
+                let beside = lens_fallbacks::spool::dir_beside_checkpoints(&args.dir);
                 let spools = std::fs::read_dir(&beside).map_or(0, |entries| {
                     entries
                         .filter_map(Result::ok)
@@ -163,6 +163,15 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
                     args.dir.display()
                 );
             }
+            if !report.set_aside.is_empty() {
+                let _ = writeln!(
+                    stdout,
+                    "{} damaged spool file(s) set aside (the spans that decoded were replayed; the warnings above \
+                     name each): {}",
+                    report.set_aside.len(),
+                    report.set_aside.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                );
+            }
             if report.alive > 0 {
                 let _ = writeln!(
                     stdout,
@@ -170,7 +179,7 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
                     report.alive
                 );
             }
-            if report.failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
+            if report.failed > 0 || !report.set_aside.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS }
         }
         Err(error) => {
             crate::error(&error);

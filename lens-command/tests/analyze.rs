@@ -795,3 +795,30 @@ fn attempts_of_one_run_at_two_world_sizes_in_one_directory_are_each_read_at_thei
     assert!(stdout.contains(&format!("  attempt {name} (process 103): rank 3, ")), "{stdout}");
     assert!(stdout.contains(&format!("  attempt {name} (process 201): rank 1, ")), "{stdout}");
 }
+
+#[test]
+fn a_file_holding_several_ranks_is_read_at_its_highest_rank_by_the_resource() {
+    // `lens recover --to-files` writes every rank's spans into one
+    // traces-rank0.jsonl, each under its own resource: rank 0's first.
+    let dir = temp_dir("one-file");
+    let resource = |rank: u32, pid: i64| {
+        attributes(&[
+            (semconv::NEMO_RUN_ID, string("r")),
+            (semconv::DL_RANK, int(i64::from(rank))),
+            (semconv::DL_WORLD_SIZE, int(2)),
+            (semconv::PROCESS_PID, int(pid)),
+        ])
+    };
+    let stamp = attributes(&[
+        (lens_training::names::EVENT_ATTRIBUTE, string("iteration")),
+        (lens_training::names::ITERATION_ATTRIBUTE, int(1)),
+    ]);
+    let iteration = [span("it", "01", None, 1_000_000_000, 1_001_000_000, &stamp, "")];
+    let text = traces_line(&resource(0, 300), &iteration) + &traces_line(&resource(1, 301), &iteration);
+    std::fs::write(dir.join("traces-rank0.jsonl"), text).unwrap();
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    let name = dir.file_name().unwrap().to_string_lossy();
+    assert!(stdout.contains(&format!("  attempt {name}: rank 1, ")), "{stdout}");
+    assert_eq!(stdout.matches("  attempt ").count(), 1, "one attempt, not two: {stdout}");
+}

@@ -232,6 +232,10 @@ pub struct ReplayReport {
     /// Spools that could not be read, decoded or exported (each named in a
     /// warning), left in place.
     pub failed: usize,
+    /// Damaged spools (some records did not decode): the spans that did
+    /// were exported, and each file was renamed to this path (`<name>.damaged`),
+    /// out of every later replay's way, for inspection.
+    pub set_aside: Vec<std::path::PathBuf>,
     /// Warnings (damaged or foreign files, failed exports), each also
     /// written on standard error.
     pub warnings: Vec<String>,

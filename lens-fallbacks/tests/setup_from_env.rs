@@ -207,7 +207,9 @@ fn service_version_is_the_applications_and_the_scope_carries_lens_version() {
 
 /// An unwritable file directory is a setup error naming the variable this
 /// program reads, under its own prefix (or the fallback's, when that set
-/// it), never another framework's.
+/// it), never another framework's: one under a file, found by the
+/// configuration's check on every rank, and one the exporter cannot make
+/// (a name longer than the file system allows), found when it is built.
 #[cfg(feature = "otel")]
 #[test]
 fn an_unwritable_file_dir_names_the_programs_own_variable() {
@@ -217,30 +219,43 @@ fn an_unwritable_file_dir_names_the_programs_own_variable() {
     // A directory under a regular file cannot be created.
     let blocker = root.join("a-file");
     std::fs::write(&blocker, b"x").unwrap();
-    let dir = blocker.join("telemetry").display().to_string();
-    let error_for = |prefix: &str, variable: &str| {
+    let under_a_file = blocker.join("telemetry").display().to_string();
+    // Nor can one whose name is too long (for root too).
+    let too_long = root.join("x".repeat(300)).display().to_string();
+    let error_for = |prefix: &str, variable: &str, dir: &str| {
         let env: std::collections::HashMap<String, String> = [
             (format!("{prefix}_ENABLED"), "1".to_string()),
             (format!("{prefix}_EXPORTER"), "file".to_string()),
-            (variable.to_string(), dir.clone()),
+            (variable.to_string(), dir.to_string()),
         ]
         .into_iter()
         .collect();
         Telemetry::builder(prefix).env(env).setup().unwrap_err().to_string()
     };
 
-    let error = error_for("MYJOB_OTEL", "MYJOB_OTEL_FILE_DIR");
+    let error = error_for("MYJOB_OTEL", "MYJOB_OTEL_FILE_DIR", &under_a_file);
+    assert_eq!(
+        error,
+        format!(
+            "Invalid value for MYJOB_OTEL_FILE_DIR: '{under_a_file}'. Expected a directory (made if missing), not a \
+             file: {} is a file.",
+            blocker.display()
+        )
+    );
+    let error = error_for("MYJOB_OTEL", "MYJOB_OTEL_FILE_DIR", &too_long);
     assert!(error.contains("MYJOB_OTEL_FILE_DIR: cannot open"), "{error}");
     assert!(error.contains("choose a writable directory with MYJOB_OTEL_FILE_DIR"), "{error}");
     assert!(error.contains("traces-rank0.jsonl") && !error.contains("MEGATRON"), "{error}");
 
     // Set through the fallback prefix: that is the variable named.
-    let error = error_for("MYJOB_OTEL", "NEMO_LENS_FILE_DIR");
-    assert!(error.contains("choose a writable directory with NEMO_LENS_FILE_DIR"), "{error}");
-    assert!(!error.contains("MYJOB_OTEL_FILE_DIR") && !error.contains("MEGATRON"), "{error}");
+    for dir in [&under_a_file, &too_long] {
+        let error = error_for("MYJOB_OTEL", "NEMO_LENS_FILE_DIR", dir);
+        assert!(error.contains("NEMO_LENS_FILE_DIR"), "{error}");
+        assert!(!error.contains("MYJOB_OTEL_FILE_DIR") && !error.contains("MEGATRON"), "{error}");
+    }
 
     // Megatron's prefix reads as it always did.
-    let error = error_for("MEGATRON_OTEL", "MEGATRON_OTEL_FILE_DIR");
+    let error = error_for("MEGATRON_OTEL", "MEGATRON_OTEL_FILE_DIR", &too_long);
     assert!(error.contains("MEGATRON_OTEL_FILE_DIR: cannot open"), "{error}");
     assert!(error.contains("choose a writable directory with MEGATRON_OTEL_FILE_DIR"), "{error}");
     std::fs::remove_dir_all(&root).ok();

@@ -115,7 +115,11 @@ const CHILD: &str = "LENS_TRACING_TEST_CHILD";
 #[test]
 #[ignore = "the child process of a_lens_target_naming_no_group_is_warned_about_once_where_the_bridge_first_sees_it"]
 fn unknown_lens_target_child() {
-    assert!(std::env::var_os(CHILD).is_some(), "run by its parent test, in a process of its own");
+    // Run by its parent test, in a process of its own (`--include-ignored`
+    // alone runs nothing here).
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
     let exporter = KeepingSpanExporter::default();
     let config = LensConfig {
         enabled: true,

@@ -1104,7 +1104,7 @@ impl std::fmt::Debug for IterationGuard<'_> {
 }
 
 /// The `error.type` of an iteration span [`IterationGuard::abandon`] ended.
-pub const ABANDONED: &str = "abandoned";
+pub use crate::names::ABANDONED;
 
 impl IterationGuard<'_> {
     /// The iteration's span (for attributes of the program's own).
@@ -1129,11 +1129,17 @@ impl IterationGuard<'_> {
     /// count the iteration either.
     pub fn abandon(mut self) {
         self.abandoned = true;
+        self.mark_abandoned("the iteration did not complete: its step failed");
+        self.end();
+    }
+
+    /// Marks the span (and the wrapper) as an iteration that did not
+    /// complete, for a reader of the export.
+    fn mark_abandoned(&self, why: &'static str) {
         for span in [self.span.span(), self.span.outer()] {
             span.set_attribute(lens_fallbacks::semconv::ERROR_TYPE, ABANDONED);
-            span.set_status_error("the iteration did not complete: its step failed");
+            span.set_status_error(why);
         }
-        self.end();
     }
 
     /// Completes the iteration now (as dropping the guard does) and returns
@@ -1146,6 +1152,11 @@ impl IterationGuard<'_> {
     fn end(&mut self) -> Duration {
         let step = self.started.elapsed();
         if !std::mem::replace(&mut self.ended, true) {
+            // A panic unwinding through the guard: the iteration does not
+            // complete, and the export says so too.
+            if std::thread::panicking() && !self.abandoned {
+                self.mark_abandoned("the iteration did not complete: its step panicked");
+            }
             // The span ends first: what follows is bookkeeping.
             drop(std::mem::replace(&mut self.span, EventSpan::noop()));
             if !self.abandoned && !std::thread::panicking() {

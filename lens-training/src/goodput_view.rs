@@ -95,7 +95,7 @@ use lens_fallbacks::semconv;
 use crate::events::Event as TrainingEvent;
 use crate::goodput::{Accountant, Bucket, Coverage, GoodputTotals};
 use crate::names::legacy::spans as tx;
-use crate::names::{EVENT_ATTRIBUTE, ITERATION_ATTRIBUTE};
+use crate::names::{ABANDONED, EVENT_ATTRIBUTE, ITERATION_ATTRIBUTE};
 
 pub use crate::names::{ASYNC_ATTRIBUTE, DURABLE_ATTRIBUTE};
 
@@ -121,7 +121,7 @@ const LEGACY_SPANS: [&str; 9] = [
 
 /// The span attributes the view reads: a reader that keeps spans for
 /// [`breakdown`] (`lens analyze` streams) may drop every other attribute.
-pub const READ_ATTRIBUTES: [&str; 7] = [
+pub const READ_ATTRIBUTES: [&str; 9] = [
     EVENT_ATTRIBUTE,
     ITERATION_ATTRIBUTE,
     DURABLE_ATTRIBUTE,
@@ -129,6 +129,8 @@ pub const READ_ATTRIBUTES: [&str; 7] = [
     attr::ITERATION,
     attr::NVRX_CALL_IDX,
     semconv::NEMO_SPAN_TRUNCATED,
+    semconv::NEMO_SPAN_OPEN,
+    semconv::ERROR_TYPE,
 ];
 
 /// Whether the view reads `span` for a role (stamped with an event, or one
@@ -612,13 +614,14 @@ impl Iterations {
     /// iteration spans count). An iteration span the job did not end does
     /// not complete its iteration: the hang watchdog's copy of it, or one
     /// ended truncated (open at shutdown, or replayed after its process
-    /// died); nor does one the job abandoned (its step failed, as when a
-    /// peer died: it carries `error.type`).
+    /// died); nor does one the job abandoned (its step failed or panicked,
+    /// as when a peer died: `error.type` is [`ABANDONED`]; a program's own
+    /// `error.type` on an iteration it completed counts).
     pub fn add(&mut self, span: &SpanRecord) {
-        if flag(span, semconv::NEMO_SPAN_OPEN)
-            || flag(span, semconv::NEMO_SPAN_TRUNCATED)
-            || span.attributes.contains_key(semconv::ERROR_TYPE)
-        {
+        let abandoned =
+            span.attributes.get(semconv::ERROR_TYPE).and_then(lens_fallbacks::otlp_file::AttributeValue::as_str)
+                == Some(ABANDONED);
+        if flag(span, semconv::NEMO_SPAN_OPEN) || flag(span, semconv::NEMO_SPAN_TRUNCATED) || abandoned {
             return;
         }
         let iteration = if self.stamped_iterations {

@@ -140,6 +140,9 @@ pub const BUCKET_ATTRIBUTE: &str = "dl.goodput.bucket";
 pub const EVENT_ATTRIBUTE: &str = "dl.training.event";
 /// The iteration of an event span (absolute, 1-based as logged).
 pub const ITERATION_ATTRIBUTE: &str = "dl.training.iteration";
+/// The `error.type` of an iteration span that did not complete (its step
+/// failed, or panicked): `lens analyze` does not count its iteration.
+pub const ABANDONED: &str = "abandoned";
 /// Set (true) on a save or finalize span whose checkpoint became durable.
 pub const DURABLE_ATTRIBUTE: &str = "dl.training.checkpoint.durable";
 /// Set (true) on the save span of an asynchronous save (durable at a later

@@ -491,7 +491,7 @@ pub const TRAIN_ITERATION: SpanDef = span(
     true,
     Some(&TRAIN),
     EveryIteration,
-    "one training step (a child of `megatron.train.first_iteration` the first time); `megatron.skipped` set after the step",
+    "one training step (a child of `megatron.train.first_iteration` the first time); `megatron.skipped` set after the step; a step that failed (a peer died) ends it with `error.type` `abandoned` and an error status, and its iteration is not counted",
     &[ITERATION, SKIPPED],
 );
 /// `megatron.train.iteration.forward_backward`.

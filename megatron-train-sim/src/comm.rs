@@ -95,9 +95,11 @@ pub(crate) enum CommError {
     Protocol(String),
 }
 
-/// The longest a rank waits, once its peers vanish during a SIGTERM, for
-/// the lifecycle's handler to end the process ([`peer_lost`]): the
-/// handler's shutdown is bounded by the telemetry's own timeouts.
+/// The longest a rank waits, while a SIGTERM is being handled, for the
+/// lifecycle's handler to end the process ([`wait_while_terminating`]: at
+/// an iteration boundary, and once its peers vanish): the handler's
+/// shutdown is bounded by the telemetry's shutdown timeout (5 s by default;
+/// one set above this wait lets the loop go on before the end).
 const SIGNAL_WAIT: Duration = Duration::from_secs(30);
 
 /// `peer` is gone. When a SIGTERM (or SIGINT) is being handled on this

@@ -244,10 +244,13 @@ fn without_the_handler_sigterm_stops_the_training_at_once_while_a_hung_collector
         "{}",
         finished.stderr
     );
-    // The shutdown waits for the collector up to its timeout (5 s, some
-    // 250 iterations of this job): at most the iteration in flight ends.
+    // The shutdown waits for the collector up to its timeout (5 s): the
+    // job trains no further than the iteration in flight. Progress lines
+    // are printed at most every 100 ms, so they undercount iterations, and
+    // the signal follows the read by a moment: a margin of two lines (the
+    // job that trained on through the shutdown printed about 30 more).
     let after = progress(&finished.stderr);
-    assert!(after <= before + 1, "{} iterations after the signal: {}", after - before, finished.stderr);
+    assert!(after <= before + 2, "{} progress lines after the signal: {}", after - before, finished.stderr);
     assert!(finished.stderr.contains("lens: SIGTERM: telemetry (rank 0) shut down"), "{}", finished.stderr);
     drop(collector);
     ctx.finish();

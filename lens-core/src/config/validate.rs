@@ -227,6 +227,12 @@ impl LensConfig {
     /// let error = config.check_files().unwrap_err().to_string();
     /// assert!(error.starts_with("Invalid value for OTEL_EXPORTER_OTLP_CERTIFICATE: '/no/such/ca.pem'. Expected a readable PEM file"), "{error}");
     ///
+    /// // A file directory under a file, when files may be written (here,
+    /// // nothing selects a destination: files if no collector answers).
+    /// let env = [("NEMO_LENS_ENABLED", "1"), ("NEMO_LENS_FILE_DIR", "/dev/null/telemetry")];
+    /// let error = ConfigLoader::new("NEMO_LENS").load(&env).unwrap().check_files().unwrap_err().to_string();
+    /// assert!(error.ends_with("Expected a directory (made if missing), not a file: /dev/null is a file."), "{error}");
+    ///
     /// // Not read for a signal that does not export over OTLP.
     /// let env = [("NEMO_LENS_ENABLED", "1"), ("NEMO_LENS_EXPORTER", "file"), ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem")];
     /// assert!(ConfigLoader::new("NEMO_LENS").load(&env).unwrap().check_files().is_ok());
@@ -268,8 +274,9 @@ impl LensConfig {
         }
         // Files are written when a signal selects them, or when nothing
         // selects a destination and no collector answers at setup.
-        let files =
-            !self.destination_selected() || on.iter().any(|&signal| self.exporter_for(signal) == ExporterKind::File);
+        let files = !on.is_empty()
+            && (!self.destination_selected()
+                || on.iter().any(|&signal| self.exporter_for(signal) == ExporterKind::File));
         if let Some(dir) = &self.file_dir
             && files
             && let Some(file) = dir.ancestors().find(|path| path.exists()).filter(|path| !path.is_dir())

@@ -197,9 +197,9 @@ pub struct ClaimedSpool {
     header: Header,
     spans: Vec<SpanData>,
     truncated: usize,
-    /// Some of its slots did not decode: once the rest are exported, the
-    /// file is kept aside (`.damaged`), not removed.
-    damaged: bool,
+    /// Its slots that did not decode: once the rest are exported, a damaged
+    /// file is set aside (`.damaged`), not removed.
+    undecodable: usize,
 }
 
 impl ClaimedSpool {
@@ -552,18 +552,6 @@ fn claim_file(
             return None;
         }
     };
-    if dead.undecodable > 0 {
-        warn(
-            summary,
-            format!(
-                "spool {}: {} span record(s) did not decode (the file is damaged): the spans that did are replayed, \
-                 and the file is kept as {} for inspection",
-                path.display(),
-                dead.undecodable,
-                damaged_path(path).display()
-            ),
-        );
-    }
     if dead.header.overflow > 0 {
         warn(
             summary,
@@ -576,9 +564,8 @@ fn claim_file(
             ),
         );
     }
-    let damaged = dead.undecodable > 0;
-    let DeadSpool { header, spans, truncated, .. } = dead;
-    Some(ClaimedSpool { path: path.to_path_buf(), file, header, spans, truncated, damaged })
+    let DeadSpool { header, spans, truncated, undecodable } = dead;
+    Some(ClaimedSpool { path: path.to_path_buf(), file, header, spans, truncated, undecodable })
 }
 
 /// Where a damaged spool is kept once what decoded of it is replayed: out
@@ -592,7 +579,7 @@ fn damaged_path(path: &Path) -> PathBuf {
 /// Exports one claimed spool's spans, then removes it; keeps it, with a
 /// warning, when the export failed.
 fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayReport, export: &mut ExportFn<'_>) {
-    let ClaimedSpool { path, file, header, spans, truncated, damaged } = spool;
+    let ClaimedSpool { path, file, header, spans, truncated, undecodable } = spool;
     let count = spans.len();
     let resource = resource_of(&header);
     // Requests of at most `max_batch` spans, parents first (as they
@@ -621,23 +608,16 @@ fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayRepor
         }
         sent += size;
     }
-    if damaged {
-        // Not consumed whole: counted as failed (`lens recover` exits 1).
-        summary.failed += 1;
-        if let Err(error) = std::fs::rename(&path, damaged_path(&path)) {
+    if undecodable > 0 {
+        set_aside(&path, (undecodable, count), summary);
+    } else {
+        if let Err(error) = std::fs::remove_file(&path) {
             warn(
                 summary,
-                format!(
-                    "spool {}: replayed, but cannot set it aside ({error}); it may be replayed again",
-                    path.display()
-                ),
+                format!("spool {}: replayed, but cannot remove it ({error}); it may be replayed again", path.display()),
             );
         }
-    } else if let Err(error) = std::fs::remove_file(&path) {
-        warn(
-            summary,
-            format!("spool {}: replayed, but cannot remove it ({error}); it may be replayed again", path.display()),
-        );
+        summary.consumed.push(path);
     }
     drop(file);
     if count > 0 && !summary.runs.contains(&header.run_id) {
@@ -646,7 +626,32 @@ fn export_spool(spool: ClaimedSpool, max_batch: usize, summary: &mut ReplayRepor
     summary.spans += count;
     summary.truncated += truncated;
     summary.overflow += header.overflow;
-    summary.consumed.push(path);
+}
+
+/// Sets a damaged spool aside once what decoded of it (`replayed` of
+/// `undecodable` more records) was exported: renamed out of every later
+/// replay's way ([`damaged_path`]), named in the report.
+fn set_aside(path: &Path, (undecodable, replayed): (usize, usize), summary: &mut ReplayReport) {
+    let aside = damaged_path(path);
+    let damage = format!("spool {}: {undecodable} span record(s) did not decode (the file is damaged)", path.display());
+    match std::fs::rename(path, &aside) {
+        Ok(()) => {
+            let message = format!(
+                "{damage}: the {replayed} that did were replayed, and the file is set aside as {} for inspection",
+                aside.display()
+            );
+            warn(summary, message);
+            summary.set_aside.push(aside);
+        }
+        Err(error) => {
+            let message = format!(
+                "{damage}; the {replayed} that did were replayed, but the file cannot be set aside ({error}): they \
+                 may be replayed again"
+            );
+            warn(summary, message);
+            summary.failed += 1;
+        }
+    }
 }
 
 /// What a lifetime replays through: its span batch processor, its own
