@@ -234,7 +234,13 @@ fn sigterm_ends_open_spans_exports_them_and_kills_the_process_by_the_signal() {
     let dir = temp_dir("terminate");
     let status = run_child("terminate", &dir, 0, 1);
     assert_eq!(status.signal(), Some(libc::SIGTERM), "the child should die by SIGTERM, got {status:?}");
-    assert!(child_stderr(&dir, "terminate", 0).contains("terminating=true"), "{}", child_stderr(&dir, "terminate", 0));
+    // The flag is set as the signal arrives; the child writes it unless the
+    // handler's thread ended the process first (the main thread descheduled
+    // on a loaded machine), so its absence proves nothing, and a `false`
+    // fails. (The simulator's test of a SIGTERM behind a hung collector,
+    // `e2e_signals`, fails if the flag is never set: its loop trains on.)
+    let stderr = child_stderr(&dir, "terminate", 0);
+    assert!(!stderr.contains("terminating=false"), "{stderr}");
     let spans = spans(&dir.join("traces-rank0.jsonl"));
     let intervals = named(&spans, taxonomy::TRAIN.name);
     assert_eq!(intervals.len(), 1, "{spans:?}");
