@@ -142,12 +142,7 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
                 // A checkpoint directory given for the spool beside it.
                 let beside = lens_fallbacks::spool::dir_beside_checkpoints(&args.dir);
                 let spools = std::fs::read_dir(&beside).map_or(0, |entries| {
-                    entries
-                        .filter_map(Result::ok)
-                        .filter(|e| {
-                            e.file_name().to_str().is_some_and(|n| n.starts_with("spool-rank") && n.ends_with(".lens"))
-                        })
-                        .count()
+                    entries.filter_map(Result::ok).filter(|e| lens_fallbacks::spool::is_spool_file(&e.path())).count()
                 });
                 if spools > 0 {
                     let _ = write!(stdout, "; did you mean {}? (it holds {spools} spool file(s))", beside.display());

@@ -722,6 +722,27 @@ fn goodput_over_several_run_ids_says_it_adds_them_up_as_one_job() {
     }
 }
 
+/// An iteration span stamped by lens-training's event API (iteration 1),
+/// 1 ms long from `start`.
+fn iteration_span(id: &str, start: u64) -> String {
+    let stamp = attributes(&[
+        (lens_training::names::EVENT_ATTRIBUTE, string("iteration")),
+        (lens_training::names::ITERATION_ATTRIBUTE, int(1)),
+    ]);
+    span("myjob.iteration", id, None, start, start + 1_000_000, &stamp, "")
+}
+
+/// The resource of rank `rank` of a `world`-rank attempt of run `r`,
+/// process `pid`.
+fn attempt_resource(rank: u32, world: i64, pid: i64) -> String {
+    attributes(&[
+        (semconv::NEMO_RUN_ID, string("r")),
+        (semconv::DL_RANK, int(i64::from(rank))),
+        (semconv::DL_WORLD_SIZE, int(world)),
+        (semconv::PROCESS_PID, int(pid)),
+    ])
+}
+
 #[test]
 fn runs_of_different_programs_and_world_sizes_in_one_directory_are_each_counted_and_advised_as_their_own() {
     // One reused file directory: run a, two ranks of a program of one's
@@ -729,11 +750,7 @@ fn runs_of_different_programs_and_world_sizes_in_one_directory_are_each_counted_
     let dir = temp_dir("two-programs");
     let a = |rank| resource("a", rank, Some("MYJOB_OTEL"));
     let b = resource("b", 0, Some("MEGATRON_OTEL"));
-    let stamp = attributes(&[
-        (lens_training::names::EVENT_ATTRIBUTE, string("iteration")),
-        (lens_training::names::ITERATION_ATTRIBUTE, int(1)),
-    ]);
-    let train = |start: u64| [span("train", "01", None, start, start + 1_000_000, &stamp, "")];
+    let train = |start: u64| [iteration_span("01", start)];
     let other = [gauge("other", "[]", 1, 1.0)];
     let rank0_traces = format!("{}{}", traces_line(&a(0), &train(1_000)), traces_line(&b, &train(9_000_000)));
     std::fs::write(dir.join("traces-rank0.jsonl"), rank0_traces).unwrap();
@@ -765,27 +782,11 @@ fn attempts_of_one_run_at_two_world_sizes_in_one_directory_are_each_read_at_thei
     // A run restarted with fewer ranks, appended to the same files: the
     // first attempt had ranks 0-3, the second ranks 0-1.
     let dir = temp_dir("shrunk");
-    let resource = |rank: u32, world: i64, pid: i64| {
-        attributes(&[
-            (semconv::NEMO_RUN_ID, string("r")),
-            (semconv::DL_RANK, int(i64::from(rank))),
-            (semconv::DL_WORLD_SIZE, int(world)),
-            (semconv::PROCESS_PID, int(pid)),
-            (semconv::LENS_CONFIG_PREFIX, string("MYJOB_OTEL")),
-            (semconv::LENS_SPAN_GROUPS, string("job,step,checkpoint")),
-        ])
-    };
-    let iteration = |id: &str, iteration: i64, start: u64| {
-        let stamp = attributes(&[
-            (lens_training::names::EVENT_ATTRIBUTE, string("iteration")),
-            (lens_training::names::ITERATION_ATTRIBUTE, int(iteration)),
-        ]);
-        span("myjob.iteration", id, None, start, start + 1_000_000, &stamp, "")
-    };
     for rank in 0..4 {
-        let mut text = traces_line(&resource(rank, 4, 100 + i64::from(rank)), &[iteration("01", 1, 1_000_000_000)]);
+        let pid = i64::from(rank);
+        let mut text = traces_line(&attempt_resource(rank, 4, 100 + pid), &[iteration_span("01", 1_000_000_000)]);
         if rank < 2 {
-            text += &traces_line(&resource(rank, 2, 200 + i64::from(rank)), &[iteration("02", 1, 5_000_000_000)]);
+            text += &traces_line(&attempt_resource(rank, 2, 200 + pid), &[iteration_span("02", 5_000_000_000)]);
         }
         std::fs::write(dir.join(format!("traces-rank{rank}.jsonl")), text).unwrap();
     }
@@ -801,20 +802,9 @@ fn a_file_holding_several_ranks_is_read_at_its_highest_rank_by_the_resource() {
     // `lens recover --to-files` writes every rank's spans into one
     // traces-rank0.jsonl, each under its own resource: rank 0's first.
     let dir = temp_dir("one-file");
-    let resource = |rank: u32, pid: i64| {
-        attributes(&[
-            (semconv::NEMO_RUN_ID, string("r")),
-            (semconv::DL_RANK, int(i64::from(rank))),
-            (semconv::DL_WORLD_SIZE, int(2)),
-            (semconv::PROCESS_PID, int(pid)),
-        ])
-    };
-    let stamp = attributes(&[
-        (lens_training::names::EVENT_ATTRIBUTE, string("iteration")),
-        (lens_training::names::ITERATION_ATTRIBUTE, int(1)),
-    ]);
-    let iteration = [span("it", "01", None, 1_000_000_000, 1_001_000_000, &stamp, "")];
-    let text = traces_line(&resource(0, 300), &iteration) + &traces_line(&resource(1, 301), &iteration);
+    let iteration = [iteration_span("01", 1_000_000_000)];
+    let text =
+        traces_line(&attempt_resource(0, 2, 300), &iteration) + &traces_line(&attempt_resource(1, 2, 301), &iteration);
     std::fs::write(dir.join("traces-rank0.jsonl"), text).unwrap();
     let (code, stdout, stderr) = lens(&["analyze".as_ref(), dir.as_path()]);
     assert_eq!(code, 0, "{stderr}");

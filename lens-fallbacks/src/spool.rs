@@ -96,5 +96,18 @@ pub fn dir_beside_checkpoints(checkpoints: &std::path::Path) -> PathBuf {
     checkpoints.join(SPOOL_SUBDIRECTORY)
 }
 
+/// Whether `path` names a spool file (`spool-rank<N>-<host>-<pid>-<tag>.lens`),
+/// as the replay recognizes one. Without `otel` nothing writes or replays
+/// spools: `false`.
+pub fn is_spool_file(path: &std::path::Path) -> bool {
+    #[cfg(feature = "otel")]
+    return lens_otel_runtime::spool::replay::is_spool_file(path);
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = path;
+        false
+    }
+}
+
 /// The name of the spool directory inside a checkpoint or file-export directory.
 pub const SPOOL_SUBDIRECTORY: &str = "lens-spool";
