@@ -65,30 +65,47 @@ fn first_time(message: &str) -> bool {
     !seen.contains(message) && seen.insert(message.to_owned())
 }
 
+/// The fewest bytes of a secret that [`redact`] hides when a message holds
+/// only part of it (a collector that echoes a token cut short).
+pub const PARTIAL_SECRET_LEN: usize = 8;
+
+/// The most bytes of a message [`redact`] reads: it keeps 300 of them.
+const REDACT_READ: usize = 4096;
+
 /// `message` with every secret in `secrets` replaced by `<redacted>` and
-/// cut to 300 bytes, for quoting an exporter's error in a warning. One pass
-/// over the message, longest secret first at each place, so that a short
-/// secret never matches inside a longer one or inside `<redacted>` itself.
+/// cut to 300 bytes, for quoting an exporter's error in a warning. A whole
+/// secret is replaced wherever it appears, and so is any run of at least
+/// [`PARTIAL_SECRET_LEN`] bytes of one (a collector may echo a token cut
+/// short, or its tail): one pass over the message, the longest match first
+/// at each place, so that a short secret never matches inside a longer one
+/// or inside `<redacted>` itself.
 ///
 /// ```
 /// assert_eq!(lens_core::diag::redact("401: token s3cr3t refused", &["s3cr3t".into()]), "401: token <redacted> refused");
 /// let secrets = ["e".to_string(), "Bearer xyz".to_string()];
 /// assert_eq!(lens_core::diag::redact("echo Bearer xyz", &secrets), "<redacted>cho <redacted>");
+/// // Part of a secret: its first nine bytes, then its last eight.
+/// let secrets = ["Bearer 0123456789abcdef".to_string()];
+/// assert_eq!(lens_core::diag::redact("bad token Bearer 01...", &secrets), "bad token <redacted>...");
+/// assert_eq!(lens_core::diag::redact("bad token ...89abcdef", &secrets), "bad token ...<redacted>");
 /// ```
 pub fn redact(message: &str, secrets: &[String]) -> String {
-    let mut sorted: Vec<&str> = secrets.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
-    sorted.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
+    let mut read = message.len().min(REDACT_READ);
+    while !message.is_char_boundary(read) {
+        read -= 1;
+    }
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+    let mut out = String::with_capacity(read);
+    let mut rest = &message[..read];
     while let Some(c) = rest.chars().next() {
-        match sorted.iter().find(|secret| rest.starts_with(**secret)) {
-            Some(secret) => {
-                out.push_str("<redacted>");
-                rest = &rest[secret.len()..];
-            }
-            None => {
+        match secret_at(rest, &secrets) {
+            0 => {
                 out.push(c);
                 rest = &rest[c.len_utf8()..];
+            }
+            len => {
+                out.push_str("<redacted>");
+                rest = &rest[len..];
             }
         }
     }
@@ -102,6 +119,28 @@ pub fn redact(message: &str, secrets: &[String]) -> String {
         message.push('…');
     }
     message
+}
+
+/// How many bytes at the start of `text` are to be hidden: the longest
+/// whole secret it starts with, or the longest run of at least
+/// [`PARTIAL_SECRET_LEN`] bytes that is part of a secret (a char boundary
+/// of `text`); 0 for none.
+fn secret_at(text: &str, secrets: &[&str]) -> usize {
+    let mut whole = 0;
+    let mut part = 0;
+    for secret in secrets {
+        if text.starts_with(secret) {
+            whole = whole.max(secret.len());
+        }
+        for from in 0..secret.len() {
+            let common = text.bytes().zip(secret.bytes().skip(from)).take_while(|(a, b)| a == b).count();
+            part = part.max(common);
+        }
+    }
+    while !text.is_char_boundary(part) {
+        part -= 1;
+    }
+    if part < PARTIAL_SECRET_LEN { whole } else { whole.max(part) }
 }
 
 /// Lets at most one event through per period, counting the ones held back.
@@ -148,7 +187,35 @@ impl RateLimit {
 
 #[cfg(test)]
 mod tests {
-    use super::first_time;
+    use super::{PARTIAL_SECRET_LEN, first_time, redact};
+
+    #[test]
+    fn a_partial_echo_of_a_secret_is_hidden_from_eight_bytes_on() {
+        let secrets = ["Bearer tok3n-0123456789".to_string(), "tok3n-0123456789".to_string()];
+        // A collector that echoes the first 9 bytes, a middle run, the tail.
+        assert_eq!(redact("401: got 'Bearer to'", &secrets), "401: got '<redacted>'");
+        assert_eq!(redact("401: got '...n-012345...'", &secrets), "401: got '...<redacted>...'");
+        assert_eq!(redact("401: got '...456789'", &secrets), "401: got '...456789'");
+        assert_eq!(redact("401: got '...23456789'", &secrets), "401: got '...<redacted>'");
+        // Fewer than eight bytes of a secret are text, not an echo.
+        assert_eq!("tok3n-0".len(), PARTIAL_SECRET_LEN - 1);
+        assert_eq!(redact("id:tok3n-0 is new", &secrets), "id:tok3n-0 is new");
+    }
+
+    #[test]
+    fn a_partial_echo_ends_on_a_character() {
+        let secrets = ["clé-secrète-très-longue".to_string()];
+        // "é" and "è" share their first byte: the bytes in common end inside
+        // the message's "é", and what is hidden ends before it.
+        assert_eq!(redact("x clé-secréx", &secrets), "x <redacted>éx");
+    }
+
+    #[test]
+    fn a_long_message_is_read_in_its_first_4096_bytes_and_kept_to_300() {
+        let message = format!("{}tok3n-0123456789", "a".repeat(5000));
+        let redacted = redact(&message, &["tok3n-0123456789".to_string()]);
+        assert_eq!(redacted, format!("{}…", "a".repeat(300)));
+    }
 
     #[test]
     fn a_message_is_new_only_the_first_time() {

@@ -205,6 +205,39 @@ fn service_version_is_the_applications_and_the_scope_carries_lens_version() {
     assert_eq!(exported(None), (None, Some(env!("CARGO_PKG_VERSION").to_string())));
 }
 
+/// A program that gives its own span exporter still has its metrics
+/// exported as the configuration says: their CA file is checked at setup,
+/// on every rank, and the traces' is not (their exporter is the program's).
+#[cfg(feature = "testing")]
+#[test]
+fn the_program_s_own_span_exporter_leaves_the_metrics_ca_file_checked() {
+    use lens_fallbacks::otel::exporters::testing::InMemorySpanExporter;
+    use lens_fallbacks::setup::SetupOptions;
+
+    let _serial = serial();
+    let setup = |variable: &'static str| {
+        Telemetry::builder("MYJOB_OTEL")
+            .env([
+                ("MYJOB_OTEL_ENABLED", "1"),
+                ("OTEL_LOGS_EXPORTER", "none"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:9"),
+                (variable, "/no/such/ca.pem"),
+            ])
+            .rank(RankContext { rank: 1, world_size: 2, local_rank: 1, node_rank: None })
+            .options(SetupOptions::new().with_span_exporter(InMemorySpanExporter::default()))
+            .setup()
+    };
+    let error = setup("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE").unwrap_err().to_string();
+    assert!(
+        error.starts_with(
+            "Invalid value for OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE: '/no/such/ca.pem'. Expected a readable PEM file"
+        ),
+        "{error}"
+    );
+    let telemetry = setup("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE").expect("the traces' CA file is not this setup's");
+    telemetry.shutdown(Duration::from_secs(1));
+}
+
 /// An unwritable file directory is a setup error naming the variable this
 /// program reads, under its own prefix (or the fallback's, when that set
 /// it), never another framework's: one under a file, found by the

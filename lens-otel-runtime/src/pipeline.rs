@@ -651,16 +651,23 @@ pub fn setup(
     env: &(dyn EnvSource + Send + Sync),
 ) -> Result<Pipeline, PipelineError> {
     config.validate()?;
-    let custom = options.span_exporter.is_some() || options.metric_exporter.is_some();
+    // The signals whose exporter the program gives in code: the
+    // configuration's transports and files are not theirs.
+    let given: Vec<Signal> = [
+        options.span_exporter.is_some().then_some(Signal::Traces),
+        options.metric_exporter.is_some().then_some(Signal::Metrics),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     if config.telemetry_enabled()
-        && !custom
-        && let Some(missing) = config.missing_transport(TRANSPORTS)
+        && let Some(missing) = config.missing_transport_except(TRANSPORTS, &given)
     {
         return Err(missing.into());
     }
     // On every rank, before the strategy decides: a bad file stops them all.
-    if config.telemetry_enabled() && !custom {
-        config.check_files()?;
+    if config.telemetry_enabled() {
+        config.check_files_except(&given)?;
     }
     let rank = *rank;
     let enabled = config.telemetry_enabled();

@@ -592,15 +592,25 @@ fn an_abandoned_iteration_is_marked_in_the_export_and_not_counted() {
     // The second step fails (a peer died): the span ends, the iteration
     // is not completed.
     training.iteration(1).abandon();
+    // The next try panics: unwinding through the guard marks it too.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _iteration = training.iteration(1);
+        panic!("the step panicked (this test's panic)");
+    }));
+    assert!(panicked.is_err());
     assert_eq!(training.totals().unwrap().pending_iterations, 1, "only the first is completed");
     drop(training);
     let (spans, _) = run.finish();
     let iterations: Vec<&SpanData> = spans.iter().filter(|s| s.name == "dl.training.iteration").collect();
-    assert_eq!(iterations.len(), 2, "{spans:?}");
+    assert_eq!(iterations.len(), 3, "{spans:?}");
     assert_eq!(attribute(iterations[0], "error.type"), None);
-    assert_eq!(attribute(iterations[1], "error.type"), Some(&Value::from(lens_training::events::ABANDONED)));
+    for iteration in &iterations[1..] {
+        assert_eq!(attribute(iteration, "error.type"), Some(&Value::from(lens_training::events::ABANDONED)));
+    }
     assert_eq!(
         iterations[1].status,
         opentelemetry::trace::Status::error("the iteration did not complete: its step failed")
     );
+    // The facade's own panic path marks the span too, with the panic's event.
+    assert!(matches!(iterations[2].status, opentelemetry::trace::Status::Error { .. }), "{:?}", iterations[2].status);
 }

@@ -77,6 +77,21 @@ pub fn terminating() -> bool {
     imp::terminating()
 }
 
+/// How long the installed handler's shutdown may take (the telemetry's
+/// shutdown timeout): a rank that waits for the handler to end the process
+/// ([`terminating`]) waits at least this long. Zero before any handler was
+/// installed.
+///
+/// ```
+/// assert_eq!(megatron_telemetry::signals::shutdown_timeout(), std::time::Duration::ZERO);
+/// ```
+pub fn shutdown_timeout() -> Duration {
+    Duration::from_millis(SHUTDOWN_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// The last installed handler's shutdown timeout, in milliseconds.
+static SHUTDOWN_TIMEOUT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The handlers of one lifetime; dropping the guard removes them and
 /// restores the previous dispositions (once: a later lifetime's handlers are
 /// not touched).
@@ -102,7 +117,12 @@ impl Drop for SignalGuard {
 /// Returns `None` (after a warning) when handlers are already installed or
 /// the platform has none.
 pub(crate) fn install(telemetry: Weak<Telemetry>, mode: ExitMode, timeout: Duration) -> Option<SignalGuard> {
-    imp::install(telemetry, mode, timeout).map(|id| SignalGuard { id })
+    let guard = imp::install(telemetry, mode, timeout).map(|id| SignalGuard { id });
+    if guard.is_some() {
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        SHUTDOWN_TIMEOUT_MS.store(millis, std::sync::atomic::Ordering::Relaxed);
+    }
+    guard
 }
 
 #[cfg(unix)]

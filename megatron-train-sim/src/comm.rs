@@ -95,12 +95,15 @@ pub(crate) enum CommError {
     Protocol(String),
 }
 
-/// The longest a rank waits, while a SIGTERM is being handled, for the
+/// The least a rank waits, while a SIGTERM is being handled, for the
 /// lifecycle's handler to end the process ([`wait_while_terminating`]: at
-/// an iteration boundary, and once its peers vanish): the handler's
-/// shutdown is bounded by the telemetry's shutdown timeout (5 s by default;
-/// one set above this wait lets the loop go on before the end).
+/// an iteration boundary, and once its peers vanish). The handler's
+/// shutdown is bounded by the telemetry's shutdown timeout (5 s by
+/// default): a longer one is waited for, with [`SIGNAL_MARGIN`] more.
 const SIGNAL_WAIT: Duration = Duration::from_secs(30);
+/// What a rank waits beyond the handler's shutdown timeout (its last
+/// flush, the process's exit).
+const SIGNAL_MARGIN: Duration = Duration::from_secs(10);
 
 /// `peer` is gone. When a SIGTERM (or SIGINT) is being handled on this
 /// rank, its peers died of the same signal (with no handler of their own,
@@ -114,12 +117,17 @@ fn peer_lost(peer: u32, reason: String) -> CommError {
 
 /// While the lifecycle's handler ends this rank for a SIGTERM (or SIGINT)
 /// without `--exit-signal-handler`, waits for it to end the process,
-/// bounded by [`SIGNAL_WAIT`]: the training loop calls this before each
+/// bounded by [`SIGNAL_WAIT`] or the handler's shutdown timeout and
+/// [`SIGNAL_MARGIN`], whichever is longer: the training loop calls this before each
 /// iteration, so that no work starts that the shutdown, running on the
 /// handler's thread, would miss (a slow collector holds it up to its
 /// timeout). Returns at once otherwise.
 pub(crate) fn wait_while_terminating() {
-    let until = Instant::now() + SIGNAL_WAIT;
+    if !megatron_telemetry::signals::terminating() {
+        return;
+    }
+    let wait = SIGNAL_WAIT.max(megatron_telemetry::signals::shutdown_timeout().saturating_add(SIGNAL_MARGIN));
+    let until = Instant::now() + wait;
     while megatron_telemetry::signals::terminating() && Instant::now() < until {
         thread::sleep(Duration::from_millis(50));
     }

@@ -316,6 +316,32 @@ fn a_nan_loss_skips_its_iteration_and_training_goes_on() {
     assert!(all.iter().enumerate().all(|(i, l)| i == 2 || l.is_some_and(f64::is_finite)), "{all:?}");
 }
 
+/// A skipped iteration does not advance the learning-rate schedule:
+/// Megatron steps its scheduler only on a successful update. The warm-up
+/// adds 2e-3 an iteration, so the fifth iteration's rate is 1e-2, or 8e-3
+/// when an earlier one was skipped. (The same runs check the closing line
+/// of a run without telemetry, in both builds.)
+#[test]
+fn a_skipped_iteration_does_not_advance_the_learning_rate() {
+    let last_rate = |name: &str, extra: &[&'static str]| {
+        let mut args = with(SMALL, &["--train-iters", "5", "--log-interval", "1"]);
+        args.extend(extra);
+        let (status, stderr) = run(&temp_dir(name), &args);
+        assert!(status.success(), "{status}: {stderr}");
+        // Telemetry is off, and the closing line says why, in either build.
+        let off = if cfg!(feature = "otel") {
+            "telemetry: off (enable it with --otel-enabled or MEGATRON_OTEL_ENABLED=1)"
+        } else {
+            "telemetry: off (this build has no `otel` feature: build with it to record telemetry)"
+        };
+        assert_eq!(stderr.lines().last(), Some(off), "{stderr}");
+        let line = stderr.lines().find(|l| l.starts_with("iter 5/5 ")).unwrap_or_else(|| panic!("{stderr}"));
+        line.split(" | ").find_map(|part| part.strip_prefix("lr ")).unwrap_or_else(|| panic!("{line}")).to_string()
+    };
+    assert_eq!(last_rate("lr-all", &[]), "1.000e-2");
+    assert_eq!(last_rate("lr-skip", &["--inject-nan-at", "3"]), "8.000e-3");
+}
+
 /// A long run of `ranks` ranks (until a signal or a failure ends it).
 fn long_run(dir: &Path, ranks: &'static str, extra: &[&'static str]) -> (ChildGuard, Vec<i32>) {
     let pids = dir.join("pids");

@@ -99,6 +99,13 @@ impl LensConfig {
     /// rule, [`default_destination_in`], decides and never needs a missing
     /// transport).
     pub fn missing_transport(&self, available: Transports) -> Option<MissingTransport> {
+        self.missing_transport_except(available, &[])
+    }
+
+    /// [`missing_transport`](Self::missing_transport) for the signals
+    /// whose exporter the configuration builds: not those in `given`, whose
+    /// exporter the program gives in code.
+    pub fn missing_transport_except(&self, available: Transports, given: &[Signal]) -> Option<MissingTransport> {
         if !self.destination_selected() {
             return None;
         }
@@ -107,7 +114,10 @@ impl LensConfig {
             (Signal::Metrics, self.metrics_enabled),
             (Signal::Logs, self.logs_enabled),
         ];
-        enabled.into_iter().filter(|(_, on)| *on).find_map(|(signal, _)| self.signal_missing(signal, available))
+        enabled
+            .into_iter()
+            .filter(|(signal, on)| *on && !given.contains(signal))
+            .find_map(|(signal, _)| self.signal_missing(signal, available))
     }
 
     fn signal_missing(&self, signal: Signal, available: Transports) -> Option<MissingTransport> {

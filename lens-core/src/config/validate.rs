@@ -238,6 +238,25 @@ impl LensConfig {
     /// assert!(ConfigLoader::new("NEMO_LENS").load(&env).unwrap().check_files().is_ok());
     /// ```
     pub fn check_files(&self) -> Result<(), ConfigError> {
+        self.check_files_except(&[])
+    }
+
+    /// [`check_files`](Self::check_files) for the signals whose exporter
+    /// the configuration builds: not those in `given`, whose exporter the
+    /// program gives in code (lens's setup options). With any given, the
+    /// default destination's files are not written, so the directory is
+    /// checked only when a signal left to the configuration selects files.
+    ///
+    /// ```
+    /// use lens_core::config::{ConfigLoader, Signal};
+    ///
+    /// let env = [("NEMO_LENS_ENABLED", "1"), ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem")];
+    /// let config = ConfigLoader::new("NEMO_LENS").load(&env).unwrap();
+    /// // The program's own span exporter: metrics still export over OTLP.
+    /// assert!(config.check_files_except(&[Signal::Traces]).is_err());
+    /// assert!(config.check_files_except(&[Signal::Traces, Signal::Metrics, Signal::Logs]).is_ok());
+    /// ```
+    pub fn check_files_except(&self, given: &[Signal]) -> Result<(), ConfigError> {
         if !self.telemetry_enabled() {
             return Ok(());
         }
@@ -247,7 +266,11 @@ impl LensConfig {
             (Signal::Metrics, self.metrics_enabled),
             (Signal::Logs, self.logs_enabled),
         ];
-        let on: Vec<Signal> = signals.into_iter().filter(|(_, on)| *on).map(|(signal, _)| signal).collect();
+        let on: Vec<Signal> = signals
+            .into_iter()
+            .filter(|(signal, on)| *on && !given.contains(signal))
+            .map(|(signal, _)| signal)
+            .collect();
         let mut checked = Vec::new();
         for &signal in &on {
             let Some(path) = self.otel.otlp(signal).certificate.as_ref() else { continue };
@@ -275,7 +298,7 @@ impl LensConfig {
         // Files are written when a signal selects them, or when nothing
         // selects a destination and no collector answers at setup.
         let files = !on.is_empty()
-            && (!self.destination_selected()
+            && ((given.is_empty() && !self.destination_selected())
                 || on.iter().any(|&signal| self.exporter_for(signal) == ExporterKind::File));
         if let Some(dir) = &self.file_dir
             && files
