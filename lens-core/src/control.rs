@@ -49,6 +49,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
@@ -717,6 +718,17 @@ pub fn check_file(path: &Path, uid: u32) -> Result<Option<std::fs::Metadata>, Re
     if others_write(meta.mode()) {
         return Err(Refusal::WritableByOthers(meta.mode() & 0o7777));
     }
+    check_directory(path)?;
+    Ok(Some(meta))
+}
+
+/// Whether the directory of `path` (a control file, or its status file)
+/// is one that only its owner can write, as [`check_file`] requires of a
+/// control file's: in any other, another user could replace what lens
+/// reads, and the job writes no status there either.
+#[cfg(unix)]
+pub fn check_directory(path: &Path) -> Result<(), Refusal> {
+    use std::os::unix::fs::MetadataExt as _;
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
@@ -726,7 +738,7 @@ pub fn check_file(path: &Path, uid: u32) -> Result<Option<std::fs::Metadata>, Re
     {
         return Err(Refusal::DirectoryWritableByOthers(dir, dir_meta.mode() & 0o7777));
     }
-    Ok(Some(meta))
+    Ok(())
 }
 
 /// A regular file, at most [`MAX_CONTROL_BYTES`] long: what both the path
@@ -1064,28 +1076,49 @@ impl ControlStatus {
 /// the new one, never a part. No `fsync`: the job writes its status file
 /// with this on the training thread, and a control file lost in a crash
 /// of the writer's machine is simply written again.
+///
+/// The temporary file is always a new one (`O_CREAT | O_EXCL`, and
+/// `O_NOFOLLOW`): a file or symbolic link already at its name, left
+/// behind or planted by another user of a shared directory, is never
+/// opened, written or truncated; the next name is tried instead.
 pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    /// Names tried before giving up (each taken by something else).
+    const TRIES: u32 = 8;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map_or_else(|| "control".into(), |n| n.to_string_lossy().into_owned());
-    let temporary = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
+        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
     }
-    let result = (|| {
-        let mut file = options.open(&temporary)?;
-        file.write_all(text.as_bytes())?;
-        drop(file);
-        std::fs::rename(&temporary, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
+    let mut last = None;
+    for _ in 0..TRIES {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let serial = WRITES.fetch_add(1, Ordering::Relaxed);
+        let temporary = dir.join(format!(".{name}.{}.{serial}.{nanos:08x}.tmp", std::process::id()));
+        let mut file = match options.open(&temporary) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                last = Some(error);
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let result = file.write_all(text.as_bytes()).and_then(|()| {
+            drop(file);
+            std::fs::rename(&temporary, path)
+        });
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temporary);
+        }
+        return result;
     }
-    result
+    Err(last.unwrap_or_else(|| std::io::Error::other("no temporary file name was free")))
 }
 
 /// The keys of a request for display (`lens control --show`): key → value.
@@ -1217,6 +1250,49 @@ mod tests {
         schedule.set_request(None);
         assert_eq!(schedule.next_due(0), 1);
         assert_eq!(schedule.at_iteration(1).unwrap().after, launch());
+    }
+
+    #[test]
+    fn an_atomic_write_replaces_a_link_and_follows_none() {
+        let dir = std::env::temp_dir().join(format!("lens-core-write-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim.txt");
+        std::fs::write(&victim, "precious").unwrap();
+        // A link where the file goes: the link is replaced, its target kept.
+        let file = dir.join("c.json.status");
+        std::os::unix::fs::symlink(&victim, &file).unwrap();
+        write_atomic(&file, "{\"a\": 1}").unwrap();
+        assert!(!std::fs::symlink_metadata(&file).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "{\"a\": 1}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        // Nothing else is left beside them: the temporary file was renamed.
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["c.json.status", "victim.txt"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_directory_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("lens-core-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.json.status");
+        for (mode, refused) in [(0o700, false), (0o1777, true), (0o770, true), (0o755, false)] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            match check_directory(&file) {
+                Err(Refusal::DirectoryWritableByOthers(at, said)) => {
+                    assert!(refused, "{mode:o}");
+                    assert_eq!((at, said), (dir.clone(), mode));
+                }
+                Err(other) => panic!("{other}"),
+                Ok(()) => assert!(!refused, "{mode:o}"),
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

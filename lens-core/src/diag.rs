@@ -69,12 +69,18 @@ fn first_time(message: &str) -> bool {
 /// only part of it (a collector that echoes a token cut short).
 pub const PARTIAL_SECRET_LEN: usize = 8;
 
+/// The fewest bytes a secret must have for [`redact`] to hide it: a header
+/// value of one to three characters (`x-org=e`) is no credential, and
+/// hiding it everywhere it occurs would leave nothing of a message to read.
+pub const MIN_SECRET_LEN: usize = 4;
+
 /// The most bytes of a message [`redact`] reads: it keeps 300 of them.
 const REDACT_READ: usize = 4096;
 
 /// `message` with every secret in `secrets` replaced by `<redacted>` and
 /// cut to 300 bytes, for quoting an exporter's error in a warning. A whole
-/// secret is replaced wherever it appears, and so is any run of at least
+/// secret (of at least [`MIN_SECRET_LEN`] bytes) is replaced wherever it
+/// appears, and so is any run of at least
 /// [`PARTIAL_SECRET_LEN`] bytes of one (a collector may echo a token cut
 /// short, or its tail): one pass over the message, the longest match first
 /// at each place, so that a short secret never matches inside a longer one
@@ -83,7 +89,7 @@ const REDACT_READ: usize = 4096;
 /// ```
 /// assert_eq!(lens_core::diag::redact("401: token s3cr3t refused", &["s3cr3t".into()]), "401: token <redacted> refused");
 /// let secrets = ["e".to_string(), "Bearer xyz".to_string()];
-/// assert_eq!(lens_core::diag::redact("echo Bearer xyz", &secrets), "<redacted>cho <redacted>");
+/// assert_eq!(lens_core::diag::redact("echo Bearer xyz", &secrets), "echo <redacted>");
 /// // Part of a secret: its first nine bytes, then its last eight.
 /// let secrets = ["Bearer 0123456789abcdef".to_string()];
 /// assert_eq!(lens_core::diag::redact("bad token Bearer 01...", &secrets), "bad token <redacted>...");
@@ -94,7 +100,7 @@ pub fn redact(message: &str, secrets: &[String]) -> String {
     while !message.is_char_boundary(read) {
         read -= 1;
     }
-    let secrets: Vec<&str> = secrets.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).filter(|s| s.len() >= MIN_SECRET_LEN).collect();
     let mut out = String::with_capacity(read);
     let mut rest = &message[..read];
     while let Some(c) = rest.chars().next() {

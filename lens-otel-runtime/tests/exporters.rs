@@ -402,6 +402,40 @@ fn scrape(port: u16, path: &str) -> String {
     response
 }
 
+/// A port in use when the job starts (a previous run still lingering) is
+/// not a setup error: the exporter serves there once the port is free.
+#[test]
+fn prometheus_on_a_port_in_use_serves_once_it_is_free() {
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let settings = PrometheusSettings {
+        host: "127.0.0.1".into(),
+        port,
+        linger: Duration::from_secs(1),
+        ..PrometheusSettings::default()
+    };
+    let exporter = PrometheusExporter::start(&settings).expect("a port in use is not a setup error");
+    assert_eq!(exporter.local_addr().port(), port);
+    let reader = PeriodicReader::builder(exporter.clone()).build();
+    let provider = SdkMeterProvider::builder().with_resource(resource()).with_reader(reader).build();
+    provider.meter("megatron").f64_gauge("megatron.training.loss").build().record(2.5, &[]);
+    provider.force_flush().unwrap();
+    drop(holder);
+    // Tried again every second: served within a few.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = TcpStream::connect(("127.0.0.1", port)).ok().map(|_| scrape(port, "/metrics"));
+        match page {
+            Some(page) if page.contains("megatron_training_loss") => break page,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            _ => panic!("not served within 10 s of the port being free: {page:?}"),
+        }
+    };
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    provider.shutdown().unwrap();
+    exporter.stop_server();
+}
+
 #[test]
 fn prometheus_serves_the_seed_page_names_with_run_labels() {
     let settings = PrometheusSettings {
@@ -459,16 +493,15 @@ fn prometheus_serves_the_seed_page_names_with_run_labels() {
 }
 
 #[test]
-fn prometheus_port_in_use_is_a_setup_error_naming_the_variable() {
-    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = taken.local_addr().unwrap().port();
-    let settings = PrometheusSettings { host: "127.0.0.1".into(), port, ..PrometheusSettings::default() };
+fn prometheus_on_an_address_of_no_interface_is_a_setup_error_naming_the_variable() {
+    // 192.0.2.1 (TEST-NET-1) is no address of this host: it cannot be bound.
+    let settings = PrometheusSettings { host: "192.0.2.1".into(), port: 19464, ..PrometheusSettings::default() };
     let error = PrometheusExporter::start(&settings).unwrap_err().to_string();
     assert!(error.starts_with("OTEL_EXPORTER_PROMETHEUS_PORT"), "{error}");
-    assert!(error.contains(&format!("127.0.0.1:{port}")), "{error}");
+    assert!(error.contains("192.0.2.1:19464"), "{error}");
 
     // The local rank offset moves the port.
-    let base = PrometheusSettings { host: "127.0.0.1".into(), port: port - 1, local_rank_offset: 1, ..settings };
+    let base = PrometheusSettings { port: 19463, local_rank_offset: 1, ..settings };
     let error = PrometheusExporter::start(&base).unwrap_err().to_string();
-    assert!(error.contains(&format!("127.0.0.1:{port}")), "{error}");
+    assert!(error.contains("192.0.2.1:19464"), "{error}");
 }

@@ -43,8 +43,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lens_fallbacks::control::{
-    CatalogData, Change, ControlRequest, ControlSchedule, ControlSetup, ControlStatus, check_file, check_generation,
-    file_version, job_uid, parse_request, read_capped, status_path, write_atomic,
+    CatalogData, Change, ControlRequest, ControlSchedule, ControlSetup, ControlStatus, check_directory, check_file,
+    check_generation, file_version, job_uid, parse_request, read_capped, status_path, write_atomic,
 };
 use lens_fallbacks::{Gauge, KeyValue, Telemetry};
 
@@ -544,6 +544,19 @@ impl StatusWriter {
             accepted: accepted.map(ControlRequest::to_json),
             ended,
         };
+        // A directory other users can write: every control file there is
+        // refused, and the job writes nothing there either.
+        if let Err(refusal) = check_directory(&self.path) {
+            if !std::mem::replace(&mut self.warned, true) {
+                warn(&format!(
+                    "control: the status file {} is not written, and a control file beside it is refused: {refusal}; \
+                     {}",
+                    self.path.display(),
+                    refusal.accepted()
+                ));
+            }
+            return;
+        }
         if let Err(error) = write_atomic(&self.path, &status.to_json())
             && !std::mem::replace(&mut self.warned, true)
         {

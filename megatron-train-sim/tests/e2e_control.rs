@@ -386,3 +386,32 @@ fn the_simulator_s_control_checks_a_spec_against_megatron_s_catalog_without_a_st
     );
     assert!(!ok && stderr.contains("Unknown span group or preset: 'layer'"), "{stderr}");
 }
+
+#[test]
+fn a_control_file_in_a_directory_others_can_write_gets_no_status_and_says_so_at_launch() {
+    // A sticky shared directory, as /tmp is: another user could plant a
+    // link where the status goes, or replace the control file.
+    let dir = temp_dir("control-shared");
+    let shared = dir.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let control = shared.join("control.json");
+    let mut command = command(&dir, &with(SMALL, &["--otel-enabled", "--num-layers", "1", "--train-iters", "3"]));
+    file_dir_env(&mut command, &dir, &control, "0.05");
+    let (status, stderr) = run_command(command, LIMIT);
+    assert!(status.success(), "telemetry's control never stops a job: {stderr}");
+    let warned: Vec<&str> = stderr.lines().filter(|l| l.contains("control: the status file")).collect();
+    assert_eq!(warned.len(), 1, "said once: {stderr}");
+    assert!(
+        warned[0].contains(&format!(
+            "{} is not written, and a control file beside it is refused: other users can write its directory {} \
+             (mode 1777)",
+            shared.join("control.json.status").display(),
+            shared.display()
+        )),
+        "{stderr}"
+    );
+    assert!(warned[0].contains("chmod 700"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&shared).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "nothing written there: {left:?}");
+}

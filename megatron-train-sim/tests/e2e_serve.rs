@@ -528,6 +528,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             400,
             "stream_options",
         ),
+        (c, r#"{"model":"megatron-sim","prompt":"a","stream_options":{}}"#.into(), 400, "stream_options"),
         (c, long_prompt, 400, "prompt"),
         (c, long_plus_output, 400, "max_tokens"),
         (chat, r#"{"model":"megatron-sim","messages":"hi"}"#.into(), 400, "messages"),

@@ -401,6 +401,9 @@ impl OtlpSettings {
     /// s.protocol = OtlpProtocol::HttpProtobuf;
     /// s.endpoint = Some(OtlpEndpoint { url: "http://collector:4318/".into(), signal_specific: false });
     /// assert_eq!(s.endpoint_url(Signal::Metrics), "http://collector:4318/v1/metrics");
+    /// // A query stays after the path.
+    /// s.endpoint = Some(OtlpEndpoint { url: "http://collector:4318/?tenant=a".into(), signal_specific: false });
+    /// assert_eq!(s.endpoint_url(Signal::Traces), "http://collector:4318/v1/traces?tenant=a");
     /// ```
     pub fn endpoint_url(&self, signal: Signal) -> String {
         let protocol = self.protocol;
@@ -408,7 +411,12 @@ impl OtlpSettings {
             None if protocol.is_http() => format!("{}{}", protocol.default_endpoint(), signal.http_path()),
             None => protocol.default_endpoint().to_string(),
             Some(e) if e.signal_specific || !protocol.is_http() => e.url.clone(),
-            Some(e) => format!("{}{}", e.url.trim_end_matches('/'), signal.http_path()),
+            // The path goes into the URL's path: before a query or a
+            // fragment, which stay as they were.
+            Some(e) => {
+                let (base, tail) = e.url.find(['?', '#']).map_or((e.url.as_str(), ""), |at| e.url.split_at(at));
+                format!("{}{}{tail}", base.trim_end_matches('/'), signal.http_path())
+            }
         }
     }
 

@@ -30,7 +30,7 @@ use std::fmt;
 
 use super::destination::{DefaultDestination, default_destination};
 use super::model::LensConfig;
-use super::standard::{ExporterKind, OtlpProtocol, Signal};
+use super::standard::{ExporterKind, OtlpProtocol, Signal, redact_endpoint};
 
 /// The cargo feature of lens-fallbacks that brings OTLP over gRPC.
 pub const FEATURE_OTLP_GRPC: &str = "otlp-grpc";
@@ -157,7 +157,7 @@ impl LensConfig {
                         .fields
                         .iter()
                         .filter(|(field, _)| field.starts_with(&prefix))
-                        .map(|(_, (variable, value))| (variable.clone(), value.clone()))
+                        .map(|(field, (variable, value))| (variable.clone(), shown(field, value)))
                         .min()
                         .unwrap_or_else(|| (format!("LensConfig.otel.otlp_{name}"), protocol.as_str().to_string()))
                 };
@@ -177,10 +177,16 @@ impl LensConfig {
     /// `LensConfig.<field>` and `current`.
     fn origin_of(&self, field: &str, current: &str) -> (String, String) {
         match self.origins.fields.get(field) {
-            Some((variable, value)) => (variable.clone(), value.clone()),
+            Some((variable, value)) => (variable.clone(), shown(field, value)),
             None => (format!("LensConfig.{field}"), current.to_string()),
         }
     }
+}
+
+/// `value`, as set for `field`, the way a message may quote it: an
+/// endpoint without its credentials ([`redact_endpoint`]).
+fn shown(field: &str, value: &str) -> String {
+    if field.ends_with(".endpoint") { redact_endpoint(value) } else { value.to_string() }
 }
 
 /// [`default_destination`] in a build with `available` transports: the OTLP
@@ -239,6 +245,12 @@ mod tests {
         let found = missing(&env, Transports::FILES_ONLY).unwrap();
         assert_eq!((found.1.as_str(), found.2), ("http://collector:4317", "otlp-grpc"));
         assert!(found.0.starts_with("OTEL_EXPORTER_OTLP_"), "{found:?}");
+        // Its credentials are not quoted.
+        let env =
+            [("MYJOB_OTEL_ENABLED", "1"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317/?token=sk-LEAK")];
+        let missing = config(&env).missing_transport(Transports::FILES_ONLY).unwrap();
+        assert_eq!(missing.value, "http://collector:4317/?token=[REDACTED]");
+        assert!(!missing.to_string().contains("sk-LEAK"), "{missing}");
     }
 
     #[test]

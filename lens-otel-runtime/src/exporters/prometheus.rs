@@ -603,8 +603,10 @@ impl PrometheusExporter {
     /// the port is 0) and starts the `lens-prometheus` server thread.
     ///
     /// A host that does not resolve, or an address that cannot be bound
-    /// (port in use, no permission), is an error naming
+    /// (no permission, not an address of this host), is an error naming
     /// `OTEL_EXPORTER_PROMETHEUS_HOST` or `OTEL_EXPORTER_PROMETHEUS_PORT`.
+    /// A port in use is not: it is warned about, and the server binds it
+    /// once it is free (tried every second).
     pub fn start(settings: &PrometheusSettings) -> Result<PrometheusExporter, ExporterError> {
         let offset = if settings.port == 0 { 0 } else { settings.local_rank_offset };
         let port = u32::from(settings.port).saturating_add(offset);
@@ -629,9 +631,27 @@ impl PrometheusExporter {
             }
         }
         let bind_error = |source| ExporterError::PrometheusBind { address: display.clone(), source };
-        let listener = listener.ok_or_else(|| bind_error(last_error))?;
-        let address = listener.local_addr().map_err(bind_error)?;
-        listener.set_nonblocking(true).map_err(bind_error)?;
+        // A port in use (a previous run still lingering, another job) is
+        // not the job's to fail for: the server thread binds it once it is
+        // free, and scrapes until then miss (the values are cumulative:
+        // the first scrape after gets them all).
+        let in_use = listener.is_none() && last_error.kind() == ErrorKind::AddrInUse && port != 0;
+        let (listener, address) = match listener {
+            Some(listener) => {
+                let address = listener.local_addr().map_err(bind_error)?;
+                listener.set_nonblocking(true).map_err(bind_error)?;
+                (Some(listener), address)
+            }
+            None if in_use => {
+                crate::diag::warn(format_args!(
+                    "cannot serve Prometheus metrics on {display} yet ({last_error}; \
+                     OTEL_EXPORTER_PROMETHEUS_PORT): lens tries again every second and serves them there once the \
+                     port is free; scrapes until then find nothing"
+                ));
+                (None, addresses[0])
+            }
+            None => return Err(bind_error(last_error)),
+        };
 
         let runtime_error =
             |error: std::io::Error| ExporterError::Runtime { reason: format!("cannot start lens-prometheus: {error}") };
@@ -639,9 +659,12 @@ impl PrometheusExporter {
         // worker or blocking-pool threads.
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(runtime_error)?;
-        let listener = {
-            let _context = runtime.enter();
-            tokio::net::TcpListener::from_std(listener).map_err(bind_error)?
+        let listener = match listener {
+            Some(listener) => {
+                let _context = runtime.enter();
+                Some(tokio::net::TcpListener::from_std(listener).map_err(bind_error)?)
+            }
+            None => None,
         };
         let shared = Arc::new(Shared {
             resource_labels: settings.resource_labels.clone(),
@@ -655,7 +678,16 @@ impl PrometheusExporter {
             .name("lens-prometheus".into())
             .spawn(move || {
                 crate::export_path::mark_thread();
-                runtime.block_on(serve(listener, server));
+                runtime.block_on(async move {
+                    let listener = match listener {
+                        Some(listener) => listener,
+                        None => match bind_when_free(address, &server).await {
+                            Some(listener) => listener,
+                            None => return,
+                        },
+                    };
+                    serve(listener, server).await;
+                });
                 // Dropping the runtime drops the connections still open.
                 drop(runtime);
             })
@@ -709,6 +741,33 @@ impl PushMetricExporter for PrometheusExporter {
     fn temporality(&self) -> Temporality {
         Temporality::Cumulative
     }
+}
+
+/// How often a port in use is tried again.
+const BIND_RETRY: Duration = Duration::from_secs(1);
+
+/// Binds `address` once it is free, trying every [`BIND_RETRY`] until the
+/// server is finished (`None` then, or on an error other than the port in
+/// use, which is warned about).
+async fn bind_when_free(address: SocketAddr, shared: &Shared) -> Option<tokio::net::TcpListener> {
+    while !shared.finished() {
+        tokio::time::sleep(BIND_RETRY).await;
+        match tokio::net::TcpListener::bind(address).await {
+            Ok(listener) => {
+                crate::diag::note(format_args!("serving Prometheus metrics on {address} now (the port is free)"));
+                return Some(listener);
+            }
+            Err(error) if error.kind() == ErrorKind::AddrInUse => {}
+            Err(error) => {
+                crate::diag::warn(format_args!(
+                    "cannot serve Prometheus metrics on {address} ({error}; OTEL_EXPORTER_PROMETHEUS_PORT): \
+                     lens stops trying"
+                ));
+                return None;
+            }
+        }
+    }
+    None
 }
 
 /// The accept loop: each connection in a task of its own, at most

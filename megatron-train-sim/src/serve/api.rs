@@ -507,7 +507,9 @@ pub(crate) fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<
             ));
         }
     };
-    if include_usage && !stream {
+    // OpenAI's rule: any `stream_options` (not only `include_usage: true`)
+    // needs `stream: true`.
+    if !stream && present(&body, "stream_options").is_some() {
         return Err(ApiError::invalid("stream_options", "`stream_options` is only allowed with `stream: true`"));
     }
     Ok(Generation { endpoint, prompts, max_tokens, temperature, top_p, seed, stop, stream, include_usage })

@@ -480,13 +480,15 @@ fn shutting_down(message: String) -> ApiError {
     ApiError { status: 503, kind: "service_unavailable", param: None, code: "shutting_down", message }
 }
 
+/// The answer to a request the engine gave up on (shutdown's drain timed
+/// out): its span counts the tokens generated until then.
 fn engine_failed(shared: &Shared, spans: RequestSpans, message: String) -> Response {
     let error = shutting_down(message);
     let outcome = GenerateOutcome {
         response_id: "",
         response_model: &shared.limits.model_name,
         finish_reasons: &[],
-        output_tokens: 0,
+        output_tokens: spans.output_tokens,
         error_type: Some(error.code),
     };
     spans.end(&outcome);
