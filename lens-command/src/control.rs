@@ -390,7 +390,9 @@ fn window(
     request.from_iteration = from;
     request.until_iteration = match (args.iterations, args.until_iteration) {
         (Some(0), _) => return Err(bad("--iterations 0: expected 1 or more".to_string())),
-        (Some(n), _) => Some(from.saturating_add(n - 1)),
+        (Some(n), _) => Some(from.checked_add(n - 1).ok_or_else(|| {
+            bad(format!("--iterations {n}: the window would end past the last iteration there is ({})", u64::MAX))
+        })?),
         (None, Some(until)) if until < from => {
             return Err(bad(format!("--until-iteration {until}: before the window's first iteration {from}")));
         }

@@ -132,7 +132,7 @@ fn lens_analyze_reads_the_simulators_export() {
     let attempt = stdout.lines().find(|l| l.starts_with("  attempt ")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(
         attempt.starts_with(&format!("  attempt {RUN_ID}: rank 1, "))
-            && attempt.ends_with(&format!(", iterations 1-{ITERATIONS}, checkpoint {ITERATIONS}, normal end")),
+            && attempt.ends_with(&format!(", iterations 1-{ITERATIONS}, last save at {ITERATIONS}, normal end")),
         "{attempt}"
     );
     assert!(

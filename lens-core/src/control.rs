@@ -340,6 +340,10 @@ pub fn parse_request(
     let Value::Object(object) = value else {
         return Err(ControlInputError::new(WHOLE_FILE, value, "expected a JSON object"));
     };
+    if let Some(key) = duplicate_key(text) {
+        let value = object.get(&key).cloned().unwrap_or(Value::Null);
+        return Err(ControlInputError::new(&key, value, "given more than once; give each key once"));
+    }
     for (key, value) in &object {
         if keys::NEVER.contains(&key.as_str()) {
             return Err(ControlInputError::new(
@@ -405,7 +409,9 @@ pub fn parse_request(
                 .as_u64()
                 .filter(|n| *n >= 1)
                 .ok_or_else(|| ControlInputError::new(keys::ITERATIONS, value, "expected a whole number, 1 or more"))?;
-            request.until_iteration = Some(request.from_iteration.saturating_add(count - 1));
+            request.until_iteration = Some(request.from_iteration.checked_add(count - 1).ok_or_else(|| {
+                ControlInputError::new(keys::ITERATIONS, value, "the window would end past the last iteration there is")
+            })?);
         }
         (None, Some(value)) => {
             let until = as_iteration(keys::UNTIL_ITERATION, value)?;
@@ -1071,6 +1077,30 @@ impl ControlStatus {
     }
 }
 
+/// The first key `text`'s top-level JSON object gives twice, if any
+/// (`serde_json`'s `Value` keeps the last silently).
+fn duplicate_key(text: &str) -> Option<String> {
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+            let mut seen = std::collections::BTreeSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                if !seen.insert(key.clone()) {
+                    return Ok(Some(key));
+                }
+            }
+            Ok(None)
+        }
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    serde::Deserializer::deserialize_map(&mut deserializer, Keys).ok().flatten()
+}
+
 /// Writes `text` to `path` atomically: a temporary file beside it (mode
 /// 0600), then a rename over it, so that a reader sees the old version or
 /// the new one, never a part. No `fsync`: the job writes its status file
@@ -1165,8 +1195,18 @@ mod tests {
 
     #[test]
     fn bad_versions_name_the_key_and_the_value() {
-        let cases: [(&str, &str, &str); 13] = [
+        let cases: [(&str, &str, &str); 15] = [
             ("{not json", "(file)", "not JSON"),
+            (
+                r#"{"generation": 2, "from_iteration": 18446744073709551615, "iterations": 2}"#,
+                "iterations",
+                "past the last iteration",
+            ),
+            (
+                r#"{"generation": 2, "span_groups": "per_step", "from_iteration": 9, "span_groups": "all"}"#,
+                "span_groups",
+                "given more than once",
+            ),
             ("[1]", "(file)", "a JSON object"),
             (r#"{"generation": 2, "spam_groups": "x"}"#, "spam_groups", "did you mean 'span_groups'"),
             (r#"{"generation": 2, "endpoint": "http://x"}"#, "endpoint", "never be changed"),

@@ -539,6 +539,9 @@ fn an_unknown_exporter_gets_the_accepted_names_and_a_suggestion() {
     // Prometheus is for metrics only.
     assert!(message(&[("MEGATRON_OTEL_EXPORTER", "prometheus")]).starts_with("Unknown exporter 'prometheus'"));
     assert!(message(&[("OTEL_TRACES_EXPORTER", "prometheus")]).contains("OTEL_TRACES_EXPORTER"));
+    // A name that several start with means the first: `http` is protobuf.
+    let text = message(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http")]);
+    assert!(text.ends_with("(did you mean 'http/protobuf'?)"), "{text}");
 }
 
 // ---------------------------------------------- command-line overrides

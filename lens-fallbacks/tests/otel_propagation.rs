@@ -47,6 +47,8 @@ fn inject_writes_a_w3c_traceparent_for_the_current_span() {
     assert_eq!(parts[1], span.span_context.trace_id().to_string());
     assert_eq!(parts[2], span.span_context.span_id().to_string());
     assert_eq!(parts[3], "01");
+    // No trace state: no empty `tracestate` header.
+    assert!(!carrier.contains_key("tracestate"), "{carrier:?}");
 
     // With no current span there is nothing to inject.
     let mut empty: Vec<(String, String)> = Vec::new();

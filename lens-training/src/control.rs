@@ -101,6 +101,10 @@ struct State {
     telemetry: Weak<Telemetry>,
     shared: Arc<Shared>,
     next_due: AtomicU64,
+    /// The first iteration this process ran (`u64::MAX` before it): a
+    /// window that started before it was applied late because the attempt
+    /// began inside it, not because the rank read the file late.
+    first_iteration: AtomicU64,
     hold_until: u64,
     schedule: Mutex<ControlSchedule>,
     gauge: Gauge<u64>,
@@ -170,6 +174,7 @@ impl RankControl {
             telemetry: Arc::downgrade(telemetry),
             shared,
             next_due: AtomicU64::new(0),
+            first_iteration: AtomicU64::new(u64::MAX),
             hold_until,
             gauge,
             gauge_attributes,
@@ -261,6 +266,8 @@ impl State {
 
     #[cold]
     fn due(&self, iteration: u64) -> Option<Change> {
+        // `next_due` starts at 0: the first iteration always comes here.
+        self.first_iteration.fetch_min(iteration, Ordering::Relaxed);
         let mut schedule = self.schedule.lock().unwrap_or_else(PoisonError::into_inner);
         if iteration >= self.hold_until && self.shared.has_pending.swap(false, Ordering::AcqRel) {
             let taken = self.shared.pending.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -299,11 +306,14 @@ impl State {
         );
         let what = if change.window_end { "ends the window of" } else { "applies" };
         let late = if change.late_by > 0 {
-            format!(
-                ", {} iteration(s) late (the window starts at iteration {}; this rank read the file late)",
-                change.late_by,
-                change.iteration - change.late_by
-            )
+            let start = change.iteration - change.late_by;
+            let first = self.first_iteration.load(Ordering::Relaxed);
+            let why = if start < first {
+                format!("this attempt began at iteration {first}, inside the window")
+            } else {
+                "this rank read the file late".to_string()
+            };
+            format!(", {} iteration(s) late (the window starts at iteration {start}; {why})", change.late_by)
         } else {
             String::new()
         };

@@ -171,7 +171,8 @@ pub struct AttemptSummary {
     pub wall_seconds: f64,
     /// The first and last iteration with a span.
     pub iterations: Option<(u64, u64)>,
-    /// The iteration of its last checkpoint save.
+    /// The iteration of its last checkpoint save begun (an asynchronous
+    /// one may not have become durable).
     pub last_checkpoint: Option<u64>,
     /// Whether it reached the normal end (`megatron.checkpoint.exit_finalize`).
     pub ended_normally: bool,
@@ -890,7 +891,9 @@ pub fn write_section(out: &mut dyn Write, result: &Result<SpanBreakdown, Vec<Mis
     for a in &view.attempts {
         let iterations =
             a.iterations.map_or_else(|| "no iterations".to_string(), |(f, l)| format!("iterations {f}-{l}"));
-        let checkpoint = a.last_checkpoint.map_or_else(|| "no checkpoint".to_string(), |c| format!("checkpoint {c}"));
+        // The last save begun: an asynchronous one may not have become
+        // durable (the accounting counts only what did).
+        let checkpoint = a.last_checkpoint.map_or_else(|| "no save".to_string(), |c| format!("last save at {c}"));
         let end = if a.ended_normally { "normal end" } else { "no normal end (stopped, crashed or killed)" };
         writeln!(
             out,

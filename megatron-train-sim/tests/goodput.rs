@@ -238,11 +238,11 @@ fn a_crash_and_resume_charges_the_lost_iterations_and_keeps_forty() {
     let (ok, text) = analyze(&dir.join("telemetry"));
     assert!(ok, "{text}");
     assert!(
-        text.contains("attempt attempt-1: rank 1") && text.contains("iterations 1-17, checkpoint 10, no normal end"),
+        text.contains("attempt attempt-1: rank 1") && text.contains("iterations 1-17, last save at 10, no normal end"),
         "{text}"
     );
     assert!(
-        text.contains("attempt attempt-2: rank 1") && text.contains("iterations 11-40, checkpoint 40, normal end"),
+        text.contains("attempt attempt-2: rank 1") && text.contains("iterations 11-40, last save at 40, normal end"),
         "{text}"
     );
     assert!(text.contains("iterations: 40 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
@@ -534,11 +534,11 @@ fn a_kill_after_17_at_the_default_log_interval_charges_exactly_seven() {
     let (ok, text) = analyze(&dir.join("telemetry"));
     assert!(ok, "{text}");
     assert!(
-        text.contains("attempt kill-1: rank 0") && text.contains("iterations 1-17, checkpoint 10, no normal end"),
+        text.contains("attempt kill-1: rank 0") && text.contains("iterations 1-17, last save at 10, no normal end"),
         "{text}"
     );
     assert!(
-        text.contains("attempt kill-2: rank 0") && text.contains("iterations 11-30, checkpoint 30, normal end"),
+        text.contains("attempt kill-2: rank 0") && text.contains("iterations 11-30, last save at 30, normal end"),
         "{text}"
     );
     assert!(text.contains("iterations: 30 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
@@ -628,7 +628,7 @@ fn attempts_that_share_a_pinned_run_id_are_told_apart_by_their_processes() {
     let (ok, text) = analyze(&dir.join("kt"));
     assert!(ok, "{text}");
     assert!(text.contains("iterations: 30 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
-    assert!(text.contains("attempt attempt-1: rank 0") && text.contains("iterations 1-17, checkpoint 10"), "{text}");
+    assert!(text.contains("attempt attempt-1: rank 0") && text.contains("iterations 1-17, last save at 10"), "{text}");
     // The resumed attempt's directory alone: the replayed part of the dead
     // process is left out, with a note, not read as an attempt.
     let (ok, text) = analyze(&dir.join("kt/attempt-2"));

@@ -475,7 +475,7 @@ mod export {
         let report = viewer("analyze", &runs().export);
         let iterations = format!("iterations: {ITERATIONS} kept, 0 pending, {} lost, over 2 attempt(s)", lost());
         assert!(report.contains(&iterations), "{iterations}\n{report}");
-        assert!(report.contains(&format!("iterations 1-{STOP_AFTER}, checkpoint {}", resume_point())), "{report}");
+        assert!(report.contains(&format!("iterations 1-{STOP_AFTER}, last save at {}", resume_point())), "{report}");
         assert!(!report.to_lowercase().contains("megatron"), "{report}");
     }
 }

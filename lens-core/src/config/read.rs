@@ -221,7 +221,12 @@ pub(crate) fn unknown_name(
     value: String,
     accepted: &'static [&'static str],
 ) -> ConfigProblem {
-    let suggestion = crate::suggest::closest(&value, accepted.iter().copied());
+    // A name that several accepted ones start with (`http`) means the
+    // first of them (the list's order: `http/protobuf`), whatever is
+    // closest in spelling.
+    let lower = value.trim().to_lowercase();
+    let started = accepted.iter().copied().find(|name| !lower.is_empty() && name.starts_with(&lower));
+    let suggestion = started.or_else(|| crate::suggest::closest(&value, accepted.iter().copied()));
     ConfigProblem::UnknownName { variable, what, value, accepted: accepted.to_vec(), suggestion }
 }
 

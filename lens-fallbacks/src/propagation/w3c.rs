@@ -48,7 +48,9 @@ impl RemoteContext {
             if let Some(baggage) = baggage {
                 baggage.inject_context(self.otel_context(), &mut pairs);
             }
-            carrier.extend(pairs.0);
+            // An empty `tracestate` is not sent (W3C: "vendors SHOULD NOT
+            // send an empty tracestate"); the propagator writes one always.
+            carrier.extend(pairs.0.into_iter().filter(|(key, value)| key != TRACESTATE || !value.is_empty()));
         }
         #[cfg(not(feature = "otel"))]
         let _ = carrier;

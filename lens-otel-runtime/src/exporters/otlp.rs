@@ -861,14 +861,25 @@ impl SpanSender {
                 if self.gzip {
                     grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
                 }
-                let status = |status: tonic::Status| {
-                    failure(format!("the collector answered {:?}: {}", status.code(), status.message()))
-                };
+                let status = |status: tonic::Status| failure(grpc_failure(&status));
                 grpc.ready().await.map_err(|error| failure(format!("the channel is not ready: {error}")))?;
                 let path = http::uri::PathAndQuery::from_static(GRPC_TRACE_EXPORT_PATH);
                 grpc.unary(tonic::Request::new(body), path, EncodedCodec).await.map(|_| ()).map_err(status)
             }
         }
+    }
+}
+
+/// A failed gRPC call in words: what the collector answered, or, for a
+/// status tonic made itself from a transport error (it has a source: no
+/// connection, a name that does not resolve), that the collector was not
+/// reached.
+#[cfg(feature = "otlp-grpc")]
+fn grpc_failure(status: &tonic::Status) -> String {
+    if std::error::Error::source(status).is_some() {
+        format!("no answer from the collector ({:?}: {})", status.code(), status.message())
+    } else {
+        format!("the collector answered {:?}: {}", status.code(), status.message())
     }
 }
 
@@ -1043,11 +1054,9 @@ impl crate::accounting::MetricResender for OtlpMetricResender {
                 let mut task = task;
                 match super::block_on_until(&mut task, deadline) {
                     Some(Ok(Ok(_response))) => Ok(()),
-                    Some(Ok(Err(status))) => Err(OTelSdkError::InternalFailure(format!(
-                        "metric resend: the collector answered {:?}: {}",
-                        status.code(),
-                        status.message()
-                    ))),
+                    Some(Ok(Err(status))) => {
+                        Err(OTelSdkError::InternalFailure(format!("metric resend: {}", grpc_failure(&status))))
+                    }
                     Some(Err(join_error)) => {
                         Err(OTelSdkError::InternalFailure(format!("metric resend: the task failed: {join_error}")))
                     }
