@@ -101,10 +101,18 @@ pub fn redact(message: &str, secrets: &[String]) -> String {
         read -= 1;
     }
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).filter(|s| s.len() >= MIN_SECRET_LEN).collect();
+    // Every run of PARTIAL_SECRET_LEN bytes of a secret, not starting with
+    // a space: a place where none begins holds no partial match, so most
+    // places cost one lookup.
+    let windows: std::collections::HashSet<&[u8]> = secrets
+        .iter()
+        .flat_map(|secret| secret.as_bytes().windows(PARTIAL_SECRET_LEN))
+        .filter(|window| !window[0].is_ascii_whitespace())
+        .collect();
     let mut out = String::with_capacity(read);
     let mut rest = &message[..read];
     while let Some(c) = rest.chars().next() {
-        match secret_at(rest, &secrets) {
+        match secret_at(rest, &secrets, &windows) {
             0 => {
                 out.push(c);
                 rest = &rest[c.len_utf8()..];
@@ -115,31 +123,35 @@ pub fn redact(message: &str, secrets: &[String]) -> String {
             }
         }
     }
-    let mut message = out;
-    if message.len() > 300 {
+    let mut message_out = out;
+    if message_out.len() > 300 {
         let mut cut = 300;
-        while !message.is_char_boundary(cut) {
+        while !message_out.is_char_boundary(cut) {
             cut -= 1;
         }
-        message.truncate(cut);
-        message.push('…');
+        message_out.truncate(cut);
+        message_out.push('…');
+    } else if read < message.len() {
+        message_out.push('…');
     }
-    message
+    message_out
 }
 
 /// How many bytes at the start of `text` are to be hidden: the longest
 /// whole secret it starts with, or the longest run of at least
-/// [`PARTIAL_SECRET_LEN`] bytes that is part of a secret (a char boundary
-/// of `text`); 0 for none.
-fn secret_at(text: &str, secrets: &[&str]) -> usize {
-    let mut whole = 0;
+/// [`PARTIAL_SECRET_LEN`] bytes that is part of a secret and does not
+/// start with a space (a char boundary of `text`); 0 for none. `windows`:
+/// the secrets' runs of [`PARTIAL_SECRET_LEN`] bytes.
+fn secret_at(text: &str, secrets: &[&str], windows: &std::collections::HashSet<&[u8]>) -> usize {
+    let whole = secrets.iter().filter(|secret| text.starts_with(**secret)).map(|s| s.len()).max().unwrap_or(0);
+    let bytes = text.as_bytes();
+    if bytes.len() < PARTIAL_SECRET_LEN || !windows.contains(&bytes[..PARTIAL_SECRET_LEN]) {
+        return whole;
+    }
     let mut part = 0;
     for secret in secrets {
-        if text.starts_with(secret) {
-            whole = whole.max(secret.len());
-        }
         for from in 0..secret.len() {
-            let common = text.bytes().zip(secret.bytes().skip(from)).take_while(|(a, b)| a == b).count();
+            let common = bytes.iter().zip(&secret.as_bytes()[from..]).take_while(|(a, b)| a == b).count();
             part = part.max(common);
         }
     }
@@ -221,6 +233,10 @@ mod tests {
         let message = format!("{}tok3n-0123456789", "a".repeat(5000));
         let redacted = redact(&message, &["tok3n-0123456789".to_string()]);
         assert_eq!(redacted, format!("{}…", "a".repeat(300)));
+        // A long token first: what is kept is short, and still marked cut.
+        let token = "t".repeat(4000);
+        let message = format!("{token} end {}", "b".repeat(500));
+        assert_eq!(redact(&message, &[token]), format!("<redacted> end {}…", "b".repeat(91)));
     }
 
     #[test]

@@ -82,10 +82,14 @@ pub enum ExporterError {
         reason: String,
     },
     /// The Prometheus port cannot be bound.
-    #[error(
-        "OTEL_EXPORTER_PROMETHEUS_PORT: cannot serve Prometheus metrics on {address}: {source}; choose a free port with OTEL_EXPORTER_PROMETHEUS_PORT (when several ranks of a host export metrics, each uses the port plus its local rank)"
-    )]
+    #[error("{variable}: cannot serve Prometheus metrics on {address}: {source}; {remedy}")]
     PrometheusBind {
+        /// The variable to change: `OTEL_EXPORTER_PROMETHEUS_HOST` for an
+        /// address of no interface of this host, else
+        /// `OTEL_EXPORTER_PROMETHEUS_PORT`.
+        variable: &'static str,
+        /// What to set it to.
+        remedy: &'static str,
         /// The address that could not be bound.
         address: String,
         /// The I/O error.

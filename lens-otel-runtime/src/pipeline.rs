@@ -1324,7 +1324,8 @@ fn metric_exporter(
             linger: config.prometheus_linger,
         };
         let exporter = PrometheusExporter::start(&settings)?;
-        destinations.push(format!("metrics: Prometheus http://{}/metrics", exporter.local_addr()));
+        let waiting = if exporter.is_serving() { "" } else { " (the port is in use: served once it is free)" };
+        destinations.push(format!("metrics: Prometheus http://{}/metrics{waiting}", exporter.local_addr()));
         *prometheus = Some(exporter.clone());
         Ok(Some(LensMetricExporter::Prometheus(exporter)))
     })

@@ -391,6 +391,19 @@ fn an_invalid_header_is_reported_by_name_only() {
     let text = format!("{error} {error:?}");
     assert!(text.starts_with("OTEL_EXPORTER_OTLP_HEADERS"), "{text}");
     assert!(text.contains("x-api-key-bin") && !text.contains(TOKEN), "{text}");
+
+    // The body's own headers are lens's: a program's would break every export.
+    for key in ["Content-Type", "content-encoding"] {
+        let mut headers = Headers::new();
+        headers.insert(key, "application/json").unwrap();
+        let settings = OtlpSettings { headers, protocol: OtlpProtocol::HttpProtobuf, ..OtlpSettings::default() };
+        let error = build_otlp_span_exporter(&settings).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("OTEL_EXPORTER_OTLP_HEADERS: the header \"{key}\" cannot be sent")),
+            "{error}"
+        );
+        assert!(error.contains("lens sets it for the protocol"), "{error}");
+    }
 }
 
 fn scrape(port: u16, path: &str) -> String {
@@ -416,6 +429,7 @@ fn prometheus_on_a_port_in_use_serves_once_it_is_free() {
     };
     let exporter = PrometheusExporter::start(&settings).expect("a port in use is not a setup error");
     assert_eq!(exporter.local_addr().port(), port);
+    assert!(!exporter.is_serving(), "the port is still held");
     let reader = PeriodicReader::builder(exporter.clone()).build();
     let provider = SdkMeterProvider::builder().with_resource(resource()).with_reader(reader).build();
     provider.meter("megatron").f64_gauge("megatron.training.loss").build().record(2.5, &[]);
@@ -432,6 +446,7 @@ fn prometheus_on_a_port_in_use_serves_once_it_is_free() {
         }
     };
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(exporter.is_serving());
     provider.shutdown().unwrap();
     exporter.stop_server();
 }
@@ -493,12 +508,13 @@ fn prometheus_serves_the_seed_page_names_with_run_labels() {
 }
 
 #[test]
-fn prometheus_on_an_address_of_no_interface_is_a_setup_error_naming_the_variable() {
+fn prometheus_on_an_address_of_no_interface_is_a_setup_error_naming_the_host_variable() {
     // 192.0.2.1 (TEST-NET-1) is no address of this host: it cannot be bound.
     let settings = PrometheusSettings { host: "192.0.2.1".into(), port: 19464, ..PrometheusSettings::default() };
     let error = PrometheusExporter::start(&settings).unwrap_err().to_string();
-    assert!(error.starts_with("OTEL_EXPORTER_PROMETHEUS_PORT"), "{error}");
+    assert!(error.starts_with("OTEL_EXPORTER_PROMETHEUS_HOST: cannot serve"), "{error}");
     assert!(error.contains("192.0.2.1:19464"), "{error}");
+    assert!(error.ends_with("give an address of this host (or 0.0.0.0)"), "{error}");
 
     // The local rank offset moves the port.
     let base = PrometheusSettings { port: 19463, local_rank_offset: 1, ..settings };

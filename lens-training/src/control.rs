@@ -308,7 +308,9 @@ impl State {
         let late = if change.late_by > 0 {
             let start = change.iteration - change.late_by;
             let first = self.first_iteration.load(Ordering::Relaxed);
-            let why = if start < first {
+            // Applied at the attempt's first iteration, to a window begun
+            // before it: the attempt started inside the window.
+            let why = if change.iteration == first && start < first {
                 format!("this attempt began at iteration {first}, inside the window")
             } else {
                 "this rank read the file late".to_string()

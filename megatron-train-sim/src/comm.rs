@@ -95,11 +95,12 @@ pub(crate) enum CommError {
     Protocol(String),
 }
 
-/// The least a rank waits, while a SIGTERM is being handled, for the
+/// The bound on a rank's wait, while a SIGTERM is being handled, for the
 /// lifecycle's handler to end the process ([`wait_while_terminating`]: at
-/// an iteration boundary, and once its peers vanish). The handler's
-/// shutdown is bounded by the telemetry's shutdown timeout (5 s by
-/// default): a longer one is waited for, with [`SIGNAL_MARGIN`] more.
+/// an iteration boundary, and once its peers vanish), unless the handler's
+/// shutdown may take longer: it is bounded by the telemetry's shutdown
+/// timeout (5 s by default), and a longer one is waited for, with
+/// [`SIGNAL_MARGIN`] more.
 const SIGNAL_WAIT: Duration = Duration::from_secs(30);
 /// What a rank waits beyond the handler's shutdown timeout (its last
 /// flush, the process's exit).

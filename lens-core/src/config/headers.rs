@@ -271,9 +271,7 @@ mod tests {
         let h = Headers::parse("Authorization=Bearer%20tok3n-value,x-tenant=a,x-key=Basic%20ab").unwrap();
         assert_eq!(h.secrets(), ["Bearer tok3n-value", "tok3n-value", "a", "Basic ab"]);
         let message = crate::diag::redact("401 from collector: echo tok3n-value", &h.secrets());
-        // The space before the credential is part of a secret ("Bearer
-        // tok3n-value"): it goes with the run of the secret it starts.
-        assert_eq!(message, "401 from collector: echo<redacted>");
+        assert_eq!(message, "401 from collector: echo <redacted>");
     }
 
     #[test]

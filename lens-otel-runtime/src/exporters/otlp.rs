@@ -258,6 +258,16 @@ fn checked_headers(headers: &Headers) -> Result<Vec<(HeaderName, HeaderValue)>, 
         .map(|(name, value)| {
             let header = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| ExporterError::InvalidHeader { name: name.to_owned(), reason: "invalid header name" })?;
+            // The body's own headers are lens's to set for the protocol: a
+            // program's would make the collector misread every export.
+            if [http::header::CONTENT_TYPE, http::header::CONTENT_ENCODING, http::header::CONTENT_LENGTH]
+                .contains(&header)
+            {
+                return Err(ExporterError::InvalidHeader {
+                    name: name.to_owned(),
+                    reason: "lens sets it for the protocol and compression; remove it from the list",
+                });
+            }
             let mut value = HeaderValue::from_str(value).map_err(|_| ExporterError::InvalidHeader {
                 name: name.to_owned(),
                 reason: "invalid characters in the value",
@@ -852,7 +862,7 @@ impl SpanSender {
                 if response.status().is_success() {
                     Ok(())
                 } else {
-                    Err(failure(format!("the collector answered HTTP {}", response.status())))
+                    Err(failure(http_refusal(response.status(), url, Signal::Traces)))
                 }
             }
             #[cfg(feature = "otlp-grpc")]
@@ -1033,8 +1043,26 @@ impl OtlpMetricResender {
         if response.status().is_success() {
             Ok(())
         } else {
-            Err(failure(format!("the collector answered HTTP {}", response.status())))
+            Err(failure(http_refusal(response.status(), url, Signal::Metrics)))
         }
+    }
+}
+
+/// What the collector answered to an export of `signal` to `url`, in
+/// words; a 404 from a URL whose path is not the signal's adds why (a
+/// per-signal endpoint is used as it is).
+#[cfg(feature = "otlp-http")]
+fn http_refusal(status: http::StatusCode, url: &str, signal: Signal) -> String {
+    let path = signal.http_path();
+    let without_query = url.split(['?', '#']).next().unwrap_or(url);
+    if status == http::StatusCode::NOT_FOUND && !without_query.ends_with(path) {
+        let variable = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.as_str().to_uppercase());
+        format!(
+            "the collector answered HTTP {status} (the URL's path is not {path}: {variable} is used as it is; give \
+             the URL with {path}, or set OTEL_EXPORTER_OTLP_ENDPOINT, to which lens adds it)"
+        )
+    } else {
+        format!("the collector answered HTTP {status}")
     }
 }
 

@@ -524,6 +524,8 @@ struct Shared {
     /// When shutdown happened (the linger period starts then).
     shut_down_at: Mutex<Option<Instant>>,
     stop: AtomicBool,
+    /// Whether the server listens (false while its port is in use).
+    serving: AtomicBool,
 }
 
 impl Shared {
@@ -612,6 +614,8 @@ impl PrometheusExporter {
         let port = u32::from(settings.port).saturating_add(offset);
         let display = format!("{}:{port}", settings.host);
         let port = u16::try_from(port).map_err(|_| ExporterError::PrometheusBind {
+            variable: PORT_VARIABLE,
+            remedy: "choose a base port that leaves room for the local ranks (each serves the port plus its local rank)",
             address: display.clone(),
             source: std::io::Error::new(ErrorKind::InvalidInput, "port out of range"),
         })?;
@@ -621,36 +625,49 @@ impl PrometheusExporter {
             .collect();
         let mut last_error = std::io::Error::new(ErrorKind::AddrNotAvailable, "no address");
         let mut listener = None;
+        // The first address whose port is in use (`localhost` may resolve
+        // to an IPv6 address this host lacks and an IPv4 one in use).
+        let mut in_use = None;
         for address in &addresses {
             match TcpListener::bind(address) {
                 Ok(bound) => {
                     listener = Some(bound);
                     break;
                 }
-                Err(error) => last_error = error,
+                Err(error) => {
+                    if error.kind() == ErrorKind::AddrInUse && in_use.is_none() {
+                        in_use = Some(*address);
+                    }
+                    last_error = error;
+                }
             }
         }
-        let bind_error = |source| ExporterError::PrometheusBind { address: display.clone(), source };
+        let bind_error = |source: std::io::Error| {
+            let (variable, remedy) = match source.kind() {
+                ErrorKind::AddrNotAvailable => (HOST_VARIABLE, "give an address of this host (or 0.0.0.0)"),
+                ErrorKind::PermissionDenied => (PORT_VARIABLE, "choose a port of 1024 or above"),
+                _ => (PORT_VARIABLE, "choose another port (each rank of a host serves the port plus its local rank)"),
+            };
+            ExporterError::PrometheusBind { variable, remedy, address: display.clone(), source }
+        };
         // A port in use (a previous run still lingering, another job) is
         // not the job's to fail for: the server thread binds it once it is
         // free, and scrapes until then miss (the values are cumulative:
         // the first scrape after gets them all).
-        let in_use = listener.is_none() && last_error.kind() == ErrorKind::AddrInUse && port != 0;
-        let (listener, address) = match listener {
-            Some(listener) => {
+        let (listener, address, waiting) = match (listener, in_use) {
+            (Some(listener), _) => {
                 let address = listener.local_addr().map_err(bind_error)?;
                 listener.set_nonblocking(true).map_err(bind_error)?;
-                (Some(listener), address)
+                (Some(listener), address, false)
             }
-            None if in_use => {
+            (None, Some(address)) if port != 0 => {
                 crate::diag::warn(format_args!(
-                    "cannot serve Prometheus metrics on {display} yet ({last_error}; \
-                     OTEL_EXPORTER_PROMETHEUS_PORT): lens tries again every second and serves them there once the \
-                     port is free; scrapes until then find nothing"
+                    "cannot serve Prometheus metrics on {address} yet (the port is in use; {PORT_VARIABLE}): lens \
+                     tries again every second and serves them there once it is free; scrapes until then find nothing"
                 ));
-                (None, addresses[0])
+                (None, address, true)
             }
-            None => return Err(bind_error(last_error)),
+            (None, _) => return Err(bind_error(last_error)),
         };
 
         let runtime_error =
@@ -672,6 +689,7 @@ impl PrometheusExporter {
             page: Mutex::new(Bytes::new()),
             shut_down_at: Mutex::new(None),
             stop: AtomicBool::new(false),
+            serving: AtomicBool::new(!waiting),
         });
         let server = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -682,7 +700,10 @@ impl PrometheusExporter {
                     let listener = match listener {
                         Some(listener) => listener,
                         None => match bind_when_free(address, &server).await {
-                            Some(listener) => listener,
+                            Some(listener) => {
+                                server.serving.store(true, Ordering::Relaxed);
+                                listener
+                            }
                             None => return,
                         },
                     };
@@ -695,9 +716,16 @@ impl PrometheusExporter {
         Ok(PrometheusExporter { owner: Arc::new(Owner { shared, address, thread: Mutex::new(Some(thread)) }) })
     }
 
-    /// The address the server listens on.
+    /// The address the server listens on (or, while its port is in use,
+    /// will listen on: [`is_serving`](Self::is_serving)).
     pub fn local_addr(&self) -> SocketAddr {
         self.owner.address
+    }
+
+    /// Whether the server listens now: false while the port it was given is
+    /// in use (it binds it once it is free).
+    pub fn is_serving(&self) -> bool {
+        self.owner.shared.serving.load(Ordering::Relaxed)
     }
 
     /// After shutdown: blocks until the linger period is over and the server
@@ -746,12 +774,21 @@ impl PushMetricExporter for PrometheusExporter {
 /// How often a port in use is tried again.
 const BIND_RETRY: Duration = Duration::from_secs(1);
 
+/// The variables a bind error names.
+const PORT_VARIABLE: &str = "OTEL_EXPORTER_PROMETHEUS_PORT";
+const HOST_VARIABLE: &str = "OTEL_EXPORTER_PROMETHEUS_HOST";
+
 /// Binds `address` once it is free, trying every [`BIND_RETRY`] until the
 /// server is finished (`None` then, or on an error other than the port in
-/// use, which is warned about).
+/// use, which is warned about). A stop is seen within [`POLL_INTERVAL`].
 async fn bind_when_free(address: SocketAddr, shared: &Shared) -> Option<tokio::net::TcpListener> {
+    let mut next_try = Instant::now() + BIND_RETRY;
     while !shared.finished() {
-        tokio::time::sleep(BIND_RETRY).await;
+        if Instant::now() < next_try {
+            tokio::time::sleep(POLL_INTERVAL).await;
+            continue;
+        }
+        next_try = Instant::now() + BIND_RETRY;
         match tokio::net::TcpListener::bind(address).await {
             Ok(listener) => {
                 crate::diag::note(format_args!("serving Prometheus metrics on {address} now (the port is free)"));
