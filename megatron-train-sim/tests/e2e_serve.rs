@@ -773,3 +773,41 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     }
     ctx.finish();
 }
+
+/// A request the drain timeout cuts short: the client gets 503
+/// `shutting_down`, and its GenAI span counts the tokens generated until
+/// then (as its decode span does), not none.
+#[test]
+fn a_request_cut_by_the_drain_timeout_counts_the_tokens_it_got() {
+    let ctx = Ctx::new("serve-drain-cut");
+    train_checkpoint(&ctx);
+    let sink = Sink::start(&ctx);
+    let (server, port) = start_server(
+        &ctx,
+        Some(&sink),
+        &["--otel-enabled", "--decode-step-delay-ms", "20", "--drain-timeout", "1", "--max-tokens", "1000"],
+    );
+    // 500 tokens at 20 ms each: about 10 s, far past the 1 s drain.
+    let in_flight = std::thread::spawn(move || {
+        post(port, "/v1/completions", r#"{"model":"megatron-sim","prompt":"slow","max_tokens":500}"#)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    server.signal(libc::SIGTERM);
+    let reply = in_flight.join().unwrap();
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert!(reply.body.contains("shutting_down"), "{}", reply.body);
+    server.wait(Duration::from_secs(60)).assert_success("the drain that timed out");
+    let records = sink.stop();
+    let spans: Vec<_> = records.spans_named("text_completion megatron-sim").collect();
+    assert_eq!(spans.len(), 1, "one GenAI span");
+    assert_eq!(attr(spans[0], "error.type"), "shutting_down");
+    let output = attr(spans[0], "gen_ai.usage.output_tokens").as_u64().unwrap();
+    let decode = records
+        .spans
+        .iter()
+        .find(|s| s.parent_span_id == spans[0].span_id && s.name == "megatron.inference.decode")
+        .expect("the decode span");
+    let decoded = attr(decode, "gen_ai.usage.output_tokens").as_u64().unwrap();
+    assert!(output > 0 && output <= decoded && output < 500, "{output} tokens counted, {decoded} decoded");
+    ctx.finish();
+}
