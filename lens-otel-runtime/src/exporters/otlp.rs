@@ -1249,6 +1249,28 @@ mod tests {
     use super::*;
     use crate::config::OtlpEndpoint;
 
+    #[cfg(feature = "otlp-http")]
+    #[test]
+    fn a_404_at_a_url_without_the_signal_path_says_why() {
+        let not_found = http::StatusCode::NOT_FOUND;
+        let said = http_refusal(not_found, "http://c:4318/collector?x=1", Signal::Traces);
+        assert_eq!(
+            said,
+            "the collector answered HTTP 404 Not Found (the URL's path is not /v1/traces: \
+             OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as it is; give the URL with /v1/traces, or set \
+             OTEL_EXPORTER_OTLP_ENDPOINT, to which lens adds it)"
+        );
+        // The signal's path (a query after it): a 404 is the collector's own.
+        assert_eq!(
+            http_refusal(not_found, "http://c:4318/v1/metrics?x=1", Signal::Metrics),
+            "the collector answered HTTP 404 Not Found"
+        );
+        assert_eq!(
+            http_refusal(http::StatusCode::UNAUTHORIZED, "http://c:4318/collector", Signal::Traces),
+            "the collector answered HTTP 401 Unauthorized"
+        );
+    }
+
     fn settings(endpoint: Option<&str>, signal_specific: bool, protocol: OtlpProtocol) -> OtlpSettings {
         OtlpSettings {
             endpoint: endpoint.map(|url| OtlpEndpoint { url: url.to_owned(), signal_specific }),
