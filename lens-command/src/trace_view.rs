@@ -127,13 +127,22 @@ pub enum TraceViewError {
         /// Why.
         source: io::Error,
     },
+    /// `--out` names a file of a `file` export (one read, or one of its
+    /// names): writing the trace there would destroy telemetry.
+    OutIsExport {
+        /// The output file.
+        path: PathBuf,
+    },
 }
 
 impl TraceViewError {
     /// 2 for input that is not a usable export (usage), 1 for I/O failures.
     pub fn exit_code(&self) -> u8 {
         match self {
-            TraceViewError::Input { .. } | TraceViewError::NoTraceFiles { .. } | TraceViewError::NoSpans { .. } => 2,
+            TraceViewError::Input { .. }
+            | TraceViewError::NoTraceFiles { .. }
+            | TraceViewError::NoSpans { .. }
+            | TraceViewError::OutIsExport { .. } => 2,
             TraceViewError::Read { .. } | TraceViewError::Write { .. } => 1,
         }
     }
@@ -189,6 +198,12 @@ impl fmt::Display for TraceViewError {
                 }
             }
             TraceViewError::Read { path, source } => write!(f, "trace-view: cannot read {}: {source}", path.display()),
+            TraceViewError::OutIsExport { path } => write!(
+                f,
+                "trace-view: --out {}: that is a file of a `file` export (traces-, metrics- or logs-rank<N>.jsonl), \
+                 which the trace would overwrite; choose another file, such as trace.json",
+                path.display()
+            ),
             TraceViewError::Write { path, source } => {
                 write!(
                     f,
@@ -206,7 +221,9 @@ impl std::error::Error for TraceViewError {
             TraceViewError::Input { source, .. }
             | TraceViewError::Read { source, .. }
             | TraceViewError::Write { source, .. } => Some(source),
-            TraceViewError::NoTraceFiles { .. } | TraceViewError::NoSpans { .. } => None,
+            TraceViewError::NoTraceFiles { .. }
+            | TraceViewError::NoSpans { .. }
+            | TraceViewError::OutIsExport { .. } => None,
         }
     }
 }
@@ -216,6 +233,9 @@ impl std::error::Error for TraceViewError {
 pub fn run(args: &TraceViewArgs) -> ExitCode {
     let out = args.out.clone().unwrap_or_else(|| default_output(&args.dir));
     let result = view(&args.dir).and_then(|view| {
+        if is_export_file(&out, &view.files) {
+            return Err(TraceViewError::OutIsExport { path: out.clone() });
+        }
         write_trace(&out, &view.trace)?;
         Ok(view)
     });
@@ -233,6 +253,24 @@ pub fn run(args: &TraceViewArgs) -> ExitCode {
         // A closed pipe (`| head`) is not worth a message.
         Err(_) => ExitCode::from(1),
     }
+}
+
+/// Whether `out` is one of the files read, or is named as a file of a
+/// `file` export (`traces-rank3.jsonl`, `metrics-rank0.jsonl`, ...): the
+/// trace must never be written over telemetry.
+fn is_export_file(out: &Path, read: &[PathBuf]) -> bool {
+    let same = |file: &PathBuf| match (out.canonicalize(), file.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => out == file.as_path(),
+    };
+    let named = out.file_name().and_then(|n| n.to_str()).is_some_and(|name| {
+        ["traces-rank", "metrics-rank", "logs-rank"].iter().any(|prefix| {
+            name.strip_prefix(prefix)
+                .and_then(|rest| rest.strip_suffix(".jsonl"))
+                .is_some_and(|rank| !rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit()))
+        })
+    });
+    named || read.iter().any(same)
 }
 
 /// `DIR/trace.json`, or `trace.json` next to a single input file.

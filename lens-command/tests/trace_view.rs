@@ -146,6 +146,31 @@ fn an_output_that_cannot_be_written_is_named_with_the_flag_that_moves_it() {
 }
 
 #[test]
+fn an_output_over_a_file_of_the_export_is_refused_and_the_export_kept() {
+    let dir = temp_dir("trace-view-over-input");
+    let input = dir.join("traces-rank0.jsonl");
+    let text = traces_line(&resource("a", None), &[span("step", "01", None, 1_000, 5_000, "[]", "")]);
+    std::fs::write(&input, &text).unwrap();
+    // The file read (given as the directory, and as the file itself), and
+    // another rank's metrics by name: each refused, nothing written.
+    for (source, out) in
+        [(dir.clone(), input.clone()), (input.clone(), input.clone()), (dir.clone(), dir.join("metrics-rank3.jsonl"))]
+    {
+        let (code, stdout, stderr) = lens(&["trace-view".as_ref(), source.as_path(), "--out".as_ref(), out.as_path()]);
+        assert_eq!(code, 2, "{stdout}");
+        assert!(
+            stderr.starts_with(&format!(
+                "lens: error: trace-view: --out {}: that is a file of a `file` export",
+                out.display()
+            )),
+            "{stderr}"
+        );
+        assert_eq!(std::fs::read_to_string(&input).unwrap(), text, "the export is kept");
+    }
+    assert!(!dir.join("metrics-rank3.jsonl").exists());
+}
+
+#[test]
 fn the_watchdogs_copy_of_an_open_span_is_drawn_but_not_counted_in_the_table() {
     // Iterations of 2 ms and 6 ms; the watchdog fired 3 ms into the second,
     // copying it as open then.

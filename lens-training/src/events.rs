@@ -511,7 +511,7 @@ impl TrainingOptions {
 pub struct Training {
     spans: Box<dyn EventSpans>,
     phases: Phases,
-    rank_metrics: RankMetrics,
+    rank_metrics: Arc<RankMetrics>,
     watchdog: Mutex<HangWatchdog>,
     goodput: Option<Mutex<GoodputState>>,
     launch: SystemTime,
@@ -628,8 +628,15 @@ impl Training {
         };
         let enabled = telemetry.is_enabled();
         let phases = Phases::new(enabled);
-        let watchdog =
-            HangWatchdog::start(Arc::downgrade(telemetry), hang_timeout, &phases, coordinates, flush_timeout);
+        let rank_metrics = Arc::new(RankMetrics::new(telemetry, coordinates));
+        let watchdog = HangWatchdog::start_with_counters(
+            Arc::downgrade(telemetry),
+            hang_timeout,
+            &phases,
+            coordinates,
+            flush_timeout,
+            Some(Arc::clone(&rank_metrics)),
+        );
         let goodput = enabled.then(|| {
             let offset = SystemTime::now().duration_since(launch).map_or(0.0, |elapsed| elapsed.as_secs_f64());
             let metrics =
@@ -664,7 +671,7 @@ impl Training {
         Training {
             spans,
             phases,
-            rank_metrics: RankMetrics::new(telemetry, coordinates),
+            rank_metrics,
             watchdog: Mutex::new(watchdog),
             goodput,
             launch,
@@ -678,7 +685,7 @@ impl Training {
         Training {
             spans: Box::new(SpanNames::none()),
             phases: Phases::disabled(),
-            rank_metrics: RankMetrics::noop(),
+            rank_metrics: Arc::new(RankMetrics::noop()),
             watchdog: Mutex::new(HangWatchdog::inert()),
             goodput: None,
             launch: SystemTime::now(),
@@ -771,12 +778,13 @@ impl Training {
         {
             let mut watchdog = self.watchdog.lock().unwrap_or_else(PoisonError::into_inner);
             watchdog.stop();
-            *watchdog = HangWatchdog::start(
+            *watchdog = HangWatchdog::start_with_counters(
                 inputs.telemetry.clone(),
                 change.after.hang_timeout,
                 &self.phases,
                 inputs.coordinates,
                 inputs.flush_timeout,
+                Some(Arc::clone(&self.rank_metrics)),
             );
         }
     }

@@ -271,17 +271,33 @@ impl HangWatchdog {
         coordinates: RankCoordinates,
         flush_timeout: Duration,
     ) -> HangWatchdog {
+        HangWatchdog::start_with_counters(telemetry, timeout, phases, coordinates, flush_timeout, None)
+    }
+
+    /// [`start`](Self::start), bringing `counters` (the rank's per-rank
+    /// metrics) up to date before the forced flush when it fires: the
+    /// phase time leading into the hang is exported with the hang, not
+    /// only at the next log interval (which a hung rank never reaches).
+    pub(crate) fn start_with_counters(
+        telemetry: std::sync::Weak<lens_fallbacks::Telemetry>,
+        timeout: HangTimeout,
+        phases: &Phases,
+        coordinates: RankCoordinates,
+        flush_timeout: Duration,
+        counters: Option<std::sync::Arc<crate::rank_metrics::RankMetrics>>,
+    ) -> HangWatchdog {
         #[cfg(lens_otel)]
         {
             if matches!(effective(timeout), HangTimeout::Off) || !phases.is_enabled() {
                 return HangWatchdog::inert();
             }
-            let running = running::Running::spawn(telemetry, timeout, phases.clone(), coordinates, flush_timeout);
+            let running =
+                running::Running::spawn(telemetry, timeout, phases.clone(), coordinates, flush_timeout, counters);
             HangWatchdog { running }
         }
         #[cfg(not(lens_otel))]
         {
-            let _ = (telemetry, timeout, phases, coordinates, flush_timeout);
+            let _ = (telemetry, timeout, phases, coordinates, flush_timeout, counters);
             HangWatchdog {}
         }
     }
@@ -354,6 +370,7 @@ mod running {
             phases: Phases,
             coordinates: RankCoordinates,
             flush_timeout: Duration,
+            counters: Option<Arc<crate::rank_metrics::RankMetrics>>,
         ) -> Option<Running> {
             let shared = Arc::new(Shared::default());
             let gauge = telemetry
@@ -364,7 +381,8 @@ mod running {
             let thread = std::thread::Builder::new()
                 .name(format!("hang-watchdog-{}", coordinates.rank))
                 .spawn(move || {
-                    let watch = Watch { telemetry, phases, rank: coordinates.rank, gauge, attributes, flush_timeout };
+                    let watch =
+                        Watch { telemetry, phases, rank: coordinates.rank, gauge, attributes, flush_timeout, counters };
                     watch.run(&thread_shared, HangRule::new(timeout));
                     let mut flags = thread_shared.flags.lock().unwrap_or_else(PoisonError::into_inner);
                     flags.finished = true;
@@ -408,6 +426,8 @@ mod running {
         gauge: Option<lens_fallbacks::Gauge<u64>>,
         attributes: Vec<KeyValue>,
         flush_timeout: Duration,
+        /// The rank's per-rank counters, brought up to date when it fires.
+        counters: Option<Arc<crate::rank_metrics::RankMetrics>>,
     }
 
     impl Watch {
@@ -447,6 +467,9 @@ mod running {
                             _ => Vec::new(),
                         };
                         self.record(1);
+                        if let Some(counters) = &self.counters {
+                            counters.record(&self.phases.totals());
+                        }
                         stuck_iteration = snapshot.iteration.saturating_add(1);
                         say(&hang_line(self.rank, stalled, &snapshot, &open));
                         if let Some(t) = telemetry {

@@ -88,6 +88,34 @@ fn hang_points(path: &Path) -> Vec<(i64, Vec<String>)> {
     points
 }
 
+/// The largest cumulative `dl.training.phase_time` of `phase` in a
+/// metrics file (0 when none).
+fn phase_seconds(path: &Path, phase: &str) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut most = 0.0_f64;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let request: Value = serde_json::from_str(line).unwrap();
+        for resource in request["resourceMetrics"].as_array().into_iter().flatten() {
+            for scope in resource["scopeMetrics"].as_array().into_iter().flatten() {
+                for metric in scope["metrics"].as_array().into_iter().flatten() {
+                    if metric["name"] != lens_training::names::PHASE_TIME.name {
+                        continue;
+                    }
+                    for point in metric["sum"]["dataPoints"].as_array().into_iter().flatten() {
+                        let of_phase = point["attributes"].as_array().into_iter().flatten().any(|kv| {
+                            kv["key"] == lens_training::names::PHASE_ATTRIBUTE && kv["value"]["stringValue"] == phase
+                        });
+                        if of_phase {
+                            most = most.max(point["asDouble"].as_f64().unwrap_or(0.0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    most
+}
+
 #[test]
 fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigterm_ends_the_run() {
     let dir = temp_dir("hang");
@@ -100,6 +128,7 @@ fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigte
         .env("MEGATRON_OTEL_EXPORTER", "file")
         .env("MEGATRON_OTEL_FILE_DIR", &telemetry)
         .env("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks")
+        .env("MEGATRON_OTEL_RANK_METRICS", "1")
         .env("MEGATRON_OTEL_HANG_TIMEOUT_S", "2");
     let mut child = ChildGuard::spawn(&mut command);
     let stderr = child.stderr.take().unwrap();
@@ -163,6 +192,11 @@ fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigte
     for (_, keys) in &hung_points {
         assert!(keys.iter().all(|k| k.starts_with("dl.")), "rank attributes only, no phase or iteration: {keys:?}");
     }
+    // The per-rank counters came up to date with the forced flush: the
+    // hung rank's time in `backward` (at least the 2 s it stalled there)
+    // is exported with the hang, not at a log interval it never reaches.
+    let backward = phase_seconds(&telemetry.join("metrics-rank1.jsonl"), "backward");
+    assert!(backward >= 1.5, "the stalled phase's time is exported with the hang: {backward} s");
 
     // SIGTERM ends the run as today.
     kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM);
