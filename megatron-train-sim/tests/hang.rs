@@ -56,30 +56,18 @@ fn parse_line(line: &str) -> Option<(u32, f64, String, u64, Vec<String>)> {
     Some((rank.parse().ok()?, stalled.parse().ok()?, phase.to_string(), iteration.parse().ok()?, spans))
 }
 
-/// The `dl.training.hang_suspected` points of one metrics file: (value, attribute keys).
-fn hang_points(path: &Path) -> Vec<(i64, Vec<String>)> {
+/// The data points of the metric `name` (a gauge or a sum) in a metrics
+/// file, every export's.
+fn metric_points(path: &Path, name: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut points = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let request: Value = serde_json::from_str(line).unwrap();
         for resource in request["resourceMetrics"].as_array().into_iter().flatten() {
             for scope in resource["scopeMetrics"].as_array().into_iter().flatten() {
-                for metric in scope["metrics"].as_array().into_iter().flatten() {
-                    if metric["name"] != lens_training::watchdog::HANG_SUSPECTED.name {
-                        continue;
-                    }
-                    for point in metric["gauge"]["dataPoints"].as_array().into_iter().flatten() {
-                        let value = point["asInt"]
-                            .as_i64()
-                            .or_else(|| point["asInt"].as_str().and_then(|s| s.parse().ok()))
-                            .unwrap_or(-1);
-                        let keys = point["attributes"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .map(|kv| kv["key"].as_str().unwrap_or("").to_string())
-                            .collect();
-                        points.push((value, keys));
+                for metric in scope["metrics"].as_array().into_iter().flatten().filter(|m| m["name"] == name) {
+                    for data in ["gauge", "sum"] {
+                        points.extend(metric[data]["dataPoints"].as_array().into_iter().flatten().cloned());
                     }
                 }
             }
@@ -88,32 +76,38 @@ fn hang_points(path: &Path) -> Vec<(i64, Vec<String>)> {
     points
 }
 
+/// The hang gauge's points: value and attribute keys.
+fn hang_points(path: &Path) -> Vec<(i64, Vec<String>)> {
+    metric_points(path, lens_training::watchdog::HANG_SUSPECTED.name)
+        .iter()
+        .map(|point| {
+            let value =
+                point["asInt"].as_i64().or_else(|| point["asInt"].as_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
+            let keys = point["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|kv| kv["key"].as_str().unwrap_or("").to_string())
+                .collect();
+            (value, keys)
+        })
+        .collect()
+}
+
 /// The largest cumulative `dl.training.phase_time` of `phase` in a
 /// metrics file (0 when none).
 fn phase_seconds(path: &Path, phase: &str) -> f64 {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut most = 0.0_f64;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let request: Value = serde_json::from_str(line).unwrap();
-        for resource in request["resourceMetrics"].as_array().into_iter().flatten() {
-            for scope in resource["scopeMetrics"].as_array().into_iter().flatten() {
-                for metric in scope["metrics"].as_array().into_iter().flatten() {
-                    if metric["name"] != lens_training::names::PHASE_TIME.name {
-                        continue;
-                    }
-                    for point in metric["sum"]["dataPoints"].as_array().into_iter().flatten() {
-                        let of_phase = point["attributes"].as_array().into_iter().flatten().any(|kv| {
-                            kv["key"] == lens_training::names::PHASE_ATTRIBUTE && kv["value"]["stringValue"] == phase
-                        });
-                        if of_phase {
-                            most = most.max(point["asDouble"].as_f64().unwrap_or(0.0));
-                        }
-                    }
-                }
-            }
-        }
-    }
-    most
+    metric_points(path, lens_training::names::PHASE_TIME.name)
+        .iter()
+        .filter(|point| {
+            point["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|kv| kv["key"] == lens_training::names::PHASE_ATTRIBUTE && kv["value"]["stringValue"] == phase)
+        })
+        .filter_map(|point| point["asDouble"].as_f64())
+        .fold(0.0, f64::max)
 }
 
 #[test]
