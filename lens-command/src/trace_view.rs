@@ -127,11 +127,13 @@ pub enum TraceViewError {
         /// Why.
         source: io::Error,
     },
-    /// `--out` names a file of a `file` export (one read, or one of its
-    /// names): writing the trace there would destroy telemetry.
+    /// `--out` names a file read, or a name of a `file` export's files:
+    /// writing the trace there would destroy telemetry.
     OutIsExport {
         /// The output file.
         path: PathBuf,
+        /// Whether it is a file read (else only named as an export's).
+        read: bool,
     },
 }
 
@@ -198,12 +200,19 @@ impl fmt::Display for TraceViewError {
                 }
             }
             TraceViewError::Read { path, source } => write!(f, "trace-view: cannot read {}: {source}", path.display()),
-            TraceViewError::OutIsExport { path } => write!(
-                f,
-                "trace-view: --out {}: that is a file of a `file` export (traces-, metrics- or logs-rank<N>.jsonl), \
-                 which the trace would overwrite; choose another file, such as trace.json",
-                path.display()
-            ),
+            TraceViewError::OutIsExport { path, read } => {
+                let what = if *read {
+                    "that is a file this conversion reads"
+                } else {
+                    "that is named as a file of a `file` export (traces-, metrics- or logs-rank<N>.jsonl)"
+                };
+                write!(
+                    f,
+                    "trace-view: --out {}: {what}, which the trace would overwrite; choose another file, such as \
+                     trace.json",
+                    path.display()
+                )
+            }
             TraceViewError::Write { path, source } => {
                 write!(
                     f,
@@ -233,8 +242,8 @@ impl std::error::Error for TraceViewError {
 pub fn run(args: &TraceViewArgs) -> ExitCode {
     let out = args.out.clone().unwrap_or_else(|| default_output(&args.dir));
     let result = view(&args.dir).and_then(|view| {
-        if is_export_file(&out, &view.files) {
-            return Err(TraceViewError::OutIsExport { path: out.clone() });
+        if let Some(read) = over_export(&out, &view.files) {
+            return Err(TraceViewError::OutIsExport { path: out.clone(), read });
         }
         write_trace(&out, &view.trace)?;
         Ok(view)
@@ -255,10 +264,10 @@ pub fn run(args: &TraceViewArgs) -> ExitCode {
     }
 }
 
-/// Whether `out` is one of the files read, or is named as a file of a
-/// `file` export (`traces-rank3.jsonl`, `metrics-rank0.jsonl`, ...): the
-/// trace must never be written over telemetry.
-fn is_export_file(out: &Path, read: &[PathBuf]) -> bool {
+/// Whether `out` is one of the files read (`Some(true)`), or is named as a
+/// file of a `file` export (`traces-rank3.jsonl`, `metrics-rank0.jsonl`,
+/// ...: `Some(false)`): the trace must never be written over telemetry.
+fn over_export(out: &Path, read: &[PathBuf]) -> Option<bool> {
     let same = |file: &PathBuf| match (out.canonicalize(), file.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => out == file.as_path(),
@@ -270,7 +279,7 @@ fn is_export_file(out: &Path, read: &[PathBuf]) -> bool {
                 .is_some_and(|rank| !rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit()))
         })
     });
-    named || read.iter().any(same)
+    if read.iter().any(same) { Some(true) } else { named.then_some(false) }
 }
 
 /// `DIR/trace.json`, or `trace.json` next to a single input file.

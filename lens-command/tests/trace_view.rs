@@ -151,21 +151,25 @@ fn an_output_over_a_file_of_the_export_is_refused_and_the_export_kept() {
     let input = dir.join("traces-rank0.jsonl");
     let text = traces_line(&resource("a", None), &[span("step", "01", None, 1_000, 5_000, "[]", "")]);
     std::fs::write(&input, &text).unwrap();
-    // The file read (given as the directory, and as the file itself), and
+    // A single file of any name, the same file given by another path.
+    let spans = dir.join("spans.jsonl");
+    std::fs::write(&spans, &text).unwrap();
+    let same_file_elsewhere = dir.join(".").join("spans.jsonl");
+    // The file read (given as the directory, and as the file itself),
     // another rank's metrics by name: each refused, nothing written.
-    for (source, out) in
-        [(dir.clone(), input.clone()), (input.clone(), input.clone()), (dir.clone(), dir.join("metrics-rank3.jsonl"))]
-    {
+    let read = "that is a file this conversion reads";
+    let named = "that is named as a file of a `file` export";
+    for (source, out, why) in [
+        (dir.clone(), input.clone(), read),
+        (input.clone(), input.clone(), read),
+        (spans.clone(), same_file_elsewhere, read),
+        (dir.clone(), dir.join("metrics-rank3.jsonl"), named),
+    ] {
         let (code, stdout, stderr) = lens(&["trace-view".as_ref(), source.as_path(), "--out".as_ref(), out.as_path()]);
         assert_eq!(code, 2, "{stdout}");
-        assert!(
-            stderr.starts_with(&format!(
-                "lens: error: trace-view: --out {}: that is a file of a `file` export",
-                out.display()
-            )),
-            "{stderr}"
-        );
+        assert!(stderr.starts_with(&format!("lens: error: trace-view: --out {}: {why}", out.display())), "{stderr}");
         assert_eq!(std::fs::read_to_string(&input).unwrap(), text, "the export is kept");
+        assert_eq!(std::fs::read_to_string(&spans).unwrap(), text, "the file read is kept");
     }
     assert!(!dir.join("metrics-rank3.jsonl").exists());
 }

@@ -771,6 +771,10 @@ impl Training {
     #[cold]
     fn apply_control(&self, change: &Change) {
         if change.before.rank_metrics != change.after.rank_metrics {
+            // The counters come up to date at the boundary: before a pause,
+            // what ran until now is counted; before a resume (still paused),
+            // the paused time is passed over, not counted.
+            self.rank_metrics.record(&self.phases.totals());
             self.rank_metrics.set_paused(!change.after.rank_metrics);
         }
         if change.before.hang_timeout != change.after.hang_timeout

@@ -215,6 +215,21 @@ impl PhaseTotals {
         }
     }
 
+    /// The larger of the two in each field: totals read on two threads
+    /// (the training thread, the hang watchdog) may reach a recorder in
+    /// either order, and what was recorded never goes back.
+    pub fn max_each(&self, other: &PhaseTotals) -> PhaseTotals {
+        let mut phase_ns = self.phase_ns;
+        for (mine, theirs) in phase_ns.iter_mut().zip(other.phase_ns) {
+            *mine = (*mine).max(theirs);
+        }
+        PhaseTotals {
+            iterations: self.iterations.max(other.iterations),
+            phase_ns,
+            step_ns: self.step_ns.max(other.step_ns),
+        }
+    }
+
     /// Seconds in `phase`.
     pub fn seconds(&self, phase: Phase) -> f64 {
         self.phase_ns[phase.index()] as f64 / 1e9

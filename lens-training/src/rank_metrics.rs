@@ -149,13 +149,20 @@ impl RankMetrics {
     /// [`crate::phases::Phases::totals`]): adds what was spent in each
     /// exported phase and the iterations completed since the last call.
     /// Both counters move together, so their rates stay comparable.
+    ///
+    /// Safe from several threads (the training thread, the hang watchdog):
+    /// totals read earlier than the last recorded add nothing, and the
+    /// recorded totals never go back, so nothing is counted twice.
     pub fn record(&self, totals: &PhaseTotals) {
         let Some(i) = &self.instruments else { return };
         let mut recorded = i.recorded.lock().unwrap_or_else(PoisonError::into_inner);
         let delta = totals.since(&recorded);
-        *recorded = *totals;
+        *recorded = recorded.max_each(totals);
+        // Read under the lock, so that a pause or a resume falls between
+        // two records, never inside one.
+        let paused = self.paused.load(std::sync::atomic::Ordering::Relaxed);
         drop(recorded);
-        if self.paused.load(std::sync::atomic::Ordering::Relaxed) {
+        if paused {
             return;
         }
         // Every phase's series, zero or not, so that all of a rank's series

@@ -181,7 +181,15 @@ fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigte
     assert!(child.try_wait().unwrap().is_none(), "the hung job is still running");
     let before_kill = run_traces();
     assert!(copy_written(&before_kill), "the open-span copies reached the file before any shutdown");
-    let hung_points = hang_points(&telemetry.join("metrics-rank1.jsonl"));
+    // The metrics follow the spans in the flush: polled, as the copies were.
+    let metrics = telemetry.join("metrics-rank1.jsonl");
+    let flushed =
+        || hang_points(&metrics).iter().any(|(value, _)| *value == 1) && phase_seconds(&metrics, "backward") >= 1.5;
+    let waited = Instant::now();
+    while !flushed() && waited.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let hung_points = hang_points(&metrics);
     assert!(hung_points.iter().any(|(value, _)| *value == 1), "the gauge is 1 on the hung rank: {hung_points:?}");
     for (_, keys) in &hung_points {
         assert!(keys.iter().all(|k| k.starts_with("dl.")), "rank attributes only, no phase or iteration: {keys:?}");
@@ -189,7 +197,7 @@ fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigte
     // The per-rank counters came up to date with the forced flush: the
     // hung rank's time in `backward` (at least the 2 s it stalled there)
     // is exported with the hang, not at a log interval it never reaches.
-    let backward = phase_seconds(&telemetry.join("metrics-rank1.jsonl"), "backward");
+    let backward = phase_seconds(&metrics, "backward");
     assert!(backward >= 1.5, "the stalled phase's time is exported with the hang: {backward} s");
 
     // SIGTERM ends the run as today.

@@ -663,7 +663,8 @@ impl PrometheusExporter {
             (None, Some(address)) if port != 0 => {
                 crate::diag::warn(format_args!(
                     "cannot serve Prometheus metrics on {address} yet (the port is in use; {PORT_VARIABLE}): lens \
-                     tries again every second and serves them there once it is free; scrapes until then find nothing"
+                     tries again every second and serves them there once it is free; until then scrapes reach \
+                     whatever holds the port (a previous run's last page, say)"
                 ));
                 (None, address, true)
             }
@@ -733,6 +734,12 @@ impl PrometheusExporter {
     pub fn wait_linger(&self) {
         let shared = &self.owner.shared;
         let Some(at) = shared.shut_down_at() else { return };
+        // Never bound (its port stayed in use): nothing of this process can
+        // be scraped, and the job's exit waits for nothing.
+        if !self.is_serving() {
+            self.stop_server();
+            return;
+        }
         std::thread::sleep(shared.linger.saturating_sub(at.elapsed()));
         self.stop_server();
     }
@@ -796,9 +803,9 @@ async fn bind_when_free(address: SocketAddr, shared: &Shared) -> Option<tokio::n
             }
             Err(error) if error.kind() == ErrorKind::AddrInUse => {}
             Err(error) => {
+                let variable = if error.kind() == ErrorKind::AddrNotAvailable { HOST_VARIABLE } else { PORT_VARIABLE };
                 crate::diag::warn(format_args!(
-                    "cannot serve Prometheus metrics on {address} ({error}; OTEL_EXPORTER_PROMETHEUS_PORT): \
-                     lens stops trying"
+                    "cannot serve Prometheus metrics on {address} ({error}; {variable}): lens stops trying"
                 ));
                 return None;
             }
