@@ -129,7 +129,8 @@ pub fn run(args: &RecoverArgs) -> ExitCode {
                     report.spans,
                     report.runs_named(),
                     report.truncated,
-                    report.consumed.len(),
+                    // Files set aside as damaged were read too.
+                    report.consumed.len() + report.set_aside.len(),
                     args.dir.display()
                 );
                 if let Some(out) = &args.to_files {
