@@ -46,7 +46,7 @@ pub const CONTROL_POLL_EXPECTED: &str = "a number of seconds from 0.01 to 3600, 
 /// assert_eq!(lens_core::config::parse_control_poll("soon"), None);
 /// ```
 pub fn parse_control_poll(value: &str) -> Option<Duration> {
-    let seconds = value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && (0.01..=3600.0).contains(s))?;
+    let seconds = super::pyrepr::parse_py_float(value).filter(|s| s.is_finite() && (0.01..=3600.0).contains(s))?;
     Some(Duration::from_secs_f64(seconds))
 }
 // --- end control file ---
@@ -336,7 +336,8 @@ impl HangTimeout {
         if value.eq_ignore_ascii_case("auto") {
             return Some(HangTimeout::Auto);
         }
-        let seconds = value.parse::<f64>().ok().filter(|s| s.is_finite() && (0.0..=31_536_000.0).contains(s))?;
+        let seconds =
+            super::pyrepr::parse_py_float(value).filter(|s| s.is_finite() && (0.0..=31_536_000.0).contains(s))?;
         if seconds == 0.0 {
             return Some(HangTimeout::Off);
         }

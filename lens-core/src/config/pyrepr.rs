@@ -33,3 +33,36 @@ pub(crate) fn py_list<S: AsRef<str>>(items: &[S]) -> String {
 pub(crate) fn did_you_mean(suggestion: Option<&str>) -> String {
     suggestion.map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default()
 }
+
+/// Python's `float()` on a string: surrounding whitespace ignored, and
+/// single underscores between digits (`1_000.5`), as PEP 515 allows;
+/// otherwise Rust's reading of a float (which takes `inf` and `nan` as
+/// Python does).
+pub(crate) fn parse_py_float(value: &str) -> Option<f64> {
+    let value = value.trim();
+    if value.contains('_') {
+        let bytes = value.as_bytes();
+        let between_digits =
+            |at: usize| at > 0 && bytes[at - 1].is_ascii_digit() && bytes.get(at + 1).is_some_and(u8::is_ascii_digit);
+        if !bytes.iter().enumerate().filter(|(_, b)| **b == b'_').all(|(at, _)| between_digits(at)) {
+            return None;
+        }
+        return value.replace('_', "").parse().ok();
+    }
+    value.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_py_float;
+
+    #[test]
+    fn floats_read_as_python_reads_them() {
+        assert_eq!(parse_py_float(" 1_000.5 "), Some(1000.5));
+        assert_eq!(parse_py_float("1_0"), Some(10.0));
+        assert_eq!(parse_py_float("2"), Some(2.0));
+        for bad in ["_1", "1_", "1__0", "1._5", "1_.5", "soon", ""] {
+            assert_eq!(parse_py_float(bad), None, "{bad}");
+        }
+    }
+}

@@ -171,7 +171,7 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
     /// (the range is checked by the caller or by validation).
     pub(crate) fn float(&mut self, field: &'static str, found: Option<Found>, expected: &str) -> Option<f64> {
         let found = found?;
-        match found.value.parse::<f64>() {
+        match super::pyrepr::parse_py_float(&found.value).ok_or(()) {
             Ok(x) => {
                 self.record(field, &found, super::pyrepr::py_float(x));
                 Some(x)
