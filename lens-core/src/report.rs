@@ -150,7 +150,8 @@ impl fmt::Display for ShutdownReport {
             )?;
         }
         if self.dropped_file_full > 0 {
-            write!(f, "; {} records dropped: file size cap reached", self.dropped_file_full)?;
+            // Counted among the exported above: the exporter took them.
+            write!(f, "; {} of the exported records not written: file size cap reached", self.dropped_file_full)?;
         }
         if !self.destinations.is_empty() {
             write!(f, "; sent to {}", self.destinations.join(", "))?;

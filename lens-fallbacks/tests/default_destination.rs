@@ -180,7 +180,7 @@ fn a_full_file_drops_records_with_one_warning_and_counts_them() {
     assert_eq!(std::fs::read_to_string(&traces).unwrap(), "", "{stderr}");
     assert_eq!(stderr.matches("reached its cap of 10 bytes").count(), 1, "{stderr}");
     let report = stderr.lines().find(|l| l.starts_with("child report:")).unwrap();
-    assert!(report.contains("3 records dropped: file size cap reached"), "{report}");
+    assert!(report.contains("3 of the exported records not written: file size cap reached"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

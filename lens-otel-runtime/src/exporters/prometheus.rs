@@ -652,8 +652,8 @@ impl PrometheusExporter {
         };
         // A port in use (a previous run still lingering, another job) is
         // not the job's to fail for: the server thread binds it once it is
-        // free, and scrapes until then miss (the values are cumulative:
-        // the first scrape after gets them all).
+        // free (the values are cumulative: the first scrape after gets them
+        // all).
         let (listener, address, waiting) = match (listener, in_use) {
             (Some(listener), _) => {
                 let address = listener.local_addr().map_err(bind_error)?;
