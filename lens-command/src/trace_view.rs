@@ -268,18 +268,12 @@ pub fn run(args: &TraceViewArgs) -> ExitCode {
 /// file of a `file` export (`traces-rank3.jsonl`, `metrics-rank0.jsonl`,
 /// ...: `Some(false)`): the trace must never be written over telemetry.
 fn over_export(out: &Path, read: &[PathBuf]) -> Option<bool> {
-    let same = |file: &PathBuf| match (out.canonicalize(), file.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
+    let out_real = out.canonicalize().ok();
+    let same = |file: &PathBuf| match (&out_real, file.canonicalize()) {
+        (Some(a), Ok(b)) => *a == b,
         _ => out == file.as_path(),
     };
-    let named = out.file_name().and_then(|n| n.to_str()).is_some_and(|name| {
-        ["traces-rank", "metrics-rank", "logs-rank"].iter().any(|prefix| {
-            name.strip_prefix(prefix)
-                .and_then(|rest| rest.strip_suffix(".jsonl"))
-                .is_some_and(|rank| !rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit()))
-        })
-    });
-    if read.iter().any(same) { Some(true) } else { named.then_some(false) }
+    if read.iter().any(same) { Some(true) } else { otlp_file::is_export_file_name(out).then_some(false) }
 }
 
 /// `DIR/trace.json`, or `trace.json` next to a single input file.

@@ -135,6 +135,20 @@ fn rank_files(dir: &Path, prefix: &str) -> io::Result<Vec<(u32, PathBuf)>> {
     Ok(files)
 }
 
+/// Whether `path` is named as a file of a `file` export
+/// (`traces-rank<N>.jsonl`, `metrics-rank<N>.jsonl`, `logs-rank<N>.jsonl`).
+///
+/// ```
+/// use std::path::Path;
+/// use lens_core::otlp_file::is_export_file_name;
+///
+/// assert!(is_export_file_name(Path::new("telemetry/r/metrics-rank3.jsonl")));
+/// assert!(!is_export_file_name(Path::new("trace.json")));
+/// ```
+pub fn is_export_file_name(path: &Path) -> bool {
+    ["traces-rank", "metrics-rank", "logs-rank"].iter().any(|prefix| rank_in_name(path, prefix).is_some())
+}
+
 /// The rank in a `<prefix><N>.jsonl` file name.
 fn rank_in_name(path: &Path, prefix: &str) -> Option<u32> {
     let name = path.file_name()?.to_str()?;

@@ -308,9 +308,9 @@ impl State {
         let late = if change.late_by > 0 {
             let start = change.iteration - change.late_by;
             let first = self.first_iteration.load(Ordering::Relaxed);
-            // Applied at the attempt's first iteration, to a window begun
-            // before it: the attempt started inside the window.
-            let why = if change.iteration == first && start < first {
+            // Applied late at the attempt's first iteration: the attempt
+            // started inside the window.
+            let why = if change.iteration == first {
                 format!("this attempt began at iteration {first}, inside the window")
             } else {
                 "this rank read the file late".to_string()
@@ -541,6 +541,19 @@ impl StatusWriter {
         }
         let update_period_s = self.last_update.map(|at| logged.saturating_duration_since(at).as_secs_f64());
         self.last_update = Some(logged);
+        // A directory other users can write: every control file there is
+        // refused, and the job writes nothing there either.
+        if let Err(refusal) = check_directory(&self.path) {
+            if !std::mem::replace(&mut self.warned, true) {
+                warn(&format!(
+                    "control: the status file {} is not written, and a control file beside it is refused: {refusal}; \
+                     {}",
+                    self.path.display(),
+                    refusal.accepted()
+                ));
+            }
+            return;
+        }
         let status = ControlStatus {
             catalog: self.catalog.clone(),
             launch_groups: self.launch_groups.clone(),
@@ -556,19 +569,6 @@ impl StatusWriter {
             accepted: accepted.map(ControlRequest::to_json),
             ended,
         };
-        // A directory other users can write: every control file there is
-        // refused, and the job writes nothing there either.
-        if let Err(refusal) = check_directory(&self.path) {
-            if !std::mem::replace(&mut self.warned, true) {
-                warn(&format!(
-                    "control: the status file {} is not written, and a control file beside it is refused: {refusal}; \
-                     {}",
-                    self.path.display(),
-                    refusal.accepted()
-                ));
-            }
-            return;
-        }
         if let Err(error) = write_atomic(&self.path, &status.to_json())
             && !std::mem::replace(&mut self.warned, true)
         {

@@ -39,17 +39,23 @@ pub(crate) fn did_you_mean(suggestion: Option<&str>) -> String {
 /// otherwise Rust's reading of a float (which takes `inf` and `nan` as
 /// Python does).
 pub(crate) fn parse_py_float(value: &str) -> Option<f64> {
-    let value = value.trim();
-    if value.contains('_') {
-        let bytes = value.as_bytes();
-        let between_digits =
-            |at: usize| at > 0 && bytes[at - 1].is_ascii_digit() && bytes.get(at + 1).is_some_and(u8::is_ascii_digit);
-        if !bytes.iter().enumerate().filter(|(_, b)| **b == b'_').all(|(at, _)| between_digits(at)) {
-            return None;
-        }
-        return value.replace('_', "").parse().ok();
+    parse_py_number(value.trim())
+}
+
+/// `value` read as a number of type `T` once its underscores are taken
+/// out, each of which must stand between two digits (PEP 515, the rule of
+/// Python's `int()` and `float()`).
+pub(crate) fn parse_py_number<T: std::str::FromStr>(value: &str) -> Option<T> {
+    if !value.contains('_') {
+        return value.parse().ok();
     }
-    value.parse().ok()
+    let bytes = value.as_bytes();
+    let between_digits =
+        |at: usize| at > 0 && bytes[at - 1].is_ascii_digit() && bytes.get(at + 1).is_some_and(u8::is_ascii_digit);
+    if !bytes.iter().enumerate().filter(|(_, b)| **b == b'_').all(|(at, _)| between_digits(at)) {
+        return None;
+    }
+    value.replace('_', "").parse().ok()
 }
 
 #[cfg(test)]

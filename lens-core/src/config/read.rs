@@ -240,8 +240,5 @@ pub(crate) fn only_commas(value: &str) -> bool {
 /// Python's `int()` on a trimmed string: an optional sign, digits, and
 /// single underscores between digits.
 fn parse_int<T: FromStr>(s: &str) -> Option<T> {
-    if s.starts_with('_') || s.ends_with('_') || s.contains("__") || s.contains("-_") || s.contains("+_") {
-        return None;
-    }
-    s.replace('_', "").parse().ok()
+    super::pyrepr::parse_py_number(s)
 }
