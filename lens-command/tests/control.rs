@@ -2,7 +2,8 @@
 //! mean" error with exit 2 and the file left as it was; without
 //! `--from-iteration` the start comes from the job's status file (refused
 //! when it has no last iteration, or when the job stopped updating it),
-//! for `--reset` too; a window already past is refused; each write has the
+//! for `--reset` too; a window already past is refused, and so is one that
+//! would end past the last iteration there is; each write has the
 //! generation after the highest the file or the job has seen, also when two
 //! calls race (the lock), and none after `u64::MAX`; `--show` gives the
 //! job's verdict; a file the job would refuse (in a directory other users
@@ -315,6 +316,40 @@ fn a_window_that_ended_before_the_job_s_last_iteration_is_refused() {
         &["control.json", "--sampling-ratio", "0.25", "--from-iteration", "90", "--until-iteration", "101"],
     );
     assert_eq!(code, 0, "{stderr}");
+}
+
+/// `--iterations` from a start so late that the window would end past the
+/// last iteration there is (`u64::MAX`): exit 2 naming the flag, the file
+/// left as it was (it used to end the window at `u64::MAX` silently).
+#[test]
+fn a_window_ending_past_the_last_iteration_there_is_is_refused_naming_the_flag() {
+    let dir = private_dir("control-past-max");
+    let (code, _, stderr) = control(&dir, &["control.json", "--sampling-ratio", "0.5", "--from-iteration", "200"]);
+    assert_eq!(code, 0, "{stderr}");
+    let before = read(&dir);
+    let last = u64::MAX.to_string();
+    let late = (u64::MAX - 1).to_string();
+    for (from, iterations) in [(&last, "2"), (&late, "3")] {
+        let (code, stdout, stderr) = control(
+            &dir,
+            &["control.json", "--sampling-ratio", "0.25", "--from-iteration", from, "--iterations", iterations],
+        );
+        assert_eq!(code, 2, "from {from}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "--iterations {iterations}: the window would end past the last iteration there is ({})",
+                u64::MAX
+            )) && stderr.contains("left as it was"),
+            "from {from}: {stderr}"
+        );
+        assert_eq!(read(&dir), before, "from {from}");
+    }
+    // Ending at the last iteration there is: written.
+    let (code, _, stderr) =
+        control(&dir, &["control.json", "--sampling-ratio", "0.25", "--from-iteration", &late, "--iterations", "2"]);
+    assert_eq!(code, 0, "{stderr}");
+    let written: serde_json::Value = serde_json::from_str(&read(&dir)).unwrap();
+    assert_eq!(written["until_iteration"].as_u64(), Some(u64::MAX), "{written}");
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! then delivers every span exactly once (counting what the child had
 //! exported itself), the open ones truncated with their original ids and
 //! start times and the child's resource; a second recover replays nothing.
-//! Bad input gets exit code 2 and a message naming the path.
+//! A damaged spool gives the spans that decode, is set aside and counted
+//! among the files read, with exit code 1. Bad input gets exit code 2 and a
+//! message naming the path.
 //!
 //! The child is this test binary itself, re-run with `LENS_SPOOL_VICTIM`
 //! set (its `victim` test does the work then, and nothing otherwise).
@@ -319,6 +321,45 @@ fn recover_says_which_spool_is_damaged_or_cannot_be_opened_and_exits_1() {
     assert_eq!(stderr.matches(&unopenable).count(), 1, "one warning: {stderr}");
     assert!(damaged.exists() && std::fs::symlink_metadata(&link).is_ok(), "both left in place");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A damaged spool that still holds spans (one slot overwritten with a
+/// state no writer sets): the spans that decode are recovered, the file is
+/// set aside, and the summary counts it among the spool files read (it said
+/// "from 0 spool file(s)" before); exit code 1.
+#[test]
+fn recover_counts_a_damaged_spool_it_replayed_from_among_the_files_it_read() {
+    use lens_fallbacks::otel::spool::format::HEADER_SIZE;
+    if std::env::var_os(VICTIM).is_some() {
+        return;
+    }
+    let root = temp_dir("damaged-replayed");
+    let (export, spool) = (root.join("export"), root.join("spool"));
+    killed_victim(&export, &spool);
+    let files: Vec<PathBuf> = std::fs::read_dir(&spool).expect("spool dir").map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "one spool file for the one rank: {files:?}");
+    // The first slot (the first span started, `victim.train`): its state
+    // word overwritten.
+    let mut bytes = std::fs::read(&files[0]).expect("read");
+    bytes[HEADER_SIZE..HEADER_SIZE + 4].copy_from_slice(&0xDEAD_BEEF_u32.to_le_bytes());
+    std::fs::write(&files[0], &bytes).expect("write");
+
+    let (code, stdout, stderr) = recover_to_files(&spool);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "recovered 4 span(s) of run victim-run (2 open when their process died, ended truncated) from 1 spool \
+             file(s) in {}\n",
+            spool.display()
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 damaged spool file(s) set aside"), "{stdout}");
+    let recovered = read_spans(&spool.join("out").join("traces-rank0.jsonl"));
+    let mut names: Vec<&str> = recovered.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["victim.backward", "victim.data", "victim.forward", "victim.iteration"], "{recovered:?}");
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Spans the `file` exporter drops at its cap (`NEMO_LENS_FILE_MAX_BYTES`)

@@ -7,7 +7,8 @@
 //!   under `telemetry/<run_id>/` of the working directory, with the spans;
 //!   the startup line and the shutdown report name the absolute path;
 //! - a configured collector that refuses connections: the first failed
-//!   export names the endpoint before the program reaches shutdown;
+//!   export names the endpoint before the program reaches shutdown, and
+//!   (over gRPC) says that no collector answered;
 //! - a file cap: one warning, the dropped records counted in the report;
 //! - a configuration that selects a transport this build lacks (the facade's
 //!   features `otlp-grpc`, `otlp-http`, `prometheus`): a setup error naming
@@ -157,6 +158,12 @@ fn an_unreachable_configured_collector_is_named_at_the_first_failed_export() {
         .unwrap_or_else(|| panic!("no warning naming {endpoint}:\n{stderr}"));
     let shutting_down = stderr.find(SHUTTING_DOWN).unwrap();
     assert!(named < shutting_down, "named only at shutdown:\n{stderr}");
+    // The export failed inside tonic (a transport error made into a
+    // status): the warning says no collector answered, not that one
+    // answered something.
+    let warning = stderr[named..].lines().next().unwrap_or_default();
+    assert!(warning.contains("span export: no answer from the collector (Unavailable: "), "{warning}");
+    assert!(!warning.contains("the collector answered"), "{warning}");
     assert!(stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{stderr}");
     assert!(!dir.join("telemetry").exists(), "a configured destination wrote files");
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,6 +1,7 @@
 //! The exporters as a user sees them: console lines, OTLP/JSON files that a
 //! Collector can replay, OTLP transports that give up within their timeout
-//! and never leak a header value, and the Prometheus page a scraper reads.
+//! and never leak a header value, and the Prometheus page a scraper reads
+//! (served once a port in use is free; no linger for one never served).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -449,6 +450,33 @@ fn prometheus_on_a_port_in_use_serves_once_it_is_free() {
     assert!(exporter.is_serving());
     provider.shutdown().unwrap();
     exporter.stop_server();
+}
+
+/// An exporter whose port stayed in use for the whole run never served a
+/// page of this process: its shutdown does not wait out the linger period
+/// (30 s here) for scrapes that cannot reach it.
+#[test]
+fn prometheus_that_never_got_its_port_does_not_linger_at_shutdown() {
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let settings = PrometheusSettings {
+        host: "127.0.0.1".into(),
+        port,
+        linger: Duration::from_secs(30),
+        ..PrometheusSettings::default()
+    };
+    let exporter = PrometheusExporter::start(&settings).expect("a port in use is not a setup error");
+    let reader = PeriodicReader::builder(exporter.clone()).build();
+    let provider = SdkMeterProvider::builder().with_resource(resource()).with_reader(reader).build();
+    provider.meter("megatron").f64_gauge("megatron.training.loss").build().record(2.5, &[]);
+    provider.shutdown().unwrap();
+    assert!(!exporter.is_serving(), "the port is still held");
+    let started = Instant::now();
+    exporter.wait_linger();
+    // A generous bound, far below the 30 s linger.
+    assert!(started.elapsed() < Duration::from_secs(10), "lingered {:?}", started.elapsed());
+    assert!(!exporter.is_serving());
+    drop(holder);
 }
 
 #[test]

@@ -551,6 +551,24 @@ mod tests {
     }
 
     #[test]
+    fn max_each_keeps_the_larger_of_each_field() {
+        let mut earlier = PhaseTotals { iterations: 7, step_ns: 900, ..PhaseTotals::default() };
+        earlier.phase_ns[Phase::Forward.index()] = 500;
+        earlier.phase_ns[Phase::Backward.index()] = 40;
+        let mut later = PhaseTotals { iterations: 5, step_ns: 1_000, ..PhaseTotals::default() };
+        later.phase_ns[Phase::Forward.index()] = 300;
+        later.phase_ns[Phase::Backward.index()] = 60;
+        later.phase_ns[Phase::DpWait.index()] = 8;
+        let mut expected = PhaseTotals { iterations: 7, step_ns: 1_000, ..PhaseTotals::default() };
+        expected.phase_ns[Phase::Forward.index()] = 500;
+        expected.phase_ns[Phase::Backward.index()] = 60;
+        expected.phase_ns[Phase::DpWait.index()] = 8;
+        assert_eq!(earlier.max_each(&later), expected);
+        assert_eq!(later.max_each(&earlier), expected, "either order");
+        assert_eq!(expected.max_each(&PhaseTotals::default()), expected, "nothing goes back");
+    }
+
+    #[test]
     fn phase_names_round_trip() {
         for phase in Phase::ALL {
             assert_eq!(Phase::from_name(phase.as_str()), Some(phase));

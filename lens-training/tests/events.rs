@@ -23,7 +23,8 @@ use lens_training::events::{Event, SpanName, SpanNames};
 use lens_training::goodput::{Bucket, ProgressRecord};
 use lens_training::goodput_view::{Attempt, breakdown};
 use lens_training::names::{EVENT_ATTRIBUTE, ITERATIONS, PHASE_ATTRIBUTE, PHASE_TIME};
-use lens_training::phases::Phase;
+use lens_training::phases::{Phase, PhaseTotals};
+use lens_training::rank_metrics::RankMetrics;
 use lens_training::{RankCoordinates, Training, TrainingOptions};
 use opentelemetry::Value;
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
@@ -222,6 +223,32 @@ fn each_call_opens_the_span_marks_the_phase_and_informs_goodput_together() {
         "finish waits for the final record: {record}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Totals read on two threads (the training thread at a log interval, the
+/// hang watchdog before its flush) may reach the counters in either order:
+/// totals older than those recorded add nothing, and the next ones add only
+/// what is new, so nothing is counted twice (before the fix, the older
+/// totals became the recorded ones and the next record counted again).
+#[test]
+fn per_rank_counters_given_older_totals_count_nothing_twice() {
+    let _serial = serial();
+    let run = setup(true);
+    let metrics =
+        RankMetrics::new(&run.telemetry, RankCoordinates { rank: 0, local_rank: 0, pipeline: 0, tensor: 0, data: 0 });
+    let totals = |iterations: u64, forward_s: u64| {
+        let mut totals = PhaseTotals { iterations, step_ns: forward_s * 1_000_000_000, ..PhaseTotals::default() };
+        totals.phase_ns[Phase::Forward.index()] = forward_s * 1_000_000_000;
+        totals
+    };
+    metrics.record(&totals(5, 2));
+    // Read before the record above, recorded after it.
+    metrics.record(&totals(3, 1));
+    metrics.record(&totals(6, 3));
+    drop(metrics);
+    let (_, exported) = run.finish();
+    assert_eq!(counter_values(&exported, ITERATIONS.name)[""], 6.0, "the latest totals' 6 iterations");
+    assert_eq!(counter_values(&exported, PHASE_TIME.name)["forward"], 3.0, "the latest totals' 3 s of forward");
 }
 
 #[test]
