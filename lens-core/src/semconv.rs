@@ -176,6 +176,8 @@ keys! {
     HTTP_ROUTE = "http.route", Stable;
     /// The path of the request URL.
     URL_PATH = "url.path", Stable;
+    /// The scheme of the request URL (`http`).
+    URL_SCHEME = "url.scheme", Stable;
     /// The class of error an operation ended with.
     ERROR_TYPE = "error.type", Stable;
 

@@ -24,6 +24,7 @@ const STABLE: &[(&str, &str)] = &[
     (semconv::HTTP_RESPONSE_STATUS_CODE, attribute::HTTP_RESPONSE_STATUS_CODE),
     (semconv::HTTP_ROUTE, attribute::HTTP_ROUTE),
     (semconv::URL_PATH, attribute::URL_PATH),
+    (semconv::URL_SCHEME, attribute::URL_SCHEME),
     (semconv::ERROR_TYPE, attribute::ERROR_TYPE),
 ];
 

@@ -89,18 +89,31 @@ pub fn visible_device_is_mig(ordinal: u32, env: &(impl EnvSource + ?Sized)) -> b
 /// The GPU identity of local rank `local_rank`: `dl.gpu.index` (the
 /// physical index, see [`physical_gpu_index`]), `dl.gpu.name`,
 /// `dl.gpu.uuid`, and, when NVML reports them, `dl.gpu.serial` and
-/// `dl.gpu.pci_bus_id`.
+/// `dl.gpu.pci_bus_id`. With `CUDA_VISIBLE_DEVICES` unset it adds
+/// `host.gpu.count`, the GPUs NVML counts on the host (the original's
+/// `nvidia-smi --query-gpu=count`; when the variable is set, lens-core's
+/// `detect_host` counts its entries).
 ///
 /// Empty when the index cannot be mapped (checked before NVML is loaded),
-/// when NVML cannot be loaded or initialised, when there is no such GPU, or
-/// when the name or UUID cannot be read. Loads NVML and releases it again:
+/// when NVML cannot be loaded or initialised; without the identity when
+/// there is no such GPU, or when the name or UUID cannot be read. Loads
+/// NVML and releases it again:
 /// call it once, on an exporting rank (as a lazy resource attribute), or
 /// use [`Nvml::gpu_identity`] with a handle you keep.
 pub fn gpu_identity(local_rank: u32, env: &(impl EnvSource + ?Sized)) -> Vec<KeyValue> {
     let Some(index) = physical_gpu_index(local_rank, env) else {
         return Vec::new();
     };
-    Nvml::load().map(|nvml| nvml.gpu_identity(index)).unwrap_or_default()
+    let Some(nvml) = Nvml::load() else {
+        return Vec::new();
+    };
+    let mut attrs = nvml.gpu_identity(index);
+    if env.var("CUDA_VISIBLE_DEVICES").is_none()
+        && let Some(count) = nvml.gpu_count()
+    {
+        attrs.push(KeyValue::new(semconv::HOST_GPU_COUNT, i64::from(count)));
+    }
+    attrs
 }
 
 /// The number of GPUs NVML sees on this host (all of them, whatever

@@ -598,7 +598,7 @@ pub const PP_RECV_FORWARD_LINKED: SpanDef = span(
     false,
     Some(&P2P_RECV_FORWARD),
     PerMicrobatch,
-    "linked to the sending rank's `megatron.p2p.send_forward` span, whose context travels inside the point-to-point message",
+    "linked to the sending rank's `megatron.p2p.send_forward` span, whose context travels inside the point-to-point message; `dl.pipeline_parallel.rank` is the sending stage's, not this rank's",
     &[PIPELINE_PARALLEL_RANK, MICROBATCH_ID],
 );
 /// `megatron.pp.recv_backward.linked` (documented by the original but never emitted).
@@ -608,7 +608,7 @@ pub const PP_RECV_BACKWARD_LINKED: SpanDef = span(
     false,
     Some(&P2P_RECV_BACKWARD),
     PerMicrobatch,
-    "linked to the sending rank's `megatron.p2p.send_backward` span, whose context travels inside the point-to-point message",
+    "linked to the sending rank's `megatron.p2p.send_backward` span, whose context travels inside the point-to-point message; `dl.pipeline_parallel.rank` is the sending stage's, not this rank's",
     &[PIPELINE_PARALLEL_RANK, MICROBATCH_ID],
 );
 /// `megatron.grad_sync.start`.
@@ -851,6 +851,7 @@ pub const INFERENCE_HTTP_SERVER: SpanDef = span(
         lens_fallbacks::semconv::HTTP_REQUEST_METHOD,
         lens_fallbacks::semconv::HTTP_ROUTE,
         lens_fallbacks::semconv::URL_PATH,
+        lens_fallbacks::semconv::URL_SCHEME,
         lens_fallbacks::semconv::HTTP_RESPONSE_STATUS_CODE,
         lens_fallbacks::semconv::ERROR_TYPE,
     ],

@@ -293,7 +293,14 @@ pub(crate) fn print_summary(outcome: &Outcome, layout: crate::config::Layout, te
 /// `summarising`; other exporting ranks on their own line).
 pub(crate) fn print_telemetry(rank: u32, telemetry: &TelemetrySummary, summarising: bool) {
     if !telemetry.enabled {
-        if summarising && lens_fallbacks::setup::COMPILED_IN {
+        let sdk_disabled = || {
+            std::env::var("OTEL_SDK_DISABLED").ok().and_then(|value| lens_fallbacks::config::parse_bool(&value))
+                == Some(true)
+        };
+        if summarising && lens_fallbacks::setup::COMPILED_IN && sdk_disabled() {
+            // Not "enable it with ...": the job may have, and this wins.
+            stderr_line!("telemetry: off (OTEL_SDK_DISABLED=true)");
+        } else if summarising && lens_fallbacks::setup::COMPILED_IN {
             stderr_line!("telemetry: off (enable it with --otel-enabled or MEGATRON_OTEL_ENABLED=1)");
         } else if summarising {
             stderr_line!("telemetry: off (this build has no `otel` feature: build with it to record telemetry)");

@@ -258,10 +258,14 @@ impl Telemetry {
             .with_startup(stamps)
             .with_model_type("GPT")
             .with_exit_signal_handler(graceful_signals);
-        let options = match checkpoint_dir {
-            Some(dir) => options.with_setup_options(lens_fallbacks::SetupOptions::new().with_checkpoint_dir(dir)),
-            None => options,
-        };
+        // `service.version` is the application's (SPEC B §7.1 gives the
+        // Python helper's own version; lens's is the instrumentation
+        // scope's): the simulator's.
+        let mut setup_options = lens_fallbacks::SetupOptions::new().with_service_version(env!("CARGO_PKG_VERSION"));
+        if let Some(dir) = checkpoint_dir {
+            setup_options = setup_options.with_checkpoint_dir(dir);
+        }
+        let options = options.with_setup_options(setup_options);
         let lifecycle = MegatronTelemetry::setup(cli, rank, env, options)?;
         Ok(Telemetry { lifecycle })
     }

@@ -165,6 +165,7 @@ fn openai_clients_load_and_telemetry() {
         assert_eq!(server.kind, "server", "{case}");
         assert_eq!(attr(server, "http.request.method"), "POST");
         assert_eq!(attr(server, "url.path"), route);
+        assert_eq!(attr(server, "url.scheme"), "http");
         assert_eq!(attr(server, "http.route"), route);
         assert_eq!(attr(server, "http.response.status_code"), 200);
         let genai_name = format!("{operation} {MODEL}");

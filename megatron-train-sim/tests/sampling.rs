@@ -281,6 +281,8 @@ fn otel_sdk_disabled_beside_an_enabling_setting_is_warned_about_once_and_records
         assert_eq!(warned, 1, "{named}: one warning: {stderr}");
         assert!(stderr.contains(named), "{stderr}");
         assert!(!dir.join("telemetry").exists(), "{named}: telemetry is off, nothing is written");
+        // The closing line says what keeps it off, not to enable it.
+        assert_eq!(stderr.lines().last(), Some("telemetry: off (OTEL_SDK_DISABLED=true)"), "{named}: {stderr}");
     }
 }
 

@@ -171,6 +171,7 @@ fn under_all_every_taxonomy_span_is_emitted_with_its_parent_and_links_join_the_r
     let instances: BTreeSet<String> = ranks.iter().map(|r| r.resource["service.instance.id"].to_string()).collect();
     assert_eq!(instances.len(), 4, "{instances:?}");
     for rank in &ranks {
+        assert_eq!(rank.resource["service.version"], env!("CARGO_PKG_VERSION"), "rank {}", rank.rank);
         for key in ["dl.pipeline_parallel.size", "dl.data_parallel.size", "megatron.num_layers", "megatron.precision"] {
             assert!(rank.resource.contains_key(key), "rank {} has no resource attribute {key}", rank.rank);
         }

@@ -42,10 +42,11 @@ goodput_field() {
     sed -n "s/^    \"$2\": *\([^,]*\),\{0,1\}\$/\1/p" "$1"
 }
 
-# The dl.gpu.* (and rank) attributes of the resource of a telemetry file.
+# The dl.gpu.*, host.gpu.count (and rank) attributes of the resource of a
+# telemetry file.
 identity() {
     head -n 1 "$1" |
-        grep -o '{"key":"dl\.\(gpu\.[a-z_]*\|rank\|local_rank\)","value":{"[a-zA-Z]*":[^}]*}}' |
+        grep -o '{"key":"\(dl\.\(gpu\.[a-z_]*\|rank\|local_rank\)\|host\.gpu\.count\)","value":{"[a-zA-Z]*":[^}]*}}' |
         sed 's/^{"key":"\([^"]*\)","value":{"[a-zA-Z]*":"\{0,1\}\([^"}]*\)"\{0,1\}}}$/    \1 = \2/' |
         sort -u
 }
@@ -139,6 +140,8 @@ check_run() { # NAME NPROC
         printf '%s\n' "$attributes"
         uuid=$(printf '%s\n' "$attributes" | sed -n 's/^ *dl\.gpu\.uuid = //p')
         [ -n "$uuid" ] || fail "$name: $(basename "$traces") has no dl.gpu.uuid in its resource"
+        count=$(printf '%s\n' "$attributes" | sed -n 's/^ *host\.gpu\.count = //p')
+        [ "$count" = "$gpus" ] || fail "$name: $(basename "$traces") has host.gpu.count '$count', expected $gpus"
         case " $uuids " in *" $uuid "*) fail "$name: two ranks report the same GPU $uuid (one GPU per local rank expected)" ;; esac
         uuids="$uuids $uuid"
         found=$((found + 1))

@@ -237,6 +237,8 @@ fn server_span(request: &Request<Body>) -> tracing::Span {
         http.request.method = method,
         http.route = route,
         url.path = request.uri().path(),
+        // The server speaks plain HTTP (no TLS); the conventions require it.
+        url.scheme = "http",
         http.response.status_code = tracing::field::Empty,
         error.type = tracing::field::Empty,
     );
