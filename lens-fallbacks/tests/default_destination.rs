@@ -76,7 +76,9 @@ fn run_child(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (Output, String) {
             command.env_remove(key);
         }
     }
-    for variable in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID"] {
+    for variable in
+        ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"]
+    {
         command.env_remove(variable);
     }
     command.envs(env.iter().copied());
@@ -166,6 +168,40 @@ fn an_unreachable_configured_collector_is_named_at_the_first_failed_export() {
     assert!(!warning.contains("the collector answered"), "{warning}");
     assert!(stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{stderr}");
     assert!(!dir.join("telemetry").exists(), "a configured destination wrote files");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rank of a plain `torchrun --nproc_per_node=4` launch (no `--rdzv-id`,
+/// no `--standalone`: `TORCHELASTIC_RUN_ID=none`) has no run id in common
+/// with its peers: it says so once, naming what would give one, and files
+/// its telemetry under a run id of its own.
+#[test]
+fn a_rank_without_a_shared_run_id_says_what_would_give_one() {
+    let dir = temp_dir("no-shared-run-id");
+    let (_, stderr) = run_child(
+        &dir,
+        "files",
+        &[
+            ("MYJOB_OTEL_ENABLED", "1"),
+            ("MYJOB_OTEL_EXPORTER", "file"),
+            ("RANK", "3"),
+            ("WORLD_SIZE", "4"),
+            ("TORCHELASTIC_RUN_ID", "none"),
+        ],
+    );
+    let expected = "no run id is shared by the 4 ranks of this job (set MYJOB_OTEL_RUN_ID or NEMO_LENS_RUN_ID, launch \
+                    under SLURM, or give torchrun --rdzv-id or --standalone: without either it sets \
+                    TORCHELASTIC_RUN_ID=none): each rank drew its own, so the ranks' telemetry is filed as 4 runs and their \
+                    traces do not join";
+    assert_eq!(stderr.matches(expected).count(), 1, "{stderr}");
+    // The run directories beside the crash spool's.
+    let runs: Vec<_> = std::fs::read_dir(dir.join("telemetry"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|name| name != "lens-spool")
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_ne!(runs[0], "none", "{runs:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

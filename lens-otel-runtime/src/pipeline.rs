@@ -106,7 +106,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// How many enabled lifetimes this process has started (an input of the
 /// derived structural trace ids, so a second lifetime gets traces of its own).
 static LIFETIMES: AtomicU32 = AtomicU32::new(0);
-/// The multi-rank "traces will not join" warning is given once per process.
+/// The multi-rank "no run id is shared" warning is given once per process.
 static WARNED_RANDOM_RUN_ID: AtomicBool = AtomicBool::new(false);
 
 /// Builds the batch processor of a custom span exporter, its spans in the
@@ -782,10 +782,12 @@ fn build(
         FileLimit::set_by(config.file_max_bytes, config.variable_to_set("file_max_bytes", "FILE_MAX_BYTES"));
     if rank.world_size > 1 && !run_id.source.is_shared() && !WARNED_RANDOM_RUN_ID.swap(true, Ordering::Relaxed) {
         crate::diag::warn(format_args!(
-            "no run id is shared by the {} ranks of this job (set {}, or launch under SLURM or torchrun): each rank \
-             drew its own, so their traces will not join",
+            "no run id is shared by the {} ranks of this job (set {}, launch under SLURM, or give torchrun \
+             --rdzv-id or --standalone: without either it sets TORCHELASTIC_RUN_ID=none): each rank drew its own, \
+             so the ranks' telemetry is filed as {} runs and their traces do not join",
             rank.world_size,
-            run_id_variables(config)
+            run_id_variables(config),
+            rank.world_size
         ));
     }
 

@@ -39,13 +39,13 @@
 //! use std::sync::Arc;
 //! use lens_training::events::{Training, TrainingOptions};
 //! use lens_training::phases::Phase;
-//! use lens_training::rank_metrics::RankCoordinates;
 //!
 //! # fn main() -> Result<(), lens_fallbacks::SetupError> {
-//! let telemetry = Arc::new(lens_fallbacks::Telemetry::builder("MYJOB").setup()?);
+//! let telemetry = Arc::new(lens_fallbacks::Telemetry::builder("MYJOB_OTEL").setup()?);
+//! // This process's rank as setup found it (RANK and WORLD_SIZE, SLURM_PROCID, ...).
 //! let training = Training::new(
 //!     &telemetry,
-//!     TrainingOptions::new(RankCoordinates::SINGLE).with_flop_count(|_iteration: u64| 6.0 * 1e6 * 512.0),
+//!     TrainingOptions::for_rank(telemetry.rank()).with_flop_count(|_iteration: u64| 6.0 * 1e6 * 512.0),
 //! );
 //! training.loop_started();
 //! for counter in 0..3_u64 {
@@ -426,6 +426,37 @@ impl TrainingOptions {
         }
     }
 
+    /// The options of the rank that telemetry's setup found this process to
+    /// be ([`Telemetry::rank`]: `RANK` and `WORLD_SIZE`, `SLURM_PROCID` and
+    /// `SLURM_NTASKS`, ...): its coordinates ([`RankCoordinates::of`]) and
+    /// the world size, otherwise as [`new`](Self::new). What a program that
+    /// may run as several ranks passes; a job with model parallelism sets
+    /// the parallel coordinates with `new` and
+    /// [`with_world_size`](Self::with_world_size) instead.
+    ///
+    /// ```
+    /// use lens_fallbacks::RankContext;
+    /// use lens_training::{RankCoordinates, TrainingOptions};
+    ///
+    /// let rank = RankContext { rank: 2, world_size: 4, local_rank: 0, node_rank: Some(1) };
+    /// let options = TrainingOptions::for_rank(rank);
+    /// assert_eq!(options.coordinates(), RankCoordinates::of(rank));
+    /// assert_eq!(options.world_size(), 4);
+    /// ```
+    pub fn for_rank(rank: lens_fallbacks::RankContext) -> TrainingOptions {
+        TrainingOptions::new(RankCoordinates::of(rank)).with_world_size(rank.world_size)
+    }
+
+    /// The rank's coordinates.
+    pub fn coordinates(&self) -> RankCoordinates {
+        self.coordinates
+    }
+
+    /// The number of ranks the FLOP count is shared by.
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
     /// The values of a configuration other than the telemetry handle's:
     /// the hang timeout (`<PREFIX>_HANG_TIMEOUT_S`), the peak
     /// (`<PREFIX>_PEAK_TFLOPS`) and the bound on the watchdog's flush
@@ -581,6 +612,22 @@ struct GoodputState {
     spool: bool,
 }
 
+/// What is wrong when a rank's options disagree with the rank telemetry was
+/// set up as (`TrainingOptions::new(RankCoordinates::SINGLE)` in a job of
+/// several ranks): every rank's series would say rank 0, every rank would
+/// write the progress record and MFU would count one GPU. `None` when they
+/// agree.
+fn rank_mismatch(coordinates: RankCoordinates, world_size: u32, rank: lens_fallbacks::RankContext) -> Option<String> {
+    (coordinates.rank != rank.rank || world_size != rank.world_size).then(|| {
+        format!(
+            "the training diagnosis was given rank {} of {world_size} but telemetry runs as rank {} of {}: its \
+             per-rank series, hang lines, progress record and MFU would name the wrong rank or world; build its \
+             options with TrainingOptions::for_rank(telemetry.rank())",
+            coordinates.rank, rank.rank, rank.world_size
+        )
+    })
+}
+
 /// How often the per-rank counters follow the iterations at most (also at
 /// every log interval and at the end).
 const COUNTER_FLUSH: Duration = Duration::from_secs(1);
@@ -627,6 +674,9 @@ impl Training {
             given => given.or_else(|| telemetry.peak_tflops()),
         };
         let enabled = telemetry.is_enabled();
+        if enabled && let Some(warning) = rank_mismatch(coordinates, world_size, telemetry.rank()) {
+            lens_fallbacks::diag::warn_once(warning);
+        }
         let phases = Phases::new(enabled);
         let rank_metrics = Arc::new(RankMetrics::new(telemetry, coordinates));
         let watchdog = HangWatchdog::start_with_counters(
@@ -1433,6 +1483,29 @@ mod tests {
         send_sync::<Training>();
         send_sync::<PendingCheckpoint>();
         send_sync::<TrainingOptions>();
+    }
+
+    /// `TrainingOptions::new(RankCoordinates::SINGLE)` on rank 2 of 4 is
+    /// warned about, naming both and the fix; `for_rank` of the same rank,
+    /// and `SINGLE` in a single process, are not.
+    #[test]
+    fn options_that_disagree_with_telemetry_s_rank_are_named() {
+        let rank = lens_fallbacks::RankContext { rank: 2, world_size: 4, local_rank: 2, node_rank: None };
+        let single = TrainingOptions::new(RankCoordinates::SINGLE);
+        assert_eq!(
+            rank_mismatch(single.coordinates, single.world_size, rank).as_deref(),
+            Some(
+                "the training diagnosis was given rank 0 of 1 but telemetry runs as rank 2 of 4: its per-rank \
+                 series, hang lines, progress record and MFU would name the wrong rank or world; build its options \
+                 with TrainingOptions::for_rank(telemetry.rank())"
+            )
+        );
+        // The right rank with the world left at 1 (MFU would count one GPU).
+        let no_world = TrainingOptions::new(RankCoordinates::of(rank));
+        assert!(rank_mismatch(no_world.coordinates, no_world.world_size, rank).is_some());
+        let right = TrainingOptions::for_rank(rank);
+        assert_eq!(rank_mismatch(right.coordinates, right.world_size, rank), None);
+        assert_eq!(rank_mismatch(single.coordinates, single.world_size, lens_fallbacks::RankContext::SINGLE), None);
     }
 
     #[test]

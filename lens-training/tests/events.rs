@@ -44,6 +44,11 @@ struct Run {
 }
 
 fn setup(rank_metrics: bool) -> Run {
+    setup_as(rank_metrics, &RankContext::SINGLE)
+}
+
+/// [`setup`] as the rank `rank` of a job, every rank exporting.
+fn setup_as(rank_metrics: bool, rank: &RankContext) -> Run {
     let spans = KeepingSpanExporter::default();
     let metrics = InMemoryMetricExporter::default();
     let config = LensConfig {
@@ -51,13 +56,14 @@ fn setup(rank_metrics: bool) -> Run {
         rank_metrics,
         span_groups: "all".to_string(),
         run_id: "events-test".to_string(),
+        rank_strategy: "all_ranks".to_string(),
         ..LensConfig::default()
     };
     let options = SetupOptions::new()
         .with_env(BTreeMap::<String, String>::new())
         .with_span_exporter(spans.clone())
         .with_metric_exporter(metrics.clone());
-    let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("setup");
+    let telemetry = setup_telemetry(&config, rank, Vec::new(), options).expect("setup");
     Run { telemetry: Arc::new(telemetry), spans, metrics }
 }
 
@@ -116,22 +122,27 @@ fn counter_values(metrics: &InMemoryMetricExporter, name: &str) -> BTreeMap<Stri
     out
 }
 
-/// The rank attributes of the points of `name`.
-fn rank_keys(metrics: &InMemoryMetricExporter, name: &str) -> Vec<String> {
-    let mut keys = Vec::new();
+/// The attributes of the last point of the u64 counter `name`, by key.
+fn last_point_attributes(metrics: &InMemoryMetricExporter, name: &str) -> BTreeMap<String, Value> {
+    let mut attributes = BTreeMap::new();
     for rm in metrics.get_finished_metrics().unwrap() {
         for sm in rm.scope_metrics() {
             for metric in sm.metrics().filter(|m| m.name() == name) {
                 if let AggregatedMetrics::U64(MetricData::Sum(sum)) = metric.data() {
                     for point in sum.data_points() {
-                        keys = point.attributes().map(|kv| kv.key.as_str().to_string()).collect();
+                        attributes =
+                            point.attributes().map(|kv| (kv.key.as_str().to_string(), kv.value.clone())).collect();
                     }
                 }
             }
         }
     }
-    keys.sort();
-    keys
+    attributes
+}
+
+/// The rank attributes of the points of `name`.
+fn rank_keys(metrics: &InMemoryMetricExporter, name: &str) -> Vec<String> {
+    last_point_attributes(metrics, name).into_keys().collect()
 }
 
 #[test]
@@ -249,6 +260,25 @@ fn per_rank_counters_given_older_totals_count_nothing_twice() {
     let (_, exported) = run.finish();
     assert_eq!(counter_values(&exported, ITERATIONS.name)[""], 6.0, "the latest totals' 6 iterations");
     assert_eq!(counter_values(&exported, PHASE_TIME.name)["forward"], 3.0, "the latest totals' 3 s of forward");
+}
+
+/// A rank of a multi-rank job that builds its options from telemetry's
+/// rank (`for_rank`) has its counters under its own rank, not rank 0's.
+#[test]
+fn options_for_telemetry_s_rank_put_the_counters_under_that_rank() {
+    let _serial = serial();
+    let rank = RankContext { rank: 2, world_size: 4, local_rank: 2, node_rank: None };
+    let run = setup_as(true, &rank);
+    let training = Training::new(&run.telemetry, TrainingOptions::for_rank(run.telemetry.rank()));
+    for counter in 0..3 {
+        drop(training.iteration(counter));
+    }
+    training.finish();
+    drop(training);
+    let (_, exported) = run.finish();
+    let attributes = last_point_attributes(&exported, ITERATIONS.name);
+    assert_eq!((&attributes["dl.rank"], &attributes["dl.local_rank"]), (&Value::I64(2), &Value::I64(2)));
+    assert_eq!(counter_values(&exported, ITERATIONS.name)[""], 3.0);
 }
 
 #[test]

@@ -566,6 +566,47 @@ fn a_kill_after_17_at_the_default_log_interval_charges_exactly_seven() {
     assert_eq!(g["lost_precision"], "log_interval");
 }
 
+/// Two ranks, each exporting, rank 0 (not the highest) killed inside
+/// iteration 18: the next attempt's rank 0 replays its spool, so the
+/// resumed directory holds spans of the dead rank 0 whose own export is in
+/// the first attempt's directory, which `lens analyze` does not read (it
+/// reads each run at its highest rank). Given the directory above both,
+/// the goodput is whole (17 iterations then 20, 7 lost) and no note says
+/// an export is missing.
+#[test]
+fn a_rank_killed_below_the_highest_leaves_no_note_of_a_missing_export() {
+    let dir = temp_dir("goodput-kill-rank0");
+    let base = with(
+        SMALL,
+        &[
+            "--otel-enabled",
+            "--otel-span-groups",
+            "per_step",
+            "--nproc-per-node",
+            "2",
+            "--pipeline-model-parallel-size",
+            "2",
+            "--train-iters",
+            "30",
+            "--save",
+            "D",
+            "--save-interval",
+            "10",
+        ],
+    );
+    let every_rank = [("MEGATRON_OTEL_RANK_STRATEGY", "all_ranks")];
+    let (ok, stderr, _) = attempt(&dir, "rank0-1", &with(&base, &["--inject-kill", "0:forward:18"]), &every_rank);
+    assert!(!ok, "the killed attempt must fail: {stderr}");
+    let (ok, stderr, _) = attempt(&dir, "rank0-2", &with(&base, &["--load", "D"]), &every_rank);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("span(s) of run rank0-1 ("), "rank 0 replays the dead rank 0's spool: {stderr}");
+    let (ok, text) = analyze(&dir.join("telemetry"));
+    assert!(ok, "{text}");
+    assert!(text.contains("attempt rank0-1: rank 1") && text.contains("iterations 1-17, last save at 10"), "{text}");
+    assert!(text.contains("iterations: 30 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
+    assert!(!text.contains("holds spans of run"), "{text}");
+}
+
 /// Killed while an asynchronous save is in flight (`--inject-crash-during-save`):
 /// saves every 6, the save of 6 finalized, the save of 12 dispatched and
 /// never finalized, the last progress record at the log interval of 10.

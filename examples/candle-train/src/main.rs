@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use lens_fallbacks::Telemetry;
 use lens_tracing::TelemetryExt as _;
-use lens_training::{RankCoordinates, Training, TrainingOptions};
+use lens_training::{Training, TrainingOptions};
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use crate::args::{Args, USAGE};
@@ -77,7 +77,7 @@ fn main() -> ExitCode {
     // goodput progress record goes beside the checkpoints.
     let training = Training::new(
         &telemetry,
-        TrainingOptions::new(RankCoordinates::SINGLE)
+        TrainingOptions::for_rank(telemetry.rank())
             .with_flop_count(|_iteration: u64| model::FLOPS_PER_ITERATION)
             .with_checkpoint_dir(&args.checkpoint_dir),
     );

@@ -14,7 +14,8 @@
 //!    entropy, independent of any seeding the job does.
 //!
 //! Only the last one differs between ranks: [`RunIdSource::is_shared`] tells
-//! setup when to warn that the ranks' traces will not join.
+//! setup when to warn that the ranks' telemetry will be filed as separate
+//! runs.
 //!
 //! ```
 //! use lens_core::identity::{resolve_run_id, RunIdSource};
