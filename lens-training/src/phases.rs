@@ -249,6 +249,9 @@ pub struct PhaseSnapshot {
     pub last_completed_iteration: u64,
     /// The step time of the last completed iteration.
     pub last_step: Duration,
+    /// How many iterations this process has completed (a resumed attempt's
+    /// `last_completed_iteration` counts those before it too).
+    pub completed_here: u64,
 }
 
 #[cfg(lens_otel)]
@@ -491,6 +494,7 @@ impl Phases {
                 iteration: state.iteration.load(Relaxed),
                 last_completed_iteration: state.completed.load(Relaxed),
                 last_step: Duration::from_nanos(state.last_step_ns.load(Relaxed)),
+                completed_here: state.iterations.load(Relaxed),
             });
         }
         None

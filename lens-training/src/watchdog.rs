@@ -54,6 +54,7 @@
 //!     iteration: completed,
 //!     last_completed_iteration: completed,
 //!     last_step: Duration::from_millis(10),
+//!     completed_here: completed,
 //! };
 //! assert_eq!(rule.observe(&at(1, Phase::Forward), start), Verdict::Armed);
 //! let later = start + Duration::from_secs(3);
@@ -182,8 +183,11 @@ impl HangRule {
         }
         let completed = snapshot.last_completed_iteration;
         if completed != self.last_completed {
+            // A resumed attempt's first iteration number says nothing of how
+            // many it completed: the process's own count does (a snapshot
+            // without it, 0, counts the completions seen).
             let delta = if self.last_completed == 0 { 1 } else { completed.saturating_sub(self.last_completed).max(1) };
-            self.completions = self.completions.saturating_add(delta);
+            self.completions = self.completions.saturating_add(delta).max(snapshot.completed_here);
             self.last_completed = completed;
             if self.recent.len() == RECENT_STEPS {
                 self.recent.pop_front();
@@ -503,6 +507,7 @@ mod tests {
             iteration: completed,
             last_completed_iteration: completed,
             last_step: Duration::from_millis(step_ms),
+            completed_here: 0,
         }
     }
 
@@ -526,6 +531,22 @@ mod tests {
             slow.observe(&at(i, Phase::Forward, ms), t0);
         }
         assert_eq!(slow.timeout(), Some(Duration::from_secs(90)));
+    }
+
+    /// A short attempt resumed at iteration 200 that completed 20 iterations
+    /// by the first look is armed at that look (the gauge is exported from
+    /// then on), not after a second look a tick later; the iteration number
+    /// alone (no count) still arms only after five completions seen.
+    #[test]
+    fn auto_arms_at_the_first_look_when_five_iterations_completed_before_it() {
+        let t0 = Instant::now();
+        let mut rule = HangRule::new(HangTimeout::Auto);
+        let resumed = PhaseSnapshot { completed_here: 20, ..at(220, Phase::Forward, 100) };
+        assert_eq!(rule.observe(&resumed, t0), Verdict::Armed);
+        assert_eq!(rule.timeout(), Some(AUTO_FLOOR));
+        let mut uncounted = HangRule::new(HangTimeout::Auto);
+        assert_eq!(uncounted.observe(&at(220, Phase::Forward, 100), t0), Verdict::Quiet);
+        assert_eq!(uncounted.timeout(), None);
     }
 
     #[test]
