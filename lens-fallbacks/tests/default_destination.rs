@@ -76,9 +76,16 @@ fn run_child(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (Output, String) {
             command.env_remove(key);
         }
     }
-    for variable in
-        ["RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"]
-    {
+    for variable in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "SLURM_LOCALID",
+        "SLURM_JOB_ID",
+        "TORCHELASTIC_RUN_ID",
+    ] {
         command.env_remove(variable);
     }
     command.envs(env.iter().copied());
@@ -202,6 +209,35 @@ fn a_rank_without_a_shared_run_id_says_what_would_give_one() {
         .collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_ne!(runs[0], "none", "{runs:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `first_rank_per_node` with no local rank (`LOCAL_RANK`, `SLURM_LOCALID`)
+/// cannot tell a node's first rank: rank 1 of 2 exports (a missing local
+/// rank is 0), and says why once; with `LOCAL_RANK=1` it neither exports
+/// nor warns.
+#[test]
+fn first_rank_per_node_without_a_local_rank_says_every_rank_exports() {
+    let warning = "MYJOB_OTEL_RANK_STRATEGY=first_rank_per_node, but neither LOCAL_RANK nor SLURM_LOCALID is set: \
+                   each of the 2 ranks counts as its node's first and exports; have the launcher set LOCAL_RANK";
+    let base = [
+        ("MYJOB_OTEL_ENABLED", "1"),
+        ("MYJOB_OTEL_EXPORTER", "file"),
+        ("MYJOB_OTEL_RUN_ID", "per-node"),
+        ("MYJOB_OTEL_RANK_STRATEGY", "first_rank_per_node"),
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+    ];
+    let dir = temp_dir("per-node-no-local");
+    let (_, stderr) = run_child(&dir, "files", &base);
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    assert!(dir.join("telemetry/per-node/traces-rank1.jsonl").exists(), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let dir = temp_dir("per-node-local");
+    let (_, stderr) = run_child(&dir, "files", &[&base[..], &[("LOCAL_RANK", "1")]].concat());
+    assert!(!stderr.contains("neither LOCAL_RANK"), "{stderr}");
+    assert!(!dir.join("telemetry/per-node/traces-rank1.jsonl").exists(), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

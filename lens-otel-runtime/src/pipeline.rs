@@ -677,6 +677,21 @@ pub fn setup(
             None => strategies::should_export(config, &rank)?,
         };
     let records_spans = exports && config.traces_enabled && strategies::records_spans(config, &rank)?;
+    if enabled
+        && options.rank_strategy.is_none()
+        && config.rank_strategy == "first_rank_per_node"
+        && rank.world_size > 1
+        && ["LOCAL_RANK", "SLURM_LOCALID"].iter().all(|variable| env.non_empty(variable).is_none())
+    {
+        // A missing local rank counts as 0 (as in the original): said,
+        // since it turns this strategy into every rank exporting.
+        crate::diag::warn_once(format_args!(
+            "{}=first_rank_per_node, but neither LOCAL_RANK nor SLURM_LOCALID is set: each of the {} ranks counts \
+             as its node's first and exports; have the launcher set LOCAL_RANK",
+            config.variable_to_set("rank_strategy", "RANK_STRATEGY"),
+            rank.world_size
+        ));
+    }
     // `validate` has checked the spec, so resolving it cannot fail here.
     let groups = if records_spans { config.resolved_span_groups().unwrap_or_default() } else { GroupSet::EMPTY };
 
