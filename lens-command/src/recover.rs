@@ -213,6 +213,9 @@ pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport
         (format!("{prefix}_SAMPLING_STRATEGY"), String::new()),
         // This process keeps no spool of its own.
         (format!("{prefix}_SPOOL"), "0".into()),
+        // Its startup line names this run id; the spans keep their own
+        // run's resource (a random id there read as another run).
+        (format!("{prefix}_RUN_ID"), "lens-recover".into()),
         ("OTEL_SDK_DISABLED".into(), "false".into()),
     ];
     if let Some(out) = &args.to_files {

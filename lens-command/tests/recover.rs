@@ -229,6 +229,9 @@ fn recover_after_sigkill_delivers_every_span_once() {
         "{said}"
     );
     assert!(said.contains(&format!("spans written to {}", out.join("traces-rank0.jsonl").display())), "{said}");
+    // The recovering process names itself, not a run of its own.
+    let stderr = String::from_utf8_lossy(&recovered.stderr);
+    assert!(stderr.contains(" (run lens-recover) exports traces: file "), "{stderr}");
 
     let mut all = read_spans(&export.join("traces-rank0.jsonl"));
     assert!(all.iter().all(|s| !s.replayed), "the victim's own export is not marked replayed");
