@@ -1087,14 +1087,17 @@ fn duplicate_key(text: &str) -> Option<String> {
             f.write_str("a JSON object")
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+            // The whole map is read, even past a duplicate: serde_json
+            // refuses a map left unfinished, which read as no duplicate.
             let mut seen = std::collections::BTreeSet::new();
+            let mut first = None;
             while let Some(key) = map.next_key::<String>()? {
                 map.next_value::<serde::de::IgnoredAny>()?;
-                if !seen.insert(key.clone()) {
-                    return Ok(Some(key));
+                if first.is_none() && !seen.insert(key.clone()) {
+                    first = Some(key);
                 }
             }
-            Ok(None)
+            Ok(first)
         }
     }
     let mut deserializer = serde_json::Deserializer::from_str(text);
@@ -1195,7 +1198,7 @@ mod tests {
 
     #[test]
     fn bad_versions_name_the_key_and_the_value() {
-        let cases: [(&str, &str, &str); 15] = [
+        let cases: [(&str, &str, &str); 16] = [
             ("{not json", "(file)", "not JSON"),
             (
                 r#"{"generation": 2, "from_iteration": 18446744073709551615, "iterations": 2}"#,
@@ -1207,6 +1210,7 @@ mod tests {
                 "span_groups",
                 "given more than once",
             ),
+            (r#"{"generation": 3, "generation": 4, "from_iteration": 10}"#, "generation", "given more than once"),
             ("[1]", "(file)", "a JSON object"),
             (r#"{"generation": 2, "spam_groups": "x"}"#, "spam_groups", "did you mean 'span_groups'"),
             (r#"{"generation": 2, "endpoint": "http://x"}"#, "endpoint", "never be changed"),

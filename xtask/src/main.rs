@@ -16,6 +16,7 @@ mod circles;
 mod cmd;
 mod codegen;
 mod commands;
+mod doc_links;
 mod gpu_check;
 mod tidy;
 

@@ -100,6 +100,7 @@ pub(crate) fn run() -> Result<()> {
     dependency_direction()?;
     module_docs()?;
     readme_commands()?;
+    crate::doc_links::check(&workspace_root(), CRATES)?;
     licenses()?;
     crate::circles::no_import_circles(CRATES)?;
     // Logic that lives in the crates' own tests, run here by name.
