@@ -183,6 +183,69 @@ fn the_file_cap_counts_what_a_restarted_rank_s_file_already_holds() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// Makes this test binary's `fsize_child` act: the directory it writes in.
+const FSIZE_CHILD: &str = "LENS_EXPORTERS_FSIZE_CHILD";
+
+/// The child of [`a_write_cut_short_by_a_full_disk_leaves_only_whole_lines`]:
+/// one export, then a file size limit 100 bytes past it (the kernel writes
+/// part of the next request, then refuses the rest: a full disk's effect),
+/// one export that fails, the limit lifted, one export that succeeds.
+#[test]
+fn fsize_child() {
+    let Some(dir) = std::env::var_os(FSIZE_CHILD).map(PathBuf::from) else { return };
+    let exporter = FileSpanExporter::create(&dir, 0, FileLimit::unlimited()).unwrap();
+    assert!(block_on(exporter.export(vec![span_data("first")])).is_ok());
+    let held = std::fs::metadata(file_path(&dir, Signal::Traces, 0)).unwrap().len();
+    let limit = |bytes: libc::rlim_t| {
+        let limit = libc::rlimit { rlim_cur: bytes, rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: a valid rlimit, for this process only.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) }, 0);
+    };
+    // SAFETY: ignoring SIGXFSZ makes a write past the limit fail with EFBIG
+    // instead of ending this (child) process.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    limit(held + 100);
+    assert!(block_on(exporter.export(vec![span_data("cut short")])).is_err(), "the write past the limit fails");
+    limit(libc::RLIM_INFINITY);
+    assert!(block_on(exporter.export(vec![span_data("after")])).is_ok());
+}
+
+/// A write the disk cuts short leaves no part of its request in the file,
+/// and the next request is a line of its own: every line is a request a
+/// reader can read (before, the part stayed and the retry was glued onto
+/// it). A file an earlier process left ending inside a line gets its next
+/// request on a new line.
+#[test]
+fn a_write_cut_short_by_a_full_disk_leaves_only_whole_lines() {
+    let dir = temp_dir("fsize");
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "fsize_child", "--nocapture", "--test-threads=1"])
+        .env(FSIZE_CHILD, &dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let path = file_path(&dir, Signal::Traces, 0);
+    let names = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|line| {
+                let request: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+                request["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"].as_str().unwrap().to_string()
+            })
+            .collect()
+    };
+    assert_eq!(names(&std::fs::read_to_string(&path).unwrap()), ["first", "after"]);
+
+    // A file that ends inside a line, as a process killed mid-write leaves it.
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"resourceSpans\":[{\"reso").unwrap();
+    let exporter = FileSpanExporter::create(&dir, 0, FileLimit::unlimited()).unwrap();
+    assert!(block_on(exporter.export(vec![span_data("next")])).is_ok());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"], "next");
+    assert_eq!(text.lines().count(), 4, "two whole lines, the cut one, the next one");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn file_exporters_append_otlp_json_requests_per_rank() {
     let root = temp_dir("file");

@@ -287,6 +287,9 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
         Ok(outcome) => outcome,
         Err(error) => {
             output::error(Some(rank.rank), &error);
+            // Where this rank's telemetry went, and what it dropped: a rank
+            // that fails reports it as one that finishes does.
+            output::print_telemetry(rank.rank, &summary, false);
             return ExitCode::from(if error.bad_input { 2 } else { 1 });
         }
     };
@@ -312,7 +315,14 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
 /// sees its peers go first), that waits for the lifecycle's handler, which
 /// then ends the process with the signal's status.
 fn fail(rank: u32, telemetry: &mut Telemetry, error: &dyn std::fmt::Display) -> ExitCode {
-    let _report = telemetry.shutdown();
+    let summary = output::TelemetrySummary {
+        enabled: telemetry.is_enabled(),
+        exporting: telemetry.is_exporting(),
+        destinations: telemetry.destinations(),
+        report: telemetry.shutdown(),
+        goodput: (None, None),
+    };
     output::error(Some(rank), error);
+    output::print_telemetry(rank, &summary, false);
     ExitCode::from(1)
 }

@@ -160,6 +160,10 @@ fn a_crash_and_resume_charges_the_lost_iterations_and_keeps_forty() {
     let (ok, stderr, first_wall) = attempt(&dir, "attempt-1", &with(&base, &["--inject-crash-at", "17"]), &groups);
     assert!(!ok, "the crashed attempt must fail: {stderr}");
     assert!(stderr.contains("injected crash after iteration 17"), "{stderr}");
+    // The exporting rank that failed still says where its telemetry went
+    // and what it dropped.
+    let report = stderr.lines().find(|l| l.contains("telemetry (rank 1) -> ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(report.contains(" exported, 0 dropped "), "{report}");
     let tracker = std::fs::read_to_string(dir.join("D").join("latest_checkpointed_iteration.txt")).unwrap();
     assert_eq!(tracker.trim(), "10", "no save after the crash");
     let record: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("D/goodput.json")).unwrap()).unwrap();

@@ -109,6 +109,17 @@ impl FileLimit {
     }
 }
 
+/// Whether the file at `path`, `length` bytes long, ends with a newline
+/// (unknown counts as yes: a file that cannot be read is not appended to
+/// either).
+fn ends_with_newline(path: &Path, length: u64) -> bool {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut last = [0_u8];
+    File::open(path)
+        .and_then(|mut file| file.seek(SeekFrom::Start(length - 1)).and_then(|_| file.read_exact(&mut last)))
+        .map_or(true, |()| last[0] == b'\n')
+}
+
 /// One append-only OTLP/JSON lines file.
 struct JsonLines {
     path: PathBuf,
@@ -117,6 +128,10 @@ struct JsonLines {
     written: AtomicU64,
     limit: Arc<FileLimit>,
     warned_full: AtomicBool,
+    /// The file ends inside a line (a write that failed and could not be
+    /// cut back, or a file left so by an earlier process): the next request
+    /// starts a new line, so that it is read whole.
+    open_line: AtomicBool,
 }
 
 impl JsonLines {
@@ -138,12 +153,14 @@ impl JsonLines {
                 source,
             })?;
         let held = file.metadata().map_or(0, |m| m.len());
+        let open_line = held > 0 && !ends_with_newline(&path, held);
         Ok(JsonLines {
             path,
             writer: Mutex::new(Some(BufWriter::new(file))),
             written: AtomicU64::new(held),
             limit,
             warned_full: AtomicBool::new(false),
+            open_line: AtomicBool::new(open_line),
         })
     }
 
@@ -159,7 +176,8 @@ impl JsonLines {
         let mut guard = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let writer = guard.as_mut().ok_or(OTelSdkError::AlreadyShutdown)?;
         let line = encoded.map_err(|error| failure(&error))?;
-        let size = line.len() as u64 + 1;
+        let newline_first = self.open_line.load(Ordering::Relaxed);
+        let size = line.len() as u64 + 1 + u64::from(newline_first);
         let written = self.written.load(Ordering::Relaxed);
         if written.saturating_add(size) > self.limit.max_bytes {
             self.limit.dropped.fetch_add(records, Ordering::Relaxed);
@@ -174,13 +192,33 @@ impl JsonLines {
             }
             return Ok(());
         }
-        writer
-            .write_all(&line)
+        let wrote = (if newline_first { writer.write_all(b"\n") } else { Ok(()) })
+            .and_then(|()| writer.write_all(&line))
             .and_then(|()| writer.write_all(b"\n"))
-            .and_then(|()| writer.flush())
-            .map_err(|error| failure(&error))?;
+            .and_then(|()| writer.flush());
+        if let Err(error) = wrote {
+            // A full disk takes part of a request: cut the file back to its
+            // last whole line, so that neither the part nor a retry glued
+            // onto it is a line no reader can read.
+            self.cut_back(&mut guard, written);
+            return Err(failure(&error));
+        }
+        self.open_line.store(false, Ordering::Relaxed);
         self.written.store(written + size, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// After a failed append: drops what the writer still buffers and cuts
+    /// the file back to `length` bytes (where the request began); when it
+    /// cannot be cut, the next request starts on a line of its own.
+    fn cut_back(&self, slot: &mut Option<BufWriter<File>>, length: u64) {
+        let Some(writer) = slot.take() else { return };
+        let (file, _unwritten) = writer.into_parts();
+        if file.set_len(length).is_err() {
+            self.open_line.store(true, Ordering::Relaxed);
+            self.written.store(file.metadata().map_or(length, |m| m.len()), Ordering::Relaxed);
+        }
+        *slot = Some(BufWriter::new(file));
     }
 
     fn flush(&self) -> OTelSdkResult {
