@@ -451,17 +451,22 @@ impl Pipeline {
 
         let deadline = Instant::now() + timeout;
         // The previous attempt's spans first: the replay sends them through
-        // the span processor, which the steps below shut down. A replay
-        // still running at the deadline keeps what it has not sent in its
-        // spools, for the next attempt or `lens recover`.
-        if let Some(done) = &self.replay_done
-            && !done.wait_until(deadline)
-        {
-            crate::diag::warn(format_args!(
-                "shutdown: the previous attempt's spans were still being replayed at the deadline; the spools not \
-                 yet sent are kept for the next attempt or `lens recover`"
-            ));
-        }
+        // the span processor, which the span step shuts down after it. A
+        // replay still running at the deadline keeps what it has not sent
+        // in its spools, for the next attempt or `lens recover`. Only the
+        // span step waits for it: a replay stuck on a hung trace collector
+        // does not cost the metrics and logs their time.
+        let replay_done = self.replay_done.clone();
+        let finish_replay = move |deadline: Instant| {
+            if let Some(done) = &replay_done
+                && !done.wait_until(deadline)
+            {
+                crate::diag::warn(format_args!(
+                    "shutdown: the previous attempt's spans were still being replayed at the deadline; the spools \
+                     not yet sent are kept for the next attempt or `lens recover`"
+                ));
+            }
+        };
         let truncated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut steps: Vec<Step> = Vec::new();
         #[cfg(feature = "prometheus")]
@@ -471,7 +476,22 @@ impl Pipeline {
         if let Some(provider) = tracer_provider {
             let open = closer.map_or(0, |c| c.open_count());
             truncated.store(open, Ordering::Relaxed);
-            steps.push(("shut down spans", Box::new(move |remaining| provider.shutdown_with_timeout(remaining))));
+            steps.push((
+                "shut down spans",
+                Box::new(move |remaining| {
+                    let deadline = Instant::now() + remaining;
+                    finish_replay(deadline);
+                    provider.shutdown_with_timeout(deadline.saturating_duration_since(Instant::now()))
+                }),
+            ));
+        } else if self.replay_done.is_some() {
+            steps.push((
+                "finish the replay",
+                Box::new(move |remaining| {
+                    finish_replay(Instant::now() + remaining);
+                    Ok(())
+                }),
+            ));
         }
         if let Some(provider) = meter_provider {
             // The periodic reader's shutdown takes and exports the final

@@ -611,6 +611,56 @@ fn a_rank_killed_below_the_highest_leaves_no_note_of_a_missing_export() {
     assert!(!text.contains("holds spans of run"), "{text}");
 }
 
+/// The next attempt of a killed one replays its spool through a trace
+/// collector that accepts connections and never answers: the replay is
+/// still running at shutdown, and it costs the final metric collection
+/// nothing (metrics go to a file here). Before, shutdown waited for the
+/// replay until its deadline and left the metrics no time: 0 exported.
+#[test]
+fn a_replay_stuck_on_a_hung_trace_collector_leaves_the_metrics_their_shutdown() {
+    let dir = temp_dir("goodput-replay-hung");
+    let base = with(
+        SMALL,
+        &[
+            "--otel-enabled",
+            "--otel-span-groups",
+            "per_step",
+            "--train-iters",
+            "20",
+            "--save",
+            "D",
+            "--save-interval",
+            "10",
+        ],
+    );
+    let files = [("MEGATRON_OTEL_EXPORTER", "file")];
+    let (ok, stderr, _) = attempt(&dir, "replay-hung", &with(&base, &["--inject-kill", "0:forward:15"]), &files);
+    assert!(!ok, "the killed attempt must fail: {stderr}");
+    // Connections complete in the backlog; nothing ever answers them.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", hung.local_addr().unwrap());
+    let env = [
+        ("OTEL_TRACES_EXPORTER", "otlp"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+        ("OTEL_METRICS_EXPORTER", "file"),
+        ("MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS", "2000"),
+    ];
+    let (ok, stderr, _) = attempt(&dir, "replay-hung", &with(&base, &["--load", "D"]), &env);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("the previous attempt's spans were still being replayed at the deadline"), "{stderr}");
+    let report = stderr.lines().find(|l| l.contains("metric points: ")).unwrap_or_else(|| panic!("{stderr}"));
+    let exported: u64 = report
+        .split("metric points: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(exported > 0, "the final collection is exported: {report}");
+    let metrics = std::fs::read_to_string(dir.join("telemetry/replay-hung/metrics-rank0.jsonl")).unwrap_or_default();
+    assert!(metrics.contains("megatron.training.loss"), "the final collection is in the file: {report}");
+    drop(hung);
+}
+
 /// Killed while an asynchronous save is in flight (`--inject-crash-during-save`):
 /// saves every 6, the save of 6 finalized, the save of 12 dispatched and
 /// never finalized, the last progress record at the log interval of 10.
