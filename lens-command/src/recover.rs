@@ -234,7 +234,14 @@ pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport
         .setup()
         .map_err(RecoverError::Setup)?;
     let report = lens_fallbacks::spool::recover(&telemetry, &args.dir);
-    telemetry.shutdown(Duration::from_secs(10));
+    let sent = telemetry.shutdown(Duration::from_secs(10));
+    if sent.rejected_spans > 0 {
+        // Delivered, so the spool is done with; the collector kept none of these.
+        lens_fallbacks::diag::warn(format_args!(
+            "the collector rejected {} of the recovered spans (partial success); they are not sent again",
+            sent.rejected_spans
+        ));
+    }
     Ok(report)
 }
 

@@ -99,6 +99,10 @@ pub struct ShutdownReport {
     /// exporter did not write because their file had reached its cap
     /// (`<PREFIX>_FILE_MAX_BYTES`).
     pub dropped_file_full: u64,
+    /// Spans the collector answered as rejected in an export it accepted
+    /// (OTLP's partial success, `rejected_spans`): counted among the
+    /// exported, never sent again.
+    pub rejected_spans: u64,
     /// Where each signal went, in words (`traces: file /abs/path`, `metrics:
     /// OTLP grpc http://localhost:4317`): the handle's destinations.
     pub destinations: Vec<String>,
@@ -152,6 +156,11 @@ impl fmt::Display for ShutdownReport {
         if self.dropped_file_full > 0 {
             // Counted among the exported above: the exporter took them.
             write!(f, "; {} of the exported records not written: file size cap reached", self.dropped_file_full)?;
+        }
+        if self.rejected_spans > 0 {
+            // Counted among the exported above: the collector took the
+            // export, and said it kept none of these.
+            write!(f, "; {} of the exported spans rejected by the collector (partial success)", self.rejected_spans)?;
         }
         if !self.destinations.is_empty() {
             write!(f, "; sent to {}", self.destinations.join(", "))?;

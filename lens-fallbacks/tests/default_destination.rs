@@ -241,6 +241,102 @@ fn first_rank_per_node_without_a_local_rank_says_every_rank_exports() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An OTLP/HTTP collector on 127.0.0.1 that accepts every export and
+/// answers that it rejected 2 of its spans (OTLP's partial success); the
+/// number of exports it answered, once `done` is set.
+fn partially_rejecting_collector() -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<u64>)
+{
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = std::sync::Arc::clone(&done);
+    // ExportTraceServiceResponse { partial_success: { rejected_spans: 2, error_message: "quota" } }.
+    const RESPONSE: &[u8] = b"\x0a\x09\x08\x02\x12\x05quota";
+    let server = std::thread::spawn(move || {
+        let mut answered = 0;
+        let started = Instant::now();
+        while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(30) {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            stream.set_nonblocking(false).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut request = Vec::new();
+            let mut buffer = [0_u8; 65536];
+            // Headers, then the body their Content-Length announces.
+            loop {
+                let text = String::from_utf8_lossy(&request).to_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                match stream.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(read) => request.extend_from_slice(&buffer[..read]),
+                }
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\nConnection: \
+                 close\r\n\r\n",
+                RESPONSE.len()
+            );
+            if stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(RESPONSE)).is_ok() {
+                answered += 1;
+            }
+        }
+        answered
+    });
+    (port, done, server)
+}
+
+/// A collector that accepts exports but rejects some of their spans (OTLP's
+/// partial success) is said once, with its message, and the shutdown report
+/// counts the rejected spans among the exported (before, they read as
+/// delivered).
+#[test]
+fn spans_a_collector_rejects_in_a_partial_success_are_counted_and_said() {
+    if !TRANSPORTS.otlp_http {
+        return;
+    }
+    let dir = temp_dir("partial-success");
+    let (port, done, server) = partially_rejecting_collector();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let (_, stderr) = run_child(
+        &dir,
+        "files",
+        &[
+            ("MYJOB_OTEL_ENABLED", "1"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+        ],
+    );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered = server.join().unwrap();
+    assert!(answered >= 1, "{stderr}");
+    let warning = format!(
+        "span export: the OTLP collector at {endpoint}/v1/traces rejected 2 span(s) of an export it accepted \
+         (partial success): quota; rejected spans are not sent again, and the shutdown report counts them"
+    );
+    assert_eq!(stderr.matches(&warning).count(), 1, "{stderr}");
+    let report = stderr.lines().find(|l| l.starts_with("child report: ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        report.contains(&format!("{} of the exported spans rejected by the collector (partial success)", 2 * answered)),
+        "{report}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_full_file_drops_records_with_one_warning_and_counts_them() {
     let dir = temp_dir("cap");

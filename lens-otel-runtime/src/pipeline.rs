@@ -239,6 +239,9 @@ pub struct Pipeline {
     log_counters: Option<Arc<crate::batch::SpanExportCounters>>,
     /// The `file` exporter's cap and what it dropped.
     file_limit: Option<Arc<FileLimit>>,
+    /// The spans collectors had rejected in this process when this
+    /// lifetime began ([`spans_rejected`]).
+    rejected_before: u64,
     parts: Mutex<Option<Parts>>,
     holds_slot: AtomicBool,
     /// Header values, removed from the report's error strings.
@@ -304,6 +307,7 @@ impl Pipeline {
             metric_counters: None,
             log_counters: None,
             file_limit: None,
+            rejected_before: spans_rejected(),
             parts: Mutex::new(None),
             holds_slot: AtomicBool::new(holds_slot),
             secrets: Vec::new(),
@@ -388,6 +392,7 @@ impl Pipeline {
             metrics: self.metric_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             logs: self.log_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             dropped_file_full: self.file_limit.as_ref().map_or(0, |l| l.dropped()),
+            rejected_spans: spans_rejected().saturating_sub(self.rejected_before),
             destinations: self.destinations.clone(),
             ..ShutdownReport::default()
         }
@@ -417,6 +422,7 @@ impl Pipeline {
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
         (report.dropped_file_full, report.destinations) = (now.dropped_file_full, now.destinations);
+        report.rejected_spans = now.rejected_spans;
         report
     }
 
@@ -525,6 +531,7 @@ impl Pipeline {
         let now = self.report();
         (report.spans, report.metrics, report.logs) = (now.spans, now.metrics, now.logs);
         (report.dropped_file_full, report.destinations) = (now.dropped_file_full, now.destinations);
+        report.rejected_spans = now.rejected_spans;
         // What is still pending now (a hung collector held it past the
         // deadline, and the processor's worker had not yet counted it as
         // it stopped) is lost to this lifetime: report it as unsent at
@@ -588,6 +595,15 @@ impl Pipeline {
             ACTIVE.store(false, Ordering::Release);
         }
     }
+}
+
+/// The spans collectors have rejected in this process (OTLP's partial
+/// success; none in a build without OTLP).
+fn spans_rejected() -> u64 {
+    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+    return crate::exporters::otlp::spans_rejected();
+    #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+    0
 }
 
 type Step = (&'static str, Box<dyn FnOnce(Duration) -> OTelSdkResult + Send>);
@@ -1026,6 +1042,7 @@ fn build(
         metric_counters,
         log_counters,
         file_limit: Some(file_limit),
+        rejected_before: spans_rejected(),
         parts: Mutex::new(Some(Parts {
             tracer_provider,
             closer,

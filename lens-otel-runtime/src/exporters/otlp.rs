@@ -736,16 +736,55 @@ struct SpanSender {
 /// The gRPC path of the trace service's `Export` call.
 const GRPC_TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
+/// Spans the collectors answered as rejected in this process (OTLP's partial
+/// success): delivered, counted among the exported, never sent again.
+static SPANS_REJECTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Whether a rejection has been warned about in this process.
+static WARNED_REJECTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The spans collectors have rejected in this process so far (OTLP's
+/// partial success: `rejected_spans` of an accepted export). The shutdown
+/// report counts a lifetime's among its exported spans.
+pub fn spans_rejected() -> u64 {
+    SPANS_REJECTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The rejected spans and the message of a trace export's response
+/// (protobuf, or OTLP/JSON for `json`); nothing rejected for a response
+/// that is empty or not one.
+fn partial_success(body: &[u8], json: bool) -> (u64, String) {
+    use prost::Message as _;
+    if body.is_empty() {
+        return (0, String::new());
+    }
+    if json {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else { return (0, String::new()) };
+        let partial = &value["partialSuccess"];
+        // int64 is a string in OTLP/JSON; a number is read too.
+        let rejected = match &partial["rejectedSpans"] {
+            serde_json::Value::String(text) => text.parse().unwrap_or(0),
+            other => other.as_u64().unwrap_or(0),
+        };
+        return (rejected, partial["errorMessage"].as_str().unwrap_or_default().to_string());
+    }
+    match opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse::decode(body) {
+        Ok(response) => response.partial_success.map_or((0, String::new()), |partial| {
+            (u64::try_from(partial.rejected_spans).unwrap_or(0), partial.error_message)
+        }),
+        Err(_) => (0, String::new()),
+    }
+}
+
 #[cfg(feature = "otlp-grpc")]
 /// A tonic codec that sends an already encoded protobuf message as it is and
-/// reads the (ignored) response.
+/// reads the response's bytes (for its partial success).
 #[derive(Clone, Copy, Debug, Default)]
 struct EncodedCodec;
 
 #[cfg(feature = "otlp-grpc")]
 impl tonic::codec::Codec for EncodedCodec {
     type Encode = Bytes;
-    type Decode = ();
+    type Decode = Bytes;
     type Encoder = EncodedCodec;
     type Decoder = EncodedCodec;
 
@@ -772,13 +811,12 @@ impl tonic::codec::Encoder for EncodedCodec {
 
 #[cfg(feature = "otlp-grpc")]
 impl tonic::codec::Decoder for EncodedCodec {
-    type Item = ();
+    type Item = Bytes;
     type Error = tonic::Status;
 
-    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
         use bytes::Buf as _;
-        src.advance(src.remaining());
-        Ok(Some(()))
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 
@@ -860,6 +898,7 @@ impl SpanSender {
                 let request = builder.body(body).map_err(|error| failure(error.to_string()))?;
                 let response = client.send(request).map_err(|error| failure(error.to_string()))?;
                 if response.status().is_success() {
+                    self.rejected(partial_success(response.body(), *json));
                     Ok(())
                 } else {
                     Err(failure(http_refusal(response.status(), url, Signal::Traces)))
@@ -874,8 +913,29 @@ impl SpanSender {
                 let status = |status: tonic::Status| failure(grpc_failure(&status));
                 grpc.ready().await.map_err(|error| failure(format!("the channel is not ready: {error}")))?;
                 let path = http::uri::PathAndQuery::from_static(GRPC_TRACE_EXPORT_PATH);
-                grpc.unary(tonic::Request::new(body), path, EncodedCodec).await.map(|_| ()).map_err(status)
+                let response = grpc.unary(tonic::Request::new(body), path, EncodedCodec).await.map_err(status)?;
+                self.rejected(partial_success(response.get_ref(), false));
+                Ok(())
             }
+        }
+    }
+
+    /// An accepted export whose collector rejected `rejected` of its spans,
+    /// with `message`: counted, and said once per process (OTLP: a rejected
+    /// span is not to be sent again).
+    fn rejected(&self, (rejected, message): (u64, String)) {
+        if rejected == 0 {
+            return;
+        }
+        SPANS_REJECTED.fetch_add(rejected, std::sync::atomic::Ordering::Relaxed);
+        if !WARNED_REJECTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let message = crate::diag::redact(&message, &self.first_failure.secrets);
+            let said = if message.is_empty() { String::new() } else { format!(": {message}") };
+            crate::diag::warn(format_args!(
+                "span export: the OTLP collector at {} rejected {rejected} span(s) of an export it accepted (partial \
+                 success){said}; rejected spans are not sent again, and the shutdown report counts them",
+                self.first_failure.endpoint.shown()
+            ));
         }
     }
 }
@@ -1247,6 +1307,25 @@ impl LogExporter for OtlpLogExporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A response's partial success, as gRPC and OTLP/HTTP protobuf carry
+    /// it and as OTLP/JSON spells it (int64 as a string, or a number); an
+    /// empty response, or one that is not one, rejects nothing.
+    #[test]
+    fn a_partial_success_is_read_in_both_encodings() {
+        use opentelemetry_proto::tonic::collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse};
+        use prost::Message as _;
+        let response = ExportTraceServiceResponse {
+            partial_success: Some(ExportTracePartialSuccess { rejected_spans: 7, error_message: "quota".into() }),
+        };
+        assert_eq!(partial_success(&response.encode_to_vec(), false), (7, "quota".to_string()));
+        let json = br#"{"partialSuccess":{"rejectedSpans":"7","errorMessage":"quota"}}"#;
+        assert_eq!(partial_success(json, true), (7, "quota".to_string()));
+        assert_eq!(partial_success(br#"{"partialSuccess":{"rejectedSpans":3}}"#, true), (3, String::new()));
+        assert_eq!(partial_success(b"", false), (0, String::new()));
+        assert_eq!(partial_success(b"{}", true), (0, String::new()));
+        assert_eq!(partial_success(b"\xff\xff", false), (0, String::new()));
+    }
     use crate::config::OtlpEndpoint;
 
     #[cfg(feature = "otlp-http")]
