@@ -248,6 +248,75 @@ fn idle_connections_delay_no_scrape_and_threads_and_descriptors_stay_bounded() {
     exporter.stop_server();
 }
 
+/// One answer on a kept-alive connection, `None` once the server closed it.
+fn try_status(reader: &mut BufReader<TcpStream>) -> Option<u16> {
+    let mut line = String::new();
+    reader.read_line(&mut line).ok().filter(|read| *read > 0)?;
+    let status = line.split_whitespace().nth(1)?.parse().ok()?;
+    let mut length = 0;
+    loop {
+        line.clear();
+        reader.read_line(&mut line).ok().filter(|read| *read > 0)?;
+        let header = line.trim_end().to_ascii_lowercase();
+        if header.is_empty() {
+            break;
+        }
+        if let Some(value) = header.strip_prefix("content-length:") {
+            length = value.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(status)
+}
+
+/// Clients that keep every slot busy with keep-alive requests (a dashboard
+/// polling hard) delay a new scrape by the connection age at most (2 s):
+/// each of their connections is closed after its answer once that old,
+/// and the waiting scrape gets the slot. Before, 60 s: past a scrape's
+/// timeout.
+#[test]
+fn busy_keep_alive_clients_delay_a_new_scrape_by_seconds_at_most() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _serial = serial();
+    let (exporter, _provider) = endpoint();
+    let addr = exporter.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy: Vec<_> = (0..PROMETHEUS_MAX_CONNECTIONS)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                // Keep-alive requests back to back; a new connection when the
+                // server closes one (bounded: the test stops them).
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(30) {
+                    let stream = connect(addr);
+                    let mut writer = stream.try_clone().unwrap();
+                    let mut reader = BufReader::new(stream);
+                    while !stop.load(Ordering::Relaxed)
+                        && writer.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").is_ok()
+                        && try_status(&mut reader) == Some(200)
+                    {}
+                }
+            })
+        })
+        .collect();
+    // Every slot taken.
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let answer = scrape(addr);
+    let waited = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for client in busy {
+        client.join().unwrap();
+    }
+    assert_eq!(answer.status, 200, "{answer:?}");
+    // 2 s of age, and a generous margin for a loaded machine.
+    assert!(waited < Duration::from_secs(8), "the new scrape waited {waited:?}");
+    exporter.stop_server();
+}
+
 #[test]
 fn the_endpoint_answers_like_an_http_server() {
     let _serial = serial();

@@ -10,7 +10,9 @@
 //! [`PROMETHEUS_MAX_CONNECTIONS`] at a time (more wait in the listen
 //! backlog), each closed when it has not sent a request's headers within
 //! [`PROMETHEUS_HEADER_TIMEOUT`], so a client that connects and sends
-//! nothing (a port scanner, a health checker) delays no scrape.
+//! nothing (a port scanner, a health checker) delays no scrape, and after
+//! its answer once it is 2 s old, so busy keep-alive clients delay one by
+//! 2 s at most.
 //!
 //! The server binds `host:(port + local_rank_offset)`; the offset is
 //! [`prometheus_port_offset`]: the local rank when several ranks of one host
@@ -81,8 +83,10 @@ pub const PROMETHEUS_MAX_CONNECTIONS: usize = 32;
 pub const PROMETHEUS_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one connection is kept at most: then it is closed after its
 /// current answer (or [`PROMETHEUS_HEADER_TIMEOUT`] later, for a client that
-/// does not read its answer).
-const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
+/// does not read its answer). Short, so that clients that keep every slot
+/// busy with keep-alive requests delay a new scrape by this much at most
+/// (a scraper reconnects each scrape; keep-alive serves a burst).
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(2);
 /// The read buffer of a connection: a request whose headers do not fit gets
 /// 431 (hyper's minimum is 8 KiB).
 const MAX_REQUEST_BYTES: usize = 16 * 1024;
