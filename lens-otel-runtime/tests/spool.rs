@@ -222,6 +222,20 @@ const FILE_SIZE_LIMITED: &str = "LENS_SPOOL_FILE_SIZE_LIMITED";
 /// under a file-size limit of 64 KiB (what a full file system looks like to
 /// `posix_fallocate`: no blocks for the file), a spool cannot be made; the
 /// error names the file, no file is left, and setup goes on without a spool.
+/// A spool directory that is a file is named as the directory, and said to
+/// be a file (not a bare "File exists" about a "spool file").
+#[test]
+fn a_spool_directory_that_is_a_file_is_named_as_such() {
+    let dir = std::env::temp_dir().join(format!("lens-spool-a-file-{}", std::process::id()));
+    std::fs::write(&dir, b"not a directory").unwrap();
+    let error = SpoolTable::create(&dir, 64 * 1024, &identity(0, 1)).expect_err("a file is in the way");
+    assert_eq!(
+        error.to_string(),
+        format!("cannot create the spool directory {}: a file, not a directory, is there", dir.display())
+    );
+    std::fs::remove_file(&dir).unwrap();
+}
+
 #[test]
 fn file_size_limited_child() {
     let Some(dir) = std::env::var_os(FILE_SIZE_LIMITED) else { return };

@@ -281,7 +281,16 @@ pub enum SpoolError {
     /// mapped.
     #[error("cannot create the spool file {path}: {source}")]
     Io {
-        /// The file or directory.
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The spool's directory could not be created (a file is in its place,
+    /// no permission).
+    #[error("cannot create the spool directory {path}: {source}")]
+    Directory {
+        /// The directory.
         path: PathBuf,
         /// What failed.
         source: std::io::Error,
@@ -357,7 +366,15 @@ impl SpoolTable {
             let path = path.to_path_buf();
             move |source| SpoolError::Io { path, source }
         };
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|source| {
+            // `create` of a path that is a file says only "File exists".
+            let source = if dir.exists() && !dir.is_dir() {
+                std::io::Error::new(std::io::ErrorKind::NotADirectory, "a file, not a directory, is there")
+            } else {
+                source
+            };
+            SpoolError::Directory { path: dir.to_path_buf(), source }
+        })?;
         let pid = std::process::id();
         let path = dir.join(file_name(identity, pid));
         let file = std::fs::OpenOptions::new()
