@@ -758,13 +758,13 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // another process of its run has one.
     let started: BTreeSet<(usize, Process)> =
         attempts.iter().filter(|(_, read)| read.boundaries.has_startup()).map(|(key, _)| key.clone()).collect();
-    // Per run, the highest rank whose own export was read: a run's goodput
+    // Per run and world size, the highest rank whose own export was read: a run's goodput
     // is read at one rank, so what was replayed of a lower rank's process
     // (a rank killed below the highest, replayed by its next attempt) is
     // no part of it, and its own export not being read is no loss.
-    let mut own_rank: BTreeMap<String, u32> = BTreeMap::new();
+    let mut own_rank: BTreeMap<(String, Option<i64>), u32> = BTreeMap::new();
     for ((_, process), read) in attempts.iter().filter(|(_, read)| read.own) {
-        let highest = own_rank.entry(process.run.clone()).or_insert(read.rank);
+        let highest = own_rank.entry((process.run.clone(), read.world)).or_insert(read.rank);
         *highest = (*highest).max(read.rank);
     }
     let mut partial: Vec<PartialRun> = Vec::new();
@@ -777,7 +777,7 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             && !started.contains(&(*dir_index, process.clone()))
             && started.iter().any(|(d, o)| d == dir_index && o.run == process.run && o != process);
         let replayed = !read.own || other_run || unmarked_part;
-        let read_above = own_rank.get(&process.run).is_some_and(|highest| *highest > read.rank);
+        let read_above = own_rank.get(&(process.run.clone(), read.world)).is_some_and(|highest| *highest > read.rank);
         if replayed && !read_above {
             let same_run = here.is_some_and(|p| p.iter().any(|o| o.run == process.run && o != process));
             let run = if same_run { process.to_string() } else { process.run.clone() };

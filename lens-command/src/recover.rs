@@ -213,15 +213,16 @@ pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport
         (format!("{prefix}_SAMPLING_STRATEGY"), String::new()),
         // This process keeps no spool of its own.
         (format!("{prefix}_SPOOL"), "0".into()),
-        // Its startup line names this run id; the spans keep their own
-        // run's resource (a random id there read as another run).
-        (format!("{prefix}_RUN_ID"), "lens-recover".into()),
         ("OTEL_SDK_DISABLED".into(), "false".into()),
     ];
     if let Some(out) = &args.to_files {
         overrides.push((format!("{prefix}_EXPORTER"), "file".into()));
         overrides.push((format!("{prefix}_FILE_DIR"), out.display().to_string()));
         overrides.push(("OTEL_TRACES_EXPORTER".into(), String::new()));
+        // Its startup line names this run id; the spans keep their own
+        // run's resource (a random id there read as another run). Without
+        // --to-files the id names the default file directory: a fresh one.
+        overrides.push((format!("{prefix}_RUN_ID"), "lens-recover".into()));
     }
     let env = lens_fallbacks::FnEnv(move |key: &str| match overrides.iter().find(|(k, _)| k == key) {
         Some((_, value)) if value.is_empty() => None,
@@ -234,14 +235,9 @@ pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport
         .setup()
         .map_err(RecoverError::Setup)?;
     let report = lens_fallbacks::spool::recover(&telemetry, &args.dir);
-    let sent = telemetry.shutdown(Duration::from_secs(10));
-    if sent.rejected_spans > 0 {
-        // Delivered, so the spool is done with; the collector kept none of these.
-        lens_fallbacks::diag::warn(format_args!(
-            "the collector rejected {} of the recovered spans (partial success); they are not sent again",
-            sent.rejected_spans
-        ));
-    }
+    // A collector's rejection of recovered spans (a partial success) is
+    // said by the exporter.
+    telemetry.shutdown(Duration::from_secs(10));
     Ok(report)
 }
 

@@ -83,7 +83,8 @@ use crate::exporters::{PrometheusExporter, PrometheusSettings};
 use crate::groups::{GroupSet, set_enabled_span_groups};
 use crate::identity::RunIdSource;
 use crate::identity::{
-    OsProbe, RankContext, ResourceInputs, SystemProbe, build_resource, resolve_run_id, restart_attempt,
+    LOCAL_RANK_VARIABLES, OsProbe, RankContext, ResourceInputs, SystemProbe, build_resource, resolve_run_id,
+    restart_attempt,
 };
 use crate::ids::SeedIndependentIdGenerator;
 use crate::lens_tracer::LensTracer;
@@ -463,14 +464,9 @@ impl Pipeline {
         // span step waits for it: a replay stuck on a hung trace collector
         // does not cost the metrics and logs their time.
         let replay_done = self.replay_done.clone();
-        let finish_replay = move |deadline: Instant| {
-            if let Some(done) = &replay_done
-                && !done.wait_until(deadline)
-            {
-                crate::diag::warn(format_args!(
-                    "shutdown: the previous attempt's spans were still being replayed at the deadline; the spools \
-                     not yet sent are kept for the next attempt or `lens recover`"
-                ));
+        let finish_replay = move || {
+            if let Some(done) = &replay_done {
+                done.wait_until(deadline);
             }
         };
         let truncated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -484,17 +480,16 @@ impl Pipeline {
             truncated.store(open, Ordering::Relaxed);
             steps.push((
                 "shut down spans",
-                Box::new(move |remaining| {
-                    let deadline = Instant::now() + remaining;
-                    finish_replay(deadline);
+                Box::new(move |_| {
+                    finish_replay();
                     provider.shutdown_with_timeout(deadline.saturating_duration_since(Instant::now()))
                 }),
             ));
         } else if self.replay_done.is_some() {
             steps.push((
                 "finish the replay",
-                Box::new(move |remaining| {
-                    finish_replay(Instant::now() + remaining);
+                Box::new(move |_| {
+                    finish_replay();
                     Ok(())
                 }),
             ));
@@ -513,6 +508,13 @@ impl Pipeline {
             steps.push(("shut down logs", Box::new(move |remaining| provider.shutdown_with_timeout(remaining))));
         }
         let mut report = run_steps(steps, deadline, &self.secrets);
+        // Said here, before the report it explains, not by the step's thread.
+        if self.replay_done.as_ref().is_some_and(|done| !done.is_done()) {
+            crate::diag::warn(format_args!(
+                "shutdown: the previous attempt's spans were still being replayed at the deadline; the spools not \
+                 yet sent are kept for the next attempt or `lens recover`"
+            ));
+        }
         report.performed = true;
         report.truncated_spans = truncated.load(Ordering::Relaxed);
         // A metric collection still in the exporter's hands (an export the
@@ -717,7 +719,10 @@ pub fn setup(
         && options.rank_strategy.is_none()
         && config.rank_strategy == "first_rank_per_node"
         && rank.world_size > 1
-        && ["LOCAL_RANK", "SLURM_LOCALID"].iter().all(|variable| env.non_empty(variable).is_none())
+        && LOCAL_RANK_VARIABLES.iter().all(|variable| env.non_empty(variable).is_none())
+        // The rank read from the environment, not given in code (an MPI
+        // program passes its local rank itself).
+        && RankContext::detect(env).ok() == Some(rank)
     {
         // A missing local rank counts as 0 (as in the original): said,
         // since it turns this strategy into every rank exporting.

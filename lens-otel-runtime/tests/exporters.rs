@@ -196,8 +196,12 @@ fn fsize_child() {
     let exporter = FileSpanExporter::create(&dir, 0, FileLimit::unlimited()).unwrap();
     assert!(block_on(exporter.export(vec![span_data("first")])).is_ok());
     let held = std::fs::metadata(file_path(&dir, Signal::Traces, 0)).unwrap().len();
+    // The hard limit stays as it is (raising it needs privileges).
+    let mut hard = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: a valid rlimit to write into.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut hard) }, 0);
     let limit = |bytes: libc::rlim_t| {
-        let limit = libc::rlimit { rlim_cur: bytes, rlim_max: libc::RLIM_INFINITY };
+        let limit = libc::rlimit { rlim_cur: bytes.min(hard.rlim_max), rlim_max: hard.rlim_max };
         // SAFETY: a valid rlimit, for this process only.
         assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limit) }, 0);
     };

@@ -216,12 +216,6 @@ fn a_new_spool_file_has_every_block_allocated() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const FILE_SIZE_LIMITED: &str = "LENS_SPOOL_FILE_SIZE_LIMITED";
-
-/// The child of [`a_spool_that_cannot_be_allocated_is_removed_and_setup_goes_on_without_one`]:
-/// under a file-size limit of 64 KiB (what a full file system looks like to
-/// `posix_fallocate`: no blocks for the file), a spool cannot be made; the
-/// error names the file, no file is left, and setup goes on without a spool.
 /// A spool directory that is a file is named as the directory, and said to
 /// be a file (not a bare "File exists" about a "spool file").
 #[test]
@@ -236,6 +230,12 @@ fn a_spool_directory_that_is_a_file_is_named_as_such() {
     std::fs::remove_file(&dir).unwrap();
 }
 
+const FILE_SIZE_LIMITED: &str = "LENS_SPOOL_FILE_SIZE_LIMITED";
+
+/// The child of [`a_spool_that_cannot_be_allocated_is_removed_and_setup_goes_on_without_one`]:
+/// under a file-size limit of 64 KiB (what a full file system looks like to
+/// `posix_fallocate`: no blocks for the file), a spool cannot be made; the
+/// error names the file, no file is left, and setup goes on without a spool.
 #[test]
 fn file_size_limited_child() {
     let Some(dir) = std::env::var_os(FILE_SIZE_LIMITED) else { return };

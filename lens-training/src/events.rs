@@ -616,9 +616,11 @@ struct GoodputState {
 /// set up as (`TrainingOptions::new(RankCoordinates::SINGLE)` in a job of
 /// several ranks): every rank's series would say rank 0, every rank would
 /// write the progress record and MFU would count one GPU. `None` when they
-/// agree.
+/// agree, or when the world size counts more GPUs than there are processes
+/// (a process that drives several).
 fn rank_mismatch(coordinates: RankCoordinates, world_size: u32, rank: lens_fallbacks::RankContext) -> Option<String> {
-    (coordinates.rank != rank.rank || world_size != rank.world_size).then(|| {
+    // More GPUs than processes is a process driving several; fewer is wrong.
+    (coordinates.rank != rank.rank || world_size < rank.world_size).then(|| {
         format!(
             "the training diagnosis was given rank {} of {world_size} but telemetry runs as rank {} of {}: its \
              per-rank series, hang lines, progress record and MFU would name the wrong rank or world; build its \
@@ -1503,6 +1505,10 @@ mod tests {
         // The right rank with the world left at 1 (MFU would count one GPU).
         let no_world = TrainingOptions::new(RankCoordinates::of(rank));
         assert!(rank_mismatch(no_world.coordinates, no_world.world_size, rank).is_some());
+        // One process driving 8 GPUs: more GPUs than processes is no mistake.
+        let one_process = TrainingOptions::new(RankCoordinates::SINGLE).with_world_size(8);
+        let one_rank = lens_fallbacks::RankContext::SINGLE;
+        assert_eq!(rank_mismatch(one_process.coordinates, one_process.world_size, one_rank), None);
         let right = TrainingOptions::for_rank(rank);
         assert_eq!(rank_mismatch(right.coordinates, right.world_size, rank), None);
         assert_eq!(rank_mismatch(single.coordinates, single.world_size, lens_fallbacks::RankContext::SINGLE), None);

@@ -185,7 +185,9 @@ impl HangRule {
         if completed != self.last_completed {
             // A resumed attempt's first iteration number says nothing of how
             // many it completed: the process's own count does (a snapshot
-            // without it, 0, counts the completions seen).
+            // without it, 0, counts the completions seen). Armed at a first
+            // look, auto's timeout comes from one step time; its floor (60 s)
+            // keeps that from being short.
             let delta = if self.last_completed == 0 { 1 } else { completed.saturating_sub(self.last_completed).max(1) };
             self.completions = self.completions.saturating_add(delta).max(snapshot.completed_here);
             self.last_completed = completed;

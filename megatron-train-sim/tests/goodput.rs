@@ -645,6 +645,10 @@ fn a_replay_stuck_on_a_hung_trace_collector_leaves_the_metrics_their_shutdown() 
         ("OTEL_METRICS_EXPORTER", "file"),
         ("MEGATRON_OTEL_SHUTDOWN_TIMEOUT_MS", "2000"),
     ];
+    // The killed attempt's metrics, if any, are in the same file: only what
+    // the next attempt adds counts.
+    let metrics_file = dir.join("telemetry/replay-hung/metrics-rank0.jsonl");
+    let before = std::fs::metadata(&metrics_file).map_or(0, |m| m.len() as usize);
     let (ok, stderr, _) = attempt(&dir, "replay-hung", &with(&base, &["--load", "D"]), &env);
     assert!(ok, "{stderr}");
     assert!(stderr.contains("the previous attempt's spans were still being replayed at the deadline"), "{stderr}");
@@ -656,8 +660,9 @@ fn a_replay_stuck_on_a_hung_trace_collector_leaves_the_metrics_their_shutdown() 
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{report}"));
     assert!(exported > 0, "the final collection is exported: {report}");
-    let metrics = std::fs::read_to_string(dir.join("telemetry/replay-hung/metrics-rank0.jsonl")).unwrap_or_default();
-    assert!(metrics.contains("megatron.training.loss"), "the final collection is in the file: {report}");
+    let metrics = std::fs::read(&metrics_file).unwrap_or_default();
+    let added = String::from_utf8_lossy(metrics.get(before..).unwrap_or_default());
+    assert!(added.contains("megatron.training.loss"), "the final collection is in the file: {report}");
     drop(hung);
 }
 

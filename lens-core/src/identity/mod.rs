@@ -27,7 +27,7 @@ pub mod run_id;
 pub mod uuids;
 
 pub use launch_id::{LaunchId, LaunchIdSource, resolve_launch_id};
-pub use rank::{RankContext, RankContextError};
+pub use rank::{LOCAL_RANK_VARIABLES, RankContext, RankContextError};
 pub use resource::{
     FixedProbe, OsProbe, ResourceAttributes, ResourceInputs, SystemProbe, build_resource, detect_host,
     detect_kubernetes, detect_resource, detect_slurm, otel_resource_attributes, visible_gpu_count,

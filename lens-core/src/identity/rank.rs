@@ -57,7 +57,8 @@ const TORCH: RankPair = RankPair { rank: "RANK", world_size: "WORLD_SIZE" };
 /// `srun`.
 const SLURM: RankPair = RankPair { rank: "SLURM_PROCID", world_size: "SLURM_NTASKS" };
 
-const LOCAL_RANK_VARIABLES: [&str; 2] = ["LOCAL_RANK", "SLURM_LOCALID"];
+/// The variables the local rank is read from, first set first.
+pub const LOCAL_RANK_VARIABLES: [&str; 2] = ["LOCAL_RANK", "SLURM_LOCALID"];
 const NODE_RANK_VARIABLES: [&str; 3] = ["GROUP_RANK", "NODE_RANK", "SLURM_NODEID"];
 
 impl RankContext {

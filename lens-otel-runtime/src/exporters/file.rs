@@ -192,6 +192,9 @@ impl JsonLines {
             }
             return Ok(());
         }
+        // The file's length before this request (the writer's buffer is
+        // empty: each request is flushed), what a failure cuts back to.
+        let before = writer.get_ref().metadata().map(|m| m.len()).ok();
         let wrote = (if newline_first { writer.write_all(b"\n") } else { Ok(()) })
             .and_then(|()| writer.write_all(&line))
             .and_then(|()| writer.write_all(b"\n"))
@@ -200,7 +203,7 @@ impl JsonLines {
             // A full disk takes part of a request: cut the file back to its
             // last whole line, so that neither the part nor a retry glued
             // onto it is a line no reader can read.
-            self.cut_back(&mut guard, written);
+            self.cut_back(&mut guard, before);
             return Err(failure(&error));
         }
         self.open_line.store(false, Ordering::Relaxed);
@@ -209,14 +212,23 @@ impl JsonLines {
     }
 
     /// After a failed append: drops what the writer still buffers and cuts
-    /// the file back to `length` bytes (where the request began); when it
-    /// cannot be cut, the next request starts on a line of its own.
-    fn cut_back(&self, slot: &mut Option<BufWriter<File>>, length: u64) {
+    /// the file back to `before` bytes, its length when the request began
+    /// (never growing it: a file truncated since, by hand or by a rotation,
+    /// is shorter); when it cannot be cut, or its length was unknown, the
+    /// next request starts on a line of its own if the file now ends inside
+    /// one.
+    fn cut_back(&self, slot: &mut Option<BufWriter<File>>, before: Option<u64>) {
         let Some(writer) = slot.take() else { return };
         let (file, _unwritten) = writer.into_parts();
-        if file.set_len(length).is_err() {
-            self.open_line.store(true, Ordering::Relaxed);
-            self.written.store(file.metadata().map_or(length, |m| m.len()), Ordering::Relaxed);
+        let now = file.metadata().map(|m| m.len()).ok();
+        let cut = match (before, now) {
+            (Some(before), Some(now)) if now > before => file.set_len(before).is_ok(),
+            (Some(_), Some(_)) => true,
+            _ => false,
+        };
+        if !cut {
+            let length = file.metadata().map_or(0, |m| m.len());
+            self.open_line.store(length > 0 && !ends_with_newline(&self.path, length), Ordering::Relaxed);
         }
         *slot = Some(BufWriter::new(file));
     }

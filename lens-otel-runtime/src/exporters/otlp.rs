@@ -879,7 +879,9 @@ impl SpanSender {
         Ok(Bytes::from(body))
     }
 
-    async fn send(&self, body: Bytes) -> OTelSdkResult {
+    /// Sends `body`, an export started in `context` (read where the export
+    /// began: this may run on another thread).
+    async fn send(&self, body: Bytes, context: Exporting) -> OTelSdkResult {
         if self.shut_down.load(std::sync::atomic::Ordering::Acquire) {
             return Err(OTelSdkError::AlreadyShutdown);
         }
@@ -898,7 +900,7 @@ impl SpanSender {
                 let request = builder.body(body).map_err(|error| failure(error.to_string()))?;
                 let response = client.send(request).map_err(|error| failure(error.to_string()))?;
                 if response.status().is_success() {
-                    self.rejected(partial_success(response.body(), *json));
+                    self.rejected(partial_success(response.body(), *json), context);
                     Ok(())
                 } else {
                     Err(failure(http_refusal(response.status(), url, Signal::Traces)))
@@ -914,26 +916,35 @@ impl SpanSender {
                 grpc.ready().await.map_err(|error| failure(format!("the channel is not ready: {error}")))?;
                 let path = http::uri::PathAndQuery::from_static(GRPC_TRACE_EXPORT_PATH);
                 let response = grpc.unary(tonic::Request::new(body), path, EncodedCodec).await.map_err(status)?;
-                self.rejected(partial_success(response.get_ref(), false));
+                self.rejected(partial_success(response.get_ref(), false), context);
                 Ok(())
             }
         }
     }
 
     /// An accepted export whose collector rejected `rejected` of its spans,
-    /// with `message`: counted, and said once per process (OTLP: a rejected
-    /// span is not to be sent again).
-    fn rejected(&self, (rejected, message): (u64, String)) {
+    /// with `message`: said once per process (OTLP: a rejected span is not
+    /// to be sent again), and counted for the shutdown report when the
+    /// spans are the job's (a replay's never count among its exported).
+    fn rejected(&self, (rejected, message): (u64, String), context: Exporting) {
         if rejected == 0 {
             return;
         }
-        SPANS_REJECTED.fetch_add(rejected, std::sync::atomic::Ordering::Relaxed);
+        let replay = context == Exporting::Replay;
+        if !replay {
+            SPANS_REJECTED.fetch_add(rejected, std::sync::atomic::Ordering::Relaxed);
+        }
         if !WARNED_REJECTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             let message = crate::diag::redact(&message, &self.first_failure.secrets);
             let said = if message.is_empty() { String::new() } else { format!(": {message}") };
+            let (what, counted) = if replay {
+                ("spans replayed from a crash spool", "")
+            } else {
+                ("span(s) of an export it accepted", ", and the shutdown report counts them")
+            };
             crate::diag::warn(format_args!(
-                "span export: the OTLP collector at {} rejected {rejected} span(s) of an export it accepted (partial \
-                 success){said}; rejected spans are not sent again, and the shutdown report counts them",
+                "span export: the OTLP collector at {} rejected {rejected} {what} (partial success){said}; rejected \
+                 spans are not sent again{counted}",
                 self.first_failure.endpoint.shown()
             ));
         }
@@ -976,7 +987,7 @@ impl OtlpSpanExporter {
         let sender = Arc::clone(&self.sender);
         let context = Exporting::now();
         InRuntime::new(self.runtime.as_ref(), async move {
-            let result = sender.send(body).await;
+            let result = sender.send(body, context).await;
             sender.first_failure.check(result, context)
         })
     }
@@ -1307,6 +1318,7 @@ impl LogExporter for OtlpLogExporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::OtlpEndpoint;
 
     /// A response's partial success, as gRPC and OTLP/HTTP protobuf carry
     /// it and as OTLP/JSON spells it (int64 as a string, or a number); an
@@ -1326,7 +1338,6 @@ mod tests {
         assert_eq!(partial_success(b"{}", true), (0, String::new()));
         assert_eq!(partial_success(b"\xff\xff", false), (0, String::new()));
     }
-    use crate::config::OtlpEndpoint;
 
     #[cfg(feature = "otlp-http")]
     #[test]

@@ -277,8 +277,7 @@ impl std::fmt::Debug for SpoolTable {
 /// Why a spool file could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
-    /// The directory or the file could not be created, sized, locked or
-    /// mapped.
+    /// The file could not be created, sized, locked or mapped.
     #[error("cannot create the spool file {path}: {source}")]
     Io {
         /// The file.

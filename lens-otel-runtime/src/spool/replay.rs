@@ -408,6 +408,11 @@ impl ReplayDone {
         changed.notify_all();
     }
 
+    /// Whether the thread is done.
+    pub(crate) fn is_done(&self) -> bool {
+        *self.0.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Waits until the thread is done or `deadline` passes; whether it is
     /// done.
     pub(crate) fn wait_until(&self, deadline: Instant) -> bool {
