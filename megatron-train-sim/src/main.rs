@@ -315,13 +315,7 @@ fn run_rank(args: Args, mut stamps: StartupTimestamps) -> ExitCode {
 /// sees its peers go first), that waits for the lifecycle's handler, which
 /// then ends the process with the signal's status.
 fn fail(rank: u32, telemetry: &mut Telemetry, error: &dyn std::fmt::Display) -> ExitCode {
-    let summary = output::TelemetrySummary {
-        enabled: telemetry.is_enabled(),
-        exporting: telemetry.is_exporting(),
-        destinations: telemetry.destinations(),
-        report: telemetry.shutdown(),
-        goodput: (None, None),
-    };
+    let summary = output::TelemetrySummary::at_shutdown(telemetry);
     output::error(Some(rank), error);
     output::print_telemetry(rank, &summary, false);
     ExitCode::from(1)

@@ -150,6 +150,20 @@ pub(crate) struct TelemetrySummary {
     pub(crate) goodput: (Option<lens_training::goodput::GoodputTotals>, Option<f64>),
 }
 
+impl TelemetrySummary {
+    /// Shuts `telemetry` down and says what it did, for a run with no
+    /// goodput (a server, a rank that failed before training).
+    pub(crate) fn at_shutdown(telemetry: &mut crate::telemetry::Telemetry) -> TelemetrySummary {
+        TelemetrySummary {
+            enabled: telemetry.is_enabled(),
+            exporting: telemetry.is_exporting(),
+            destinations: telemetry.destinations(),
+            report: telemetry.shutdown(),
+            goodput: (None, None),
+        }
+    }
+}
+
 /// The `goodput` object of the summary JSON (`null` with telemetry off).
 fn goodput_json(telemetry: &TelemetrySummary) -> Value {
     let (Some(totals), mfu) = telemetry.goodput else { return Value::Null };

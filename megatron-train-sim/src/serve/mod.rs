@@ -151,14 +151,8 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
     };
     let metrics = telemetry.serve_ready();
     let code = serve(args, model, max_model_len, listener, local, &stop, metrics);
-    let summary = output::TelemetrySummary {
-        enabled: telemetry.is_enabled(),
-        exporting: telemetry.is_exporting(),
-        destinations: telemetry.destinations(),
-        report: telemetry.shutdown(),
-        // A server trains nothing: no goodput.
-        goodput: (None, None),
-    };
+    // A server trains nothing: no goodput.
+    let summary = output::TelemetrySummary::at_shutdown(&mut telemetry);
     output::print_telemetry(rank.rank, &summary, true);
     code
 }
