@@ -57,6 +57,7 @@ use super::exporters::LensSpanExporter;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use super::exporters::OtlpSpanExporter;
 use crate::diag::{RateLimit, warn};
+pub use crate::export_result::{ExportError, ExportResult, Retry};
 use crate::ledger::{Admission, Change, Counter, ExportEvent, Outcome, admit, retries_over};
 use crate::replaying::ReplayScope;
 pub use crate::report::SpanExportSnapshot;
@@ -356,7 +357,7 @@ fn wait_timeout<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>, timeout: Duration
 
 /// One export attempt, owning what it needs so that it can run on another
 /// thread or runtime.
-pub type ExportFuture = Pin<Box<dyn Future<Output = OTelSdkResult> + Send + 'static>>;
+pub type ExportFuture = Pin<Box<dyn Future<Output = ExportResult> + Send + 'static>>;
 
 /// A batch readied for its export attempts, kept until the last one.
 #[derive(Debug)]
@@ -395,7 +396,8 @@ pub trait BatchExporter<T>: Send + Sync {
 fn not_encoded() -> ExportFuture {
     Box::pin(std::future::ready(Err(OTelSdkError::InternalFailure(
         "an encoded batch reached an exporter of items".into(),
-    ))))
+    )
+    .into())))
 }
 
 /// A [`SpanExporter`] as an [`BatchExporter`]: it consumes its batch, so
@@ -406,7 +408,7 @@ impl<E: SpanExporter + 'static> BatchExporter<SpanData> for Spans<E> {
     fn export_payload(self: Arc<Self>, payload: &Payload<SpanData>) -> ExportFuture {
         let Payload::Items(batch) = payload else { return not_encoded() };
         let batch = Vec::clone(batch);
-        Box::pin(async move { self.0.export(batch).await })
+        Box::pin(async move { Ok(self.0.export(batch).await?) })
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
@@ -436,7 +438,7 @@ impl BatchExporter<SpanData> for EncodedSpans {
             Payload::Encoded(body) => Box::pin(self.0.send_encoded(body.clone())),
             Payload::Items(batch) => {
                 let batch = Vec::clone(batch);
-                Box::pin(async move { self.0.export(batch).await })
+                Box::pin(async move { Ok(self.0.export(batch).await?) })
             }
         }
     }
@@ -472,7 +474,7 @@ impl<E: LogExporter + 'static> BatchExporter<LogItem> for Logs<E> {
         Box::pin(async move {
             let records: Vec<(&SdkLogRecord, &InstrumentationScope)> =
                 batch.iter().map(|(record, scope)| (record, scope)).collect();
-            self.0.export(LogBatch::new(&records)).await
+            Ok(self.0.export(LogBatch::new(&records)).await?)
         })
     }
 
@@ -943,7 +945,9 @@ impl<T: Item> Owner<T> {
                         let _replay = ReplayScope::enter();
                         exporter.export_payload(&payload)
                     };
-                    block_on_until(future, Instant::now() + timeout).unwrap_or(Err(OTelSdkError::Timeout(timeout)))
+                    block_on_until(future, Instant::now() + timeout)
+                        .unwrap_or(Err(OTelSdkError::Timeout(timeout).into()))
+                        .map_err(|failure| failure.error)
                 }
                 Err(error) => Err(error),
             }
@@ -1485,7 +1489,9 @@ fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
 /// Exports `batch`, retrying failures with backoff until the retry window
 /// (or the shutdown deadline) ends: a batch whose retries the window ended
 /// failed; one whose retries the shutdown deadline cut short is unsent at
-/// shutdown. The batch is readied once (encoded, for lens's OTLP exporter)
+/// shutdown. A failure the destination says is final ([`Retry::Never`])
+/// fails the batch at once; one that names its wait ([`Retry::After`]) is
+/// retried after that wait instead of the backoff. The batch is readied once (encoded, for lens's OTLP exporter)
 /// and kept for the retries; a batch that cannot be readied (it cannot be
 /// encoded) fails at once, since a retry would fail the same way.
 fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
@@ -1517,18 +1523,27 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
         inner.counters.attempt_started();
         let result = attempt(inner, &payload, attempt_deadline);
         if let Err(error) = &result {
-            inner.keep_error(error);
+            inner.keep_error(&error.error);
         }
         inner.counters.attempt_ended(result.is_err());
-        if result.is_ok() {
-            return Outcome::Exported;
-        }
-        let wake_at = Instant::now() + jittered(backoff);
+        let retry = match result {
+            Ok(()) => return Outcome::Exported,
+            Err(error) => error.retry,
+        };
+        // A wait the destination asked for is kept even when shutdown
+        // begins (a retry sooner would be refused again): the batch is then
+        // unsent at shutdown if the deadline comes first.
+        let (wait, asked) = match retry {
+            Retry::Never => return Outcome::Failed,
+            Retry::Backoff => (jittered(backoff), false),
+            Retry::After(wait) => (wait, true),
+        };
+        let wake_at = Instant::now() + wait;
         backoff = (backoff * 2).min(RETRY_MAX_BACKOFF);
         if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), wake_at) {
             return outcome;
         }
-        sleep_until(inner, wake_at, shutdown_deadline.is_some());
+        sleep_until(inner, wake_at, shutdown_deadline.is_some() || asked);
         if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), Instant::now()) {
             return outcome;
         }
@@ -1560,7 +1575,7 @@ fn jittered(backoff: Duration) -> Duration {
 
 /// One export attempt, bounded by `deadline`; a panicking exporter counts
 /// as a failed attempt.
-fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -> OTelSdkResult {
+fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -> ExportResult {
     // The bound this attempt really has, which a timeout states: the export
     // timeout, or less when shutdown's deadline comes first (rounded up to
     // the millisecond: 100 ms, not 99.99 ms).
@@ -1569,13 +1584,13 @@ fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -
     let future = match catch_unwind(AssertUnwindSafe(|| inner.exporter().export_payload(payload))) {
         Ok(future) => future,
         Err(_) => {
-            return Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)));
+            return Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)).into());
         }
     };
     // Whichever thread polls it (a worker of the caller's runtime) is on
     // the export path meanwhile.
     let future = crate::export_path::marked(future);
-    let timeout = || OTelSdkError::Timeout(bound);
+    let timeout = || ExportError::from(OTelSdkError::Timeout(bound));
     let outcome = catch_unwind(AssertUnwindSafe(|| match &inner.config.runtime {
         None => block_on_until(future, deadline).unwrap_or_else(|| Err(timeout())),
         Some(runtime) => {
@@ -1583,7 +1598,7 @@ fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -
             match block_on_until(&mut task, deadline) {
                 Some(Ok(result)) => result,
                 Some(Err(join_error)) => {
-                    Err(OTelSdkError::InternalFailure(format!("the export task failed: {join_error}")))
+                    Err(OTelSdkError::InternalFailure(format!("the export task failed: {join_error}")).into())
                 }
                 None => {
                     task.abort();
@@ -1593,7 +1608,7 @@ fn attempt<T: Item>(inner: &Inner<T>, payload: &Payload<T>, deadline: Instant) -
         }
     }));
     outcome.unwrap_or_else(|_| {
-        Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)))
+        Err(OTelSdkError::InternalFailure(format!("the {} exporter panicked", inner.pipeline.what)).into())
     })
 }
 
@@ -1632,7 +1647,7 @@ impl Warned {
             ""
         };
         warn(format_args!(
-            "{}: {} {} dropped (queue full: {queue_full}, export failed after retries: {failed}, \
+            "{}: {} {} dropped (queue full: {queue_full}, export failed: {failed}, \
              unsent at shutdown: {at_shutdown}{kept}) and {errors} export attempts failed since the last \
              report{cause}",
             inner.pipeline.what,

@@ -48,6 +48,7 @@ pub mod closer;
 pub mod convert;
 pub mod current_span;
 mod executor;
+pub mod export_result;
 pub mod exporters;
 pub mod ids;
 pub mod ledger;

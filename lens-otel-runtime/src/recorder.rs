@@ -407,10 +407,11 @@ impl<E: SpanExporter + 'static> BatchExporter<SpanRecord> for RecordsAsSpanData<
         let Payload::Items(batch) = payload else {
             return Box::pin(std::future::ready(Err(OTelSdkError::InternalFailure(
                 "an encoded batch reached an exporter of span records".into(),
-            ))));
+            )
+            .into())));
         };
         let spans: Vec<SpanData> = batch.iter().cloned().map(|r| r.to_span_data(&self.scope)).collect();
-        Box::pin(async move { self.exporter.export(spans).await })
+        Box::pin(async move { Ok(self.exporter.export(spans).await?) })
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
@@ -466,7 +467,8 @@ impl BatchExporter<SpanRecord> for DirectOtlp {
             Payload::Encoded(body) => Box::pin(self.exporter.send_encoded(body.clone())),
             Payload::Items(_) => Box::pin(std::future::ready(Err(OTelSdkError::InternalFailure(
                 "span records reached the OTLP exporter unencoded".into(),
-            )))),
+            )
+            .into()))),
         }
     }
 

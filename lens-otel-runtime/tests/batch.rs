@@ -524,7 +524,7 @@ mod otlp_retry {
 
     use lens_core::config::{Headers, OtlpEndpoint, OtlpProtocol, OtlpSettings};
     use lens_otel_runtime::batch::{BatchConfig, LensBatchSpanProcessor};
-    use lens_otel_runtime::exporters::build_otlp_span_exporter;
+    use lens_otel_runtime::exporters::{LensSpanExporter, build_otlp_span_exporter};
     use opentelemetry::KeyValue;
     use opentelemetry::trace::{Tracer as _, TracerProvider as _};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -532,10 +532,14 @@ mod otlp_retry {
     use opentelemetry_sdk::trace::SdkTracerProvider;
     use prost::Message as _;
 
+    /// A request's arrival and body.
+    type Request = (Instant, Vec<u8>);
+
     /// Serves `answers.len()` HTTP requests on 127.0.0.1, one per
-    /// connection, answering each with the next status; returns the port and
-    /// a handle yielding the request bodies.
-    fn collector(answers: &'static [&'static str]) -> (u16, std::thread::JoinHandle<Vec<Vec<u8>>>) {
+    /// connection, answering each with the next status line (and any header
+    /// lines after it); returns the port and a handle yielding each
+    /// request's arrival and body.
+    fn collector(answers: &'static [&'static str]) -> (u16, std::thread::JoinHandle<Vec<Request>>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
@@ -544,6 +548,7 @@ mod otlp_retry {
                 let (mut stream, _) = listener.accept().unwrap();
                 stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
                 let started = Instant::now();
+                let arrived = started;
                 let mut request = Vec::new();
                 let mut buffer = [0_u8; 8192];
                 let mut body_start = None;
@@ -569,7 +574,7 @@ mod otlp_retry {
                     }
                 }
                 let start = body_start.expect("a whole request head");
-                bodies.push(request[start..start + length].to_vec());
+                bodies.push((arrived, request[start..start + length].to_vec()));
                 let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
                 stream.write_all(answer.as_bytes()).unwrap();
             }
@@ -587,9 +592,9 @@ mod otlp_retry {
             timeout: Duration::from_secs(5),
             ..OtlpSettings::default()
         };
-        let exporter = build_otlp_span_exporter(&settings).unwrap();
+        let exporter = LensSpanExporter::Otlp(Box::new(build_otlp_span_exporter(&settings).unwrap()));
         let config = BatchConfig { retry_window: Duration::from_secs(20), ..BatchConfig::default() };
-        let batch = LensBatchSpanProcessor::new(exporter, config);
+        let batch = LensBatchSpanProcessor::for_configured(exporter, config);
         let resource = Resource::builder_empty().with_attribute(KeyValue::new("service.name", "retry-test")).build();
         let provider = SdkTracerProvider::builder().with_resource(resource).with_span_processor(batch.clone()).build();
         let tracer = provider.tracer("retry");
@@ -602,8 +607,8 @@ mod otlp_retry {
         assert_eq!((counters.exported, counters.retries, counters.export_errors), (3, 1, 1), "{counters:?}");
         assert_eq!(counters.dropped(), 0, "{counters:?}");
         assert_eq!(bodies.len(), 2);
-        assert_eq!(bodies[0], bodies[1], "the retry resends the same request");
-        let request = ExportTraceServiceRequest::decode(bodies[1].as_slice()).unwrap();
+        assert_eq!(bodies[0].1, bodies[1].1, "the retry resends the same request");
+        let request = ExportTraceServiceRequest::decode(bodies[1].1.as_slice()).unwrap();
         let resource_spans = &request.resource_spans[0];
         let service = resource_spans.resource.as_ref().unwrap().attributes.iter().find(|kv| kv.key == "service.name");
         assert!(format!("{service:?}").contains("retry-test"), "{service:?}");
@@ -629,9 +634,9 @@ mod otlp_retry {
             timeout: Duration::from_secs(5),
             ..OtlpSettings::default()
         };
-        let exporter = build_otlp_span_exporter(&settings).unwrap();
+        let exporter = LensSpanExporter::Otlp(Box::new(build_otlp_span_exporter(&settings).unwrap()));
         let config = BatchConfig { retry_window: Duration::from_secs(10), ..BatchConfig::default() };
-        let batch = LensBatchSpanProcessor::new(exporter, config);
+        let batch = LensBatchSpanProcessor::for_configured(exporter, config);
         let resource = Resource::builder_empty().with_attribute(KeyValue::new("service.name", "grpc-retry")).build();
         let provider = SdkTracerProvider::builder().with_resource(resource).with_span_processor(batch.clone()).build();
         let tracer = provider.tracer("retry");
@@ -660,5 +665,89 @@ mod otlp_retry {
         names.sort_unstable();
         assert_eq!(names, ["first", "second", "third"], "every span exactly once");
         provider.shutdown().ok();
+    }
+
+    /// A processor of lens's OTLP exporter to `endpoint` over `protocol`,
+    /// with a retry window of 20 s, on an SDK provider.
+    fn pipeline(endpoint: String, protocol: OtlpProtocol) -> (LensBatchSpanProcessor, SdkTracerProvider) {
+        let settings = OtlpSettings {
+            endpoint: Some(OtlpEndpoint { url: endpoint, signal_specific: false }),
+            protocol,
+            timeout: Duration::from_secs(5),
+            ..OtlpSettings::default()
+        };
+        let exporter = LensSpanExporter::Otlp(Box::new(build_otlp_span_exporter(&settings).unwrap()));
+        let config = BatchConfig { retry_window: Duration::from_secs(20), ..BatchConfig::default() };
+        // Lens's own sender of encoded batches, as a job's spans take it.
+        let batch = LensBatchSpanProcessor::for_configured(exporter, config);
+        let provider = SdkTracerProvider::builder().with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer("retry");
+        for name in ["first", "second", "third"] {
+            tracer.in_span(name, |_| {});
+        }
+        (batch, provider)
+    }
+
+    /// An answer OTLP says is final (401: the credentials are wrong) is not
+    /// retried for the whole retry window: the batch is dropped and counted
+    /// as failed at once.
+    #[test]
+    fn a_final_http_answer_is_not_retried() {
+        let (port, server) = collector(&["401 Unauthorized"]);
+        let (batch, provider) = pipeline(format!("http://127.0.0.1:{port}"), OtlpProtocol::HttpProtobuf);
+        let flushed = batch.force_flush_with_timeout(Duration::from_secs(20));
+        let counters = batch.counters().snapshot();
+        assert_eq!(server.join().unwrap().len(), 1, "one request");
+        assert_eq!((counters.exported, counters.retries, counters.export_errors), (0, 0, 1), "{counters:?}");
+        assert_eq!(counters.dropped_export_failed, 3, "{counters:?}");
+        assert!(flushed.is_ok(), "the flush ends once the batch is resolved: {flushed:?}");
+        provider.shutdown().ok();
+    }
+
+    /// A throttling answer's `Retry-After` is the wait before the retry (the
+    /// backoff alone would retry within 100 ms).
+    #[test]
+    fn a_throttled_http_export_waits_as_long_as_the_collector_asks() {
+        let (port, server) = collector(&["429 Too Many Requests\r\nRetry-After: 2", "200 OK"]);
+        let (batch, provider) = pipeline(format!("http://127.0.0.1:{port}"), OtlpProtocol::HttpProtobuf);
+        batch.force_flush_with_timeout(Duration::from_secs(20)).unwrap();
+        let counters = batch.counters().snapshot();
+        let requests = server.join().unwrap();
+        assert_eq!((counters.exported, counters.retries, counters.export_errors), (3, 1, 1), "{counters:?}");
+        let waited = requests[1].0 - requests[0].0;
+        assert!(waited >= Duration::from_millis(1900), "the retry came {waited:?} after the refusal, not 2 s");
+        provider.shutdown().ok();
+    }
+
+    /// The same rules over gRPC: `UNAUTHENTICATED` is final, and so is
+    /// `RESOURCE_EXHAUSTED` without a `RetryInfo`; `RESOURCE_EXHAUSTED`
+    /// with one is retried after its delay.
+    #[test]
+    fn grpc_answers_are_retried_as_otlp_says() {
+        use super::grpc_collector::{collector_refusing_with, retry_info};
+        for (refusal, retried) in [
+            (tonic::Status::unauthenticated("bad token"), false),
+            (tonic::Status::resource_exhausted("the collector is full"), false),
+            (retry_info(tonic::Code::ResourceExhausted, Duration::from_millis(1500)), true),
+        ] {
+            let code = refusal.code();
+            let collector = collector_refusing_with::<ExportTraceServiceRequest>(vec![refusal]);
+            let (batch, provider) = pipeline(collector.endpoint.clone(), OtlpProtocol::Grpc);
+            let flushed = batch.force_flush_with_timeout(Duration::from_secs(20));
+            let counters = batch.counters().snapshot();
+            let calls = collector.calls.lock().unwrap().clone();
+            assert!(flushed.is_ok(), "{code:?}: {flushed:?}");
+            if retried {
+                assert_eq!((counters.exported, counters.retries), (3, 1), "{code:?}: {counters:?}");
+                assert_eq!(calls.len(), 2, "{code:?}: {calls:?}");
+                let waited = calls[1].at_unix_nano - calls[0].at_unix_nano;
+                assert!(waited >= 1_400_000_000, "{code:?}: the retry came {waited} ns after the refusal, not 1.5 s");
+            } else {
+                assert_eq!((counters.exported, counters.retries), (0, 0), "{code:?}: {counters:?}");
+                assert_eq!(counters.dropped_export_failed, 3, "{code:?}: {counters:?}");
+                assert_eq!(calls.len(), 1, "{code:?}: {calls:?}");
+            }
+            provider.shutdown().ok();
+        }
     }
 }

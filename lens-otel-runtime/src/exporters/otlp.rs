@@ -70,6 +70,7 @@ use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 use super::ExporterError;
 use super::runtime::{InRuntime, OtlpRuntime};
 use crate::config::{Compression, Headers, OtlpProtocol, OtlpSettings, Signal, redact_endpoint};
+use crate::export_result::{ExportError, ExportResult, Retry};
 
 /// Response bodies larger than this are refused (as the SDK's clients do).
 #[cfg(feature = "otlp-http")]
@@ -155,23 +156,30 @@ impl FirstFailure {
 
     /// `result`, after reporting it if it is this exporter's first failure
     /// in `context`.
-    fn check(&self, result: OTelSdkResult, context: Exporting) -> OTelSdkResult {
+    fn check(&self, result: ExportResult, context: Exporting) -> ExportResult {
         let reported = match context {
             Exporting::Job => &self.reported,
             Exporting::Replay => &self.reported_replay,
         };
-        if let Err(error) = &result
-            && !matches!(error, OTelSdkError::AlreadyShutdown)
+        if let Err(failure) = &result
+            && !matches!(failure.error, OTelSdkError::AlreadyShutdown)
             && !reported.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
-            crate::diag::warn(self.message(error, context));
+            crate::diag::warn(self.message(&failure.error, failure.retry, context));
         }
         result
     }
 
-    /// The warning about `error`, the first failure in `context`.
+    /// [`check`](Self::check) for an export of the SDK's exporter (metrics,
+    /// logs), whose failures say nothing of retrying.
+    fn check_sdk(&self, result: OTelSdkResult, context: Exporting) -> OTelSdkResult {
+        self.check(result.map_err(ExportError::from), context).map_err(|failure| failure.error)
+    }
+
+    /// The warning about `error`, the first failure in `context`, which
+    /// `retry` says may or may not be retried.
     #[cold]
-    fn message(&self, error: &OTelSdkError, context: Exporting) -> String {
+    fn message(&self, error: &OTelSdkError, retry: Retry, context: Exporting) -> String {
         let destination = format!(
             "the OTLP collector at {} ({}; endpoint from {})",
             self.endpoint.shown(),
@@ -194,13 +202,18 @@ impl FirstFailure {
         } else {
             String::new()
         };
-        match context {
-            Exporting::Job => format!(
+        match (context, retry) {
+            (Exporting::Job, Retry::Never) => format!(
+                "cannot export {} to {destination}: {error}; an answer OTLP says is final is not retried: each \
+                 export it refuses is dropped and counted in the shutdown report{hint}",
+                self.signal
+            ),
+            (Exporting::Job, _) => format!(
                 "cannot export {} to {destination}: {error}; lens retries within its retry window and counts what \
                  is lost in the shutdown report{hint}",
                 self.signal
             ),
-            Exporting::Replay => format!(
+            (Exporting::Replay, _) => format!(
                 "cannot send the spans replayed from a crash spool to {destination}: {error}; the spool is kept, \
                  and the next attempt of the job or `lens recover` on its directory sends them once that \
                  collector answers"
@@ -881,9 +894,9 @@ impl SpanSender {
 
     /// Sends `body`, an export started in `context` (read where the export
     /// began: this may run on another thread).
-    async fn send(&self, body: Bytes, context: Exporting) -> OTelSdkResult {
+    async fn send(&self, body: Bytes, context: Exporting) -> ExportResult {
         if self.shut_down.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(OTelSdkError::AlreadyShutdown);
+            return Err(OTelSdkError::AlreadyShutdown.into());
         }
         let failure = |reason: String| OTelSdkError::InternalFailure(format!("span export: {reason}"));
         match &self.transport {
@@ -903,7 +916,10 @@ impl SpanSender {
                     self.rejected(partial_success(response.body(), *json), context);
                     Ok(())
                 } else {
-                    Err(failure(http_refusal(response.status(), url, Signal::Traces)))
+                    Err(ExportError {
+                        error: failure(http_refusal(response.status(), url, Signal::Traces)),
+                        retry: http_retry(response.status(), response.headers()),
+                    })
                 }
             }
             #[cfg(feature = "otlp-grpc")]
@@ -912,7 +928,10 @@ impl SpanSender {
                 if self.gzip {
                     grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
                 }
-                let status = |status: tonic::Status| failure(grpc_failure(&status));
+                let status = |status: tonic::Status| ExportError {
+                    error: failure(grpc_failure(&status, Signal::Traces)),
+                    retry: grpc_retry(&status),
+                };
                 grpc.ready().await.map_err(|error| failure(format!("the channel is not ready: {error}")))?;
                 let path = http::uri::PathAndQuery::from_static(GRPC_TRACE_EXPORT_PATH);
                 let response = grpc.unary(tonic::Request::new(body), path, EncodedCodec).await.map_err(status)?;
@@ -956,9 +975,11 @@ impl SpanSender {
 /// connection, a name that does not resolve), that the collector was not
 /// reached.
 #[cfg(feature = "otlp-grpc")]
-fn grpc_failure(status: &tonic::Status) -> String {
+fn grpc_failure(status: &tonic::Status, signal: Signal) -> String {
     if std::error::Error::source(status).is_some() {
         format!("no answer from the collector ({:?}: {})", status.code(), status.message())
+    } else if matches!(status.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) {
+        format!("the collector answered {:?}: {} ({})", status.code(), status.message(), credentials_hint(signal))
     } else {
         format!("the collector answered {:?}: {}", status.code(), status.message())
     }
@@ -983,7 +1004,7 @@ impl OtlpSpanExporter {
 
     /// Sends a batch encoded by [`OtlpSpanExporter::encode`] (a cheap clone
     /// of the bytes per attempt).
-    pub(crate) fn send_encoded(&self, body: Bytes) -> impl Future<Output = OTelSdkResult> + Send + 'static {
+    pub(crate) fn send_encoded(&self, body: Bytes) -> impl Future<Output = ExportResult> + Send + 'static {
         let sender = Arc::clone(&self.sender);
         let context = Exporting::now();
         InRuntime::new(self.runtime.as_ref(), async move {
@@ -1132,8 +1153,126 @@ fn http_refusal(status: http::StatusCode, url: &str, signal: Signal) -> String {
             "the collector answered HTTP {status} (the URL's path is not {path}: {variable} is used as it is; give \
              the URL with {path}, or set OTEL_EXPORTER_OTLP_ENDPOINT, to which lens adds it)"
         )
+    } else if matches!(status, http::StatusCode::UNAUTHORIZED | http::StatusCode::FORBIDDEN) {
+        format!("the collector answered HTTP {status} ({})", credentials_hint(signal))
     } else {
         format!("the collector answered HTTP {status}")
+    }
+}
+
+/// Where the credentials a collector refused come from.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+fn credentials_hint(signal: Signal) -> String {
+    format!(
+        "check the credentials lens sends: OTEL_EXPORTER_OTLP_HEADERS or OTEL_EXPORTER_OTLP_{}_HEADERS",
+        signal.as_str().to_uppercase()
+    )
+}
+
+/// Whether an OTLP/HTTP answer other than success may be retried: 429, 502,
+/// 503 and 504 may (after the answer's `Retry-After`, in seconds or as an
+/// HTTP date, when it has one); every other answer is final (OTLP/HTTP,
+/// "Failures").
+#[cfg(feature = "otlp-http")]
+fn http_retry(status: http::StatusCode, headers: &http::HeaderMap) -> Retry {
+    if !matches!(status.as_u16(), 429 | 502 | 503 | 504) {
+        return Retry::Never;
+    }
+    let Some(value) = headers.get(http::header::RETRY_AFTER).and_then(|value| value.to_str().ok()) else {
+        return Retry::Backoff;
+    };
+    let value = value.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => Some(Duration::from_secs(seconds)),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()
+            .map(|at| at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO)),
+    };
+    wait.map_or(Retry::Backoff, Retry::After)
+}
+
+/// Whether a failed gRPC call may be retried (OTLP/gRPC, "Failures"): one
+/// that did not reach the collector may, and so may `CANCELLED`,
+/// `DEADLINE_EXCEEDED`, `ABORTED`, `OUT_OF_RANGE`, `UNAVAILABLE` and
+/// `DATA_LOSS` (after the status's `RetryInfo` delay when it has one);
+/// `RESOURCE_EXHAUSTED` only with a `RetryInfo` (the collector can take
+/// more later); every other code is final.
+#[cfg(feature = "otlp-grpc")]
+fn grpc_retry(status: &tonic::Status) -> Retry {
+    use tonic::Code;
+    if std::error::Error::source(status).is_some() {
+        return Retry::Backoff;
+    }
+    let delay = retry_info_delay(status.details());
+    match status.code() {
+        Code::Cancelled
+        | Code::DeadlineExceeded
+        | Code::Aborted
+        | Code::OutOfRange
+        | Code::Unavailable
+        | Code::DataLoss => delay.map_or(Retry::Backoff, Retry::After),
+        Code::ResourceExhausted => delay.map_or(Retry::Never, Retry::After),
+        _ => Retry::Never,
+    }
+}
+
+/// The delay of the `google.rpc.RetryInfo` among a gRPC status's details
+/// (`grpc-status-details-bin`: a `google.rpc.Status`), if it has one.
+#[cfg(feature = "otlp-grpc")]
+fn retry_info_delay(details: &[u8]) -> Option<Duration> {
+    use prost::Message as _;
+    if details.is_empty() {
+        return None;
+    }
+    let status = rpc::Status::decode(details).ok()?;
+    let any = status.details.iter().find(|any| any.type_url.ends_with(rpc::RETRY_INFO))?;
+    let delay = rpc::RetryInfo::decode(any.value.as_slice()).ok()?.retry_delay?;
+    let seconds = u64::try_from(delay.seconds).ok()?;
+    let nanos = u32::try_from(delay.nanos).ok().filter(|nanos| *nanos < 1_000_000_000)?;
+    Some(Duration::new(seconds, nanos))
+}
+
+/// The few `google.rpc` messages a gRPC status's details are read with
+/// (the fields lens reads; protobuf skips the others).
+#[cfg(feature = "otlp-grpc")]
+pub(crate) mod rpc {
+    /// The type URL's last part that names a `RetryInfo` detail.
+    pub(crate) const RETRY_INFO: &str = "/google.rpc.RetryInfo";
+
+    /// `google.rpc.Status`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Status {
+        #[prost(int32, tag = "1")]
+        pub(crate) code: i32,
+        #[prost(string, tag = "2")]
+        pub(crate) message: String,
+        #[prost(message, repeated, tag = "3")]
+        pub(crate) details: Vec<Any>,
+    }
+
+    /// `google.protobuf.Any`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Any {
+        #[prost(string, tag = "1")]
+        pub(crate) type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        pub(crate) value: Vec<u8>,
+    }
+
+    /// `google.rpc.RetryInfo`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct RetryInfo {
+        #[prost(message, optional, tag = "1")]
+        pub(crate) retry_delay: Option<Duration>,
+    }
+
+    /// `google.protobuf.Duration`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(crate) struct Duration {
+        #[prost(int64, tag = "1")]
+        pub(crate) seconds: i64,
+        #[prost(int32, tag = "2")]
+        pub(crate) nanos: i32,
     }
 }
 
@@ -1153,9 +1292,10 @@ impl crate::accounting::MetricResender for OtlpMetricResender {
                 let mut task = task;
                 match super::block_on_until(&mut task, deadline) {
                     Some(Ok(Ok(_response))) => Ok(()),
-                    Some(Ok(Err(status))) => {
-                        Err(OTelSdkError::InternalFailure(format!("metric resend: {}", grpc_failure(&status))))
-                    }
+                    Some(Ok(Err(status))) => Err(OTelSdkError::InternalFailure(format!(
+                        "metric resend: {}",
+                        grpc_failure(&status, Signal::Metrics)
+                    ))),
                     Some(Err(join_error)) => {
                         Err(OTelSdkError::InternalFailure(format!("metric resend: the task failed: {join_error}")))
                     }
@@ -1271,7 +1411,7 @@ impl OtlpMetricExporter {
 impl PushMetricExporter for OtlpMetricExporter {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
         self.first_failure
-            .check(InRuntime::new(self.runtime.as_ref(), self.inner.export(metrics)).await, Exporting::Job)
+            .check_sdk(InRuntime::new(self.runtime.as_ref(), self.inner.export(metrics)).await, Exporting::Job)
     }
 
     fn force_flush(&self) -> OTelSdkResult {
@@ -1301,7 +1441,8 @@ exporter_common!(OtlpLogExporter);
 
 impl LogExporter for OtlpLogExporter {
     async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
-        self.first_failure.check(InRuntime::new(self.runtime.as_ref(), self.inner.export(batch)).await, Exporting::Job)
+        self.first_failure
+            .check_sdk(InRuntime::new(self.runtime.as_ref(), self.inner.export(batch)).await, Exporting::Job)
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
@@ -1357,7 +1498,114 @@ mod tests {
         );
         assert_eq!(
             http_refusal(http::StatusCode::UNAUTHORIZED, "http://c:4318/collector", Signal::Traces),
-            "the collector answered HTTP 401 Unauthorized"
+            "the collector answered HTTP 401 Unauthorized (check the credentials lens sends: \
+             OTEL_EXPORTER_OTLP_HEADERS or OTEL_EXPORTER_OTLP_TRACES_HEADERS)"
+        );
+        assert_eq!(
+            http_refusal(http::StatusCode::FORBIDDEN, "http://c:4318/v1/metrics", Signal::Metrics),
+            "the collector answered HTTP 403 Forbidden (check the credentials lens sends: \
+             OTEL_EXPORTER_OTLP_HEADERS or OTEL_EXPORTER_OTLP_METRICS_HEADERS)"
+        );
+    }
+
+    /// OTLP/HTTP's rules: 429, 502, 503 and 504 are retried, after their
+    /// `Retry-After` (seconds or an HTTP date) when they have one; every
+    /// other answer is final.
+    #[cfg(feature = "otlp-http")]
+    #[test]
+    fn http_answers_are_retried_as_otlp_says() {
+        use http::StatusCode;
+        let none = http::HeaderMap::new();
+        for code in [429, 502, 503, 504] {
+            assert_eq!(http_retry(StatusCode::from_u16(code).unwrap(), &none), Retry::Backoff, "{code}");
+        }
+        for code in [400, 401, 403, 404, 405, 413, 415, 500, 501, 301] {
+            assert_eq!(http_retry(StatusCode::from_u16(code).unwrap(), &none), Retry::Never, "{code}");
+        }
+        let after = |value: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from_str(value).unwrap());
+            headers
+        };
+        assert_eq!(http_retry(StatusCode::TOO_MANY_REQUESTS, &after("7")), Retry::After(Duration::from_secs(7)));
+        assert_eq!(http_retry(StatusCode::SERVICE_UNAVAILABLE, &after(" 0 ")), Retry::After(Duration::ZERO));
+        // An HTTP date: the time left until it (none left: at once).
+        let in_a_minute = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(60));
+        let Retry::After(wait) = http_retry(StatusCode::TOO_MANY_REQUESTS, &after(&in_a_minute)) else {
+            panic!("an HTTP date is a wait")
+        };
+        assert!(wait > Duration::from_secs(55) && wait <= Duration::from_secs(60), "{wait:?}");
+        assert_eq!(
+            http_retry(StatusCode::TOO_MANY_REQUESTS, &after("Sun, 06 Nov 1994 08:49:37 GMT")),
+            Retry::After(Duration::ZERO)
+        );
+        // A value that is neither: the backoff; the header on a final answer
+        // changes nothing.
+        assert_eq!(http_retry(StatusCode::TOO_MANY_REQUESTS, &after("soon")), Retry::Backoff);
+        assert_eq!(http_retry(StatusCode::BAD_REQUEST, &after("1")), Retry::Never);
+    }
+
+    /// OTLP/gRPC's rules, with the `RetryInfo` delay a collector gives.
+    #[cfg(feature = "otlp-grpc")]
+    #[test]
+    fn grpc_statuses_are_retried_as_otlp_says() {
+        use prost::Message as _;
+        use tonic::Code;
+        let with_delay = |code: Code, seconds: i64, nanos: i32| {
+            let retry_info = rpc::RetryInfo { retry_delay: Some(rpc::Duration { seconds, nanos }) };
+            let details = rpc::Status {
+                code: code as i32,
+                message: "slow down".into(),
+                details: vec![rpc::Any {
+                    type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                    value: retry_info.encode_to_vec(),
+                }],
+            };
+            tonic::Status::with_details(code, "slow down", details.encode_to_vec().into())
+        };
+        for code in [
+            Code::Cancelled,
+            Code::DeadlineExceeded,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unavailable,
+            Code::DataLoss,
+        ] {
+            assert_eq!(grpc_retry(&tonic::Status::new(code, "x")), Retry::Backoff, "{code:?}");
+        }
+        for code in [
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::Unauthenticated,
+            Code::FailedPrecondition,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::ResourceExhausted,
+        ] {
+            assert_eq!(grpc_retry(&tonic::Status::new(code, "x")), Retry::Never, "{code:?}");
+        }
+        assert_eq!(
+            grpc_retry(&with_delay(Code::ResourceExhausted, 2, 500_000_000)),
+            Retry::After(Duration::from_millis(2500))
+        );
+        assert_eq!(grpc_retry(&with_delay(Code::Unavailable, 1, 0)), Retry::After(Duration::from_secs(1)));
+        // A delay that is no duration is ignored; details that are not a
+        // status are too.
+        assert_eq!(grpc_retry(&with_delay(Code::ResourceExhausted, -1, 0)), Retry::Never);
+        let garbage = tonic::Status::with_details(Code::Unavailable, "x", vec![0xff, 0xff, 0xff].into());
+        assert_eq!(grpc_retry(&garbage), Retry::Backoff);
+        // A call that did not reach the collector is retried whatever its code.
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let unreached = tonic::Status::from_error(Box::new(io));
+        assert!(std::error::Error::source(&unreached).is_some(), "tonic keeps the transport error as the source");
+        assert_eq!(grpc_retry(&unreached), Retry::Backoff);
+        assert_eq!(
+            grpc_failure(&tonic::Status::unauthenticated("bad token"), Signal::Traces),
+            "the collector answered Unauthenticated: bad token (check the credentials lens sends: \
+             OTEL_EXPORTER_OTLP_HEADERS or OTEL_EXPORTER_OTLP_TRACES_HEADERS)"
         );
     }
 
@@ -1378,21 +1626,28 @@ mod tests {
         let at = "the OTLP collector at http://collector:4318/v1/traces (http/protobuf; endpoint from \
                   OTEL_EXPORTER_OTLP_ENDPOINT): Operation failed: span export: connection refused";
         assert_eq!(
-            first.message(&error, Exporting::Job),
+            first.message(&error, Retry::Backoff, Exporting::Job),
             format!(
                 "cannot export traces to {at}; lens retries within its retry window and counts what is lost in \
                  the shutdown report"
             )
         );
         assert_eq!(
-            first.message(&error, Exporting::Replay),
+            first.message(&error, Retry::Never, Exporting::Job),
+            format!(
+                "cannot export traces to {at}; an answer OTLP says is final is not retried: each export it \
+                 refuses is dropped and counted in the shutdown report"
+            )
+        );
+        assert_eq!(
+            first.message(&error, Retry::Backoff, Exporting::Replay),
             format!(
                 "cannot send the spans replayed from a crash spool to {at}; the spool is kept, and the next \
                  attempt of the job or `lens recover` on its directory sends them once that collector answers"
             )
         );
         // A replay's failure leaves the job's own first failure to be said.
-        let _ = first.check(Err(error), Exporting::Replay);
+        let _ = first.check(Err(error.into()), Exporting::Replay);
         let said = |flag: &std::sync::atomic::AtomicBool| flag.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!((said(&first.reported_replay), said(&first.reported)), (true, false));
     }
@@ -1406,7 +1661,7 @@ mod tests {
         let endpoint = resolve_endpoint(&defaults, Signal::Traces).unwrap();
         let first = FirstFailure::new(Signal::Traces, &endpoint, &defaults);
         let error = OTelSdkError::InternalFailure("span export: connection refused".into());
-        let message = first.message(&error, Exporting::Job);
+        let message = first.message(&error, Retry::Backoff, Exporting::Job);
         assert!(
             message.starts_with("cannot export traces to the OTLP collector at http://localhost:4317"),
             "{message}"
@@ -1416,7 +1671,7 @@ mod tests {
         let named = settings(Some("http://collector:4317"), false, OtlpProtocol::Grpc);
         let endpoint = resolve_endpoint(&named, Signal::Traces).unwrap();
         let first = FirstFailure::new(Signal::Traces, &endpoint, &named);
-        assert!(!first.message(&error, Exporting::Job).contains("OTEL_TRACES_EXPORTER=file"));
+        assert!(!first.message(&error, Retry::Backoff, Exporting::Job).contains("OTEL_TRACES_EXPORTER=file"));
     }
 
     #[test]

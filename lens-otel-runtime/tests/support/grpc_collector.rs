@@ -9,6 +9,12 @@
 //! (grpcio, grpc-go) refuses a call without `content-type: application/grpc`
 //! and `te: trailers`; tonic's server does not check them, so this one does,
 //! and refuses such a call with `INVALID_ARGUMENT` (not counted as refused).
+//!
+//! [`collector_refusing_with`] refuses its first calls with given statuses
+//! instead (OTLP's retry rules), [`retry_info`] makes one that asks for a
+//! delay.
+
+#![allow(dead_code, reason = "each test binary uses a part of the collector")]
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -59,9 +65,9 @@ pub(crate) struct Collector<R> {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-/// The service half: refuses the first `refuse` calls.
+/// The service half: refuses the first calls, one per status of `refusals`.
 pub(crate) struct Refusing<R> {
-    refuse: usize,
+    refusals: Vec<tonic::Status>,
     refused: Arc<AtomicUsize>,
     calls: Arc<Mutex<Vec<Call<R>>>>,
 }
@@ -78,15 +84,13 @@ impl<R> Refusing<R> {
             request: None,
             at_unix_nano,
         };
-        let refuse = self.refuse;
+        let refuse = self.refusals.len();
         let answer = if !call.is_grpc() {
             Err(tonic::Status::invalid_argument("not a gRPC call: content-type or te missing"))
-        } else if self
-            .refused
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < refuse).then_some(n + 1))
-            .is_ok()
+        } else if let Ok(n) =
+            self.refused.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < refuse).then_some(n + 1))
         {
-            Err(tonic::Status::unavailable("the test collector is down"))
+            Err(self.refusals[n].clone())
         } else {
             call.request = Some(request.into_inner());
             Ok(())
@@ -153,12 +157,62 @@ impl Served for ExportMetricsServiceRequest {
 }
 
 /// A collector of `R` (a trace or metrics export request) on 127.0.0.1 that
-/// refuses its first `refuse` calls, served on its own thread and runtime
-/// until the collector is dropped.
+/// refuses its first `refuse` calls with `UNAVAILABLE`, served on its own
+/// thread and runtime until the collector is dropped.
 pub(crate) fn collector<R: Served>(refuse: usize) -> Collector<R> {
+    collector_refusing_with(vec![tonic::Status::unavailable("the test collector is down"); refuse])
+}
+
+/// A status of `code` whose details ask for a retry after `delay`
+/// (`google.rpc.RetryInfo`), as a collector that throttles sends it.
+pub(crate) fn retry_info(code: tonic::Code, delay: Duration) -> tonic::Status {
+    use prost::Message as _;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RpcStatus {
+        #[prost(int32, tag = "1")]
+        code: i32,
+        #[prost(message, repeated, tag = "3")]
+        details: Vec<Any>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Any {
+        #[prost(string, tag = "1")]
+        type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        value: Vec<u8>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RetryInfo {
+        #[prost(message, optional, tag = "1")]
+        retry_delay: Option<ProtoDuration>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct ProtoDuration {
+        #[prost(int64, tag = "1")]
+        seconds: i64,
+        #[prost(int32, tag = "2")]
+        nanos: i32,
+    }
+
+    let delay = ProtoDuration { seconds: delay.as_secs() as i64, nanos: delay.subsec_nanos() as i32 };
+    let retry_info = RetryInfo { retry_delay: Some(delay) };
+    let status = RpcStatus {
+        code: code as i32,
+        details: vec![Any {
+            type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+            value: retry_info.encode_to_vec(),
+        }],
+    };
+    tonic::Status::with_details(code, "the test collector is throttling", status.encode_to_vec().into())
+}
+
+/// A collector of `R` on 127.0.0.1 that answers its first calls with
+/// `refusals`, one each, and accepts the rest.
+pub(crate) fn collector_refusing_with<R: Served>(refusals: Vec<tonic::Status>) -> Collector<R> {
     let refused = Arc::new(AtomicUsize::new(0));
     let calls = Arc::new(Mutex::new(Vec::new()));
-    let service = Refusing { refuse, refused: Arc::clone(&refused), calls: Arc::clone(&calls) };
+    let service = Refusing { refusals, refused: Arc::clone(&refused), calls: Arc::clone(&calls) };
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let (bound, address) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
