@@ -110,6 +110,10 @@ pub struct ShutdownReport {
     /// shutdown left unsent, when there is one: the next attempt of the job
     /// replays it, or `lens recover` on its directory sends them.
     pub spool_kept: Option<std::path::PathBuf>,
+    /// Ended spans whose spool slot was given up during the run because
+    /// every slot was taken (the spool's overflow): those of them left
+    /// unsent are not in [`spool_kept`](Self::spool_kept).
+    pub spool_overflow: u64,
     /// Whether this call did the work (false on a second shutdown, or for a
     /// handle that never exported).
     pub performed: bool,
@@ -173,10 +177,18 @@ impl fmt::Display for ShutdownReport {
         }
         if let Some(spool) = &self.spool_kept {
             let dir = spool.parent().unwrap_or(spool);
+            let except = if self.spool_overflow > 0 {
+                format!(
+                    " (but not those among the {} ended spans that gave their slot up when the spool was full)",
+                    self.spool_overflow
+                )
+            } else {
+                String::new()
+            };
             write!(
                 f,
-                "; the spans unsent at shutdown are kept in the crash spool {}: the next attempt of this job sends \
-                 them, or `lens recover {}`",
+                "; the spans unsent at shutdown are kept in the crash spool {}{except}: the next attempt of this job \
+                 sends them, or `lens recover {}`",
                 spool.display(),
                 dir.display()
             )?;
@@ -269,5 +281,36 @@ impl ReplayReport {
     pub fn runs_named(&self) -> String {
         let word = if self.runs.len() == 1 { "run" } else { "runs" };
         format!("{word} {}", self.runs.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShutdownReport;
+
+    /// The report names the spool that keeps the unsent spans, and says
+    /// that a spool that was full during the run does not keep them all.
+    #[test]
+    fn a_kept_spool_says_what_a_full_spool_gave_up() {
+        let mut report = ShutdownReport::default();
+        report.spans.dropped_at_shutdown = 3;
+        report.spool_kept = Some("/d/spool-rank0.bin".into());
+        let said = report.to_string();
+        assert!(
+            said.ends_with(
+                "; the spans unsent at shutdown are kept in the crash spool /d/spool-rank0.bin: the next attempt \
+                 of this job sends them, or `lens recover /d`"
+            ),
+            "{said}"
+        );
+        report.spool_overflow = 7;
+        let said = report.to_string();
+        assert!(
+            said.contains(
+                "kept in the crash spool /d/spool-rank0.bin (but not those among the 7 ended spans that gave their \
+                 slot up when the spool was full): the next attempt"
+            ),
+            "{said}"
+        );
     }
 }

@@ -545,9 +545,11 @@ impl Pipeline {
         // replay but the progress record. Spans unsent at shutdown stay in
         // the spool, replayed by the next attempt.
         let clean = report.spans.dropped_at_shutdown == 0;
+        let overflow = self.spool.as_ref().map_or(0, |table| table.overflow());
         self.close_spool(clean);
         if !clean {
             report.spool_kept = self.spool_path().map(std::path::Path::to_path_buf);
+            report.spool_overflow = overflow;
         }
         #[cfg(feature = "prometheus")]
         if let Some(prometheus) = prometheus {
