@@ -183,6 +183,32 @@ fn the_file_cap_counts_what_a_restarted_rank_s_file_already_holds() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// A file deleted while the job writes to it, with its directory (a
+/// cleanup script), is made again and gets the next requests: they are not
+/// appended to a file no reader can open.
+#[test]
+fn a_deleted_file_is_made_again_where_it_was() {
+    let dir = temp_dir("deleted");
+    let exporter = FileSpanExporter::create(&dir, 0, FileLimit::unlimited()).unwrap();
+    let path = file_path(&dir, Signal::Traces, 0);
+    assert!(block_on(exporter.export(vec![span_data("before")])).is_ok());
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(block_on(exporter.export(vec![span_data("after")])).is_ok());
+    assert!(block_on(exporter.export(vec![span_data("later")])).is_ok());
+    let text = std::fs::read_to_string(&path).expect("the file is there again");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].contains("\"after\"") && lines[1].contains("\"later\""), "{text}");
+    // Only the file: a deleted file in a directory that stays is made again
+    // too.
+    std::fs::remove_file(&path).unwrap();
+    assert!(block_on(exporter.export(vec![span_data("again")])).is_ok());
+    assert!(std::fs::read_to_string(&path).unwrap().contains("\"again\""));
+    exporter.shutdown().ok();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Makes this test binary's `fsize_child` act: the directory it writes in.
 const FSIZE_CHILD: &str = "LENS_EXPORTERS_FSIZE_CHILD";
 

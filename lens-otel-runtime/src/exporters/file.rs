@@ -32,6 +32,7 @@
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -128,6 +129,8 @@ struct JsonLines {
     written: AtomicU64,
     limit: Arc<FileLimit>,
     warned_full: AtomicBool,
+    /// Whether the file's deletion was said ([`JsonLines::reopen`]).
+    warned_deleted: AtomicBool,
     /// The file ends inside a line (a write that failed and could not be
     /// cut back, or a file left so by an earlier process): the next request
     /// starts a new line, so that it is read whole.
@@ -160,6 +163,7 @@ impl JsonLines {
             written: AtomicU64::new(held),
             limit,
             warned_full: AtomicBool::new(false),
+            warned_deleted: AtomicBool::new(false),
             open_line: AtomicBool::new(open_line),
         })
     }
@@ -175,6 +179,16 @@ impl JsonLines {
         };
         let mut guard = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let writer = guard.as_mut().ok_or(OTelSdkError::AlreadyShutdown)?;
+        // The file's length before this request (the writer's buffer is
+        // empty: each request is flushed), what a failure cuts back to.
+        let mut before = writer.get_ref().metadata().ok();
+        if before.as_ref().is_some_and(|m| m.nlink() == 0) {
+            // The file was deleted (by hand, or with its directory, by a
+            // cleanup): what is appended to it now reaches no reader. Make
+            // it again where it was.
+            *writer = BufWriter::new(self.reopen().map_err(|error| failure(&error))?);
+            before = writer.get_ref().metadata().ok();
+        }
         let line = encoded.map_err(|error| failure(&error))?;
         let newline_first = self.open_line.load(Ordering::Relaxed);
         let size = line.len() as u64 + 1 + u64::from(newline_first);
@@ -192,9 +206,7 @@ impl JsonLines {
             }
             return Ok(());
         }
-        // The file's length before this request (the writer's buffer is
-        // empty: each request is flushed), what a failure cuts back to.
-        let before = writer.get_ref().metadata().map(|m| m.len()).ok();
+        let before = before.map(|m| m.len());
         let wrote = (if newline_first { writer.write_all(b"\n") } else { Ok(()) })
             .and_then(|()| writer.write_all(&line))
             .and_then(|()| writer.write_all(b"\n"))
@@ -209,6 +221,28 @@ impl JsonLines {
         self.open_line.store(false, Ordering::Relaxed);
         self.written.store(written + size, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The file made again, with its directory, after it was deleted: its
+    /// count of bytes starts again from what it holds (nothing, unless
+    /// another writer made it first). Said once per file.
+    #[cold]
+    fn reopen(&self) -> std::io::Result<File> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&self.path)?;
+        let held = file.metadata().map_or(0, |m| m.len());
+        self.written.store(held, Ordering::Relaxed);
+        self.open_line.store(held > 0 && !ends_with_newline(&self.path, held), Ordering::Relaxed);
+        if !self.warned_deleted.swap(true, Ordering::Relaxed) {
+            crate::diag::warn(format_args!(
+                "{} was deleted while the job wrote to it; lens made it again and writes there (what it held is \
+                 gone)",
+                self.path.display()
+            ));
+        }
+        Ok(file)
     }
 
     /// After a failed append: drops what the writer still buffers and cuts
