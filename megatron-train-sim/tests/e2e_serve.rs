@@ -425,6 +425,16 @@ fn post(port: u16, path: &str, body: &str) -> Reply {
     raw(port, &head, body.as_bytes())
 }
 
+/// Posts `body` to `/v1/completions` and returns the connection unread:
+/// dropping it is a client that leaves.
+fn send_completion(port: u16, body: &str) -> TcpStream {
+    let mut stream = connect(port);
+    let head = format!("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len());
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    stream
+}
+
 /// Posts `body` (a streamed completion) to `/v1/completions`, calls
 /// `started` once the first server-sent event has arrived, and returns the
 /// status and the rest of the stream.
@@ -609,14 +619,28 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     // A client that disconnects while a non-streaming request generates:
     // the server goes on (the GenAI span says so, checked at the end).
     {
-        let body = r#"{"model":"megatron-sim","prompt":"bye","max_tokens":301}"#;
-        let mut stream = connect(port);
-        let head = format!("POST {c} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len());
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(body.as_bytes()).unwrap();
+        let _stream = send_completion(port, r#"{"model":"megatron-sim","prompt":"bye","max_tokens":301}"#);
         // 301 tokens at 5 ms a step take 1.5 s at least: the client leaves
         // half-way.
         std::thread::sleep(Duration::from_millis(800));
+    }
+    good_request_succeeds(port);
+
+    // A client that leaves while its request waits for the batch (a slow
+    // request holds --max-batch-size 1): its job leaves the queue then,
+    // place and memory with it, not once the batch has room (its queue
+    // span, checked at the end, ends long before the slow request does).
+    {
+        let (first_event, streaming) = std::sync::mpsc::channel();
+        let slow = std::thread::spawn(move || {
+            let body = r#"{"model":"megatron-sim","prompt":"slow","max_tokens":303,"stream":true}"#;
+            stream_after_first_event(port, body, || first_event.send(()).unwrap())
+        });
+        streaming.recv_timeout(READY_LIMIT).expect("the slow request streams its first event");
+        let stream = send_completion(port, r#"{"model":"megatron-sim","prompt":"bye","max_tokens":302}"#);
+        std::thread::sleep(Duration::from_millis(200));
+        drop(stream);
+        assert_eq!(slow.join().unwrap().status, 200, "the slow request runs to its end");
     }
     good_request_succeeds(port);
 
@@ -772,6 +796,24 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             );
         }
     }
+    let genai = |max_tokens: u64| {
+        records
+            .spans_named("text_completion megatron-sim")
+            .find(|s| s.attributes.get("gen_ai.request.max_tokens") == Some(&serde_json::json!(max_tokens)))
+            .unwrap_or_else(|| panic!("the GenAI span of the request with max_tokens {max_tokens}"))
+    };
+    let (left, slow) = (genai(302), genai(303));
+    assert_eq!(attr(left, "error.type"), "client_disconnected");
+    let phases: Vec<_> = records.spans.iter().filter(|s| s.parent_span_id == left.span_id).collect();
+    assert_eq!(phases.len(), 1, "a request that never got in has its queue span only: {phases:?}");
+    assert_eq!(phases[0].name, "megatron.inference.queue");
+    assert!(
+        phases[0].end_ns + 500_000_000 < slow.end_ns,
+        "the queue span of a request whose client left ends when it leaves ({} ns), not when the slow request \
+         ends ({} ns)",
+        phases[0].end_ns,
+        slow.end_ns
+    );
     ctx.finish();
 }
 

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -54,6 +54,30 @@ pub(crate) struct Job {
     pub(crate) operation: &'static str,
     pub(crate) arrived: Instant,
     pub(crate) accepted_at: SystemTime,
+    /// Its place in the queue bound, given back when the job is dropped.
+    #[expect(dead_code, reason = "held for its drop, which gives the place back")]
+    pub(crate) slot: QueueSlot,
+}
+
+/// A job's place in the server's queue bound (`--max-batch-size` plus
+/// `--max-queue`): a count taken at admission and given back when the job
+/// is dropped, by the engine once it is done with the job (finished, failed,
+/// or left by its client while it waited) or by the HTTP side when the
+/// engine could not take it. So a client that leaves frees its place only
+/// once the engine has dropped its job, prompt and stop sequences included.
+pub(crate) struct QueueSlot(Arc<AtomicUsize>);
+
+impl QueueSlot {
+    /// A place counted in `count` (already incremented for it).
+    pub(crate) fn taken(count: &Arc<AtomicUsize>) -> QueueSlot {
+        QueueSlot(Arc::clone(count))
+    }
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The engine's settings.
@@ -144,6 +168,20 @@ pub(crate) fn run(
                     closed = true;
                     break;
                 }
+            }
+        }
+        // Jobs whose client left while they waited: dropped now (their
+        // place in the queue with them), not when a place in the batch
+        // frees, which a batch of long requests can put off for minutes.
+        if waiting.iter().any(|job| job.events.is_closed()) {
+            let now = SystemTime::now();
+            let (left, kept): (VecDeque<Job>, VecDeque<Job>) =
+                waiting.drain(..).partition(|job| job.events.is_closed());
+            waiting = kept;
+            for job in left {
+                metrics.waiting_add(-1);
+                queue_span(&job, now);
+                retire_cancelled(job, metrics);
             }
         }
         // Admit.

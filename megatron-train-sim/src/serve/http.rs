@@ -33,7 +33,7 @@ use tower_http::trace::TraceLayer;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use super::api::{self, ApiError, Choice, Endpoint, Generation, Limits};
-use super::engine::{Event, Job};
+use super::engine::{Event, Job, QueueSlot};
 
 /// Seconds a client is told to wait (`Retry-After`) on 429 and 503.
 pub(crate) const RETRY_AFTER_SECONDS: u64 = 1;
@@ -68,8 +68,10 @@ pub(crate) struct Shared {
     /// Generation requests admitted and not finished (the drain waits for
     /// them to reach 0).
     pub(crate) in_flight: AtomicUsize,
-    /// Choices admitted and not finished (the queue bound).
-    pub(crate) jobs_in_flight: AtomicUsize,
+    /// Choices admitted whose job the engine has not let go of (the queue
+    /// bound): each [`Job`] holds one ([`QueueSlot`]), so a job whose client
+    /// left holds its place until the engine drops it.
+    pub(crate) jobs_in_flight: Arc<AtomicUsize>,
     next_id: AtomicU64,
 }
 
@@ -91,7 +93,7 @@ impl Shared {
             metrics,
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
-            jobs_in_flight: AtomicUsize::new(0),
+            jobs_in_flight: Arc::new(AtomicUsize::new(0)),
             next_id: AtomicU64::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D)),
         }
     }
@@ -359,15 +361,15 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
 
-/// Decrements the in-flight counters when a request is done (however it ends).
+/// Decrements the count of requests in flight when a request is done
+/// (however it ends); its jobs' places in the queue are the jobs' own
+/// ([`QueueSlot`]).
 struct Admission {
     shared: Arc<Shared>,
-    jobs: usize,
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
-        self.shared.jobs_in_flight.fetch_sub(self.jobs, Ordering::AcqRel);
         self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -571,7 +573,10 @@ async fn accept(
         });
     }
     shared.in_flight.fetch_add(1, Ordering::AcqRel);
-    let admission = Admission { shared: Arc::clone(shared), jobs: choices };
+    let admission = Admission { shared: Arc::clone(shared) };
+    // One place per choice, each given to its job (a job the engine could
+    // not take gives its place back as it drops).
+    let mut slots: Vec<QueueSlot> = (0..choices).map(|_| QueueSlot::taken(&shared.jobs_in_flight)).collect();
     let serial = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match endpoint {
         Endpoint::Completions => format!("cmpl-{serial:016x}"),
@@ -595,7 +600,7 @@ async fn accept(
     spans.generate = Some(span);
     let (sender, events) = unbounded_channel();
     let accepted_at = SystemTime::now();
-    for (index, prompt) in generation.prompts.iter().enumerate() {
+    for ((index, prompt), slot) in generation.prompts.iter().enumerate().zip(slots.drain(..)) {
         let seed = generation.seed.map_or(serial ^ index as u64, |seed| (seed as u64) ^ (index as u64).rotate_left(32));
         shared.metrics.waiting_add(1);
         let job = Job {
@@ -611,6 +616,7 @@ async fn accept(
             operation: endpoint.operation(),
             arrived,
             accepted_at,
+            slot,
         };
         if shared.jobs.send(job).is_err() {
             shared.metrics.waiting_add(-1);
