@@ -846,7 +846,7 @@ pub const INFERENCE_HTTP_SERVER: SpanDef = span(
     false,
     None,
     PerRequest,
-    "kind SERVER; the child of the request's `traceparent` when present; every request, errors included; a path that matches no route gives a span named `{http.request.method}` alone, without `http.route`",
+    "kind SERVER; the child of the request's `traceparent` when present; every request that reaches the router, errors included (those answered before it have none: a header hyper cannot parse, a connection past `--max-connections`, a header-read timeout); a path that matches no route gives a span named `{http.request.method}` alone, without `http.route`; a request whose client left before its response has no status code and `error.type` `client_disconnected`",
     &[
         lens_fallbacks::semconv::HTTP_REQUEST_METHOD,
         lens_fallbacks::semconv::HTTP_ROUTE,
@@ -888,7 +888,7 @@ pub const INFERENCE_QUEUE: SpanDef = span(
     false,
     Some(&INFERENCE_GENERATE),
     PerRequest,
-    "from acceptance to admission into the running batch; one per choice (a list of prompts, or `n`, gives several under one request)",
+    "from acceptance to admission into the running batch; one per choice (a list of prompts gives several under one request; `n` above 1 is refused)",
     &[],
 );
 /// `megatron.inference.prefill`: the prompt's forward pass.

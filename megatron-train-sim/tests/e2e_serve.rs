@@ -789,11 +789,20 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             .find(|s| s.parent_span_id == spans[0].span_id && s.name == "megatron.inference.decode")
             .unwrap();
         assert!(attr(decode, "gen_ai.usage.output_tokens").as_u64().unwrap() > 0, "{how}: {decode:?}");
+        let server = records.spans.iter().find(|s| s.span_id == spans[0].parent_span_id).expect("the HTTP span");
+        assert_eq!(server.name, "POST /v1/completions");
         if how == "non-streaming" {
             assert!(
                 !spans[0].attributes.contains_key("gen_ai.response.id"),
                 "no response reached the client: no response id, not an empty one"
             );
+            // No response: no status code, and the HTTP span says why.
+            assert_eq!(attr(server, "error.type"), "client_disconnected", "{server:?}");
+            assert!(!server.attributes.contains_key("http.response.status_code"), "{server:?}");
+        } else {
+            // The response began (200); the GenAI span says the client left.
+            assert_eq!(attr(server, "http.response.status_code"), 200, "{server:?}");
+            assert!(!server.attributes.contains_key("error.type"), "{server:?}");
         }
     }
     let genai = |max_tokens: u64| {

@@ -381,6 +381,10 @@ impl Drop for Admission {
 /// far.
 struct RequestSpans {
     generate: Option<DetachedSpan>,
+    /// The HTTP SERVER span while no response is given: a handler dropped
+    /// before one (its client left, or the connection was cut at shutdown)
+    /// says so there, where tower-http records nothing.
+    server: Option<tracing::Span>,
     model: String,
     /// Tokens generated so far (the model's tokens are bytes).
     output_tokens: u64,
@@ -388,10 +392,22 @@ struct RequestSpans {
 
 impl RequestSpans {
     fn new(model: &str) -> RequestSpans {
-        RequestSpans { generate: None, model: model.to_owned(), output_tokens: 0 }
+        RequestSpans {
+            generate: None,
+            server: Some(tracing::Span::current()),
+            model: model.to_owned(),
+            output_tokens: 0,
+        }
+    }
+
+    /// A response is given (tower-http records its status on the server
+    /// span); later, only the GenAI span can say that the client left.
+    fn answered(&mut self) {
+        self.server = None;
     }
 
     fn end(mut self, outcome: &GenerateOutcome<'_>) {
+        self.answered();
         if let Some(span) = self.generate.take() {
             telemetry::end_generate_span(span, outcome);
         }
@@ -400,6 +416,11 @@ impl RequestSpans {
 
 impl Drop for RequestSpans {
     fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            // No response: no status code (the HTTP conventions' error.type
+            // names the error class instead).
+            server.record("error.type", "client_disconnected");
+        }
         if let Some(span) = self.generate.take() {
             telemetry::end_generate_span(
                 span,
@@ -442,6 +463,7 @@ async fn generate(shared: Arc<Shared>, endpoint: Endpoint, headers: HeaderMap, b
         }
     };
     if accepted.generation.stream {
+        spans.answered();
         let mut response = Response::new(Body::new(SseBody::new(shared.limits.model_name.clone(), accepted, spans)));
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
