@@ -286,10 +286,11 @@ fn phase_spans(entry: &Running, end: SystemTime) {
 fn retire(entry: Running, reason: &'static str, config: &EngineConfig, metrics: &ServerMetrics) {
     let (end_instant, end) = (Instant::now(), SystemTime::now());
     phase_spans(&entry, end);
-    let Running { job, sent, first_token, .. } = entry;
+    let Running { job, sent, first_token, generated, .. } = entry;
     let output_tokens = sent as u64;
     let input_tokens = job.prompt.len() as u64;
-    let (ttft, tpot) = latencies(job.arrived, first_token.map(|(at, _)| at), end_instant, output_tokens);
+    let tokens = Tokens { returned: output_tokens, generated: generated.len() as u64 };
+    let (ttft, tpot) = latencies(job.arrived, first_token.map(|(at, _)| at), end_instant, tokens);
     metrics.record_request(&RequestValues {
         operation: job.operation,
         model: &config.model_name,
@@ -307,21 +308,32 @@ fn retire(entry: Running, reason: &'static str, config: &EngineConfig, metrics: 
     });
 }
 
+/// A finished request's tokens: those it returned, and those generated
+/// (more when a stop sequence matched: its tokens were generated, then cut).
+#[derive(Clone, Copy)]
+struct Tokens {
+    returned: u64,
+    generated: u64,
+}
+
 /// A finished request's time to its first output token and time per output
 /// token after the first, in seconds, from its arrival, its first generated
-/// token and its end, given the tokens it returned: no time to first token
-/// when it returned none (a stop sequence at the start, whose first token
-/// was generated but held back), and no time per output token with fewer
-/// than two.
+/// token and its end: no time to first token when it returned no token (a
+/// stop sequence at the start, whose first token was generated but held
+/// back), and no time per output token when it returned fewer than two.
+/// The time per token divides the decoding time by the tokens generated in
+/// it, the cut stop sequence's included.
 fn latencies(
     arrived: Instant,
     first_token: Option<Instant>,
     end: Instant,
-    output_tokens: u64,
+    tokens: Tokens,
 ) -> (Option<f64>, Option<f64>) {
-    let ttft = first_token.filter(|_| output_tokens > 0).map(|at| at.duration_since(arrived).as_secs_f64());
+    let ttft = first_token.filter(|_| tokens.returned > 0).map(|at| at.duration_since(arrived).as_secs_f64());
     let tpot = match first_token {
-        Some(at) if output_tokens > 1 => Some(end.duration_since(at).as_secs_f64() / (output_tokens - 1) as f64),
+        Some(at) if tokens.returned > 1 => {
+            Some(end.duration_since(at).as_secs_f64() / (tokens.generated.max(tokens.returned) - 1) as f64)
+        }
         _ => None,
     };
     (ttft, tpot)
@@ -341,25 +353,30 @@ fn fail(job: Job, _metrics: &ServerMetrics, message: &str) {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{held_back, latencies};
+    use super::{Tokens, held_back, latencies};
 
     /// A request that returned no token (a stop sequence matched its first
     /// token) records no time to first token and no time per output token;
     /// one token gives the first only; more give both, the time per token
-    /// over the tokens after the first.
+    /// over the tokens generated after the first.
     #[test]
     fn time_to_first_token_needs_a_returned_token() {
         let arrived = Instant::now();
         let first = arrived + Duration::from_millis(30);
         let end = first + Duration::from_millis(40);
-        assert_eq!(latencies(arrived, Some(first), end, 0), (None, None));
-        assert_eq!(latencies(arrived, None, end, 0), (None, None));
-        let (ttft, tpot) = latencies(arrived, Some(first), end, 1);
+        let tokens = |returned, generated| Tokens { returned, generated };
+        assert_eq!(latencies(arrived, Some(first), end, tokens(0, 3)), (None, None));
+        assert_eq!(latencies(arrived, None, end, tokens(0, 0)), (None, None));
+        let (ttft, tpot) = latencies(arrived, Some(first), end, tokens(1, 1));
         assert!((ttft.unwrap() - 0.030).abs() < 1e-9, "{ttft:?}");
         assert_eq!(tpot, None);
-        let (ttft, tpot) = latencies(arrived, Some(first), end, 5);
+        let (ttft, tpot) = latencies(arrived, Some(first), end, tokens(5, 5));
         assert!((ttft.unwrap() - 0.030).abs() < 1e-9, "{ttft:?}");
         assert!((tpot.unwrap() - 0.010).abs() < 1e-9, "40 ms over 4 tokens after the first: {tpot:?}");
+        // A stop sequence of three tokens cut from eight generated: the
+        // 40 ms decoded seven tokens after the first, not four.
+        let (_, tpot) = latencies(arrived, Some(first), end, tokens(5, 8));
+        assert!((tpot.unwrap() - 0.040 / 7.0).abs() < 1e-9, "40 ms over 7 generated tokens: {tpot:?}");
     }
 
     #[test]
