@@ -245,8 +245,12 @@ pub(crate) fn run(
             let entry = running.swap_remove(i);
             metrics.running_add(-1);
             match reason {
-                Some(reason) => retire(entry, reason, config, metrics),
-                None => {
+                // A client that left while its last bytes were held back
+                // (a stop sequence then matched, with nothing more to
+                // send) is a request that ended early: it records no
+                // metrics, as one that left mid-stream.
+                Some(reason) if !entry.job.events.is_closed() => retire(entry, reason, config, metrics),
+                _ => {
                     phase_spans(&entry, SystemTime::now());
                     retire_cancelled(entry.job, metrics);
                 }
