@@ -222,6 +222,21 @@ impl ServerMetrics {
         self.token_usage.record(values.output_tokens, &attributes);
     }
 
+    /// Records one request that ended early, after `duration_s` seconds:
+    /// its duration only, with `error.type` (`client_disconnected`,
+    /// `shutting_down`), as the GenAI conventions ask of an operation that
+    /// ended in an error; its latencies and token usage are not a finished
+    /// request's and are not recorded.
+    pub fn record_ended_early(&self, operation: &str, model: &str, duration_s: f64, error_type: &'static str) {
+        let attributes = [
+            KeyValue::new(semconv::GENAI_OPERATION_NAME, operation.to_owned()),
+            KeyValue::new(semconv::GENAI_PROVIDER_NAME, PROVIDER_NAME),
+            KeyValue::new(semconv::GENAI_REQUEST_MODEL, model.to_owned()),
+            KeyValue::new(semconv::ERROR_TYPE, error_type),
+        ];
+        self.request_duration.record(duration_s, &attributes);
+    }
+
     /// Adds `delta` to the requests in the running batch.
     pub fn running_add(&self, delta: i64) {
         self.running.add(delta, &[]);

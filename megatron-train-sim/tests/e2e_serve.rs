@@ -811,6 +811,20 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             .find(|s| s.attributes.get("gen_ai.request.max_tokens") == Some(&serde_json::json!(max_tokens)))
             .unwrap_or_else(|| panic!("the GenAI span of the request with max_tokens {max_tokens}"))
     };
+    // The three requests whose clients left (mid-stream, mid-generation,
+    // while queued) record their duration with error.type, and no other
+    // request of this server ended early.
+    let ended_early: u64 = records
+        .metrics_named("gen_ai.server.request.duration")
+        .flat_map(|metric| &metric.data_points)
+        .filter(|point| point["attributes"].get("error.type").is_some())
+        .map(|point| {
+            assert_eq!(point["attributes"]["error.type"], "client_disconnected", "{point}");
+            point["count"].as_u64().unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
+    assert_eq!(ended_early, 3, "requests that ended early, in the duration histogram");
     let (left, slow) = (genai(302), genai(303));
     assert_eq!(attr(left, "error.type"), "client_disconnected");
     let phases: Vec<_> = records.spans.iter().filter(|s| s.parent_span_id == left.span_id).collect();
@@ -863,5 +877,20 @@ fn a_request_cut_by_the_drain_timeout_counts_the_tokens_it_got() {
         .expect("the decode span");
     let decoded = attr(decode, "gen_ai.usage.output_tokens").as_u64().unwrap();
     assert!(output > 0 && output <= decoded && output < 900, "{output} tokens counted, {decoded} decoded");
+    // Its duration is recorded with the error, and nothing else of it.
+    let points: Vec<&Value> = records
+        .metrics_named("gen_ai.server.request.duration")
+        .flat_map(|metric| &metric.data_points)
+        .filter(|point| point["count"].as_u64() > Some(0))
+        .collect();
+    assert!(!points.is_empty(), "the request's duration is recorded");
+    for point in &points {
+        assert_eq!(point["attributes"]["error.type"], "shutting_down", "{point}");
+        assert_eq!(point["count"], 1, "{point}");
+    }
+    assert!(
+        records.metrics_named("gen_ai.server.time_to_first_token").all(|m| m.data_points.is_empty()),
+        "no latency of a request that did not finish"
+    );
     ctx.finish();
 }

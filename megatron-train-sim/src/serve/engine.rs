@@ -137,12 +137,12 @@ pub(crate) fn run(
             for job in waiting.drain(..) {
                 metrics.waiting_add(-1);
                 queue_span(&job, now);
-                fail(job, metrics, "the server is shutting down");
+                fail(job, config, metrics, "the server is shutting down");
             }
             for entry in running.drain(..) {
                 metrics.running_add(-1);
                 phase_spans(&entry, now);
-                fail(entry.job, metrics, "the server is shutting down");
+                fail(entry.job, config, metrics, "the server is shutting down");
             }
             return;
         }
@@ -181,7 +181,7 @@ pub(crate) fn run(
             for job in left {
                 metrics.waiting_add(-1);
                 queue_span(&job, now);
-                retire_cancelled(job, metrics);
+                retire_cancelled(job, config, metrics);
             }
         }
         // Admit.
@@ -191,7 +191,7 @@ pub(crate) fn run(
             let now = SystemTime::now();
             queue_span(&job, now);
             if job.events.is_closed() {
-                retire_cancelled(job, metrics);
+                retire_cancelled(job, config, metrics);
                 continue;
             }
             metrics.running_add(1);
@@ -252,7 +252,7 @@ pub(crate) fn run(
                 Some(reason) if !entry.job.events.is_closed() => retire(entry, reason, config, metrics),
                 _ => {
                     phase_spans(&entry, SystemTime::now());
-                    retire_cancelled(entry.job, metrics);
+                    retire_cancelled(entry.job, config, metrics);
                 }
             }
         }
@@ -343,13 +343,18 @@ fn latencies(
     (ttft, tpot)
 }
 
-/// The client went away: the job leaves the batch (the HTTP side, whose
-/// receiver is gone, has ended the request's spans as cancelled).
-fn retire_cancelled(job: Job, _metrics: &ServerMetrics) {
-    drop(job);
+/// The client went away: the job leaves the queue or the batch (the HTTP
+/// side, whose receiver is gone, has ended the request's spans as
+/// cancelled), and its duration is recorded with `error.type`.
+fn retire_cancelled(job: Job, config: &EngineConfig, metrics: &ServerMetrics) {
+    let duration = job.arrived.elapsed().as_secs_f64();
+    metrics.record_ended_early(job.operation, &config.model_name, duration, "client_disconnected");
 }
 
-fn fail(job: Job, _metrics: &ServerMetrics, message: &str) {
+/// The server gave up on the job (shutdown's drain timed out).
+fn fail(job: Job, config: &EngineConfig, metrics: &ServerMetrics, message: &str) {
+    let duration = job.arrived.elapsed().as_secs_f64();
+    metrics.record_ended_early(job.operation, &config.model_name, duration, "shutting_down");
     let _ = job.events.send(Event::Failed { message: message.to_string() });
 }
 
