@@ -178,6 +178,10 @@ keys! {
     URL_PATH = "url.path", Stable;
     /// The scheme of the request URL (`http`).
     URL_SCHEME = "url.scheme", Stable;
+    /// The server's name as the request addressed it (its `Host` header).
+    SERVER_ADDRESS = "server.address", Stable;
+    /// The server's port as the request addressed it (its `Host` header).
+    SERVER_PORT = "server.port", Stable;
     /// The class of error an operation ended with.
     ERROR_TYPE = "error.type", Stable;
 

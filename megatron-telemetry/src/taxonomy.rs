@@ -852,6 +852,8 @@ pub const INFERENCE_HTTP_SERVER: SpanDef = span(
         lens_fallbacks::semconv::HTTP_ROUTE,
         lens_fallbacks::semconv::URL_PATH,
         lens_fallbacks::semconv::URL_SCHEME,
+        lens_fallbacks::semconv::SERVER_ADDRESS,
+        lens_fallbacks::semconv::SERVER_PORT,
         lens_fallbacks::semconv::HTTP_RESPONSE_STATUS_CODE,
         lens_fallbacks::semconv::ERROR_TYPE,
     ],

@@ -166,6 +166,9 @@ fn openai_clients_load_and_telemetry() {
         assert_eq!(attr(server, "http.request.method"), "POST");
         assert_eq!(attr(server, "url.path"), route);
         assert_eq!(attr(server, "url.scheme"), "http");
+        // The openai client names the server 127.0.0.1:<port> in its Host.
+        assert_eq!(attr(server, "server.address"), "127.0.0.1", "{case}");
+        assert_eq!(attr(server, "server.port"), port, "{case}");
         assert_eq!(attr(server, "http.route"), route);
         assert_eq!(attr(server, "http.response.status_code"), 200);
         let genai_name = format!("{operation} {MODEL}");

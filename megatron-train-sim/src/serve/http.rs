@@ -230,6 +230,7 @@ pub(crate) fn install_tracing(cli: &CliOverrides) {
 fn server_span(request: &Request<Body>) -> tracing::Span {
     let method = request.method().as_str();
     let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    let (address, port) = server_address(request).unzip();
     let span = tracing::info_span!(
         target: telemetry::HTTP_SERVER_TARGET,
         "http.server.request",
@@ -241,6 +242,8 @@ fn server_span(request: &Request<Body>) -> tracing::Span {
         url.path = request.uri().path(),
         // The server speaks plain HTTP (no TLS); the conventions require it.
         url.scheme = "http",
+        server.address = address.as_deref(),
+        server.port = port,
         http.response.status_code = tracing::field::Empty,
         error.type = tracing::field::Empty,
     );
@@ -253,6 +256,19 @@ fn server_span(request: &Request<Body>) -> tracing::Span {
         lens_tracing::set_parent(&span, &extract_context(carrier.as_slice()));
     }
     span
+}
+
+/// The server's address and port as the request named them (its `Host`
+/// header, or an absolute URI's authority; the port 80 of plain HTTP when
+/// it names none), as the HTTP conventions' `server.address` and
+/// `server.port`; none for a request that names no host.
+fn server_address(request: &Request<Body>) -> Option<(String, i64)> {
+    let authority = match request.headers().get(header::HOST).and_then(|host| host.to_str().ok()) {
+        Some(host) => host.parse::<axum::http::uri::Authority>().ok()?,
+        None => request.uri().authority()?.clone(),
+    };
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| (host.to_owned(), i64::from(authority.port_u16().unwrap_or(80))))
 }
 
 /// The response's status on the server span (and `error.type`, the status
