@@ -135,6 +135,12 @@ def single_cases(client, model, max_tokens):
 
     models = client.models.list()
     results["models"] = [m.id for m in models.data]
+    results["retrieved"] = client.models.retrieve(model).id
+    try:
+        client.models.retrieve("no-such-model")
+        results["unknown_retrieved"] = {"status": 200}
+    except openai.APIStatusError as error:
+        results["unknown_retrieved"] = {"status": error.status_code, "body": error.body}
 
     try:
         client.completions.create(model="no-such-model", prompt="x", max_tokens=1)

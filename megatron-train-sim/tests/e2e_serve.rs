@@ -118,6 +118,10 @@ fn openai_clients_load_and_telemetry() {
     }
     assert_eq!(results["chat"]["role"], "assistant");
     assert_eq!(results["models"], serde_json::json!([MODEL]));
+    // `models.retrieve`: the served model, and model_not_found for another.
+    assert_eq!(results["retrieved"], MODEL);
+    assert_eq!(results["unknown_retrieved"]["status"], 404);
+    assert_eq!(results["unknown_retrieved"]["body"]["code"], "model_not_found");
     assert_eq!(results["unknown_model"]["status"], 404);
     assert_eq!(results["unknown_model"]["body"]["param"], "model");
     let load = results["load"].as_array().unwrap();

@@ -17,6 +17,21 @@ pub(crate) struct ApiError {
     pub(crate) message: String,
 }
 
+/// The 404 of a model this server does not serve (`model`, as sent).
+pub(crate) fn model_not_found(model: &str, limits: &Limits) -> ApiError {
+    ApiError {
+        status: 404,
+        kind: "invalid_request_error",
+        param: Some("model"),
+        code: "model_not_found",
+        message: format!(
+            "the model {} does not exist; this server serves {}",
+            shown_text(model),
+            shown_text(&limits.model_name)
+        ),
+    }
+}
+
 impl ApiError {
     /// 400 for an invalid field.
     pub(crate) fn invalid(param: &'static str, message: impl Into<String>) -> ApiError {
@@ -414,19 +429,7 @@ pub(crate) fn parse(endpoint: Endpoint, body: &[u8], limits: &Limits) -> Result<
     };
     match present(&body, "model") {
         Some(Value::String(model)) if *model == limits.model_name => {}
-        Some(Value::String(model)) => {
-            return Err(ApiError {
-                status: 404,
-                kind: "invalid_request_error",
-                param: Some("model"),
-                code: "model_not_found",
-                message: format!(
-                    "the model {} does not exist; this server serves {}",
-                    shown_text(model),
-                    shown_text(&limits.model_name)
-                ),
-            });
-        }
+        Some(Value::String(model)) => return Err(model_not_found(model, limits)),
         Some(other) => {
             return Err(ApiError::invalid("model", format!("`model` must be a string, not {}", type_name(other))));
         }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{MatchedPath, State};
+use axum::extract::{MatchedPath, Path, State};
 use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -199,6 +199,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route(Endpoint::Completions.route(), post(completions))
         .route(Endpoint::Chat.route(), post(chat))
         .route("/v1/models", get(models))
+        .route("/v1/models/{model}", get(model))
         .route("/health", get(health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -356,13 +357,27 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
     if shared.draining.load(Ordering::Acquire) {
         return error_response(&draining_error());
     }
-    json_response(
-        200,
-        &json!({"object": "list", "data": [{
-            "id": shared.limits.model_name, "object": "model", "created": unix_now(), "owned_by": "megatron-train-sim",
-            "max_model_len": shared.limits.max_model_len,
-        }]}),
-    )
+    json_response(200, &json!({"object": "list", "data": [model_object(&shared)]}))
+}
+
+/// `GET /v1/models/{model}` (the `openai` client's `models.retrieve`): the
+/// served model, or 404 `model_not_found` for any other.
+async fn model(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    if shared.draining.load(Ordering::Acquire) {
+        return error_response(&draining_error());
+    }
+    if id != shared.limits.model_name {
+        return error_response(&api::model_not_found(&id, &shared.limits));
+    }
+    json_response(200, &model_object(&shared))
+}
+
+/// The served model, as `/v1/models` lists it.
+fn model_object(shared: &Shared) -> Value {
+    json!({
+        "id": shared.limits.model_name, "object": "model", "created": unix_now(), "owned_by": "megatron-train-sim",
+        "max_model_len": shared.limits.max_model_len,
+    })
 }
 
 async fn completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
