@@ -17,7 +17,7 @@
 //!   for SIGTERM, 130 for SIGINT).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 
 /// The flag a graceful signal sets; `false` for ever without
 /// `--exit-signal-handler`.
@@ -50,4 +50,34 @@ pub(crate) fn install_drain_flag(graceful: bool) -> std::io::Result<StopFlag> {
 #[cfg(not(unix))]
 pub(crate) fn install_drain_flag(_graceful: bool) -> std::io::Result<StopFlag> {
     Ok(Arc::new(AtomicBool::new(false)))
+}
+
+/// How many SIGTERM/SIGINT the process has received (the server's: the
+/// first starts its drain, a second cuts it short).
+pub(crate) type SignalCount = Arc<AtomicU32>;
+
+/// Counts SIGTERM and SIGINT from now on, as [`install_drain_flag`] flags
+/// them (on signal-hook's iterator thread, installed before telemetry).
+#[cfg(unix)]
+pub(crate) fn install_signal_count() -> std::io::Result<SignalCount> {
+    use std::sync::atomic::Ordering;
+
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::iterator::Signals;
+
+    let count = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&count);
+    let mut signals = Signals::new([SIGTERM, SIGINT])?;
+    std::thread::Builder::new().name("drain-signals".into()).spawn(move || {
+        for _signal in signals.forever() {
+            counted.fetch_add(1, Ordering::AcqRel);
+        }
+    })?;
+    Ok(count)
+}
+
+/// Without Unix signals there is nothing to count.
+#[cfg(not(unix))]
+pub(crate) fn install_signal_count() -> std::io::Result<SignalCount> {
+    Ok(Arc::new(AtomicU32::new(0)))
 }

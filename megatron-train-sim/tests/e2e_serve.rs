@@ -473,6 +473,17 @@ fn stream_after_first_event(port: u16, body: &str, started: impl FnOnce()) -> Re
     Reply { status, headers: Vec::new(), body }
 }
 
+/// A streamed completion of `max_tokens` tokens (prompt `slow`) on its
+/// own thread, returned once its first event has arrived: a request in
+/// flight, whose thread yields the rest of the stream.
+fn streaming_in_flight(port: u16, max_tokens: u64) -> std::thread::JoinHandle<Reply> {
+    let (first_event, streaming) = std::sync::mpsc::channel();
+    let body = format!(r#"{{"model":"megatron-sim","prompt":"slow","max_tokens":{max_tokens},"stream":true}}"#);
+    let in_flight = std::thread::spawn(move || stream_after_first_event(port, &body, || first_event.send(()).unwrap()));
+    streaming.recv_timeout(READY_LIMIT).expect("the request in flight streams its first event");
+    in_flight
+}
+
 fn good_request_succeeds(port: u16) {
     let reply = post(port, "/v1/completions", r#"{"model":"megatron-sim","prompt":"ok","max_tokens":3}"#);
     assert_eq!(reply.status, 200, "a good request still succeeds: {}", reply.body);
@@ -638,12 +649,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     // place and memory with it, not once the batch has room (its queue
     // span, checked at the end, ends long before the slow request does).
     {
-        let (first_event, streaming) = std::sync::mpsc::channel();
-        let slow = std::thread::spawn(move || {
-            let body = r#"{"model":"megatron-sim","prompt":"slow","max_tokens":303,"stream":true}"#;
-            stream_after_first_event(port, body, || first_event.send(()).unwrap())
-        });
-        streaming.recv_timeout(READY_LIMIT).expect("the slow request streams its first event");
+        let slow = streaming_in_flight(port, 303);
         let stream = send_completion(port, r#"{"model":"megatron-sim","prompt":"bye","max_tokens":302}"#);
         std::thread::sleep(Duration::from_millis(200));
         drop(stream);
@@ -731,12 +737,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     // signal goes once the server streams the request's first event, so
     // that it is in flight however loaded the machine (a fixed sleep let a
     // slow machine signal before the server had read it).
-    let (first_event, streaming) = std::sync::mpsc::channel();
-    let in_flight = std::thread::spawn(move || {
-        let slow = r#"{"model":"megatron-sim","prompt":"slow","max_tokens":200,"stream":true}"#;
-        stream_after_first_event(port, slow, || first_event.send(()).unwrap())
-    });
-    streaming.recv_timeout(READY_LIMIT).expect("the request in flight streams its first event");
+    let in_flight = streaming_in_flight(port, 200);
     server.signal(libc::SIGTERM);
     // Polled with `GET /health`, which is never queued: a completion posted
     // before the server saw the signal would be admitted, wait out the
@@ -898,6 +899,40 @@ fn a_request_cut_by_the_drain_timeout_counts_the_tokens_it_got() {
     assert!(
         records.metrics_named("gen_ai.server.time_to_first_token").all(|m| m.data_points.is_empty()),
         "no latency of a request that did not finish"
+    );
+    ctx.finish();
+}
+
+/// A second SIGTERM during the drain ends the requests in flight at once
+/// (503 `shutting_down`, as a drain timeout does) instead of waiting out
+/// `--drain-timeout`, and the server still exits 0 with its telemetry
+/// flushed.
+#[test]
+fn a_second_signal_ends_the_drain_at_once() {
+    let ctx = Ctx::new("serve-second-signal");
+    train_checkpoint(&ctx);
+    let (mut server, port) =
+        start_server(&ctx, None, &["--decode-step-delay-ms", "20", "--drain-timeout", "600", "--max-tokens", "1000"]);
+    // 900 tokens at 20 ms each: about 18 s, and the drain waits 600 s.
+    let in_flight = streaming_in_flight(port, 900);
+    server.signal(libc::SIGTERM);
+    server.wait_for_stderr_lines(&["draining: 1 requests in flight".to_string()], Duration::from_secs(20));
+    server.signal(libc::SIGTERM);
+    let reply = in_flight.join().unwrap();
+    assert_eq!(reply.status, 200, "the stream had begun: {}", reply.body);
+    let error = reply.body.find(r#"data: {"error":{"code":"shutting_down""#);
+    let done = reply.body.rfind("data: [DONE]");
+    assert!(
+        error.zip(done).is_some_and(|(error, done)| error < done),
+        "the stream ends with an error event, then [DONE]: {}",
+        reply.body
+    );
+    let done = server.wait(Duration::from_secs(60));
+    done.assert_success("the drain a second signal cut short");
+    assert!(
+        done.stderr.contains("drain cut short by a second signal: 1 requests ended with an error"),
+        "{}",
+        done.stderr
     );
     ctx.finish();
 }

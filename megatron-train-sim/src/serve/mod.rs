@@ -21,7 +21,8 @@
 //! Shutdown: SIGTERM or SIGINT starts a drain. The listener stays open and
 //! answers every new request 503 with `Retry-After`; the requests in flight
 //! finish, for at most `--drain-timeout` seconds (the ones still running
-//! then end with an error event); telemetry is flushed; the exit status is 0.
+//! then end with an error event; a second SIGTERM or SIGINT ends them at
+//! once); telemetry is flushed; the exit status is 0.
 
 mod api;
 mod engine;
@@ -120,10 +121,10 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
         Ok(local) => local,
         Err(error) => return usage_error(&format!("cannot read the listening address: {error}")),
     };
-    // The drain flag before telemetry, so that the lifecycle's handler
-    // flushes and passes the signal on (as with --exit-signal-handler).
-    let stop = match signals::install_drain_flag(true) {
-        Ok(stop) => stop,
+    // The signal count before telemetry, so that the lifecycle's handler
+    // flushes and passes each signal on (as with --exit-signal-handler).
+    let signals = match signals::install_signal_count() {
+        Ok(signals) => signals,
         Err(error) => {
             output::error(None, &format!("could not install the signal handlers: {error}"));
             return ExitCode::from(1);
@@ -150,7 +151,7 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
         }
     };
     let metrics = telemetry.serve_ready();
-    let code = serve(args, model, max_model_len, listener, local, &stop, metrics);
+    let code = serve(args, model, max_model_len, listener, local, &signals, metrics);
     // A server trains nothing: no goodput.
     let summary = output::TelemetrySummary::at_shutdown(&mut telemetry);
     output::print_telemetry(rank.rank, &summary, true);
@@ -168,7 +169,7 @@ fn serve(
     max_model_len: usize,
     listener: std::net::TcpListener,
     local: SocketAddr,
-    stop: &signals::StopFlag,
+    signals: &signals::SignalCount,
     metrics: megatron_telemetry::inference::ServerMetrics,
 ) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -240,18 +241,25 @@ fn serve(
         args.max_batch_size
     ));
 
-    while !stop.load(Ordering::Acquire) && !server.is_finished() {
+    let received = || signals.load(Ordering::Acquire);
+    while received() == 0 && !server.is_finished() {
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Drain: new requests get 503, the ones in flight finish (bounded).
+    // Drain: new requests get 503, the ones in flight finish (bounded by
+    // --drain-timeout, or cut short by a second signal).
     shared.draining.store(true, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
     let in_flight = || shared.in_flight.load(Ordering::Acquire);
-    output::note(&format!("draining: {} requests in flight, at most {} s", in_flight(), args.drain_timeout));
-    while in_flight() > 0 && Instant::now() < deadline {
+    output::note(&format!(
+        "draining: {} requests in flight, at most {} s (a second SIGTERM or SIGINT ends them now)",
+        in_flight(),
+        args.drain_timeout
+    ));
+    while in_flight() > 0 && Instant::now() < deadline && received() < 2 {
         std::thread::sleep(Duration::from_millis(20));
     }
     let left = in_flight();
+    let cut = left > 0 && received() >= 2;
     abort.store(true, Ordering::Release);
     let _ = engine.join();
     // Let the streams of aborted requests write their error event.
@@ -261,7 +269,9 @@ fn serve(
     }
     let _ = shutdown_tx.send(());
     runtime.shutdown_timeout(Duration::from_secs(2));
-    if left > 0 {
+    if cut {
+        output::note(&format!("drain cut short by a second signal: {left} requests ended with an error"));
+    } else if left > 0 {
         output::note(&format!("drain timed out: {left} requests ended with an error"));
     } else {
         output::note(&"drained: every request in flight finished");
