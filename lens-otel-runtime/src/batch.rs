@@ -1491,9 +1491,11 @@ fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
 /// failed; one whose retries the shutdown deadline cut short is unsent at
 /// shutdown. A failure the destination says is final ([`Retry::Never`])
 /// fails the batch at once; one that names its wait ([`Retry::After`]) is
-/// retried after that wait instead of the backoff. The batch is readied once (encoded, for lens's OTLP exporter)
-/// and kept for the retries; a batch that cannot be readied (it cannot be
-/// encoded) fails at once, since a retry would fail the same way.
+/// retried after that wait, or the backoff when that is longer (a wait of
+/// 0 does not make a busy loop). The batch is readied once (encoded, for
+/// lens's OTLP exporter) and kept for the retries; a batch that cannot be
+/// readied (it cannot be encoded) fails at once, since a retry would fail
+/// the same way.
 fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
     let window_end = Instant::now() + inner.config.retry_window;
     let mut backoff = RETRY_INITIAL_BACKOFF;
@@ -1536,7 +1538,7 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
         let (wait, asked) = match retry {
             Retry::Never => return Outcome::Failed,
             Retry::Backoff => (jittered(backoff), false),
-            Retry::After(wait) => (wait, true),
+            Retry::After(wait) => (wait.max(jittered(backoff)), true),
         };
         let wake_at = Instant::now() + wait;
         backoff = (backoff * 2).min(RETRY_MAX_BACKOFF);

@@ -44,7 +44,8 @@ pub enum Retry {
     /// does not say).
     Backoff,
     /// Retried no sooner than this, as the destination asked (HTTP
-    /// `Retry-After`, gRPC `RetryInfo`), within the retry window.
+    /// `Retry-After`, gRPC `RetryInfo`), nor sooner than the backoff,
+    /// within the retry window.
     After(Duration),
     /// Never retried: the destination's answer is final (HTTP 400, 401,
     /// 403, 404, 413, ...; gRPC `UNAUTHENTICATED`, `INVALID_ARGUMENT`,

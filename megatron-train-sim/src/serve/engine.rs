@@ -247,8 +247,8 @@ pub(crate) fn run(
             match reason {
                 // A client that left while its last bytes were held back
                 // (a stop sequence then matched, with nothing more to
-                // send) is a request that ended early: it records no
-                // metrics, as one that left mid-stream.
+                // send) is a request that ended early, as one that left
+                // mid-stream: its duration with error.type, nothing else.
                 Some(reason) if !entry.job.events.is_closed() => retire(entry, reason, config, metrics),
                 _ => {
                     phase_spans(&entry, SystemTime::now());
