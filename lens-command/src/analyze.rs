@@ -613,6 +613,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     let mut context = Context::default();
     let mut hangs = Hangs::default();
     let mut streams: BTreeMap<String, StragglerStream> = BTreeMap::new();
+    // The runs in the order their metrics began (the directories are read
+    // so), which the report keeps: a restart with a new run id comes after
+    // the attempt it resumed, whatever the ids' order.
+    let mut run_order: Vec<String> = Vec::new();
     let mut peak_retained = 0;
     let any_metrics = dirs.iter().any(|d| !d.metrics.is_empty());
     // What could be read at all: with no point and no span the input is not
@@ -633,6 +637,9 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
                 context.resource(&export.dir, &run, line.resource.as_ref());
                 hangs.add_points(&run, &line.points);
                 if holds_export(&line) {
+                    if !streams.contains_key(&run) {
+                        run_order.push(run.clone());
+                    }
                     streams.entry(run).or_default().grid.push(&line.points);
                 }
             }
@@ -752,7 +759,8 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // What a resumed attempt replayed from a predecessor whose own export is
     // not under DIR is a part of that attempt only: left out of the
     // breakdown, with a note, rather than read as an attempt that resumed
-    // without a load. Its spans are all marked replayed; in an export from
+    // without a load (unless the replay holds the predecessor's startup:
+    // then it is all of it). Its spans are all marked replayed; in an export from
     // before the mark, they are of another run in a directory named after
     // its own run, or of a process with no startup in a directory where
     // another process of its run has one.
@@ -776,8 +784,13 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
             && process.pid.is_some()
             && !started.contains(&(*dir_index, process.clone()))
             && started.iter().any(|(d, o)| d == dir_index && o.run == process.run && o != process);
-        let replayed = !read.own || other_run || unmarked_part;
         let read_above = own_rank.get(&(process.run.clone(), read.world)).is_some_and(|highest| *highest > read.rank);
+        // An attempt whose startup is among what was replayed of it
+        // exported nothing itself (startup ends first, and goes in its first
+        // export): its spool, replayed, is all of it, so it is counted
+        // (unless a higher rank of its run is read: the run is read there).
+        let whole_replay = !read.own && !read_above && started.contains(&(*dir_index, process.clone()));
+        let replayed = (!read.own && !whole_replay) || other_run || unmarked_part;
         if replayed && !read_above {
             let same_run = here.is_some_and(|p| p.iter().any(|o| o.run == process.run && o != process));
             let run = if same_run { process.to_string() } else { process.run.clone() };
@@ -866,7 +879,11 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     });
 
     let stragglers = any_metrics.then(|| {
-        streams
+        let mut streams = streams;
+        let mut in_order: Vec<(String, StragglerStream)> =
+            run_order.into_iter().filter_map(|run| streams.remove_entry(&run)).collect();
+        in_order.extend(streams);
+        in_order
             .into_iter()
             .map(|(run, stream)| RunStragglers {
                 run,

@@ -697,6 +697,24 @@ fn attempts_in_directories_whose_names_sort_out_of_time_order_are_read_in_time_o
 }
 
 #[test]
+fn runs_with_their_own_ids_are_reported_in_the_order_they_ran() {
+    // A restart that took a new run id: `zulu` ran first, `alpha` second
+    // (by name, the other way round). Each run's stragglers come in the
+    // order the runs' metrics began, as the goodput section's attempts do.
+    let telemetry = temp_dir("runs-in-time-order");
+    let exports: Vec<u64> = (1..=8).map(|e| e * 5).collect();
+    for (run, start) in [("zulu", 1_000), ("alpha", 9_000_000_000)] {
+        let files = telemetry.join(run);
+        std::fs::create_dir_all(&files).unwrap();
+        write_counters_of(&files, run, start, &|_| exports.clone(), &rank_2_twice_as_slow(|_| true));
+    }
+    let (code, stdout, stderr) = lens(&["analyze".as_ref(), telemetry.as_path()]);
+    assert_eq!(code, 0, "{stderr}");
+    let (zulu, alpha) = (stdout.find("run zulu:\n"), stdout.find("run alpha:\n"));
+    assert!(zulu.zip(alpha).is_some_and(|(zulu, alpha)| zulu < alpha), "the first run first: {stdout}");
+}
+
+#[test]
 fn goodput_over_several_run_ids_says_it_adds_them_up_as_one_job() {
     // Two attempts under one `telemetry/`: with one run id (a restart), the
     // section is the job's; with two (two unrelated runs, as two runs of

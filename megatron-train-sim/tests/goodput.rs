@@ -766,3 +766,47 @@ fn attempts_that_share_a_pinned_run_id_are_told_apart_by_their_processes() {
     assert!(text.contains("iterations: 30 kept, 0 pending, 7 lost, over 2 attempt(s)"), "{text}");
     assert!(text.contains("attempt same (process "), "{text}");
 }
+
+/// A run killed before its first export (its own traces file is empty) and
+/// recovered with `lens recover --to-files` into a directory beside its
+/// own: the spool, which holds the attempt's startup, is all of the
+/// attempt, and `lens analyze` on the directory above both counts it.
+/// Before, it was left out with a note to give the directory above both,
+/// which was given.
+#[test]
+fn a_run_killed_before_its_first_export_is_counted_from_its_recovered_spool() {
+    let dir = temp_dir("goodput-recovered");
+    let args = with(
+        SMALL,
+        &[
+            "--otel-enabled",
+            "--otel-span-groups",
+            "per_step",
+            "--train-iters",
+            "40",
+            "--save",
+            "D",
+            "--save-interval",
+            "10",
+            "--inject-kill",
+            "0:optimizer:15",
+        ],
+    );
+    // No export before the kill: the batch processor waits a minute.
+    let env = [("MEGATRON_OTEL_EXPORTER", "file"), ("OTEL_BSP_SCHEDULE_DELAY", "60000")];
+    let (ok, stderr, _) = attempt(&dir, "recovered", &args, &env);
+    assert!(!ok, "the killed attempt must fail: {stderr}");
+    let own = std::fs::read_to_string(dir.join("telemetry/recovered/traces-rank0.jsonl")).unwrap_or_default();
+    assert!(own.trim().is_empty(), "the killed process exported no span itself: {own}");
+    let recover = lens_command::recover::RecoverArgs {
+        dir: dir.join("D/lens-spool"),
+        to_files: Some(dir.join("telemetry/recovered-spool")),
+        prefix: "MEGATRON_OTEL".into(),
+    };
+    let report = lens_command::recover::recover(&recover).expect("lens recover");
+    assert!(report.spans > 0, "{report:?}");
+    let (ok, text) = analyze(&dir.join("telemetry"));
+    assert!(ok, "{text}");
+    assert!(!text.contains("holds spans of run"), "{text}");
+    assert!(text.contains("iterations 1-14, last save at 10"), "{text}");
+}
