@@ -670,6 +670,11 @@ pub struct Compared {
     /// (`dp_wait`, `pp_wait`, `tp_wait`): the rule finds a straggler by its
     /// peers' wait, so a loop that marks none can name no one.
     pub waits_seen: bool,
+    /// Whether two ranks of one peer group were seen in the run, in any
+    /// windows: with no peer group judged, their intervals never fell in
+    /// one window (their exports did not line up), which is not a layout
+    /// without peers.
+    pub peers_in_run: bool,
 }
 
 /// The complete intervals of a run (every rank's record at one attempt
@@ -683,6 +688,9 @@ pub struct Windows {
     attempt: Option<u32>,
     findings: Vec<Straggler>,
     compared: Compared,
+    /// Per peer group, the first rank seen in it (for
+    /// [`Compared::peers_in_run`]).
+    first_of_group: BTreeMap<(u32, u32), u32>,
 }
 
 impl Windows {
@@ -749,6 +757,8 @@ impl Windows {
                     median(&mut ranks_rows.iter().map(|r| r.phase_ms[phase.index()]).collect::<Vec<_>>());
             }
             combined.step_ms = median(&mut ranks_rows.iter().map(|r| r.step_ms).collect::<Vec<_>>());
+            let first = *self.first_of_group.entry(combined.group).or_insert(combined.rank);
+            self.compared.peers_in_run |= first != combined.rank;
             groups.entry(combined.group).or_default().push(combined);
         }
         for members in groups.values().filter(|m| m.len() >= 2) {
@@ -820,6 +830,13 @@ pub fn write_section_with_advice(
                 "  not judged: no log interval has every rank's record (a rank's interval lies between two of its \
                  metric exports; a run shorter than two export intervals has none: lower OTEL_METRIC_EXPORT_INTERVAL, \
                  10000 ms by default)"
+            );
+        }
+        if compared.peer_groups == 0 && compared.peers_in_run {
+            return writeln!(
+                out,
+                "  not judged: no window held two peers' intervals (their metric exports did not line up, as in a \
+                 run a few export intervals long: lower OTEL_METRIC_EXPORT_INTERVAL, 10000 ms by default)"
             );
         }
         if compared.peer_groups == 0 {
@@ -1177,12 +1194,38 @@ mod tests {
         assert!(String::from_utf8(out).unwrap().contains("(run with MEGATRON_OTEL_RANK_METRICS=1)"));
     }
 
+    /// Two peers whose intervals never share a window (their exports did
+    /// not line up) are not a layout without peers: the section says which.
+    #[test]
+    fn peers_whose_intervals_never_meet_are_not_called_a_layout_without_peers() {
+        let section = |second_group: (u32, u32)| {
+            let mut windows = Windows::default();
+            for (rank, iterations) in [(0, 1..=4), (1, 5..=8)] {
+                for i in iterations {
+                    let mut row = interval(rank, rank, i * 5, 20.0, 1.0);
+                    if rank == 1 {
+                        row.group = second_group;
+                    }
+                    windows.push([row]);
+                }
+            }
+            windows.finish();
+            let compared = windows.compared();
+            assert_eq!((compared.windows, compared.peer_groups), (2, 0), "{compared:?}");
+            let mut out = Vec::new();
+            write_section(&mut out, &[], compared, 2).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert!(section((0, 0)).contains("not judged: no window held two peers' intervals"), "{}", section((0, 0)));
+        assert!(section((1, 0)).contains("not judged: no two ranks are peers"), "{}", section((1, 0)));
+    }
+
     #[test]
     fn equal_ranks_have_no_culprit() {
         let rows: Vec<RankInterval> = (0..4).map(|r| interval(r, r, 5, 20.0, 3.0 + f64::from(r))).collect();
         let (findings, compared) = analyze_compared(&rows);
         assert!(findings.is_empty());
-        assert_eq!(compared, Compared { windows: 1, peer_groups: 1, waits_seen: true });
+        assert_eq!(compared, Compared { windows: 1, peer_groups: 1, waits_seen: true, peers_in_run: true });
         let mut out = Vec::new();
         write_section(&mut out, &findings, compared, 4).unwrap();
         assert!(String::from_utf8(out).unwrap().ends_with("  none: no rank is late\n"));
