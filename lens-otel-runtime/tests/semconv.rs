@@ -25,6 +25,8 @@ const STABLE: &[(&str, &str)] = &[
     (semconv::HTTP_ROUTE, attribute::HTTP_ROUTE),
     (semconv::URL_PATH, attribute::URL_PATH),
     (semconv::URL_SCHEME, attribute::URL_SCHEME),
+    (semconv::SERVER_ADDRESS, attribute::SERVER_ADDRESS),
+    (semconv::SERVER_PORT, attribute::SERVER_PORT),
     (semconv::ERROR_TYPE, attribute::ERROR_TYPE),
 ];
 
