@@ -15,11 +15,12 @@
 //! (at most [`MAX_EVENTS`] kept, the rest counted) and one gauge state per
 //! (run, rank).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 
 use lens_fallbacks::otlp_file::{AttributeValue, MetricPoint, SpanEventRecord};
 use lens_fallbacks::semconv;
+use lens_training::phases::{Phase, WAIT_PHASES};
 
 /// The watchdog's span event: today's name, then the shared one.
 pub const HANG_EVENT_NAMES: [&str; 2] = ["megatron.rank.hang_suspected", "dl.training.hang_suspected"];
@@ -56,6 +57,30 @@ pub struct GaugeState {
     pub last: f64,
     /// The latest point's time.
     pub last_time: u64,
+}
+
+/// The ranks of one hang (a run's iteration) that stalled outside a wait
+/// phase, and those that stalled waiting for them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LikelyCulprit {
+    /// The ranks stalled outside a wait phase.
+    pub stuck: BTreeSet<u32>,
+    /// Their phases.
+    pub stuck_phases: BTreeSet<String>,
+    /// The ranks stalled in a wait phase.
+    pub waiting: BTreeSet<u32>,
+    /// Their phases.
+    pub wait_phases: BTreeSet<String>,
+}
+
+/// "s" for a count other than one.
+fn plural(count: usize) -> &'static str {
+    if count == 1 { "" } else { "s" }
+}
+
+/// Phase names, comma-separated.
+fn join(phases: &BTreeSet<String>) -> String {
+    phases.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
 }
 
 /// The hang evidence of an export, aggregated as it streams by.
@@ -140,6 +165,28 @@ impl Hangs {
         !self.events.is_empty() || self.events_dropped > 0 || self.gauges.values().any(|g| g.suspected_points > 0)
     }
 
+    /// Per (run, iteration) of the hang events, the ranks that stalled
+    /// outside a wait phase while others stalled in one (`dp_wait`,
+    /// `pp_wait`, `tp_wait`): the ranks the others wait for. Only where
+    /// both are seen: ranks all waiting, or all computing, name no one.
+    pub fn likely_culprits(&self) -> BTreeMap<(String, i64), LikelyCulprit> {
+        let mut by_hang: BTreeMap<(String, i64), LikelyCulprit> = BTreeMap::new();
+        for e in &self.events {
+            let (Some(iteration), Some(phase)) = (e.iteration, e.phase.as_deref()) else { continue };
+            let likely = by_hang.entry((e.run.clone(), iteration)).or_default();
+            let waits = Phase::from_name(phase).is_some_and(|p| WAIT_PHASES.contains(&p));
+            if waits {
+                likely.waiting.insert(e.rank);
+                likely.wait_phases.insert(phase.to_string());
+            } else {
+                likely.stuck.insert(e.rank);
+                likely.stuck_phases.insert(phase.to_string());
+            }
+        }
+        by_hang.retain(|_, likely| !likely.stuck.is_empty() && !likely.waiting.is_empty());
+        by_hang
+    }
+
     /// Prints the "hangs" section. `several_runs`: name the run on each line.
     pub fn write_section(&self, out: &mut dyn Write, several_runs: bool) -> io::Result<()> {
         writeln!(out, "hangs (the hang watchdog's span events and gauge):")?;
@@ -163,6 +210,23 @@ impl Hangs {
         }
         if self.events_dropped > 0 {
             writeln!(out, "  ... and {} more hang event(s)", self.events_dropped)?;
+        }
+        for ((name, iteration), likely) in self.likely_culprits() {
+            let list = |ranks: &BTreeSet<u32>| ranks.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+            let (stuck, stuck_phases) = (&likely.stuck, &likely.stuck_phases);
+            let (waiting, wait_phases) = (&likely.waiting, &likely.wait_phases);
+            writeln!(
+                out,
+                "  likely culprit{} at iteration {iteration}: rank{} {} (stalled in {}), which rank{} {} waited for \
+                 ({})",
+                run(&name),
+                plural(stuck.len()),
+                list(stuck),
+                join(stuck_phases),
+                plural(waiting.len()),
+                list(waiting),
+                join(wait_phases),
+            )?;
         }
         for ((name, rank), g) in self.gauges.iter().filter(|(_, g)| g.suspected_points > 0) {
             let end = if g.last >= 1.0 { "still 1 at its last point" } else { "back to 0 by its last point" };
@@ -200,6 +264,48 @@ mod tests {
                 attributes: BTreeMap::new(),
             })
             .collect()
+    }
+
+    /// The watchdog's events of one hang: `(rank, phase)` at iteration 5.
+    fn hang(phases: &[(u32, &str)]) -> Hangs {
+        let mut hangs = Hangs::default();
+        for &(rank, phase) in phases {
+            let attributes = BTreeMap::from([
+                ("dl.phase".to_string(), AttributeValue::String(phase.to_string())),
+                ("dl.training.iteration".to_string(), AttributeValue::Int(5)),
+                ("stalled_s".to_string(), AttributeValue::Double(2.0)),
+            ]);
+            let event = SpanEventRecord {
+                file_rank: rank,
+                span_name: "megatron.train.iteration".into(),
+                name: HANG_EVENT_NAMES[1].to_string(),
+                time_unix_nano: 1,
+                attributes,
+            };
+            hangs.add_events("r", rank, &[event]);
+        }
+        hangs
+    }
+
+    fn section(hangs: &Hangs) -> String {
+        let mut out = Vec::new();
+        hangs.write_section(&mut out, false).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_rank_its_peers_wait_for_is_named_the_likely_culprit() {
+        // Rank 1 hung in backward; the others block in the gradient
+        // all-reduce, waiting for it.
+        let hangs = hang(&[(0, "dp_wait"), (1, "backward"), (2, "dp_wait"), (3, "dp_wait")]);
+        let text = section(&hangs);
+        assert!(
+            text.contains("  likely culprit at iteration 5: rank 1 (stalled in backward), which ranks 0, 2, 3 waited for (dp_wait)\n"),
+            "{text}"
+        );
+        // All waiting (the culprit exported nothing), or all computing: no one is named.
+        assert!(!section(&hang(&[(0, "dp_wait"), (2, "pp_wait")])).contains("likely culprit"));
+        assert!(!section(&hang(&[(0, "forward"), (1, "backward")])).contains("likely culprit"));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::io::BufRead as _;
 use std::path::Path;
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -229,6 +230,15 @@ fn an_injected_hang_is_named_by_every_rank_and_its_open_spans_leave_before_sigte
     assert_eq!(parent.attributes.get("nemo.span.open"), Some(&Value::Bool(true)), "chained to the parent's copy");
     let raw = std::fs::read_to_string(telemetry.join("traces-rank1.jsonl")).unwrap();
     assert!(raw.contains(lens_training::watchdog::HANG_EVENT), "the event on the innermost copy");
+    // `lens analyze` names the rank its peer waited for.
+    let analyzed = Command::new(support::BIN).arg("analyze").arg(&telemetry).output().unwrap();
+    let text = String::from_utf8_lossy(&analyzed.stdout);
+    assert!(
+        text.contains(
+            "  likely culprit at iteration 5: rank 1 (stalled in backward), which rank 0 waited for (dp_wait)\n"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
