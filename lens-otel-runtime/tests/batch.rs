@@ -719,6 +719,20 @@ mod otlp_retry {
         provider.shutdown().ok();
     }
 
+    /// A `Retry-After: 0` is no busy loop: the retry still waits the
+    /// backoff (at least 50 ms, half the first 100 ms).
+    #[test]
+    fn a_retry_after_of_zero_still_waits_the_backoff() {
+        let (port, server) = collector(&["429 Too Many Requests\r\nRetry-After: 0", "200 OK"]);
+        let (batch, provider) = pipeline(format!("http://127.0.0.1:{port}"), OtlpProtocol::HttpProtobuf);
+        batch.force_flush_with_timeout(Duration::from_secs(20)).unwrap();
+        let requests = server.join().unwrap();
+        let waited = requests[1].0 - requests[0].0;
+        assert!(waited >= Duration::from_millis(50), "the retry came {waited:?} after the refusal");
+        assert_eq!(batch.counters().snapshot().exported, 3);
+        provider.shutdown().ok();
+    }
+
     /// The same rules over gRPC: `UNAUTHENTICATED` is final, and so is
     /// `RESOURCE_EXHAUSTED` without a `RetryInfo`; `RESOURCE_EXHAUSTED`
     /// with one is retried after its delay.
