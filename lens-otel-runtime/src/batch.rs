@@ -544,6 +544,10 @@ struct Inner<T> {
     held_by_worker: AtomicUsize,
     last_error: Mutex<Option<String>>,
     warnings: RateLimit,
+    /// Whether an attempt cut short by the export timeout was said: the
+    /// exporter never sees it (its future is dropped), and the worker's
+    /// warnings wait while every export slot is held by a hung export.
+    warned_no_answer: AtomicBool,
     export_threads: AtomicU64,
     /// Called by the worker at a scheduled wake, a flush and shutdown,
     /// before it takes the queue: the span recorder's collection of its
@@ -986,6 +990,7 @@ impl<T: Item> Owner<T> {
             held_by_worker: AtomicUsize::new(0),
             last_error: Mutex::new(None),
             warnings: RateLimit::new(WARNING_PERIOD),
+            warned_no_answer: AtomicBool::new(false),
             export_threads: AtomicU64::new(0),
             collector: Mutex::new(None),
             spool: std::sync::OnceLock::new(),
@@ -1526,6 +1531,17 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
         let result = attempt(inner, &payload, attempt_deadline);
         if let Err(error) = &result {
             inner.keep_error(&error.error);
+            if let OTelSdkError::Timeout(bound) = error.error
+                && shutdown_deadline.is_none()
+                && !inner.warned_no_answer.swap(true, Ordering::Relaxed)
+            {
+                warn(format_args!(
+                    "{}: an export got no answer within {bound:?} (the export timeout; for OTLP, \
+                     OTEL_EXPORTER_OTLP_TIMEOUT): the destination may hang; lens retries within its retry window \
+                     and counts what is lost in the shutdown report",
+                    inner.pipeline.what,
+                ));
+            }
         }
         inner.counters.attempt_ended(result.is_err());
         let retry = match result {

@@ -253,6 +253,11 @@ mod with_testing {
         let _ = batch.force_flush_with_timeout(Duration::from_millis(1));
         let stuck = wait_for(&batch, |s| s.in_flight_exports == 1);
         assert_eq!(stuck.in_flight_exports, 1, "{stuck:?}");
+        // Counted in flight when handed to its thread, the export holds the
+        // exporter only once that thread runs it: wait for it at the gate
+        // (on a loaded machine a replay could otherwise take the exporter
+        // first, and wait at the gate itself).
+        assert_eq!(gated.wait_entered(Duration::from_secs(30)), 1, "the export reached the exporter");
         (gated, batch, provider)
     }
 
@@ -717,6 +722,71 @@ mod otlp_retry {
         let waited = requests[1].0 - requests[0].0;
         assert!(waited >= Duration::from_millis(1900), "the retry came {waited:?} after the refusal, not 2 s");
         provider.shutdown().ok();
+    }
+
+    /// Makes [`no_answer_child`] act.
+    const NO_ANSWER_CHILD: &str = "LENS_TEST_BATCH_NO_ANSWER_CHILD";
+
+    /// The child of [`a_hung_destination_is_said_at_its_first_timeout`]: a
+    /// collector that accepts and never answers, one export slot, three
+    /// batches; it ends without shutting down.
+    #[test]
+    fn no_answer_child() {
+        if std::env::var_os(NO_ANSWER_CHILD).is_none() {
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _held = std::thread::spawn(move || {
+            let held: Vec<_> = listener.incoming().take(8).collect();
+            std::thread::sleep(Duration::from_secs(30));
+            drop(held);
+        });
+        let settings = OtlpSettings {
+            endpoint: Some(OtlpEndpoint { url: format!("http://127.0.0.1:{port}"), signal_specific: false }),
+            // gRPC: its send is a future the export timeout cuts (the HTTP
+            // client blocks until OTEL_EXPORTER_OTLP_TIMEOUT, and its own
+            // timeout is then said by the exporter's first-failure warning).
+            protocol: OtlpProtocol::Grpc,
+            timeout: Duration::from_secs(30),
+            ..OtlpSettings::default()
+        };
+        let exporter = LensSpanExporter::Otlp(Box::new(build_otlp_span_exporter(&settings).unwrap()));
+        let config = BatchConfig {
+            export_timeout: Duration::from_millis(300),
+            max_export_batch_size: 2,
+            max_concurrent_exports: 1,
+            retry_window: Duration::from_secs(20),
+            ..BatchConfig::default()
+        };
+        let batch = LensBatchSpanProcessor::for_configured(exporter, config);
+        let provider = SdkTracerProvider::builder().with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer("hung");
+        for i in 0..6 {
+            tracer.in_span(format!("span-{i}"), |_| {});
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = std::io::stderr().write_all(b"CHILD DONE\n");
+        std::process::exit(0);
+    }
+
+    /// A destination that never answers is said at its first export's
+    /// timeout, by the export thread: the worker, whose rate-limited
+    /// warning would say it, waits for an export slot while the one slot is
+    /// held by the hung export's retries (before, nothing was said until
+    /// the retry window ended or shutdown).
+    #[test]
+    fn a_hung_destination_is_said_at_its_first_timeout() {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "otlp_retry::no_answer_child", "--nocapture", "--test-threads=1"])
+            .env(NO_ANSWER_CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let said = stderr.find("lens: warning: span export: an export got no answer within 300ms (the export timeout");
+        let done = stderr.find("CHILD DONE");
+        assert!(said.zip(done).is_some_and(|(said, done)| said < done), "{stderr}");
+        assert_eq!(stderr.matches("got no answer within").count(), 1, "said once: {stderr}");
     }
 
     /// A `Retry-After: 0` is no busy loop: the retry still waits the
