@@ -106,6 +106,9 @@ struct RuleUsage {
     seen: Mutex<BTreeSet<&'static str>>,
     /// `lens::<word>` targets warned about (no such group, no rule).
     warned: Mutex<BTreeSet<&'static str>>,
+    /// `lens.group` field values warned about (no such group), at most
+    /// [`MAX_SEEN_TARGETS`].
+    warned_fields: Mutex<BTreeSet<String>>,
 }
 
 /// Parsed `<PREFIX>_TRACING_GROUPS` rules, with the catalog that resolves
@@ -119,6 +122,9 @@ pub struct TracingRules {
     default: TracingDecision,
     catalog: &'static SpanGroupCatalog,
     usage: Arc<RuleUsage>,
+    /// The variable the rules were read from, for warnings
+    /// (`MYJOB_OTEL_TRACING_GROUPS`); `<PREFIX>_TRACING_GROUPS` when unknown.
+    variable: Option<Arc<str>>,
 }
 
 /// A rule that matched no callsite's target, with the nearest targets seen:
@@ -152,13 +158,57 @@ impl TracingRules {
             default: TracingDecision::default(),
             catalog,
             usage: Arc::new(RuleUsage::default()),
+            variable: None,
         }
+    }
+
+    /// The rules, their warnings naming `variable` (the variable they were
+    /// read from, such as `MYJOB_OTEL_TRACING_GROUPS`).
+    #[must_use]
+    pub fn for_variable(mut self, variable: impl Into<String>) -> TracingRules {
+        self.variable = Some(Arc::from(variable.into()));
+        self
+    }
+
+    /// The variable the rules were read from, for messages.
+    fn variable(&self) -> &str {
+        self.variable.as_deref().unwrap_or("<PREFIX>_TRACING_GROUPS")
+    }
+
+    /// The warning, once per value (`None` after), that a span's
+    /// `lens.group` field names `word`, a group the catalog does not have:
+    /// the span (of `target`) is not recorded, which a misspelt field would
+    /// otherwise leave unsaid. `None` for a group the catalog has.
+    pub fn unknown_group_field(&self, word: &str, target: &str) -> Option<String> {
+        if self.catalog.group(word).is_some() {
+            return None;
+        }
+        let mut warned = self.usage.warned_fields.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.len() >= MAX_SEEN_TARGETS || !warned.insert(word.to_string()) {
+            return None;
+        }
+        drop(warned);
+        let groups = self.catalog.names(self.catalog.all_groups());
+        let suggestion = crate::suggest::closest(word, groups.iter().copied());
+        Some(format!(
+            "a `tracing` span of target {target} names span group '{word}' in its lens.group field, which the {} \
+             catalog does not have: such spans are not recorded{}; name one of its groups ({})",
+            self.catalog.name(),
+            did_you_mean(suggestion),
+            groups.join(", ")
+        ))
     }
 
     /// Parses `spec` against `catalog` (empty items are skipped; group names
     /// and options are case-insensitive, target prefixes are not).
     pub fn parse(spec: &str, catalog: &'static SpanGroupCatalog) -> Result<TracingRules, TracingRulesError> {
         let mut rules = TracingRules::none(catalog);
+        // Only commas: a broken template rather than no rule (which is the
+        // variable unset or empty), as for the other list variables.
+        if !spec.trim().is_empty() && spec.split(',').all(|item| item.trim().is_empty()) {
+            return Err(TracingRulesError::OnlyCommas);
+        }
+        let mut default_given = false;
         for item in spec.split(',').map(str::trim).filter(|item| !item.is_empty()) {
             let Some((prefix, rest)) = item.split_once('=') else {
                 return Err(TracingRulesError::MissingGroup { item: item.to_string() });
@@ -202,10 +252,18 @@ impl TracingRules {
                 }
             };
             let decision = TracingDecision { group, per_entry };
+            // A target given twice: which rule was meant is not known.
+            let twice = if prefix == DEFAULT_TARGET {
+                std::mem::replace(&mut default_given, true)
+            } else {
+                rules.rules.iter().any(|rule| rule.prefix == prefix)
+            };
+            if twice {
+                return Err(TracingRulesError::TargetTwice { target: prefix.to_string() });
+            }
             if prefix == DEFAULT_TARGET {
                 rules.default = decision;
             } else {
-                rules.rules.retain(|rule| rule.prefix != prefix);
                 rules.rules.push(Rule { prefix: prefix.to_string(), decision });
             }
         }
@@ -257,11 +315,11 @@ impl TracingRules {
         let suggestion = crate::suggest::closest(word, groups.iter().copied());
         Some(format!(
             "`tracing` target {target} names span group '{word}', which the {} catalog does not have: its spans are \
-             not recorded{}; name one of its groups ({}) as lens::<group>, or give the target a rule in \
-             <PREFIX>_TRACING_GROUPS",
+             not recorded{}; name one of its groups ({}) as lens::<group>, or give the target a rule in {}",
             self.catalog.name(),
             did_you_mean(suggestion),
-            groups.join(", ")
+            groups.join(", "),
+            self.variable()
         ))
     }
 
@@ -369,6 +427,17 @@ pub enum TracingRulesError {
         /// The closest accepted word, when one is close enough to be a typo.
         suggestion: Option<&'static str>,
     },
+    /// Only commas: no rule at all.
+    #[error(
+        "no rule, only commas: write target_prefix=group items separated by commas, e.g. 'tower_http=job,h2=off', or leave the variable unset for none"
+    )]
+    OnlyCommas,
+    /// One target given two rules.
+    #[error("target '{target}' has two rules: give each target one (the longest matching prefix decides a target)")]
+    TargetTwice {
+        /// The target prefix (`*` for the default).
+        target: String,
+    },
     /// An option other than `per_entry`.
     #[error("'{item}' has unknown option '{option}'. The only option is 'per_entry'{}", did_you_mean(*suggestion))]
     UnknownOption {
@@ -415,6 +484,28 @@ mod tests {
         assert_eq!(rules.decide("tower::buffer").group, Some(SpanGroup::JOB));
         assert_eq!(rules.decide("h2").group, None);
         assert_eq!(rules.decide("h2c").group, Some(SpanGroup::EVALUATE), "h2 does not match h2c");
+    }
+
+    #[test]
+    fn a_misspelt_group_field_is_said_once_per_value() {
+        let rules = TracingRules::none(&LENS_CATALOG);
+        let warning = rules.unknown_group_field("chekpoint", "my_app::save").expect("said the first time");
+        assert!(
+            warning.starts_with(
+                "a `tracing` span of target my_app::save names span group 'chekpoint' in its lens.group field, which \
+                 the lens catalog does not have: such spans are not recorded (did you mean 'checkpoint'?)"
+            ),
+            "{warning}"
+        );
+        assert_eq!(rules.clone().unknown_group_field("chekpoint", "my_app::other"), None, "once per value");
+        assert_eq!(rules.unknown_group_field("checkpoint", "my_app::save"), None, "a group it has");
+    }
+
+    #[test]
+    fn warnings_name_the_variable_the_rules_came_from() {
+        let rules = TracingRules::none(&LENS_CATALOG).for_variable("MYJOB_OTEL_TRACING_GROUPS");
+        let warning = rules.unknown_lens_group("lens::inference::http").unwrap();
+        assert!(warning.ends_with("or give the target a rule in MYJOB_OTEL_TRACING_GROUPS"), "{warning}");
     }
 
     #[test]
@@ -492,5 +583,14 @@ mod tests {
         assert!(err("candle=step:per_entyr").contains("did you mean 'per_entry'?"));
         let text = err("candle=chekpoint");
         assert!(text.contains("'checkpoint'") && text.contains("'off'") && text.contains("did you mean"), "{text}");
+        assert!(err(" , ,").starts_with("no rule, only commas"), "{}", err(" , ,"));
+        assert_eq!(
+            err("my_app=step, h2=off, my_app=off"),
+            "target 'my_app' has two rules: give each target one (the longest matching prefix decides a target)"
+        );
+        assert!(err("*=job,*=off").starts_with("target '*' has two rules"));
+        // An empty value is no rule, and empty items between rules are skipped.
+        assert!(TracingRules::parse("", &LENS_CATALOG).is_ok());
+        assert!(TracingRules::parse("h2=off,,tower=job,", &LENS_CATALOG).is_ok());
     }
 }

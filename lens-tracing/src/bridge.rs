@@ -387,7 +387,13 @@ pub(crate) fn on_new_span<S>(
     let mut fields = Fields::for_fields(metadata.fields().len());
     attrs.record(&mut fields);
     if decided_per_span(metadata) {
-        let group = fields.group.as_deref().and_then(|name| rules.catalog().group(&name.trim().to_lowercase()));
+        let word = fields.group.as_deref().map(|name| name.trim().to_lowercase());
+        let group = word.as_deref().and_then(|word| rules.catalog().group(word));
+        if group.is_none()
+            && let Some(warning) = word.as_deref().and_then(|word| rules.unknown_group_field(word, metadata.target()))
+        {
+            lens_fallbacks::diag::warn(warning);
+        }
         if !group.is_some_and(lens_fallbacks::groups::is_span_group_enabled) {
             return;
         }

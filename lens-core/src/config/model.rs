@@ -281,6 +281,7 @@ impl LensConfig {
     /// The `tracing` rules that `tracing_groups` states, against `catalog`.
     pub fn tracing_rules(&self) -> Result<crate::tracing_rules::TracingRules, crate::tracing_rules::TracingRulesError> {
         crate::tracing_rules::TracingRules::parse(&self.tracing_groups, self.catalog)
+            .map(|rules| rules.for_variable(self.variable_to_set("tracing_groups", "TRACING_GROUPS")))
     }
 
     /// The span groups that `span_groups` names in `catalog`.
