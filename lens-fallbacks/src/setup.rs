@@ -615,12 +615,14 @@ impl Telemetry {
     /// Where each signal goes, in words (for a run summary): `traces: OTLP
     /// grpc http://localhost:4317`, `metrics: file /abs/telemetry/<run_id>/metrics-rank0.jsonl`,
     /// ...; empty where this rank exports nothing. Setup prints them once on
-    /// an exporting rank, with the host, and the shutdown report repeats them.
-    pub fn destinations(&self) -> &[String] {
+    /// an exporting rank, with the host, and the shutdown report repeats them
+    /// as they are then (a Prometheus port that was in use at setup and was
+    /// bound since is no longer said to wait).
+    pub fn destinations(&self) -> Vec<String> {
         #[cfg(feature = "otel")]
         return self.pipeline.destinations();
         #[cfg(not(feature = "otel"))]
-        return &[];
+        return Vec::new();
     }
 
     /// The export accounting so far, without flushing (empty without

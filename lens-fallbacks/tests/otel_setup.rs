@@ -446,3 +446,36 @@ fn a_short_run_writes_its_final_metric_collection_once() {
     assert_eq!(text.matches("short.run.steps").count(), 1, "{text}");
     assert_eq!(report.metrics.exports, 1, "{report}");
 }
+
+/// A Prometheus port in use at setup is said to wait for it, in the
+/// startup line's destinations; once the endpoint has it, the handle's
+/// destinations and the shutdown report no longer say so (they did to the
+/// end).
+#[cfg(feature = "prometheus")]
+#[test]
+fn a_prometheus_port_bound_after_setup_is_no_longer_said_to_be_in_use() {
+    let _serial = serial();
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let mut config = enabled("default");
+    config.otel.metrics_exporter = Some(ExporterKind::Prometheus);
+    config.otel.traces_exporter = Some(ExporterKind::Console);
+    config.otel.prometheus_host = "127.0.0.1".into();
+    config.otel.prometheus_port = port;
+    config.prometheus_linger = Duration::ZERO;
+    let options = SetupOptions::new().with_env(env(&[("NEMO_LENS_RUN_ID", "prom-in-use")]));
+    let telemetry = setup_telemetry(&config, &rank(0, 1), Vec::new(), options).unwrap();
+    let waiting = "(the port is in use: served once it is free)";
+    assert!(telemetry.destinations().iter().any(|d| d.ends_with(waiting)), "{:?}", telemetry.destinations());
+    drop(holder);
+    // Tried again every second: bound within a few.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let served = format!("metrics: Prometheus http://127.0.0.1:{port}/metrics");
+    assert!(telemetry.destinations().contains(&served), "{:?}", telemetry.destinations());
+    let report = telemetry.shutdown(Duration::from_secs(5));
+    assert!(report.destinations.contains(&served), "{report}");
+    assert!(!report.to_string().contains(waiting), "{report}");
+}

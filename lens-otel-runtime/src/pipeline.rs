@@ -234,6 +234,10 @@ pub struct Pipeline {
     restart_attempt: u32,
     lifetime: u32,
     destinations: Vec<String>,
+    /// The Prometheus endpoint, kept past shutdown for
+    /// [`destinations`](Self::destinations): whether it has its port now.
+    #[cfg(feature = "prometheus")]
+    prometheus_endpoint: Option<PrometheusExporter>,
     linger: Duration,
     span_counters: Option<Arc<crate::batch::SpanExportCounters>>,
     metric_counters: Option<Arc<MetricExportCounters>>,
@@ -303,6 +307,8 @@ impl Pipeline {
             restart_attempt: 0,
             lifetime: 0,
             destinations: Vec::new(),
+            #[cfg(feature = "prometheus")]
+            prometheus_endpoint: None,
             linger: Duration::ZERO,
             span_counters: None,
             metric_counters: None,
@@ -381,9 +387,14 @@ impl Pipeline {
         self.linger
     }
 
-    /// Where each signal goes, in words.
-    pub fn destinations(&self) -> &[String] {
-        &self.destinations
+    /// Where each signal goes, in words, now: a Prometheus endpoint whose
+    /// port was in use at setup is said to wait for it only while it does.
+    pub fn destinations(&self) -> Vec<String> {
+        #[cfg(feature = "prometheus")]
+        if self.prometheus_endpoint.as_ref().is_some_and(PrometheusExporter::is_serving) {
+            return self.destinations.iter().map(|d| d.replace(PROMETHEUS_WAITING, "")).collect();
+        }
+        self.destinations.clone()
     }
 
     /// The export accounting so far, without flushing.
@@ -394,7 +405,7 @@ impl Pipeline {
             logs: self.log_counters.as_ref().map(|c| c.snapshot()).unwrap_or_default(),
             dropped_file_full: self.file_limit.as_ref().map_or(0, |l| l.dropped()),
             rejected_spans: spans_rejected().saturating_sub(self.rejected_before),
-            destinations: self.destinations.clone(),
+            destinations: self.destinations(),
             ..ShutdownReport::default()
         }
     }
@@ -1044,6 +1055,8 @@ fn build(
         restart_attempt: restart_attempt(env),
         lifetime: LIFETIMES.fetch_add(1, Ordering::Relaxed) + 1,
         destinations,
+        #[cfg(feature = "prometheus")]
+        prometheus_endpoint: prometheus.clone(),
         linger: config.prometheus_linger,
         span_counters,
         metric_counters,
@@ -1385,12 +1398,16 @@ fn metric_exporter(
             linger: config.prometheus_linger,
         };
         let exporter = PrometheusExporter::start(&settings)?;
-        let waiting = if exporter.is_serving() { "" } else { " (the port is in use: served once it is free)" };
+        let waiting = if exporter.is_serving() { "" } else { PROMETHEUS_WAITING };
         destinations.push(format!("metrics: Prometheus http://{}/metrics{waiting}", exporter.local_addr()));
         *prometheus = Some(exporter.clone());
         Ok(Some(LensMetricExporter::Prometheus(exporter)))
     })
 }
+
+/// What a Prometheus destination says while its port is in use.
+#[cfg(feature = "prometheus")]
+const PROMETHEUS_WAITING: &str = " (the port is in use: served once it is free)";
 
 fn log_exporter(
     config: &LensConfig,

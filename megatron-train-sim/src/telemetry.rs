@@ -303,7 +303,7 @@ impl Telemetry {
 
     /// Where this rank's telemetry goes (empty when it exports nothing).
     pub(crate) fn destinations(&self) -> Vec<String> {
-        self.lifecycle.telemetry().destinations().to_vec()
+        self.lifecycle.telemetry().destinations()
     }
 
     /// Opens the span `def` of the taxonomy with `attributes` (plus the
