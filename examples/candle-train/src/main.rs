@@ -81,7 +81,8 @@ fn main() -> ExitCode {
             .with_flop_count(|_iteration: u64| model::FLOPS_PER_ITERATION)
             .with_checkpoint_dir(&args.checkpoint_dir),
     );
-    let outcome = train::run(&args, &training);
+    let metrics = train::Metrics::new(telemetry.meter());
+    let outcome = train::run(&args, &training, &metrics);
     drop(training);
     let report = telemetry.shutdown(SHUTDOWN_TIMEOUT);
     match outcome {

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use candle_core::Device;
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarMap};
+use lens_fallbacks::{Counter, Gauge, Meter};
 use lens_training::{Phase, Training};
 
 use crate::args::Args;
@@ -22,6 +23,40 @@ use crate::model::{self, Model};
 
 /// The learning rate of AdamW.
 const LEARNING_RATE: f64 = 0.01;
+
+/// The program's own metrics (docs/own-program.md, "Metrics of your own"):
+/// the loss and the evaluation as time series, and the tokens trained on
+/// (the throughput is its rate). On a rank that does not export, and
+/// without `otel`, they record nothing.
+pub(crate) struct Metrics {
+    loss: Gauge<f64>,
+    eval_loss: Gauge<f64>,
+    eval_accuracy: Gauge<f64>,
+    tokens: Counter<u64>,
+}
+
+impl Metrics {
+    /// The instruments, from the handle's meter.
+    pub(crate) fn new(meter: &Meter) -> Metrics {
+        Metrics {
+            loss: meter
+                .f64_gauge("candle.train.loss")
+                .with_description("Training loss of the latest iteration")
+                .build(),
+            eval_loss: meter.f64_gauge("candle.eval.loss").with_description("Loss on the evaluation set").build(),
+            eval_accuracy: meter
+                .f64_gauge("candle.eval.accuracy")
+                .with_unit("1")
+                .with_description("Next-token accuracy on the evaluation set")
+                .build(),
+            tokens: meter
+                .u64_counter("candle.train.tokens")
+                .with_unit("{token}")
+                .with_description("Tokens trained on (their rate is the throughput)")
+                .build(),
+        }
+    }
+}
 
 /// What a run did, printed at its end.
 #[derive(Debug)]
@@ -78,7 +113,7 @@ fn resume(training: &Training, dir: &Path, vars: &mut VarMap) -> anyhow::Result<
 }
 
 /// Trains per `args`, resuming from the checkpoint if there is one.
-pub(crate) fn run(args: &Args, training: &Training) -> anyhow::Result<Summary> {
+pub(crate) fn run(args: &Args, training: &Training, metrics: &Metrics) -> anyhow::Result<Summary> {
     let device = Device::Cpu;
     let mut vars = VarMap::new();
     let model = Model::new(&vars, &device)?;
@@ -120,6 +155,8 @@ pub(crate) fn run(args: &Args, training: &Training) -> anyhow::Result<Summary> {
             optimizer.step(&grads)?;
         }
         summary.loss = f64::from(loss.to_scalar::<f32>()?);
+        metrics.loss.record(summary.loss, &[]);
+        metrics.tokens.add(model::BATCH as u64, &[]);
         drop(step);
         summary.last_iteration = iteration;
         let last = iteration == args.iterations;
@@ -127,7 +164,10 @@ pub(crate) fn run(args: &Args, training: &Training) -> anyhow::Result<Summary> {
             let _evaluation = training.evaluation(iteration);
             let logits = model.forward(&eval_inputs)?;
             let loss = f64::from(model::loss(&logits, &eval_labels)?.to_scalar::<f32>()?);
-            summary.eval = Some((loss, model::accuracy(&logits, &eval_labels)?));
+            let accuracy = model::accuracy(&logits, &eval_labels)?;
+            metrics.eval_loss.record(loss, &[]);
+            metrics.eval_accuracy.record(accuracy, &[]);
+            summary.eval = Some((loss, accuracy));
         }
         if iteration.is_multiple_of(args.checkpoint_every) || last {
             let save = training.checkpoint_save(iteration);

@@ -417,6 +417,27 @@ mod export {
         assert!(!stderr(&runs.second).contains("no iteration completed"), "no stall in the resumed attempt");
     }
 
+    /// The program's own metrics: the loss as the run printed it, the
+    /// evaluation, and the tokens each attempt trained on (the throughput
+    /// is their rate).
+    #[test]
+    fn the_loss_the_evaluation_and_the_tokens_are_time_series() {
+        let runs = runs();
+        let tokens = |attempt| points(&runs.export, &ATTEMPTS[attempt..=attempt], "candle.train.tokens", None);
+        assert_eq!(tokens(0).last(), Some(&((first_run().count() as u64 * BATCH) as f64)), "{:?}", tokens(0));
+        assert_eq!(tokens(1).last(), Some(&((second_run().count() as u64 * BATCH) as f64)), "{:?}", tokens(1));
+        // The last loss point is the loss the resumed run printed.
+        let printed = stdout(&runs.second);
+        let loss = points(&runs.export, &ATTEMPTS[1..], "candle.train.loss", None);
+        let last = loss.last().expect("candle.train.loss points");
+        assert!(printed.contains(&format!("; loss {last:.4}")), "{last} against: {printed}");
+        let accuracy = points(&runs.export, &ATTEMPTS[1..], "candle.eval.accuracy", None);
+        assert!(accuracy.last().is_some_and(|a| (0.0..=1.0).contains(a)), "{accuracy:?}");
+        let eval_loss = points(&runs.export, &ATTEMPTS[1..], "candle.eval.loss", None);
+        let last = eval_loss.last().expect("candle.eval.loss points");
+        assert!(printed.contains(&format!("eval loss {last:.4}")), "{last} against: {printed}");
+    }
+
     #[test]
     fn mfu_is_the_flop_count_over_the_iteration_time_and_the_peak() {
         let spans = spans(&runs().export);
