@@ -183,7 +183,11 @@ impl Hangs {
                 likely.stuck_phases.insert(phase.to_string());
             }
         }
-        by_hang.retain(|_, likely| !likely.stuck.is_empty() && !likely.waiting.is_empty());
+        // A rank on both sides is two hangs at one iteration (attempts of
+        // one run): which waited for which is not known.
+        by_hang.retain(|_, likely| {
+            !likely.stuck.is_empty() && !likely.waiting.is_empty() && likely.stuck.is_disjoint(&likely.waiting)
+        });
         by_hang
     }
 
@@ -306,6 +310,10 @@ mod tests {
         // All waiting (the culprit exported nothing), or all computing: no one is named.
         assert!(!section(&hang(&[(0, "dp_wait"), (2, "pp_wait")])).contains("likely culprit"));
         assert!(!section(&hang(&[(0, "forward"), (1, "backward")])).contains("likely culprit"));
+        // Two hangs at one iteration (two attempts), a rank on both sides:
+        // no one is named.
+        let twice = hang(&[(0, "dp_wait"), (1, "backward"), (1, "dp_wait"), (0, "forward")]);
+        assert!(!section(&twice).contains("likely culprit"), "{}", section(&twice));
     }
 
     #[test]

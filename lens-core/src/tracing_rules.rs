@@ -208,7 +208,6 @@ impl TracingRules {
         if !spec.trim().is_empty() && spec.split(',').all(|item| item.trim().is_empty()) {
             return Err(TracingRulesError::OnlyCommas);
         }
-        let mut default_given = false;
         for item in spec.split(',').map(str::trim).filter(|item| !item.is_empty()) {
             let Some((prefix, rest)) = item.split_once('=') else {
                 return Err(TracingRulesError::MissingGroup { item: item.to_string() });
@@ -252,18 +251,12 @@ impl TracingRules {
                 }
             };
             let decision = TracingDecision { group, per_entry };
-            // A target given twice: which rule was meant is not known.
-            let twice = if prefix == DEFAULT_TARGET {
-                std::mem::replace(&mut default_given, true)
-            } else {
-                rules.rules.iter().any(|rule| rule.prefix == prefix)
-            };
-            if twice {
-                return Err(TracingRulesError::TargetTwice { target: prefix.to_string() });
-            }
+            // A later rule for a target replaces an earlier one, so that
+            // appending to the variable (`"$X,h2=off"`) overrides.
             if prefix == DEFAULT_TARGET {
                 rules.default = decision;
             } else {
+                rules.rules.retain(|rule| rule.prefix != prefix);
                 rules.rules.push(Rule { prefix: prefix.to_string(), decision });
             }
         }
@@ -432,12 +425,6 @@ pub enum TracingRulesError {
         "no rule, only commas: write target_prefix=group items separated by commas, e.g. 'tower_http=job,h2=off', or leave the variable unset for none"
     )]
     OnlyCommas,
-    /// One target given two rules.
-    #[error("target '{target}' has two rules: give each target one (the longest matching prefix decides a target)")]
-    TargetTwice {
-        /// The target prefix (`*` for the default).
-        target: String,
-    },
     /// An option other than `per_entry`.
     #[error("'{item}' has unknown option '{option}'. The only option is 'per_entry'{}", did_you_mean(*suggestion))]
     UnknownOption {
@@ -584,11 +571,11 @@ mod tests {
         let text = err("candle=chekpoint");
         assert!(text.contains("'checkpoint'") && text.contains("'off'") && text.contains("did you mean"), "{text}");
         assert!(err(" , ,").starts_with("no rule, only commas"), "{}", err(" , ,"));
-        assert_eq!(
-            err("my_app=step, h2=off, my_app=off"),
-            "target 'my_app' has two rules: give each target one (the longest matching prefix decides a target)"
-        );
-        assert!(err("*=job,*=off").starts_with("target '*' has two rules"));
+        // A later rule for a target replaces an earlier one (appending to
+        // the variable overrides).
+        let rules = TracingRules::parse("my_app=step, h2=off, my_app=off, *=job, *=step", &LENS_CATALOG).unwrap();
+        assert_eq!(rules.decide("my_app").group, None);
+        assert_eq!(rules.decide("other").group, Some(SpanGroup::STEP));
         // An empty value is no rule, and empty items between rules are skipped.
         assert!(TracingRules::parse("", &LENS_CATALOG).is_ok());
         assert!(TracingRules::parse("h2=off,,tower=job,", &LENS_CATALOG).is_ok());

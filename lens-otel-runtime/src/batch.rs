@@ -1502,7 +1502,7 @@ fn export_and_resolve<T: Item>(inner: &Inner<T>, batch: Vec<T>, start: u64) {
 /// readied (it cannot be encoded) fails at once, since a retry would fail
 /// the same way.
 fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
-    let window_end = Instant::now() + inner.config.retry_window;
+    let window_end = later(inner.config.retry_window);
     let mut backoff = RETRY_INITIAL_BACKOFF;
     let exporter = inner.exporter();
     let prepared = catch_unwind(AssertUnwindSafe(|| exporter.prepare(batch))).unwrap_or_else(|_| {
@@ -1556,12 +1556,19 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
             Retry::Backoff => (jittered(backoff), false),
             Retry::After(wait) => (wait.max(jittered(backoff)), true),
         };
-        let wake_at = Instant::now() + wait;
+        // A destination's wait is any number it sends: never added past
+        // what an instant can hold.
+        let wake_at = later(wait);
         backoff = (backoff * 2).min(RETRY_MAX_BACKOFF);
         if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), wake_at) {
             return outcome;
         }
-        sleep_until(inner, wake_at, shutdown_deadline.is_some() || asked);
+        sleep_until(inner, wake_at, shutdown_deadline.is_some(), asked);
+        if asked && inner.shutdown_deadline().is_some_and(|deadline| deadline <= wake_at) {
+            // Shutdown began during a wait the destination asked for, whose
+            // end its deadline does not reach: unsent at shutdown now.
+            return Outcome::Abandoned;
+        }
         if let Some(outcome) = retries_over(window_end, inner.shutdown_deadline(), Instant::now()) {
             return outcome;
         }
@@ -1569,12 +1576,20 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
 }
 
 /// Sleeps until `wake_at`, or until shutdown begins if it had not yet (the
-/// last retry then happens at once, within shutdown's deadline).
-fn sleep_until<T: Item>(inner: &Inner<T>, wake_at: Instant, shutdown_seen: bool) {
+/// last retry then happens at once, within shutdown's deadline); a wait the
+/// destination `asked` for ends at shutdown only when the deadline comes
+/// before it.
+fn sleep_until<T: Item>(inner: &Inner<T>, wake_at: Instant, shutdown_seen: bool, asked: bool) {
     let mut control = lock(&inner.control);
     loop {
-        if !shutdown_seen && control.shutdown_deadline.is_some() {
-            return;
+        if let Some(deadline) = control.shutdown_deadline {
+            // A backoff ends when shutdown begins (the last retry happens at
+            // once); a wait the destination asked for is kept if it ends
+            // before the deadline, and ends now if it does not.
+            let ends = if asked { deadline <= wake_at } else { !shutdown_seen };
+            if ends {
+                return;
+            }
         }
         let now = Instant::now();
         if now >= wake_at {
@@ -1582,6 +1597,14 @@ fn sleep_until<T: Item>(inner: &Inner<T>, wake_at: Instant, shutdown_seen: bool)
         }
         control = wait_timeout(&inner.control_changed, control, wake_at - now);
     }
+}
+
+/// The instant `by` from now, or a century from now when `by` is longer than
+/// an instant can hold (a configured window, a destination's wait).
+fn later(by: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = Instant::now();
+    now.checked_add(by).unwrap_or(now + CENTURY)
 }
 
 /// Between half and all of `backoff`, at random ("equal jitter"), so that

@@ -53,7 +53,8 @@ fn start_server(ctx: &Ctx, sink: Option<&Sink>, extra: &[&str]) -> (Proc, u16) {
         sim = sim.otlp(Protocol::HttpProtobuf, &sink.endpoint(Protocol::HttpProtobuf));
     }
     let mut server = sim.spawn();
-    let line = server.wait_for_stdout_line(&format!("serving {MODEL} on http://127.0.0.1:"), READY_LIMIT);
+    let served = extra.iter().position(|a| *a == "--served-model-name").map_or(MODEL, |at| extra[at + 1]);
+    let line = server.wait_for_stdout_line(&format!("serving {served} on http://127.0.0.1:"), READY_LIMIT);
     let port = line.rsplit(':').next().and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
     (server, port)
 }
@@ -476,9 +477,9 @@ fn stream_after_first_event(port: u16, body: &str, started: impl FnOnce()) -> Re
 /// A streamed completion of `max_tokens` tokens (prompt `slow`) on its
 /// own thread, returned once its first event has arrived: a request in
 /// flight, whose thread yields the rest of the stream.
-fn streaming_in_flight(port: u16, max_tokens: u64) -> std::thread::JoinHandle<Reply> {
+fn streaming_in_flight(port: u16, model: &str, max_tokens: u64) -> std::thread::JoinHandle<Reply> {
     let (first_event, streaming) = std::sync::mpsc::channel();
-    let body = format!(r#"{{"model":"megatron-sim","prompt":"slow","max_tokens":{max_tokens},"stream":true}}"#);
+    let body = format!(r#"{{"model":"{model}","prompt":"slow","max_tokens":{max_tokens},"stream":true}}"#);
     let in_flight = std::thread::spawn(move || stream_after_first_event(port, &body, || first_event.send(()).unwrap()));
     streaming.recv_timeout(READY_LIMIT).expect("the request in flight streams its first event");
     in_flight
@@ -649,9 +650,11 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     // place and memory with it, not once the batch has room (its queue
     // span, checked at the end, ends long before the slow request does).
     {
-        let slow = streaming_in_flight(port, 303);
+        // 399 tokens at 5 ms a step: 2 s at least.
+        let slow = streaming_in_flight(port, MODEL, 399);
         let stream = send_completion(port, r#"{"model":"megatron-sim","prompt":"bye","max_tokens":302}"#);
-        std::thread::sleep(Duration::from_millis(200));
+        // Long enough for the server to have queued it on a loaded machine.
+        std::thread::sleep(Duration::from_millis(700));
         drop(stream);
         assert_eq!(slow.join().unwrap().status, 200, "the slow request runs to its end");
     }
@@ -737,7 +740,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     // signal goes once the server streams the request's first event, so
     // that it is in flight however loaded the machine (a fixed sleep let a
     // slow machine signal before the server had read it).
-    let in_flight = streaming_in_flight(port, 200);
+    let in_flight = streaming_in_flight(port, MODEL, 200);
     server.signal(libc::SIGTERM);
     // Polled with `GET /health`, which is never queued: a completion posted
     // before the server saw the signal would be admitted, wait out the
@@ -833,7 +836,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         .max()
         .unwrap_or(0);
     assert_eq!(ended_early, 3, "requests that ended early, in the duration histogram");
-    let (left, slow) = (genai(302), genai(303));
+    let (left, slow) = (genai(302), genai(399));
     assert_eq!(attr(left, "error.type"), "client_disconnected");
     let phases: Vec<_> = records.spans.iter().filter(|s| s.parent_span_id == left.span_id).collect();
     assert_eq!(phases.len(), 1, "a request that never got in has its queue span only: {phases:?}");
@@ -906,17 +909,38 @@ fn a_request_cut_by_the_drain_timeout_counts_the_tokens_it_got() {
 /// A second SIGTERM during the drain ends the requests in flight at once
 /// (503 `shutting_down`, as a drain timeout does) instead of waiting out
 /// `--drain-timeout`, and the server still exits 0 with its telemetry
-/// flushed.
+/// flushed. The same signal twice at once (a launcher forwarding the
+/// terminal's) is one signal: the drain goes on.
 #[test]
 fn a_second_signal_ends_the_drain_at_once() {
     let ctx = Ctx::new("serve-second-signal");
     train_checkpoint(&ctx);
-    let (mut server, port) =
-        start_server(&ctx, None, &["--decode-step-delay-ms", "20", "--drain-timeout", "600", "--max-tokens", "1000"]);
+    let flags = ["--decode-step-delay-ms", "20", "--drain-timeout", "600", "--max-tokens", "1000"];
+    {
+        // A served name with a slash, as Hugging Face names are: retrieved
+        // by its path.
+        let named: Vec<&str> = flags.iter().copied().chain(["--served-model-name", "org/sim"]).collect();
+        let (server, port) = start_server(&ctx, None, &named);
+        let model = raw(port, "GET /v1/models/org/sim HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"");
+        assert_eq!(model.status, 200, "{}", model.body);
+        assert!(model.body.contains(r#""id":"org/sim""#), "{}", model.body);
+        // 60 tokens at 20 ms each: about 1.2 s.
+        let in_flight = streaming_in_flight(port, "org/sim", 60);
+        server.signal(libc::SIGTERM);
+        server.signal(libc::SIGTERM);
+        let reply = in_flight.join().unwrap();
+        assert!(!reply.body.contains("shutting_down"), "the drain went on: {}", reply.body);
+        let done = server.wait(Duration::from_secs(60));
+        done.assert_success("the drain of a signal sent twice at once");
+        assert!(done.stderr.contains("drained: every request in flight finished"), "{}", done.stderr);
+    }
+    let (mut server, port) = start_server(&ctx, None, &flags);
     // 900 tokens at 20 ms each: about 18 s, and the drain waits 600 s.
-    let in_flight = streaming_in_flight(port, 900);
+    let in_flight = streaming_in_flight(port, MODEL, 900);
     server.signal(libc::SIGTERM);
     server.wait_for_stderr_lines(&["draining: 1 requests in flight".to_string()], Duration::from_secs(20));
+    // A signal within a second of the first is that one forwarded again.
+    std::thread::sleep(Duration::from_millis(1200));
     server.signal(libc::SIGTERM);
     let reply = in_flight.join().unwrap();
     assert_eq!(reply.status, 200, "the stream had begun: {}", reply.body);

@@ -238,7 +238,7 @@ impl JsonLines {
         if !self.warned_deleted.swap(true, Ordering::Relaxed) {
             crate::diag::warn(format_args!(
                 "{} was deleted while the job wrote to it; lens made it again and writes there (what it held is \
-                 gone)",
+                 gone, and so is a crash spool deleted with its directory: spans open at a crash are then lost)",
                 self.path.display()
             ));
         }

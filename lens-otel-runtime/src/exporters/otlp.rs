@@ -125,6 +125,9 @@ struct FirstFailure {
     secrets: Vec<String>,
     reported: std::sync::atomic::AtomicBool,
     reported_replay: std::sync::atomic::AtomicBool,
+    /// Whether a final answer (not retried) of the job's was said: said
+    /// once even after another failure was, since it changes what is lost.
+    reported_final: std::sync::atomic::AtomicBool,
 }
 
 /// Whose export failed.
@@ -151,6 +154,7 @@ impl FirstFailure {
             secrets: settings.secrets(),
             reported: std::sync::atomic::AtomicBool::new(false),
             reported_replay: std::sync::atomic::AtomicBool::new(false),
+            reported_final: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -163,9 +167,14 @@ impl FirstFailure {
         };
         if let Err(failure) = &result
             && !matches!(failure.error, OTelSdkError::AlreadyShutdown)
-            && !reported.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
-            crate::diag::warn(self.message(&failure.error, failure.retry, context));
+            let first = !reported.swap(true, std::sync::atomic::Ordering::Relaxed);
+            let first_final = context == Exporting::Job
+                && failure.retry == Retry::Never
+                && !self.reported_final.swap(true, std::sync::atomic::Ordering::Relaxed);
+            if first || first_final {
+                crate::diag::warn(self.message(&failure.error, failure.retry, context));
+            }
         }
         result
     }
@@ -1650,6 +1659,13 @@ mod tests {
         let _ = first.check(Err(error.into()), Exporting::Replay);
         let said = |flag: &std::sync::atomic::AtomicBool| flag.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!((said(&first.reported_replay), said(&first.reported)), (true, false));
+        // A final answer after another failure of the job's is said too,
+        // once: it changes what is lost.
+        let refused = || OTelSdkError::InternalFailure("span export: the collector answered HTTP 401".into());
+        let _ = first.check(Err(refused().into()), Exporting::Job);
+        assert_eq!((said(&first.reported), said(&first.reported_final)), (true, false));
+        let _ = first.check(Err(ExportError { error: refused(), retry: Retry::Never }), Exporting::Job);
+        assert!(said(&first.reported_final), "the final answer is said after the first failure");
     }
 
     /// A signal that went to the default endpoint because another exporter

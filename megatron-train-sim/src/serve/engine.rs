@@ -134,6 +134,8 @@ pub(crate) fn run(
     loop {
         if abort.load(Ordering::Acquire) {
             let now = SystemTime::now();
+            // Jobs still in the channel were waiting too.
+            waiting.extend(std::iter::from_fn(|| jobs.try_recv().ok()));
             for job in waiting.drain(..) {
                 metrics.waiting_add(-1);
                 queue_span(&job, now);
@@ -351,10 +353,12 @@ fn retire_cancelled(job: Job, config: &EngineConfig, metrics: &ServerMetrics) {
     metrics.record_ended_early(job.operation, &config.model_name, duration, "client_disconnected");
 }
 
-/// The server gave up on the job (shutdown's drain timed out).
+/// The server gave up on the job (shutdown's drain timed out); a job whose
+/// client had left already ended for that reason.
 fn fail(job: Job, config: &EngineConfig, metrics: &ServerMetrics, message: &str) {
     let duration = job.arrived.elapsed().as_secs_f64();
-    metrics.record_ended_early(job.operation, &config.model_name, duration, "shutting_down");
+    let why = if job.events.is_closed() { "client_disconnected" } else { "shutting_down" };
+    metrics.record_ended_early(job.operation, &config.model_name, duration, why);
     let _ = job.events.send(Event::Failed { message: message.to_string() });
 }
 

@@ -199,7 +199,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route(Endpoint::Completions.route(), post(completions))
         .route(Endpoint::Chat.route(), post(chat))
         .route("/v1/models", get(models))
-        .route("/v1/models/{model}", get(model))
+        // A wildcard: a served name may hold slashes (`org/model`).
+        .route("/v1/models/{*model}", get(model))
         .route("/health", get(health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

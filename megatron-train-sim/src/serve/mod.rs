@@ -21,8 +21,9 @@
 //! Shutdown: SIGTERM or SIGINT starts a drain. The listener stays open and
 //! answers every new request 503 with `Retry-After`; the requests in flight
 //! finish, for at most `--drain-timeout` seconds (the ones still running
-//! then end with an error event; a second SIGTERM or SIGINT ends them at
-//! once); telemetry is flushed; the exit status is 0.
+//! then end with an error event; a second SIGTERM or SIGINT, a second or
+//! more after the first, ends them at once); telemetry is flushed; the exit
+//! status is 0.
 
 mod api;
 mod engine;
@@ -158,6 +159,9 @@ pub(crate) fn run(args: &ServeArgs, program_start: SystemTime) -> ExitCode {
     code
 }
 
+/// How long after the drain's start a signal counts as a second one.
+const SECOND_SIGNAL_AFTER: Duration = Duration::from_secs(1);
+
 fn usage_error(message: &dyn std::fmt::Display) -> ExitCode {
     output::error(None, message);
     ExitCode::from(2)
@@ -255,11 +259,22 @@ fn serve(
         in_flight(),
         args.drain_timeout
     ));
-    while in_flight() > 0 && Instant::now() < deadline && received() < 2 {
+    // A signal within a second of the drain's start is the first one again
+    // (a launcher forwarding the terminal's SIGINT delivers it twice), not
+    // a second: only a later one cuts the drain.
+    let drain_started = Instant::now();
+    let mut counted = received();
+    let mut cut = false;
+    while in_flight() > 0 && Instant::now() < deadline {
+        if drain_started.elapsed() < SECOND_SIGNAL_AFTER {
+            counted = received();
+        } else if received() > counted {
+            cut = true;
+            break;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let left = in_flight();
-    let cut = left > 0 && received() >= 2;
     abort.store(true, Ordering::Release);
     let _ = engine.join();
     // Let the streams of aborted requests write their error event.
