@@ -1548,9 +1548,9 @@ fn export_with_retry<T: Item>(inner: &Inner<T>, batch: Vec<T>) -> Outcome {
             Ok(()) => return Outcome::Exported,
             Err(error) => error.retry,
         };
-        // A wait the destination asked for is kept even when shutdown
-        // begins (a retry sooner would be refused again): the batch is then
-        // unsent at shutdown if the deadline comes first.
+        // A wait the destination asked for is kept when shutdown begins if
+        // it ends before the deadline (a retry sooner would be refused
+        // again); if it does not, the batch is unsent at shutdown then.
         let (wait, asked) = match retry {
             Retry::Never => return Outcome::Failed,
             Retry::Backoff => (jittered(backoff), false),
