@@ -327,6 +327,7 @@ fn hangs_are_read_under_the_old_and_the_shared_names() {
             "hangs (the hang watchdog's span events and gauge):\n",
             "  rank 1: no iteration completed for 2.5 s, in phase backward at iteration 5 (event on span myjob.backward)\n",
             "  rank 3: no iteration completed for 2.0 s, in phase dp_wait at iteration 5 (event on span myjob.allreduce)\n",
+            "  likely culprit at iteration 5: rank 1 (stalled in backward), which rank 3 waited for (dp_wait)\n",
             "  rank 1: hang gauge at 1 in 1 of 3 point(s), back to 0 by its last point\n",
         )),
         "{stdout}"
