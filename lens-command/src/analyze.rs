@@ -760,10 +760,10 @@ pub fn analyze(dir: &Path) -> Result<Analysis, AnalyzeError> {
     // not under DIR is a part of that attempt only: left out of the
     // breakdown, with a note, rather than read as an attempt that resumed
     // without a load (unless the replay holds the predecessor's startup:
-    // then it is all of it). Its spans are all marked replayed; in an export from
-    // before the mark, they are of another run in a directory named after
-    // its own run, or of a process with no startup in a directory where
-    // another process of its run has one.
+    // then it is all of it). Its spans are all marked replayed; in an
+    // export from before the mark, they are of another run in a directory
+    // named after its own run, or of a process with no startup in a
+    // directory where another process of its run has one.
     let started: BTreeSet<(usize, Process)> =
         attempts.iter().filter(|(_, read)| read.boundaries.has_startup()).map(|(key, _)| key.clone()).collect();
     // Per run and world size, the highest rank whose own export was read: a run's goodput
