@@ -1242,46 +1242,55 @@ fn retry_info_delay(details: &[u8]) -> Option<Duration> {
 }
 
 /// The few `google.rpc` messages a gRPC status's details are read with
-/// (the fields lens reads; protobuf skips the others).
+/// (the fields lens reads; protobuf skips the others), public for the tests
+/// that play a throttling collector.
 #[cfg(feature = "otlp-grpc")]
-pub(crate) mod rpc {
+pub mod rpc {
     /// The type URL's last part that names a `RetryInfo` detail.
-    pub(crate) const RETRY_INFO: &str = "/google.rpc.RetryInfo";
+    pub const RETRY_INFO: &str = "/google.rpc.RetryInfo";
 
     /// `google.rpc.Status`.
     #[derive(Clone, PartialEq, prost::Message)]
-    pub(crate) struct Status {
+    pub struct Status {
+        /// The status code.
         #[prost(int32, tag = "1")]
-        pub(crate) code: i32,
+        pub code: i32,
+        /// The status message.
         #[prost(string, tag = "2")]
-        pub(crate) message: String,
+        pub message: String,
+        /// The details, each a typed message.
         #[prost(message, repeated, tag = "3")]
-        pub(crate) details: Vec<Any>,
+        pub details: Vec<Any>,
     }
 
     /// `google.protobuf.Any`.
     #[derive(Clone, PartialEq, prost::Message)]
-    pub(crate) struct Any {
+    pub struct Any {
+        /// What the value is (ends in [`RETRY_INFO`] for a `RetryInfo`).
         #[prost(string, tag = "1")]
-        pub(crate) type_url: String,
+        pub type_url: String,
+        /// The encoded message.
         #[prost(bytes = "vec", tag = "2")]
-        pub(crate) value: Vec<u8>,
+        pub value: Vec<u8>,
     }
 
     /// `google.rpc.RetryInfo`.
     #[derive(Clone, PartialEq, prost::Message)]
-    pub(crate) struct RetryInfo {
+    pub struct RetryInfo {
+        /// How long to wait before retrying.
         #[prost(message, optional, tag = "1")]
-        pub(crate) retry_delay: Option<Duration>,
+        pub retry_delay: Option<Duration>,
     }
 
     /// `google.protobuf.Duration`.
     #[derive(Clone, PartialEq, prost::Message)]
-    pub(crate) struct Duration {
+    pub struct Duration {
+        /// Whole seconds.
         #[prost(int64, tag = "1")]
-        pub(crate) seconds: i64,
+        pub seconds: i64,
+        /// Nanoseconds past them.
         #[prost(int32, tag = "2")]
-        pub(crate) nanos: i32,
+        pub nanos: i32,
     }
 }
 

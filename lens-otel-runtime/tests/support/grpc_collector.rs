@@ -166,40 +166,15 @@ pub(crate) fn collector<R: Served>(refuse: usize) -> Collector<R> {
 /// A status of `code` whose details ask for a retry after `delay`
 /// (`google.rpc.RetryInfo`), as a collector that throttles sends it.
 pub(crate) fn retry_info(code: tonic::Code, delay: Duration) -> tonic::Status {
+    use lens_otel_runtime::exporters::otlp::rpc;
     use prost::Message as _;
 
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct RpcStatus {
-        #[prost(int32, tag = "1")]
-        code: i32,
-        #[prost(message, repeated, tag = "3")]
-        details: Vec<Any>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct Any {
-        #[prost(string, tag = "1")]
-        type_url: String,
-        #[prost(bytes = "vec", tag = "2")]
-        value: Vec<u8>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct RetryInfo {
-        #[prost(message, optional, tag = "1")]
-        retry_delay: Option<ProtoDuration>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct ProtoDuration {
-        #[prost(int64, tag = "1")]
-        seconds: i64,
-        #[prost(int32, tag = "2")]
-        nanos: i32,
-    }
-
-    let delay = ProtoDuration { seconds: delay.as_secs() as i64, nanos: delay.subsec_nanos() as i32 };
-    let retry_info = RetryInfo { retry_delay: Some(delay) };
-    let status = RpcStatus {
+    let delay = rpc::Duration { seconds: delay.as_secs() as i64, nanos: delay.subsec_nanos() as i32 };
+    let retry_info = rpc::RetryInfo { retry_delay: Some(delay) };
+    let status = rpc::Status {
         code: code as i32,
-        details: vec![Any {
+        message: String::new(),
+        details: vec![rpc::Any {
             type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
             value: retry_info.encode_to_vec(),
         }],
