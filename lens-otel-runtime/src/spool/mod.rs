@@ -65,6 +65,14 @@ use self::format::{
 pub use self::replay::replay_dir;
 pub use crate::span_record::SpoolSlot;
 
+/// The bit of a slot's claim set once its span has ended: a full table
+/// gives up only such a slot, and one compare-and-swap of the claim both
+/// checks it and takes it, so two spans starting at once never take the
+/// same slot (the state word alone would still read ended for the second
+/// while the first has not yet begun writing). Claims are counted from 1
+/// and never reach it.
+const CLAIM_ENDED: u64 = 1 << 63;
+
 /// The spool directory's name inside a checkpoint or file-export directory.
 pub const SPOOL_SUBDIRECTORY: &str = "lens-spool";
 /// The spool files' name prefix (`spool-rank<N>-<host>-<pid>-<tag>.lens`).
@@ -241,7 +249,8 @@ pub struct SpoolTable {
     slot_count: u32,
     /// One bit per slot, set while a span holds it.
     taken: Box<[AtomicU64]>,
-    /// Per slot, the claim of the span holding it (0 when free).
+    /// Per slot, the claim of the span holding it (0 when free), with
+    /// [`CLAIM_ENDED`] once that span has ended.
     orders: Box<[AtomicU64]>,
     /// The word of `taken` where the next search for a free slot starts.
     hint: AtomicUsize,
@@ -585,7 +594,7 @@ impl SpoolTable {
         let Some(slots) = self.slots() else { return };
         let Some(&held) = slots.by_span.get(&span.key()) else { return };
         if self.holds(held.slot, held.order) {
-            self.end_in_slot(held.slot, span, (held.attributes, held.events));
+            self.end_in_slot(held.slot, held.order, span, (held.attributes, held.events));
         }
     }
 
@@ -634,7 +643,7 @@ impl SpoolTable {
         if !self.holds(slot.index, slot.order) {
             return None;
         }
-        self.end_in_slot(slot.index, span, (usize::from(slot.attributes), usize::from(slot.events)));
+        self.end_in_slot(slot.index, slot.order, span, (usize::from(slot.attributes), usize::from(slot.events)));
         Some(slot)
     }
 
@@ -646,9 +655,10 @@ impl SpoolTable {
         }
     }
 
-    /// Writes the end of `span` into its slot `index`, held since it
-    /// started with `started` attributes and events.
-    fn end_in_slot(&self, index: u32, span: &SpanView<'_>, started: (usize, usize)) {
+    /// Writes the end of `span` into its slot `index`, held under the claim
+    /// `order` since it started with `started` attributes and events, and
+    /// marks the claim ended (the slot may be given up from then on).
+    fn end_in_slot(&self, index: u32, order: NonZeroU64, span: &SpanView<'_>, started: (usize, usize)) {
         let unchanged = started == shape(span) && !matches!(span.status, opentelemetry::trace::Status::Error { .. });
         // Counted before the state says so, so that a release or a steal
         // never counts it down first.
@@ -656,6 +666,14 @@ impl SpoolTable {
         if !(unchanged && self.mark_ended(index, span)) {
             self.write_slot(index, span, STATE_ENDED);
         }
+        // Fails only when the closer's drain adopted the slot meanwhile: the
+        // slot is then released by the truncated copy's export.
+        let _ = self.orders[index as usize].compare_exchange(
+            order.get(),
+            order.get() | CLAIM_ENDED,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
     }
 
     /// The batch processor exported (or finally dropped) these spans: their
@@ -685,9 +703,10 @@ impl SpoolTable {
         self.released([span_id]);
     }
 
-    /// Whether slot `index` is held under the claim `order`.
+    /// Whether slot `index` is held under the claim `order` (its span open
+    /// or ended).
     fn holds(&self, index: u32, order: NonZeroU64) -> bool {
-        self.orders.get(index as usize).is_some_and(|claim| claim.load(Ordering::Acquire) == order.get())
+        self.orders.get(index as usize).is_some_and(|claim| claim.load(Ordering::Acquire) & !CLAIM_ENDED == order.get())
     }
 
     /// Takes a free slot for the claim `order`, or, when none is free, the
@@ -740,7 +759,7 @@ impl SpoolTable {
             let index = if start + step >= count { start + step - count } else { start + step };
             let claim = &self.orders[index];
             let was = claim.load(Ordering::Acquire);
-            if was == 0 || self.state(index as u32).load(Ordering::Acquire) != STATE_ENDED {
+            if was & CLAIM_ENDED == 0 {
                 continue;
             }
             if claim.compare_exchange(was, order.get(), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
@@ -755,8 +774,15 @@ impl SpoolTable {
     /// Frees slot `index` if it is still held under the claim `order`.
     fn release(&self, index: u32, order: NonZeroU64) {
         let Some(claim) = self.orders.get(index as usize) else { return };
-        if claim.compare_exchange(order.get(), 0, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            return;
+        let mut was = claim.load(Ordering::Relaxed);
+        loop {
+            if was & !CLAIM_ENDED != order.get() {
+                return;
+            }
+            match claim.compare_exchange_weak(was, 0, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => was = now,
+            }
         }
         let state = self.state(index);
         if state.load(Ordering::Relaxed) == STATE_ENDED {
@@ -1206,5 +1232,49 @@ mod tests {
             }
             stop.store(true, Ordering::Relaxed);
         });
+    }
+
+    #[test]
+    fn concurrent_starts_on_a_table_full_of_ended_spans_never_share_a_slot() {
+        // Eight slots, four threads, nothing released (an export that lags):
+        // every start takes an ended span's slot. Two threads taking the same
+        // slot would write one span over the other (an open span's copy with
+        // another's attributes), and the slot's holder would lose it before
+        // its end.
+        let table = SpoolTable::anonymous(8);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let per_thread = 25_000_u64;
+        std::thread::scope(|scope| {
+            for thread in 0..4_u64 {
+                let table = &table;
+                scope.spawn(move || {
+                    for n in 0..per_thread {
+                        if n % 1024 == 0 && std::time::Instant::now() > deadline {
+                            break;
+                        }
+                        let started = span(thread * per_thread + n + 1);
+                        let Some(slot) = table.record_started(&SpanView::from(&started)) else { continue };
+                        let kept = table.record_ended(slot, &SpanView::from(&started));
+                        assert!(kept.is_some(), "span {n} of thread {thread}: its slot was taken while it was open");
+                    }
+                });
+            }
+        });
+        assert_eq!(table.open_count(), 0, "every span ended");
+        let ended_slots =
+            table.taken_slots().filter(|&index| table.state(index).load(Ordering::Acquire) == STATE_ENDED).count();
+        assert_eq!((ended_slots, table.ended.load(Ordering::Relaxed)), (8, 8));
+        let mut ids: Vec<u64> = (0..8)
+            .map(|index| {
+                let range = format::slot_range(index);
+                // SAFETY: in bounds; the threads have finished.
+                let bytes = unsafe { std::slice::from_raw_parts(table.base.add(range.start), SLOT_SIZE) };
+                let span = format::decode_span(bytes).expect("the slot decodes");
+                u64::from_be_bytes(span.span_context.span_id().to_bytes())
+            })
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 8, "each slot holds its own span");
     }
 }
