@@ -44,9 +44,9 @@ fn a_shutdown_right_after_setup_waits_for_the_replay_and_consumes_the_spool() {
     let env = std::collections::HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "new-run".to_string())]);
     let mut config = spooling_config(&dir);
     config.otel.batch.max_export_batch_size = 1;
-    let telemetry = setup(&config, &RANK_0, Vec::new(), options, &env).expect("setup");
-
+    // From before setup: the replay's first request begins during it.
     let started = Instant::now();
+    let telemetry = setup(&config, &RANK_0, Vec::new(), options, &env).expect("setup");
     let report = telemetry.shutdown(Duration::from_secs(10));
     let took = started.elapsed();
     assert!(took >= 3 * ANSWER_AFTER, "shutdown returned after {took:?}, before the replay's three requests");
