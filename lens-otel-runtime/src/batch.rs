@@ -1387,7 +1387,10 @@ fn run_worker<T: Item>(inner: &Arc<Inner<T>>) {
         warned.maybe_warn(inner);
         if closing {
             finish(inner);
-            warned.maybe_warn(inner);
+            // The last word, whatever the rate limit held back: a job that
+            // drops spans throughout would otherwise end on a warning that
+            // counted only the first of them.
+            warned.warn_final(inner);
             return;
         }
     }
@@ -1663,15 +1666,28 @@ struct Warned {
 }
 
 impl Warned {
+    /// Warns of what was lost since the last warning, unless one was given
+    /// within the rate limit's period.
     fn maybe_warn<T: Item>(&mut self, inner: &Inner<T>) {
+        self.warn_since(inner, false);
+    }
+
+    /// Warns of what was lost since the last warning, rate limit or not,
+    /// with the whole lifetime's count: the worker's last word.
+    fn warn_final<T: Item>(&mut self, inner: &Inner<T>) {
+        self.warn_since(inner, true);
+    }
+
+    fn warn_since<T: Item>(&mut self, inner: &Inner<T>, last: bool) {
         let now = inner.counters.snapshot();
         let queue_full = now.dropped_queue_full - self.dropped_queue_full;
         let failed = now.dropped_export_failed - self.dropped_export_failed;
         let at_shutdown = now.dropped_at_shutdown - self.dropped_at_shutdown;
         let errors = now.export_errors - self.export_errors;
-        if queue_full + failed + at_shutdown + errors == 0 || inner.warnings.check().is_none() {
+        if queue_full + failed + at_shutdown + errors == 0 || (!last && inner.warnings.check().is_none()) {
             return;
         }
+        let earlier = self.dropped_queue_full + self.dropped_export_failed + self.dropped_at_shutdown;
         *self = Warned {
             dropped_queue_full: now.dropped_queue_full,
             dropped_export_failed: now.dropped_export_failed,
@@ -1687,13 +1703,19 @@ impl Warned {
         } else {
             ""
         };
+        let dropped = queue_full + failed + at_shutdown;
+        // The last word adds the whole count when earlier warnings said part
+        // of it.
+        let in_all = if last && earlier > 0 {
+            format!(" ({} {} dropped in all)", earlier + dropped, inner.pipeline.items)
+        } else {
+            String::new()
+        };
         warn(format_args!(
-            "{}: {} {} dropped (queue full: {queue_full}, export failed: {failed}, \
+            "{}: {dropped} {} dropped (queue full: {queue_full}, export failed: {failed}, \
              unsent at shutdown: {at_shutdown}{kept}) and {errors} export attempts failed since the last \
-             report{cause}",
-            inner.pipeline.what,
-            queue_full + failed + at_shutdown,
-            inner.pipeline.items,
+             report{in_all}{cause}",
+            inner.pipeline.what, inner.pipeline.items,
         ));
     }
 }

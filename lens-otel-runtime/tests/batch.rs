@@ -503,6 +503,67 @@ mod with_testing {
         }
     }
 
+    /// Takes 20 ms an export, keeping nothing.
+    #[derive(Debug)]
+    struct Slow;
+
+    impl SpanExporter for Slow {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(())
+        }
+    }
+
+    /// Makes [`dropping_child`] act.
+    const DROPPING_CHILD: &str = "LENS_TEST_BATCH_DROPPING_CHILD";
+
+    /// The child of [`the_last_drop_warning_comes_despite_the_rate_limit`]:
+    /// a queue of four in front of a slow exporter, two bursts of spans a
+    /// quarter of a second apart (well within the warnings' 30 s period),
+    /// then shutdown; the total dropped on its last line.
+    #[test]
+    fn dropping_child() {
+        if std::env::var_os(DROPPING_CHILD).is_none() {
+            return;
+        }
+        let config = BatchConfig { max_queue_size: 4, max_export_batch_size: 2, ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(Slow, config);
+        let provider = SdkTracerProvider::builder().with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer("dropping");
+        for burst in 0..2 {
+            for i in 0..200 {
+                tracer.in_span(format!("span-{burst}-{i}"), |_| {});
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        assert_ok(provider.shutdown_with_timeout(Duration::from_secs(10)));
+        let dropped = batch.counters().snapshot().dropped();
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("CHILD DROPPED {dropped}\n").as_bytes());
+    }
+
+    /// The warnings about dropped spans are rate-limited, but the last one,
+    /// at shutdown, always comes and gives the whole count: a job that
+    /// drops spans throughout no longer ends on a warning that counted only
+    /// the first of them.
+    #[test]
+    fn the_last_drop_warning_comes_despite_the_rate_limit() {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "with_testing::dropping_child", "--nocapture", "--test-threads=1"])
+            .env(DROPPING_CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let dropped: u64 = stderr
+            .lines()
+            .find_map(|line| line.strip_prefix("CHILD DROPPED "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the child's count: {stderr}"));
+        let warnings: Vec<&str> = stderr.lines().filter(|line| line.contains("spans dropped (queue full: ")).collect();
+        assert_eq!(warnings.len(), 2, "the first drop's warning, then the last word: {stderr}");
+        assert!(warnings[1].contains(&format!("({dropped} spans dropped in all)")), "{stderr}");
+        assert!(dropped > 300, "most of the 400 spans were dropped: {dropped}");
+    }
+
     #[test]
     fn recorded_but_unsampled_spans_are_not_exported() {
         let exporter = KeepingSpanExporter::default();
