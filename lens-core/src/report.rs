@@ -91,6 +91,10 @@ pub struct ShutdownReport {
     pub logs: SpanExportSnapshot,
     /// Spans still open at shutdown, ended and marked `nemo.span.truncated`.
     pub truncated_spans: usize,
+    /// Spans still open at shutdown that shutdown could not end: they
+    /// started while every slot of the open-span table held an open span
+    /// (`<PREFIX>_SPOOL_SIZE_KIB` sizes it), so nothing kept them. Lost.
+    pub lost_open_spans: u64,
     /// The steps that did not finish before the deadline (empty when all did).
     pub unfinished: Vec<&'static str>,
     /// Errors reported by the providers, secrets removed.
@@ -171,6 +175,13 @@ impl fmt::Display for ShutdownReport {
         }
         if self.truncated_spans > 0 {
             write!(f, "; {} open spans truncated", self.truncated_spans)?;
+        }
+        if self.lost_open_spans > 0 {
+            write!(
+                f,
+                "; {} open spans lost (they started while every slot of the open-span table held an open span)",
+                self.lost_open_spans
+            )?;
         }
         if !self.unfinished.is_empty() {
             write!(f, "; did not finish in time: {}", self.unfinished.join(", "))?;
@@ -287,6 +298,22 @@ impl ReplayReport {
 #[cfg(test)]
 mod tests {
     use super::ShutdownReport;
+
+    /// Open spans that shutdown could not end are counted apart from the
+    /// truncated ones.
+    #[test]
+    fn open_spans_without_a_slot_are_reported_lost() {
+        let mut report = ShutdownReport::default();
+        (report.truncated_spans, report.lost_open_spans) = (4080, 1920);
+        let said = report.to_string();
+        assert!(
+            said.ends_with(
+                "; 4080 open spans truncated; 1920 open spans lost (they started while every slot of the open-span \
+                 table held an open span)"
+            ),
+            "{said}"
+        );
+    }
 
     /// The report names the spool that keeps the unsent spans, and says
     /// that a spool that was full during the run does not keep them all.

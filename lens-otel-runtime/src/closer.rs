@@ -61,7 +61,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -120,6 +120,8 @@ struct CloserInner {
     /// A forked child's own table (it never writes into its parent's).
     child_table: OnceLock<Arc<SpoolTable>>,
     closed: AtomicBool,
+    /// How many open spans the drain at shutdown ended.
+    truncated: AtomicUsize,
     /// The fork generation that owns `table`.
     generation: u64,
     target: Target,
@@ -193,6 +195,7 @@ impl OpenSpanCloser {
                 table: table.unwrap_or_else(|| SpoolTable::anonymous(crate::spool::ANONYMOUS_SLOTS)),
                 child_table: OnceLock::new(),
                 closed: AtomicBool::new(false),
+                truncated: AtomicUsize::new(0),
                 generation: fork_generation(),
                 target,
             }),
@@ -220,6 +223,19 @@ impl OpenSpanCloser {
         self.table().open_count()
     }
 
+    /// How many spans are open now that are not tracked: they started while
+    /// every slot of the table held an open span, so shutdown cannot end
+    /// them and a crash's replay does not have them.
+    pub fn open_unkept(&self) -> u64 {
+        self.table().open_unkept()
+    }
+
+    /// How many open spans [`drain_truncated`](Self::drain_truncated) ended
+    /// (0 before it ran).
+    pub fn truncated_count(&self) -> usize {
+        self.inner.truncated.load(Ordering::Acquire)
+    }
+
     /// Stops tracking and returns ended, marked copies of the spans still
     /// open, innermost (latest started) first, all ending now. Later calls,
     /// and [`SpanProcessor::shutdown`] after this one, return nothing more.
@@ -230,6 +246,7 @@ impl OpenSpanCloser {
         // The slots stay until the batch processor has exported the
         // truncated copies (same span ids) and released them.
         let mut open = self.table().take_open_spans();
+        self.inner.truncated.store(open.len(), Ordering::Release);
         open.sort_unstable_by_key(|&(order, _)| std::cmp::Reverse(order));
         let now = opentelemetry::time::now();
         open.into_iter().map(|(_, span)| truncated(span, now)).collect()
@@ -406,6 +423,10 @@ impl OpenSpanCloser {
         }
         let Some(slot) = slot else { return Some(None) };
         let table = self.table();
+        if !slot.is_kept() {
+            table.release_ended(slot);
+            return Some(None);
+        }
         let keep = matches!(self.inner.target, Target::Batch(_) | Target::Records(_)) && table.is_file() && sampled;
         if !keep {
             table.release_ended(slot);

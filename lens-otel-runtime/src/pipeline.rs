@@ -480,15 +480,15 @@ impl Pipeline {
                 done.wait_until(deadline);
             }
         };
-        let truncated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut steps: Vec<Step> = Vec::new();
         #[cfg(feature = "prometheus")]
         let Parts { tracer_provider, closer, meter_provider, logger_provider, prometheus } = parts;
         #[cfg(not(feature = "prometheus"))]
         let Parts { tracer_provider, closer, meter_provider, logger_provider } = parts;
+        // Read once the steps ran: the spans the closer's drain ended, and
+        // those it could not (no slot held them).
+        let closer_after = closer.clone();
         if let Some(provider) = tracer_provider {
-            let open = closer.map_or(0, |c| c.open_count());
-            truncated.store(open, Ordering::Relaxed);
             steps.push((
                 "shut down spans",
                 Box::new(move |_| {
@@ -527,7 +527,10 @@ impl Pipeline {
             ));
         }
         report.performed = true;
-        report.truncated_spans = truncated.load(Ordering::Relaxed);
+        if let Some(closer) = &closer_after {
+            report.truncated_spans = closer.truncated_count();
+            report.lost_open_spans = closer.open_unkept();
+        }
         // A metric collection still in the exporter's hands (an export the
         // deadline cut, on a reader thread that never reached the
         // exporter's shutdown) or kept for resending is lost to this
@@ -906,7 +909,16 @@ fn build(
             span_counters = Some(batch.counters());
             // The open-span registry: the spool file, else the same table
             // in anonymous memory.
-            let table = spool.clone().unwrap_or_else(|| SpoolTable::anonymous(crate::spool::ANONYMOUS_SLOTS));
+            let table = match spool.clone() {
+                Some(table) => {
+                    table.advise_when_full(format!(
+                        "raise {} to give the spool more slots",
+                        config.variable_to_set("spool_size_kib", "SPOOL_SIZE_KIB")
+                    ));
+                    table
+                }
+                None => SpoolTable::anonymous(crate::spool::ANONYMOUS_SLOTS),
+            };
             let span_closer = OpenSpanCloser::with_records(batch.clone(), table);
             replay_batch = Some(batch.clone());
             let span_sampler = sampler(config, rank).with_ratio_override(ratio_override.clone());

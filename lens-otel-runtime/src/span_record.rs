@@ -64,6 +64,18 @@ pub struct SpoolSlot {
     pub(crate) events: u16,
 }
 
+impl SpoolSlot {
+    /// The index of a span that got no slot because every slot held an open
+    /// span: nothing is written for it, and the table counts it until it
+    /// ends.
+    pub(crate) const UNKEPT: u32 = u32::MAX;
+
+    /// Whether the span has a slot (not [`UNKEPT`](Self::UNKEPT)).
+    pub(crate) fn is_kept(&self) -> bool {
+        self.index != Self::UNKEPT
+    }
+}
+
 impl SpanRecord {
     /// The SDK's `SpanData` of this record in `scope`, for exporters that
     /// consume it.

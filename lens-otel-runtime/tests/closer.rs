@@ -80,6 +80,34 @@ mod with_testing {
         assert_eq!(setup.exported().len(), 1);
     }
 
+    /// More spans open at once than the table has slots: the ones past them
+    /// are counted until they end, and those still open at shutdown are
+    /// counted as lost, apart from the truncated ones.
+    #[test]
+    fn spans_open_past_the_tables_slots_are_counted_as_lost_not_truncated() {
+        let exporter = KeepingSpanExporter::default();
+        let config = BatchConfig { max_queue_size: 8192, ..BatchConfig::default() };
+        let batch = LensBatchSpanProcessor::new(exporter.clone(), config);
+        let closer = OpenSpanCloser::with_target(batch.clone());
+        let provider =
+            SdkTracerProvider::builder().with_span_processor(closer.clone()).with_span_processor(batch.clone()).build();
+        let tracer = provider.tracer("test");
+        let slots = lens_otel_runtime::spool::ANONYMOUS_SLOTS as usize;
+        let mut open: Vec<_> = (0..slots + 3).map(|n| tracer.start(format!("open {n}"))).collect();
+        assert_eq!((closer.open_count(), closer.open_unkept()), (slots, 3));
+        // One of the three ends: exported as usual, and counted no more.
+        let mut last = open.pop().expect("a span");
+        last.end();
+        assert_eq!(closer.open_unkept(), 2);
+        let result = provider.shutdown_with_timeout(Duration::from_secs(10));
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!((closer.truncated_count(), closer.open_unkept()), (slots, 2));
+        let spans = exporter.get_finished_spans().unwrap_or_default();
+        assert_eq!(spans.len(), slots + 1);
+        assert_eq!(spans.iter().filter(|span| is_truncated(span)).count(), slots);
+        drop(open);
+    }
+
     #[test]
     fn attributes_given_at_start_are_kept() {
         let setup = setup();

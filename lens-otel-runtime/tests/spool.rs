@@ -354,10 +354,40 @@ fn a_full_spools_warning_names_the_programs_size_variable() {
     assert_eq!((summary.overflow, summary.spans), (1, 2));
     assert_eq!(summary.warnings.len(), 1, "{:?}", summary.warnings);
     assert!(
-        summary.warnings[0]
-            .contains("dropped 1 ended span(s) from its full spool (raise MYJOB_OTEL_SPOOL_SIZE_KIB to keep more)"),
+        summary.warnings[0].contains(
+            "1 ended span(s) gave their slot up to new spans while the dead process's spool was full; those it \
+             had not exported before it died are not in this replay (raise MYJOB_OTEL_SPOOL_SIZE_KIB to keep more)"
+        ),
         "{:?}",
         summary.warnings
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Spans that got no slot because every slot held an open span are lost
+/// with their process: the replay counts them apart from the ended spans
+/// that gave their slots up, and says so.
+#[test]
+fn a_replay_counts_the_open_spans_a_full_spool_could_not_keep() {
+    let dir = temp_dir("open-unkept");
+    let table = SpoolTable::create(&dir, 16 * 1024 + 2 * 1024, &identity(0, 1)).expect("spool");
+    // Two slots, three spans open: the third has none, and is counted.
+    for id in 1..=3 {
+        table.span_started(&span("step", id, 0, at(id)));
+    }
+    assert_eq!((table.open_unkept(), table.overflow()), (1, 0));
+    table.stop();
+    table.close_file();
+    let options = ReplayOptions { size_variable: "MYJOB_OTEL_SPOOL_SIZE_KIB".to_string(), ..ReplayOptions::default() };
+    let summary = replay_dir(&dir, Claim::All, None, &options, &mut |_, _| Ok(()));
+    assert_eq!((summary.spans, summary.truncated, summary.overflow), (2, 2, 0));
+    assert_eq!(
+        summary.warnings,
+        [format!(
+            "spool {}: 1 span(s) open when the dead process last wrote had no slot (every slot held an open span) \
+             and are lost (raise MYJOB_OTEL_SPOOL_SIZE_KIB to keep more)",
+            summary.consumed[0].display()
+        )]
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -136,7 +136,8 @@ pub(crate) const OFF_WORLD_SIZE: usize = 36;
 pub(crate) const OFF_CREATED: usize = 40;
 /// Nanoseconds since the epoch; refreshed every second by lens's thread.
 pub(crate) const OFF_LAST_ALIVE: usize = 48;
-/// Ended spans dropped from the spool because every slot was taken.
+/// Ended spans that gave their slot up to a new span because every slot
+/// was taken (lost if the process died before exporting them).
 pub(crate) const OFF_OVERFLOW: usize = 56;
 /// The progress record's sequence: odd while it is being written.
 pub(crate) const OFF_PROGRESS_SEQ: usize = 64;
@@ -153,6 +154,10 @@ pub(crate) const OFF_FLAGS: usize = 104;
 pub(crate) const OFF_BOOT_ID: usize = 112;
 pub(crate) const BOOT_ID_LEN: usize = 40;
 pub(crate) const OFF_META_LEN: usize = 152;
+/// Spans open now that got no slot because every slot held an open span (a
+/// `u32` in what were the metadata length's padding bytes, zero in files
+/// written before it).
+pub(crate) const OFF_OPEN_UNKEPT: usize = 156;
 pub(crate) const OFF_META: usize = 160;
 /// The flag bit of a clean shutdown.
 pub(crate) const FLAG_CLOSED_CLEANLY: u64 = 1;
@@ -220,8 +225,11 @@ pub struct Header {
     pub resource: Vec<KeyValue>,
     /// The last-alive stamp.
     pub last_alive: SystemTime,
-    /// Ended spans dropped because the spool was full.
+    /// Ended spans that gave their slot up because the spool was full.
     pub overflow: u64,
+    /// Spans open when the writer last wrote that got no slot because
+    /// every slot held an open span: lost if the writer died.
+    pub open_unkept: u32,
     /// The progress record, if one was written.
     pub progress: Option<Progress>,
     /// The writer shut down cleanly.
@@ -367,6 +375,7 @@ pub fn read_header(file: &[u8]) -> Result<Header, FormatError> {
         resource,
         last_alive: time_of(get_u64(file, OFF_LAST_ALIVE)),
         overflow: get_u64(file, OFF_OVERFLOW),
+        open_unkept: get_u32(file, OFF_OPEN_UNKEPT),
         progress,
         closed_cleanly: get_u64(file, OFF_FLAGS) & FLAG_CLOSED_CLEANLY != 0,
         progress_taken: get_u64(file, OFF_FLAGS) & FLAG_PROGRESS_TAKEN != 0,

@@ -50,7 +50,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::KeyValue;
@@ -59,8 +59,8 @@ use opentelemetry_sdk::trace::SpanData;
 pub use self::format::SpanView;
 use self::format::{
     FLAG_CLOSED_CLEANLY, HEADER_SIZE, NONE, OFF_COMPLETED, OFF_DURABLE, OFF_FLAGS, OFF_LAST_ALIVE, OFF_META,
-    OFF_META_LEN, OFF_OVERFLOW, OFF_PROGRESS_AT, OFF_PROGRESS_SEQ, OFF_REACHED, SLOT_SIZE, SLOT_STATE, STATE_ENDED,
-    STATE_FREE, STATE_OPEN, STATE_WRITING, nanos,
+    OFF_META_LEN, OFF_OPEN_UNKEPT, OFF_OVERFLOW, OFF_PROGRESS_AT, OFF_PROGRESS_SEQ, OFF_REACHED, SLOT_SIZE, SLOT_STATE,
+    STATE_ENDED, STATE_FREE, STATE_OPEN, STATE_WRITING, nanos,
 };
 pub use self::replay::replay_dir;
 pub use crate::span_record::SpoolSlot;
@@ -259,6 +259,10 @@ pub struct SpoolTable {
     steal_at: AtomicUsize,
     /// How many slots hold an ended span.
     ended: AtomicUsize,
+    /// Whether a span got no slot yet (warned once).
+    warned_full: AtomicBool,
+    /// What the warning of a full table advises (which variable sizes it).
+    full_advice: OnceLock<String>,
     slots: Mutex<Slots>,
     backing: Backing,
     closed: AtomicBool,
@@ -443,6 +447,8 @@ impl SpoolTable {
                     hint: AtomicUsize::new(0),
                     steal_at: AtomicUsize::new(0),
                     ended: AtomicUsize::new(0),
+                    warned_full: AtomicBool::new(false),
+                    full_advice: OnceLock::new(),
                     slots: Mutex::new(Slots::default()),
                     backing: Backing::Heap { _memory: heap },
                     closed: AtomicBool::new(false),
@@ -468,6 +474,8 @@ impl SpoolTable {
             hint: AtomicUsize::new(0),
             steal_at: AtomicUsize::new(0),
             ended: AtomicUsize::new(0),
+            warned_full: AtomicBool::new(false),
+            full_advice: OnceLock::new(),
             slots: Mutex::new(Slots::default()),
             backing: backing(map),
             closed: AtomicBool::new(false),
@@ -562,7 +570,9 @@ impl SpoolTable {
         seq.store((start | 1) + 1, Ordering::Release);
     }
 
-    /// Ended spans dropped from the spool because every slot was taken.
+    /// Ended spans that gave their slot up to a new span because every slot
+    /// was taken: not in the spool if the process dies before they are
+    /// exported.
     pub fn overflow(&self) -> u64 {
         self.atomic_u64(OFF_OVERFLOW).load(Ordering::Relaxed)
     }
@@ -581,7 +591,12 @@ impl SpoolTable {
         let span = &span.into();
         let Some(mut slots) = self.slots() else { return false };
         let order = next_order();
-        let Some(index) = self.claim(order) else { return false };
+        let Some(index) = self.claim(order) else {
+            // Counted until it ends, under its span id.
+            self.open_unkept_started();
+            slots.by_span.insert(span.key(), Held { slot: SpoolSlot::UNKEPT, order, attributes: 0, events: 0 });
+            return false;
+        };
         let (attributes, events) = shape(span);
         slots.by_span.insert(span.key(), Held { slot: index, order, attributes, events });
         self.write_slot(index, span, STATE_OPEN);
@@ -591,22 +606,31 @@ impl SpoolTable {
     /// Records `span` as ended in its slot (kept until [`released`](Self::released)).
     pub fn span_ended<'a>(&self, span: impl Into<SpanView<'a>>) {
         let span = &span.into();
-        let Some(slots) = self.slots() else { return };
+        let Some(mut slots) = self.slots() else { return };
         let Some(&held) = slots.by_span.get(&span.key()) else { return };
+        if held.slot == SpoolSlot::UNKEPT {
+            slots.by_span.remove(&span.key());
+            self.open_unkept_ended();
+            return;
+        }
         if self.holds(held.slot, held.order) {
             self.end_in_slot(held.slot, held.order, span, (held.attributes, held.events));
         }
     }
 
     /// Records a span started by lens's tracer: [`span_started`](Self::span_started)
-    /// without a lock or a lookup. `None` when it is not kept (a closed or
-    /// full table, counted).
+    /// without a lock or a lookup. `None` when the table is closed; a slot
+    /// that [is not kept](SpoolSlot::is_kept) when every slot holds an open
+    /// span (counted until it ends: [`open_unkept`](Self::open_unkept)).
     pub(crate) fn record_started(&self, span: &SpanView<'_>) -> Option<SpoolSlot> {
         if !self.writable() {
             return None;
         }
         let order = next_order();
-        let index = self.claim(order)?;
+        let Some(index) = self.claim(order) else {
+            self.open_unkept_started();
+            return Some(SpoolSlot { order, index: SpoolSlot::UNKEPT, attributes: 0, events: 0 });
+        };
         self.write_slot(index, span, STATE_OPEN);
         let (attributes, events) = shape(span);
         let saturate = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
@@ -640,6 +664,10 @@ impl SpoolTable {
         if !self.writable() {
             return None;
         }
+        if !slot.is_kept() {
+            self.open_unkept_ended();
+            return None;
+        }
         if !self.holds(slot.index, slot.order) {
             return None;
         }
@@ -650,9 +678,49 @@ impl SpoolTable {
     /// A span ended and is not kept (no file, or not sampled): its slot is
     /// free at once.
     pub(crate) fn release_ended(&self, slot: SpoolSlot) {
-        if self.writable() {
-            self.release(slot.index, slot.order);
+        if !self.writable() {
+            return;
         }
+        if slot.is_kept() {
+            self.release(slot.index, slot.order);
+        } else {
+            self.open_unkept_ended();
+        }
+    }
+
+    /// Spans open now that got no slot because every slot held an open
+    /// span: neither the closer nor a crash's replay has them, so they are
+    /// lost if still open at shutdown or when the process dies.
+    pub fn open_unkept(&self) -> u64 {
+        u64::from(self.atomic_u32(OFF_OPEN_UNKEPT).load(Ordering::Relaxed))
+    }
+
+    /// Says what a full table's warning advises: `advice` (which variable
+    /// gives it more slots). Set once, by setup.
+    pub(crate) fn advise_when_full(&self, advice: String) {
+        let _ = self.full_advice.set(advice);
+    }
+
+    /// A span got no slot: counted (in the header, for a crash's replay),
+    /// and said once.
+    #[cold]
+    fn open_unkept_started(&self) {
+        self.atomic_u32(OFF_OPEN_UNKEPT).fetch_add(1, Ordering::Relaxed);
+        if !self.warned_full.swap(true, Ordering::Relaxed) {
+            let advice = self.full_advice.get().map_or_else(String::new, |advice| format!("; {advice}"));
+            crate::diag::warn(format_args!(
+                "more spans are open at once than the open-span table's {} slots: a span started while it is full \
+                 is not kept, and is lost if it is still open at shutdown or when the process dies (the shutdown \
+                 report counts them){advice}",
+                self.slot_count
+            ));
+        }
+    }
+
+    /// A span that got no slot ended (its count goes down).
+    fn open_unkept_ended(&self) {
+        let _ =
+            self.atomic_u32(OFF_OPEN_UNKEPT).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     /// Writes the end of `span` into its slot `index`, held under the claim
@@ -690,8 +758,10 @@ impl SpoolTable {
                 }
                 SpoolKey::Span(span_id) => {
                     let slots = slots.get_or_insert_with(|| lock(&self.slots));
-                    if let Some(held) = slots.by_span.remove(&span_id) {
-                        self.release(held.slot, held.order);
+                    match slots.by_span.remove(&span_id) {
+                        Some(held) if held.slot == SpoolSlot::UNKEPT => self.open_unkept_ended(),
+                        Some(held) => self.release(held.slot, held.order),
+                        None => {}
                     }
                 }
             }
@@ -710,13 +780,15 @@ impl SpoolTable {
     }
 
     /// Takes a free slot for the claim `order`, or, when none is free, the
-    /// slot of an ended span; counted as overflow when none was free.
+    /// slot of an ended span (counted as overflow); `None` when every slot
+    /// holds an open span.
     fn claim(&self, order: NonZeroU64) -> Option<u32> {
         let index = match self.take_free() {
             Some(index) => index,
             None => {
+                let stolen = self.steal(order)?;
                 self.atomic_u64(OFF_OVERFLOW).fetch_add(1, Ordering::Relaxed);
-                return self.steal(order);
+                return Some(stolen);
             }
         };
         self.orders[index as usize].store(order.get(), Ordering::Release);
@@ -924,6 +996,7 @@ impl SpoolTable {
             word.store(free.into_inner(), Ordering::Release);
         }
         self.ended.store(0, Ordering::Relaxed);
+        self.atomic_u32(OFF_OPEN_UNKEPT).store(0, Ordering::Relaxed);
         slots.by_span.clear();
     }
 
@@ -1027,15 +1100,35 @@ mod tests {
         table.released([3_u64]);
         assert!(table.span_started(&span(4)));
         assert_eq!(table.overflow(), 1, "a released slot is reused without overflow");
-        // Two open spans fill it: a third is not tracked, and counted.
+        // Two open spans fill it: a third is not tracked, and counted as
+        // open without a slot (not as overflow) until it ends.
         table.released([2_u64]);
         assert!(table.span_started(&span(5)));
         assert!(!table.span_started(&span(6)));
-        assert_eq!(table.overflow(), 2);
+        assert_eq!((table.overflow(), table.open_unkept()), (1, 1));
         let mut open: Vec<u64> =
             table.open_spans().iter().map(|(_, s)| u64::from_be_bytes(s.span_context.span_id().to_bytes())).collect();
         open.sort_unstable();
         assert_eq!(open, [4, 5]);
+        table.span_ended(&span(6));
+        assert_eq!(table.open_unkept(), 0, "counted until it ends");
+    }
+
+    #[test]
+    fn a_lens_span_that_gets_no_slot_is_counted_until_it_ends() {
+        let table = SpoolTable::anonymous(1);
+        let first = table.record_started(&SpanView::from(&span(1))).expect("a free slot");
+        let second = table.record_started(&SpanView::from(&span(2))).expect("a slot that is not kept");
+        assert!(first.is_kept() && !second.is_kept());
+        assert_eq!((table.open_unkept(), table.overflow(), table.open_count()), (1, 0, 1));
+        // Ended in a spool file (kept) or not, it is no longer counted.
+        assert_eq!(table.record_ended(second, &SpanView::from(&span(2))), None);
+        assert_eq!(table.open_unkept(), 0);
+        let third = table.record_started(&SpanView::from(&span(3))).expect("a slot that is not kept");
+        table.release_ended(third);
+        assert_eq!(table.open_unkept(), 0);
+        table.release_ended(first);
+        assert_eq!(table.taken_slots().count(), 0);
     }
 
     #[test]
@@ -1133,9 +1226,10 @@ mod tests {
         let open = table.open_spans();
         assert_eq!(open.len(), 1);
         assert_eq!(open[0].1.span_context.span_id(), span(2).span_context.span_id());
-        // Every slot open: a third span is not kept, and counted.
-        assert_eq!(table.record_started(&SpanView::from(&span(3))), None);
-        assert_eq!(table.overflow(), 2);
+        // Every slot open: a third span is not kept, and counted apart.
+        let third = table.record_started(&SpanView::from(&span(3))).expect("a slot that is not kept");
+        assert!(!third.is_kept());
+        assert_eq!((table.overflow(), table.open_unkept()), (1, 1));
         table.released([SpoolKey::Slot(new)]);
         assert_eq!(table.open_count(), 0);
     }

@@ -561,10 +561,22 @@ fn claim_file(
         warn(
             summary,
             format!(
-                "spool {}: the dead process had dropped {} ended span(s) from its full spool (raise {} to \
-                 keep more)",
+                "spool {}: {} ended span(s) gave their slot up to new spans while the dead process's spool was \
+                 full; those it had not exported before it died are not in this replay (raise {} to keep more)",
                 path.display(),
                 dead.header.overflow,
+                options.size_variable
+            ),
+        );
+    }
+    if dead.header.open_unkept > 0 {
+        warn(
+            summary,
+            format!(
+                "spool {}: {} span(s) open when the dead process last wrote had no slot (every slot held an \
+                 open span) and are lost (raise {} to keep more)",
+                path.display(),
+                dead.header.open_unkept,
                 options.size_variable
             ),
         );
