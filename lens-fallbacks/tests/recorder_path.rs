@@ -248,7 +248,8 @@ fn an_event_added_to_a_span_still_open_at_shutdown_is_in_its_truncated_copy() {
 /// A current span lives in a frame of its thread's stack: a guard that is
 /// forgotten leaves its span current there (as a forgotten OpenTelemetry
 /// context guard leaves its context attached), and the thread's exit ends
-/// it and exports it.
+/// it and exports it, marked truncated with the thread's exit as the
+/// reason (its end is not one the program chose).
 #[test]
 fn a_current_span_whose_guard_is_forgotten_ends_when_its_thread_exits() {
     let _serial = serial();
@@ -264,11 +265,17 @@ fn a_current_span_whose_guard_is_forgotten_ends_when_its_thread_exits() {
     assert_eq!(report.spans.exported, 2, "{report:?}");
     let spans = exporter.get_finished_spans().unwrap();
     let forgotten = by_name(&spans, "lens.forgotten");
-    assert!(
-        !forgotten.attributes.iter().any(|kv| kv.key.as_str() == "nemo.span.truncated"),
+    let truncated = opentelemetry::KeyValue::new("nemo.span.truncated", true);
+    assert!(forgotten.attributes.contains(&truncated), "{forgotten:?}");
+    let reasons: Vec<_> = forgotten.events.iter().flat_map(|event| event.attributes.iter()).collect();
+    assert_eq!(
+        reasons,
+        [&opentelemetry::KeyValue::new("nemo.span.truncated.reason", "its thread exited with the span still current")],
         "ended by its thread's exit, not truncated at shutdown: {forgotten:?}"
     );
-    assert_eq!(by_name(&spans, "lens.inside").parent_span_id, forgotten.span_context.span_id());
+    let inside = by_name(&spans, "lens.inside");
+    assert_eq!(inside.parent_span_id, forgotten.span_context.span_id());
+    assert!(inside.attributes.is_empty() && inside.events.is_empty(), "ended by its guard: {inside:?}");
 }
 
 #[test]

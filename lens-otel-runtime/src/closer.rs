@@ -86,6 +86,11 @@ pub const SPAN_TRUNCATED_REASON_AT_SHUTDOWN: &str = "still open at telemetry shu
 /// process died, replayed from the spool ([`crate::spool`]).
 pub const SPAN_TRUNCATED_REASON_PROCESS_DIED: &str = "the process died; replayed by the next attempt";
 
+/// The value of [`SPAN_TRUNCATED_REASON`] on a current span that its
+/// thread's exit ended: its guard was forgotten (or kept past the thread's
+/// current-span stack), so nothing else would have ended it.
+pub const SPAN_TRUNCATED_REASON_THREAD_EXITED: &str = "its thread exited with the span still current";
+
 /// The attribute (`true`) on a copy of a span that was still open when a
 /// hang was suspected ([`OpenSpanCloser::export_open_copies`], called by the
 /// hang watchdog).

@@ -83,6 +83,28 @@ impl Stack {
     }
 }
 
+/// A thread that exits with current spans (their guards forgotten, or
+/// dropped after the stack by another thread-local's destructor) ends them
+/// here, innermost first, marked truncated: their end is the thread's exit,
+/// not one the program chose.
+impl Drop for Stack {
+    fn drop(&mut self) {
+        use crate::closer::{SPAN_TRUNCATED, SPAN_TRUNCATED_REASON, SPAN_TRUNCATED_REASON_THREAD_EXITED};
+        for frame in self.frames[..self.live].iter_mut().rev() {
+            if frame.kept.is_some() || !frame.span.is_recording() {
+                continue;
+            }
+            let span = &mut frame.span;
+            span.set_attribute(KeyValue::new(SPAN_TRUNCATED, true));
+            span.add_event(
+                SPAN_TRUNCATED,
+                vec![KeyValue::new(SPAN_TRUNCATED_REASON, SPAN_TRUNCATED_REASON_THREAD_EXITED)],
+            );
+            span.end();
+        }
+    }
+}
+
 thread_local! {
     static STACK: RefCell<Stack> = const { RefCell::new(Stack { frames: Vec::new(), live: 0, next_id: 1 }) };
 }
