@@ -657,6 +657,11 @@ impl Telemetry {
     /// Exports everything recorded so far (spans queued, a metric
     /// collection), waiting at most `timeout`. Open spans stay open. An
     /// empty report without `otel`.
+    ///
+    /// It blocks the calling thread until the export is done or `timeout`
+    /// passes (all of it when the collector does not answer): from async
+    /// code, call it (and [`shutdown`](Self::shutdown)) on a blocking
+    /// thread, such as tokio's `spawn_blocking`, not on a runtime's worker.
     pub fn force_flush(&self, timeout: Duration) -> ShutdownReport {
         #[cfg(feature = "otel")]
         return self.pipeline.force_flush(timeout);
