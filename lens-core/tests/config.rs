@@ -716,6 +716,50 @@ fn credentials_in_an_endpoint_are_rejected_and_not_shown() {
     assert!(text.contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") && text.contains("[REDACTED]@collector"), "{text}");
 }
 
+/// A list of URLs, a space or a missing host once moved the credentials
+/// out of where the redaction looked, and a list with a `/` before its comma
+/// was even accepted: each is refused, and no output shows the password.
+#[test]
+fn a_malformed_endpoint_never_shows_its_credentials() {
+    for (value, shown, reason) in [
+        (
+            "http://127.0.0.1:1,http://u:SECRET123@b",
+            "http://[REDACTED]@b",
+            "it holds more than one URL; give a single endpoint, not a list",
+        ),
+        (
+            "http://127.0.0.1:1/,http://u:SECRET123@b:1",
+            "http://[REDACTED]@b:1",
+            "it holds more than one URL; give a single endpoint, not a list",
+        ),
+        ("http://127.0.0.1:1 http://u:SECRET123@x", "http://[REDACTED]@x", "it contains a space or control character"),
+        (
+            "http:///u:SECRET123@b:1",
+            "http://[REDACTED]@b:1",
+            "credentials in the URL are not accepted; put them in OTEL_EXPORTER_OTLP_HEADERS",
+        ),
+    ] {
+        let err = megatron(&[("OTEL_EXPORTER_OTLP_ENDPOINT", value)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "Invalid endpoint URL in OTEL_EXPORTER_OTLP_ENDPOINT: '{shown}' ({reason}). Expected \
+                 http://host[:port][/path] or https://host[:port][/path], e.g. 'http://localhost:4317'."
+            ),
+            "{value}"
+        );
+        assert!(!format!("{err:?}").contains("SECRET123"), "{value}");
+        // Read but not validated (as a program may hold it): neither the
+        // summary nor `Debug` shows the password.
+        let mut c = megatron(&[]).unwrap();
+        c.otel.otlp_mut(Signal::Traces).endpoint =
+            Some(lens_core::config::OtlpEndpoint { url: value.into(), signal_specific: false });
+        for text in [format!("{c:?}"), format!("{c}")] {
+            assert!(!text.contains("SECRET123"), "{value}: {text}");
+        }
+    }
+}
+
 #[test]
 fn an_endpoint_set_in_code_is_validated_and_named_by_its_field() {
     let mut c = LensConfig::default();

@@ -564,10 +564,18 @@ pub(crate) fn check_endpoint(url: &str) -> Result<(), &'static str> {
     if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
         return Err("the scheme must be http or https");
     }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
+    // One URL, not a list: a comma before the query would otherwise pass as
+    // part of the path (`http://a:1/,http://b:1`) and hide a second URL.
+    let before_query = rest.split(['?', '#']).next().unwrap_or("");
+    if before_query.contains(',') || before_query.contains("://") {
+        return Err("it holds more than one URL; give a single endpoint, not a list");
+    }
+    // An `@` anywhere before the query is taken for credentials, wherever it
+    // stands (a typo such as `http:///u:p@h` moves it out of the authority).
+    if before_query.contains('@') {
         return Err("credentials in the URL are not accepted; put them in OTEL_EXPORTER_OTLP_HEADERS");
     }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let Some((host, after)) = v6.split_once(']') else {
             return Err("an IPv6 host lacks its closing ']'");
@@ -604,12 +612,21 @@ pub(crate) fn check_endpoint(url: &str) -> Result<(), &'static str> {
 /// query string (`?api_key=...`) and a fragment become `[REDACTED]`; the
 /// scheme, host, port, path and the query's names stay.
 ///
+/// It takes any string, not only a valid URL, since it is what shows a bad
+/// value too: everything from after the first `://` (or the start) up to the
+/// last `@` in the string is hidden, so that no credential is shown however
+/// the value is malformed (a list of URLs, a space, an empty host). A query
+/// or fragment holding an `@` hides the host with it: less to read, nothing
+/// leaked.
+///
 /// ```
 /// use lens_core::config::redact_endpoint;
 ///
 /// assert_eq!(redact_endpoint("https://u:pw@c.example.com:4318/v1/traces"), "https://[REDACTED]@c.example.com:4318/v1/traces");
 /// assert_eq!(redact_endpoint("http://c:4318/?api_key=s3cr3t&tenant=a"), "http://c:4318/?api_key=[REDACTED]&tenant=[REDACTED]");
 /// assert_eq!(redact_endpoint("http://localhost:4317"), "http://localhost:4317");
+/// // A second URL after a comma hides its credentials too.
+/// assert_eq!(redact_endpoint("http://a:1,http://u:pw@b:2"), "http://[REDACTED]@b:2");
 /// ```
 pub fn redact_endpoint(url: &str) -> String {
     let parts = UrlParts::of(url);
@@ -643,19 +660,28 @@ pub fn redact_endpoint(url: &str) -> String {
 /// The parts of `url` that [`redact_endpoint`] hides, non-empty: the
 /// user-info part (and its password alone, as a client may quote it apart
 /// from the user), the query's values and the fragment.
+///
+/// Each `user:password@` of the string is listed on its own as well (the
+/// text before every `@` back to a `/`, `,` or space, and its password), so
+/// that a message quoting one credential of a malformed value is caught.
 fn endpoint_secrets(url: &str) -> Vec<String> {
     let parts = UrlParts::of(url);
     let values = parts.query.into_iter().flat_map(|q| q.split('&')).map(|p| p.split_once('=').map_or(p, |(_, v)| v));
     let password = parts.user_info.and_then(|u| u.split_once(':')).map(|(_, password)| password);
-    parts
-        .user_info
-        .into_iter()
-        .chain(values)
-        .chain(parts.fragment)
-        .chain(password)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
+    let each_user_info = url.match_indices('@').flat_map(|(at, _)| {
+        let before = &url[..at];
+        let start = before.rfind(|c: char| c == '/' || c == ',' || c.is_whitespace()).map_or(0, |i| i + 1);
+        let user_info = &before[start..];
+        [Some(user_info), user_info.split_once(':').map(|(_, password)| password)].into_iter().flatten()
+    });
+    let mut secrets: Vec<String> = Vec::new();
+    for secret in parts.user_info.into_iter().chain(values).chain(parts.fragment).chain(password).chain(each_user_info)
+    {
+        if !secret.is_empty() && !secrets.iter().any(|s| s == secret) {
+            secrets.push(secret.to_string());
+        }
+    }
+    secrets
 }
 
 /// An endpoint URL split where [`redact_endpoint`] and [`endpoint_secrets`]
@@ -670,17 +696,20 @@ struct UrlParts<'a> {
 }
 
 impl<'a> UrlParts<'a> {
+    /// Splits any string, valid URL or not. The user-info is everything
+    /// before the last `@` of the whole string (after the scheme's `://`),
+    /// not only of a well-formed authority: in a malformed value (two URLs,
+    /// a space, an empty host, a `/`, `?` or `#` inside a password) an `@`
+    /// outside the authority may still end a credential, and showing too
+    /// little is the safe side.
     fn of(url: &'a str) -> UrlParts<'a> {
-        let (url, fragment) = url.split_once('#').map_or((url, None), |(url, fragment)| (url, Some(fragment)));
-        let (url, query) = url.split_once('?').map_or((url, None), |(url, query)| (url, Some(query)));
         let (scheme, rest) = url.split_once("://").map_or((None, url), |(scheme, rest)| (Some(scheme), rest));
-        // The user-info ends at the authority's last `@` (without a scheme,
-        // at the last `@` anywhere, as before).
-        let authority_end = if scheme.is_some() { rest.find('/').unwrap_or(rest.len()) } else { rest.len() };
-        let (user_info, address) = match rest[..authority_end].rfind('@') {
+        let (user_info, rest) = match rest.rfind('@') {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
             None => (None, rest),
         };
+        let (rest, fragment) = rest.split_once('#').map_or((rest, None), |(rest, fragment)| (rest, Some(fragment)));
+        let (address, query) = rest.split_once('?').map_or((rest, None), |(rest, query)| (rest, Some(query)));
         UrlParts { scheme, user_info, address, query, fragment }
     }
 }
@@ -706,6 +735,45 @@ mod tests {
         let debug = format!("{endpoint:?}");
         assert!(!debug.contains("s3cr3t") && debug.contains("h:1"), "{debug}");
         let settings = OtlpSettings { endpoint: Some(endpoint), ..OtlpSettings::default() };
-        assert_eq!(settings.secrets(), ["u:s3cr3t", "s3cr3t", "s3cr3t"]);
+        assert_eq!(settings.secrets(), ["u:s3cr3t", "s3cr3t"]);
+    }
+
+    /// Malformed values that once showed their credentials: a list, a
+    /// space, an empty host, a password holding `/`, `?` or `#`.
+    #[test]
+    fn credentials_of_a_malformed_endpoint_are_never_shown() {
+        for (url, shown) in [
+            ("http://127.0.0.1:1,http://u:SECRET123@b", "http://[REDACTED]@b"),
+            ("http:///u:SECRET123@b:1", "http://[REDACTED]@b:1"),
+            ("http://127.0.0.1:1 http://u:SECRET123@x", "http://[REDACTED]@x"),
+            ("http://127.0.0.1:1/,http://u:SECRET123@b:1", "http://[REDACTED]@b:1"),
+            ("http://u:SECRET/123@b:1/v1", "http://[REDACTED]@b:1/v1"),
+            ("http://u:SECRET?123@b:1", "http://[REDACTED]@b:1"),
+            ("http://u:SECRET#123@b:1", "http://[REDACTED]@b:1"),
+            ("u:SECRET123@b:1", "[REDACTED]@b:1"),
+        ] {
+            assert_eq!(redact_endpoint(url), shown, "{url}");
+            assert!(check_endpoint(url).is_err(), "{url}");
+            let debug = format!("{:?}", OtlpEndpoint { url: url.into(), signal_specific: false });
+            assert!(!debug.contains("SECRET"), "{debug}");
+        }
+        assert_eq!(
+            check_endpoint("http://127.0.0.1:1/,http://u:SECRET123@b:1"),
+            Err("it holds more than one URL; give a single endpoint, not a list")
+        );
+        assert_eq!(
+            check_endpoint("http://127.0.0.1:1/,http://b:1"),
+            Err("it holds more than one URL; give a single endpoint, not a list")
+        );
+        assert_eq!(
+            check_endpoint("http:///u:SECRET123@b:1"),
+            Err("credentials in the URL are not accepted; put them in OTEL_EXPORTER_OTLP_HEADERS")
+        );
+        // Each credential of a list is a secret of its own, for messages
+        // that quote one of them.
+        let url = "http://a:S1@h,http://b:S2@h2".to_string();
+        let settings =
+            OtlpSettings { endpoint: Some(OtlpEndpoint { url, signal_specific: false }), ..OtlpSettings::default() };
+        assert_eq!(settings.secrets(), ["a:S1@h,http://b:S2", "S1@h,http://b:S2", "a:S1", "S1", "b:S2", "S2"]);
     }
 }
