@@ -291,6 +291,43 @@ impl std::error::Error for ControlInputError {}
 
 const WHOLE_FILE: &str = "(file)";
 
+/// Words in a key's name that mark its value as a possible credential
+/// (compared in lower case): a refused or unknown key holding one is never
+/// quoted, since the warning reaches every rank's log.
+const SECRET_KEY_WORDS: [&str; 9] =
+    ["header", "endpoint", "auth", "token", "secret", "password", "passwd", "credential", "key"];
+
+/// `value` of `key` as a warning may show it. The headers show their keys
+/// only (`"Authorization=[REDACTED]"`, as [`Headers`](crate::config::Headers)
+/// show themselves), an endpoint shows without its credentials
+/// ([`redact_endpoint`](crate::config::redact_endpoint)); any other value
+/// of a key whose name suggests a credential (`token`, `api_key`, ...) and
+/// a value of those two that is not a well-formed string is `[REDACTED]`.
+/// Every other value shows as JSON.
+fn shown(key: &str, value: &Value) -> String {
+    let lower = key.to_ascii_lowercase();
+    match (lower.as_str(), value) {
+        ("headers", Value::String(list)) => match crate::config::Headers::parse(list) {
+            Ok(headers) => Value::String(headers.to_string()).to_string(),
+            Err(_) => "[REDACTED]".to_string(),
+        },
+        ("endpoint", Value::String(url)) => Value::String(crate::config::redact_endpoint(url)).to_string(),
+        _ if SECRET_KEY_WORDS.iter().any(|word| lower.contains(word)) => "[REDACTED]".to_string(),
+        _ => value.to_string(),
+    }
+}
+
+/// What a control file that is JSON but not an object holds, in words: a
+/// number, `true`, `false` or `null` as written, a string or an array by
+/// its kind and size only (either may hold a credential).
+fn describe_not_object(value: &Value) -> String {
+    match value {
+        Value::String(text) => format!("(a string of {} characters, not shown)", text.chars().count()),
+        Value::Array(items) => format!("(an array of {} items, not shown)", items.len()),
+        other => other.to_string(),
+    }
+}
+
 fn as_iteration(key: &str, value: &Value) -> Result<u64, ControlInputError> {
     value.as_u64().ok_or_else(|| ControlInputError::new(key, value, "expected a whole number of iterations, 0 or more"))
 }
@@ -333,22 +370,24 @@ pub fn parse_request(
     launch: &Settings,
     prefix: &str,
 ) -> Result<ControlRequest, ControlInputError> {
+    // A file that is not JSON is never quoted: it may be anything, a token
+    // pasted into the wrong file included. The parser's error says where
+    // it stopped (line and column), which is enough to find the fault.
     let value: Value = serde_json::from_str(text).map_err(|error| {
-        let shown: String = text.chars().take(40).collect();
-        ControlInputError::new(WHOLE_FILE, format!("{shown:?}"), format!("not JSON: {error}"))
+        ControlInputError::new(WHOLE_FILE, format!("({} bytes, not shown)", text.len()), format!("not JSON: {error}"))
     })?;
     let Value::Object(object) = value else {
-        return Err(ControlInputError::new(WHOLE_FILE, value, "expected a JSON object"));
+        return Err(ControlInputError::new(WHOLE_FILE, describe_not_object(&value), "expected a JSON object"));
     };
     if let Some(key) = duplicate_key(text) {
         let value = object.get(&key).cloned().unwrap_or(Value::Null);
-        return Err(ControlInputError::new(&key, value, "given more than once; give each key once"));
+        return Err(ControlInputError::new(&key, shown(&key, &value), "given more than once; give each key once"));
     }
     for (key, value) in &object {
         if keys::NEVER.contains(&key.as_str()) {
             return Err(ControlInputError::new(
                 key,
-                value,
+                shown(key, value),
                 "can never be changed while the job runs (only at launch); accepted keys: ".to_string()
                     + &keys::ALL.join(", "),
             ));
@@ -358,7 +397,7 @@ pub fn parse_request(
                 crate::suggest::closest(key, keys::ALL).map_or(String::new(), |s| format!(" (did you mean '{s}'?)"));
             return Err(ControlInputError::new(
                 key,
-                value,
+                shown(key, value),
                 format!("unknown key; accepted keys: {}{hint}", keys::ALL.join(", ")),
             ));
         }
@@ -1194,6 +1233,55 @@ mod tests {
 
     fn parse(text: &str) -> Result<ControlRequest, ControlInputError> {
         parse_request(text, &LENS_CATALOG, &launch(), "NEMO_LENS")
+    }
+
+    /// A refused key's value once went to every rank's log as written:
+    /// the headers' token, the endpoint's password, the head of a file that
+    /// is not JSON.
+    #[test]
+    fn a_refused_version_never_quotes_a_credential() {
+        let accepted = "can never be changed while the job runs (only at launch); accepted keys: generation, \
+             span_groups, from_iteration, iterations, until_iteration, sampling_ratio, rank_metrics, hang_timeout_s";
+        for (text, expected) in [
+            (
+                r#"{"generation":9,"from_iteration":1000,"headers":"authorization=Bearer SECRET123"}"#,
+                format!(r#"key 'headers' = "authorization=[REDACTED]": {accepted}"#),
+            ),
+            (r#"{"generation":9,"headers":"Bearer SECRET123"}"#, format!("key 'headers' = [REDACTED]: {accepted}")),
+            (r#"{"generation":9,"headers":{"a":"SECRET123"}}"#, format!("key 'headers' = [REDACTED]: {accepted}")),
+            (
+                r#"{"generation":9,"endpoint":"http://u:SECRET123@h:1"}"#,
+                format!(r#"key 'endpoint' = "http://[REDACTED]@h:1": {accepted}"#),
+            ),
+            (
+                r#"{"headers":"a=SECRET123","headers":"b=SECRET123"}"#,
+                r#"key 'headers' = "b=[REDACTED]": given more than once; give each key once"#.to_string(),
+            ),
+            (
+                r#"{"generation":9,"api_token":"SECRET123"}"#,
+                "key 'api_token' = [REDACTED]: unknown key; accepted keys: generation, span_groups, from_iteration, \
+                 iterations, until_iteration, sampling_ratio, rank_metrics, hang_timeout_s"
+                    .to_string(),
+            ),
+            (
+                "authorization=Bearer SECRET123",
+                "key '(file)' = (30 bytes, not shown): not JSON: expected value at line 1 column 1".to_string(),
+            ),
+            (
+                "{\"generation\": 9,\n \"headers\": \"Bearer SECRET123\" x}",
+                "key '(file)' = (51 bytes, not shown): not JSON: expected `,` or `}` at line 2 column 32".to_string(),
+            ),
+            (
+                r#""Bearer SECRET123""#,
+                "key '(file)' = (a string of 16 characters, not shown): expected a JSON object".to_string(),
+            ),
+            (r#"["SECRET123"]"#, "key '(file)' = (an array of 1 items, not shown): expected a JSON object".to_string()),
+            ("7", "key '(file)' = 7: expected a JSON object".to_string()),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert_eq!(error.to_string(), expected, "{text}");
+            assert!(!format!("{error:?}").contains("SECRET123"), "{text}");
+        }
     }
 
     #[test]
