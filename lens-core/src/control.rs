@@ -701,9 +701,19 @@ impl Refusal {
     }
 }
 
-/// What a file type is, in words, for [`Refusal::NotAFile`].
+/// What a file type is, in words: "a directory" or "not a regular file"
+/// where the platform tells no more.
+#[cfg(not(unix))]
+pub fn kind_of(file_type: std::fs::FileType) -> &'static str {
+    if file_type.is_dir() { "a directory" } else { "not a regular file" }
+}
+
+/// What a file type is, in words ("a directory", "a FIFO (named pipe)",
+/// ...), for [`Refusal::NotAFile`] and for every other file lens refuses
+/// to read or write because it is not a regular file (a private CA file,
+/// a file exporter's output).
 #[cfg(unix)]
-fn kind_of(file_type: std::fs::FileType) -> &'static str {
+pub fn kind_of(file_type: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt as _;
     if file_type.is_dir() {
         "a directory"

@@ -170,3 +170,61 @@ fn span_groups_or_prometheus_labels_of_only_commas_are_refused() {
     assert!(error.starts_with("Invalid value for --otel-span-groups: ','."), "{error}");
     assert!(megatron(&[("MEGATRON_OTEL_SPAN_GROUPS", "default,,")]).is_ok(), "an empty item among names is skipped");
 }
+
+/// Makes a FIFO at `path` (`mkfifo`).
+fn mkfifo(path: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt as _;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+}
+
+/// The configuration's check of the private CA file `path`, with an https
+/// endpoint and telemetry on; bounded, so that a hang fails the test.
+fn certificate_check(path: &str) -> String {
+    let config = megatron(&[
+        ("MEGATRON_OTEL_ENABLED", "1"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4317"),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", path),
+    ])
+    .unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(config.check_files()));
+    let checked = receiver.recv_timeout(std::time::Duration::from_secs(10)).expect("the check returned");
+    checked.expect_err("the certificate is refused").to_string()
+}
+
+/// A certificate path naming a device once filled the job's memory
+/// (`/dev/zero`), a FIFO hung it at setup, and a huge file was read whole:
+/// only a regular file of at most 4 MiB is read.
+#[test]
+fn a_certificate_that_is_not_a_small_regular_file_is_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("lens-core-certificate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("ca.pem");
+    mkfifo(&fifo);
+    let huge = dir.join("huge.pem");
+    std::fs::File::create(&huge).unwrap().set_len(5 * 1024 * 1024).unwrap();
+    let expected = |path: &std::path::Path, reason: &str| {
+        format!(
+            "Invalid value for OTEL_EXPORTER_OTLP_CERTIFICATE: '{}'. Expected a readable PEM file of CA certificates \
+             ({reason}).",
+            path.display()
+        )
+    };
+    assert_eq!(
+        certificate_check("/dev/zero"),
+        expected("/dev/zero".as_ref(), "it is a character device, not a regular file")
+    );
+    assert_eq!(
+        certificate_check(fifo.to_str().unwrap()),
+        expected(&fifo, "it is a FIFO (named pipe), not a regular file")
+    );
+    assert_eq!(
+        certificate_check(huge.to_str().unwrap()),
+        expected(&huge, "it is 5242880 bytes long, more than the 4194304 bytes (4 MiB) a CA file may hold")
+    );
+    assert_eq!(certificate_check(dir.to_str().unwrap()), expected(&dir, "it is a directory, not a regular file"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -312,3 +312,40 @@ fn the_handle_carries_the_diagnosis_settings_it_read_so_a_program_reads_its_conf
     assert_eq!(defaults.peak_tflops(), None);
     assert_eq!(defaults.shutdown_timeout(), Duration::from_secs(5));
 }
+
+/// A FIFO where a rank's file goes once hung setup forever: it is a setup
+/// error naming the file directory's variable, at once (bounded here, so
+/// that a hang fails the test).
+#[cfg(feature = "otel")]
+#[test]
+fn a_fifo_where_the_file_goes_is_a_setup_error_naming_the_file_dir() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("lens-file-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("traces-rank0.jsonl");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    let env: std::collections::HashMap<String, String> = [
+        ("MEGATRON_OTEL_ENABLED", "1"),
+        ("MEGATRON_OTEL_EXPORTER", "file"),
+        ("MEGATRON_OTEL_FILE_DIR", dir.to_str().unwrap()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        sender.send(Telemetry::builder("MEGATRON_OTEL").env(env).setup().err().map(|e| e.to_string()))
+    });
+    let error = receiver.recv_timeout(Duration::from_secs(20)).expect("setup returned").expect("refused");
+    assert_eq!(
+        error,
+        format!(
+            "MEGATRON_OTEL_FILE_DIR: cannot open {} for appending: it is a FIFO (named pipe), not a regular file; \
+             choose a writable directory with MEGATRON_OTEL_FILE_DIR",
+            fifo.display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -642,3 +642,33 @@ fn prometheus_on_an_address_of_no_interface_is_a_setup_error_naming_the_host_var
     let error = PrometheusExporter::start(&base).unwrap_err().to_string();
     assert!(error.contains("192.0.2.1:19464"), "{error}");
 }
+
+/// A FIFO where the traces file goes once hung the job at setup, blocked
+/// in `open` until some process read it, with no message: it is refused
+/// at once, naming the file and what it is (bounded here, so that a hang
+/// fails the test).
+#[test]
+fn a_fifo_where_the_file_goes_is_refused_at_once() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = temp_dir("fifo");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = file_path(&dir, Signal::Traces, 0);
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let at = dir.clone();
+    std::thread::spawn(move || {
+        sender.send(FileSpanExporter::create(&at, 0, FileLimit::unlimited()).err().map(|e| e.to_string()))
+    });
+    let error = receiver.recv_timeout(Duration::from_secs(10)).expect("create returned").expect("refused");
+    assert_eq!(
+        error,
+        format!(
+            "the file exporter's directory: cannot open {} for appending: it is a FIFO (named pipe), not a regular \
+             file; choose a writable directory with the file exporter's directory",
+            path.display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

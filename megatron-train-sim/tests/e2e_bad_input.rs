@@ -201,7 +201,7 @@ const CASES: &[Case] = &[
     ),
     env(
         &[("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/dev/null")],
-        &["OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "'/dev/null'", "holds no PEM certificate"],
+        &["OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "'/dev/null'", "it is a character device, not a regular file"],
     ),
     env(
         &[("MEGATRON_OTEL_EXPORTER", "file"), ("MEGATRON_OTEL_FILE_DIR", "/dev/null")],

@@ -77,3 +77,4 @@ pub use standard::{
 pub use transport::{
     FEATURE_OTLP_GRPC, FEATURE_OTLP_HTTP, FEATURE_PROMETHEUS, MissingTransport, Transports, default_destination_in,
 };
+pub use validate::{MAX_CERTIFICATE_BYTES, read_certificate_file};

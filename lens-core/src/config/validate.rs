@@ -13,6 +13,59 @@ use super::standard::{self, ExporterKind, Signal};
 /// What a PEM certificate begins with.
 const CERTIFICATE_MARK: &[u8] = b"-----BEGIN CERTIFICATE-----";
 
+/// The most a private CA file (`OTEL_EXPORTER_OTLP_CERTIFICATE`) may
+/// hold: 4 MiB. A CA bundle, even the whole public web's, is well under
+/// 1 MiB; the cap keeps a wrong path (`/dev/zero`, a data file) from
+/// filling the job's memory.
+pub const MAX_CERTIFICATE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads the private CA file at `path` for the configuration's check and
+/// for the exporter that uses it, or says why not (the reason alone, in
+/// words, for the caller's message).
+///
+/// Only a regular file of at most [`MAX_CERTIFICATE_BYTES`] is read: the
+/// open is non-blocking (a FIFO opens at once instead of waiting for a
+/// writer forever), the opened file is checked (`fstat`) before anything
+/// is read, and the read itself stops past the cap, so that neither a
+/// device, a FIFO nor a file growing while read can hang the job or fill
+/// its memory. A symbolic link is followed (system CA bundles are links).
+///
+/// ```
+/// use lens_core::config::read_certificate_file;
+///
+/// let reason = read_certificate_file(std::path::Path::new("/dev/zero")).unwrap_err();
+/// assert_eq!(reason, "it is a character device, not a regular file");
+/// ```
+pub fn read_certificate_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let too_long = |length: u64| {
+        format!("it is {length} bytes long, more than the {MAX_CERTIFICATE_BYTES} bytes (4 MiB) a CA file may hold")
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(|error| format!("cannot read the file: {error}"))?;
+    let meta = file.metadata().map_err(|error| format!("cannot read the file: {error}"))?;
+    if !meta.is_file() {
+        return Err(format!("it is {}, not a regular file", crate::control::kind_of(meta.file_type())));
+    }
+    if meta.len() > MAX_CERTIFICATE_BYTES {
+        return Err(too_long(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CERTIFICATE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| format!("cannot read the file: {error}"))?;
+    if bytes.len() as u64 > MAX_CERTIFICATE_BYTES {
+        return Err(too_long(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 impl LensConfig {
     /// Checks every value that reading cannot check alone on this configuration, including values
     /// set or changed in code, and reports every problem at once: the sample
@@ -280,8 +333,8 @@ impl LensConfig {
             checked.push(path);
             // The exporter parses the PEM when it is built; this is the
             // check that needs no parser, in the exporter's words.
-            let reason = match std::fs::read(path) {
-                Err(error) => Some(format!("cannot read the file: {error}")),
+            let reason = match read_certificate_file(path) {
+                Err(reason) => Some(reason),
                 Ok(pem) if !pem.windows(CERTIFICATE_MARK.len()).any(|w| w == CERTIFICATE_MARK) => {
                     Some(format!("the file holds no PEM certificate ({})", String::from_utf8_lossy(CERTIFICATE_MARK)))
                 }

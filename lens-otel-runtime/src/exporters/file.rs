@@ -121,6 +121,37 @@ fn ends_with_newline(path: &Path, length: u64) -> bool {
         .map_or(true, |()| last[0] == b'\n')
 }
 
+/// Opens (making it if missing) the regular file at `path` for appending,
+/// or says what else is there.
+///
+/// A FIFO at the path would block an ordinary open until some process
+/// reads it, which hangs the job at setup with no message: the path is
+/// checked first, and the open is non-blocking (`O_NONBLOCK`: a FIFO made
+/// between the check and the open fails at once, with no reader, or is
+/// refused by the check of the opened file), so that only a regular file
+/// is ever written. A device (`/dev/null` named by a link) is refused the
+/// same way: what is written there reaches no reader.
+fn open_regular(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let refuse = |file_type: std::fs::FileType| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("it is {}, not a regular file", lens_core::control::kind_of(file_type)),
+        )
+    };
+    if let Ok(meta) = std::fs::metadata(path)
+        && !meta.is_file()
+    {
+        return Err(refuse(meta.file_type()));
+    }
+    let file = OpenOptions::new().create(true).append(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(refuse(meta.file_type()));
+    }
+    Ok(file)
+}
+
 /// One append-only OTLP/JSON lines file.
 struct JsonLines {
     path: PathBuf,
@@ -149,7 +180,7 @@ impl JsonLines {
         };
         let file = std::fs::create_dir_all(dir)
             .map_err(|error| not_a_directory().unwrap_or(error))
-            .and_then(|()| OpenOptions::new().create(true).append(true).open(&path))
+            .and_then(|()| open_regular(&path))
             .map_err(|source| ExporterError::File {
                 variable: "the file exporter's directory".to_string(),
                 path: path.clone(),
@@ -231,7 +262,7 @@ impl JsonLines {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(&self.path)?;
+        let file = open_regular(&self.path)?;
         let held = file.metadata().map_or(0, |m| m.len());
         self.written.store(held, Ordering::Relaxed);
         self.open_line.store(held > 0 && !ends_with_newline(&self.path, held), Ordering::Relaxed);

@@ -301,13 +301,15 @@ fn checked_headers(headers: &Headers) -> Result<Vec<(HeaderName, HeaderValue)>, 
 }
 
 /// Reads the private CA file: its bytes, checked to hold at least one PEM
-/// certificate.
+/// certificate. Only a regular file of at most 4 MiB is read
+/// ([`read_certificate_file`](crate::config::read_certificate_file)), so
+/// that a device or a FIFO named by mistake neither hangs nor fills the job.
 fn read_certificate(path: &Path) -> Result<(Vec<u8>, Vec<rustls::pki_types::CertificateDer<'static>>), ExporterError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
 
     let error = |reason: String| ExporterError::Certificate { path: path.to_owned(), reason };
-    let pem = std::fs::read(path).map_err(|source| error(format!("cannot read the file: {source}")))?;
+    let pem = crate::config::read_certificate_file(path).map_err(error)?;
     let certificates = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| error(format!("not a valid PEM file: {source}")))?;
