@@ -28,6 +28,13 @@ pub trait EnvSource {
 }
 
 /// The process environment.
+///
+/// A value that is not UTF-8 comes back with each bad byte replaced by
+/// U+FFFD (`to_string_lossy`), which keeps the variables lens only records
+/// (`SLURM_*`, host names) readable. The configuration refuses a value of
+/// its own settings that holds U+FFFD, naming the variable, so that a
+/// replaced value never silently means another path or credential; every
+/// wrapper of a source (`FnEnv`, a map) passes the mark on unchanged.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProcessEnv;
 

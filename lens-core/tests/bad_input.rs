@@ -228,3 +228,27 @@ fn a_certificate_that_is_not_a_small_regular_file_is_refused_at_once() {
     assert_eq!(certificate_check(dir.to_str().unwrap()), expected(&dir, "it is a directory, not a regular file"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A value that is not UTF-8 once reached the configuration with each bad
+/// byte replaced by U+FFFD, silently another directory or credential: it
+/// is refused, naming the variable and never showing the value.
+#[test]
+fn a_value_that_is_not_utf8_is_refused_without_being_shown() {
+    let expected = |variable: &str| {
+        format!(
+            "Invalid value for {variable}: '(not UTF-8, not shown)'. Expected UTF-8 text; the value holds bytes that \
+             are not UTF-8 (or U+FFFD, what such bytes become), so lens would read a different value than the one \
+             set."
+        )
+    };
+    for (variable, value) in [
+        ("MEGATRON_OTEL_FILE_DIR", "out\u{FFFD}dir"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer tok\u{FFFD}en"),
+        ("NEMO_LENS_SPAN_GROUPS", "per_step\u{FFFD}"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://h\u{FFFD}:4317"),
+    ] {
+        let error = message(&[(variable, value)]);
+        assert_eq!(error, expected(variable), "{variable}");
+        assert!(!error.contains("tok"), "{error}");
+    }
+}

@@ -96,7 +96,8 @@ impl<'a> ConfigLoader<'a> {
         c.service_name = self.default_service_name.to_string();
         read_lens(&mut r, &mut c);
         read_otel(&mut r, &mut c.otel);
-        let Reader { mut problems, origins, .. } = r;
+        let Reader { mut problems, origins, not_utf8, .. } = r;
+        problems.splice(0..0, not_utf8.into_inner());
         c.origins = origins;
         if c.otel.sdk_disabled && c.enabled {
             let variable = c.origins.variable("enabled").unwrap_or("the enable variable").to_string();

@@ -33,7 +33,22 @@ pub(crate) struct Reader<'a, E: EnvSource + ?Sized> {
     prefixes: Vec<String>,
     pub(crate) problems: Vec<ConfigProblem>,
     pub(crate) origins: Origins,
+    /// Variables whose value is not UTF-8 ([`NOT_UTF8`]), found by
+    /// [`Reader::bare`], which reads through `&self` (it is called inside
+    /// the arguments of the `&mut self` methods).
+    pub(crate) not_utf8: std::cell::RefCell<Vec<ConfigProblem>>,
 }
+
+/// What a variable holding bytes that are not UTF-8 accepts, for its
+/// problem. [`ProcessEnv`](crate::env::ProcessEnv) hands such a value on
+/// with each bad byte replaced by U+FFFD, so the replaced value would
+/// silently be another directory, another credential: a value holding
+/// U+FFFD is refused instead, and never shown (it may be a secret).
+pub(crate) const NOT_UTF8: &str = "UTF-8 text; the value holds bytes that are not UTF-8 (or U+FFFD, what such bytes \
+     become), so lens would read a different value than the one set";
+
+/// How a value refused for [`NOT_UTF8`] is shown: not at all.
+pub(crate) const NOT_UTF8_SHOWN: &str = "(not UTF-8, not shown)";
 
 impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
     pub(crate) fn new(env: &'a E, prefix: &str, fallback_prefix: Option<&str>) -> Self {
@@ -42,12 +57,26 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
             prefixes.push(fallback.to_string());
         }
         let origins = Origins { prefixes: prefixes.clone(), ..Origins::default() };
-        Reader { env, prefixes, problems: Vec::new(), origins }
+        Reader { env, prefixes, problems: Vec::new(), origins, not_utf8: std::cell::RefCell::default() }
     }
 
-    /// A bare variable (no prefix), trimmed, empty = unset.
+    /// A bare variable (no prefix), trimmed, empty = unset. A value that is
+    /// not UTF-8 is a problem (once per variable) and reads as unset.
     pub(crate) fn bare(&self, variable: &str) -> Option<Found> {
-        self.env.non_empty(variable).map(|value| Found { variable: variable.to_string(), value })
+        let value = self.env.non_empty(variable)?;
+        if value.contains(char::REPLACEMENT_CHARACTER) {
+            let problem = ConfigProblem::InvalidValue {
+                variable: variable.to_string(),
+                value: NOT_UTF8_SHOWN.into(),
+                expected: NOT_UTF8.into(),
+            };
+            let mut found = self.not_utf8.borrow_mut();
+            if !found.contains(&problem) {
+                found.push(problem);
+            }
+            return None;
+        }
+        Some(Found { variable: variable.to_string(), value })
     }
 
     /// `<PREFIX>_<KEY>` under the first prefix that has it.
