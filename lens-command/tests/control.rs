@@ -112,6 +112,8 @@ fn a_bad_group_is_exit_2_with_did_you_mean_and_the_file_is_left_as_it_was() {
     for bad in [
         &["control.json", "--sampling-ratio", "1.5", "--from-iteration", "1"][..],
         &["control.json", "--hang-timeout", "soon", "--from-iteration", "1"],
+        // Reads as 0.0 but is no written zero: once written as off.
+        &["control.json", "--hang-timeout", "1e-400", "--from-iteration", "10"],
         &["control.json", "--span-groups", "per_step", "--from-iteration", "9", "--until-iteration", "3"],
         &["control.json", "--from-iteration", "9"],
     ] {

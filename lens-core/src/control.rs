@@ -328,6 +328,13 @@ fn describe_not_object(value: &Value) -> String {
     }
 }
 
+/// The JSON text of `key`'s value in the object `text`, as written (the
+/// file was parsed already and holds each key once).
+fn raw_value(text: &str, key: &str) -> Option<String> {
+    let raw: std::collections::HashMap<String, &serde_json::value::RawValue> = serde_json::from_str(text).ok()?;
+    raw.get(key).map(|value| value.get().to_string())
+}
+
 fn as_iteration(key: &str, value: &Value) -> Result<u64, ControlInputError> {
     value.as_u64().ok_or_else(|| ControlInputError::new(key, value, "expected a whole number of iterations, 0 or more"))
 }
@@ -488,13 +495,19 @@ pub fn parse_request(
         request.rank_metrics = Some(on);
     }
     if let Some(value) = object.get(keys::HANG_TIMEOUT_S) {
+        // A number as written, not as parsed: `1e-400` parses to 0.0,
+        // which is not the written zero that means off.
+        let written = match value {
+            Value::Number(number) => raw_value(text, keys::HANG_TIMEOUT_S).unwrap_or_else(|| number.to_string()),
+            other => other.to_string(),
+        };
         let parsed = match value {
             Value::String(text) => HangTimeout::parse(text),
-            Value::Number(number) => HangTimeout::parse(&number.to_string()),
+            Value::Number(_) => HangTimeout::parse(&written),
             _ => None,
         };
         request.hang_timeout = Some(parsed.ok_or_else(|| {
-            ControlInputError::new(keys::HANG_TIMEOUT_S, value, format!("expected {}", HangTimeout::EXPECTED))
+            ControlInputError::new(keys::HANG_TIMEOUT_S, &written, format!("expected {}", HangTimeout::EXPECTED))
         })?);
     }
     if !object.contains_key(keys::FROM_ITERATION) {
@@ -1292,6 +1305,26 @@ mod tests {
             assert_eq!(error.to_string(), expected, "{text}");
             assert!(!format!("{error:?}").contains("SECRET123"), "{text}");
         }
+    }
+
+    /// A timeout too small for a float once read as 0.0, off; only a
+    /// written zero means off.
+    #[test]
+    fn only_a_written_zero_turns_the_hang_watchdog_off() {
+        let error = parse(r#"{"generation": 2, "from_iteration": 10, "hang_timeout_s": 1e-400}"#).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "key 'hang_timeout_s' = 1e-400: expected auto, 0 (off) or a number of seconds from 0.01 to 31536000 (a \
+             year), e.g. 120"
+        );
+        let error = parse(r#"{"generation": 2, "from_iteration": 10, "hang_timeout_s": "1e-400"}"#).unwrap_err();
+        assert_eq!(error.value, r#""1e-400""#);
+        for zero in ["0", "0.0", "-0", "0e5", r#""0.000""#] {
+            let text = format!(r#"{{"generation": 2, "from_iteration": 10, "hang_timeout_s": {zero}}}"#);
+            assert_eq!(parse(&text).unwrap().hang_timeout, Some(HangTimeout::Off), "{zero}");
+        }
+        let text = r#"{"generation": 2, "from_iteration": 10, "hang_timeout_s": 1.5e1}"#;
+        assert_eq!(parse(text).unwrap().hang_timeout, Some(HangTimeout::After(std::time::Duration::from_secs(15))));
     }
 
     #[test]

@@ -83,7 +83,21 @@ fn a_number_past_the_largest_accepted_names_the_largest() {
             "1e-10",
             "Invalid value for MEGATRON_OTEL_HANG_TIMEOUT_S: '1e-10'. Expected auto, 0 (off) or a number of seconds from 0.01 to 31536000 (a year), e.g. 120.",
         ),
+        // Too small for a float: it reads as 0.0, but only a written zero
+        // means off.
+        (
+            "MEGATRON_OTEL_HANG_TIMEOUT_S",
+            "1e-400",
+            "Invalid value for MEGATRON_OTEL_HANG_TIMEOUT_S: '1e-400'. Expected auto, 0 (off) or a number of seconds from 0.01 to 31536000 (a year), e.g. 120.",
+        ),
     ]);
+    for zero in ["0", "0.0", "-0", "0e9", "0_0.0"] {
+        assert_eq!(
+            megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", zero)]).unwrap().hang_timeout,
+            lens_core::config::HangTimeout::Off,
+            "{zero}"
+        );
+    }
     assert!(megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", "31536000")]).is_ok());
     assert_eq!(
         megatron(&[("MEGATRON_OTEL_HANG_TIMEOUT_S", "0.01")]).unwrap().hang_timeout,

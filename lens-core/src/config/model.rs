@@ -332,6 +332,18 @@ impl HangTimeout {
 
     /// `auto`, `0` or a finite number of seconds from [`MIN_SECONDS`](Self::MIN_SECONDS)
     /// to a year.
+    ///
+    /// Only a written zero (`0`, `0.0`, `-0`, `0e3`: no digit but `0`
+    /// before an exponent) means off. A number too small for a float
+    /// (`1e-400`) also reads as 0.0, but it was meant as a tiny timeout,
+    /// so it is refused as `0.001` is, never taken as off.
+    ///
+    /// ```
+    /// use lens_core::config::HangTimeout;
+    ///
+    /// assert_eq!(HangTimeout::parse("0.0"), Some(HangTimeout::Off));
+    /// assert_eq!(HangTimeout::parse("1e-400"), None);
+    /// ```
     pub fn parse(value: &str) -> Option<HangTimeout> {
         let value = value.trim();
         if value.eq_ignore_ascii_case("auto") {
@@ -340,7 +352,9 @@ impl HangTimeout {
         let seconds =
             super::pyrepr::parse_py_float(value).filter(|s| s.is_finite() && (0.0..=31_536_000.0).contains(s))?;
         if seconds == 0.0 {
-            return Some(HangTimeout::Off);
+            let mantissa = value.split(['e', 'E']).next().unwrap_or(value);
+            let written_zero = mantissa.chars().filter(char::is_ascii_digit).all(|digit| digit == '0');
+            return written_zero.then_some(HangTimeout::Off);
         }
         (seconds >= Self::MIN_SECONDS).then(|| HangTimeout::After(Duration::from_secs_f64(seconds)))
     }
