@@ -47,7 +47,7 @@ fn a_value_that_is_not_a_number_says_what_the_variable_accepts() {
         (
             "MEGATRON_OTEL_PEAK_TFLOPS",
             "fast",
-            "Invalid float for MEGATRON_OTEL_PEAK_TFLOPS: 'fast'. Expected a positive number of TFLOP/s, e.g. 989.4.",
+            "Invalid float for MEGATRON_OTEL_PEAK_TFLOPS: 'fast'. Expected a number of TFLOP/s from 0.000001 to 1000000, e.g. 989.4.",
         ),
         (
             "OTEL_TRACES_SAMPLER_ARG",

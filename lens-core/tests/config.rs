@@ -958,14 +958,22 @@ fn display_summarises_the_resolved_configuration_with_sources() {
 }
 
 #[test]
-fn the_peak_tflops_is_a_positive_number_named_in_its_error() {
+fn the_peak_tflops_is_a_number_in_its_range_named_in_its_error() {
     let c = megatron(&[("NEMO_LENS_PEAK_TFLOPS", "989.4")]).unwrap();
     assert_eq!(c.peak_tflops, Some(989.4));
     assert_eq!(megatron(&[]).unwrap().peak_tflops, None);
-    for bad in ["0", "-5", "inf"] {
+    // A subnormal peak (1e-320) once passed, finite and positive, and made
+    // MFU infinite.
+    for bad in ["0", "-5", "inf", "nan", "1e-320", "0.0000009", "1000001"] {
         let err = megatron(&[("MEGATRON_OTEL_PEAK_TFLOPS", bad)]).unwrap_err();
         assert!(err.mentions("MEGATRON_OTEL_PEAK_TFLOPS"), "{bad}: {err}");
-        assert!(err.to_string().contains("a positive number of TFLOP/s"), "{bad}: {err}");
+        assert!(
+            err.to_string().ends_with("Expected a number of TFLOP/s from 0.000001 to 1000000, e.g. 989.4."),
+            "{bad}: {err}"
+        );
+    }
+    for good in ["0.000001", "0.001", "1000000"] {
+        assert!(megatron(&[("MEGATRON_OTEL_PEAK_TFLOPS", good)]).is_ok(), "{good}");
     }
     let err = megatron(&[("MEGATRON_OTEL_PEAK_TFLOPS", "fast")]).unwrap_err();
     assert!(err.to_string().contains("Invalid float for MEGATRON_OTEL_PEAK_TFLOPS: 'fast'"), "{err}");

@@ -277,7 +277,17 @@ pub(crate) const EXPORT_RANK_EXPECTED: &str = "a rank, 0 or more (below the worl
 pub(crate) const RATIO_EXPECTED: &str = "a number from 0.0 to 1.0";
 
 /// What `<PREFIX>_PEAK_TFLOPS` accepts.
-pub(crate) const PEAK_TFLOPS_EXPECTED: &str = "a positive number of TFLOP/s, e.g. 989.4";
+pub(crate) const PEAK_TFLOPS_EXPECTED: &str = "a number of TFLOP/s from 0.000001 to 1000000, e.g. 989.4";
+
+/// The smallest peak `<PREFIX>_PEAK_TFLOPS` accepts, in TFLOP/s: one
+/// MFLOP/s, below any processor a program trains on (a CPU test run sets
+/// 0.001). A smaller positive number (a subnormal such as `1e-320`) would
+/// make MFU infinite.
+pub(crate) const MIN_PEAK_TFLOPS: f64 = 1e-6;
+
+/// The largest peak `<PREFIX>_PEAK_TFLOPS` accepts, in TFLOP/s: an
+/// EFLOP/s per device, a hundred times today's largest accelerators.
+pub(crate) const MAX_PEAK_TFLOPS: f64 = 1e6;
 
 /// What `<PREFIX>_FILE_MAX_BYTES` accepts.
 pub(crate) const FILE_MAX_BYTES_EXPECTED: &str = "a whole number of bytes from 1 to 18446744073709551615";

@@ -173,7 +173,9 @@ impl LensConfig {
                 expected: super::load::SPOOL_SIZE_EXPECTED.into(),
             });
         }
-        if let Some(peak) = self.peak_tflops.filter(|p| !(p.is_finite() && *p > 0.0)) {
+        if let Some(peak) =
+            self.peak_tflops.filter(|p| !(super::load::MIN_PEAK_TFLOPS..=super::load::MAX_PEAK_TFLOPS).contains(p))
+        {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("peak_tflops"),
                 value: py_float(peak),
