@@ -855,7 +855,10 @@ fn traces_sampler_and_its_argument() {
     assert_eq!(sampler(&[("OTEL_TRACES_SAMPLER", "TraceIdRatio")]), TracesSampler::TraceIdRatio(1.0));
     assert_eq!(sampler(&[("OTEL_TRACES_SAMPLER_ARG", "0.5")]), TracesSampler::ParentBasedAlwaysOn);
     let text = message(&[("OTEL_TRACES_SAMPLER", "traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "10")]);
-    assert_eq!(text, "Invalid value for OTEL_TRACES_SAMPLER_ARG: '10.0'. Expected a number from 0.0 to 1.0.");
+    // Quoted as typed, not as parsed ('10.0').
+    assert_eq!(text, "Invalid value for OTEL_TRACES_SAMPLER_ARG: '10'. Expected a number from 0.0 to 1.0.");
+    let text = message(&[("OTEL_TRACES_SAMPLER", "traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "2")]);
+    assert_eq!(text, "Invalid value for OTEL_TRACES_SAMPLER_ARG: '2'. Expected a number from 0.0 to 1.0.");
     let text = message(&[("OTEL_TRACES_SAMPLER", "jaeger_remote")]);
     assert!(text.starts_with("Unknown trace sampler 'jaeger_remote' in OTEL_TRACES_SAMPLER."), "{text}");
     assert!(
@@ -972,6 +975,23 @@ fn the_peak_tflops_is_a_number_in_its_range_named_in_its_error() {
             "{bad}: {err}"
         );
     }
+    // Quoted as typed, not as parsed ('0.0', or 1e-320 in 300 digits).
+    for (typed, variable) in [("1e-320", "MEGATRON_OTEL_PEAK_TFLOPS"), ("0", "NEMO_LENS_PEAK_TFLOPS")] {
+        assert_eq!(
+            megatron(&[(variable, typed)]).unwrap_err().to_string(),
+            format!(
+                "Invalid value for {variable}: '{typed}'. Expected a number of TFLOP/s from 0.000001 to 1000000, e.g. \
+                 989.4."
+            )
+        );
+    }
+    // Set in code: the value it holds.
+    let in_code = LensConfig { peak_tflops: Some(0.0), ..LensConfig::default() };
+    assert_eq!(
+        in_code.validate().unwrap_err().to_string(),
+        "Invalid value for LensConfig.peak_tflops: '0.0'. Expected a number of TFLOP/s from 0.000001 to 1000000, e.g. \
+         989.4."
+    );
     for good in ["0.000001", "0.001", "1000000"] {
         assert!(megatron(&[("MEGATRON_OTEL_PEAK_TFLOPS", good)]).is_ok(), "{good}");
     }

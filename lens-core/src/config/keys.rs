@@ -164,6 +164,17 @@ impl LensConfig {
         }
     }
 
+    /// The value of `field` as a problem quotes it: as typed in the
+    /// variable that set it (`0`) while the field still holds what was
+    /// read, else `repr`, the value it holds (`0.0`, for a value set in
+    /// code or by a flag).
+    pub(super) fn shown_value(&self, field: &str, repr: String) -> String {
+        match (self.variable_for(field), self.origins.written.get(field)) {
+            (Some(_), Some(written)) => written.clone(),
+            _ => repr,
+        }
+    }
+
     /// The name a problem about `field` uses: the variable that set it, or
     /// `LensConfig.<field>` when it was set in code.
     pub(super) fn source_name(&self, field: &str) -> String {

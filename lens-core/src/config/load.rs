@@ -386,12 +386,13 @@ fn read_otel<E: EnvSource + ?Sized>(r: &mut Reader<'_, E>, o: &mut OtelSettings)
         r.name("otel.logs_exporter", found, "logs exporter", ExporterKind::TRACES_LOGS_NAMES, ExporterKind::from_name);
 
     let found = r.bare("OTEL_TRACES_SAMPLER_ARG");
-    let arg_variable = found.as_ref().map(|f| f.variable.clone());
+    // The value as typed (`2`), not as parsed (`2.0`), for the message.
+    let arg = found.as_ref().map(|f| (f.variable.clone(), f.value.clone()));
     let mut ratio = r.float("otel.traces_sampler_arg", found, RATIO_EXPECTED);
-    if let (Some(x), Some(variable)) = (ratio, arg_variable)
+    if let (Some(x), Some((variable, value))) = (ratio, arg)
         && !(0.0..=1.0).contains(&x)
     {
-        r.push(ConfigProblem::InvalidValue { variable, value: py_float(x), expected: RATIO_EXPECTED.into() });
+        r.push(ConfigProblem::InvalidValue { variable, value, expected: RATIO_EXPECTED.into() });
         ratio = None;
     }
     let found = r.bare("OTEL_TRACES_SAMPLER");

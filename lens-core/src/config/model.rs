@@ -75,6 +75,9 @@ pub fn parse_bool(value: &str) -> Option<bool> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Origins {
     pub(super) fields: BTreeMap<&'static str, (String, String)>,
+    /// The value of each field read from a variable, as typed (trimmed):
+    /// what a problem about the field quotes (`0`, not the parsed `0.0`).
+    pub(super) written: BTreeMap<&'static str, String>,
     /// The prefixes the configuration was read with, primary first (empty
     /// for a configuration built in code).
     pub(super) prefixes: Vec<String>,
@@ -104,6 +107,8 @@ impl Origins {
     pub(super) fn set(&mut self, field: &'static str, variable: &str, repr: String) {
         if !field.is_empty() {
             self.fields.insert(field, (variable.to_string(), repr));
+            // A flag or code that sets the field again has no typed text.
+            self.written.remove(field);
         }
     }
 }

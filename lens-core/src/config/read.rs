@@ -133,6 +133,9 @@ impl<'a, E: EnvSource + ?Sized> Reader<'a, E> {
     /// as `repr`.
     pub(crate) fn record(&mut self, field: &'static str, found: &Found, repr: String) {
         self.origins.set(field, &found.variable, repr);
+        if !field.is_empty() {
+            self.origins.written.insert(field, found.value.clone());
+        }
     }
 
     pub(crate) fn string(&mut self, field: &'static str, found: Option<Found>) -> Option<String> {

@@ -178,14 +178,14 @@ impl LensConfig {
         {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("peak_tflops"),
-                value: py_float(peak),
+                value: self.shown_value("peak_tflops", py_float(peak)),
                 expected: super::load::PEAK_TFLOPS_EXPECTED.into(),
             });
         }
         if let Some(ratio) = o.traces_sampler.ratio().filter(|r| !(0.0..=1.0).contains(r)) {
             problems.push(ConfigProblem::InvalidValue {
                 variable: self.source_name("otel.traces_sampler_arg"),
-                value: py_float(ratio),
+                value: self.shown_value("otel.traces_sampler_arg", py_float(ratio)),
                 expected: super::load::RATIO_EXPECTED.into(),
             });
         }
