@@ -267,11 +267,21 @@ pub fn run(args: &TraceViewArgs) -> ExitCode {
 /// Whether `out` is one of the files read (`Some(true)`), or is named as a
 /// file of a `file` export (`traces-rank3.jsonl`, `metrics-rank0.jsonl`,
 /// ...: `Some(false)`): the trace must never be written over telemetry.
+///
+/// One of the files read is the same path once links are resolved, or
+/// the same file under another name: a hard link has no path of its own
+/// to resolve, so the device and inode numbers are compared too.
 fn over_export(out: &Path, read: &[PathBuf]) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt as _;
     let out_real = out.canonicalize().ok();
-    let same = |file: &PathBuf| match (&out_real, file.canonicalize()) {
-        (Some(a), Ok(b)) => *a == b,
-        _ => out == file.as_path(),
+    let out_id = std::fs::metadata(out).ok().map(|m| (m.dev(), m.ino()));
+    let same = |file: &PathBuf| {
+        let same_inode = out_id.is_some() && std::fs::metadata(file).ok().map(|m| (m.dev(), m.ino())) == out_id;
+        same_inode
+            || match (&out_real, file.canonicalize()) {
+                (Some(a), Ok(b)) => *a == b,
+                _ => out == file.as_path(),
+            }
     };
     if read.iter().any(same) { Some(true) } else { otlp_file::is_export_file_name(out).then_some(false) }
 }

@@ -155,6 +155,10 @@ fn an_output_over_a_file_of_the_export_is_refused_and_the_export_kept() {
     let spans = dir.join("spans.jsonl");
     std::fs::write(&spans, &text).unwrap();
     let same_file_elsewhere = dir.join(".").join("spans.jsonl");
+    // A hard link: the same file under a name of its own (no link to
+    // resolve), once overwritten.
+    let hard = dir.join("hard.json");
+    std::fs::hard_link(&input, &hard).unwrap();
     // The file read (given as the directory, and as the file itself),
     // another rank's metrics by name: each refused, nothing written.
     let read = "that is a file this conversion reads";
@@ -163,6 +167,7 @@ fn an_output_over_a_file_of_the_export_is_refused_and_the_export_kept() {
         (dir.clone(), input.clone(), read),
         (input.clone(), input.clone(), read),
         (spans.clone(), same_file_elsewhere, read),
+        (dir.clone(), hard.clone(), read),
         (dir.clone(), dir.join("metrics-rank3.jsonl"), named),
     ] {
         let (code, stdout, stderr) = lens(&["trace-view".as_ref(), source.as_path(), "--out".as_ref(), out.as_path()]);
