@@ -57,7 +57,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 8000)]
     pub(crate) port: u16,
     /// The model name clients send as `model` (and `GET /v1/models` lists).
-    #[arg(long, default_value = "megatron-sim", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    #[arg(long, default_value = "megatron-sim", value_parser = model_name)]
     pub(crate) served_model_name: String,
     /// Requests (choices) in the running decode batch at most.
     #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -294,6 +294,18 @@ fn serve(
     ExitCode::SUCCESS
 }
 
+/// `--served-model-name`: any name with a character that is not a space.
+/// A blank one (`' '`) is refused as an empty one is: no client could
+/// tell it from a missing `model`, and `GET /v1/models` would list nothing
+/// readable.
+fn model_name(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        Err("expected a model name that is not empty or only spaces, e.g. 'megatron-sim'".to_string())
+    } else {
+        Ok(value.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -324,11 +336,17 @@ mod tests {
             ),
             "{error}"
         );
-        let error = parse_error(&["--served-model-name", ""]);
-        assert!(
-            error.contains("a value is required for '--served-model-name <SERVED_MODEL_NAME>' but none was supplied"),
-            "{error}"
-        );
+        for blank in ["", " ", "\t "] {
+            let error = parse_error(&["--served-model-name", blank]);
+            assert!(
+                error.contains(&format!(
+                    "invalid value '{blank}' for '--served-model-name <SERVED_MODEL_NAME>': expected a model name that \
+                     is not empty or only spaces, e.g. 'megatron-sim'"
+                )),
+                "{blank:?}: {error}"
+            );
+        }
+        assert!(Serve::try_parse_from(["serve", "--load", "D", "--served-model-name", "gpt 7b"]).is_ok());
         assert!(Serve::try_parse_from(["serve", "--load", "D", "--drain-timeout", "86400"]).is_ok());
     }
 }
