@@ -34,7 +34,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lens_fallbacks::config::HangTimeout;
 use lens_fallbacks::control::{
     CatalogData, ControlRequest, ControlStatus, Settings, check_file, check_generation, describe, job_uid, keys,
-    parse_request, read_capped, status_path, write_atomic,
+    parse_request, read_capped, shown_text, status_path, write_atomic,
 };
 use lens_fallbacks::groups::{GroupSet, LENS_CATALOG, SpanGroup};
 
@@ -459,7 +459,9 @@ fn show(args: &ControlArgs) -> ExitCode {
             }
             Ok(text) => {
                 say(format_args!("{}:", args.file.display()));
-                say(format_args!("  {}", text.trim()));
+                // Not as written when it holds a key that may carry a
+                // credential (the job refuses such a file anyway).
+                say(format_args!("  {}", shown_text(&text)));
                 say(format_args!("  {}", verdict(args, status.as_ref(), &text)));
             }
         }

@@ -605,6 +605,39 @@ fn a_job_that_ended_reads_no_change_and_the_command_says_so() {
     assert!(!stdout.contains("stale"), "{stdout}");
 }
 
+/// `--show` once printed a refused file as written, and the refusal with
+/// it: the headers' token on the screen of whoever ran it.
+#[test]
+fn show_never_prints_a_credential_of_the_file() {
+    let dir = private_dir("control-show-secret");
+    let file = dir.join("control.json");
+    for (text, shown, refusal) in [
+        (
+            r#"{"generation":9,"from_iteration":1000,"headers":"authorization=Bearer SECRET123"}"#,
+            r#"{"from_iteration": 1000, "generation": 9, "headers": "authorization=[REDACTED]"}"#,
+            r#"key 'headers' = "authorization=[REDACTED]": can never be changed while the job runs"#,
+        ),
+        (
+            r#"{"generation":9,"endpoint":"http://u:SECRET123@h:1"}"#,
+            r#"{"endpoint": "http://[REDACTED]@h:1", "generation": 9}"#,
+            r#"key 'endpoint' = "http://[REDACTED]@h:1": can never be changed while the job runs"#,
+        ),
+        (
+            "authorization=Bearer SECRET123",
+            "(30 bytes, not JSON, not shown)",
+            "key '(file)' = (30 bytes, not shown): not JSON: expected value at line 1 column 1",
+        ),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let (code, stdout, stderr) = control(&dir, &["control.json", "--show"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains(&format!("control.json:\n  {shown}\n")), "{stdout}");
+        assert!(stdout.contains(&format!("the job refuses this version ({refusal}")), "{stdout}");
+        assert!(!stdout.contains("SECRET123") && !stderr.contains("SECRET123"), "{stdout}{stderr}");
+    }
+}
+
 #[test]
 fn show_refuses_a_version_that_reuses_the_accepted_generation_with_another_content() {
     let dir = private_dir("control-accepted");

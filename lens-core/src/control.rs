@@ -317,6 +317,38 @@ fn shown(key: &str, value: &Value) -> String {
     }
 }
 
+/// The control file's text as `lens control --show` prints it: as written
+/// when it is a JSON object of accepted keys only (none of which holds a
+/// credential); else an object with each value as a refusal shows it
+/// (`"headers": "authorization=[REDACTED]"`), and anything that is not an
+/// object by its size only, as [`parse_request`] words it. Whoever reads
+/// the output may not be whoever may read the file's credentials.
+///
+/// ```
+/// use lens_core::control::shown_text;
+///
+/// let text = r#"{"generation": 9, "from_iteration": 10, "headers": "authorization=Bearer s3cr3t"}"#;
+/// assert_eq!(shown_text(text), r#"{"from_iteration": 10, "generation": 9, "headers": "authorization=[REDACTED]"}"#);
+/// assert_eq!(shown_text(r#"{"generation": 9}"#), r#"{"generation": 9}"#);
+/// assert_eq!(shown_text("Bearer s3cr3t"), "(13 bytes, not JSON, not shown)");
+/// ```
+pub fn shown_text(text: &str) -> String {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(object)) if object.keys().all(|key| keys::ALL.contains(&key.as_str())) => {
+            text.trim().to_string()
+        }
+        Ok(Value::Object(object)) => {
+            let entries: Vec<String> = object
+                .iter()
+                .map(|(key, value)| format!("{}: {}", Value::from(key.as_str()), shown(key, value)))
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
+        Ok(other) => describe_not_object(&other),
+        Err(_) => format!("({} bytes, not JSON, not shown)", text.len()),
+    }
+}
+
 /// What a control file that is JSON but not an object holds, in words: a
 /// number, `true`, `false` or `null` as written, a string or an array by
 /// its kind and size only (either may hold a credential).
