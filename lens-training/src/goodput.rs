@@ -890,14 +890,57 @@ impl ProgressRecord {
 
     /// Reads `dir`/[`PROGRESS_RECORD_FILE`]: `Ok(None)` when there is none
     /// (a checkpoint directory of a run without goodput accounting).
+    ///
+    /// Only a regular file of at most [`MAX_PROGRESS_RECORD_BYTES`] is read:
+    /// a FIFO at its name would block the resume forever in `open`, and a
+    /// device (`/dev/zero` through a link) would fill the job's memory. The
+    /// kind is checked before the open and again on the opened file, and
+    /// the read stops past the cap.
     pub fn read(dir: &Path) -> Result<Option<ProgressRecord>, RecordError> {
         let path = dir.join(PROGRESS_RECORD_FILE);
-        match std::fs::read_to_string(&path) {
+        match read_regular(&path) {
             Ok(text) => ProgressRecord::from_json(&text, &path).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(RecordError::Io { path, source }),
         }
     }
+}
+
+/// The most a progress record may hold: 1 MiB (a record is under 1 KiB).
+pub const MAX_PROGRESS_RECORD_BYTES: u64 = 1 << 20;
+
+/// The text of the regular file at `path`, at most
+/// [`MAX_PROGRESS_RECORD_BYTES`]; anything else is an error saying what
+/// is there ("it is a FIFO (named pipe), not a regular file").
+fn read_regular(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let check = |meta: &std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(invalid(format!(
+                "it is {}, not a regular file",
+                lens_fallbacks::control::kind_of(meta.file_type())
+            )));
+        }
+        if meta.len() > MAX_PROGRESS_RECORD_BYTES {
+            return Err(invalid(format!(
+                "it is {} bytes long, more than the {MAX_PROGRESS_RECORD_BYTES} bytes (1 MiB) a progress record may \
+                 hold",
+                meta.len()
+            )));
+        }
+        Ok(())
+    };
+    // Before the open: opening a FIFO for reading waits for a writer.
+    check(&std::fs::metadata(path)?)?;
+    let file = std::fs::File::open(path)?;
+    check(&file.metadata()?)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PROGRESS_RECORD_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_PROGRESS_RECORD_BYTES {
+        return Err(invalid(format!("it grew past {MAX_PROGRESS_RECORD_BYTES} bytes (1 MiB) while being read")));
+    }
+    String::from_utf8(bytes).map_err(|_| invalid("it is not UTF-8 text".to_string()))
 }
 
 pub use crate::names::{BUCKET_ATTRIBUTE, GOODPUT_METRICS, GOODPUT_RATIO, GOODPUT_TIME, MFU as TRAINING_MFU};

@@ -705,3 +705,36 @@ fn a_rollback_loses_exactly_what_follows_its_checkpoint_even_before_the_attempts
     assert_eq!(unseen.seconds(Bucket::LostProgress), 7.0 + 2.0, "one iteration of 2 s");
     assert_eq!(unseen.total_seconds(), 10.0 + now);
 }
+
+/// A FIFO where the progress record goes once blocked the resume forever
+/// (reading waits for a writer), and a huge file was read whole: each is
+/// refused at once, naming the file and what is there (bounded here, so
+/// that a hang fails the test).
+#[test]
+fn a_progress_record_that_is_not_a_small_regular_file_is_refused_at_once() {
+    let read = |dir: std::path::PathBuf| {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || sender.send(ProgressRecord::read(&dir).err().map(|e| e.to_string())));
+        receiver.recv_timeout(Duration::from_secs(10)).expect("read returned")
+    };
+    let fifo_dir = temp_dir("record-fifo");
+    let fifo = fifo_dir.join(PROGRESS_RECORD_FILE);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    assert_eq!(
+        read(fifo_dir.clone()),
+        Some(format!("{}: it is a FIFO (named pipe), not a regular file", fifo.display()))
+    );
+    let huge_dir = temp_dir("record-huge");
+    let huge = huge_dir.join(PROGRESS_RECORD_FILE);
+    std::fs::File::create(&huge).unwrap().set_len(2 << 20).unwrap();
+    assert_eq!(
+        read(huge_dir.clone()),
+        Some(format!(
+            "{}: it is 2097152 bytes long, more than the 1048576 bytes (1 MiB) a progress record may hold",
+            huge.display()
+        ))
+    );
+    let _ = std::fs::remove_dir_all(&fifo_dir);
+    let _ = std::fs::remove_dir_all(&huge_dir);
+}
