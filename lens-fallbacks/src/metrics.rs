@@ -44,6 +44,9 @@ use crate::attr::KeyValue;
 pub struct Meter {
     #[cfg(feature = "otel")]
     inner: Option<opentelemetry::metrics::Meter>,
+    /// The fork generation of the process the meter was made in.
+    #[cfg(feature = "otel")]
+    generation: u64,
 }
 
 impl Meter {
@@ -53,6 +56,8 @@ impl Meter {
         Meter {
             #[cfg(feature = "otel")]
             inner: None,
+            #[cfg(feature = "otel")]
+            generation: 0,
         }
     }
 
@@ -128,7 +133,7 @@ impl Meter {
 #[cfg(feature = "otel")]
 impl From<opentelemetry::metrics::Meter> for Meter {
     fn from(meter: opentelemetry::metrics::Meter) -> Meter {
-        Meter { inner: Some(meter) }
+        Meter { inner: Some(meter), generation: crate::otel::ids::fork_generation() }
     }
 }
 
@@ -273,6 +278,24 @@ instrument!(
     "Records"
 );
 
+/// Says once, in a process forked from the one that set telemetry up, that
+/// its new instruments record nothing: the SDK's meter may have been
+/// locked by a collection at the fork (making an instrument would wait
+/// for it forever), and its export thread is the parent's.
+#[cfg(feature = "otel")]
+#[cold]
+fn forked_child_gets_noop_instruments() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::diag::warn(format_args!(
+            "process {} was forked after telemetry was set up: instruments it makes from the parent's meter record \
+             nothing (telemetry exports from the process that set it up); set telemetry up again in this process \
+             to export its own",
+            std::process::id()
+        ));
+    }
+}
+
 /// Creates one kind of instrument from a builder, in both builds.
 macro_rules! build {
     ($instrument:ident < $value:ty >, $create:ident, $($boundaries:ident)?) => {
@@ -282,6 +305,10 @@ macro_rules! build {
                 #[cfg(feature = "otel")]
                 {
                     let Some(meter) = &self.meter.inner else { return $instrument::noop() };
+                    if self.meter.generation != crate::otel::ids::fork_generation() {
+                        forked_child_gets_noop_instruments();
+                        return $instrument::noop();
+                    }
                     let mut builder = meter.$create(self.name);
                     if let Some(description) = self.description {
                         builder = builder.with_description(description);

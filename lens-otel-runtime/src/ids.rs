@@ -161,13 +161,15 @@ fn fallback_seed() -> u64 {
     hasher.finish()
 }
 
-/// A value that changes in a forked child (and never otherwise).
+/// A value that changes in a forked child (and never otherwise): state
+/// kept with the generation it was made in belongs to another process once
+/// the two differ.
 ///
 /// One relaxed load once the fork handler is registered (a few spans'
 /// parts read it: the ids, the spool, the recorder's buffer).
 #[cfg(unix)]
 #[inline]
-pub(crate) fn fork_generation() -> u64 {
+pub fn fork_generation() -> u64 {
     let generation = fork::GENERATION.load(std::sync::atomic::Ordering::Relaxed);
     if generation < fork::USE_PID {
         return generation;
@@ -222,7 +224,7 @@ mod fork {
 
 /// Without `fork`, the generation never changes.
 #[cfg(not(unix))]
-pub(crate) fn fork_generation() -> u64 {
+pub fn fork_generation() -> u64 {
     0
 }
 

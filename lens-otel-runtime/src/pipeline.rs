@@ -44,7 +44,7 @@
 //! that is never dropped must call `shutdown` itself, for example from an
 //! exit hook).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -86,7 +86,7 @@ use crate::identity::{
     LOCAL_RANK_VARIABLES, OsProbe, RankContext, ResourceInputs, SystemProbe, build_resource, resolve_run_id,
     restart_attempt,
 };
-use crate::ids::SeedIndependentIdGenerator;
+use crate::ids::{SeedIndependentIdGenerator, fork_generation};
 use crate::lens_tracer::LensTracer;
 use crate::propagators;
 use crate::recorder::{Recorder, RecordsAsSpanData, record_exporter};
@@ -102,8 +102,44 @@ pub const DEFAULT_SCOPE: &str = "nemo.lens";
 
 pub use crate::transports::TRANSPORTS;
 
-/// Whether an enabled lifetime is active in this process.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The process's lifetime slot: 0 when no enabled lifetime is active, else
+/// one more than the fork generation of the process whose lifetime holds
+/// it. A forked child inherits its parent's mark, which does not bind it:
+/// the parent's lifetime exports from the parent only, so the child may set
+/// telemetry up for itself.
+static ACTIVE: AtomicU64 = AtomicU64::new(0);
+
+/// This process's mark in [`ACTIVE`].
+fn slot_mark() -> u64 {
+    fork_generation().wrapping_add(1)
+}
+
+/// Takes the lifetime slot for this process: `None` when a lifetime of
+/// this process holds it, else whether it was the mark of a process this
+/// one was forked from (whose tracer is still installed here).
+fn take_slot() -> Option<bool> {
+    let mine = slot_mark();
+    let mut current = ACTIVE.load(Ordering::Acquire);
+    loop {
+        if current == mine {
+            return None;
+        }
+        match ACTIVE.compare_exchange(current, mine, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(current != 0),
+            Err(now) => current = now,
+        }
+    }
+}
+
+/// Whether a lifetime of this process holds the slot.
+fn slot_held_here() -> bool {
+    ACTIVE.load(Ordering::Acquire) == slot_mark()
+}
+
+/// Frees the slot if a lifetime of this process holds it.
+fn free_slot() {
+    let _ = ACTIVE.compare_exchange(slot_mark(), 0, Ordering::AcqRel, Ordering::Relaxed);
+}
 /// How many enabled lifetimes this process has started (an input of the
 /// derived structural trace ids, so a second lifetime gets traces of its own).
 static LIFETIMES: AtomicU32 = AtomicU32::new(0);
@@ -249,6 +285,8 @@ pub struct Pipeline {
     rejected_before: u64,
     parts: Mutex<Option<Parts>>,
     holds_slot: AtomicBool,
+    /// The fork generation of the process that set the lifetime up.
+    generation: u64,
     /// Header values, removed from the report's error strings.
     secrets: Vec<String>,
     /// The rank's spool file (`None` when the spool is off or could not be
@@ -317,6 +355,7 @@ impl Pipeline {
             rejected_before: spans_rejected(),
             parts: Mutex::new(None),
             holds_slot: AtomicBool::new(holds_slot),
+            generation: fork_generation(),
             secrets: Vec::new(),
             spool: None,
             replay: None,
@@ -413,6 +452,9 @@ impl Pipeline {
     /// Exports everything recorded so far (spans queued, a metric
     /// collection), waiting at most `timeout`. Open spans stay open.
     pub fn force_flush(&self, timeout: Duration) -> ShutdownReport {
+        if self.in_forked_child() {
+            return self.forked_child_report();
+        }
         let (tracer_provider, meter_provider, logger_provider) = {
             let parts = lock(&self.parts);
             match parts.as_ref() {
@@ -454,6 +496,24 @@ impl Pipeline {
     /// the collector hangs. Idempotent: a second call does nothing and
     /// reports `performed: false`.
     pub fn shutdown(&self, timeout: Duration) -> ShutdownReport {
+        if self.in_forked_child() {
+            // The parent's providers, exporters and spool are left as they
+            // are: shutting them down would wait for threads that are not in
+            // this process, and release the parent's spool lock.
+            let parts = lock(&self.parts).take();
+            if parts.is_none() {
+                return ShutdownReport { performed: false, ..ShutdownReport::default() };
+            }
+            std::mem::forget(parts);
+            // The parent's tracer and gate stop here, unless this process
+            // has set a lifetime of its own up since.
+            if !slot_held_here() {
+                active::uninstall();
+                set_enabled_span_groups(GroupSet::EMPTY);
+            }
+            self.holds_slot.store(false, Ordering::Release);
+            return self.forked_child_report();
+        }
         let parts = lock(&self.parts).take();
         let Some(parts) = parts else {
             // An enabled rank that exports nothing: its spool holds only
@@ -609,9 +669,28 @@ impl Pipeline {
     }
 
     fn release_slot(&self) {
-        if self.holds_slot.swap(false, Ordering::AcqRel) {
-            ACTIVE.store(false, Ordering::Release);
+        if self.holds_slot.swap(false, Ordering::AcqRel) && fork_generation() == self.generation {
+            free_slot();
         }
+    }
+
+    /// Whether this process was forked from the one that set this lifetime
+    /// up: its export threads are the parent's, so it exports nothing.
+    fn in_forked_child(&self) -> bool {
+        fork_generation() != self.generation
+    }
+
+    /// What a forked child's flush or shutdown of its parent's lifetime
+    /// says, at once (nothing it would wait for runs in this process).
+    fn forked_child_report(&self) -> ShutdownReport {
+        let said = format!(
+            "process {} was forked from the process that set this telemetry up: what it recorded was not \
+             exported (telemetry exports from the process that set it up); set telemetry up again in this process \
+             to export its own",
+            std::process::id()
+        );
+        crate::diag::warn_once(&said);
+        ShutdownReport { performed: true, errors: vec![said], ..ShutdownReport::default() }
     }
 }
 
@@ -752,8 +831,17 @@ pub fn setup(
     // `validate` has checked the spec, so resolving it cannot fail here.
     let groups = if records_spans { config.resolved_span_groups().unwrap_or_default() } else { GroupSet::EMPTY };
 
-    if enabled && ACTIVE.swap(true, Ordering::AcqRel) {
-        return Err(PipelineError::AlreadyActive);
+    if enabled {
+        match take_slot() {
+            None => return Err(PipelineError::AlreadyActive),
+            // A forked child setting up for itself: the parent's tracer and
+            // gate, inherited, export nothing here.
+            Some(true) => {
+                active::uninstall();
+                set_enabled_span_groups(GroupSet::EMPTY);
+            }
+            Some(false) => {}
+        }
     }
     // Per-rank metrics (per-rank insight without communication): with `<PREFIX>_RANK_METRICS` every rank
     // builds a metrics pipeline; spans, logs and `is_exporting` still follow
@@ -793,7 +881,7 @@ pub fn setup(
                     let _ = std::fs::remove_file(path);
                 }
             }
-            ACTIVE.store(false, Ordering::Release);
+            free_slot();
             Err(error)
         }
     }
@@ -1084,6 +1172,7 @@ fn build(
             prometheus,
         })),
         holds_slot: AtomicBool::new(true),
+        generation: fork_generation(),
         secrets: secrets(config),
         spool,
         replay,
@@ -1194,9 +1283,9 @@ fn replay_at_setup(
     }
     match exporter {
         // The thread stops between spools once this lifetime has shut down.
-        Some(exporter) => crate::spool::replay::export_in_background(claimed, exporter, dir.to_path_buf(), || {
-            ACTIVE.load(Ordering::Acquire)
-        }),
+        Some(exporter) => {
+            crate::spool::replay::export_in_background(claimed, exporter, dir.to_path_buf(), slot_held_here)
+        }
         None => {
             let report = claimed.export(&mut |_, _| Err("this rank exports no spans".to_string()));
             crate::spool::replay::note_replayed(&report, dir);

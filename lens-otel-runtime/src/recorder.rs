@@ -78,6 +78,21 @@ pub use crate::span_record::{SpanRecord, encode_request};
 /// export queue (one lock per this many spans).
 pub const THREAD_BUFFER: usize = 128;
 
+/// Says once, in a process forked from the one that set telemetry up, that
+/// its spans are not exported (the recorder's export thread is the
+/// parent's).
+#[cold]
+fn forked_child_records_nothing() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::diag::warn(format_args!(
+            "process {} was forked after telemetry was set up: the spans it records are not exported (telemetry \
+             exports from the process that set it up); set telemetry up again in this process to export its own",
+            std::process::id()
+        ));
+    }
+}
+
 /// An open span being recorded: plain data until [`RecordingSpan::end`].
 /// It may be moved to another thread and ended there. Dropping it ends it.
 pub struct RecordingSpan {
@@ -157,6 +172,9 @@ struct ThreadBuffer {
 struct Shared {
     processor: LensBatchRecordProcessor,
     buffers: Mutex<Vec<Arc<ThreadBuffer>>>,
+    /// The fork generation of the process that made the recorder: its
+    /// export thread lives there only.
+    generation: u64,
 }
 
 impl Shared {
@@ -246,7 +264,7 @@ impl Recorder {
     /// A recorder exporting through `processor`; the processor's worker
     /// collects the threads' buffers at each scheduled wake.
     pub fn with_processor(processor: LensBatchRecordProcessor) -> Recorder {
-        let shared = Arc::new(Shared { processor, buffers: Mutex::new(Vec::new()) });
+        let shared = Arc::new(Shared { processor, buffers: Mutex::new(Vec::new()), generation: fork_generation() });
         let weak = Arc::downgrade(&shared);
         shared.processor.set_collector(Box::new(move || {
             if let Some(shared) = weak.upgrade() {
@@ -314,7 +332,11 @@ impl Recorder {
         }
         let _ = LOCAL.try_with(|locals| {
             let Ok(mut locals) = locals.try_borrow_mut() else { return };
-            let buffer = self.buffer(&mut locals);
+            let Some(buffer) = self.buffer(&mut locals) else {
+                forked_child_records_nothing();
+                *record = None;
+                return;
+            };
             let mut records = lock(&buffer.records);
             push_taken(&mut records, record);
             if records.len() >= THREAD_BUFFER {
@@ -324,6 +346,10 @@ impl Recorder {
         // This thread's buffers are gone (it is exiting): straight to the
         // queue. (Tested first: `take` copies the whole record, even a `None`.)
         if record.is_some() {
+            if fork_generation() != self.shared.generation {
+                *record = None;
+                return;
+            }
             let mut last = Vec::with_capacity(1);
             push_taken(&mut last, record);
             self.shared.hand_over(&mut last);
@@ -331,13 +357,18 @@ impl Recorder {
     }
 
     /// This thread's buffer for this recorder, made and registered on first
-    /// use (and again in a forked child). Borrowed from the thread's list:
-    /// no reference count moves per span.
-    fn buffer<'a>(&self, locals: &'a mut Vec<Local>) -> &'a ThreadBuffer {
+    /// use. Borrowed from the thread's list: no reference count moves per
+    /// span. `None` in a process forked from the recorder's: the export
+    /// thread is the parent's, so nothing would ever export the child's
+    /// records, and the recorder's locks may have been held at the fork.
+    fn buffer<'a>(&self, locals: &'a mut Vec<Local>) -> Option<&'a ThreadBuffer> {
         let generation = fork_generation();
         let key = Arc::as_ptr(&self.shared);
         if let Some(index) = locals.iter().position(|l| l.key == key && l.buffer.generation == generation) {
-            return &locals[index].buffer;
+            return Some(&locals[index].buffer);
+        }
+        if generation != self.shared.generation {
+            return None;
         }
         // A forked child: the parent's records are the parent's to export.
         // Buffers of recorders that are gone are forgotten too.
@@ -352,7 +383,7 @@ impl Recorder {
         lock(&self.shared.buffers).push(Arc::clone(&buffer));
         let index = locals.len();
         locals.push(Local { shared: Arc::downgrade(&self.shared), key, buffer });
-        &locals[index].buffer
+        Some(&locals[index].buffer)
     }
 
     /// What the threads' buffers hold now, taken out of them (not

@@ -1017,8 +1017,14 @@ impl SpoolTable {
         self.close_file();
     }
 
-    /// Releases the advisory lock (the mapping stays, unwritten).
+    /// Releases the advisory lock (the mapping stays, unwritten). Nothing
+    /// in a forked child: the lock is on the file description the child
+    /// shares with its parent, so releasing it there would let another
+    /// process replay (and remove) the live parent's spool.
     pub fn close_file(&self) {
+        if crate::ids::fork_generation() != self.generation {
+            return;
+        }
         if let Backing::File { file, .. } = &self.backing {
             let _ = file.unlock();
         }
