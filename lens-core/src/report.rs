@@ -128,6 +128,25 @@ impl ShutdownReport {
     pub fn completed(&self) -> bool {
         self.unfinished.is_empty()
     }
+
+    /// Whether anything was lost: spans, log records or metric collections
+    /// dropped, records the file cap kept out, open spans lost, or a step
+    /// past the deadline.
+    ///
+    /// ```
+    /// let mut report = lens_core::report::ShutdownReport::default();
+    /// assert!(!report.lost_something());
+    /// report.spans.dropped_queue_full = 1;
+    /// assert!(report.lost_something());
+    /// ```
+    pub fn lost_something(&self) -> bool {
+        self.spans.dropped() > 0
+            || self.logs.dropped() > 0
+            || self.metrics.collections_dropped > 0
+            || self.dropped_file_full > 0
+            || self.lost_open_spans > 0
+            || !self.unfinished.is_empty()
+    }
 }
 
 impl fmt::Display for ShutdownReport {

@@ -697,9 +697,15 @@ impl Telemetry {
     }
 }
 
+/// Shuts down as [`Telemetry::shutdown`] does; the report, which nobody
+/// gets, is written on standard error when it says something was lost (the
+/// export worker's last warning may come after the process has exited).
 impl Drop for Telemetry {
     fn drop(&mut self) {
-        self.shutdown(self.shutdown_timeout);
+        let report = self.shutdown(self.shutdown_timeout);
+        if report.performed && report.lost_something() {
+            crate::diag::warn(format_args!("telemetry shut down as its handle was dropped: {report}"));
+        }
     }
 }
 

@@ -278,6 +278,77 @@ fn a_current_span_whose_guard_is_forgotten_ends_when_its_thread_exits() {
     assert!(inside.attributes.is_empty() && inside.events.is_empty(), "ended by its guard: {inside:?}");
 }
 
+/// A span kept current across a shutdown was exported truncated with its
+/// lifetime: the next lifetime's spans start traces of their own instead
+/// of joining it (before, they became its children, in a trace that had
+/// already ended).
+#[test]
+fn a_span_kept_current_across_a_shutdown_is_no_parent_in_the_next_lifetime() {
+    let _serial = serial();
+    let first = KeepingSpanExporter::default();
+    let telemetry = setup(&first, TracesSampler::ParentBasedAlwaysOn);
+    let kept = managed_span(SpanGroup::STEP, "lens.kept", []);
+    telemetry.shutdown(Duration::from_secs(10));
+    let second = KeepingSpanExporter::default();
+    let telemetry = setup(&second, TracesSampler::ParentBasedAlwaysOn);
+    drop(managed_span(SpanGroup::STEP, "lens.next", []));
+    assert!(!current_context().otel_context().span().span_context().is_valid(), "no current span of the old lifetime");
+    drop(kept);
+    telemetry.shutdown(Duration::from_secs(10));
+    let kept = by_name(&first.get_finished_spans().unwrap(), "lens.kept").clone();
+    let next = by_name(&second.get_finished_spans().unwrap(), "lens.next").clone();
+    assert_eq!(next.parent_span_id, SpanId::INVALID, "{next:?}");
+    assert_ne!(next.span_context.trace_id(), kept.span_context.trace_id());
+}
+
+/// Makes [`dropping_child`] act.
+const DROPPING_CHILD: &str = "LENS_TEST_RECORDER_PATH_DROPPING_CHILD";
+
+/// The child of [`a_dropped_handle_that_lost_spans_says_so`]: a queue of
+/// one, a thousand spans, the handle dropped.
+#[test]
+fn dropping_child() {
+    if std::env::var_os(DROPPING_CHILD).is_none() {
+        return;
+    }
+    let _serial = serial();
+    let exporter = KeepingSpanExporter::default();
+    let mut config = LensConfig {
+        enabled: true,
+        span_groups: "all".into(),
+        rank_strategy: "all_ranks".into(),
+        metrics_enabled: false,
+        ..LensConfig::default()
+    };
+    (config.otel.batch.max_queue_size, config.otel.batch.max_export_batch_size) = (1, 1);
+    let vars: HashMap<String, String> = HashMap::from([("NEMO_LENS_RUN_ID".to_string(), "run-r".to_string())]);
+    let options = SetupOptions::new().with_span_exporter(exporter).with_env(vars);
+    let telemetry = setup_telemetry(&config, &RankContext::SINGLE, Vec::new(), options).expect("setup");
+    for _ in 0..1000 {
+        drop(managed_span(SpanGroup::STEP, "lens.many", []));
+    }
+    drop(telemetry);
+}
+
+/// A handle dropped without a shutdown of the program's own (the end of
+/// `main`) writes its report when it lost something: nobody else sees it,
+/// and the export worker's last warning may come after the process exits.
+#[test]
+fn a_dropped_handle_that_lost_spans_says_so() {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "dropping_child", "--nocapture", "--test-threads=1"])
+        .env(DROPPING_CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("lens: warning: telemetry shut down as its handle was dropped: spans: "))
+        .unwrap_or_else(|| panic!("no report: {stderr}"));
+    let exported: u64 = report.split(' ').next().and_then(|n| n.parse().ok()).expect("the exported count");
+    assert!(report.contains(&format!(" exported, {} dropped", 1000 - exported)), "{report}");
+}
+
 #[test]
 fn a_span_the_sampler_drops_is_not_recorded_and_hands_its_unsampled_flag_to_children() {
     let _serial = serial();

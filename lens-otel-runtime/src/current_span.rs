@@ -121,17 +121,30 @@ fn otel_current() -> (SpanId, bool) {
 }
 
 /// The innermost frame's span context, when it is the current span (the
-/// OpenTelemetry context still has the span it had at the push).
+/// OpenTelemetry context still has the span it had at the push, and the
+/// span's telemetry lifetime has not shut down).
 #[inline]
 fn lens_parent(otel_span: SpanId) -> Option<SpanContext> {
     STACK
         .try_with(|stack| {
             let stack = stack.try_borrow().ok()?;
             let top = stack.live().last()?;
-            (top.otel_span == otel_span).then(|| top.span.span_context().clone())
+            top.is_current(otel_span).then(|| top.span.span_context().clone())
         })
         .ok()
         .flatten()
+}
+
+impl Frame {
+    /// Whether this frame, the innermost, is the current span: the
+    /// OpenTelemetry context is still `otel_span`, the one it had at the
+    /// push, and the frame's span is of a lifetime that has not shut down
+    /// (a span kept current across a shutdown was exported truncated, and a
+    /// later lifetime's spans start new traces, not children of it).
+    #[inline]
+    fn is_current(&self, otel_span: SpanId) -> bool {
+        self.otel_span == otel_span && !self.span.tracer().is_closed()
+    }
 }
 
 /// Starts a span named `name` on `tracer` and makes it this thread's
@@ -162,7 +175,7 @@ pub fn start(
                 span.carry_context(SpanContext::empty_context());
             } else if new_trace {
                 tracer.begin_in(span, name, None, None, attributes, with);
-            } else if let Some(top) = outer.last().filter(|top| top.otel_span == otel_span) {
+            } else if let Some(top) = outer.last().filter(|top| top.is_current(otel_span)) {
                 tracer.begin_in(span, name, Some(top.span.span_context()), None, attributes, with);
             } else {
                 Context::map_current(|cx| {
@@ -273,7 +286,7 @@ pub fn with_current<R>(edit: impl FnOnce(&mut LensSpan) -> R) -> Option<R> {
     let kept = STACK
         .try_with(|stack| {
             let mut stack = stack.try_borrow_mut().ok()?;
-            let top = stack.live_mut().last_mut().filter(|top| top.otel_span == otel_span)?;
+            let top = stack.live_mut().last_mut().filter(|top| top.is_current(otel_span))?;
             match top.kept {
                 Some(kept) => Some(Err(kept)),
                 None => Some(Ok(edit.take()?(&mut top.span))),
