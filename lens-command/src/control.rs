@@ -191,7 +191,7 @@ fn write(args: &ControlArgs) -> Result<(), Failure> {
     let replaced = pending_version(&args.file, status.as_ref(), &catalog);
     let in_file = file_generation(&args.file);
     let highest = in_file.max(status.as_ref().map_or(0, ControlStatus::highest));
-    request.generation = highest.checked_add(1).ok_or_else(|| {
+    request.generation = highest.checked_add(1).filter(|g| *g <= lens_fallbacks::control::MAX_GENERATION).ok_or_else(|| {
         let source = if in_file == highest { "the file holds" } else { "the job accepted" };
         bad(format!(
             "generation {highest} ({source}) is the highest there is: no later generation can be written, and a job \

@@ -135,6 +135,17 @@ fn the_start_comes_from_the_status_file_and_is_refused_without_a_last_iteration(
     assert_eq!(code, 2);
     assert!(stderr.contains("it has no last iteration yet") && stderr.contains("give --from-iteration"), "{stderr}");
     assert!(!dir.join("control.json").exists(), "nothing written");
+    // A last iteration without an iteration time (the job has logged once):
+    // where it is now is unknown, so no start is picked.
+    put_status(&dir, &ControlStatus { iteration_time_s: None, ..status(Some(49)) });
+    let (code, _, stderr) = control(&dir, &["control.json", "--span-groups", "per_step", "--iterations", "5"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("it has no iteration time yet (the job writes one from its second log interval on)")
+            && stderr.contains("give --from-iteration"),
+        "{stderr}"
+    );
+    assert!(!dir.join("control.json").exists(), "nothing written");
     // Last iteration 100 at 0.5 s per iteration, polls of 2 s: 8 iterations
     // ahead, plus one for each half second between the status and the call
     // (bounded by the time measured around both).
@@ -365,14 +376,15 @@ fn the_next_generation_follows_the_highest_seen_and_never_wraps() {
     let (code, stdout, stderr) = control(&dir, &["control.json", "--sampling-ratio", "0.5", "--from-iteration", "200"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("wrote generation 10"), "{stdout}");
-    // The highest generation there is: refused, the file left as it was.
-    let max = format!(r#"{{"generation": {}, "from_iteration": 1}}"#, u64::MAX);
+    // The highest generation there is (the most an OTLP integer holds):
+    // refused, the file left as it was.
+    let max = format!(r#"{{"generation": {}, "from_iteration": 1}}"#, i64::MAX);
     std::fs::write(dir.join("control.json"), &max).unwrap();
     for args in [&["--sampling-ratio", "0.5", "--from-iteration", "200"][..], &["--reset", "--from-iteration", "200"]] {
         let (code, stdout, stderr) = control(&dir, &[&["control.json"][..], args].concat());
         assert_eq!(code, 2, "{stdout}{stderr}");
         assert!(
-            stderr.contains(&format!("generation {} (the file holds) is the highest there is", u64::MAX))
+            stderr.contains(&format!("generation {} (the file holds) is the highest there is", i64::MAX))
                 && stderr.contains("left as it was"),
             "{stderr}"
         );

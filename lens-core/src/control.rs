@@ -442,10 +442,13 @@ pub fn parse_request(
         }
     }
     let generation = match object.get(keys::GENERATION) {
-        Some(value) => value
-            .as_u64()
-            .filter(|g| *g >= 1)
-            .ok_or_else(|| ControlInputError::new(keys::GENERATION, value, "expected a whole number, 1 or more"))?,
+        Some(value) => value.as_u64().filter(|g| (1..=MAX_GENERATION).contains(g)).ok_or_else(|| {
+            ControlInputError::new(
+                keys::GENERATION,
+                value,
+                format!("expected a whole number from 1 to {MAX_GENERATION} (the most an OTLP integer holds)"),
+            )
+        })?,
         None => return Err(ControlInputError::new(keys::GENERATION, "(missing)", "every version needs a generation")),
     };
     let mut request = ControlRequest::reset(generation, 0);
@@ -1043,6 +1046,13 @@ pub const STALE_STATUS_POLLS: f64 = 5.0;
 pub enum UnknownStart {
     /// The job has begun no iteration yet (or never said).
     NoIteration,
+    /// The job has said its last iteration but not yet its iteration time
+    /// (it writes one from its second log interval on), so where it is now
+    /// cannot be extrapolated.
+    NoIterationTime {
+        /// Its last iteration.
+        last_iteration: u64,
+    },
     /// The status is older than the job's updates explain: the job stopped
     /// updating it (it ended, or hangs), so its last iteration says nothing
     /// of where it is now.
@@ -1062,6 +1072,11 @@ impl fmt::Display for UnknownStart {
             UnknownStart::NoIteration => {
                 f.write_str("it has no last iteration yet (the job writes it at each log interval)")
             }
+            UnknownStart::NoIterationTime { last_iteration } => write!(
+                f,
+                "it has no iteration time yet (the job writes one from its second log interval on), so where the \
+                 job is now, past its last iteration {last_iteration}, is unknown"
+            ),
             UnknownStart::Stale { age_s, limit_s, last_iteration } => write!(
                 f,
                 "it is {age_s:.0} s old (last iteration {last_iteration}), older than the {limit_s:.0} s within which \
@@ -1132,11 +1147,12 @@ impl ControlStatus {
         if elapsed > limit_s {
             return Err(UnknownStart::Stale { age_s: elapsed, limit_s, last_iteration: last });
         }
-        let per_iteration = self.iteration_time_s.filter(|t| *t > 0.0);
-        let (since, margin) = match per_iteration {
-            Some(t) => ((elapsed / t).ceil() as u64, ((2.0 * self.poll_s) / t).ceil() as u64),
-            None => (0, 0),
-        };
+        // Without an iteration time the job may be any number of iterations
+        // past `last` (a whole log interval of them): a start picked from it
+        // alone could be long past, so none is picked.
+        let t =
+            self.iteration_time_s.filter(|t| *t > 0.0).ok_or(UnknownStart::NoIterationTime { last_iteration: last })?;
+        let (since, margin) = ((elapsed / t).ceil() as u64, ((2.0 * self.poll_s) / t).ceil() as u64);
         Ok(last.saturating_add(since).saturating_add(margin.max(1)))
     }
 
@@ -1170,6 +1186,11 @@ impl ControlStatus {
         })
     }
 }
+
+/// The highest generation a version may have: the job exports the one in
+/// force as an OTLP integer (`dl.control.generation`, the change events),
+/// which is signed, so a higher one would read as another number.
+pub const MAX_GENERATION: u64 = i64::MAX as u64;
 
 /// The first key `text`'s top-level JSON object gives twice, if any
 /// (`serde_json`'s `Value` keeps the last silently).
@@ -1361,7 +1382,7 @@ mod tests {
 
     #[test]
     fn bad_versions_name_the_key_and_the_value() {
-        let cases: [(&str, &str, &str); 16] = [
+        let cases: [(&str, &str, &str); 17] = [
             ("{not json", "(file)", "not JSON"),
             (
                 r#"{"generation": 2, "from_iteration": 18446744073709551615, "iterations": 2}"#,
@@ -1378,7 +1399,8 @@ mod tests {
             (r#"{"generation": 2, "spam_groups": "x"}"#, "spam_groups", "did you mean 'span_groups'"),
             (r#"{"generation": 2, "endpoint": "http://x"}"#, "endpoint", "never be changed"),
             (r#"{"span_groups": "per_step"}"#, "generation", "needs a generation"),
-            (r#"{"generation": 0}"#, "generation", "1 or more"),
+            (r#"{"generation": 0}"#, "generation", "from 1 to 9223372036854775807"),
+            (r#"{"generation": 9223372036854775808}"#, "generation", "the most an OTLP integer holds"),
             (r#"{"generation": 2, "span_groups": "per_stp"}"#, "span_groups", "did you mean 'per_step'"),
             (r#"{"generation": 2, "span_groups": "step"}"#, "span_groups", "'job' group"),
             (r#"{"generation": 2, "sampling_ratio": 1.5}"#, "sampling_ratio", "[0.0, 1.0]"),
@@ -1572,6 +1594,11 @@ mod tests {
             ControlStatus { last_iteration: None, ..status.clone() }.safe_start(1001.0),
             Err(UnknownStart::NoIteration)
         );
+        // Said once (no iteration time yet): the job may be a whole log
+        // interval past it, so no start is picked.
+        let once = ControlStatus { iteration_time_s: None, ..status.clone() }.safe_start(1001.0).unwrap_err();
+        assert_eq!(once, UnknownStart::NoIterationTime { last_iteration: 100 });
+        assert!(once.to_string().starts_with("it has no iteration time yet"), "{once}");
         // Up to 5 polls plus twice the update period (10 s) old: the job runs.
         assert_eq!(status.safe_start(1010.0), Ok(100 + 40 + 8));
         let stale = status.safe_start(1010.5).unwrap_err();

@@ -152,9 +152,14 @@ fn wait_for_status(control: &Path) {
     let status = PathBuf::from(format!("{}.status", control.display()));
     let started = Instant::now();
     loop {
-        if std::fs::read_to_string(&status)
-            .is_ok_and(|s| s.contains("\"last_iteration\":") && !s.contains("\"last_iteration\":null"))
-        {
+        // A last iteration and an iteration time: `lens control` picks no
+        // start from a status that has only the first.
+        if std::fs::read_to_string(&status).is_ok_and(|s| {
+            s.contains("\"last_iteration\":")
+                && !s.contains("\"last_iteration\":null")
+                && s.contains("\"iteration_time_s\":")
+                && !s.contains("\"iteration_time_s\":null")
+        }) {
             return;
         }
         assert!(started.elapsed() < Duration::from_secs(60), "no status file with a last iteration");
