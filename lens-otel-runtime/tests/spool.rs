@@ -364,6 +364,29 @@ fn a_full_spools_warning_names_the_programs_size_variable() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A spool whose writer shut down cleanly says nothing of the slots its
+/// ended spans gave up during the run: every span was exported or counted
+/// (before, the next attempt and `lens recover` warned of a dead process's
+/// possible loss after every busy clean run).
+#[test]
+fn a_cleanly_closed_spools_overflow_is_not_warned_about() {
+    let dir = temp_dir("clean-overflow");
+    let table = SpoolTable::create(&dir, 16 * 1024 + 2 * 1024, &identity(0, 1)).expect("spool");
+    for id in 1..=3 {
+        let mut step = span("step", id, 0, at(id));
+        table.span_started(&step);
+        step.end_time = at(id + 1);
+        table.span_ended(&step);
+    }
+    assert_eq!(table.overflow(), 1);
+    table.close_cleanly();
+    let options = ReplayOptions { size_variable: "MYJOB_OTEL_SPOOL_SIZE_KIB".to_string(), ..ReplayOptions::default() };
+    let summary = replay_dir(&dir, Claim::All, None, &options, &mut |_, _| Ok(()));
+    assert_eq!((summary.spans, summary.overflow), (0, 0));
+    assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Spans that got no slot because every slot held an open span are lost
 /// with their process: the replay counts them apart from the ended spans
 /// that gave their slots up, and says so.

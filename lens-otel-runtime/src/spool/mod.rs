@@ -1010,6 +1010,9 @@ impl SpoolTable {
         }
         let mut slots = lock(&self.slots);
         self.clear_locked(&mut slots);
+        // Every span was exported or counted: the slots given up during the
+        // run cost nothing, and a later reader must not warn of them.
+        self.atomic_u64(OFF_OVERFLOW).store(0, Ordering::Relaxed);
         self.atomic_u64(OFF_LAST_ALIVE).store(nanos(SystemTime::now()), Ordering::Relaxed);
         self.atomic_u64(OFF_FLAGS).fetch_or(FLAG_CLOSED_CLEANLY, Ordering::Release);
         self.closed.store(true, Ordering::Release);

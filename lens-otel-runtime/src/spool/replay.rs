@@ -557,7 +557,8 @@ fn claim_file(
             return None;
         }
     };
-    if dead.header.overflow > 0 {
+    // A writer that shut down cleanly exported or counted every span.
+    if dead.header.overflow > 0 && !dead.header.closed_cleanly {
         warn(
             summary,
             format!(
@@ -569,7 +570,7 @@ fn claim_file(
             ),
         );
     }
-    if dead.header.open_unkept > 0 {
+    if dead.header.open_unkept > 0 && !dead.header.closed_cleanly {
         warn(
             summary,
             format!(
