@@ -702,9 +702,17 @@ impl<'a> UrlParts<'a> {
     /// a space, an empty host, a `/`, `?` or `#` inside a password) an `@`
     /// outside the authority may still end a credential, and showing too
     /// little is the safe side.
+    ///
+    /// A valid endpoint ([`check_endpoint`]) has no `@` before its query, so
+    /// one in its query or fragment is theirs, and the host is shown.
     fn of(url: &'a str) -> UrlParts<'a> {
         let (scheme, rest) = url.split_once("://").map_or((None, url), |(scheme, rest)| (Some(scheme), rest));
-        let (user_info, rest) = match rest.rfind('@') {
+        let credentials_end = if check_endpoint(url).is_ok() {
+            rest.split(['?', '#']).next().unwrap_or("").rfind('@')
+        } else {
+            rest.rfind('@')
+        };
+        let (user_info, rest) = match credentials_end {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
             None => (None, rest),
         };
@@ -765,6 +773,12 @@ mod tests {
             check_endpoint("http://127.0.0.1:1/,http://b:1"),
             Err("it holds more than one URL; give a single endpoint, not a list")
         );
+        // A valid endpoint with an `@` in its query shows its host.
+        assert_eq!(
+            redact_endpoint("http://collector.example:4318/v1?tenant=team@corp"),
+            "http://collector.example:4318/v1?tenant=[REDACTED]"
+        );
+        assert_eq!(redact_endpoint("http://127.0.0.1:9/v1?x=1,http://u:S@c"), "http://127.0.0.1:9/v1?x=[REDACTED]");
         assert_eq!(
             check_endpoint("http:///u:SECRET123@b:1"),
             Err("credentials in the URL are not accepted; put them in OTEL_EXPORTER_OTLP_HEADERS")
