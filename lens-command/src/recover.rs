@@ -229,11 +229,24 @@ pub fn recover(args: &RecoverArgs) -> Result<lens_fallbacks::spool::ReplayReport
         Some((_, value)) => Some(value.clone()),
         None => std::env::var(key).ok(),
     });
-    let telemetry = Telemetry::builder(&args.prefix)
-        .env(env)
-        .rank(lens_fallbacks::RankContext::SINGLE)
-        .setup()
-        .map_err(RecoverError::Setup)?;
+    let file_dir = format!("{prefix}_FILE_DIR");
+    let telemetry =
+        Telemetry::builder(&args.prefix).env(env).rank(lens_fallbacks::RankContext::SINGLE).setup().map_err(
+            |error| {
+                // The file directory is `--to-files`: named as the flag, not as
+                // the variable that carries it.
+                let said = error.to_string();
+                match &args.to_files {
+                    Some(out) if said.contains(&file_dir) => RecoverError::Output {
+                        path: out.clone(),
+                        reason: said
+                            .replace(&format!("; choose a writable directory with {file_dir}"), "")
+                            .replace(&format!("{file_dir}: "), ""),
+                    },
+                    _ => RecoverError::Setup(error),
+                }
+            },
+        )?;
     let report = lens_fallbacks::spool::recover(&telemetry, &args.dir);
     // A collector's rejection of recovered spans (a partial success) is
     // said by the exporter.

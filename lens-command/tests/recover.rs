@@ -295,6 +295,17 @@ fn recover_names_a_missing_directory_and_exits_2() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(&format!("recover: --to-files {}: not a directory", file.display())), "{stderr}");
     assert!(!stderr.contains("FILE_DIR"), "{stderr}");
+    // A directory whose traces file is a named pipe: the same.
+    let piped = parent.join("piped");
+    std::fs::create_dir_all(&piped).expect("mkdir");
+    let fifo = piped.join("traces-rank0.jsonl");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+    let output = lens(&["recover", parent.to_str().unwrap(), "--to-files", piped.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("recover: --to-files {}: cannot open", piped.display())), "{stderr}");
+    assert!(stderr.contains("it is a FIFO (named pipe), not a regular file"), "{stderr}");
+    assert!(!stderr.contains("FILE_DIR"), "{stderr}");
     let _ = std::fs::remove_dir_all(&parent);
 }
 
