@@ -267,8 +267,9 @@ impl fmt::Display for MissingAdvice<'_> {
             Missing::SampledIterations { attempt, missing, first, last } => write!(
                 f,
                 "{attempt}: {missing} of iterations {first}-{last} have no iteration span: a ratio sampler \
-                 (OTEL_TRACES_SAMPLER/OTEL_TRACES_SAMPLER_ARG) dropped them; the breakdown needs every iteration, \
-                 run without one"
+                 (OTEL_TRACES_SAMPLER/OTEL_TRACES_SAMPLER_ARG) dropped them, or a `lens control` window turned \
+                 `step` on for some iterations only (its `lens.control.change` events say which); the breakdown \
+                 needs every iteration, run with `step` on throughout and without a ratio sampler"
             ),
             Missing::CheckpointSpans { attempt } => write!(
                 f,
@@ -1356,7 +1357,9 @@ mod tests {
         );
         let missing = breakdown(&[sampled]).unwrap_err();
         assert_eq!(missing, vec![Missing::SampledIterations { attempt: "s".into(), missing: 2, first: 1, last: 4 }]);
-        assert!(missing[0].to_string().contains("ratio sampler"));
+        // Either cause is named: the spans cannot tell them apart.
+        let said = missing[0].to_string();
+        assert!(said.contains("ratio sampler") && said.contains("a `lens control` window turned `step` on"), "{said}");
         let resumed = attempt(
             "r",
             vec![
