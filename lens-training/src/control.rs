@@ -338,6 +338,9 @@ struct Watcher {
     /// The highest generation accepted, and that version.
     highest: u64,
     accepted: Option<ControlRequest>,
+    /// The file went away after `accepted` was applied (the job went back to
+    /// its launch configuration): the same version, put back, applies again.
+    reverted: bool,
     warned: HashSet<u64>,
     /// Global rank 0's status file.
     status: Option<StatusWriter>,
@@ -355,6 +358,7 @@ impl Watcher {
             present: false,
             highest: 0,
             accepted: None,
+            reverted: false,
             warned: HashSet::new(),
             status,
         }
@@ -419,6 +423,7 @@ impl Watcher {
                         self.rank,
                         self.path.display()
                     ));
+                    self.reverted = true;
                     self.hand(None);
                 }
             }
@@ -450,6 +455,9 @@ impl Watcher {
                         );
                         return;
                     }
+                    // The accepted version again: nothing to do, unless the
+                    // file was removed since (back to the launch) and is back.
+                    Ok((request, false)) if self.reverted => request,
                     Ok((_, false)) => return,
                     Ok((request, true)) => request,
                 };
@@ -475,6 +483,7 @@ impl Watcher {
                 }
                 self.highest = request.generation;
                 self.accepted = Some(request.clone());
+                self.reverted = false;
                 self.hand(Some(request));
             }
         }

@@ -161,6 +161,51 @@ fn a_window_narrows_the_groups_and_pauses_the_counters_for_exactly_its_iteration
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A control file removed sends the job back to its launch configuration;
+/// put back as it was, it applies again (before, the job took the same
+/// generation for a version it had already applied and ignored it, while
+/// `lens control --show` said it applied).
+#[test]
+fn a_control_file_removed_and_put_back_applies_again() {
+    let _serial = serial();
+    let text = r#"{"generation": 2, "span_groups": "default", "from_iteration": 0}"#;
+    let (dir, file) = control_file("restored", text);
+    let (telemetry, span_exporter, _metrics) = setup_with_control(&file);
+    let training = Training::new(&telemetry, TrainingOptions::new(RANK_0));
+    // Three polls' time (20 ms each) and more for the watcher to see a change.
+    let settle = || std::thread::sleep(Duration::from_millis(300));
+    settle();
+    for counter in 0..3 {
+        drop(training.iteration(counter));
+    }
+    std::fs::remove_file(&file).unwrap();
+    settle();
+    for counter in 3..5 {
+        drop(training.iteration(counter));
+    }
+    std::fs::write(&file, text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    settle();
+    for counter in 5..8 {
+        drop(training.iteration(counter));
+    }
+    training.finish();
+    drop(training);
+    let telemetry = Arc::try_unwrap(telemetry).expect("the only handle");
+    assert!(telemetry.shutdown(Duration::from_secs(5)).completed());
+    let mut iterations: Vec<i64> = span_exporter
+        .get_finished_spans()
+        .unwrap()
+        .iter()
+        .filter(|s| s.name == spans::ITERATION)
+        .filter_map(|s| s.attributes.iter().find(|kv| kv.key.as_str() == "dl.training.iteration"))
+        .map(|kv| kv.value.to_string().parse().unwrap())
+        .collect();
+    iterations.sort_unstable();
+    assert_eq!(iterations, [4, 5], "recorded only while the file was away (counters 3 and 4)");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The counters come up to date at the window's boundaries, not only at a
 /// log interval: with one log interval, after the window, neither the
 /// paused iterations nor the time spent in them is counted (before the
