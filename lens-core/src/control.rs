@@ -856,34 +856,77 @@ fn regular_and_short(meta: &std::fs::Metadata) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// The file's text, at most [`MAX_CONTROL_BYTES`], never through a
-/// symbolic link (`O_NOFOLLOW`); the error says why in words.
+/// Why [`read_bounded`] read nothing.
+#[derive(Debug)]
+pub enum BoundedReadError {
+    /// The open, the `fstat` or the read failed (`NotFound` when there is
+    /// no file).
+    Io(std::io::Error),
+    /// Not a regular file: what it is, in words ([`kind_of`]).
+    NotRegular(&'static str),
+    /// Longer than the cap: its length.
+    TooLong(u64),
+    /// It grew past the cap while being read.
+    Grew,
+}
+
+/// The bytes of the regular file at `path`, at most `cap`, through a
+/// symbolic link only when `follow_links`: how lens reads every file a
+/// user names (a control file, a private CA file, a progress record).
 ///
-/// It never blocks on what is not a regular file: the open is
-/// non-blocking (a FIFO with no writer opens at once), and the opened
-/// descriptor is checked (`fstat`: a regular file, at most
-/// [`MAX_CONTROL_BYTES`]) before anything is read, so that a file replaced
-/// by a FIFO between a `stat` and the open is refused, not waited on.
-pub fn read_capped(path: &Path) -> Result<String, String> {
+/// It never blocks on what is not a regular file, nor fills memory: the
+/// open is non-blocking (a FIFO with no writer opens at once), the opened
+/// descriptor is checked (`fstat`: a regular file, at most `cap`) before
+/// anything is read, so that a file replaced by a FIFO between a `stat`
+/// and the open is refused, not waited on, and the read stops past `cap`.
+///
+/// ```
+/// use lens_core::control::{BoundedReadError, read_bounded};
+///
+/// let error = read_bounded(std::path::Path::new("/dev/zero"), 1024, true).unwrap_err();
+/// assert!(matches!(error, BoundedReadError::NotRegular("a character device")));
+/// ```
+pub fn read_bounded(path: &Path, cap: u64, follow_links: bool) -> Result<Vec<u8>, BoundedReadError> {
     use std::io::Read as _;
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt as _;
-        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        let no_follow = if follow_links { 0 } else { libc::O_NOFOLLOW };
+        options.custom_flags(no_follow | libc::O_NONBLOCK);
     }
-    let file = options.open(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read it: {e}"))?;
-    regular_and_short(&meta).map_err(|refusal| format!("{refusal}; {}", refusal.accepted()))?;
+    #[cfg(not(unix))]
+    let _ = follow_links;
+    let file = options.open(path).map_err(BoundedReadError::Io)?;
+    let meta = file.metadata().map_err(BoundedReadError::Io)?;
+    if !meta.is_file() {
+        return Err(BoundedReadError::NotRegular(kind_of(meta.file_type())));
+    }
+    if meta.len() > cap {
+        return Err(BoundedReadError::TooLong(meta.len()));
+    }
     let mut bytes = Vec::new();
-    file.take(MAX_CONTROL_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {e}"))?;
-    if bytes.len() as u64 > MAX_CONTROL_BYTES {
-        return Err(format!(
+    file.take(cap.saturating_add(1)).read_to_end(&mut bytes).map_err(BoundedReadError::Io)?;
+    if bytes.len() as u64 > cap {
+        return Err(BoundedReadError::Grew);
+    }
+    Ok(bytes)
+}
+
+/// The file's text, at most [`MAX_CONTROL_BYTES`], never through a
+/// symbolic link ([`read_bounded`]); the error says why in words.
+pub fn read_capped(path: &Path) -> Result<String, String> {
+    let refused = |refusal: Refusal| format!("{refusal}; {}", refusal.accepted());
+    let bytes = read_bounded(path, MAX_CONTROL_BYTES, false).map_err(|error| match error {
+        BoundedReadError::Io(e) => format!("cannot read it: {e}"),
+        BoundedReadError::NotRegular(kind) => refused(Refusal::NotAFile(kind)),
+        BoundedReadError::TooLong(length) => refused(Refusal::TooLong(length)),
+        BoundedReadError::Grew => format!(
             "it grew past {MAX_CONTROL_BYTES} bytes (64 KiB) while being read; {}",
             Refusal::TooLong(0).accepted()
-        ));
-    }
+        ),
+    })?;
     String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
 }
 

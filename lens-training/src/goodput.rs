@@ -894,8 +894,8 @@ impl ProgressRecord {
     /// Only a regular file of at most [`MAX_PROGRESS_RECORD_BYTES`] is read:
     /// a FIFO at its name would block the resume forever in `open`, and a
     /// device (`/dev/zero` through a link) would fill the job's memory. The
-    /// kind is checked before the open and again on the opened file, and
-    /// the read stops past the cap.
+    /// open is non-blocking, the opened file is checked, and the read stops
+    /// past the cap.
     pub fn read(dir: &Path) -> Result<Option<ProgressRecord>, RecordError> {
         let path = dir.join(PROGRESS_RECORD_FILE);
         match read_regular(&path) {
@@ -910,36 +910,23 @@ impl ProgressRecord {
 pub const MAX_PROGRESS_RECORD_BYTES: u64 = 1 << 20;
 
 /// The text of the regular file at `path`, at most
-/// [`MAX_PROGRESS_RECORD_BYTES`]; anything else is an error saying what
-/// is there ("it is a FIFO (named pipe), not a regular file").
+/// [`MAX_PROGRESS_RECORD_BYTES`] ([`read_bounded`](lens_fallbacks::control::read_bounded));
+/// anything else is an error saying what is there ("it is a FIFO (named
+/// pipe), not a regular file").
 fn read_regular(path: &Path) -> std::io::Result<String> {
-    use std::io::Read as _;
+    use lens_fallbacks::control::{BoundedReadError, read_bounded};
     let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
-    let check = |meta: &std::fs::Metadata| {
-        if !meta.is_file() {
-            return Err(invalid(format!(
-                "it is {}, not a regular file",
-                lens_fallbacks::control::kind_of(meta.file_type())
-            )));
+    let bytes = read_bounded(path, MAX_PROGRESS_RECORD_BYTES, true).map_err(|error| match error {
+        BoundedReadError::Io(error) => error,
+        BoundedReadError::NotRegular(kind) => invalid(format!("it is {kind}, not a regular file")),
+        BoundedReadError::TooLong(length) => invalid(format!(
+            "it is {length} bytes long, more than the {MAX_PROGRESS_RECORD_BYTES} bytes (1 MiB) a progress record \
+             may hold"
+        )),
+        BoundedReadError::Grew => {
+            invalid(format!("it grew past {MAX_PROGRESS_RECORD_BYTES} bytes (1 MiB) while being read"))
         }
-        if meta.len() > MAX_PROGRESS_RECORD_BYTES {
-            return Err(invalid(format!(
-                "it is {} bytes long, more than the {MAX_PROGRESS_RECORD_BYTES} bytes (1 MiB) a progress record may \
-                 hold",
-                meta.len()
-            )));
-        }
-        Ok(())
-    };
-    // Before the open: opening a FIFO for reading waits for a writer.
-    check(&std::fs::metadata(path)?)?;
-    let file = std::fs::File::open(path)?;
-    check(&file.metadata()?)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_PROGRESS_RECORD_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_PROGRESS_RECORD_BYTES {
-        return Err(invalid(format!("it grew past {MAX_PROGRESS_RECORD_BYTES} bytes (1 MiB) while being read")));
-    }
+    })?;
     String::from_utf8(bytes).map_err(|_| invalid("it is not UTF-8 text".to_string()))
 }
 

@@ -23,10 +23,8 @@ pub const MAX_CERTIFICATE_BYTES: u64 = 4 * 1024 * 1024;
 /// for the exporter that uses it, or says why not (the reason alone, in
 /// words, for the caller's message).
 ///
-/// Only a regular file of at most [`MAX_CERTIFICATE_BYTES`] is read: the
-/// open is non-blocking (a FIFO opens at once instead of waiting for a
-/// writer forever), the opened file is checked (`fstat`) before anything
-/// is read, and the read itself stops past the cap, so that neither a
+/// Only a regular file of at most [`MAX_CERTIFICATE_BYTES`] is read
+/// ([`read_bounded`](crate::control::read_bounded)), so that neither a
 /// device, a FIFO nor a file growing while read can hang the job or fill
 /// its memory. A symbolic link is followed (system CA bundles are links).
 ///
@@ -37,33 +35,16 @@ pub const MAX_CERTIFICATE_BYTES: u64 = 4 * 1024 * 1024;
 /// assert_eq!(reason, "it is a character device, not a regular file");
 /// ```
 pub fn read_certificate_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
+    use crate::control::{BoundedReadError, read_bounded};
     let too_long = |length: u64| {
         format!("it is {length} bytes long, more than the {MAX_CERTIFICATE_BYTES} bytes (4 MiB) a CA file may hold")
     };
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.custom_flags(libc::O_NONBLOCK);
-    }
-    let file = options.open(path).map_err(|error| format!("cannot read the file: {error}"))?;
-    let meta = file.metadata().map_err(|error| format!("cannot read the file: {error}"))?;
-    if !meta.is_file() {
-        return Err(format!("it is {}, not a regular file", crate::control::kind_of(meta.file_type())));
-    }
-    if meta.len() > MAX_CERTIFICATE_BYTES {
-        return Err(too_long(meta.len()));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_CERTIFICATE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|error| format!("cannot read the file: {error}"))?;
-    if bytes.len() as u64 > MAX_CERTIFICATE_BYTES {
-        return Err(too_long(bytes.len() as u64));
-    }
-    Ok(bytes)
+    read_bounded(path, MAX_CERTIFICATE_BYTES, true).map_err(|error| match error {
+        BoundedReadError::Io(error) => format!("cannot read the file: {error}"),
+        BoundedReadError::NotRegular(kind) => format!("it is {kind}, not a regular file"),
+        BoundedReadError::TooLong(length) => too_long(length),
+        BoundedReadError::Grew => too_long(MAX_CERTIFICATE_BYTES + 1),
+    })
 }
 
 impl LensConfig {
