@@ -428,10 +428,6 @@ impl OpenSpanCloser {
         }
         let Some(slot) = slot else { return Some(None) };
         let table = self.table();
-        if !slot.is_kept() {
-            table.release_ended(slot);
-            return Some(None);
-        }
         let keep = matches!(self.inner.target, Target::Batch(_) | Target::Records(_)) && table.is_file() && sampled;
         if !keep {
             table.release_ended(slot);

@@ -140,6 +140,7 @@ fn slot_held_here() -> bool {
 fn free_slot() {
     let _ = ACTIVE.compare_exchange(slot_mark(), 0, Ordering::AcqRel, Ordering::Relaxed);
 }
+
 /// How many enabled lifetimes this process has started (an input of the
 /// derived structural trace ids, so a second lifetime gets traces of its own).
 static LIFETIMES: AtomicU32 = AtomicU32::new(0);

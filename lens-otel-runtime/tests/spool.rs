@@ -327,10 +327,10 @@ fn a_spool_that_cannot_be_opened_is_named_and_counted_as_failed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A dead writer's spool of `slots` slots in `dir`, after `steps` spans
-/// `step` (ids and start seconds 1, 2, ...) each ended a second after its
-/// start and none exported.
-fn dead_spool_of_ended_steps(dir: &Path, slots: usize, steps: u64) {
+/// A spool of `slots` slots in `dir`, after `steps` spans `step` (ids and
+/// start seconds 1, 2, ...) each ended a second after its start and none
+/// exported; still its writer's.
+fn spool_of_ended_steps(dir: &Path, slots: usize, steps: u64) -> std::sync::Arc<SpoolTable> {
     let table = SpoolTable::create(dir, 16 * 1024 + slots * 1024, &identity(0, 1)).expect("spool");
     for id in 1..=steps {
         let mut step = span("step", id, 0, at(id));
@@ -338,6 +338,12 @@ fn dead_spool_of_ended_steps(dir: &Path, slots: usize, steps: u64) {
         step.end_time = at(id + 1);
         table.span_ended(&step);
     }
+    table
+}
+
+/// [`spool_of_ended_steps`], its writer dead.
+fn dead_spool_of_ended_steps(dir: &Path, slots: usize, steps: u64) {
+    let table = spool_of_ended_steps(dir, slots, steps);
     table.stop();
     table.close_file();
 }
@@ -371,13 +377,7 @@ fn a_full_spools_warning_names_the_programs_size_variable() {
 #[test]
 fn a_cleanly_closed_spools_overflow_is_not_warned_about() {
     let dir = temp_dir("clean-overflow");
-    let table = SpoolTable::create(&dir, 16 * 1024 + 2 * 1024, &identity(0, 1)).expect("spool");
-    for id in 1..=3 {
-        let mut step = span("step", id, 0, at(id));
-        table.span_started(&step);
-        step.end_time = at(id + 1);
-        table.span_ended(&step);
-    }
+    let table = spool_of_ended_steps(&dir, 2, 3);
     assert_eq!(table.overflow(), 1);
     table.close_cleanly();
     let options = ReplayOptions { size_variable: "MYJOB_OTEL_SPOOL_SIZE_KIB".to_string(), ..ReplayOptions::default() };
